@@ -1,0 +1,27 @@
+GO ?= go
+# RAPID_CHECKS is the number of random interleavings each model-based test runs.
+RAPID_CHECKS ?= 2000
+export RAPID_CHECKS
+
+.PHONY: test test-long lint cover bench examples fuzz
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+test-long:
+	RAPID_CHECKS=100000 $(GO) test -count=1 -run 'Model' -timeout 60m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+cover:
+	$(GO) test -count=1 -coverprofile=coverage.out ./...
+	$(GO) tool cover -func=coverage.out | tail -1
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=6 ./...
+
+examples:
+	@for d in examples/*/; do echo "== $$d"; $(GO) run ./$$d || exit 1; done

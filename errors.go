@@ -1,0 +1,164 @@
+package mcpsync
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors callers branch on with errors.Is and errors.As. Every refusal of the
+// fence is a *RefusalError whose Is matches both ErrRefused and the sentinel of
+// its reason; every cursor failure is a *CursorError whose Is matches the
+// sentinel of its code.
+
+// ErrRefused matches every refusal of the fence, whatever its reason.
+var ErrRefused = errors.New("mcpsync: read result refused by the fence")
+
+// Fence refusals, one per StaleReason.
+var (
+	ErrStaleOrdinal          = &RefusalError{Reason: StaleOrdinal}
+	ErrStaleAfterClose       = &RefusalError{Reason: StaleAfterClose}
+	ErrGenerationMismatch    = &RefusalError{Reason: GenerationMismatch}
+	ErrUnknownRequest        = &RefusalError{Reason: UnknownRequest}
+	ErrURIMismatch           = &RefusalError{Reason: URIMismatch}
+	ErrNotActive             = &RefusalError{Reason: NotActive}
+	ErrSubjectRevoked        = &RefusalError{Reason: SubjectRevoked}
+	ErrEmptyContents         = &RefusalError{Reason: EmptyContents}
+	ErrInvalidContent        = &RefusalError{Reason: InvalidContent}
+	ErrReconciliationNeeded  = &RefusalError{Reason: ReconciliationNeeded}
+	errRefusalReasonsInOrder = []*RefusalError{
+		ErrStaleOrdinal, ErrStaleAfterClose, ErrGenerationMismatch, ErrUnknownRequest,
+		ErrURIMismatch, ErrNotActive, ErrSubjectRevoked, ErrEmptyContents,
+		ErrInvalidContent, ErrReconciliationNeeded,
+	}
+)
+
+// RefusalError is a read result the fence did not accept. The stale receipt
+// recorded for it carries the same reason and the full context.
+type RefusalError struct {
+	Reason StaleReason
+	// Detail says what was wrong with the input, when the reason alone does not
+	// (which content item, which URI). It is empty on the sentinels.
+	Detail string
+	// Err is the underlying cause, such as a base64 decoding error.
+	Err error
+}
+
+func (e *RefusalError) Error() string {
+	msg := "mcpsync: refused: " + string(e.Reason)
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *RefusalError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrRefused or a refusal with the same reason.
+func (e *RefusalError) Is(target error) bool {
+	if target == ErrRefused {
+		return true
+	}
+	t, ok := target.(*RefusalError)
+	return ok && t.Reason == e.Reason
+}
+
+// refusal returns the shared sentinel for reason, so that the stale path of
+// the fence returns an error without allocating.
+func refusal(reason StaleReason) error {
+	for _, e := range errRefusalReasonsInOrder {
+		if e.Reason == reason {
+			return e
+		}
+	}
+	return &RefusalError{Reason: reason}
+}
+
+// Lookup and state errors.
+var (
+	// ErrNoVersion: no version of the URI has been accepted (or it was evicted).
+	ErrNoVersion = errors.New("mcpsync: no accepted version")
+	// ErrRevoked: the version was read by a subject whose access was revoked.
+	ErrRevoked = errors.New("mcpsync: version revoked")
+	// ErrQuarantined: the newest content was refused by the content guard, so
+	// no version of the URI is current.
+	ErrQuarantined = errors.New("mcpsync: newest content quarantined")
+	// ErrTombstoned: the resource was confirmed deleted.
+	ErrTombstoned = errors.New("mcpsync: resource tombstoned")
+	// ErrTombstonePending: a read said not found and list reconciliation has
+	// not yet decided; the last version is no longer served.
+	ErrTombstonePending = errors.New("mcpsync: resource tombstone pending")
+	// ErrForbidden: the version was read by another subject.
+	ErrForbidden = errors.New("mcpsync: version bound to another subject")
+	// ErrUnknownURI: no subscription or discovery record exists for the URI.
+	ErrUnknownURI = errors.New("mcpsync: unknown resource URI")
+	// ErrInvalidURI: the URI cannot be normalized into a key.
+	ErrInvalidURI = errors.New("mcpsync: invalid resource URI")
+	// ErrUnknownVersion: a derived artifact names a version the ledger never accepted.
+	ErrUnknownVersion = errors.New("mcpsync: unknown resource version")
+	// ErrIllegalTransition matches every *TransitionError.
+	ErrIllegalTransition = errors.New("mcpsync: illegal subscription transition")
+	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
+	// completeness is not proven by a snapshot.
+	ErrSnapshotUnproven = errors.New("mcpsync: catalog snapshot unproven")
+	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
+	// often than the retry budget allows.
+	ErrLedgerConflict = errors.New("mcpsync: ledger compare-and-swap conflict")
+)
+
+// TransitionError is a state change the subscription state machine does not
+// allow. The state is left as it was.
+type TransitionError struct {
+	URI   string
+	From  SubscriptionState
+	Event string
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("mcpsync: %s: %s not allowed in state %s", e.URI, e.Event, e.From)
+}
+
+// Is makes every TransitionError match ErrIllegalTransition.
+func (e *TransitionError) Is(target error) bool { return target == ErrIllegalTransition }
+
+// CursorErrorCode is the machine-readable code of a cursor failure, sent to
+// MCP clients in tool errors.
+type CursorErrorCode string
+
+// Cursor error codes.
+const (
+	CursorInvalid            CursorErrorCode = "CURSOR_INVALID"
+	CursorExpired            CursorErrorCode = "CURSOR_EXPIRED"
+	CursorQueryMismatch      CursorErrorCode = "CURSOR_QUERY_MISMATCH"
+	CursorVersionUnsupported CursorErrorCode = "CURSOR_VERSION_UNSUPPORTED"
+)
+
+// Cursor failures, one sentinel per code.
+var (
+	ErrCursorInvalid            = &CursorError{Code: CursorInvalid}
+	ErrCursorExpired            = &CursorError{Code: CursorExpired}
+	ErrCursorQueryMismatch      = &CursorError{Code: CursorQueryMismatch}
+	ErrCursorVersionUnsupported = &CursorError{Code: CursorVersionUnsupported}
+)
+
+// CursorError is a cursor that cannot be continued. It is returned in place of
+// a page, never as an empty one.
+type CursorError struct {
+	Code   CursorErrorCode
+	Detail string
+}
+
+func (e *CursorError) Error() string {
+	if e.Detail == "" {
+		return "mcpsync: " + string(e.Code)
+	}
+	return "mcpsync: " + string(e.Code) + ": " + e.Detail
+}
+
+// Is reports whether target is a cursor error with the same code.
+func (e *CursorError) Is(target error) bool {
+	t, ok := target.(*CursorError)
+	return ok && t.Code == e.Code
+}

@@ -1,0 +1,3 @@
+module github.com/mcpsync/mcpsync
+
+go 1.26
