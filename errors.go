@@ -15,22 +15,31 @@ var ErrRefused = errors.New("mcpsync: read result refused by the fence")
 
 // Fence refusals, one per StaleReason.
 var (
-	ErrStaleOrdinal          = &RefusalError{Reason: StaleOrdinal}
-	ErrStaleAfterClose       = &RefusalError{Reason: StaleAfterClose}
-	ErrGenerationMismatch    = &RefusalError{Reason: GenerationMismatch}
-	ErrUnknownRequest        = &RefusalError{Reason: UnknownRequest}
-	ErrURIMismatch           = &RefusalError{Reason: URIMismatch}
-	ErrNotActive             = &RefusalError{Reason: NotActive}
-	ErrSubjectRevoked        = &RefusalError{Reason: SubjectRevoked}
-	ErrEmptyContents         = &RefusalError{Reason: EmptyContents}
-	ErrInvalidContent        = &RefusalError{Reason: InvalidContent}
-	ErrReconciliationNeeded  = &RefusalError{Reason: ReconciliationNeeded}
-	errRefusalReasonsInOrder = []*RefusalError{
+	ErrStaleOrdinal           = &RefusalError{Reason: ReasonStaleOrdinal}
+	ErrStaleAfterClose        = &RefusalError{Reason: ReasonStaleAfterClose}
+	ErrGenerationMismatch     = &RefusalError{Reason: ReasonGenerationMismatch}
+	ErrUnknownRequest         = &RefusalError{Reason: ReasonUnknownRequest}
+	ErrURIMismatch            = &RefusalError{Reason: ReasonURIMismatch}
+	ErrNotActive              = &RefusalError{Reason: ReasonNotActive}
+	ErrSubjectRevoked         = &RefusalError{Reason: ReasonSubjectRevoked}
+	ErrEmptyContents          = &RefusalError{Reason: ReasonEmptyContents}
+	ErrInvalidContent         = &RefusalError{Reason: ReasonInvalidContent}
+	ErrReconciliationRequired = &RefusalError{Reason: ReasonReconciliationRequired}
+)
+
+// refusals maps each reason to its sentinel, so that the stale path of the
+// fence returns an error without allocating.
+var refusals = map[StaleReason]error{}
+
+func init() {
+	for _, e := range []*RefusalError{
 		ErrStaleOrdinal, ErrStaleAfterClose, ErrGenerationMismatch, ErrUnknownRequest,
 		ErrURIMismatch, ErrNotActive, ErrSubjectRevoked, ErrEmptyContents,
-		ErrInvalidContent, ErrReconciliationNeeded,
+		ErrInvalidContent, ErrReconciliationRequired,
+	} {
+		refusals[e.Reason] = e
 	}
-)
+}
 
 // RefusalError is a read result the fence did not accept. The stale receipt
 // recorded for it carries the same reason and the full context.
@@ -65,13 +74,9 @@ func (e *RefusalError) Is(target error) bool {
 	return ok && t.Reason == e.Reason
 }
 
-// refusal returns the shared sentinel for reason, so that the stale path of
-// the fence returns an error without allocating.
 func refusal(reason StaleReason) error {
-	for _, e := range errRefusalReasonsInOrder {
-		if e.Reason == reason {
-			return e
-		}
+	if err, ok := refusals[reason]; ok {
+		return err
 	}
 	return &RefusalError{Reason: reason}
 }
@@ -103,6 +108,12 @@ var (
 	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
 	// completeness is not proven by a snapshot.
 	ErrSnapshotUnproven = errors.New("mcpsync: catalog snapshot unproven")
+	// ErrInvalidSubject: a principal or subject is empty.
+	ErrInvalidSubject = errors.New("mcpsync: invalid subject")
+	// ErrNoSession: the engine has not been told of a session (BeginSession).
+	ErrNoSession = errors.New("mcpsync: no session")
+	// ErrTooManyReads: the URI already has the most reads in flight allowed.
+	ErrTooManyReads = errors.New("mcpsync: too many reads in flight")
 	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
 	// often than the retry budget allows.
 	ErrLedgerConflict = errors.New("mcpsync: ledger compare-and-swap conflict")

@@ -1,18 +1,551 @@
 package mcpsync
 
+import (
+	"fmt"
+	"time"
+)
+
 // StaleReason says why the fence refused a read result.
 type StaleReason string
 
 // Reasons of stale receipts.
 const (
-	StaleOrdinal         StaleReason = "STALE_ORDINAL"
-	StaleAfterClose      StaleReason = "STALE_AFTER_CLOSE"
-	GenerationMismatch   StaleReason = "GENERATION_MISMATCH"
-	UnknownRequest       StaleReason = "UNKNOWN_REQUEST"
-	URIMismatch          StaleReason = "URI_MISMATCH"
-	NotActive            StaleReason = "NOT_ACTIVE"
-	SubjectRevoked       StaleReason = "SUBJECT_REVOKED"
-	EmptyContents        StaleReason = "EMPTY_CONTENTS"
-	InvalidContent       StaleReason = "INVALID_CONTENT"
-	ReconciliationNeeded StaleReason = "RECONCILIATION_REQUIRED"
+	// ReasonStaleOrdinal: a read with a higher ordinal already passed.
+	ReasonStaleOrdinal StaleReason = "STALE_ORDINAL"
+	// ReasonStaleAfterClose: the subscription generation began closing; late
+	// content and late not-found alike are audit only.
+	ReasonStaleAfterClose StaleReason = "STALE_AFTER_CLOSE"
+	// ReasonGenerationMismatch: the read belongs to an older session or
+	// subscription generation.
+	ReasonGenerationMismatch StaleReason = "GENERATION_MISMATCH"
+	// ReasonUnknownRequest: no unsettled ticket has this ordinal and request id.
+	ReasonUnknownRequest StaleReason = "UNKNOWN_REQUEST"
+	// ReasonURIMismatch: no content item names the URI that was read.
+	ReasonURIMismatch StaleReason = "URI_MISMATCH"
+	// ReasonNotActive: the subscription is not open (for instance a tombstone
+	// is pending), so nothing it reads can become a version.
+	ReasonNotActive StaleReason = "NOT_ACTIVE"
+	// ReasonSubjectRevoked: the subject that read it has been revoked.
+	ReasonSubjectRevoked StaleReason = "SUBJECT_REVOKED"
+	// ReasonEmptyContents: the read returned no content items.
+	ReasonEmptyContents StaleReason = "EMPTY_CONTENTS"
+	// ReasonInvalidContent: a content item cannot be decoded (bad base64, an
+	// unusable URI, an unknown item type).
+	ReasonInvalidContent StaleReason = "INVALID_CONTENT"
+	// ReasonReconciliationRequired: the ledger never issued this ordinal, so
+	// its own record is in doubt; the subscription moves to
+	// RECONCILIATION_REQUIRED.
+	ReasonReconciliationRequired StaleReason = "RECONCILIATION_REQUIRED"
 )
+
+// Trigger is why a read was issued.
+type Trigger string
+
+// Read triggers.
+const (
+	TriggerInitial      Trigger = "initial"
+	TriggerNotification Trigger = "notification"
+	TriggerRevalidate   Trigger = "revalidate"
+	TriggerPoll         Trigger = "poll"
+	TriggerReconnect    Trigger = "reconnect"
+	TriggerReconcile    Trigger = "reconcile"
+)
+
+// Ticket is the fence's permission to send one resources/read. It is issued
+// before the request goes out and must come back with the result.
+type Ticket struct {
+	URI                    string    `json:"uri"`
+	SessionGeneration      uint64    `json:"sessionGeneration"`
+	SubscriptionGeneration uint64    `json:"subscriptionGeneration"`
+	ReadOrdinal            uint64    `json:"readOrdinal"`
+	RequestID              uint64    `json:"requestId"`
+	Trigger                Trigger   `json:"trigger"`
+	Subject                string    `json:"subject"`
+	IssuedAt               time.Time `json:"issuedAt"`
+	// queued marks tickets handed out by the read queue, whose completion
+	// also ends the queue's processing of the URI.
+	queued bool
+}
+
+// IssueTicket hands out the next read ordinal of the URI's open subscription
+// generation, by compare-and-swap on the ledger, recording a fresh request id
+// and the trigger. It refuses once the close began: no ordinal is ever issued
+// after closeOrdinal.
+//
+// Most callers want Notify or RequestRead, which coalesce reads; IssueTicket
+// does not, so it can put several reads of one URI in flight.
+func (e *Engine) IssueTicket(rawURI string, trigger Trigger) (Ticket, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Ticket{}, err
+	}
+	return e.issue(key, trigger, false)
+}
+
+func (e *Engine) issue(key string, trigger Trigger, queued bool) (Ticket, error) {
+	var t Ticket
+	var path transitions
+	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		if cur.Sub.SessionGeneration != e.sessionGeneration() {
+			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evIssueRead + " (session ended)"}
+		}
+		if len(cur.Tickets) >= e.maxTickets {
+			return nil, nil, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(cur.Tickets))
+		}
+		next := cur.clone()
+		if err := path.move(next, evIssueRead); err != nil {
+			return nil, nil, err
+		}
+		next.LastIssued++
+		t = Ticket{
+			URI:                    key,
+			SessionGeneration:      cur.Sub.SessionGeneration,
+			SubscriptionGeneration: cur.Sub.Generation,
+			ReadOrdinal:            next.LastIssued,
+			RequestID:              e.requestSeq.Add(1),
+			Trigger:                trigger,
+			Subject:                cur.Sub.Principal,
+			IssuedAt:               e.now(),
+			queued:                 queued,
+		}
+		next.Tickets = append(cur.Tickets[:len(cur.Tickets):len(cur.Tickets)], t)
+		return next, nil, nil
+	})
+	if err != nil {
+		return Ticket{}, err
+	}
+	e.emit(key, &path)
+	return t, nil
+}
+
+// Outcome is what the fence did with one read result: exactly one of Version
+// (the result passed) or Stale (it was refused) is set.
+type Outcome struct {
+	Accepted bool
+	Version  VersionReceipt
+	Stale    StaleReceipt
+	// FollowUp is the coalesced read to send next, if notifications arrived
+	// while this one was in flight (set by Complete only).
+	FollowUp *Ticket
+}
+
+// AcceptResourceVersion is the single acceptance point: the only code that
+// makes a read result visible. It accepts the result of ticket t only if, in
+// one atomic step on the ledger,
+//
+//   - the session and subscription generation of t are the URI's current ones,
+//   - the close of that generation has not begun,
+//   - t.ReadOrdinal was issued, is unsettled (same request id) and is above
+//     the watermark,
+//   - the subscription is open (ACTIVE or one of its read sub-states),
+//   - the contents are well-formed, name the URI that was read, and the
+//     subject that read them is not revoked.
+//
+// Then, in that same step, it raises the watermark to t.ReadOrdinal, settles
+// every ticket at or below it, stores the version and appends its outbox
+// entry. A not-found result passes the same checks and moves the subscription
+// to TOMBSTONE_PENDING, for list reconciliation to confirm. Content refused by
+// the content guard passes the fence but is quarantined: it raises the
+// watermark (it is the newest state known) and is never served.
+//
+// Everything else leaves a stale receipt, changes no version, tombstone or
+// outbox entry, and returns a *RefusalError matching ErrRefused and the
+// sentinel of its reason. Refusals that need no ledger write (stale ordinal,
+// generation mismatch, after close, unknown request) do not allocate.
+func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) {
+	// Fast path: most refusals are decided by the record as it is, without
+	// running the guard or writing anything.
+	cur, err := e.ledger.Load(t.URI)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("mcpsync: load %s: %w", t.URI, err)
+	}
+	if reason, ok := e.check(cur, t); !ok && reason != ReasonReconciliationRequired {
+		return e.refuse(cur, t, r, reason, "")
+	}
+	var guardErr error
+	if r.err == nil && !r.notFound && e.guard != nil {
+		// User code runs before the ledger step and outside every lock.
+		guardErr = e.guard(t.URI, r.contents)
+	}
+	e.revokeMu.RLock()
+	defer e.revokeMu.RUnlock()
+	var out Outcome
+	var reason StaleReason
+	var detail string
+	var path transitions
+	next, seq, err := e.update(t.URI, func(cur *Record) (*Record, []OutboxEntry, error) {
+		out, reason, detail = Outcome{}, "", ""
+		path.reset(cur)
+		if why, ok := e.check(cur, t); !ok {
+			reason = why
+			if why == ReasonReconciliationRequired {
+				next := cur.clone()
+				if err := path.move(next, evIdentityUnknown); err != nil {
+					return nil, nil, nil // already reconciling or closing: audit only
+				}
+				return next, nil, nil
+			}
+			return nil, nil, nil
+		}
+		if why, what := e.checkContent(cur, t, r); why != "" {
+			// The ticket is spent: settle it, change nothing else.
+			reason, detail = why, what
+			next := cur.clone()
+			settle(next, &path, t.ReadOrdinal, false)
+			return next, nil, nil
+		}
+		return e.accept(cur, t, r, guardErr, &out, &path)
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	if reason != "" {
+		e.emit(t.URI, &path)
+		return e.refuse(next, t, r, reason, detail)
+	}
+	e.emit(t.URI, &path)
+	out.Accepted = true
+	if seq != 0 {
+		out.Version.OutboxSeq = seq
+	}
+	return out, nil
+}
+
+// check applies the identity part of the fence rule to the record as stored.
+func (e *Engine) check(cur *Record, t Ticket) (StaleReason, bool) {
+	switch {
+	case cur == nil || cur.Sub == nil:
+		return ReasonUnknownRequest, false
+	case t.SessionGeneration != cur.Sub.SessionGeneration ||
+		t.SubscriptionGeneration != cur.Sub.Generation ||
+		t.SessionGeneration != e.sessionGeneration():
+		return ReasonGenerationMismatch, false
+	case cur.CloseEpoch != 0:
+		return ReasonStaleAfterClose, false
+	case t.ReadOrdinal > cur.LastIssued:
+		return ReasonReconciliationRequired, false
+	case t.ReadOrdinal <= cur.Watermark:
+		return ReasonStaleOrdinal, false
+	case !holdsTicket(cur, t):
+		return ReasonUnknownRequest, false
+	}
+	return "", true
+}
+
+func holdsTicket(cur *Record, t Ticket) bool {
+	for _, held := range cur.Tickets {
+		if held.ReadOrdinal == t.ReadOrdinal {
+			return held.RequestID == t.RequestID
+		}
+	}
+	return false
+}
+
+// checkContent applies the rest of the fence rule once the ticket is known to
+// be good; a refusal here spends the ticket.
+func (e *Engine) checkContent(cur *Record, t Ticket, r ReadResult) (StaleReason, string) {
+	if !cur.State.open() {
+		return ReasonNotActive, ""
+	}
+	if e.isRevoked(t.Subject) {
+		return ReasonSubjectRevoked, ""
+	}
+	if r.notFound {
+		return "", ""
+	}
+	if r.err != nil {
+		reason := ReasonInvalidContent
+		if re, ok := r.err.(*RefusalError); ok {
+			reason = re.Reason
+		}
+		return reason, r.err.Error()
+	}
+	for _, k := range r.keys {
+		if k == t.URI {
+			return "", ""
+		}
+	}
+	return ReasonURIMismatch, fmt.Sprintf("contents name %q, read was of %q", r.keys[0], t.URI)
+}
+
+// accept builds the record and outbox entries of a result that passed.
+func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out *Outcome, path *transitions) (*Record, []OutboxEntry, error) {
+	now := e.now()
+	next := cur.clone()
+	next.Watermark = t.ReadOrdinal
+	v := ResourceVersion{
+		Schema:                 SchemaResourceVersion,
+		URI:                    t.URI,
+		Digest:                 r.digest,
+		Bytes:                  r.bytes,
+		ReadOrdinal:            t.ReadOrdinal,
+		Subject:                t.Subject,
+		Server:                 cur.Sub.Server,
+		SessionGeneration:      t.SessionGeneration,
+		SubscriptionGeneration: t.SubscriptionGeneration,
+		LastModified:           r.lastModified,
+	}
+	if len(r.contents) > 0 {
+		v.MIMEType = r.contents[0].MIMEType
+	}
+	out.Version = VersionReceipt{Schema: SchemaVersionReceipt, Version: v, RequestID: t.RequestID, Trigger: t.Trigger, At: now}
+	var prev ResourceVersion
+	if cur.Current != nil {
+		prev = cur.Current.Version
+		out.Version.PreviousDigest = prev.Digest
+	}
+	entry := OutboxEntry{Schema: SchemaInvalidation, URI: t.URI, Version: v, Previous: prev, Subject: t.Subject, At: now}
+
+	switch {
+	case r.notFound:
+		out.Version.Decision = DecisionTombstonePending
+		if err := path.move(next, evNotFound); err != nil {
+			return nil, nil, err
+		}
+		settle(next, path, t.ReadOrdinal, true)
+		if cur.Current != nil {
+			sv := *cur.Current
+			sv.Status = VersionTombstonePending
+			next.Current = &sv
+		}
+		// The tombstone's outbox entry waits for list reconciliation.
+		return next, nil, nil
+
+	case guardErr != nil:
+		out.Version.Decision = DecisionQuarantined
+		out.Version.GuardReason = guardErr.Error()
+		settle(next, path, t.ReadOrdinal, true)
+		next.Current = &StoredVersion{Version: v, Status: VersionQuarantined}
+		entry.Reason = InvalidateQuarantined
+		return next, []OutboxEntry{entry}, nil
+
+	case cur.Current != nil && cur.Current.Status == VersionServed &&
+		cur.Current.Version.Digest == v.Digest && cur.Current.Version.Subject == v.Subject:
+		// Same content, same subject: the watermark rises, consumers have
+		// nothing to do, and the version they derived from stays current.
+		out.Version.Decision = DecisionUnchanged
+		next.LastAcceptedDigest = v.Digest
+		if err := path.move(next, evAccept); err != nil {
+			return nil, nil, err
+		}
+		settle(next, path, t.ReadOrdinal, true)
+		return next, nil, nil
+
+	default:
+		out.Version.Decision = DecisionAccepted
+		next.LastAcceptedDigest = v.Digest
+		if err := path.move(next, evAccept); err != nil {
+			return nil, nil, err
+		}
+		settle(next, path, t.ReadOrdinal, true)
+		next.Current = &StoredVersion{Version: v, Contents: r.contents, Status: VersionServed}
+		entry.Reason = InvalidateUpdated
+		return next, []OutboxEntry{entry}, nil
+	}
+}
+
+// settle removes ticket ord (and, when it passed the fence, every ticket
+// below it, which can no longer pass) and returns an open subscription with
+// no read left in flight to ACTIVE.
+func settle(next *Record, path *transitions, ord uint64, passed bool) {
+	kept := next.Tickets[:0:0]
+	for _, held := range next.Tickets {
+		if held.ReadOrdinal == ord || (passed && held.ReadOrdinal < ord) {
+			continue
+		}
+		kept = append(kept, held)
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	next.Tickets = kept
+	if len(kept) == 0 && (next.State == StateReadPending || next.State == StateVersionAccepted) {
+		_ = path.move(next, evSettle)
+	}
+}
+
+// refuse records and returns a stale receipt.
+func (e *Engine) refuse(cur *Record, t Ticket, r ReadResult, reason StaleReason, detail string) (Outcome, error) {
+	s := StaleReceipt{
+		Schema:                 SchemaStaleReceipt,
+		Reason:                 reason,
+		URI:                    t.URI,
+		SessionGeneration:      t.SessionGeneration,
+		SubscriptionGeneration: t.SubscriptionGeneration,
+		ReadOrdinal:            t.ReadOrdinal,
+		RequestID:              t.RequestID,
+		Trigger:                t.Trigger,
+		NotFound:               r.notFound,
+		Detail:                 detail,
+		At:                     e.now(),
+	}
+	if cur != nil {
+		s.State, s.Watermark, s.CloseOrdinal = cur.State, cur.Watermark, cur.CloseOrdinal
+	}
+	e.audit.record(&s)
+	if detail != "" {
+		return Outcome{Stale: s}, &RefusalError{Reason: reason, Detail: detail, Err: r.err}
+	}
+	return Outcome{Stale: s}, refusal(reason)
+}
+
+// AbandonRead settles a ticket whose read failed without an answer (transport
+// error, timeout, cancellation). Nothing becomes visible; the ordinal is
+// spent, so a late answer to it is refused.
+func (e *Engine) AbandonRead(t Ticket) error {
+	var path transitions
+	_, _, err := e.update(t.URI, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || !holdsTicket(cur, t) || cur.Sub.Generation != t.SubscriptionGeneration {
+			return nil, nil, nil
+		}
+		next := cur.clone()
+		settle(next, &path, t.ReadOrdinal, false)
+		return next, nil, nil
+	})
+	if err == nil {
+		e.emit(t.URI, &path)
+	}
+	return err
+}
+
+// SchemaCloseReceipt is the schema of close receipts.
+const SchemaCloseReceipt = "closeReceipt.v1"
+
+// CloseReceipt records the freezing of a subscription generation's fence.
+type CloseReceipt struct {
+	Schema                 string            `json:"schema"`
+	URI                    string            `json:"uri"`
+	SessionGeneration      uint64            `json:"sessionGeneration"`
+	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
+	CloseOrdinal           uint64            `json:"closeOrdinal"`
+	CloseEpoch             uint64            `json:"closeEpoch"`
+	Watermark              uint64            `json:"watermark"`
+	ReadsInFlight          int               `json:"readsInFlight"`
+	State                  SubscriptionState `json:"state"`
+}
+
+// BeginClose starts closing the URI's subscription generation (the moment
+// before resources/unsubscribe is sent): by compare-and-swap it moves the
+// subscription to UNSUBSCRIBING and freezes closeOrdinal (the last ordinal
+// issued) and a close epoch. From then on no ordinal is issued, and every
+// result of this generation, content or not-found, whenever it was sent, is
+// refused with STALE_AFTER_CLOSE. Cached content stays until evicted.
+//
+// BeginClose is idempotent: on a generation already closing or closed it
+// returns that generation's receipt.
+func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return CloseReceipt{}, err
+	}
+	var path transitions
+	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		if cur.CloseEpoch != 0 {
+			return nil, nil, nil
+		}
+		next := cur.clone()
+		if err := path.move(next, evBeginClose); err != nil {
+			return nil, nil, err
+		}
+		next.CloseOrdinal = cur.LastIssued
+		next.CloseEpoch = e.closeEpoch.Add(1)
+		return next, nil, nil
+	})
+	if err != nil {
+		return CloseReceipt{}, err
+	}
+	e.emit(key, &path)
+	return CloseReceipt{
+		Schema:                 SchemaCloseReceipt,
+		URI:                    key,
+		SessionGeneration:      next.Sub.SessionGeneration,
+		SubscriptionGeneration: next.Sub.Generation,
+		CloseOrdinal:           next.CloseOrdinal,
+		CloseEpoch:             next.CloseEpoch,
+		Watermark:              next.Watermark,
+		ReadsInFlight:          len(next.Tickets),
+		State:                  next.State,
+	}, nil
+}
+
+// confirmTombstone is list reconciliation's verdict "absent" on a
+// TOMBSTONE_PENDING (or RECONCILIATION_REQUIRED) subscription: the tombstone
+// and its outbox entry are written in one step. It refuses once the close
+// began, like every other write of the fence.
+func (e *Engine) confirmTombstone(key string, path *transitions) (uint64, error) {
+	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		next := cur.clone()
+		if err := path.move(next, evAbsent); err != nil {
+			return nil, nil, err
+		}
+		next.Tickets = nil
+		next.Sub = cur.Sub.withEnd(e.now())
+		if cur.Current == nil {
+			return next, nil, nil
+		}
+		sv := *cur.Current
+		sv.Status, sv.Contents = VersionTombstoned, nil
+		next.Current = &sv
+		return next, []OutboxEntry{{
+			Schema: SchemaInvalidation, URI: key, Reason: InvalidateTombstoned,
+			Previous: cur.Current.Version, Subject: cur.Current.Version.Subject, At: e.now(),
+		}}, nil
+	})
+	return seq, err
+}
+
+// revokeRecord marks the URI's current version unservable if subject read
+// it, and writes one outbox entry for it and one per derived artifact
+// recorded against a version that subject read, in one step.
+func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error {
+	var versions []ResourceVersion
+	var artifacts []DerivedArtifact
+	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		versions, artifacts = nil, nil
+		if cur == nil {
+			return nil, nil, nil
+		}
+		now := e.now()
+		next := cur.clone()
+		var entries []OutboxEntry
+		if c := cur.Current; c != nil && c.Version.Subject == subject && c.Status != VersionRevoked {
+			sv := *c
+			sv.Status, sv.Contents = VersionRevoked, nil
+			next.Current = &sv
+			versions = append(versions, c.Version)
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: c.Version, Subject: subject, At: now})
+		}
+		next.Artifacts = nil
+		for _, a := range cur.Artifacts {
+			if a.Version.Subject != subject {
+				next.Artifacts = append(next.Artifacts, a)
+				continue
+			}
+			artifacts = append(artifacts, a)
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: a.Version, Subject: subject, Artifact: a, At: now})
+		}
+		if len(entries) == 0 {
+			return nil, nil, nil
+		}
+		return next, entries, nil
+	})
+	if err != nil {
+		return err
+	}
+	rc.Versions = append(rc.Versions, versions...)
+	rc.Artifacts = append(rc.Artifacts, artifacts...)
+	return nil
+}

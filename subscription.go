@@ -1,4 +1,570 @@
 package mcpsync
 
-// SubscriptionState is a state of one subscription generation of a URI.
+import (
+	"fmt"
+	"iter"
+	"sync"
+	"time"
+)
+
+// SubscriptionState is a state of one subscription generation of a URI:
+//
+//	DISCOVERED -> SUBSCRIBING -> ACTIVE
+//	ACTIVE -> UPDATE_SEEN -> READ_PENDING -> VERSION_ACCEPTED -> ACTIVE
+//	ACTIVE -> UNSUBSCRIBING -> CLOSED | UNSUBSCRIBE_UNKNOWN
+//	ACTIVE (read says not found, fence passed) -> TOMBSTONE_PENDING -> TOMBSTONED | ACTIVE
+//	any read or write whose identity is unknown -> RECONCILIATION_REQUIRED
+//
+// ACTIVE and its read sub-states (UPDATE_SEEN, READ_PENDING,
+// VERSION_ACCEPTED) are "open": only an open subscription is issued reads and
+// only its results can pass the fence.
 type SubscriptionState string
+
+// Subscription states.
+const (
+	StateDiscovered             SubscriptionState = "DISCOVERED"
+	StateSubscribing            SubscriptionState = "SUBSCRIBING"
+	StateActive                 SubscriptionState = "ACTIVE"
+	StateUpdateSeen             SubscriptionState = "UPDATE_SEEN"
+	StateReadPending            SubscriptionState = "READ_PENDING"
+	StateVersionAccepted        SubscriptionState = "VERSION_ACCEPTED"
+	StateUnsubscribing          SubscriptionState = "UNSUBSCRIBING"
+	StateClosed                 SubscriptionState = "CLOSED"
+	StateUnsubscribeUnknown     SubscriptionState = "UNSUBSCRIBE_UNKNOWN"
+	StateTombstonePending       SubscriptionState = "TOMBSTONE_PENDING"
+	StateTombstoned             SubscriptionState = "TOMBSTONED"
+	StateReconciliationRequired SubscriptionState = "RECONCILIATION_REQUIRED"
+)
+
+func (s SubscriptionState) open() bool {
+	switch s {
+	case StateActive, StateUpdateSeen, StateReadPending, StateVersionAccepted:
+		return true
+	}
+	return false
+}
+
+// Events of the state machine.
+const (
+	evSubscribe       = "subscribe"
+	evActivate        = "activate"
+	evNotify          = "notify"
+	evIssueRead       = "issue read"
+	evAccept          = "accept"
+	evSettle          = "settle"
+	evNotFound        = "not found"
+	evBeginClose      = "begin close"
+	evCloseAcked      = "unsubscribe acked"
+	evCloseLost       = "unsubscribe ack lost"
+	evResolveClose    = "resolve unsubscribe"
+	evPresent         = "reconcile present"
+	evAbsent          = "reconcile absent"
+	evIdentityUnknown = "identity unknown"
+)
+
+// transitionTable lists every allowed state change: event -> from -> to.
+// Anything not listed is a *TransitionError and leaves the state as it was.
+var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
+	evSubscribe: {StateDiscovered: StateSubscribing},
+	evActivate:  {StateSubscribing: StateActive},
+	evNotify: {
+		StateActive: StateUpdateSeen, StateVersionAccepted: StateUpdateSeen,
+		StateUpdateSeen: StateUpdateSeen,
+	},
+	evIssueRead: {
+		StateActive: StateReadPending, StateUpdateSeen: StateReadPending,
+		StateVersionAccepted: StateReadPending, StateReadPending: StateReadPending,
+	},
+	evAccept: {StateReadPending: StateVersionAccepted, StateVersionAccepted: StateVersionAccepted},
+	evSettle: {StateReadPending: StateActive, StateVersionAccepted: StateActive},
+	evNotFound: {
+		StateReadPending: StateTombstonePending, StateVersionAccepted: StateTombstonePending,
+	},
+	evBeginClose: {
+		StateSubscribing: StateUnsubscribing, StateActive: StateUnsubscribing,
+		StateUpdateSeen: StateUnsubscribing, StateReadPending: StateUnsubscribing,
+		StateVersionAccepted: StateUnsubscribing, StateTombstonePending: StateUnsubscribing,
+		StateReconciliationRequired: StateUnsubscribing,
+	},
+	evCloseAcked:   {StateUnsubscribing: StateClosed},
+	evCloseLost:    {StateUnsubscribing: StateUnsubscribeUnknown},
+	evResolveClose: {StateUnsubscribeUnknown: StateClosed},
+	evPresent:      {StateTombstonePending: StateActive, StateReconciliationRequired: StateActive},
+	evAbsent:       {StateTombstonePending: StateTombstoned, StateReconciliationRequired: StateTombstoned},
+	evIdentityUnknown: {
+		StateActive: StateReconciliationRequired, StateUpdateSeen: StateReconciliationRequired,
+		StateReadPending: StateReconciliationRequired, StateVersionAccepted: StateReconciliationRequired,
+		StateTombstonePending: StateReconciliationRequired,
+	},
+}
+
+// transitions records the steps one ledger write takes, to tell the observer
+// once the write is stored. It is reset at each compare-and-swap attempt.
+type transitions struct {
+	gen   uint64
+	steps [4]struct {
+		from, to SubscriptionState
+		event    string
+	}
+	n int
+}
+
+func (p *transitions) reset(cur *Record) {
+	p.n, p.gen = 0, 0
+	if cur != nil && cur.Sub != nil {
+		p.gen = cur.Sub.Generation
+	}
+}
+
+// move applies event to r's state, or returns a *TransitionError.
+func (p *transitions) move(r *Record, event string) error {
+	to, ok := transitionTable[event][r.State]
+	if !ok {
+		key := ""
+		if r.Sub != nil {
+			key = r.Sub.URI
+		}
+		return &TransitionError{URI: key, From: r.State, Event: event}
+	}
+	if p.n < len(p.steps) {
+		p.steps[p.n].from, p.steps[p.n].to, p.steps[p.n].event = r.State, to, event
+		p.n++
+	}
+	r.State = to
+	return nil
+}
+
+// SubscriptionMode says how a subscription learns of changes.
+type SubscriptionMode string
+
+// Subscription modes.
+const (
+	// ModePush: the server accepted the subscription; notifications trigger
+	// reads, and revalidation reads bound the staleness of lost ones.
+	ModePush SubscriptionMode = "push"
+	// ModePoll: the server cannot subscribe (or the subscribe failed), so
+	// jittered periodic reads are the only source of freshness. Notifications
+	// that arrive anyway still trigger fenced reads.
+	ModePoll SubscriptionMode = "poll"
+)
+
+// SubscriptionInfo is the part of a subscription generation fixed when it
+// starts (and when it ends).
+type SubscriptionInfo struct {
+	URI               string
+	Principal         string
+	Server            Implementation
+	SessionGeneration uint64
+	SessionID         string
+	Capabilities      CapabilityReceipt
+	Generation        uint64
+	Mode              SubscriptionMode
+	StartedAt         time.Time
+	EndedAt           time.Time
+}
+
+func (s *SubscriptionInfo) withEnd(at time.Time) *SubscriptionInfo {
+	c := *s
+	c.EndedAt = at
+	return &c
+}
+
+// SchemaSubscription is the schema of subscription ledger rows.
+const SchemaSubscription = "resourceSubscription.v1"
+
+// Subscription is the ledger row of one subscription generation of a URI.
+type Subscription struct {
+	Schema                 string            `json:"schema"`
+	Principal              string            `json:"principal"`
+	Server                 Implementation    `json:"server"`
+	URI                    string            `json:"uri"`
+	SessionGeneration      uint64            `json:"sessionGeneration"`
+	SessionID              string            `json:"sessionId,omitempty"`
+	Capabilities           CapabilityReceipt `json:"capabilities"`
+	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
+	State                  SubscriptionState `json:"state"`
+	Mode                   SubscriptionMode  `json:"mode,omitempty"`
+	StartedAt              time.Time         `json:"startedAt"`
+	EndedAt                time.Time         `json:"endedAt,omitzero"`
+	LastNotificationSeq    uint64            `json:"lastNotificationSeq"`
+	LastAcceptedDigest     string            `json:"lastAcceptedDigest,omitempty"`
+	LastIssuedOrdinal      uint64            `json:"lastIssuedOrdinal"`
+	Watermark              uint64            `json:"watermark"`
+	CloseOrdinal           uint64            `json:"closeOrdinal,omitempty"`
+	CloseEpoch             uint64            `json:"closeEpoch,omitempty"`
+}
+
+func subscriptionOf(key string, r *Record) Subscription {
+	s := Subscription{Schema: SchemaSubscription, URI: key, State: r.State}
+	if r.Sub != nil {
+		i := r.Sub
+		s.Principal, s.Server, s.SessionGeneration, s.SessionID = i.Principal, i.Server, i.SessionGeneration, i.SessionID
+		s.Capabilities, s.SubscriptionGeneration, s.Mode = i.Capabilities, i.Generation, i.Mode
+		s.StartedAt, s.EndedAt = i.StartedAt, i.EndedAt
+	}
+	s.LastNotificationSeq, s.LastAcceptedDigest = r.LastNotificationSeq, r.LastAcceptedDigest
+	s.LastIssuedOrdinal, s.Watermark, s.CloseOrdinal, s.CloseEpoch = r.LastIssued, r.Watermark, r.CloseOrdinal, r.CloseEpoch
+	return s
+}
+
+// Subscription returns the ledger row of the URI's current generation.
+func (e *Engine) Subscription(rawURI string) (Subscription, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Subscription{}, err
+	}
+	r, err := e.ledger.Load(key)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
+	}
+	if r == nil {
+		return Subscription{}, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+	}
+	return subscriptionOf(key, r), nil
+}
+
+// Subscriptions yields the ledger row of every known URI, in URI order, and
+// stops at the first error of the ledger (yielding it).
+func (e *Engine) Subscriptions() iter.Seq2[Subscription, error] {
+	return func(yield func(Subscription, error) bool) {
+		if err := e.ledger.Range(func(key string, r *Record) bool {
+			return yield(subscriptionOf(key, r), nil)
+		}); err != nil {
+			yield(Subscription{}, err)
+		}
+	}
+}
+
+// Discover records a URI found by a list scan (DISCOVERED). It does nothing
+// for a URI the ledger already knows.
+func (e *Engine) Discover(rawURI string) error {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return err
+	}
+	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		if cur != nil {
+			return nil, nil, nil
+		}
+		return &Record{Revision: 1, State: StateDiscovered}, nil, nil
+	})
+	return err
+}
+
+// Subscribe opens a new subscription generation of the URI for principal,
+// in the current session: the state becomes SUBSCRIBING and the fence starts
+// afresh (ordinals from 1, watermark 0). Call it before sending
+// resources/subscribe (or subscriptions/listen); call Activate when the server
+// confirms, and BeginClose if it cannot.
+//
+// A URI whose generation is already open in this session for the same
+// principal keeps it (Subscribe is idempotent). A generation that is closing
+// must finish closing first. A closed, tombstoned or unknown-outcome
+// generation is never reopened: the new generation replaces it.
+func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if principal == "" {
+		return Subscription{}, fmt.Errorf("%w: empty principal for %s", ErrInvalidSubject, key)
+	}
+	s := e.session.Load()
+	if !s.live {
+		return Subscription{}, ErrNoSession
+	}
+	var path transitions
+	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		var gen uint64
+		next := &Record{Revision: 1}
+		if cur != nil {
+			next = cur.clone()
+			if cur.Sub != nil {
+				gen = cur.Sub.Generation
+				if cur.Sub.SessionGeneration == s.gen {
+					switch {
+					case cur.State == StateUnsubscribing:
+						return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
+					case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
+						if cur.Sub.Principal != principal {
+							return nil, nil, fmt.Errorf("%w: %s is subscribed for another principal", ErrForbidden, key)
+						}
+						return nil, nil, nil // already subscribed
+					}
+				}
+			}
+		}
+		// A new generation: its own state machine, its own fence. The version
+		// consumers see (Current) and the recorded artifacts carry over.
+		next.Sub = &SubscriptionInfo{
+			URI: key, Principal: principal, Server: s.info.Capabilities.Server,
+			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: s.info.Capabilities,
+			Generation: gen + 1, StartedAt: e.now(),
+		}
+		next.State = StateDiscovered
+		next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
+		next.LastIssued, next.Watermark, next.CloseOrdinal, next.CloseEpoch, next.Tickets = 0, 0, 0, 0, nil
+		path.gen = gen + 1
+		if err := path.move(next, evSubscribe); err != nil {
+			return nil, nil, err
+		}
+		return next, nil, nil
+	})
+	if err != nil {
+		return Subscription{}, err
+	}
+	e.emit(key, &path)
+	return subscriptionOf(key, next), nil
+}
+
+// Activate records the server's confirmation of a subscription
+// (SUBSCRIBING -> ACTIVE). mode is ModePush when the server will notify,
+// ModePoll when it cannot (no subscribe capability, or the subscribe failed).
+func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, error) {
+	if mode != ModePush && mode != ModePoll {
+		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
+	}
+	return e.step(rawURI, evActivate, func(next *Record) {
+		info := *next.Sub
+		info.Mode = mode
+		next.Sub = &info
+	})
+}
+
+// FinishClose records the outcome of resources/unsubscribe: acked moves the
+// closing generation to CLOSED; a lost or timed-out ack to
+// UNSUBSCRIBE_UNKNOWN, which stays silent and is never reopened.
+func (e *Engine) FinishClose(rawURI string, acked bool) (Subscription, error) {
+	if acked {
+		return e.step(rawURI, evCloseAcked, func(next *Record) { next.Sub = next.Sub.withEnd(e.now()) })
+	}
+	return e.step(rawURI, evCloseLost, nil)
+}
+
+// ResolveUnsubscribe closes an UNSUBSCRIBE_UNKNOWN generation once its outcome
+// was reconciled on the same session. (Ending the session closes it too.)
+func (e *Engine) ResolveUnsubscribe(rawURI string) (Subscription, error) {
+	return e.step(rawURI, evResolveClose, func(next *Record) { next.Sub = next.Sub.withEnd(e.now()) })
+}
+
+// step applies one event of the current generation, with an optional change
+// to the new record.
+func (e *Engine) step(rawURI, event string, change func(*Record)) (Subscription, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Subscription{}, err
+	}
+	var path transitions
+	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		next := cur.clone()
+		if err := path.move(next, event); err != nil {
+			return nil, nil, err
+		}
+		if change != nil {
+			change(next)
+		}
+		return next, nil, nil
+	})
+	if err != nil {
+		return Subscription{}, err
+	}
+	e.emit(key, &path)
+	return subscriptionOf(key, next), nil
+}
+
+// endUnknownCloses closes every UNSUBSCRIBE_UNKNOWN generation of a session
+// older than gen: its outcome no longer matters once its session is gone.
+func (e *Engine) endUnknownCloses(gen uint64) error {
+	var keys []string
+	if err := e.ledger.Range(func(key string, r *Record) bool {
+		if r.State == StateUnsubscribeUnknown && r.Sub.SessionGeneration < gen {
+			keys = append(keys, key)
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, key := range keys {
+		if _, err := e.ResolveUnsubscribe(key); err != nil && !isTransitionError(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func isTransitionError(err error) bool {
+	_, ok := err.(*TransitionError)
+	return ok
+}
+
+// Notify records a resources/updated pulse for the URI and coalesces it into
+// reads: if no read of the URI is in flight it issues one (ok == true: send
+// it); otherwise it marks the URI dirty, and the read that is in flight gets
+// exactly one follow-up when it completes, however many pulses arrived.
+//
+// A pulse for a URI with no open subscription in the current session
+// changes nothing and returns a *TransitionError (or ErrUnknownURI).
+func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Ticket{}, false, err
+	}
+	var path transitions
+	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		if !cur.State.open() || cur.Sub.SessionGeneration != e.sessionGeneration() {
+			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evNotify}
+		}
+		next := cur.clone()
+		next.LastNotificationSeq++
+		if next.State != StateReadPending {
+			if err := path.move(next, evNotify); err != nil {
+				return nil, nil, err
+			}
+		}
+		return next, nil, nil
+	})
+	if err != nil {
+		return Ticket{}, false, err
+	}
+	e.emit(key, &path)
+	return e.enqueue(key, TriggerNotification)
+}
+
+// RequestRead asks for a read of the URI for trigger (initial, revalidate,
+// poll, reconnect, reconcile), coalesced with reads already in flight exactly
+// like Notify.
+func (e *Engine) RequestRead(rawURI string, trigger Trigger) (Ticket, bool, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Ticket{}, false, err
+	}
+	return e.enqueue(key, trigger)
+}
+
+// Complete hands the result of a ticket to the fence (AcceptResourceVersion)
+// and ends the read: if the URI became dirty while it was in flight, the
+// outcome carries the one follow-up read to send.
+func (e *Engine) Complete(t Ticket, r ReadResult) (Outcome, error) {
+	out, err := e.AcceptResourceVersion(t, r)
+	out.FollowUp = e.done(t)
+	return out, err
+}
+
+// Fail ends a read that got no answer (AbandonRead) and returns the
+// follow-up read to send, if the URI became dirty meanwhile.
+func (e *Engine) Fail(t Ticket) (*Ticket, error) {
+	err := e.AbandonRead(t)
+	return e.done(t), err
+}
+
+// Reconcile applies list reconciliation's verdict on a URI. For a
+// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED subscription, present returns
+// it to ACTIVE with a reconcile read to send; absent confirms the tombstone
+// (TOMBSTONED, one outbox entry). For an open subscription, absent asks for a
+// reconcile read, whose not-found will take the fenced path; present needs
+// nothing. Closed or closing generations are left alone: their fence is frozen.
+func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Ticket{}, false, err
+	}
+	r, err := e.ledger.Load(key)
+	if err != nil {
+		return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
+	}
+	if r == nil || r.Sub == nil {
+		return Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+	}
+	var path transitions
+	switch {
+	case r.State == StateTombstonePending || r.State == StateReconciliationRequired:
+		if !present {
+			_, err := e.confirmTombstone(key, &path)
+			if err == nil {
+				e.emit(key, &path)
+			}
+			return Ticket{}, false, err
+		}
+		if _, err := e.step(key, evPresent, nil); err != nil {
+			return Ticket{}, false, err
+		}
+		return e.enqueue(key, TriggerReconcile)
+	case r.State.open() && !present:
+		return e.enqueue(key, TriggerReconcile)
+	}
+	return Ticket{}, false, nil
+}
+
+// readQueue coalesces reads per URI the way client-go's workqueue coalesces
+// keys: a URI being read is in processing; a request for it meanwhile only
+// marks it dirty, and when the read ends a dirty URI is read once more.
+type readQueue struct {
+	mu         sync.Mutex         // protects dirty and processing
+	dirty      map[string]Trigger // URI -> trigger of the pending follow-up
+	processing map[string]struct{}
+}
+
+func (q *readQueue) init() {
+	q.dirty = make(map[string]Trigger)
+	q.processing = make(map[string]struct{})
+}
+
+func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
+	q := &e.queue
+	q.mu.Lock()
+	if _, busy := q.processing[key]; busy {
+		if _, ok := q.dirty[key]; !ok {
+			q.dirty[key] = trigger
+		}
+		q.mu.Unlock()
+		return Ticket{}, false, nil
+	}
+	q.processing[key] = struct{}{}
+	q.mu.Unlock()
+	t, err := e.issue(key, trigger, true)
+	if err != nil {
+		q.mu.Lock()
+		delete(q.processing, key)
+		delete(q.dirty, key)
+		q.mu.Unlock()
+		return Ticket{}, false, err
+	}
+	return t, true, nil
+}
+
+// done ends the queue's processing of t's URI, issuing the follow-up read if
+// the URI became dirty meanwhile.
+func (e *Engine) done(t Ticket) *Ticket {
+	if !t.queued {
+		return nil
+	}
+	q := &e.queue
+	q.mu.Lock()
+	trigger, dirty := q.dirty[t.URI]
+	if !dirty {
+		delete(q.processing, t.URI)
+		q.mu.Unlock()
+		return nil
+	}
+	delete(q.dirty, t.URI)
+	q.mu.Unlock()
+	next, err := e.issue(t.URI, trigger, true)
+	if err != nil {
+		// The subscription stopped being open (closing, tombstone pending):
+		// the pending pulse has nothing left to refresh.
+		q.mu.Lock()
+		delete(q.processing, t.URI)
+		q.mu.Unlock()
+		return nil
+	}
+	return &next
+}

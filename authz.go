@@ -1,0 +1,119 @@
+package mcpsync
+
+import (
+	"fmt"
+	"maps"
+	"time"
+)
+
+// SchemaDerivedArtifact and SchemaRevocationReceipt are the schemas of
+// derived-artifact records and revocation receipts.
+const (
+	SchemaDerivedArtifact   = "derivedArtifact.v1"
+	SchemaRevocationReceipt = "revocationReceipt.v1"
+)
+
+// DerivedArtifact records that a consumer built something (an embedding, an
+// index entry, a summary) from a version: artifact ArtifactID in index Index
+// was derived from Version. Revoking Version's subject invalidates it.
+type DerivedArtifact struct {
+	Schema     string          `json:"schema"`
+	Index      string          `json:"index"`
+	ArtifactID string          `json:"artifactId"`
+	Version    ResourceVersion `json:"version"`
+	RecordedAt time.Time       `json:"recordedAt"`
+}
+
+// RecordDerived records a derived artifact. The version must be one the
+// fence accepted for that URI: the current version, or an older one (a
+// consumer may finish deriving after a newer version arrived; the outbox has
+// already told it to re-derive). Recording the same (Index, ArtifactID) again
+// replaces the earlier record. A version of a revoked subject is refused with
+// ErrRevoked: the consumer must delete the artifact instead.
+func (e *Engine) RecordDerived(a DerivedArtifact) error {
+	if a.Index == "" || a.ArtifactID == "" {
+		return fmt.Errorf("mcpsync: derived artifact needs an index and an id")
+	}
+	key, err := normalizeKey(a.Version.URI)
+	if err != nil {
+		return err
+	}
+	a.Schema, a.Version.URI = SchemaDerivedArtifact, key
+	if a.RecordedAt.IsZero() {
+		a.RecordedAt = e.now()
+	}
+	e.revokeMu.RLock()
+	defer e.revokeMu.RUnlock()
+	if e.isRevoked(a.Version.Subject) {
+		return fmt.Errorf("%w: subject %q", ErrRevoked, a.Version.Subject)
+	}
+	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		if cur == nil || cur.Current == nil {
+			return nil, nil, fmt.Errorf("%w: %s has no accepted version", ErrUnknownVersion, key)
+		}
+		c := cur.Current.Version
+		switch {
+		case a.Version.After(c):
+			return nil, nil, fmt.Errorf("%w: %s generation %d ordinal %d is newer than the current version",
+				ErrUnknownVersion, key, a.Version.SubscriptionGeneration, a.Version.ReadOrdinal)
+		case !c.After(a.Version) && a.Version.Digest != c.Digest:
+			return nil, nil, fmt.Errorf("%w: %s digest %s differs from the version accepted at that ordinal",
+				ErrUnknownVersion, key, a.Version.Digest)
+		}
+		next := cur.clone()
+		next.Artifacts = make([]DerivedArtifact, 0, len(cur.Artifacts)+1)
+		for _, held := range cur.Artifacts {
+			if held.Index != a.Index || held.ArtifactID != a.ArtifactID {
+				next.Artifacts = append(next.Artifacts, held)
+			}
+		}
+		next.Artifacts = append(next.Artifacts, a)
+		return next, nil, nil
+	})
+	return err
+}
+
+// RevocationReceipt lists everything one revocation invalidated.
+type RevocationReceipt struct {
+	Schema    string            `json:"schema"`
+	Subject   string            `json:"subject"`
+	At        time.Time         `json:"at"`
+	Versions  []ResourceVersion `json:"versions"`
+	Artifacts []DerivedArtifact `json:"artifacts"`
+}
+
+// RevokeSubject makes every version read by subject unservable at once:
+// from the moment it is called, Lookup refuses them (ErrRevoked) and the
+// fence refuses the subject's reads still in flight. It then marks each such
+// version revoked and writes an outbox entry for it and for every derived
+// artifact recorded against a version of the subject, so the revocation can
+// be traced to each derived index. The receipt lists them all.
+//
+// Revocation is permanent for the engine's lifetime. Calling it again finds
+// nothing new to invalidate.
+func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
+	if subject == "" {
+		return RevocationReceipt{}, fmt.Errorf("%w: empty subject", ErrInvalidSubject)
+	}
+	rc := RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: subject, At: e.now(),
+		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
+	e.revokeMu.Lock()
+	revoked := maps.Clone(*e.revoked.Load())
+	revoked[subject] = struct{}{}
+	e.revoked.Store(&revoked)
+	e.revokeMu.Unlock()
+
+	var keys []string
+	if err := e.ledger.Range(func(key string, r *Record) bool {
+		keys = append(keys, key)
+		return true
+	}); err != nil {
+		return rc, fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+	}
+	for _, key := range keys {
+		if err := e.revokeRecord(key, subject, &rc); err != nil {
+			return rc, fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+		}
+	}
+	return rc, nil
+}

@@ -1,0 +1,31 @@
+package mcpsync
+
+import "time"
+
+// SchemaCapabilityReceipt is the schema of capability receipts.
+const SchemaCapabilityReceipt = "capabilityReceipt.v1"
+
+// CapabilityReceipt records what a server declared when a session was
+// initialized. Subscriptions keep the receipt of the session they were opened
+// in, so a decision to poll rather than subscribe can be traced to the server's
+// own words.
+type CapabilityReceipt struct {
+	Schema          string         `json:"schema"`
+	ProtocolVersion string         `json:"protocolVersion"`
+	Server          Implementation `json:"server"`
+	Resources       bool           `json:"resources"`
+	Subscribe       bool           `json:"subscribe"`
+	ListChanged     bool           `json:"listChanged"`
+	// SnapshotList is set when the server declared the snapshot extension
+	// (SnapshotCapability).
+	SnapshotList      bool      `json:"snapshotList"`
+	SessionGeneration uint64    `json:"sessionGeneration"`
+	ReceivedAt        time.Time `json:"receivedAt"`
+}
+
+// SessionInfo describes a freshly (re)initialized MCP session to the engine.
+type SessionInfo struct {
+	// SessionID is the transport's session id, if it has one.
+	SessionID    string
+	Capabilities CapabilityReceipt
+}

@@ -1,0 +1,303 @@
+package mcpsync
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpsync/mcpsync/internal/uri"
+)
+
+// Options configure an Engine. The zero value (or nil) means defaults.
+type Options struct {
+	// Ledger stores records and the outbox; nil means NewMemoryLedger().
+	Ledger Ledger
+	// Guard checks content before it becomes visible; nil accepts all.
+	Guard ContentGuard
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// AuditCapacity is how many stale receipts StaleReceipts keeps (the
+	// counts in StaleCounts are never dropped); 0 means 1024.
+	AuditCapacity int
+	// MaxReadsInFlight bounds the unsettled tickets of one URI; 0 means 16.
+	MaxReadsInFlight int
+	// OnTransition, if set, is told of every state change, after it is
+	// stored and outside every lock. It must not block for long.
+	OnTransition func(Transition)
+}
+
+// Engine keeps the local copy of one MCP server's resources: it issues read
+// tickets, runs the fence, drives the subscription state machine and owns the
+// outbox. An Engine is safe for concurrent use.
+type Engine struct {
+	ledger       Ledger
+	guard        ContentGuard
+	now          func() time.Time
+	onTransition func(Transition)
+	maxTickets   int
+
+	session    atomic.Pointer[session] // nil before the first BeginSession
+	sessionMu  sync.Mutex              // serializes BeginSession
+	requestSeq atomic.Uint64           // last request id handed out
+	closeEpoch atomic.Uint64           // last close epoch handed out
+
+	// revokeMu is read-held by every write that binds content to a subject
+	// (accept, RecordDerived) and write-held while a revocation publishes its
+	// subject. Once RevokeSubject holds it, no such write is half done, so
+	// its sweep of the ledger sees every version the subject will ever have.
+	revokeMu sync.RWMutex
+	revoked  atomic.Pointer[map[string]struct{}] // replaced, never modified
+
+	queue readQueue
+	audit auditLog
+}
+
+type session struct {
+	gen  uint64
+	live bool // false for the generation recovered from the ledger
+	info SessionInfo
+}
+
+// NewEngine returns an engine over opts.Ledger. Generations, close epochs and
+// request ids continue from what the ledger holds, so an engine restarted on
+// a durable ledger never reissues an identity an older read might carry.
+func NewEngine(opts *Options) (*Engine, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.AuditCapacity < 0 || o.MaxReadsInFlight < 0 {
+		return nil, errors.New("mcpsync: negative AuditCapacity or MaxReadsInFlight")
+	}
+	if o.Ledger == nil {
+		o.Ledger = NewMemoryLedger()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.AuditCapacity == 0 {
+		o.AuditCapacity = 1024
+	}
+	if o.MaxReadsInFlight == 0 {
+		o.MaxReadsInFlight = 16
+	}
+	e := &Engine{
+		ledger:       o.Ledger,
+		guard:        o.Guard,
+		now:          o.Now,
+		onTransition: o.OnTransition,
+		maxTickets:   o.MaxReadsInFlight,
+	}
+	e.revoked.Store(&map[string]struct{}{})
+	e.queue.init()
+	e.audit.init(o.AuditCapacity)
+	var sessionGen uint64
+	err := e.ledger.Range(func(_ string, r *Record) bool {
+		if r.CloseEpoch > e.closeEpoch.Load() {
+			e.closeEpoch.Store(r.CloseEpoch)
+		}
+		for _, t := range r.Tickets {
+			if t.RequestID > e.requestSeq.Load() {
+				e.requestSeq.Store(t.RequestID)
+			}
+		}
+		if r.Sub != nil && r.Sub.SessionGeneration > sessionGen {
+			sessionGen = r.Sub.SessionGeneration
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: read ledger: %w", err)
+	}
+	// No session is current until BeginSession: results of the sessions the
+	// ledger remembers all belong to older generations.
+	e.session.Store(&session{gen: sessionGen})
+	return e, nil
+}
+
+// BeginSession tells the engine that the MCP connection was (re)initialized
+// and returns the new session generation, with the capability receipt bound
+// to it. From now on results and notifications of older generations are
+// refused. Subscriptions whose unsubscribe outcome stayed unknown end with
+// their session: they become CLOSED.
+func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
+	e.sessionMu.Lock()
+	gen := e.session.Load().gen + 1
+	info.Capabilities.Schema = SchemaCapabilityReceipt
+	info.Capabilities.SessionGeneration = gen
+	if info.Capabilities.ReceivedAt.IsZero() {
+		info.Capabilities.ReceivedAt = e.now()
+	}
+	e.session.Store(&session{gen: gen, live: true, info: info})
+	e.sessionMu.Unlock()
+	return info.Capabilities, e.endUnknownCloses(gen)
+}
+
+// sessionGeneration returns the current session generation, or 0 when no
+// session of this engine's lifetime is current (no ticket carries 0).
+func (e *Engine) sessionGeneration() uint64 {
+	if s := e.session.Load(); s.live {
+		return s.gen
+	}
+	return 0
+}
+
+// SessionGeneration returns the current session generation (0 before the
+// first BeginSession).
+func (e *Engine) SessionGeneration() uint64 { return e.sessionGeneration() }
+
+const casAttempts = 100
+
+// update applies fn to the record of key and stores its result by
+// compare-and-swap, retrying with the fresh record when another writer won.
+// fn must depend only on the record it is given; it returns a nil record to
+// write nothing. update returns the record as stored afterwards.
+func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
+	for range casAttempts {
+		cur, err := e.ledger.Load(key)
+		if err != nil {
+			return nil, 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
+		}
+		next, entries, err := fn(cur)
+		if err != nil || next == nil {
+			return cur, 0, err
+		}
+		seq, ok, err := e.ledger.CompareAndSwap(key, cur.revision(), next, entries)
+		if err != nil {
+			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
+		}
+		if ok {
+			return next, seq, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
+}
+
+func normalizeKey(raw string) (string, error) {
+	key, err := uri.Normalize(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidURI, err)
+	}
+	return key, nil
+}
+
+// Entry is a version that may be put into a prompt or an index.
+type Entry struct {
+	Version ResourceVersion
+	// Contents are shared with the engine: do not modify them.
+	Contents []Content
+	// State is the subscription's state at the time of the lookup.
+	State SubscriptionState
+}
+
+// Lookup returns the current version of a URI if, and only if, it may be
+// served to subject: it passed the fence and the content guard, it was read
+// by subject, that subject is not revoked, and no newer read said the
+// resource is gone. Otherwise it returns ErrNoVersion, ErrRevoked,
+// ErrForbidden, ErrQuarantined, ErrTombstonePending or ErrTombstoned.
+func (e *Engine) Lookup(subject, rawURI string) (Entry, error) {
+	if e.isRevoked(subject) {
+		return Entry{}, ErrRevoked
+	}
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Entry{}, err
+	}
+	r, err := e.ledger.Load(key)
+	if err != nil {
+		return Entry{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
+	}
+	if r == nil || r.Current == nil {
+		return Entry{}, ErrNoVersion
+	}
+	c := r.Current
+	switch {
+	case c.Status == VersionRevoked || e.isRevoked(c.Version.Subject):
+		return Entry{}, ErrRevoked
+	case c.Version.Subject != subject:
+		return Entry{}, ErrForbidden
+	case c.Status == VersionQuarantined:
+		return Entry{}, ErrQuarantined
+	case c.Status == VersionTombstonePending:
+		return Entry{}, ErrTombstonePending
+	case c.Status == VersionTombstoned:
+		return Entry{}, ErrTombstoned
+	}
+	return Entry{Version: c.Version, Contents: c.Contents, State: r.State}, nil
+}
+
+func (e *Engine) isRevoked(subject string) bool {
+	_, ok := (*e.revoked.Load())[subject]
+	return ok
+}
+
+// Transition is one state change of a subscription generation.
+type Transition struct {
+	URI                    string            `json:"uri"`
+	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
+	From                   SubscriptionState `json:"from"`
+	To                     SubscriptionState `json:"to"`
+	Event                  string            `json:"event"`
+}
+
+// emit tells the observer of the steps path recorded.
+func (e *Engine) emit(key string, path *transitions) {
+	if e.onTransition == nil {
+		return
+	}
+	for i := 0; i < path.n; i++ {
+		s := path.steps[i]
+		e.onTransition(Transition{URI: key, SubscriptionGeneration: path.gen, From: s.from, To: s.to, Event: s.event})
+	}
+}
+
+// auditLog keeps the newest stale receipts and a count per reason.
+type auditLog struct {
+	mu     sync.Mutex // protects every field below
+	ring   []StaleReceipt
+	next   int // where the next receipt goes
+	full   bool
+	counts map[StaleReason]uint64
+}
+
+func (a *auditLog) init(capacity int) {
+	a.ring = make([]StaleReceipt, capacity)
+	a.counts = make(map[StaleReason]uint64)
+}
+
+func (a *auditLog) record(s *StaleReceipt) {
+	a.mu.Lock()
+	a.ring[a.next] = *s
+	a.next++
+	if a.next == len(a.ring) {
+		a.next, a.full = 0, true
+	}
+	a.counts[s.Reason]++
+	a.mu.Unlock()
+}
+
+// StaleReceipts returns the newest stale receipts, oldest first.
+func (e *Engine) StaleReceipts() []StaleReceipt {
+	a := &e.audit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.full {
+		return append([]StaleReceipt(nil), a.ring[:a.next]...)
+	}
+	return append(append([]StaleReceipt(nil), a.ring[a.next:]...), a.ring[:a.next]...)
+}
+
+// StaleCounts returns how many results were refused, by reason, since the
+// engine started.
+func (e *Engine) StaleCounts() map[StaleReason]uint64 {
+	a := &e.audit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[StaleReason]uint64, len(a.counts))
+	for k, v := range a.counts {
+		out[k] = v
+	}
+	return out
+}

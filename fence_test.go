@@ -1,0 +1,478 @@
+package mcpsync_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+const (
+	docURI = "file:///docs/a.md"
+	alice  = "user:alice"
+	bob    = "user:bob"
+)
+
+// fixedClock is a clock that moves only when told.
+type fixedClock struct{ t time.Time }
+
+func (c *fixedClock) now() time.Time { return c.t }
+
+func newClock() *fixedClock {
+	return &fixedClock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+}
+
+// newEngine returns an engine in a live session with opts applied.
+func newEngine(t testing.TB, opts *mcpsync.Options) *mcpsync.Engine {
+	t.Helper()
+	if opts == nil {
+		opts = &mcpsync.Options{}
+	}
+	if opts.Now == nil {
+		opts.Now = newClock().now
+	}
+	e, err := mcpsync.NewEngine(opts)
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "test-server", Version: "1.0.0"},
+		Resources: true, Subscribe: true,
+	}})
+	require.NoError(t, err)
+	return e
+}
+
+// activeEngine returns an engine with docURI subscribed by alice and ACTIVE.
+func activeEngine(t testing.TB, opts *mcpsync.Options) *mcpsync.Engine {
+	t.Helper()
+	e := newEngine(t, opts)
+	_, err := e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	_, err = e.Activate(docURI, mcpsync.ModePush)
+	require.NoError(t, err)
+	return e
+}
+
+func text(uri, body string) mcpsync.ReadResult {
+	return mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/markdown", Text: body}})
+}
+
+func issue(t testing.TB, e *mcpsync.Engine, trigger mcpsync.Trigger) mcpsync.Ticket {
+	t.Helper()
+	tk, err := e.IssueTicket(docURI, trigger)
+	require.NoError(t, err)
+	return tk
+}
+
+func served(t testing.TB, e *mcpsync.Engine) string {
+	t.Helper()
+	entry, err := e.Lookup(alice, docURI)
+	require.NoError(t, err)
+	return entry.Contents[0].Text
+}
+
+func outbox(t testing.TB, e *mcpsync.Engine) []mcpsync.OutboxEntry {
+	t.Helper()
+	entries, err := e.PullOutbox(0, 0)
+	require.NoError(t, err)
+	return entries
+}
+
+// The seed's first example: B (ordinal 6) returns before A (ordinal 5);
+// 6 is accepted and 5 can only leave a stale receipt.
+func TestReadBSixBeforeAFive(t *testing.T) {
+	e := activeEngine(t, nil)
+	for range 4 {
+		tk := issue(t, e, mcpsync.TriggerRevalidate)
+		_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
+		require.NoError(t, err)
+	}
+	a := issue(t, e, mcpsync.TriggerNotification)
+	b := issue(t, e, mcpsync.TriggerNotification)
+	require.Equal(t, uint64(5), a.ReadOrdinal)
+	require.Equal(t, uint64(6), b.ReadOrdinal)
+
+	outB, err := e.AcceptResourceVersion(b, text(docURI, "new"))
+	require.NoError(t, err)
+	assert.True(t, outB.Accepted)
+	assert.Equal(t, mcpsync.DecisionAccepted, outB.Version.Decision)
+
+	outA, err := e.AcceptResourceVersion(a, text(docURI, "old"))
+	require.ErrorIs(t, err, mcpsync.ErrStaleOrdinal)
+	require.ErrorIs(t, err, mcpsync.ErrRefused)
+	assert.False(t, outA.Accepted)
+	assert.Equal(t, mcpsync.ReasonStaleOrdinal, outA.Stale.Reason)
+	assert.Equal(t, uint64(6), outA.Stale.Watermark)
+
+	assert.Equal(t, "new", served(t, e))
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(6), sub.Watermark)
+}
+
+// The seed's second example: A returns first, so 5 and then 6 are accepted.
+func TestReadAFiveBeforeBSix(t *testing.T) {
+	e := activeEngine(t, nil)
+	for range 4 {
+		tk := issue(t, e, mcpsync.TriggerRevalidate)
+		_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
+		require.NoError(t, err)
+	}
+	a := issue(t, e, mcpsync.TriggerNotification)
+	b := issue(t, e, mcpsync.TriggerNotification)
+	outA, err := e.AcceptResourceVersion(a, text(docURI, "five"))
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionAccepted, outA.Version.Decision)
+	assert.Equal(t, "five", served(t, e))
+	outB, err := e.AcceptResourceVersion(b, text(docURI, "six"))
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionAccepted, outB.Version.Decision)
+	assert.Equal(t, "six", served(t, e))
+
+	entries := outbox(t, e)
+	require.Len(t, entries, 3) // v0, five, six
+	assert.Equal(t, uint64(5), entries[1].Version.ReadOrdinal)
+	assert.Equal(t, uint64(6), entries[2].Version.ReadOrdinal)
+	assert.Equal(t, entries[1].Version.Digest, entries[2].Previous.Digest)
+}
+
+// Close vs accept race: a read sent before beginUnsubscribe and answered
+// after it, with content or with not-found, only leaves a STALE_AFTER_CLOSE
+// audit receipt: no version, no tombstone, no outbox entry.
+func TestCloseVersusReadAcceptRace(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		result mcpsync.ReadResult
+	}{
+		{"late content", text(docURI, "late")},
+		{"late not found", mcpsync.NotFoundResult()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := activeEngine(t, nil)
+			first := issue(t, e, mcpsync.TriggerInitial)
+			_, err := e.AcceptResourceVersion(first, text(docURI, "kept"))
+			require.NoError(t, err)
+			inFlight := issue(t, e, mcpsync.TriggerNotification)
+			before := outbox(t, e)
+
+			rc, err := e.BeginClose(docURI)
+			require.NoError(t, err)
+			assert.Equal(t, inFlight.ReadOrdinal, rc.CloseOrdinal)
+			assert.NotZero(t, rc.CloseEpoch)
+			assert.Equal(t, mcpsync.StateUnsubscribing, rc.State)
+
+			out, err := e.AcceptResourceVersion(inFlight, tc.result)
+			require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
+			assert.Equal(t, mcpsync.ReasonStaleAfterClose, out.Stale.Reason)
+			assert.Equal(t, rc.CloseOrdinal, out.Stale.CloseOrdinal)
+			assert.Equal(t, before, outbox(t, e), "no outbox entry after close")
+			// Unsubscribe stops notifications; cached content stays.
+			assert.Equal(t, "kept", served(t, e))
+
+			_, err = e.IssueTicket(docURI, mcpsync.TriggerRevalidate)
+			require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "no ordinal after closeOrdinal")
+		})
+	}
+}
+
+// Late content and late not-found after CLOSED are audit only, whichever
+// way the unsubscribe ended.
+func TestLateContentAndNotFoundAfterClosed(t *testing.T) {
+	for _, acked := range []bool{true, false} {
+		e := activeEngine(t, nil)
+		tk := issue(t, e, mcpsync.TriggerInitial)
+		notFound := issue(t, e, mcpsync.TriggerNotification)
+		_, err := e.BeginClose(docURI)
+		require.NoError(t, err)
+		sub, err := e.FinishClose(docURI, acked)
+		require.NoError(t, err)
+		if acked {
+			assert.Equal(t, mcpsync.StateClosed, sub.State)
+			assert.False(t, sub.EndedAt.IsZero())
+		} else {
+			assert.Equal(t, mcpsync.StateUnsubscribeUnknown, sub.State)
+		}
+		_, err = e.AcceptResourceVersion(tk, text(docURI, "late"))
+		require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
+		_, err = e.AcceptResourceVersion(notFound, mcpsync.NotFoundResult())
+		require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
+		assert.Empty(t, outbox(t, e))
+		_, err = e.Lookup(alice, docURI)
+		require.ErrorIs(t, err, mcpsync.ErrNoVersion)
+		counts := e.StaleCounts()
+		assert.Equal(t, uint64(2), counts[mcpsync.ReasonStaleAfterClose])
+	}
+}
+
+// Unsubscribe ack lost: UNSUBSCRIBE_UNKNOWN stays silent, is never reopened,
+// and a later Subscribe is a new generation whose fence starts afresh.
+func TestUnsubscribeAckLost(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	_, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
+	require.NoError(t, err)
+	_, err = e.BeginClose(docURI)
+	require.NoError(t, err)
+	sub, err := e.FinishClose(docURI, false)
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.StateUnsubscribeUnknown, sub.State)
+
+	_, err = e.Activate(docURI, mcpsync.ModePush)
+	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "never reopened")
+	_, _, err = e.Notify(docURI)
+	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "silent: a pulse issues no read")
+
+	again, err := e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	assert.Equal(t, sub.SubscriptionGeneration+1, again.SubscriptionGeneration)
+	assert.Equal(t, mcpsync.StateSubscribing, again.State)
+	assert.Zero(t, again.Watermark)
+	assert.Equal(t, "v1", served(t, e), "cached content survives the close")
+}
+
+// A read of an older session or subscription generation never overwrites a
+// newer one.
+func TestOldGenerationNeverOverwritesNew(t *testing.T) {
+	t.Run("subscription generation", func(t *testing.T) {
+		e := activeEngine(t, nil)
+		old := issue(t, e, mcpsync.TriggerInitial)
+		_, err := e.BeginClose(docURI)
+		require.NoError(t, err)
+		_, err = e.FinishClose(docURI, true)
+		require.NoError(t, err)
+		_, err = e.Subscribe(docURI, alice)
+		require.NoError(t, err)
+		_, err = e.Activate(docURI, mcpsync.ModePush)
+		require.NoError(t, err)
+		fresh := issue(t, e, mcpsync.TriggerInitial)
+		require.Equal(t, old.ReadOrdinal, fresh.ReadOrdinal, "ordinals restart per generation")
+		_, err = e.AcceptResourceVersion(fresh, text(docURI, "new"))
+		require.NoError(t, err)
+
+		// Same ordinal, same URI, older generation: refused.
+		old.RequestID = fresh.RequestID
+		_, err = e.AcceptResourceVersion(old, text(docURI, "old"))
+		require.ErrorIs(t, err, mcpsync.ErrGenerationMismatch)
+		assert.Equal(t, "new", served(t, e))
+	})
+	t.Run("session generation", func(t *testing.T) {
+		e := activeEngine(t, nil)
+		old := issue(t, e, mcpsync.TriggerInitial)
+		_, err := e.BeginSession(mcpsync.SessionInfo{})
+		require.NoError(t, err)
+		_, err = e.AcceptResourceVersion(old, text(docURI, "old session"))
+		require.ErrorIs(t, err, mcpsync.ErrGenerationMismatch)
+		_, err = e.Lookup(alice, docURI)
+		require.ErrorIs(t, err, mcpsync.ErrNoVersion)
+		_, _, err = e.Notify(docURI)
+		require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "old-session subscription issues no read")
+	})
+}
+
+func TestEveryRefusalReason(t *testing.T) {
+	otherURI := "file:///docs/b.md"
+	cases := []struct {
+		name   string
+		setup  func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult)
+		reason mcpsync.StaleReason
+		target error
+	}{
+		{"unknown request id", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, mcpsync.TriggerInitial)
+			tk.RequestID += 100
+			return tk, text(docURI, "x")
+		}, mcpsync.ReasonUnknownRequest, mcpsync.ErrUnknownRequest},
+		{"ticket for a URI never subscribed", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, mcpsync.TriggerInitial)
+			tk.URI = otherURI
+			return tk, text(otherURI, "x")
+		}, mcpsync.ReasonUnknownRequest, mcpsync.ErrUnknownRequest},
+		{"settled ticket delivered twice", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, mcpsync.TriggerInitial)
+			_, err := e.AcceptResourceVersion(tk, text(docURI, "x"))
+			require.NoError(t, err)
+			return tk, text(docURI, "x")
+		}, mcpsync.ReasonStaleOrdinal, mcpsync.ErrStaleOrdinal},
+		{"abandoned ticket answered late", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, mcpsync.TriggerInitial)
+			require.NoError(t, e.AbandonRead(tk))
+			return tk, text(docURI, "x")
+		}, mcpsync.ReasonUnknownRequest, mcpsync.ErrUnknownRequest},
+		{"ordinal the ledger never issued", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, mcpsync.TriggerInitial)
+			tk.ReadOrdinal += 7
+			return tk, text(docURI, "x")
+		}, mcpsync.ReasonReconciliationRequired, mcpsync.ErrReconciliationRequired},
+		{"wrong URI in contents", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			return issue(t, e, mcpsync.TriggerInitial), text(otherURI, "x")
+		}, mcpsync.ReasonURIMismatch, mcpsync.ErrURIMismatch},
+		{"empty contents", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			return issue(t, e, mcpsync.TriggerInitial), mcpsync.NewReadResult(nil)
+		}, mcpsync.ReasonEmptyContents, mcpsync.ErrEmptyContents},
+		{"content URI that is not a URI", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			return issue(t, e, mcpsync.TriggerInitial), text("no scheme", "x")
+		}, mcpsync.ReasonInvalidContent, mcpsync.ErrInvalidContent},
+		{"subject revoked while the read was in flight", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, mcpsync.TriggerInitial)
+			_, err := e.RevokeSubject(alice)
+			require.NoError(t, err)
+			return tk, text(docURI, "x")
+		}, mcpsync.ReasonSubjectRevoked, mcpsync.ErrSubjectRevoked},
+		{"result while a tombstone is pending", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
+			gone := issue(t, e, mcpsync.TriggerInitial)
+			later := issue(t, e, mcpsync.TriggerNotification)
+			_, err := e.AcceptResourceVersion(gone, mcpsync.NotFoundResult())
+			require.NoError(t, err)
+			return later, text(docURI, "x")
+		}, mcpsync.ReasonNotActive, mcpsync.ErrNotActive},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := activeEngine(t, nil)
+			tk, res := tc.setup(t, e)
+			before := outbox(t, e)
+			out, err := e.AcceptResourceVersion(tk, res)
+			require.ErrorIs(t, err, tc.target)
+			require.ErrorIs(t, err, mcpsync.ErrRefused)
+			var re *mcpsync.RefusalError
+			require.ErrorAs(t, err, &re)
+			assert.Equal(t, tc.reason, re.Reason)
+			assert.False(t, out.Accepted)
+			assert.Equal(t, tc.reason, out.Stale.Reason)
+			assert.Equal(t, mcpsync.SchemaStaleReceipt, out.Stale.Schema)
+			assert.Equal(t, before, outbox(t, e), "a refusal writes no outbox entry")
+			receipts := e.StaleReceipts()
+			require.NotEmpty(t, receipts)
+			assert.Equal(t, out.Stale, receipts[len(receipts)-1])
+		})
+	}
+}
+
+// Bad input spends its ticket but loses nothing already accepted.
+func TestBadInputLosesNothingAccepted(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	_, err := e.AcceptResourceVersion(tk, text(docURI, "good"))
+	require.NoError(t, err)
+	for _, bad := range []mcpsync.ReadResult{mcpsync.NewReadResult(nil), text("file:///elsewhere", "x")} {
+		tk := issue(t, e, mcpsync.TriggerNotification)
+		_, err := e.AcceptResourceVersion(tk, bad)
+		require.ErrorIs(t, err, mcpsync.ErrRefused)
+		assert.Equal(t, "good", served(t, e))
+	}
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.StateActive, sub.State, "a spent ticket leaves no read pending")
+}
+
+func TestUnchangedDigestRaisesWatermarkWithoutOutbox(t *testing.T) {
+	e := activeEngine(t, nil)
+	first := issue(t, e, mcpsync.TriggerInitial)
+	_, err := e.AcceptResourceVersion(first, text(docURI, "same"))
+	require.NoError(t, err)
+	again := issue(t, e, mcpsync.TriggerRevalidate)
+	out, err := e.AcceptResourceVersion(again, text(docURI, "same").WithLastModified("2026-11-30T10:00:00Z"))
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionUnchanged, out.Version.Decision)
+	assert.Zero(t, out.Version.OutboxSeq)
+	assert.Len(t, outbox(t, e), 1)
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, again.ReadOrdinal, sub.Watermark)
+	assert.Equal(t, out.Version.Version.Digest, sub.LastAcceptedDigest)
+}
+
+func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
+	for _, present := range []bool{false, true} {
+		e := activeEngine(t, nil)
+		tk := issue(t, e, mcpsync.TriggerInitial)
+		_, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
+		require.NoError(t, err)
+		gone := issue(t, e, mcpsync.TriggerNotification)
+		out, err := e.AcceptResourceVersion(gone, mcpsync.NotFoundResult())
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+		sub, err := e.Subscription(docURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+		_, err = e.Lookup(alice, docURI)
+		require.ErrorIs(t, err, mcpsync.ErrTombstonePending)
+		require.Len(t, outbox(t, e), 1, "the tombstone waits for reconciliation")
+
+		reread, ok, err := e.Reconcile(docURI, present)
+		require.NoError(t, err)
+		sub, err = e.Subscription(docURI)
+		require.NoError(t, err)
+		if present {
+			require.True(t, ok)
+			assert.Equal(t, mcpsync.TriggerReconcile, reread.Trigger)
+			assert.Equal(t, mcpsync.StateReadPending, sub.State)
+			_, err = e.Complete(reread, text(docURI, "v2"))
+			require.NoError(t, err)
+			assert.Equal(t, "v2", served(t, e))
+			continue
+		}
+		assert.False(t, ok)
+		assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+		entries := outbox(t, e)
+		require.Len(t, entries, 2)
+		assert.Equal(t, mcpsync.InvalidateTombstoned, entries[1].Reason)
+		assert.Equal(t, "v1", textOf(t, entries[0]))
+		_, err = e.Lookup(alice, docURI)
+		require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+	}
+}
+
+func textOf(t *testing.T, entry mcpsync.OutboxEntry) string {
+	t.Helper()
+	if entry.Version.Digest == text(docURI, "v1").Digest() {
+		return "v1"
+	}
+	return "?"
+}
+
+func TestContentGuardQuarantines(t *testing.T) {
+	e := activeEngine(t, &mcpsync.Options{Guard: mcpsync.Guards(mcpsync.MaxBytes(8), mcpsync.AllowMIME("text/*"))})
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	_, err := e.AcceptResourceVersion(tk, text(docURI, "short"))
+	require.NoError(t, err)
+
+	older := issue(t, e, mcpsync.TriggerNotification)
+	big := issue(t, e, mcpsync.TriggerNotification)
+	out, err := e.AcceptResourceVersion(big, text(docURI, "far too long for the guard"))
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
+	assert.NotEmpty(t, out.Version.GuardReason)
+	_, err = e.Lookup(alice, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrQuarantined, "neither the refused nor the superseded version is served")
+	entries := outbox(t, e)
+	require.Len(t, entries, 2)
+	assert.Equal(t, mcpsync.InvalidateQuarantined, entries[1].Reason)
+
+	_, err = e.AcceptResourceVersion(older, text(docURI, "older"))
+	require.ErrorIs(t, err, mcpsync.ErrStaleOrdinal, "quarantine raised the watermark")
+
+	blob := issue(t, e, mcpsync.TriggerRevalidate)
+	out, err = e.AcceptResourceVersion(blob, mcpsync.NewReadResult([]mcpsync.Content{{URI: docURI, MIMEType: "image/png", Data: []byte{1}, Binary: true}}))
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
+
+	fine := issue(t, e, mcpsync.TriggerRevalidate)
+	_, err = e.AcceptResourceVersion(fine, text(docURI, "ok now"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok now", served(t, e))
+}
+
+func TestLookupIsBoundToTheSubject(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	_, err := e.AcceptResourceVersion(tk, text(docURI, "alice's"))
+	require.NoError(t, err)
+	_, err = e.Lookup(bob, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrForbidden)
+	var target *mcpsync.RefusalError
+	assert.False(t, errors.As(err, &target))
+}

@@ -1,0 +1,254 @@
+package mcpsync
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/uri"
+)
+
+// Schemas of the records this package writes. A reader that meets a schema it
+// does not know must not guess at its fields.
+const (
+	SchemaResourceVersion = "resourceVersion.v1"
+	SchemaVersionReceipt  = "versionReceipt.v1"
+	SchemaStaleReceipt    = "staleReceipt.v1"
+)
+
+// Implementation names an MCP peer as it introduced itself at initialize.
+type Implementation struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Content is one decoded item of a resources/read result. Text items carry
+// Text; blob items carry the decoded bytes in Data and have Binary set.
+type Content struct {
+	URI      string
+	MIMEType string
+	Text     string
+	Data     []byte
+	Binary   bool
+}
+
+// ResourceVersion identifies one accepted state of a resource: what was read
+// (digest), when in the fence's order (generations and read ordinal), by whom
+// (subject) and from which server.
+//
+// LastModified is the server's hint and is never compared: two reads with the
+// same digest are the same version whatever their hints say.
+type ResourceVersion struct {
+	Schema                 string         `json:"schema"`
+	URI                    string         `json:"uri"`
+	MIMEType               string         `json:"mimeType,omitempty"`
+	Digest                 string         `json:"digest"`
+	Bytes                  int64          `json:"bytes"`
+	ReadOrdinal            uint64         `json:"readOrdinal"`
+	Subject                string         `json:"subject"`
+	Server                 Implementation `json:"server"`
+	SessionGeneration      uint64         `json:"sessionGeneration"`
+	SubscriptionGeneration uint64         `json:"subscriptionGeneration"`
+	LastModified           string         `json:"lastModified,omitempty"`
+}
+
+// After reports whether v is later than w in the fence's order. Versions of
+// one URI are ordered by subscription generation, then read ordinal; the
+// session generation is implied, since subscription generations keep rising
+// across sessions.
+func (v ResourceVersion) After(w ResourceVersion) bool {
+	if v.SubscriptionGeneration != w.SubscriptionGeneration {
+		return v.SubscriptionGeneration > w.SubscriptionGeneration
+	}
+	return v.ReadOrdinal > w.ReadOrdinal
+}
+
+// ReadResult is the answer to one resources/read, prepared for the fence:
+// contents are decoded, their URIs normalized and the digest computed once,
+// outside every lock. Build one with NewReadResult, ReadResultFromMCP or
+// NotFoundResult; the zero value is an empty read, which the fence refuses.
+type ReadResult struct {
+	notFound     bool
+	contents     []Content
+	keys         []string // normalized URI of each content item
+	digest       string
+	bytes        int64
+	err          error // why the contents cannot become a version
+	lastModified string
+}
+
+// NotFoundResult is a read the server answered with resource-not-found.
+func NotFoundResult() ReadResult { return ReadResult{notFound: true} }
+
+// WithLastModified returns r carrying the server's lastModified hint.
+func (r ReadResult) WithLastModified(hint string) ReadResult {
+	r.lastModified = hint
+	return r
+}
+
+// NotFound reports whether the read said the resource does not exist.
+func (r ReadResult) NotFound() bool { return r.notFound }
+
+// Digest returns the content digest, or "" for a not-found or invalid read.
+func (r ReadResult) Digest() string { return r.digest }
+
+// Err returns why the contents cannot become a version, or nil.
+func (r ReadResult) Err() error { return r.err }
+
+// Contents returns the decoded contents; callers must not modify them.
+func (r ReadResult) Contents() []Content { return r.contents }
+
+// NewReadResult prepares decoded contents for the fence.
+//
+// The content digest is "sha256:" followed by the lower-case hex SHA-256 of
+// this canonical form, all integers unsigned 64-bit big-endian:
+//
+//	"mcpsync.content.v1" 0x00  count
+//	then for each item, in the order the server sent them:
+//	  kind ('T' text, 'B' blob)  len(uri) uri  len(mime) mime  len(data) data
+//
+// where uri is the item's normalized URI, data is the UTF-8 text or the
+// decoded blob bytes. Item order counts: a reordering is reported as a change
+// rather than hidden. Nothing else (_meta, lastModified, annotations) enters
+// the digest, so metadata churn never looks like new content.
+func NewReadResult(contents []Content) ReadResult {
+	r := ReadResult{contents: contents}
+	if len(contents) == 0 {
+		r.err = &RefusalError{Reason: ReasonEmptyContents, Detail: "read returned no contents"}
+		return r
+	}
+	r.keys = make([]string, len(contents))
+	h := sha256.New()
+	var n [8]byte
+	writeLen := func(l int) {
+		binary.BigEndian.PutUint64(n[:], uint64(l))
+		h.Write(n[:])
+	}
+	h.Write([]byte("mcpsync.content.v1\x00"))
+	writeLen(len(contents))
+	for i, c := range contents {
+		key, err := uri.Normalize(c.URI)
+		if err != nil {
+			r.err = &RefusalError{Reason: ReasonInvalidContent, Detail: fmt.Sprintf("content %d: uri %q", i, c.URI), Err: err}
+			return r
+		}
+		r.keys[i] = key
+		kind, data := byte('T'), []byte(c.Text)
+		if c.Binary {
+			kind, data = 'B', c.Data
+		}
+		h.Write([]byte{kind})
+		writeField(h, writeLen, key)
+		writeField(h, writeLen, c.MIMEType)
+		writeLen(len(data))
+		h.Write(data)
+		r.bytes += int64(len(data))
+	}
+	r.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return r
+}
+
+func writeField(h hash.Hash, writeLen func(int), s string) {
+	writeLen(len(s))
+	h.Write([]byte(s))
+}
+
+// ReadResultFromMCP decodes an mcp-go read result: blobs are base64-decoded
+// (standard alphabet, padded, as the MCP schema says). A blob that does not
+// decode, or a content item of a type mcp-go does not define, makes the
+// result invalid; the fence then refuses it with ReasonInvalidContent.
+func ReadResultFromMCP(res *mcp.ReadResourceResult) ReadResult {
+	if res == nil {
+		return NewReadResult(nil)
+	}
+	contents := make([]Content, 0, len(res.Contents))
+	for i, item := range res.Contents {
+		c, err := contentFromMCP(item)
+		if err != nil {
+			return ReadResult{contents: contents, err: &RefusalError{Reason: ReasonInvalidContent, Detail: fmt.Sprintf("content %d", i), Err: err}}
+		}
+		contents = append(contents, c)
+	}
+	return NewReadResult(contents)
+}
+
+func contentFromMCP(item mcp.ResourceContents) (Content, error) {
+	switch c := item.(type) {
+	case mcp.TextResourceContents:
+		return Content{URI: c.URI, MIMEType: c.MIMEType, Text: c.Text}, nil
+	case *mcp.TextResourceContents:
+		return Content{URI: c.URI, MIMEType: c.MIMEType, Text: c.Text}, nil
+	case mcp.BlobResourceContents:
+		return blobContent(c.URI, c.MIMEType, c.Blob)
+	case *mcp.BlobResourceContents:
+		return blobContent(c.URI, c.MIMEType, c.Blob)
+	default:
+		return Content{}, fmt.Errorf("unknown content type %T", item)
+	}
+}
+
+func blobContent(u, mime, blob string) (Content, error) {
+	data, err := base64.StdEncoding.DecodeString(blob)
+	if err != nil {
+		return Content{}, fmt.Errorf("blob is not base64: %w", err)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return Content{URI: u, MIMEType: mime, Data: data, Binary: true}, nil
+}
+
+// Decision is what the fence did with a read result.
+type Decision string
+
+// Decisions of version receipts.
+const (
+	// DecisionAccepted: a new version is visible and the outbox has an entry.
+	DecisionAccepted Decision = "ACCEPTED"
+	// DecisionUnchanged: the digest equals the current version's; the
+	// watermark rose, no outbox entry was written.
+	DecisionUnchanged Decision = "UNCHANGED"
+	// DecisionTombstonePending: the read said not found; list reconciliation
+	// decides between TOMBSTONED and ACTIVE.
+	DecisionTombstonePending Decision = "TOMBSTONE_PENDING"
+	// DecisionQuarantined: the content guard refused the content; it is kept
+	// out of sight and the previous version is no longer served.
+	DecisionQuarantined Decision = "QUARANTINED"
+)
+
+// VersionReceipt records a read result that passed the fence.
+type VersionReceipt struct {
+	Schema         string          `json:"schema"`
+	Decision       Decision        `json:"decision"`
+	Version        ResourceVersion `json:"version"`
+	PreviousDigest string          `json:"previousDigest,omitempty"`
+	RequestID      uint64          `json:"requestId"`
+	Trigger        Trigger         `json:"trigger"`
+	OutboxSeq      uint64          `json:"outboxSeq,omitempty"`
+	GuardReason    string          `json:"guardReason,omitempty"`
+	At             time.Time       `json:"at"`
+}
+
+// StaleReceipt records a read result the fence refused. Nothing else changed.
+type StaleReceipt struct {
+	Schema                 string            `json:"schema"`
+	Reason                 StaleReason       `json:"reason"`
+	URI                    string            `json:"uri"`
+	SessionGeneration      uint64            `json:"sessionGeneration"`
+	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
+	ReadOrdinal            uint64            `json:"readOrdinal"`
+	RequestID              uint64            `json:"requestId"`
+	Trigger                Trigger           `json:"trigger"`
+	NotFound               bool              `json:"notFound,omitempty"`
+	State                  SubscriptionState `json:"state"`
+	Watermark              uint64            `json:"watermark"`
+	CloseOrdinal           uint64            `json:"closeOrdinal,omitempty"`
+	Detail                 string            `json:"detail,omitempty"`
+	At                     time.Time         `json:"at"`
+}
