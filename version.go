@@ -124,14 +124,13 @@ func NewReadResult(contents []Content) ReadResult {
 		return r
 	}
 	r.keys = make([]string, len(contents))
-	h := sha256.New()
-	var n [8]byte
-	writeLen := func(l int) {
-		binary.BigEndian.PutUint64(n[:], uint64(l))
-		h.Write(n[:])
+	longest := len("mcpsync.content.v1\x00")
+	for _, c := range contents {
+		longest = max(longest, len(c.URI)+8, len(c.MIMEType), len(c.Text))
 	}
-	h.Write([]byte("mcpsync.content.v1\x00"))
-	writeLen(len(contents))
+	w := hashWriter{h: sha256.New(), buf: make([]byte, min(longest, 32<<10))}
+	w.h.Write(w.buf[:copy(w.buf, "mcpsync.content.v1\x00")])
+	w.len(len(contents))
 	for i, c := range contents {
 		key, err := uri.Normalize(c.URI)
 		if err != nil {
@@ -139,24 +138,50 @@ func NewReadResult(contents []Content) ReadResult {
 			return r
 		}
 		r.keys[i] = key
-		kind, data := byte('T'), []byte(c.Text)
+		kind := byte('T')
 		if c.Binary {
-			kind, data = 'B', c.Data
+			kind = 'B'
 		}
-		h.Write([]byte{kind})
-		writeField(h, writeLen, key)
-		writeField(h, writeLen, c.MIMEType)
-		writeLen(len(data))
-		h.Write(data)
-		r.bytes += int64(len(data))
+		w.h.Write(w.buf[:copy(w.buf, []byte{kind})])
+		w.str(key)
+		w.str(c.MIMEType)
+		if c.Binary {
+			w.bytes(c.Data)
+			r.bytes += int64(len(c.Data))
+		} else {
+			w.str(c.Text)
+			r.bytes += int64(len(c.Text))
+		}
 	}
-	r.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	r.digest = "sha256:" + hex.EncodeToString(w.h.Sum(nil))
 	return r
 }
 
-func writeField(h hash.Hash, writeLen func(int), s string) {
-	writeLen(len(s))
-	h.Write([]byte(s))
+// hashWriter writes length-prefixed fields, copying strings through one
+// bounded buffer so that large text is hashed without a copy of its size.
+type hashWriter struct {
+	h   hash.Hash
+	n   [8]byte
+	buf []byte
+}
+
+func (w *hashWriter) len(l int) {
+	binary.BigEndian.PutUint64(w.n[:], uint64(l))
+	w.h.Write(w.n[:])
+}
+
+func (w *hashWriter) str(s string) {
+	w.len(len(s))
+	for len(s) > 0 {
+		n := copy(w.buf, s)
+		w.h.Write(w.buf[:n])
+		s = s[n:]
+	}
+}
+
+func (w *hashWriter) bytes(b []byte) {
+	w.len(len(b))
+	w.h.Write(b)
 }
 
 // ReadResultFromMCP decodes an mcp-go read result: blobs are base64-decoded

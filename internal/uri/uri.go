@@ -136,7 +136,7 @@ func normalizeOctets(s string) (string, error) {
 	start := func(i int) {
 		if !started {
 			started = true
-			b.Grow(len(s) + 2*8)
+			b.Grow(len(s) + 16)
 			b.WriteString(s[:i])
 		}
 	}
@@ -160,7 +160,7 @@ func normalizeOctets(s string) (string, error) {
 			case unreserved[v]:
 				start(i)
 				b.WriteByte(v)
-			case false:
+			case s[i+1] != upperHex[hi] || s[i+2] != upperHex[lo]:
 				start(i)
 				b.WriteByte('%')
 				b.WriteByte(upperHex[hi])
@@ -214,8 +214,7 @@ func normalizeComponents(s string, n int) string {
 		hostChanged = hostNeedsLower(host)
 		dropPort = hasPort && (port == "" || port == defaultPort(scheme))
 	}
-	addSlash := tail == "" || tail[0] != '/'
-	addSlash = addSlash && isWebScheme(scheme)
+	addSlash := (tail == "" || tail[0] != '/') && isWebScheme(scheme)
 	if !schemeChanged && !hostChanged && !dropPort && !addSlash {
 		return s
 	}

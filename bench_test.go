@@ -1,0 +1,160 @@
+package mcpsync_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// watermarks is the baseline the fence is measured against: the least a
+// client can do to keep reads ordered, a mutex-guarded map of per-URI
+// ordinals and watermarks with no receipts, versions or outbox.
+type watermarks struct {
+	mu     sync.Mutex // protects issued and marks
+	issued map[string]uint64
+	marks  map[string]uint64
+}
+
+func (w *watermarks) issue(key string) uint64 {
+	w.mu.Lock()
+	w.issued[key]++
+	n := w.issued[key]
+	w.mu.Unlock()
+	return n
+}
+
+func (w *watermarks) accept(key string, ord uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ord <= w.marks[key] {
+		return false
+	}
+	w.marks[key] = ord
+	return true
+}
+
+func newWatermarks() *watermarks {
+	return &watermarks{issued: map[string]uint64{}, marks: map[string]uint64{}}
+}
+
+// BenchmarkFence compares the fence's accept and stale paths with the bare
+// watermark map. Read results are prepared once (NewReadResult digests the
+// contents); BenchmarkDigest measures that step on its own.
+func BenchmarkFence(b *testing.B) {
+	results := []mcpsync.ReadResult{text(docURI, "version A"), text(docURI, "version B")}
+
+	b.Run("baseline=issue+raise", func(b *testing.B) {
+		w := newWatermarks()
+		b.ReportAllocs()
+		for b.Loop() {
+			w.accept(docURI, w.issue(docURI))
+		}
+	})
+	b.Run("issue+accept", func(b *testing.B) {
+		e := activeEngine(b, nil)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			tk, _ := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+			out, err := e.AcceptResourceVersion(tk, results[i&1])
+			if err != nil || out.Version.OutboxSeq == 0 {
+				b.Fatal("not accepted", err)
+			}
+			i++
+			if i%1024 == 0 {
+				_ = e.AckOutbox(out.Version.OutboxSeq)
+			}
+		}
+	})
+	b.Run("baseline=raise", func(b *testing.B) {
+		w := newWatermarks()
+		b.ReportAllocs()
+		var ord uint64
+		for b.Loop() {
+			ord++
+			w.accept(docURI, ord)
+		}
+	})
+	b.Run("accept", func(b *testing.B) {
+		// Tickets are issued in batches outside the timer, so only the
+		// accept path is measured.
+		e := activeEngine(b, nil)
+		const batch = 8
+		tickets := make([]mcpsync.Ticket, 0, batch)
+		b.ReportAllocs()
+		b.StopTimer()
+		for i := 0; i < b.N; i++ {
+			if len(tickets) == 0 {
+				b.StopTimer()
+				for range batch {
+					tk, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tickets = append(tickets, tk)
+				}
+				if i%1024 < batch {
+					seq, _ := e.OutboxCursor()
+					entries, _ := e.PullOutbox(seq, 0)
+					if len(entries) > 0 {
+						_ = e.AckOutbox(entries[len(entries)-1].Seq)
+					}
+				}
+				b.StartTimer()
+			}
+			if _, err := e.AcceptResourceVersion(tickets[0], results[i&1]); err != nil {
+				b.Fatal(err)
+			}
+			tickets = tickets[1:]
+		}
+	})
+	b.Run("baseline=refuse", func(b *testing.B) {
+		w := newWatermarks()
+		w.accept(docURI, 2)
+		b.ReportAllocs()
+		for b.Loop() {
+			if w.accept(docURI, 1) {
+				b.Fatal("accepted")
+			}
+		}
+	})
+	b.Run("stale", func(b *testing.B) {
+		e := activeEngine(b, nil)
+		old, _ := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+		fresh, _ := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+		if _, err := e.AcceptResourceVersion(fresh, results[0]); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.AcceptResourceVersion(old, results[1]); err != mcpsync.ErrStaleOrdinal {
+				b.Fatal("not stale", err)
+			}
+		}
+	})
+}
+
+// BenchmarkDigest measures preparing a read result: URI normalization and
+// SHA-256 over the canonical form.
+func BenchmarkDigest(b *testing.B) {
+	for _, size := range []int{1 << 10, 1 << 20} {
+		body := strings.Repeat("x", size)
+		contents := []mcpsync.Content{{URI: docURI, MIMEType: "text/plain", Text: body}}
+		b.Run(byteSize(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = mcpsync.NewReadResult(contents)
+			}
+		})
+	}
+}
+
+func byteSize(n int) string {
+	if n >= 1<<20 {
+		return "1MiB"
+	}
+	return "1KiB"
+}

@@ -1,0 +1,282 @@
+package mcpsync_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// recorder collects the transitions an engine reports.
+type recorder struct{ seen []mcpsync.Transition }
+
+func (r *recorder) observe(t mcpsync.Transition) { r.seen = append(r.seen, t) }
+
+func (r *recorder) path() []string {
+	var out []string
+	for _, t := range r.seen {
+		out = append(out, string(t.From)+">"+string(t.To))
+	}
+	return out
+}
+
+func TestStateMachineHappyPath(t *testing.T) {
+	rec := &recorder{}
+	e := newEngine(t, &mcpsync.Options{OnTransition: rec.observe})
+	require.NoError(t, e.Discover(docURI))
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.StateDiscovered, sub.State)
+
+	_, err = e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	_, err = e.Activate(docURI, mcpsync.ModePush)
+	require.NoError(t, err)
+	tk, ok, err := e.Notify(docURI)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = e.Complete(tk, text(docURI, "v1"))
+	require.NoError(t, err)
+	_, err = e.BeginClose(docURI)
+	require.NoError(t, err)
+	_, err = e.FinishClose(docURI, true)
+	require.NoError(t, err)
+
+	assert.Equal(t, []string{
+		"DISCOVERED>SUBSCRIBING",
+		"SUBSCRIBING>ACTIVE",
+		"ACTIVE>UPDATE_SEEN",
+		"UPDATE_SEEN>READ_PENDING",
+		"READ_PENDING>VERSION_ACCEPTED",
+		"VERSION_ACCEPTED>ACTIVE",
+		"ACTIVE>UNSUBSCRIBING",
+		"UNSUBSCRIBING>CLOSED",
+	}, rec.path())
+	for _, tr := range rec.seen {
+		assert.Equal(t, uint64(1), tr.SubscriptionGeneration)
+	}
+}
+
+// Every event is tried in every state; what the table does not allow must be
+// a TransitionError that leaves the state unchanged.
+func TestIllegalTransitionsAreErrors(t *testing.T) {
+	type setup func(t *testing.T, e *mcpsync.Engine)
+	subscribing := func(t *testing.T, e *mcpsync.Engine) {
+		_, err := e.Subscribe(docURI, alice)
+		require.NoError(t, err)
+	}
+	active := func(t *testing.T, e *mcpsync.Engine) {
+		subscribing(t, e)
+		_, err := e.Activate(docURI, mcpsync.ModePush)
+		require.NoError(t, err)
+	}
+	closing := func(t *testing.T, e *mcpsync.Engine) {
+		active(t, e)
+		_, err := e.BeginClose(docURI)
+		require.NoError(t, err)
+	}
+	closed := func(t *testing.T, e *mcpsync.Engine) {
+		closing(t, e)
+		_, err := e.FinishClose(docURI, true)
+		require.NoError(t, err)
+	}
+	unknown := func(t *testing.T, e *mcpsync.Engine) {
+		closing(t, e)
+		_, err := e.FinishClose(docURI, false)
+		require.NoError(t, err)
+	}
+	pending := func(t *testing.T, e *mcpsync.Engine) {
+		active(t, e)
+		tk := issue(t, e, mcpsync.TriggerInitial)
+		_, err := e.AcceptResourceVersion(tk, mcpsync.NotFoundResult())
+		require.NoError(t, err)
+	}
+	activate := func(e *mcpsync.Engine) error { _, err := e.Activate(docURI, mcpsync.ModePush); return err }
+	finish := func(e *mcpsync.Engine) error { _, err := e.FinishClose(docURI, true); return err }
+	resolve := func(e *mcpsync.Engine) error { _, err := e.ResolveUnsubscribe(docURI); return err }
+	notify := func(e *mcpsync.Engine) error { _, _, err := e.Notify(docURI); return err }
+	read := func(e *mcpsync.Engine) error { _, err := e.IssueTicket(docURI, mcpsync.TriggerPoll); return err }
+
+	cases := []struct {
+		name  string
+		setup setup
+		state mcpsync.SubscriptionState
+		event func(*mcpsync.Engine) error
+	}{
+		{"activate twice", active, mcpsync.StateActive, activate},
+		{"finish a close never begun", active, mcpsync.StateActive, finish},
+		{"resolve a close that was acked", closed, mcpsync.StateClosed, resolve},
+		{"reopen after close", closed, mcpsync.StateClosed, activate},
+		{"reopen after lost ack", unknown, mcpsync.StateUnsubscribeUnknown, activate},
+		{"read while subscribing", subscribing, mcpsync.StateSubscribing, read},
+		{"read while closing", closing, mcpsync.StateUnsubscribing, read},
+		{"read while tombstone pending", pending, mcpsync.StateTombstonePending, read},
+		{"notify while closing", closing, mcpsync.StateUnsubscribing, notify},
+		{"notify after lost ack", unknown, mcpsync.StateUnsubscribeUnknown, notify},
+		{"activate while closing", closing, mcpsync.StateUnsubscribing, activate},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, nil)
+			tc.setup(t, e)
+			err := tc.event(e)
+			require.ErrorIs(t, err, mcpsync.ErrIllegalTransition)
+			var te *mcpsync.TransitionError
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, tc.state, te.From)
+			sub, err := e.Subscription(docURI)
+			require.NoError(t, err)
+			assert.Equal(t, tc.state, sub.State, "state unchanged")
+		})
+	}
+}
+
+func TestSubscribeIsIdempotentAndNewGenerationsStartAfresh(t *testing.T) {
+	e := activeEngine(t, nil)
+	first, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	again, err := e.Subscribe("FILE:///docs/a.md", alice)
+	require.NoError(t, err)
+	assert.Equal(t, first.SubscriptionGeneration, again.SubscriptionGeneration)
+	assert.Equal(t, mcpsync.StateActive, again.State)
+
+	_, err = e.Subscribe(docURI, bob)
+	require.ErrorIs(t, err, mcpsync.ErrForbidden)
+
+	_, err = e.BeginClose(docURI)
+	require.NoError(t, err)
+	_, err = e.Subscribe(docURI, alice)
+	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "a closing generation must finish first")
+
+	_, err = e.FinishClose(docURI, true)
+	require.NoError(t, err)
+	next, err := e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	assert.Equal(t, first.SubscriptionGeneration+1, next.SubscriptionGeneration)
+	assert.Zero(t, next.CloseEpoch)
+	assert.Zero(t, next.LastIssuedOrdinal)
+}
+
+func TestSubscribeNeedsASessionAndAPrincipal(t *testing.T) {
+	e, err := mcpsync.NewEngine(nil)
+	require.NoError(t, err)
+	_, err = e.Subscribe(docURI, alice)
+	require.ErrorIs(t, err, mcpsync.ErrNoSession)
+	e = newEngine(t, nil)
+	_, err = e.Subscribe(docURI, "")
+	require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+	_, err = e.Subscribe("not a uri", alice)
+	require.ErrorIs(t, err, mcpsync.ErrInvalidURI)
+}
+
+// Duplicate notifications while a read is in flight cost one follow-up read,
+// however many arrive (client-go workqueue: dirty + processing).
+func TestNotificationsCoalesce(t *testing.T) {
+	e := activeEngine(t, nil)
+	first, ok, err := e.Notify(docURI)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for range 10 {
+		_, ok, err := e.Notify(docURI)
+		require.NoError(t, err)
+		require.False(t, ok, "a read is already in flight")
+	}
+	out, err := e.Complete(first, text(docURI, "v1"))
+	require.NoError(t, err)
+	require.NotNil(t, out.FollowUp, "the pulses that arrived meanwhile get one read")
+	assert.Equal(t, mcpsync.TriggerNotification, out.FollowUp.Trigger)
+
+	out, err = e.Complete(*out.FollowUp, text(docURI, "v2"))
+	require.NoError(t, err)
+	assert.Nil(t, out.FollowUp, "nothing arrived during the follow-up")
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(11), sub.LastNotificationSeq)
+	assert.Equal(t, uint64(2), sub.LastIssuedOrdinal, "11 pulses, 2 reads")
+	assert.Equal(t, mcpsync.StateActive, sub.State)
+}
+
+// A read that fails still ends the queue's processing of its URI.
+func TestFailedReadEndsProcessing(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = e.RequestRead(docURI, mcpsync.TriggerRevalidate)
+	require.NoError(t, err)
+	require.False(t, ok)
+	follow, err := e.Fail(tk)
+	require.NoError(t, err)
+	require.NotNil(t, follow)
+	assert.Equal(t, mcpsync.TriggerRevalidate, follow.Trigger)
+	_, err = e.AcceptResourceVersion(tk, text(docURI, "late"))
+	require.ErrorIs(t, err, mcpsync.ErrUnknownRequest, "an abandoned ordinal cannot come back")
+	next, err := e.Fail(*follow)
+	require.NoError(t, err)
+	assert.Nil(t, next)
+	_, ok, err = e.RequestRead(docURI, mcpsync.TriggerPoll)
+	require.NoError(t, err)
+	assert.True(t, ok, "the URI is no longer processing")
+}
+
+func TestUnknownCloseEndsWithItsSession(t *testing.T) {
+	e := activeEngine(t, nil)
+	_, err := e.BeginClose(docURI)
+	require.NoError(t, err)
+	_, err = e.FinishClose(docURI, false)
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.StateClosed, sub.State)
+	assert.False(t, sub.EndedAt.IsZero())
+}
+
+func TestBeginCloseIsIdempotent(t *testing.T) {
+	e := activeEngine(t, nil)
+	issue(t, e, mcpsync.TriggerInitial)
+	first, err := e.BeginClose(docURI)
+	require.NoError(t, err)
+	again, err := e.BeginClose(docURI)
+	require.NoError(t, err)
+	assert.Equal(t, first, again)
+	assert.Equal(t, 1, first.ReadsInFlight)
+}
+
+// An identity the ledger never issued puts the subscription in
+// RECONCILIATION_REQUIRED; reconciliation then decides.
+func TestUnknownIdentityRequiresReconciliation(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	forged := tk
+	forged.ReadOrdinal = 99
+	_, err := e.AcceptResourceVersion(forged, text(docURI, "?"))
+	require.ErrorIs(t, err, mcpsync.ErrReconciliationRequired)
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.StateReconciliationRequired, sub.State)
+	_, err = e.AcceptResourceVersion(tk, text(docURI, "real"))
+	require.ErrorIs(t, err, mcpsync.ErrNotActive, "nothing passes until reconciliation")
+
+	reread, ok, err := e.Reconcile(docURI, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = e.Complete(reread, text(docURI, "real"))
+	require.NoError(t, err)
+	assert.Equal(t, "real", served(t, e))
+}
+
+func TestSubscriptionsListsEveryURI(t *testing.T) {
+	e := activeEngine(t, nil)
+	require.NoError(t, e.Discover("file:///docs/b.md"))
+	var uris []string
+	for s, err := range e.Subscriptions() {
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.SchemaSubscription, s.Schema)
+		uris = append(uris, s.URI)
+	}
+	assert.Equal(t, []string{docURI, "file:///docs/b.md"}, uris)
+}
