@@ -29,3 +29,27 @@ type SessionInfo struct {
 	SessionID    string
 	Capabilities CapabilityReceipt
 }
+
+// Era is a family of MCP protocol revisions that behave alike for sync.
+type Era string
+
+// Protocol eras.
+const (
+	// EraLegacy: 2025-06-18 and 2025-11-25. resources/subscribe and
+	// resources/unsubscribe; not found is -32002; a missing or empty
+	// nextCursor ends a listing.
+	EraLegacy Era = "legacy"
+	// EraModern: 2026-07-28 and later. subscriptions/listen; not found is
+	// -32602; "" is a valid cursor and only an absent nextCursor ends a
+	// listing; results may carry ttlMs and cacheScope hints.
+	EraModern Era = "modern"
+)
+
+// EraOf returns the era of a negotiated protocol version. Versions are
+// dates, so they compare as strings.
+func EraOf(protocolVersion string) Era {
+	if protocolVersion >= "2026-07-28" {
+		return EraModern
+	}
+	return EraLegacy
+}

@@ -214,7 +214,7 @@ func (e *Engine) Lookup(subject, rawURI string) (Entry, error) {
 	}
 	c := r.Current
 	switch {
-	case c.Status == VersionRevoked || e.isRevoked(c.Version.Subject):
+	case c.Status == VersionRevoked:
 		return Entry{}, ErrRevoked
 	case c.Version.Subject != subject:
 		return Entry{}, ErrForbidden

@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -172,4 +173,42 @@ func (e *CursorError) Error() string {
 func (e *CursorError) Is(target error) bool {
 	t, ok := target.(*CursorError)
 	return ok && t.Code == e.Code
+}
+
+// JSON-RPC error codes the library branches on.
+const (
+	// CodeInvalidParams is JSON-RPC's invalid params: an invalid cursor on
+	// list methods, and resource-not-found on resources/read from protocol
+	// 2026-07-28 on.
+	CodeInvalidParams = -32602
+	// CodeResourceNotFound is MCP's resource-not-found before 2026-07-28;
+	// later clients still accept it.
+	CodeResourceNotFound = -32002
+)
+
+// RPCError is a JSON-RPC error answered by the server, with its code and data
+// kept (mcp-go turns unknown codes into plain errors; the session layer's
+// transport wrapper keeps them).
+type RPCError struct {
+	Method  string
+	Code    int
+	Message string
+	Data    json.RawMessage
+}
+
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("mcpsync: %s: JSON-RPC error %d: %s", e.Method, e.Code, e.Message)
+}
+
+// ResourceNotFound reports whether the error answers resources/read with
+// resource-not-found in the given era: -32002 before 2026-07-28; -32602 from
+// then on, where -32002 is accepted too.
+func (e *RPCError) ResourceNotFound(era Era) bool {
+	switch e.Code {
+	case CodeResourceNotFound:
+		return true
+	case CodeInvalidParams:
+		return era == EraModern
+	}
+	return false
 }

@@ -1,0 +1,1103 @@
+package mcpsync_test
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// TestModelInterleavings drives random interleavings of subscriptions,
+// notifications, reads completed in any order, closes, reconciliation,
+// revocation, derived artifacts, new sessions and outbox acks against the
+// engine and against a reference model of the fence, and checks after every
+// step that versions only move forward, that nothing passes a closing or
+// older-session fence, that the outbox holds exactly the entries the model
+// allows, and that Lookup never serves revoked, stale or withdrawn content.
+// RAPID_CHECKS sets the number of interleavings.
+func TestModelInterleavings(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := newModelMachine(rt)
+		rt.Repeat(m.actions())
+	})
+}
+
+// modelMaxReads is small so that ErrTooManyReads is reachable in a short run.
+const modelMaxReads = 4
+
+// modelPoison is the body the content guard refuses.
+const modelPoison = "poison"
+
+var (
+	// Two URIs keep interleavings on one URI dense; the stray URI is only
+	// ever named by contents, to make a URI_MISMATCH.
+	modelURIs     = []string{"file:///model/a.md", "file:///model/b.md"}
+	modelStrayURI = "file:///model/stray.md"
+	modelSubjects = []string{"user:alice", "user:bob"}
+	// Repeating a body gives UNCHANGED, switching gives ACCEPTED, and the
+	// poison body is QUARANTINED.
+	modelBodies = []string{"one", "two", modelPoison}
+	// Content is listed three times so that most results carry content.
+	modelResultKinds = []resultKind{
+		resultContent, resultContent, resultContent,
+		resultNotFound, resultEmpty, resultWrongURI, resultBadURI,
+	}
+	modelTriggers = []mcpsync.Trigger{
+		mcpsync.TriggerInitial, mcpsync.TriggerRevalidate, mcpsync.TriggerPoll,
+		mcpsync.TriggerReconnect, mcpsync.TriggerReconcile,
+	}
+)
+
+type resultKind string
+
+const (
+	resultContent  resultKind = "content"
+	resultNotFound resultKind = "not found"
+	resultEmpty    resultKind = "empty contents"
+	resultWrongURI resultKind = "contents of another URI"
+	resultBadURI   resultKind = "contents with an unusable URI"
+)
+
+func modelResult(key string, kind resultKind, body string) mcpsync.ReadResult {
+	item := func(u string) mcpsync.ReadResult {
+		return mcpsync.NewReadResult([]mcpsync.Content{{URI: u, MIMEType: "text/plain", Text: body}})
+	}
+	switch kind {
+	case resultNotFound:
+		return mcpsync.NotFoundResult()
+	case resultEmpty:
+		return mcpsync.NewReadResult(nil)
+	case resultWrongURI:
+		return item(modelStrayURI)
+	case resultBadURI:
+		return item("no scheme")
+	}
+	return item(key)
+}
+
+// phase is the model's coarse subscription state: the engine's read
+// sub-states (ACTIVE, UPDATE_SEEN, READ_PENDING, VERSION_ACCEPTED) are all
+// "open", which is all the fence rule looks at.
+type phase string
+
+const (
+	phaseSubscribing      phase = "subscribing"
+	phaseOpen             phase = "open"
+	phaseClosing          phase = "closing"
+	phaseClosed           phase = "closed"
+	phaseUnknown          phase = "unsubscribe unknown"
+	phaseTombstonePending phase = "tombstone pending"
+	phaseTombstoned       phase = "tombstoned"
+	phaseReconciling      phase = "reconciliation required"
+)
+
+func phaseOf(s mcpsync.SubscriptionState) phase {
+	switch s {
+	case mcpsync.StateSubscribing:
+		return phaseSubscribing
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+		return phaseOpen
+	case mcpsync.StateUnsubscribing:
+		return phaseClosing
+	case mcpsync.StateClosed:
+		return phaseClosed
+	case mcpsync.StateUnsubscribeUnknown:
+		return phaseUnknown
+	case mcpsync.StateTombstonePending:
+		return phaseTombstonePending
+	case mcpsync.StateTombstoned:
+		return phaseTombstoned
+	case mcpsync.StateReconciliationRequired:
+		return phaseReconciling
+	}
+	return phase("unexpected " + s)
+}
+
+// fencePos is a place in the fence's order of one URI.
+type fencePos struct{ gen, ord uint64 }
+
+func (p fencePos) after(q fencePos) bool {
+	if p.gen != q.gen {
+		return p.gen > q.gen
+	}
+	return p.ord > q.ord
+}
+
+func posOf(v mcpsync.ResourceVersion) fencePos {
+	return fencePos{v.SubscriptionGeneration, v.ReadOrdinal}
+}
+
+// modelVersion is what the model expects the engine's current version of a
+// URI to be.
+type modelVersion struct {
+	pos     fencePos
+	digest  string
+	subject string
+	status  mcpsync.VersionStatus
+}
+
+type modelArtifact struct {
+	index, id, subject string
+}
+
+// uriModel is the reference model of one URI.
+type uriModel struct {
+	key string
+
+	// The current subscription generation (0: never subscribed) and its fence.
+	gen          uint64
+	session      uint64
+	principal    string
+	phase        phase
+	closeBegun   bool
+	closeOrdinal uint64
+	lastIssued   uint64
+	watermark    uint64
+	held         []mcpsync.Ticket // issued and unsettled, current generation only
+	// closeBegunGens remembers every generation whose close began, for
+	// tickets of older generations still in flight.
+	closeBegunGens map[uint64]bool
+
+	current *modelVersion
+	// lastPass is the newest result that passed the fence, of any decision;
+	// newestChange the newest that replaced the current version.
+	lastPass     *mcpsync.VersionReceipt
+	newestChange fencePos
+
+	artifacts []modelArtifact
+
+	// The read queue: a queued read of this URI is in flight, and a pulse
+	// arrived meanwhile.
+	processing, dirty bool
+
+	// Observed from the engine, not predicted: the newest position an
+	// outcome passed at, and the watermark last seen.
+	passedPos    fencePos
+	seenGen      uint64
+	seenWatermark uint64
+}
+
+func (u *uriModel) holds(t mcpsync.Ticket) bool {
+	for _, h := range u.held {
+		if h.ReadOrdinal == t.ReadOrdinal {
+			return h.RequestID == t.RequestID
+		}
+	}
+	return false
+}
+
+// settle drops ticket ord and, when it passed, every ticket below it.
+func (u *uriModel) settle(ord uint64, passed bool) {
+	u.held = slices.DeleteFunc(u.held, func(h mcpsync.Ticket) bool {
+		return h.ReadOrdinal == ord || (passed && h.ReadOrdinal < ord)
+	})
+}
+
+// flight is a read the test has sent and not yet answered.
+type flight struct {
+	t mcpsync.Ticket
+	// queued tickets came from Notify, RequestRead, Reconcile or a follow-up,
+	// so completing them also ends the read queue's processing of the URI.
+	queued bool
+}
+
+// entryKey is what the test compares of an outbox entry.
+type entryKey struct {
+	uri     string
+	reason  mcpsync.InvalidationReason
+	subject string
+	pos     fencePos
+}
+
+func compareEntryKeys(a, b entryKey) int {
+	return cmp.Or(cmp.Compare(a.uri, b.uri), cmp.Compare(a.reason, b.reason), cmp.Compare(a.subject, b.subject),
+		cmp.Compare(a.pos.gen, b.pos.gen), cmp.Compare(a.pos.ord, b.pos.ord))
+}
+
+// delivery is one read result handed to the fence and what came back.
+type delivery struct {
+	t    mcpsync.Ticket
+	kind resultKind
+	out  mcpsync.Outcome
+	err  error
+	// closeBegun: the close of the ticket's generation began before delivery.
+	closeBegun bool
+	// oldSession: the ticket belongs to a session older than the current one.
+	oldSession   bool
+	wantReason   mcpsync.StaleReason // "" when the model says it passes
+	wantDecision mcpsync.Decision
+}
+
+type modelMachine struct {
+	e *mcpsync.Engine
+
+	session uint64 // newest session generation begun (0: none yet)
+	uris    map[string]*uriModel
+	revoked map[string]bool
+
+	inflight  []flight
+	answered  []flight // already answered or abandoned, for duplicate delivery
+	versions  []mcpsync.ResourceVersion
+	lastSeq   uint64 // newest outbox entry seen
+	acked     uint64
+	wantCount map[mcpsync.InvalidationReason]int
+	gotCount  map[mcpsync.InvalidationReason]int
+	wantStep  []entryKey // entries the current step should append
+}
+
+func newModelMachine(rt *rapid.T) *modelMachine {
+	e, err := mcpsync.NewEngine(&mcpsync.Options{
+		Now:              newClock().now,
+		MaxReadsInFlight: modelMaxReads,
+		Guard: func(_ string, contents []mcpsync.Content) error {
+			for _, c := range contents {
+				if c.Text == modelPoison {
+					return errors.New("poisoned content")
+				}
+			}
+			return nil
+		},
+	})
+	require.NoError(rt, err)
+	m := &modelMachine{
+		e:         e,
+		uris:      make(map[string]*uriModel),
+		revoked:   make(map[string]bool),
+		wantCount: make(map[mcpsync.InvalidationReason]int),
+		gotCount:  make(map[mcpsync.InvalidationReason]int),
+	}
+	for _, key := range modelURIs {
+		m.uris[key] = &uriModel{key: key, closeBegunGens: make(map[uint64]bool)}
+	}
+	// Sometimes the first actions run before any session, where Subscribe
+	// must refuse with ErrNoSession.
+	if !rapid.Bool().Draw(rt, "start with a session") {
+		return m
+	}
+	m.beginSession(rt)
+	// Most interleavings worth having start from open subscriptions; starting
+	// some there keeps the random steps for what comes after.
+	for _, key := range modelURIs {
+		if rapid.Bool().Draw(rt, "open "+key) {
+			who := rapid.SampledFrom(modelSubjects).Draw(rt, "principal of "+key)
+			_, err := m.e.Subscribe(key, who)
+			require.NoError(rt, err)
+			_, err = m.e.Activate(key, mcpsync.ModePush)
+			require.NoError(rt, err)
+			u := m.uris[key]
+			u.gen, u.session, u.principal, u.phase = 1, m.session, who, phaseOpen
+		}
+	}
+	return m
+}
+
+// liveSession is the generation the engine's fence compares with: 0 before
+// the first BeginSession.
+func (m *modelMachine) liveSession() uint64 { return m.session }
+
+func (m *modelMachine) want(k entryKey) {
+	m.wantStep = append(m.wantStep, k)
+	m.wantCount[k.reason]++
+}
+
+// actions weighs the actions by listing each under several names (rapid
+// picks names uniformly): reads and their results are the interleavings that
+// matter, revocation and new sessions end most of them.
+func (m *modelMachine) actions() map[string]func(*rapid.T) {
+	table := []struct {
+		name   string
+		weight int
+		action func(*rapid.T)
+	}{
+		{"subscribe", 2, m.subscribe},
+		{"activate", 2, m.activate},
+		{"notify", 3, m.notify},
+		{"requestRead", 2, m.requestRead},
+		{"issueTicket", 3, m.issueTicket},
+		{"complete", 5, m.complete},
+		{"fail", 1, m.fail},
+		{"deliverTwice", 1, m.deliverTwice},
+		{"deliverForged", 1, m.deliverForged},
+		{"beginClose", 1, m.beginClose},
+		{"finishClose", 1, m.finishClose},
+		{"resolveUnsubscribe", 1, m.resolveUnsubscribe},
+		{"reconcile", 2, m.reconcile},
+		{"revokeSubject", 1, m.revokeSubject},
+		{"recordDerived", 1, m.recordDerived},
+		{"beginSession", 1, m.beginSession},
+		{"ackOutbox", 1, m.ackOutbox},
+	}
+	actions := map[string]func(*rapid.T){"": m.check}
+	for _, a := range table {
+		for i := range a.weight {
+			actions[fmt.Sprintf("%s#%d", a.name, i+1)] = a.action
+		}
+	}
+	return actions
+}
+
+func (m *modelMachine) drawURI(rt *rapid.T) *uriModel {
+	return m.uris[rapid.SampledFrom(modelURIs).Draw(rt, "uri")]
+}
+
+// requireRefusal checks that err is the legitimate refusal the model expects.
+func requireRefusal(rt *rapid.T, err, want error, what string) {
+	rt.Helper()
+	if want == nil {
+		require.NoError(rt, err, "%s: the model expects success", what)
+		return
+	}
+	require.ErrorIs(rt, err, want, "%s: the model expects this refusal", what)
+}
+
+// Subscriptions.
+
+func (m *modelMachine) subscribe(rt *rapid.T) {
+	u := m.drawURI(rt)
+	who := rapid.SampledFrom(modelSubjects).Draw(rt, "principal")
+	sub, err := m.e.Subscribe(u.key, who)
+	var want error
+	fresh := true
+	switch {
+	case m.session == 0:
+		want = mcpsync.ErrNoSession
+	case u.gen != 0 && u.session == m.session && u.phase == phaseClosing:
+		// A closing generation must finish closing first.
+		want = mcpsync.ErrIllegalTransition
+	case u.gen != 0 && u.session == m.session && !u.closeBegun && u.phase != phaseTombstoned:
+		if u.principal != who {
+			want = mcpsync.ErrForbidden
+		}
+		fresh = false
+	}
+	requireRefusal(rt, err, want, "Subscribe")
+	if want != nil {
+		return
+	}
+	if fresh {
+		u.gen++
+		u.session, u.principal, u.phase = m.session, who, phaseSubscribing
+		u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
+	}
+	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Subscribe: generation")
+}
+
+func (m *modelMachine) activate(rt *rapid.T) {
+	u := m.drawURI(rt)
+	mode := rapid.SampledFrom([]mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}).Draw(rt, "mode")
+	_, err := m.e.Activate(u.key, mode)
+	var want error
+	switch {
+	case u.gen == 0:
+		want = mcpsync.ErrUnknownURI
+	case u.phase != phaseSubscribing:
+		want = mcpsync.ErrIllegalTransition
+	}
+	requireRefusal(rt, err, want, "Activate")
+	if want == nil {
+		u.phase = phaseOpen
+	}
+}
+
+func (m *modelMachine) beginClose(rt *rapid.T) {
+	u := m.drawURI(rt)
+	rc, err := m.e.BeginClose(u.key)
+	var want error
+	switch {
+	case u.gen == 0:
+		want = mcpsync.ErrUnknownURI
+	case u.closeBegun:
+		// Idempotent: the receipt of the close already begun.
+	case u.phase == phaseTombstoned:
+		want = mcpsync.ErrIllegalTransition
+	default:
+		u.phase, u.closeBegun, u.closeOrdinal = phaseClosing, true, u.lastIssued
+		u.closeBegunGens[u.gen] = true
+	}
+	requireRefusal(rt, err, want, "BeginClose")
+	if want == nil {
+		require.Equal(rt, u.closeOrdinal, rc.CloseOrdinal, "BeginClose: closeOrdinal is the last issued ordinal")
+		require.NotZero(rt, rc.CloseEpoch, "BeginClose: close epoch")
+	}
+}
+
+func (m *modelMachine) finishClose(rt *rapid.T) {
+	u := m.drawURI(rt)
+	acked := rapid.Bool().Draw(rt, "acked")
+	_, err := m.e.FinishClose(u.key, acked)
+	var want error
+	switch {
+	case u.gen == 0:
+		want = mcpsync.ErrUnknownURI
+	case u.phase != phaseClosing:
+		want = mcpsync.ErrIllegalTransition
+	case acked:
+		u.phase = phaseClosed
+	default:
+		u.phase = phaseUnknown
+	}
+	requireRefusal(rt, err, want, "FinishClose")
+}
+
+func (m *modelMachine) resolveUnsubscribe(rt *rapid.T) {
+	u := m.drawURI(rt)
+	_, err := m.e.ResolveUnsubscribe(u.key)
+	var want error
+	switch {
+	case u.gen == 0:
+		want = mcpsync.ErrUnknownURI
+	case u.phase != phaseUnknown:
+		want = mcpsync.ErrIllegalTransition
+	default:
+		u.phase = phaseClosed
+	}
+	requireRefusal(rt, err, want, "ResolveUnsubscribe")
+}
+
+func (m *modelMachine) beginSession(rt *rapid.T) {
+	_, err := m.e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "model-server", Version: "1.0.0"},
+		Resources: true, Subscribe: true,
+	}})
+	require.NoError(rt, err, "BeginSession")
+	m.session++
+	// An unknown unsubscribe outcome ends with its session.
+	for _, u := range m.uris {
+		if u.phase == phaseUnknown && u.session < m.session {
+			u.phase = phaseClosed
+		}
+	}
+}
+
+// Reads.
+
+// issueErr is the refusal the model expects from issuing a ticket for u.
+func (m *modelMachine) issueErr(u *uriModel) error {
+	switch {
+	case u.gen == 0:
+		return mcpsync.ErrUnknownURI
+	case u.session != m.liveSession():
+		return mcpsync.ErrIllegalTransition
+	case len(u.held) >= modelMaxReads:
+		return mcpsync.ErrTooManyReads
+	case u.phase != phaseOpen:
+		return mcpsync.ErrIllegalTransition
+	}
+	return nil
+}
+
+// issued records a ticket the engine handed out, after checking it is the
+// next ordinal of the current generation.
+func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, queued bool) {
+	rt.Helper()
+	require.Equal(rt, u.key, t.URI, "ticket URI")
+	require.Equal(rt, u.gen, t.SubscriptionGeneration, "ticket subscription generation")
+	require.Equal(rt, u.session, t.SessionGeneration, "ticket session generation")
+	require.Equal(rt, u.lastIssued+1, t.ReadOrdinal, "ticket ordinal is the next one")
+	require.Equal(rt, u.principal, t.Subject, "ticket subject is the principal")
+	u.lastIssued = t.ReadOrdinal
+	u.held = append(u.held, t)
+	m.inflight = append(m.inflight, flight{t: t, queued: queued})
+}
+
+// enqueued checks the result of a coalesced read request (Notify,
+// RequestRead, Reconcile) against the model of the read queue.
+func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, ok bool, err error, what string) {
+	rt.Helper()
+	if u.processing {
+		u.dirty = true
+		require.NoError(rt, err, "%s while a read is in flight only marks the URI dirty", what)
+		require.False(rt, ok, "%s while a read is in flight issues no second read", what)
+		return
+	}
+	want := m.issueErr(u)
+	requireRefusal(rt, err, want, what)
+	if want != nil {
+		require.False(rt, ok, what)
+		return
+	}
+	require.True(rt, ok, "%s with no read in flight issues one", what)
+	u.processing = true
+	m.issued(rt, u, t, true)
+}
+
+// done mirrors the end of a queued read: one follow-up if the URI became
+// dirty meanwhile and can still be read.
+func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *mcpsync.Ticket) {
+	rt.Helper()
+	if !f.queued || !u.dirty {
+		if f.queued {
+			u.processing = false
+		}
+		require.Nil(rt, follow, "no follow-up read without a pulse during the read")
+		return
+	}
+	u.dirty = false
+	if m.issueErr(u) != nil {
+		u.processing = false
+		require.Nil(rt, follow, "no follow-up read for a URI that cannot be read")
+		return
+	}
+	require.NotNil(rt, follow, "a pulse during the read gets exactly one follow-up")
+	m.issued(rt, u, *follow, true)
+}
+
+func (m *modelMachine) notify(rt *rapid.T) {
+	u := m.drawURI(rt)
+	t, ok, err := m.e.Notify(u.key)
+	switch {
+	case u.gen == 0:
+		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Notify")
+	case u.phase != phaseOpen || u.session != m.liveSession():
+		requireRefusal(rt, err, mcpsync.ErrIllegalTransition, "Notify")
+	default:
+		m.enqueued(rt, u, t, ok, err, "Notify")
+	}
+}
+
+func (m *modelMachine) requestRead(rt *rapid.T) {
+	u := m.drawURI(rt)
+	trigger := rapid.SampledFrom(modelTriggers).Draw(rt, "trigger")
+	t, ok, err := m.e.RequestRead(u.key, trigger)
+	m.enqueued(rt, u, t, ok, err, "RequestRead")
+	if ok {
+		require.Equal(rt, trigger, t.Trigger, "RequestRead: trigger recorded")
+	}
+}
+
+func (m *modelMachine) issueTicket(rt *rapid.T) {
+	u := m.drawURI(rt)
+	t, err := m.e.IssueTicket(u.key, mcpsync.TriggerRevalidate)
+	want := m.issueErr(u)
+	requireRefusal(rt, err, want, "IssueTicket")
+	if want == nil {
+		m.issued(rt, u, t, false)
+	}
+}
+
+func (m *modelMachine) drawFlight(rt *rapid.T, from []flight, label string) (flight, int) {
+	if len(from) == 0 {
+		rt.Skip("no " + label)
+	}
+	// Any ticket, not just the oldest: results come back in any order.
+	i := rapid.IntRange(0, len(from)-1).Draw(rt, label)
+	return from[i], i
+}
+
+func (m *modelMachine) complete(rt *rapid.T) {
+	f, i := m.drawFlight(rt, m.inflight, "read in flight")
+	m.inflight = slices.Delete(m.inflight, i, i+1)
+	m.answered = append(m.answered, f)
+	m.deliver(rt, f, true)
+}
+
+// deliverTwice hands an answered (or abandoned) ticket's result to the fence
+// again, as a duplicated response would.
+func (m *modelMachine) deliverTwice(rt *rapid.T) {
+	f, _ := m.drawFlight(rt, m.answered, "answered read")
+	m.deliver(rt, f, true)
+}
+
+// deliverForged hands the fence a ticket whose identity the ledger cannot
+// vouch for: an ordinal it never issued, or a request id it never paired
+// with that ordinal.
+func (m *modelMachine) deliverForged(rt *rapid.T) {
+	f, _ := m.drawFlight(rt, append(slices.Clip(m.inflight), m.answered...), "ticket to forge")
+	t := f.t
+	if rapid.Bool().Draw(rt, "forge ordinal") {
+		t.ReadOrdinal = m.uris[t.URI].lastIssued + rapid.Uint64Range(1, 3).Draw(rt, "ordinals ahead")
+	} else {
+		t.RequestID += 1 << 20
+	}
+	// Through AcceptResourceVersion only: a forged ticket is not the read
+	// queue's to end.
+	m.deliver(rt, flight{t: t}, false)
+}
+
+// deliver hands the fence a result for f's ticket, through Complete or
+// AcceptResourceVersion (either is allowed for any ticket), and checks the
+// outcome at once.
+func (m *modelMachine) deliver(rt *rapid.T, f flight, mayComplete bool) {
+	t := f.t
+	u := m.uris[t.URI]
+	kind := rapid.SampledFrom(modelResultKinds).Draw(rt, "result")
+	body := rapid.SampledFrom(modelBodies).Draw(rt, "body")
+	res := modelResult(t.URI, kind, body)
+	d := delivery{t: t, kind: kind, closeBegun: u.closeBegunGens[t.SubscriptionGeneration], oldSession: t.SessionGeneration < m.session}
+	d.wantReason, d.wantDecision = m.predict(u, t, kind, body, res.Digest())
+
+	viaComplete := mayComplete && rapid.Bool().Draw(rt, "via Complete")
+	if viaComplete {
+		d.out, d.err = m.e.Complete(t, res)
+	} else {
+		d.out, d.err = m.e.AcceptResourceVersion(t, res)
+	}
+	invNoVersionRegression(rt, u, d)
+	invNoAcceptanceAfterClose(rt, d)
+	invOldSessionNeverPasses(rt, d)
+	invFenceAgreesWithModel(rt, d)
+	m.apply(u, d, body, res.Digest())
+	if viaComplete {
+		m.done(rt, u, f, d.out.FollowUp)
+	} else {
+		require.Nil(rt, d.out.FollowUp, "only Complete returns a follow-up")
+	}
+}
+
+// predict applies the fence rule of DESIGN.md to the model: the reason the
+// fence must refuse t with, or "" and the decision if it must pass.
+func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, body, digest string) (mcpsync.StaleReason, mcpsync.Decision) {
+	switch {
+	case u.gen == 0:
+		return mcpsync.ReasonUnknownRequest, ""
+	case t.SessionGeneration != u.session || t.SubscriptionGeneration != u.gen || t.SessionGeneration != m.liveSession():
+		return mcpsync.ReasonGenerationMismatch, ""
+	case u.closeBegun:
+		return mcpsync.ReasonStaleAfterClose, ""
+	case t.ReadOrdinal > u.lastIssued:
+		return mcpsync.ReasonReconciliationRequired, ""
+	case t.ReadOrdinal <= u.watermark:
+		return mcpsync.ReasonStaleOrdinal, ""
+	case !u.holds(t):
+		return mcpsync.ReasonUnknownRequest, ""
+	case u.phase != phaseOpen:
+		return mcpsync.ReasonNotActive, ""
+	case m.revoked[t.Subject]:
+		return mcpsync.ReasonSubjectRevoked, ""
+	}
+	switch kind {
+	case resultNotFound:
+		return "", mcpsync.DecisionTombstonePending
+	case resultEmpty:
+		return mcpsync.ReasonEmptyContents, ""
+	case resultBadURI:
+		return mcpsync.ReasonInvalidContent, ""
+	case resultWrongURI:
+		return mcpsync.ReasonURIMismatch, ""
+	}
+	if body == modelPoison {
+		return "", mcpsync.DecisionQuarantined
+	}
+	if c := u.current; c != nil && c.status == mcpsync.VersionServed && c.digest == digest && c.subject == t.Subject {
+		return "", mcpsync.DecisionUnchanged
+	}
+	return "", mcpsync.DecisionAccepted
+}
+
+// apply moves the model by its own prediction (the checks above already
+// failed the test if the engine disagreed).
+func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
+	t := d.t
+	switch d.wantReason {
+	case mcpsync.ReasonReconciliationRequired:
+		if u.phase == phaseOpen || u.phase == phaseTombstonePending {
+			u.phase = phaseReconciling
+		}
+		return
+	case mcpsync.ReasonNotActive, mcpsync.ReasonSubjectRevoked, mcpsync.ReasonEmptyContents,
+		mcpsync.ReasonInvalidContent, mcpsync.ReasonURIMismatch:
+		// The ticket is spent.
+		u.settle(t.ReadOrdinal, false)
+		return
+	case "":
+	default:
+		return
+	}
+	u.watermark = t.ReadOrdinal
+	u.settle(t.ReadOrdinal, true)
+	pos := fencePos{t.SubscriptionGeneration, t.ReadOrdinal}
+	u.lastPass = &mcpsync.VersionReceipt{Decision: d.wantDecision, Version: mcpsync.ResourceVersion{
+		Digest: digest, Subject: t.Subject, SubscriptionGeneration: pos.gen, ReadOrdinal: pos.ord,
+	}}
+	switch d.wantDecision {
+	case mcpsync.DecisionTombstonePending:
+		u.phase = phaseTombstonePending
+		if u.current != nil {
+			u.current.status = mcpsync.VersionTombstonePending
+		}
+	case mcpsync.DecisionQuarantined:
+		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: mcpsync.VersionQuarantined}
+		u.newestChange = pos
+		m.want(entryKey{u.key, mcpsync.InvalidateQuarantined, t.Subject, pos})
+	case mcpsync.DecisionAccepted:
+		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: mcpsync.VersionServed}
+		u.newestChange = pos
+		m.want(entryKey{u.key, mcpsync.InvalidateUpdated, t.Subject, pos})
+	}
+}
+
+func (m *modelMachine) fail(rt *rapid.T) {
+	f, i := m.drawFlight(rt, m.inflight, "read in flight")
+	m.inflight = slices.Delete(m.inflight, i, i+1)
+	m.answered = append(m.answered, f)
+	u := m.uris[f.t.URI]
+	if u.holds(f.t) && u.gen == f.t.SubscriptionGeneration {
+		u.settle(f.t.ReadOrdinal, false)
+	}
+	if f.queued && rapid.Bool().Draw(rt, "via Fail") {
+		follow, err := m.e.Fail(f.t)
+		require.NoError(rt, err, "Fail")
+		m.done(rt, u, f, follow)
+		return
+	}
+	// A queued read abandoned without Fail stays in the read queue's
+	// processing set, as it would for such a caller.
+	require.NoError(rt, m.e.AbandonRead(f.t), "AbandonRead")
+}
+
+// Reconciliation, revocation, artifacts, outbox.
+
+func (m *modelMachine) reconcile(rt *rapid.T) {
+	u := m.drawURI(rt)
+	present := rapid.Bool().Draw(rt, "present")
+	t, ok, err := m.e.Reconcile(u.key, present)
+	switch {
+	case u.gen == 0:
+		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Reconcile")
+	case (u.phase == phaseTombstonePending || u.phase == phaseReconciling) && !present:
+		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
+		require.False(rt, ok)
+		u.phase, u.held = phaseTombstoned, nil
+		if c := u.current; c != nil {
+			m.want(entryKey{u.key, mcpsync.InvalidateTombstoned, c.subject, fencePos{}})
+			c.status = mcpsync.VersionTombstoned
+		}
+	case u.phase == phaseTombstonePending || u.phase == phaseReconciling:
+		u.phase = phaseOpen
+		m.enqueued(rt, u, t, ok, err, "Reconcile present")
+	case u.phase == phaseOpen && !present:
+		m.enqueued(rt, u, t, ok, err, "Reconcile absent on an open subscription")
+	default:
+		require.NoError(rt, err, "Reconcile with nothing to do")
+		require.False(rt, ok)
+	}
+	if ok {
+		require.Equal(rt, mcpsync.TriggerReconcile, t.Trigger, "Reconcile: trigger")
+	}
+}
+
+func (m *modelMachine) revokeSubject(rt *rapid.T) {
+	s := rapid.SampledFrom(modelSubjects).Draw(rt, "subject")
+	rc, err := m.e.RevokeSubject(s)
+	require.NoError(rt, err, "RevokeSubject")
+	m.revoked[s] = true
+	n := 0
+	for _, key := range modelURIs {
+		u := m.uris[key]
+		if c := u.current; c != nil && c.subject == s && c.status != mcpsync.VersionRevoked {
+			c.status = mcpsync.VersionRevoked
+			m.want(entryKey{key, mcpsync.InvalidateRevoked, s, fencePos{}})
+			n++
+		}
+		u.artifacts = slices.DeleteFunc(u.artifacts, func(a modelArtifact) bool {
+			if a.subject != s {
+				return false
+			}
+			m.want(entryKey{key, mcpsync.InvalidateRevoked, s, fencePos{}})
+			n++
+			return true
+		})
+	}
+	require.Equal(rt, n, len(rc.Versions)+len(rc.Artifacts), "RevokeSubject: the receipt lists every invalidation")
+}
+
+func (m *modelMachine) recordDerived(rt *rapid.T) {
+	if len(m.versions) == 0 {
+		rt.Skip("no version in the outbox yet")
+	}
+	v := rapid.SampledFrom(m.versions).Draw(rt, "version")
+	a := modelArtifact{
+		index:   rapid.SampledFrom([]string{"embeddings", "summaries"}).Draw(rt, "index"),
+		id:      rapid.SampledFrom([]string{"1", "2"}).Draw(rt, "artifact"),
+		subject: v.Subject,
+	}
+	err := m.e.RecordDerived(mcpsync.DerivedArtifact{Index: a.index, ArtifactID: a.id, Version: v})
+	u := m.uris[v.URI]
+	c := u.current
+	var want error
+	switch {
+	case m.revoked[v.Subject]:
+		want = mcpsync.ErrRevoked
+	case c == nil || posOf(v).after(c.pos):
+		want = mcpsync.ErrUnknownVersion
+	case !c.pos.after(posOf(v)) && v.Digest != c.digest:
+		want = mcpsync.ErrUnknownVersion
+	}
+	requireRefusal(rt, err, want, "RecordDerived")
+	if want != nil {
+		return
+	}
+	u.artifacts = slices.DeleteFunc(u.artifacts, func(held modelArtifact) bool {
+		return held.index == a.index && held.id == a.id
+	})
+	u.artifacts = append(u.artifacts, a)
+}
+
+func (m *modelMachine) ackOutbox(rt *rapid.T) {
+	seq := rapid.Uint64Range(0, m.lastSeq+1).Draw(rt, "ack up to")
+	require.NoError(rt, m.e.AckOutbox(seq), "AckOutbox")
+	m.acked = max(m.acked, min(seq, m.lastSeq))
+}
+
+// check runs after every action.
+func (m *modelMachine) check(rt *rapid.T) {
+	invWatermarkNeverDecreases(rt, m)
+	invOutboxOnlyFromOpenGenerations(rt, m)
+	invNoCacheHitAfterRevocation(rt, m)
+	invLookupNeverStale(rt, m)
+	invLookupAgreesWithModel(rt, m)
+	invStateAgreesWithModel(rt, m)
+}
+
+// Invariant 1: per URI, the results that pass the fence are strictly
+// increasing in (subscription generation, read ordinal).
+func invNoVersionRegression(rt *rapid.T, u *uriModel, d delivery) {
+	rt.Helper()
+	if !d.out.Accepted {
+		return
+	}
+	pos := posOf(d.out.Version.Version)
+	if !pos.after(u.passedPos) {
+		rt.Fatalf("invariant 1 (no version regression): %s passed %s at %+v, not after %+v which already passed",
+			u.key, d.out.Version.Decision, pos, u.passedPos)
+	}
+	u.passedPos = pos
+}
+
+// Invariant 1, second half: the watermark never decreases within a
+// subscription generation.
+func invWatermarkNeverDecreases(rt *rapid.T, m *modelMachine) {
+	rt.Helper()
+	for _, key := range modelURIs {
+		u := m.uris[key]
+		sub, err := m.e.Subscription(key)
+		if err != nil {
+			continue
+		}
+		if sub.SubscriptionGeneration == u.seenGen && sub.Watermark < u.seenWatermark {
+			rt.Fatalf("invariant 1 (no version regression): %s generation %d watermark fell from %d to %d",
+				key, sub.SubscriptionGeneration, u.seenWatermark, sub.Watermark)
+		}
+		u.seenGen, u.seenWatermark = sub.SubscriptionGeneration, sub.Watermark
+	}
+}
+
+// Invariant 2: nothing passes the fence once its generation began closing.
+func invNoAcceptanceAfterClose(rt *rapid.T, d delivery) {
+	rt.Helper()
+	if !d.closeBegun {
+		return
+	}
+	if d.out.Accepted || (d.out.Stale.Reason != mcpsync.ReasonStaleAfterClose && d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch) {
+		rt.Fatalf("invariant 2 (no acceptance after close): %s result of %s generation %d ordinal %d after BeginClose: accepted=%v decision=%s stale=%q err=%v",
+			d.kind, d.t.URI, d.t.SubscriptionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+	}
+}
+
+// Invariant 6: a ticket of an older session generation never passes.
+func invOldSessionNeverPasses(rt *rapid.T, d delivery) {
+	rt.Helper()
+	if !d.oldSession {
+		return
+	}
+	if d.out.Accepted || d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch {
+		rt.Fatalf("invariant 6 (old session never passes): %s result of %s session %d ordinal %d: accepted=%v decision=%s stale=%q err=%v",
+			d.kind, d.t.URI, d.t.SessionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+	}
+}
+
+// Every result becomes either a version receipt or a stale receipt, and the
+// one the fence rule of DESIGN.md calls for.
+func invFenceAgreesWithModel(rt *rapid.T, d delivery) {
+	rt.Helper()
+	if d.wantReason == "" {
+		if d.err != nil || !d.out.Accepted {
+			rt.Fatalf("fence rule: %s result of %s gen %d ordinal %d (held, above the watermark, subscription open) must pass as %s; got accepted=%v stale=%q err=%v",
+				d.kind, d.t.URI, d.t.SubscriptionGeneration, d.t.ReadOrdinal, d.wantDecision, d.out.Accepted, d.out.Stale.Reason, d.err)
+		}
+		v := d.out.Version
+		require.Equal(rt, d.wantDecision, v.Decision, "fence rule: decision")
+		require.Equal(rt, mcpsync.SchemaVersionReceipt, v.Schema)
+		require.Equal(rt, d.t.URI, v.Version.URI)
+		require.Equal(rt, d.t.Subject, v.Version.Subject, "a version is bound to the subject that read it")
+		require.Equal(rt, d.t.RequestID, v.RequestID)
+		require.Equal(rt, fencePos{d.t.SubscriptionGeneration, d.t.ReadOrdinal}, posOf(v.Version))
+		return
+	}
+	var re *mcpsync.RefusalError
+	if !errors.As(d.err, &re) || re.Reason != d.wantReason || d.out.Accepted || d.out.Stale.Reason != d.wantReason {
+		rt.Fatalf("fence rule: %s result of %s gen %d ordinal %d must be refused with %s; got accepted=%v decision=%s stale=%q err=%v",
+			d.kind, d.t.URI, d.t.SubscriptionGeneration, d.t.ReadOrdinal, d.wantReason, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+	}
+	require.ErrorIs(rt, d.err, mcpsync.ErrRefused)
+	require.Equal(rt, mcpsync.SchemaStaleReceipt, d.out.Stale.Schema)
+}
+
+// Invariant 3: the outbox holds exactly the entries the model allows: updated
+// and quarantined ones from results that passed an open generation's fence,
+// tombstoned ones from Reconcile(absent) on a pending tombstone, revoked ones
+// from RevokeSubject. Entries are numbered consecutively and stay until
+// acknowledged.
+func invOutboxOnlyFromOpenGenerations(rt *rapid.T, m *modelMachine) {
+	rt.Helper()
+	entries, err := m.e.PullOutbox(m.lastSeq, 0)
+	require.NoError(rt, err)
+	got := make([]entryKey, 0, len(entries))
+	for _, en := range entries {
+		require.Equal(rt, m.lastSeq+1, en.Seq, "invariant 3 (outbox): entries are numbered consecutively")
+		require.Equal(rt, mcpsync.SchemaInvalidation, en.Schema)
+		m.lastSeq = en.Seq
+		m.gotCount[en.Reason]++
+		k := entryKey{uri: en.URI, reason: en.Reason, subject: en.Subject}
+		if en.Reason == mcpsync.InvalidateUpdated || en.Reason == mcpsync.InvalidateQuarantined {
+			k.pos = posOf(en.Version)
+			m.versions = append(m.versions, en.Version)
+		}
+		got = append(got, k)
+	}
+	for _, r := range []mcpsync.InvalidationReason{mcpsync.InvalidateUpdated, mcpsync.InvalidateQuarantined,
+		mcpsync.InvalidateTombstoned, mcpsync.InvalidateRevoked} {
+		if m.gotCount[r] != m.wantCount[r] {
+			rt.Fatalf("invariant 3 (outbox only from allowed steps): %d %q entries, the model allows %d; this step appended %+v, expected %+v",
+				m.gotCount[r], r, m.wantCount[r], got, m.wantStep)
+		}
+	}
+	slices.SortFunc(got, compareEntryKeys)
+	slices.SortFunc(m.wantStep, compareEntryKeys)
+	if !slices.Equal(got, m.wantStep) {
+		rt.Fatalf("invariant 3 (outbox only from allowed steps): this step appended %+v, expected %+v", got, m.wantStep)
+	}
+	m.wantStep = m.wantStep[:0]
+
+	// At least once: everything after the acknowledged position is still there.
+	head, err := m.e.PullOutbox(0, 1)
+	require.NoError(rt, err)
+	if m.acked < m.lastSeq {
+		require.Len(rt, head, 1, "invariant 3 (outbox): unacknowledged entries stay")
+		require.Equal(rt, m.acked+1, head[0].Seq, "invariant 3 (outbox): the oldest unacknowledged entry comes first")
+	} else {
+		require.Empty(rt, head, "invariant 3 (outbox): acknowledged entries are gone")
+	}
+}
+
+// Invariant 4: no cache hit after revocation.
+func invNoCacheHitAfterRevocation(rt *rapid.T, m *modelMachine) {
+	rt.Helper()
+	for _, s := range modelSubjects {
+		for _, key := range modelURIs {
+			entry, err := m.e.Lookup(s, key)
+			if m.revoked[s] && !errors.Is(err, mcpsync.ErrRevoked) {
+				rt.Fatalf("invariant 4 (no cache hit after revocation): Lookup(%s, %s) after RevokeSubject gave err=%v", s, key, err)
+			}
+			if err == nil && m.revoked[entry.Version.Subject] {
+				rt.Fatalf("invariant 4 (no cache hit after revocation): Lookup(%s, %s) served a version read by revoked %s", s, key, entry.Version.Subject)
+			}
+		}
+	}
+}
+
+// Invariant 5: Lookup never serves a version older than the newest one that
+// changed the content, nor anything while the newest state is a pending or
+// confirmed tombstone or a quarantine. An UNCHANGED result keeps the version
+// consumers derived from, so the served (generation, ordinal) may lag the
+// newest UNCHANGED one, but its digest must be the newest accepted digest.
+func invLookupNeverStale(rt *rapid.T, m *modelMachine) {
+	rt.Helper()
+	for _, key := range modelURIs {
+		u := m.uris[key]
+		for _, s := range modelSubjects {
+			entry, err := m.e.Lookup(s, key)
+			if err != nil {
+				continue
+			}
+			pos := posOf(entry.Version)
+			switch {
+			case u.lastPass == nil:
+				rt.Fatalf("invariant 5 (Lookup never stale): %s served %+v but nothing passed the fence", key, pos)
+			case u.current != nil && u.current.status != mcpsync.VersionServed:
+				rt.Fatalf("invariant 5 (Lookup never stale): %s served content while the newest state is %s", key, u.current.status)
+			case u.lastPass.Decision != mcpsync.DecisionAccepted && u.lastPass.Decision != mcpsync.DecisionUnchanged:
+				rt.Fatalf("invariant 5 (Lookup never stale): %s served content after a %s result", key, u.lastPass.Decision)
+			case u.newestChange.after(pos):
+				rt.Fatalf("invariant 5 (Lookup never stale): %s served %+v, older than the accepted %+v", key, pos, u.newestChange)
+			case entry.Version.Digest != u.lastPass.Version.Digest:
+				rt.Fatalf("invariant 5 (Lookup never stale): %s served digest %s, the newest accepted is %s", key, entry.Version.Digest, u.lastPass.Version.Digest)
+			case len(entry.Contents) == 0:
+				rt.Fatalf("invariant 5 (Lookup never stale): %s served a version without contents", key)
+			}
+		}
+	}
+}
+
+// Lookup gives exactly the answer the model expects, including which refusal.
+func invLookupAgreesWithModel(rt *rapid.T, m *modelMachine) {
+	rt.Helper()
+	for _, key := range modelURIs {
+		c := m.uris[key].current
+		for _, s := range modelSubjects {
+			var want error
+			switch {
+			case m.revoked[s]:
+				want = mcpsync.ErrRevoked
+			case c == nil:
+				want = mcpsync.ErrNoVersion
+			case c.status == mcpsync.VersionRevoked || m.revoked[c.subject]:
+				want = mcpsync.ErrRevoked
+			case c.subject != s:
+				want = mcpsync.ErrForbidden
+			case c.status == mcpsync.VersionQuarantined:
+				want = mcpsync.ErrQuarantined
+			case c.status == mcpsync.VersionTombstonePending:
+				want = mcpsync.ErrTombstonePending
+			case c.status == mcpsync.VersionTombstoned:
+				want = mcpsync.ErrTombstoned
+			}
+			entry, err := m.e.Lookup(s, key)
+			if c != nil && !m.revoked[s] && m.revoked[c.subject] && c.subject != s && errors.Is(err, mcpsync.ErrForbidden) {
+				// Another subject's revoked version: either refusal is honest.
+				continue
+			}
+			requireRefusal(rt, err, want, "Lookup("+s+", "+key+")")
+			if want == nil {
+				require.Equal(rt, c.pos, posOf(entry.Version), "Lookup(%s, %s): version", s, key)
+				require.Equal(rt, c.digest, entry.Version.Digest, "Lookup(%s, %s): digest", s, key)
+				require.Equal(rt, s, entry.Version.Subject, "Lookup(%s, %s): subject", s, key)
+			}
+		}
+	}
+}
+
+// The ledger rows agree with the model's generations, states and fences.
+func invStateAgreesWithModel(rt *rapid.T, m *modelMachine) {
+	rt.Helper()
+	var known []string
+	for sub, err := range m.e.Subscriptions() {
+		require.NoError(rt, err)
+		known = append(known, sub.URI)
+		u, ok := m.uris[sub.URI]
+		require.True(rt, ok, "Subscriptions: unexpected URI %s", sub.URI)
+		require.Equal(rt, u.gen, sub.SubscriptionGeneration, "%s: subscription generation", sub.URI)
+		require.Equal(rt, u.session, sub.SessionGeneration, "%s: session generation", sub.URI)
+		require.Equal(rt, u.principal, sub.Principal, "%s: principal", sub.URI)
+		require.Equal(rt, u.phase, phaseOf(sub.State), "%s: state %s", sub.URI, sub.State)
+		require.Equal(rt, u.lastIssued, sub.LastIssuedOrdinal, "%s: last issued ordinal", sub.URI)
+		require.Equal(rt, u.watermark, sub.Watermark, "%s: watermark", sub.URI)
+		require.Equal(rt, u.closeBegun, sub.CloseEpoch != 0, "%s: close epoch", sub.URI)
+		if u.closeBegun {
+			require.Equal(rt, u.closeOrdinal, sub.CloseOrdinal, "%s: close ordinal", sub.URI)
+		}
+	}
+	var want []string
+	for _, key := range modelURIs {
+		if m.uris[key].gen != 0 {
+			want = append(want, key)
+		}
+	}
+	require.Equal(rt, want, known, "Subscriptions: the URIs ever subscribed, in order")
+}
