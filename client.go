@@ -1,6 +1,22 @@
 package mcpsync
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/wire"
+)
 
 // SchemaCapabilityReceipt is the schema of capability receipts.
 const SchemaCapabilityReceipt = "capabilityReceipt.v1"
@@ -52,4 +68,761 @@ func EraOf(protocolVersion string) Era {
 		return EraModern
 	}
 	return EraLegacy
+}
+
+// Dialer opens a new mcp-go client transport (in-process, stdio, streamable
+// HTTP, …). The Client calls it at every (re)connect and owns what it returns.
+type Dialer func(ctx context.Context) (transport.Interface, error)
+
+// ClientOptions configure a Client. The zero value (or nil) means defaults;
+// Principal is the one field without a default.
+type ClientOptions struct {
+	// Engine keeps the local copy; nil means a new engine with default
+	// options.
+	Engine *Engine
+	// Principal is the subject every read of this client is bound to.
+	Principal string
+	// ClientInfo introduces the client to servers; zero means "mcpsync".
+	ClientInfo Implementation
+	// ProtocolVersion pins a protocol revision ("2025-06-18", "2025-11-25",
+	// "2026-07-28"); empty lets mcp-go negotiate.
+	ProtocolVersion string
+	// RevalidateEvery is the interval of the revalidation read of every open
+	// subscription, which bounds staleness when notifications are lost.
+	// 0 means 5 minutes.
+	RevalidateEvery time.Duration
+	// PollEvery is the interval of periodic reads where the server cannot
+	// subscribe. 0 means 30 seconds.
+	PollEvery time.Duration
+	// Jitter is the fraction by which intervals vary at random, so that many
+	// URIs are not read in lock step. 0 means 0.2; it must be below 1.
+	Jitter float64
+	// Seed seeds the jitter; 0 means a random seed.
+	Seed uint64
+	// RequestTimeout bounds every request the client sends; 0 means 30 s.
+	RequestTimeout time.Duration
+	// OnOutcome, if set, is told of every fenced read, outside every lock.
+	OnOutcome func(Outcome)
+}
+
+// Client keeps the local copy of one MCP server's resources in sync over an
+// mcp-go client connection: it subscribes (or polls where the server cannot),
+// turns notifications into coalesced, fenced reads, revalidates on a jittered
+// schedule and re-establishes everything after a reconnect.
+//
+// Notifications are handed from mcp-go's handler, which runs on the
+// transport's read loop, to the client's own queue at once; the client never
+// calls mcp-go from inside a handler.
+type Client struct {
+	opts   ClientOptions
+	engine *Engine
+	dial   Dialer
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the client starts
+
+	mu      sync.Mutex // protects conn, watches, closed, rng
+	conn    *connection
+	watches map[string]*watch // normalized URI -> subscription this client opened
+	closed  bool
+	rng     *rand.Rand
+
+	notes       noteQueue
+	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
+}
+
+// connection is one initialized session.
+type connection struct {
+	mc   *mcpclient.Client
+	gen  uint64
+	era  Era
+	caps CapabilityReceipt
+
+	// The subscriptions/listen stream of a 2026-07-28 session.
+	mu       sync.Mutex    // protects the fields below
+	uris     []string      // URIs the current stream carries
+	listen   *listenStream // nil when no stream is open
+	ackSeen  []string      // URIs the newest acknowledgement named
+	ackFresh bool          // an acknowledgement arrived since the stream opened
+	ackCh    chan struct{} // closed and replaced at each acknowledgement
+	ends     int           // streams the server ended, for backoff
+}
+
+// watch is a subscription the client opened: the URI as the caller spelled
+// it (servers may be picky) and the timer loop of its reads.
+type watch struct {
+	raw  string
+	stop context.CancelFunc
+}
+
+// wireMethods are the methods whose JSON-RPC errors the client branches on.
+var wireMethods = []string{
+	string(mcp.MethodResourcesRead), string(mcp.MethodResourcesList),
+	string(mcp.MethodResourcesTemplatesList), string(mcp.MethodToolsList),
+	string(mcp.MethodPromptsList), string(mcp.MethodResourcesSubscribe),
+	string(mcp.MethodResourcesUnsubscribe),
+}
+
+func rpcError(method string, code int, message string, data json.RawMessage) error {
+	return &RPCError{Method: method, Code: code, Message: message, Data: data}
+}
+
+// Connect dials, initializes a session and returns a Client. Close it when
+// done. ctx bounds the connection attempt only.
+func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, error) {
+	var o ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.Principal == "":
+		return nil, fmt.Errorf("%w: ClientOptions.Principal is required", ErrInvalidSubject)
+	case o.Jitter < 0 || o.Jitter >= 1:
+		return nil, fmt.Errorf("mcpsync: Jitter %v is outside [0, 1)", o.Jitter)
+	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0:
+		return nil, errors.New("mcpsync: negative interval")
+	}
+	if o.Engine == nil {
+		e, err := NewEngine(nil)
+		if err != nil {
+			return nil, err
+		}
+		o.Engine = e
+	}
+	if o.ClientInfo.Name == "" {
+		o.ClientInfo = Implementation{Name: "mcpsync", Version: "0.1.0"}
+	}
+	if o.RevalidateEvery == 0 {
+		o.RevalidateEvery = 5 * time.Minute
+	}
+	if o.PollEvery == 0 {
+		o.PollEvery = 30 * time.Second
+	}
+	if o.Jitter == 0 {
+		o.Jitter = 0.2
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	c := &Client{
+		opts: o, engine: o.Engine, dial: dial,
+		watches: make(map[string]*watch),
+		listChanged: map[string]*atomic.Uint64{
+			string(mcp.MethodResourcesList): {}, string(mcp.MethodResourcesTemplatesList): {},
+			string(mcp.MethodToolsList): {}, string(mcp.MethodPromptsList): {},
+		},
+		rng: rand.New(rand.NewPCG(seed, seed>>1|1)),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.notes.init()
+	conn, err := c.connect(ctx)
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	c.conn = conn
+	c.wg.Add(1)
+	go c.pump()
+	return c, nil
+}
+
+// Engine returns the engine that holds the local copy.
+func (c *Client) Engine() *Engine { return c.engine }
+
+// Capabilities returns the capability receipt of the current session.
+func (c *Client) Capabilities() CapabilityReceipt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn.caps
+}
+
+// connect dials and initializes a new session and tells the engine.
+func (c *Client) connect(ctx context.Context) (*connection, error) {
+	tr, err := c.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: dial: %w", err)
+	}
+	var options []mcpclient.ClientOption
+	if c.opts.ProtocolVersion != "" {
+		options = append(options, mcpclient.WithProtocolVersion(c.opts.ProtocolVersion))
+	}
+	mc := mcpclient.NewClient(wire.New(tr, rpcError, wireMethods...), options...)
+	conn := &connection{mc: mc, ackCh: make(chan struct{})}
+	// The handler is installed before Start, so no notification is lost
+	// to a missing handler; it only queues, stamped with the session it
+	// arrived on, whose generation is set once initialize is done.
+	var gen atomic.Uint64
+	mc.OnNotification(func(n mcp.JSONRPCNotification) { c.notes.push(note{gen: gen.Load(), conn: conn, n: n}) })
+	if err := mc.Start(ctx); err != nil {
+		_ = mc.Close()
+		return nil, fmt.Errorf("mcpsync: start: %w", err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = c.opts.ProtocolVersion
+	init.Params.ClientInfo = mcp.Implementation{Name: c.opts.ClientInfo.Name, Version: c.opts.ClientInfo.Version}
+	res, err := mc.Initialize(ctx, init)
+	if err != nil {
+		_ = mc.Close()
+		return nil, fmt.Errorf("mcpsync: initialize: %w", err)
+	}
+	version := mc.ProtocolVersion()
+	if version == "" {
+		version = res.ProtocolVersion
+	}
+	caps := CapabilityReceipt{
+		ProtocolVersion: version,
+		Server:          Implementation{Name: res.ServerInfo.Name, Version: res.ServerInfo.Version},
+	}
+	if r := res.Capabilities.Resources; r != nil {
+		caps.Resources, caps.Subscribe, caps.ListChanged = true, r.Subscribe, r.ListChanged
+	}
+	_, inExperimental := res.Capabilities.Experimental[SnapshotCapability]
+	_, inExtensions := res.Capabilities.Extensions[SnapshotCapability]
+	caps.SnapshotList = inExperimental || inExtensions
+	conn.caps, err = c.engine.BeginSession(SessionInfo{SessionID: tr.GetSessionId(), Capabilities: caps})
+	if err != nil {
+		_ = mc.Close()
+		return nil, err
+	}
+	conn.gen = conn.caps.SessionGeneration
+	conn.era = EraOf(version)
+	gen.Store(conn.gen)
+	mc.OnConnectionLost(func(err error) { c.notes.push(note{gen: conn.gen, conn: conn, lost: err}) })
+	return conn, nil
+}
+
+// Close unsubscribes nothing (the server forgets a session that ends), stops
+// every goroutine of the client and closes the connection. Cached versions
+// stay in the engine. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	conn := c.conn
+	c.mu.Unlock()
+	c.cancel()
+	conn.stopListen()
+	err := conn.mc.Close()
+	c.wg.Wait()
+	return err
+}
+
+func (c *Client) current() (*connection, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClientClosed
+	}
+	return c.conn, nil
+}
+
+var errClientClosed = errors.New("mcpsync: client closed")
+
+// Subscribe opens a subscription generation for uri and sends the first
+// read. Where the server can subscribe it does; where it cannot, or the
+// subscribe fails, the subscription polls (ModePoll), and notifications that
+// arrive anyway still trigger fenced reads. Every open subscription also gets
+// a jittered revalidation read, and its staleness bound is published on it.
+func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error) {
+	conn, err := c.current()
+	if err != nil {
+		return Subscription{}, err
+	}
+	return c.subscribe(ctx, conn, uri, TriggerInitial)
+}
+
+func (c *Client) subscribe(ctx context.Context, conn *connection, raw string, trigger Trigger) (Subscription, error) {
+	sub, err := c.engine.Subscribe(raw, c.opts.Principal)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if sub.State != StateSubscribing {
+		return sub, nil // already open in this session
+	}
+	mode := ModePoll
+	if conn.caps.Subscribe {
+		if err := c.serverSubscribe(ctx, conn, raw); err == nil {
+			mode = ModePush
+		}
+	}
+	if _, err := c.engine.Activate(raw, mode); err != nil && !errors.Is(err, ErrIllegalTransition) {
+		return Subscription{}, err
+	}
+	interval := c.opts.RevalidateEvery
+	trig := TriggerRevalidate
+	if mode == ModePoll {
+		interval, trig = c.opts.PollEvery, TriggerPoll
+	}
+	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
+	sub, err = c.engine.PublishStalenessBound(raw, bound)
+	if err != nil {
+		return Subscription{}, err
+	}
+	c.startWatch(sub.URI, raw, interval, trig)
+	c.request(sub.URI, trigger)
+	return c.engine.Subscription(raw)
+}
+
+// subscribe asks the server for notifications on raw: resources/subscribe
+// before 2026-07-28; from then on a subscriptions/listen stream whose filter
+// names every subscribed URI, subscribed once the server acknowledges raw.
+func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	if conn.era == EraLegacy {
+		req := mcp.SubscribeRequest{}
+		req.Params.URI = raw
+		return conn.mc.Subscribe(ctx, req)
+	}
+	acked, err := c.relisten(ctx, conn, func(uris []string) []string { return append(uris, raw) })
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(acked, raw) {
+		return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
+	}
+	return nil
+}
+
+// serverUnsubscribe tells the server to stop notifying raw:
+// resources/unsubscribe before 2026-07-28; from then on a listen stream
+// without raw replaces the current one (or none, when nothing is left).
+func (c *Client) serverUnsubscribe(ctx context.Context, conn *connection, raw string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	if conn.era == EraLegacy {
+		req := mcp.UnsubscribeRequest{}
+		req.Params.URI = raw
+		return conn.mc.Unsubscribe(ctx, req)
+	}
+	acked, err := c.relisten(ctx, conn, func(uris []string) []string {
+		return slices.DeleteFunc(uris, func(u string) bool { return u == raw })
+	})
+	if err != nil {
+		return err
+	}
+	if slices.Contains(acked, raw) {
+		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
+	}
+	return nil
+}
+
+// listenStream is one subscriptions/listen request, open until cancelled.
+type listenStream struct {
+	cancel context.CancelFunc
+	uris   []string
+}
+
+// relisten replaces the connection's listen stream with one for the URIs
+// change returns, and waits for its acknowledgement; it returns the URIs the
+// server acknowledged. A server keeps no subscription state across streams
+// (2026-07-28), so the new stream carries every URI, and cancelling the old
+// one is what stops notifications for a URI left out. With no URI left, no
+// stream is opened.
+func (c *Client) relisten(ctx context.Context, conn *connection, change func([]string) []string) ([]string, error) {
+	conn.mu.Lock()
+	uris := change(slices.Clone(conn.uris))
+	conn.uris = uris
+	if conn.listen != nil {
+		conn.listen.cancel()
+		conn.listen = nil
+	}
+	if len(uris) == 0 {
+		conn.mu.Unlock()
+		return nil, nil
+	}
+	lctx, cancel := context.WithCancel(c.ctx)
+	stream := &listenStream{cancel: cancel, uris: slices.Clone(uris)}
+	conn.listen = stream
+	// Acknowledgements of the stream just cancelled may still be queued;
+	// only one that arrives after this point answers the new stream.
+	conn.ackSeen, conn.ackFresh = nil, false
+	conn.mu.Unlock()
+
+	ended := make(chan error, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: stream.uris})
+		ended <- err
+		if lctx.Err() == nil {
+			// The server ended a stream nobody cancelled: every subscription
+			// it carried has lost its notifications.
+			c.notes.push(note{gen: conn.gen, conn: conn, streamEnded: stream})
+		}
+	}()
+	for {
+		conn.mu.Lock()
+		fresh, seen, next := conn.ackFresh, conn.ackSeen, conn.ackCh
+		conn.mu.Unlock()
+		if fresh {
+			return seen, nil
+		}
+		select {
+		case <-next:
+		case err := <-ended:
+			if err == nil {
+				err = errors.New("mcpsync: listen stream ended before it was acknowledged")
+			}
+			return nil, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// acknowledged records a notifications/subscriptions/acknowledged.
+func (conn *connection) acknowledged(uris []string) {
+	conn.mu.Lock()
+	conn.ackSeen, conn.ackFresh = uris, true
+	close(conn.ackCh)
+	conn.ackCh = make(chan struct{})
+	conn.mu.Unlock()
+}
+
+func (conn *connection) stopListen() {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	if conn.listen != nil {
+		conn.listen.cancel()
+		conn.listen = nil
+	}
+}
+
+// Unsubscribe closes the URI's subscription generation: the fence is frozen
+// first (BeginClose), then the server is told. A lost or timed-out ack
+// leaves the generation UNSUBSCRIBE_UNKNOWN, silent and never reopened.
+// Cached content stays. Unsubscribe is idempotent.
+func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, error) {
+	conn, err := c.current()
+	if err != nil {
+		return Subscription{}, err
+	}
+	before, err := c.engine.Subscription(uri)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if before.CloseEpoch != 0 {
+		return before, nil
+	}
+	if _, err := c.engine.BeginClose(uri); err != nil {
+		return Subscription{}, err
+	}
+	raw := c.stopWatch(before.URI, uri)
+	acked := true
+	if before.Mode == ModePush && before.SessionGeneration == conn.gen {
+		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
+	}
+	return c.engine.FinishClose(uri, acked)
+}
+
+// Read sends one fenced read of a subscribed URI now, outside the
+// coalescing queue, and returns what the fence decided.
+func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
+	t, err := c.engine.IssueTicket(uri, TriggerRevalidate)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return c.read(ctx, t)
+}
+
+// Lookup returns the current version of uri if it may be served to the
+// client's principal (Engine.Lookup).
+func (c *Client) Lookup(uri string) (Entry, error) {
+	return c.engine.Lookup(c.opts.Principal, uri)
+}
+
+// request asks the engine for a coalesced read and dispatches it if one is
+// due now.
+func (c *Client) request(key string, trigger Trigger) {
+	if t, ok, err := c.engine.RequestRead(key, trigger); err == nil && ok {
+		c.dispatch(t)
+	}
+}
+
+// dispatch runs a read and its follow-ups in the background.
+func (c *Client) dispatch(t Ticket) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for next := &t; next != nil; {
+			out, _ := c.read(c.ctx, *next)
+			next = out.FollowUp
+		}
+	}()
+}
+
+// read sends the read of ticket t on the session that issued it, and hands
+// the answer to the fence. A read of a session that is gone is abandoned:
+// the fence would refuse its answer anyway.
+func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
+	c.mu.Lock()
+	conn, raw := c.conn, t.URI
+	if w := c.watches[t.URI]; w != nil {
+		raw = w.raw
+	}
+	c.mu.Unlock()
+	if conn.gen != t.SessionGeneration {
+		next, err := c.engine.Fail(t)
+		return Outcome{FollowUp: next}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = raw
+	res, err := conn.mc.ReadResource(rctx, req)
+	cancel()
+	var result ReadResult
+	var rpc *RPCError
+	switch {
+	case err == nil:
+		result = ReadResultFromMCP(res)
+	case errors.As(err, &rpc) && rpc.ResourceNotFound(conn.era):
+		result = NotFoundResult()
+	default:
+		next, ferr := c.engine.Fail(t)
+		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("mcpsync: read %s: %w", raw, err), ferr)
+	}
+	out, err := c.engine.Complete(t, result)
+	if c.opts.OnOutcome != nil {
+		c.opts.OnOutcome(out)
+	}
+	return out, err
+}
+
+// startWatch runs the jittered revalidation (or poll) loop of a URI.
+func (c *Client) startWatch(key, raw string, interval time.Duration, trigger Trigger) {
+	ctx, stop := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	if old := c.watches[key]; old != nil {
+		old.stop()
+	}
+	c.watches[key] = &watch{raw: raw, stop: stop}
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		timer := time.NewTimer(c.jittered(interval))
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+				c.request(key, trigger)
+				timer.Reset(c.jittered(interval))
+			}
+		}
+	}()
+}
+
+func (c *Client) stopWatch(key, fallback string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.watches[key]
+	if w == nil {
+		return fallback
+	}
+	w.stop()
+	delete(c.watches, key)
+	return w.raw
+}
+
+// jittered returns d varied by up to ±Jitter.
+func (c *Client) jittered(d time.Duration) time.Duration {
+	c.mu.Lock()
+	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
+	c.mu.Unlock()
+	return time.Duration(float64(d) * f)
+}
+
+// Reconnect replaces the session: a new connection and session generation,
+// every subscription re-established as a new generation and re-read
+// (notifications sent during the gap are lost by definition). Results of the
+// old session are refused from now on.
+func (c *Client) Reconnect(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errClientClosed
+	}
+	old := c.conn
+	c.mu.Unlock()
+	old.stopListen()
+	_ = old.mc.Close()
+	conn, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.conn = conn
+	raws := make(map[string]string, len(c.watches))
+	for key, w := range c.watches {
+		raws[key] = w.raw
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, raw := range raws {
+		if _, err := c.subscribe(ctx, conn, raw, TriggerReconnect); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ListChanged returns how many list_changed notifications the client has
+// seen for a list method ("resources/list", "resources/templates/list",
+// "tools/list", "prompts/list"); discovery compares it before and after each
+// pass.
+func (c *Client) ListChanged(method string) uint64 {
+	if n := c.listChanged[method]; n != nil {
+		return n.Load()
+	}
+	return 0
+}
+
+// note is one notification as it arrived, stamped with its session.
+type note struct {
+	gen  uint64
+	conn *connection
+	n    mcp.JSONRPCNotification
+	lost error // set instead of n when the connection was lost
+	// streamEnded is set instead of n when the server ended a listen stream.
+	streamEnded *listenStream
+}
+
+// noteQueue is an unbounded FIFO: push never blocks, so mcp-go's read loop
+// never waits on the client (mcp-go's own buffer drops notifications when
+// full, which is one of the losses the revalidation read exists for).
+type noteQueue struct {
+	mu    sync.Mutex // protects items
+	items []note
+	ready chan struct{} // holds a token while items is non-empty
+}
+
+func (q *noteQueue) init() { q.ready = make(chan struct{}, 1) }
+
+func (q *noteQueue) push(n note) {
+	q.mu.Lock()
+	q.items = append(q.items, n)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *noteQueue) drain() []note {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = nil
+	return items
+}
+
+// pump handles queued notifications in arrival order.
+func (c *Client) pump() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.notes.ready:
+		}
+		for _, n := range c.notes.drain() {
+			c.handle(n)
+		}
+	}
+}
+
+func (c *Client) handle(n note) {
+	c.mu.Lock()
+	current := c.conn
+	c.mu.Unlock()
+	switch {
+	case n.lost != nil:
+		return // the caller decides when to Reconnect; reads fail meanwhile
+	case n.streamEnded != nil:
+		if n.conn == current {
+			c.wg.Add(1)
+			go c.reestablish(n.conn, n.streamEnded)
+		}
+		return
+	}
+	params := n.n.Params.AdditionalFields
+	switch n.n.Method {
+	case string(mcp.MethodNotificationResourceUpdated):
+		uri, _ := params["uri"].(string)
+		if n.gen != current.gen {
+			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
+			return
+		}
+		t, ok, err := c.engine.Notify(uri)
+		switch {
+		case err != nil:
+			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
+		case ok:
+			c.dispatch(t)
+		}
+	case string(mcp.MethodNotificationResourcesListChanged):
+		// One notification covers resources and their templates.
+		c.listChanged[string(mcp.MethodResourcesList)].Add(1)
+		c.listChanged[string(mcp.MethodResourcesTemplatesList)].Add(1)
+	case string(mcp.MethodNotificationToolsListChanged):
+		c.listChanged[string(mcp.MethodToolsList)].Add(1)
+	case string(mcp.MethodNotificationPromptsListChanged):
+		c.listChanged[string(mcp.MethodPromptsList)].Add(1)
+	case mcp.MethodNotificationSubscriptionsAcknowledged:
+		var uris []string
+		if f, ok := params["notifications"].(map[string]any); ok {
+			list, _ := f["resourceSubscriptions"].([]any)
+			for _, u := range list {
+				if s, ok := u.(string); ok {
+					uris = append(uris, s)
+				}
+			}
+		}
+		n.conn.acknowledged(uris)
+	}
+}
+
+// reestablish handles a listen stream the server ended: the subscriptions it
+// carried lost their notifications, so each generation is closed (the
+// server kept no state to unsubscribe) and a new one is opened and re-read.
+// A server that keeps ending streams gets them back no faster than a
+// doubling backoff allows, up to RevalidateEvery.
+func (c *Client) reestablish(conn *connection, stream *listenStream) {
+	defer c.wg.Done()
+	conn.mu.Lock()
+	if conn.listen != stream {
+		conn.mu.Unlock()
+		return // already replaced by a newer stream
+	}
+	conn.listen, conn.uris = nil, nil
+	conn.ends++
+	delay := min(time.Second<<min(conn.ends-1, 16), c.opts.RevalidateEvery)
+	conn.mu.Unlock()
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-c.ctx.Done():
+		return
+	case <-timer.C:
+	}
+	for _, raw := range stream.uris {
+		if _, err := c.engine.BeginClose(raw); err != nil {
+			continue
+		}
+		if _, err := c.engine.FinishClose(raw, true); err != nil {
+			continue
+		}
+		_, _ = c.subscribe(c.ctx, conn, raw, TriggerReconnect)
+	}
 }

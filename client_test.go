@@ -1,9 +1,17 @@
 package mcpsync_test
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 )
@@ -34,5 +42,200 @@ func TestResourceNotFoundByCodeAndEra(t *testing.T) {
 	for _, tc := range cases {
 		err := &mcpsync.RPCError{Method: "resources/read", Code: tc.code, Message: "whatever the text says"}
 		assert.Equal(t, tc.absent, err.ResourceNotFound(tc.era), "%d in %s", tc.code, tc.era)
+	}
+}
+
+// docServer is a plain mcp-go server with one text resource.
+type docServer struct {
+	mu   sync.Mutex
+	body string
+	srv  *server.MCPServer
+}
+
+func newDocServer(body string) *docServer {
+	d := &docServer{body: body}
+	d.srv = server.NewMCPServer("doc-server", "1.0.0", server.WithResourceCapabilities(true, true))
+	d.srv.AddResource(mcp.NewResource(docURI, "a", mcp.WithMIMEType("text/markdown")), d.read)
+	return d
+}
+
+func (d *docServer) read(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return []mcp.ResourceContents{mcp.TextResourceContents{URI: docURI, MIMEType: "text/markdown", Text: d.body}}, nil
+}
+
+func (d *docServer) set(body string) {
+	d.mu.Lock()
+	d.body = body
+	d.mu.Unlock()
+	d.srv.SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": docURI})
+}
+
+func (d *docServer) dial(ctx context.Context) (transport.Interface, error) {
+	return transport.NewInProcessTransport(d.srv), nil
+}
+
+func TestClientFollowsUpdates(t *testing.T) {
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			d := newDocServer("v1")
+			outcomes := make(chan mcpsync.Outcome, 16)
+			c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{
+				Principal: alice, ProtocolVersion: version,
+				OnOutcome: func(o mcpsync.Outcome) { outcomes <- o },
+			})
+			require.NoError(t, err)
+			defer c.Close()
+			assert.Equal(t, version, c.Capabilities().ProtocolVersion)
+
+			_, err = c.Subscribe(t.Context(), docURI)
+			require.NoError(t, err)
+			first := <-outcomes
+			require.True(t, first.Accepted, "%+v", first)
+			entry, err := c.Lookup(docURI)
+			require.NoError(t, err)
+			assert.Equal(t, "v1", entry.Contents[0].Text)
+
+			d.set("v2")
+			second := <-outcomes
+			require.True(t, second.Accepted)
+			entry, err = c.Lookup(docURI)
+			require.NoError(t, err)
+			assert.Equal(t, "v2", entry.Contents[0].Text)
+		})
+	}
+}
+
+// A server without the subscribe capability gets jittered periodic reads,
+// with a published staleness bound, never a pretence of real time.
+func TestClientPollsWithoutSubscribeCapability(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDocServer("v1")
+		d.srv = server.NewMCPServer("no-subscribe", "1.0.0", server.WithResourceCapabilities(false, false))
+		d.srv.AddResource(mcp.NewResource(docURI, "a"), d.read)
+		c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{
+			Principal: alice, ProtocolVersion: "2025-11-25", PollEvery: 30 * time.Second, Jitter: 0.1, Seed: 7,
+		})
+		require.NoError(t, err)
+		defer c.Close()
+		sub, err := c.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.ModePoll, sub.Mode)
+		assert.Equal(t, int64(33000), sub.StalenessBoundMs)
+		synctest.Wait()
+		assert.Equal(t, "v1", lookupText(t, c))
+
+		d.mu.Lock()
+		d.body = "v2" // no notification: only polling can see it
+		d.mu.Unlock()
+		time.Sleep(26 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, "v1", lookupText(t, c), "no poll before the jittered interval")
+		time.Sleep(8 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, "v2", lookupText(t, c), "within the published bound")
+	})
+}
+
+func lookupText(t *testing.T, c *mcpsync.Client) string {
+	t.Helper()
+	entry, err := c.Lookup(docURI)
+	require.NoError(t, err)
+	return entry.Contents[0].Text
+}
+
+func connectDoc(t *testing.T, d *docServer, version string, outcomes chan mcpsync.Outcome) *mcpsync.Client {
+	t.Helper()
+	c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{
+		Principal: alice, ProtocolVersion: version,
+		OnOutcome: func(o mcpsync.Outcome) {
+			if outcomes != nil {
+				outcomes <- o
+			}
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// A deleted resource is recognised by its error code in both eras (-32002
+// before 2026-07-28, -32602 from then on), goes through the fence to
+// TOMBSTONE_PENDING, and waits for list reconciliation.
+func TestClientNotFoundByCode(t *testing.T) {
+	for _, version := range []string{"2025-06-18", "2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			d := newDocServer("v1")
+			outcomes := make(chan mcpsync.Outcome, 16)
+			c := connectDoc(t, d, version, outcomes)
+			_, err := c.Subscribe(t.Context(), docURI)
+			require.NoError(t, err)
+			require.True(t, (<-outcomes).Accepted)
+
+			d.srv.DeleteResources(docURI)
+			d.set("gone")
+			gone := <-outcomes
+			require.True(t, gone.Accepted)
+			assert.Equal(t, mcpsync.DecisionTombstonePending, gone.Version.Decision)
+			sub, err := c.Engine().Subscription(docURI)
+			require.NoError(t, err)
+			assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+			_, err = c.Lookup(docURI)
+			require.ErrorIs(t, err, mcpsync.ErrTombstonePending)
+		})
+	}
+}
+
+func TestClientUnsubscribe(t *testing.T) {
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			d := newDocServer("v1")
+			outcomes := make(chan mcpsync.Outcome, 16)
+			c := connectDoc(t, d, version, outcomes)
+			_, err := c.Subscribe(t.Context(), docURI)
+			require.NoError(t, err)
+			require.True(t, (<-outcomes).Accepted)
+
+			sub, err := c.Unsubscribe(t.Context(), docURI)
+			require.NoError(t, err)
+			assert.Equal(t, mcpsync.StateClosed, sub.State)
+			again, err := c.Unsubscribe(t.Context(), docURI)
+			require.NoError(t, err, "idempotent")
+			assert.Equal(t, sub.CloseEpoch, again.CloseEpoch)
+			assert.Equal(t, "v1", lookupText(t, c), "cached content stays after unsubscribe")
+		})
+	}
+}
+
+// After a reconnect every subscription is re-established as a new
+// generation of a new session, and re-read.
+func TestClientReconnectReestablishes(t *testing.T) {
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			d := newDocServer("v1")
+			outcomes := make(chan mcpsync.Outcome, 16)
+			c := connectDoc(t, d, version, outcomes)
+			before, err := c.Subscribe(t.Context(), docURI)
+			require.NoError(t, err)
+			require.True(t, (<-outcomes).Accepted)
+
+			d.mu.Lock()
+			d.body = "changed while disconnected"
+			d.mu.Unlock()
+			require.NoError(t, c.Reconnect(t.Context()))
+			reread := <-outcomes
+			require.True(t, reread.Accepted)
+			assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+			after, err := c.Engine().Subscription(docURI)
+			require.NoError(t, err)
+			assert.Equal(t, before.SessionGeneration+1, after.SessionGeneration)
+			assert.Equal(t, before.SubscriptionGeneration+1, after.SubscriptionGeneration)
+			assert.Equal(t, "changed while disconnected", lookupText(t, c))
+
+			d.set("v3")
+			require.True(t, (<-outcomes).Accepted, "notifications flow on the new session")
+			assert.Equal(t, "v3", lookupText(t, c))
+		})
 	}
 }

@@ -32,6 +32,9 @@ const (
 	// ReasonInvalidContent: a content item cannot be decoded (bad base64, an
 	// unusable URI, an unknown item type).
 	ReasonInvalidContent StaleReason = "INVALID_CONTENT"
+	// ReasonNotSubscribed: a notification for a URI with no open
+	// subscription in the current session.
+	ReasonNotSubscribed StaleReason = "NOT_SUBSCRIBED"
 	// ReasonReconciliationRequired: the ledger never issued this ordinal, so
 	// its own record is in doubt; the subscription moves to
 	// RECONCILIATION_REQUIRED.
@@ -349,8 +352,9 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 }
 
 // settle removes ticket ord (and, when it passed the fence, every ticket
-// below it, which can no longer pass) and returns an open subscription with
-// no read left in flight to ACTIVE.
+// below it, which can no longer pass). An open subscription then says whether
+// reads are still in flight: READ_PENDING while any ticket is unsettled,
+// ACTIVE once none is.
 func settle(next *Record, path *transitions, ord uint64, passed bool) {
 	kept := next.Tickets[:0:0]
 	for _, held := range next.Tickets {
@@ -363,8 +367,11 @@ func settle(next *Record, path *transitions, ord uint64, passed bool) {
 		kept = nil
 	}
 	next.Tickets = kept
-	if len(kept) == 0 && (next.State == StateReadPending || next.State == StateVersionAccepted) {
+	switch {
+	case len(kept) == 0 && (next.State == StateReadPending || next.State == StateVersionAccepted):
 		_ = path.move(next, evSettle)
+	case len(kept) > 0 && next.State == StateVersionAccepted:
+		_ = path.move(next, evReadsInFlight)
 	}
 }
 

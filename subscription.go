@@ -52,6 +52,7 @@ const (
 	evIssueRead       = "issue read"
 	evAccept          = "accept"
 	evSettle          = "settle"
+	evReadsInFlight   = "reads in flight"
 	evNotFound        = "not found"
 	evBeginClose      = "begin close"
 	evCloseAcked      = "unsubscribe acked"
@@ -67,16 +68,15 @@ const (
 var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 	evSubscribe: {StateDiscovered: StateSubscribing},
 	evActivate:  {StateSubscribing: StateActive},
-	evNotify: {
-		StateActive: StateUpdateSeen, StateVersionAccepted: StateUpdateSeen,
-		StateUpdateSeen: StateUpdateSeen,
-	},
-	evIssueRead: {
-		StateActive: StateReadPending, StateUpdateSeen: StateReadPending,
-		StateVersionAccepted: StateReadPending, StateReadPending: StateReadPending,
-	},
-	evAccept: {StateReadPending: StateVersionAccepted, StateVersionAccepted: StateVersionAccepted},
-	evSettle: {StateReadPending: StateActive, StateVersionAccepted: StateActive},
+	// A pulse while reads are in flight changes no state: the read queue
+	// marks the URI dirty instead.
+	evNotify:    {StateActive: StateUpdateSeen, StateUpdateSeen: StateUpdateSeen},
+	evIssueRead: {StateActive: StateReadPending, StateUpdateSeen: StateReadPending, StateReadPending: StateReadPending},
+	evAccept:    {StateReadPending: StateVersionAccepted},
+	// VERSION_ACCEPTED is left in the same step: to ACTIVE when no read is
+	// left in flight, back to READ_PENDING when another one is.
+	evSettle:        {StateReadPending: StateActive, StateVersionAccepted: StateActive},
+	evReadsInFlight: {StateVersionAccepted: StateReadPending},
 	evNotFound: {
 		StateReadPending: StateTombstonePending, StateVersionAccepted: StateTombstonePending,
 	},
@@ -159,8 +159,12 @@ type SubscriptionInfo struct {
 	Capabilities      CapabilityReceipt
 	Generation        uint64
 	Mode              SubscriptionMode
-	StartedAt         time.Time
-	EndedAt           time.Time
+	// StalenessBound is how old the local copy may be while the
+	// subscription is open: the revalidation or poll interval plus its
+	// jitter. Zero when none was published.
+	StalenessBound time.Duration
+	StartedAt      time.Time
+	EndedAt        time.Time
 }
 
 func (s *SubscriptionInfo) withEnd(at time.Time) *SubscriptionInfo {
@@ -184,6 +188,7 @@ type Subscription struct {
 	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
 	State                  SubscriptionState `json:"state"`
 	Mode                   SubscriptionMode  `json:"mode,omitempty"`
+	StalenessBoundMs       int64             `json:"stalenessBoundMs,omitempty"`
 	StartedAt              time.Time         `json:"startedAt"`
 	EndedAt                time.Time         `json:"endedAt,omitzero"`
 	LastNotificationSeq    uint64            `json:"lastNotificationSeq"`
@@ -200,6 +205,7 @@ func subscriptionOf(key string, r *Record) Subscription {
 		i := r.Sub
 		s.Principal, s.Server, s.SessionGeneration, s.SessionID = i.Principal, i.Server, i.SessionGeneration, i.SessionID
 		s.Capabilities, s.SubscriptionGeneration, s.Mode = i.Capabilities, i.Generation, i.Mode
+		s.StalenessBoundMs = i.StalenessBound.Milliseconds()
 		s.StartedAt, s.EndedAt = i.StartedAt, i.EndedAt
 	}
 	s.LastNotificationSeq, s.LastAcceptedDigest = r.LastNotificationSeq, r.LastAcceptedDigest
@@ -332,6 +338,34 @@ func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, e
 	})
 }
 
+// PublishStalenessBound records on the open subscription how old its local
+// copy may get: with ModePoll, the poll interval plus jitter; with
+// ModePush, the revalidation interval plus jitter, since a lost
+// notification is only caught by the next revalidation read.
+func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subscription, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Subscription{}, err
+	}
+	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		if !cur.State.open() {
+			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: "publish staleness bound"}
+		}
+		next := cur.clone()
+		info := *cur.Sub
+		info.StalenessBound = bound
+		next.Sub = &info
+		return next, nil, nil
+	})
+	if err != nil {
+		return Subscription{}, err
+	}
+	return subscriptionOf(key, next), nil
+}
+
 // FinishClose records the outcome of resources/unsubscribe: acked moves the
 // closing generation to CLOSED; a lost or timed-out ack to
 // UNSUBSCRIBE_UNKNOWN, which stays silent and is never reopened.
@@ -425,7 +459,7 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		}
 		next := cur.clone()
 		next.LastNotificationSeq++
-		if next.State != StateReadPending {
+		if len(next.Tickets) == 0 {
 			if err := path.move(next, evNotify); err != nil {
 				return nil, nil, err
 			}

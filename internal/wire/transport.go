@@ -1,0 +1,129 @@
+// Package wire wraps an mcp-go client transport so that JSON-RPC errors of
+// the methods the sync engine depends on reach it with their code intact.
+package wire
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// ErrorFunc builds the error a JSON-RPC error response becomes.
+type ErrorFunc func(method string, code int, message string, data json.RawMessage) error
+
+// Transport is a transport.Interface that turns the JSON-RPC error responses
+// of selected methods into Go errors built by an ErrorFunc.
+//
+// mcp-go (v1.2.1, mcp/errors.go AsError) maps a JSON-RPC error to a sentinel
+// for the codes it knows and to a plain error otherwise, and drops the data
+// member either way. Returning the error from SendRequest instead makes
+// mcp-go wrap it in a *transport.Error, which unwraps to ours, so callers get
+// the code and data with errors.As. Methods not selected (initialize,
+// server/discover, …) pass through untouched: mcp-go's protocol negotiation
+// branches on its own error values.
+type Transport struct {
+	inner   transport.Interface
+	methods map[string]bool
+	toError ErrorFunc
+}
+
+// New wraps inner; the JSON-RPC errors of methods become toError's errors.
+//
+// The wrapper implements transport.HTTPConnection only when inner does:
+// mcp-go changes behaviour on that assertion (cancellation by
+// notifications/cancelled, header mirroring), so the wrapper must look like
+// what it wraps. The other optional interfaces are forwarded, and are no-ops
+// when inner lacks them, as mcp-go's own fallbacks are.
+func New(inner transport.Interface, toError ErrorFunc, methods ...string) transport.Interface {
+	m := make(map[string]bool, len(methods))
+	for _, name := range methods {
+		m[name] = true
+	}
+	t := &Transport{inner: inner, methods: m, toError: toError}
+	if _, ok := inner.(transport.HTTPConnection); ok {
+		return httpTransport{t}
+	}
+	return t
+}
+
+// Start starts the inner transport.
+func (t *Transport) Start(ctx context.Context) error { return t.inner.Start(ctx) }
+
+type rawKey struct{}
+
+// WithRawResult returns a context under which SendRequest copies the raw
+// JSON result of the request into *dst.
+//
+// mcp-go (v1.2.1) parses nextCursor into a string with omitempty, so an
+// absent nextCursor and an empty one look alike; from 2026-07-28 on "" is a
+// valid cursor and only absence ends a listing. The raw result keeps the
+// difference, and the list result's _meta, for discovery.
+func WithRawResult(ctx context.Context, dst *json.RawMessage) context.Context {
+	return context.WithValue(ctx, rawKey{}, dst)
+}
+
+// SendRequest sends request and keeps the JSON-RPC error of selected methods.
+func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	resp, err := t.inner.SendRequest(ctx, request)
+	if dst, ok := ctx.Value(rawKey{}).(*json.RawMessage); ok && err == nil && resp != nil {
+		*dst = append((*dst)[:0], resp.Result...)
+	}
+	if err != nil || resp == nil || resp.Error == nil || !t.methods[request.Method] {
+		return resp, err
+	}
+	var data json.RawMessage
+	if resp.Error.Data != nil {
+		data, _ = json.Marshal(resp.Error.Data)
+	}
+	return nil, t.toError(request.Method, resp.Error.Code, resp.Error.Message, data)
+}
+
+// SendNotification sends a notification through the inner transport.
+func (t *Transport) SendNotification(ctx context.Context, n mcp.JSONRPCNotification) error {
+	return t.inner.SendNotification(ctx, n)
+}
+
+// SetNotificationHandler sets the inner transport's notification handler.
+func (t *Transport) SetNotificationHandler(handler func(mcp.JSONRPCNotification)) {
+	t.inner.SetNotificationHandler(handler)
+}
+
+// Close closes the inner transport.
+func (t *Transport) Close() error { return t.inner.Close() }
+
+// GetSessionId returns the inner transport's session id.
+func (t *Transport) GetSessionId() string { return t.inner.GetSessionId() }
+
+// SetRequestHandler forwards server-to-client requests (sampling,
+// elicitation, roots) when the inner transport carries them.
+func (t *Transport) SetRequestHandler(handler transport.RequestHandler) {
+	if bi, ok := t.inner.(transport.BidirectionalInterface); ok {
+		bi.SetRequestHandler(handler)
+	}
+}
+
+// httpTransport is the wrapper of an HTTP transport.
+type httpTransport struct{ *Transport }
+
+// SetProtocolVersion forwards the negotiated version, which HTTP transports
+// send as a header on every request.
+func (t httpTransport) SetProtocolVersion(version string) {
+	t.inner.(transport.HTTPConnection).SetProtocolVersion(version)
+}
+
+// SetConnectionLostHandler forwards mcp-go's connection-lost hook when the
+// inner transport supports it.
+func (t *Transport) SetConnectionLostHandler(handler func(error)) {
+	if c, ok := t.inner.(interface{ SetConnectionLostHandler(func(error)) }); ok {
+		c.SetConnectionLostHandler(handler)
+	}
+}
+
+// RequiresLegacyProtocol reports what the inner transport reports: some
+// configurations (continuous listening over HTTP) rule out 2026-07-28.
+func (t *Transport) RequiresLegacyProtocol() bool {
+	l, ok := t.inner.(interface{ RequiresLegacyProtocol() bool })
+	return ok && l.RequiresLegacyProtocol()
+}
