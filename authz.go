@@ -53,6 +53,8 @@ func (e *Engine) RecordDerived(a DerivedArtifact) error {
 		}
 		c := cur.Current.Version
 		switch {
+		case cur.Current.Status == VersionQuarantined && !c.After(a.Version) && !a.Version.After(c):
+			return nil, nil, fmt.Errorf("%w: %s ordinal %d was quarantined", ErrQuarantined, key, c.ReadOrdinal)
 		case a.Version.After(c):
 			return nil, nil, fmt.Errorf("%w: %s generation %d ordinal %d is newer than the current version",
 				ErrUnknownVersion, key, a.Version.SubscriptionGeneration, a.Version.ReadOrdinal)

@@ -310,7 +310,9 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 			return nil, nil, err
 		}
 		settle(next, path, t.ReadOrdinal, true)
-		if cur.Current != nil {
+		// A revoked version stays revoked: no later state may make it
+		// servable, or make a revocation look undone.
+		if cur.Current != nil && cur.Current.Status != VersionRevoked {
 			sv := *cur.Current
 			sv.Status = VersionTombstonePending
 			next.Current = &sv
@@ -500,7 +502,9 @@ func (e *Engine) confirmTombstone(key string, path *transitions) (uint64, error)
 		}
 		next.Tickets = nil
 		next.Sub = cur.Sub.withEnd(e.now())
-		if cur.Current == nil {
+		// Nothing to tell consumers about a version they were already told
+		// to delete (tombstoned by an earlier generation, or revoked).
+		if cur.Current == nil || cur.Current.Status == VersionTombstoned || cur.Current.Status == VersionRevoked {
 			return next, nil, nil
 		}
 		sv := *cur.Current

@@ -41,8 +41,8 @@ var (
 	modelStrayURI = "file:///model/stray.md"
 	modelSubjects = []string{"user:alice", "user:bob"}
 	// Repeating a body gives UNCHANGED, switching gives ACCEPTED, and the
-	// poison body is QUARANTINED.
-	modelBodies = []string{"one", "two", modelPoison}
+	// poison body is QUARANTINED; "one" is listed twice so repeats are common.
+	modelBodies = []string{"one", "one", "two", modelPoison}
 	// Content is listed three times so that most results carry content.
 	modelResultKinds = []resultKind{
 		resultContent, resultContent, resultContent,
@@ -175,11 +175,12 @@ type uriModel struct {
 	// The read queue: a queued read of this URI is in flight, and a pulse
 	// arrived meanwhile.
 	processing, dirty bool
+	processingID      uint64 // request id of the queued read in flight
 
 	// Observed from the engine, not predicted: the newest position an
 	// outcome passed at, and the watermark last seen.
-	passedPos    fencePos
-	seenGen      uint64
+	passedPos     fencePos
+	seenGen       uint64
 	seenWatermark uint64
 }
 
@@ -275,16 +276,16 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 	for _, key := range modelURIs {
 		m.uris[key] = &uriModel{key: key, closeBegunGens: make(map[uint64]bool)}
 	}
-	// Sometimes the first actions run before any session, where Subscribe
-	// must refuse with ErrNoSession.
-	if !rapid.Bool().Draw(rt, "start with a session") {
+	// Now and then the first actions run before any session, where
+	// Subscribe must refuse with ErrNoSession.
+	if rapid.IntRange(0, 7).Draw(rt, "start (7: without a session)") == 7 {
 		return m
 	}
 	m.beginSession(rt)
 	// Most interleavings worth having start from open subscriptions; starting
 	// some there keeps the random steps for what comes after.
 	for _, key := range modelURIs {
-		if rapid.Bool().Draw(rt, "open "+key) {
+		if rapid.IntRange(0, 3).Draw(rt, "start "+key+" (3: unsubscribed)") != 3 {
 			who := rapid.SampledFrom(modelSubjects).Draw(rt, "principal of "+key)
 			_, err := m.e.Subscribe(key, who)
 			require.NoError(rt, err)
@@ -296,10 +297,6 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 	}
 	return m
 }
-
-// liveSession is the generation the engine's fence compares with: 0 before
-// the first BeginSession.
-func (m *modelMachine) liveSession() uint64 { return m.session }
 
 func (m *modelMachine) want(k entryKey) {
 	m.wantStep = append(m.wantStep, k)
@@ -325,9 +322,9 @@ func (m *modelMachine) actions() map[string]func(*rapid.T) {
 		{"deliverTwice", 1, m.deliverTwice},
 		{"deliverForged", 1, m.deliverForged},
 		{"beginClose", 1, m.beginClose},
-		{"finishClose", 1, m.finishClose},
+		{"finishClose", 2, m.finishClose},
 		{"resolveUnsubscribe", 1, m.resolveUnsubscribe},
-		{"reconcile", 2, m.reconcile},
+		{"reconcile", 3, m.reconcile},
 		{"revokeSubject", 1, m.revokeSubject},
 		{"recordDerived", 1, m.recordDerived},
 		{"beginSession", 1, m.beginSession},
@@ -482,7 +479,7 @@ func (m *modelMachine) issueErr(u *uriModel) error {
 	switch {
 	case u.gen == 0:
 		return mcpsync.ErrUnknownURI
-	case u.session != m.liveSession():
+	case u.session != m.session:
 		return mcpsync.ErrIllegalTransition
 	case len(u.held) >= modelMaxReads:
 		return mcpsync.ErrTooManyReads
@@ -523,7 +520,7 @@ func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, ok b
 		return
 	}
 	require.True(rt, ok, "%s with no read in flight issues one", what)
-	u.processing = true
+	u.processing, u.processingID = true, t.RequestID
 	m.issued(rt, u, t, true)
 }
 
@@ -531,10 +528,14 @@ func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, ok b
 // dirty meanwhile and can still be read.
 func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *mcpsync.Ticket) {
 	rt.Helper()
-	if !f.queued || !u.dirty {
-		if f.queued {
-			u.processing = false
-		}
+	if !f.queued || !u.processing || f.t.RequestID != u.processingID {
+		// Only the completion of the queue's own read in flight ends its
+		// processing; a stale or duplicate one changes nothing.
+		require.Nil(rt, follow, "no follow-up read from a completion that is not the queue's")
+		return
+	}
+	if !u.dirty {
+		u.processing = false
 		require.Nil(rt, follow, "no follow-up read without a pulse during the read")
 		return
 	}
@@ -545,6 +546,7 @@ func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *mcpsync.
 		return
 	}
 	require.NotNil(rt, follow, "a pulse during the read gets exactly one follow-up")
+	u.processingID = follow.RequestID
 	m.issued(rt, u, *follow, true)
 }
 
@@ -554,7 +556,7 @@ func (m *modelMachine) notify(rt *rapid.T) {
 	switch {
 	case u.gen == 0:
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Notify")
-	case u.phase != phaseOpen || u.session != m.liveSession():
+	case u.phase != phaseOpen || u.session != m.session:
 		requireRefusal(rt, err, mcpsync.ErrIllegalTransition, "Notify")
 	default:
 		m.enqueued(rt, u, t, ok, err, "Notify")
@@ -656,7 +658,7 @@ func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, b
 	switch {
 	case u.gen == 0:
 		return mcpsync.ReasonUnknownRequest, ""
-	case t.SessionGeneration != u.session || t.SubscriptionGeneration != u.gen || t.SessionGeneration != m.liveSession():
+	case t.SessionGeneration != u.session || t.SubscriptionGeneration != u.gen || t.SessionGeneration != m.session:
 		return mcpsync.ReasonGenerationMismatch, ""
 	case u.closeBegun:
 		return mcpsync.ReasonStaleAfterClose, ""
@@ -718,7 +720,7 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	switch d.wantDecision {
 	case mcpsync.DecisionTombstonePending:
 		u.phase = phaseTombstonePending
-		if u.current != nil {
+		if u.current != nil && u.current.status != mcpsync.VersionRevoked {
 			u.current.status = mcpsync.VersionTombstonePending
 		}
 	case mcpsync.DecisionQuarantined:
@@ -764,7 +766,7 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
 		require.False(rt, ok)
 		u.phase, u.held = phaseTombstoned, nil
-		if c := u.current; c != nil {
+		if c := u.current; c != nil && c.status != mcpsync.VersionTombstoned && c.status != mcpsync.VersionRevoked {
 			m.want(entryKey{u.key, mcpsync.InvalidateTombstoned, c.subject, fencePos{}})
 			c.status = mcpsync.VersionTombstoned
 		}
@@ -828,6 +830,8 @@ func (m *modelMachine) recordDerived(rt *rapid.T) {
 		want = mcpsync.ErrUnknownVersion
 	case !c.pos.after(posOf(v)) && v.Digest != c.digest:
 		want = mcpsync.ErrUnknownVersion
+	case c.status == mcpsync.VersionQuarantined && c.pos == posOf(v):
+		want = mcpsync.ErrQuarantined
 	}
 	requireRefusal(rt, err, want, "RecordDerived")
 	if want != nil {

@@ -76,7 +76,7 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 	// VERSION_ACCEPTED is left in the same step: to ACTIVE when no read is
 	// left in flight, back to READ_PENDING when another one is.
 	evSettle:        {StateReadPending: StateActive, StateVersionAccepted: StateActive},
-	evReadsInFlight: {StateVersionAccepted: StateReadPending},
+	evReadsInFlight: {StateVersionAccepted: StateReadPending, StateActive: StateReadPending},
 	evNotFound: {
 		StateReadPending: StateTombstonePending, StateVersionAccepted: StateTombstonePending,
 	},
@@ -331,10 +331,11 @@ func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, e
 	if mode != ModePush && mode != ModePoll {
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
-	return e.step(rawURI, evActivate, func(next *Record) {
+	return e.step(rawURI, evActivate, func(next *Record, _ *transitions) error {
 		info := *next.Sub
 		info.Mode = mode
 		next.Sub = &info
+		return nil
 	})
 }
 
@@ -371,7 +372,7 @@ func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subs
 // UNSUBSCRIBE_UNKNOWN, which stays silent and is never reopened.
 func (e *Engine) FinishClose(rawURI string, acked bool) (Subscription, error) {
 	if acked {
-		return e.step(rawURI, evCloseAcked, func(next *Record) { next.Sub = next.Sub.withEnd(e.now()) })
+		return e.step(rawURI, evCloseAcked, e.ended)
 	}
 	return e.step(rawURI, evCloseLost, nil)
 }
@@ -379,12 +380,18 @@ func (e *Engine) FinishClose(rawURI string, acked bool) (Subscription, error) {
 // ResolveUnsubscribe closes an UNSUBSCRIBE_UNKNOWN generation once its outcome
 // was reconciled on the same session. (Ending the session closes it too.)
 func (e *Engine) ResolveUnsubscribe(rawURI string) (Subscription, error) {
-	return e.step(rawURI, evResolveClose, func(next *Record) { next.Sub = next.Sub.withEnd(e.now()) })
+	return e.step(rawURI, evResolveClose, e.ended)
+}
+
+// ended stamps the end of a generation.
+func (e *Engine) ended(next *Record, _ *transitions) error {
+	next.Sub = next.Sub.withEnd(e.now())
+	return nil
 }
 
 // step applies one event of the current generation, with an optional change
 // to the new record.
-func (e *Engine) step(rawURI, event string, change func(*Record)) (Subscription, error) {
+func (e *Engine) step(rawURI, event string, change func(*Record, *transitions) error) (Subscription, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Subscription{}, err
@@ -400,7 +407,9 @@ func (e *Engine) step(rawURI, event string, change func(*Record)) (Subscription,
 			return nil, nil, err
 		}
 		if change != nil {
-			change(next)
+			if err := change(next, &path); err != nil {
+				return nil, nil, err
+			}
 		}
 		return next, nil, nil
 	})
@@ -528,7 +537,14 @@ func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
 			}
 			return Ticket{}, false, err
 		}
-		if _, err := e.step(key, evPresent, nil); err != nil {
+		// Reads issued before the not-found may still be in flight; their
+		// answers are reads of this generation like any other.
+		if _, err := e.step(key, evPresent, func(next *Record, path *transitions) error {
+			if len(next.Tickets) > 0 {
+				return path.move(next, evReadsInFlight)
+			}
+			return nil
+		}); err != nil {
 			return Ticket{}, false, err
 		}
 		return e.enqueue(key, TriggerReconcile)
@@ -542,14 +558,17 @@ func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
 // keys: a URI being read is in processing; a request for it meanwhile only
 // marks it dirty, and when the read ends a dirty URI is read once more.
 type readQueue struct {
-	mu         sync.Mutex         // protects dirty and processing
-	dirty      map[string]Trigger // URI -> trigger of the pending follow-up
-	processing map[string]struct{}
+	mu    sync.Mutex         // protects dirty and processing
+	dirty map[string]Trigger // URI -> trigger of the pending follow-up
+	// processing maps a URI to the request id of its queued read in flight
+	// (0 while the ticket is being issued), so that only that read's
+	// completion, not a stale or duplicate one, ends the processing.
+	processing map[string]uint64
 }
 
 func (q *readQueue) init() {
 	q.dirty = make(map[string]Trigger)
-	q.processing = make(map[string]struct{})
+	q.processing = make(map[string]uint64)
 }
 
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
@@ -562,16 +581,26 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 		q.mu.Unlock()
 		return Ticket{}, false, nil
 	}
-	q.processing[key] = struct{}{}
+	q.processing[key] = 0
 	q.mu.Unlock()
+	return e.issueQueued(key, trigger)
+}
+
+// issueQueued issues the queue's read of key, which the caller has marked
+// processing, and records its request id; on failure the URI stops
+// processing and its pending pulse is dropped, since a subscription that
+// cannot be read has nothing to refresh.
+func (e *Engine) issueQueued(key string, trigger Trigger) (Ticket, bool, error) {
+	q := &e.queue
 	t, err := e.issue(key, trigger, true)
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if err != nil {
-		q.mu.Lock()
 		delete(q.processing, key)
 		delete(q.dirty, key)
-		q.mu.Unlock()
 		return Ticket{}, false, err
 	}
+	q.processing[key] = t.RequestID
 	return t, true, nil
 }
 
@@ -583,6 +612,10 @@ func (e *Engine) done(t Ticket) *Ticket {
 	}
 	q := &e.queue
 	q.mu.Lock()
+	if id, ok := q.processing[t.URI]; !ok || id != t.RequestID {
+		q.mu.Unlock()
+		return nil // a stale or duplicate completion
+	}
 	trigger, dirty := q.dirty[t.URI]
 	if !dirty {
 		delete(q.processing, t.URI)
@@ -590,14 +623,10 @@ func (e *Engine) done(t Ticket) *Ticket {
 		return nil
 	}
 	delete(q.dirty, t.URI)
+	q.processing[t.URI] = 0
 	q.mu.Unlock()
-	next, err := e.issue(t.URI, trigger, true)
-	if err != nil {
-		// The subscription stopped being open (closing, tombstone pending):
-		// the pending pulse has nothing left to refresh.
-		q.mu.Lock()
-		delete(q.processing, t.URI)
-		q.mu.Unlock()
+	next, ok, _ := e.issueQueued(t.URI, trigger)
+	if !ok {
 		return nil
 	}
 	return &next
