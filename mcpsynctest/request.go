@@ -1,0 +1,262 @@
+package mcpsynctest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+type ruleKind int
+
+const (
+	ruleHold ruleKind = iota
+	ruleFailRPC
+	ruleBreak
+	ruleLoseResponse
+)
+
+// requestRule applies to the next request of method (and params.uri, unless
+// uri is "").
+type requestRule struct {
+	kind    ruleKind
+	method  string
+	uri     string
+	code    int
+	message string
+	err     error
+	hold    *Hold
+}
+
+// Hold is a request response that the kit keeps from the client until
+// Release, so a later request can overtake it.
+type Hold struct {
+	arrived     chan struct{}
+	release     chan struct{}
+	arriveOnce  sync.Once
+	releaseOnce sync.Once
+}
+
+// Arrived is closed once the server has answered the held request and the
+// kit is holding the response.
+func (h *Hold) Arrived() <-chan struct{} { return h.arrived }
+
+// Release lets the held response through. It may be called before the
+// request arrives, and more than once.
+func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
+
+// HoldNext holds the response to the next request of method for uri ("" for
+// any): the request reaches the server at once, and its response reaches the
+// client only after Release. Cancelling the request's context, DropSession
+// or Close end the wait with an error instead.
+func (t *Transport) HoldNext(method, uri string) *Hold {
+	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	t.addRule(&requestRule{kind: ruleHold, method: method, uri: uri, hold: h})
+	return h
+}
+
+// FailNext answers the next request of method for uri ("" for any) with a
+// JSON-RPC error response carrying code and message. The server never sees
+// the request.
+func (t *Transport) FailNext(method, uri string, code int, message string) {
+	t.addRule(&requestRule{kind: ruleFailRPC, method: method, uri: uri, code: code, message: message})
+}
+
+// BreakNext fails the next request of method for uri ("" for any) with err,
+// as a transport failure. The server never sees the request.
+func (t *Transport) BreakNext(method, uri string, err error) {
+	t.addRule(&requestRule{kind: ruleBreak, method: method, uri: uri, err: err})
+}
+
+// LoseNextResponse lets the server process the next request of method for
+// uri ("" for any) and then discards its response: the client gets
+// ErrResponseLost. LoseNextResponse(mcp.MethodResourcesUnsubscribe, uri) is
+// the lost unsubscribe acknowledgement.
+func (t *Transport) LoseNextResponse(method, uri string) {
+	t.addRule(&requestRule{kind: ruleLoseResponse, method: method, uri: uri})
+}
+
+func (t *Transport) addRule(r *requestRule) {
+	t.mu.Lock()
+	t.rules = append(t.rules, r)
+	t.mu.Unlock()
+}
+
+// takeRule removes and returns the first rule matching the request.
+func (t *Transport) takeRule(method, uri string) *requestRule {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, r := range t.rules {
+		if r.method == method && (r.uri == "" || r.uri == uri) {
+			t.rules = append(t.rules[:i], t.rules[i+1:]...)
+			return r
+		}
+	}
+	return nil
+}
+
+// SendRequest sends a request through the inner transport, applying the
+// first request fault that matches it and the list faults to list results.
+func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if t.isDropped() {
+		return nil, ErrSessionDropped
+	}
+	uri := paramsURI(req.Params)
+	r := t.takeRule(req.Method, uri)
+	if r != nil {
+		switch r.kind {
+		case ruleFailRPC:
+			t.note("fail %s uri=%q with JSON-RPC error %d", req.Method, uri, r.code)
+			return &transport.JSONRPCResponse{
+				JSONRPC: mcp.JSONRPC_VERSION,
+				ID:      req.ID,
+				Error:   &mcp.JSONRPCErrorDetails{Code: r.code, Message: r.message},
+			}, nil
+		case ruleBreak:
+			t.note("break %s uri=%q: %v", req.Method, uri, r.err)
+			return nil, r.err
+		}
+	}
+
+	resp, err := t.inner.SendRequest(ctx, req)
+	if t.isDropped() {
+		return nil, ErrSessionDropped
+	}
+	if r != nil {
+		switch r.kind {
+		case ruleLoseResponse:
+			t.note("lose response to %s uri=%q (server processed it)", req.Method, uri)
+			return nil, ErrResponseLost
+		case ruleHold:
+			t.note("hold response to %s uri=%q", req.Method, uri)
+			r.hold.arriveOnce.Do(func() { close(r.hold.arrived) })
+			select {
+			case <-r.hold.release:
+				t.note("release response to %s uri=%q", req.Method, uri)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-t.dead:
+				if t.isDropped() {
+					return nil, ErrSessionDropped
+				}
+				return nil, transport.ErrTransportClosed
+			}
+		}
+	}
+	if err != nil || resp == nil {
+		return resp, err
+	}
+	if resp.Error != nil {
+		t.note("%s uri=%q answered JSON-RPC error %d", req.Method, uri, resp.Error.Code)
+		return resp, nil
+	}
+	if req.Method == KindResources || req.Method == KindTemplates {
+		t.rewriteList(req, resp)
+	}
+	return resp, nil
+}
+
+func (t *Transport) note(format string, args ...any) {
+	t.mu.Lock()
+	t.logf(format, args...)
+	t.mu.Unlock()
+}
+
+// ForgeSnapshotIDs rewrites the snapshot id of list results from now on.
+func (t *Transport) ForgeSnapshotIDs(mode ForgeMode) {
+	t.mu.Lock()
+	t.forge = mode
+	t.mu.Unlock()
+}
+
+// CycleCursor makes page fromPage of every kind walk (KindResources or
+// KindTemplates) point back at page toPage (2 <= toPage <= fromPage; page 1
+// has no cursor): its nextCursor is replaced by the cursor that fetched
+// toPage. Pages are numbered by the cursor that fetches them, so the walk
+// cycles for as long as the client follows it.
+func (t *Transport) CycleCursor(kind string, fromPage, toPage int) {
+	t.mu.Lock()
+	t.cycles[kind] = cycleRule{from: fromPage, to: toPage}
+	t.mu.Unlock()
+}
+
+// rewriteList applies the list faults to one list result.
+func (t *Transport) rewriteList(req transport.JSONRPCRequest, resp *transport.JSONRPCResponse) {
+	var params struct {
+		Cursor mcp.Cursor `json:"cursor"`
+	}
+	if b, err := json.Marshal(req.Params); err == nil {
+		_ = json.Unmarshal(b, &params)
+	}
+	var result map[string]json.RawMessage
+	if json.Unmarshal(resp.Result, &result) != nil {
+		return
+	}
+	var next mcp.Cursor
+	if raw, ok := result["nextCursor"]; ok {
+		_ = json.Unmarshal(raw, &next)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kind := req.Method
+	walk := t.walks[kind]
+	page := 1
+	if params.Cursor == "" || walk == nil {
+		walk = map[mcp.Cursor]int{}
+		t.walks[kind] = walk
+	}
+	if params.Cursor != "" {
+		p, ok := walk[params.Cursor]
+		if !ok {
+			p = len(walk) + 2
+			walk[params.Cursor] = p
+		}
+		page = p
+	}
+	changed := false
+	if next != "" {
+		if _, ok := walk[next]; !ok {
+			walk[next] = len(walk) + 2
+		}
+	}
+	if c, ok := t.cycles[kind]; ok && c.from == page && c.to >= 2 && c.to <= c.from && next != "" {
+		for cur, p := range walk {
+			if p == c.to {
+				t.logf("cycle %s page %d nextCursor back to page %d", kind, page, c.to)
+				next = cur
+				result["nextCursor"], _ = json.Marshal(next)
+				changed = true
+				break
+			}
+		}
+	}
+	if t.forge != ForgeNone {
+		meta := map[string]any{}
+		if raw, ok := result["_meta"]; ok {
+			_ = json.Unmarshal(raw, &meta)
+		}
+		_, has := meta[SnapshotIDKey]
+		id := ""
+		switch {
+		case t.forge == ForgeMissing && !has:
+			id = fmt.Sprintf("forged-%d", t.seed)
+		case t.forge == ForgeVary:
+			id = fmt.Sprintf("forged-%d-page-%d", t.seed, page)
+		}
+		if id != "" {
+			t.logf("forge %s page %d snapshot id %q", kind, page, id)
+			meta[SnapshotIDKey] = id
+			result["_meta"], _ = json.Marshal(meta)
+			changed = true
+		}
+	}
+	if changed {
+		if b, err := json.Marshal(result); err == nil {
+			resp.Result = b
+		}
+	}
+}
