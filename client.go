@@ -584,7 +584,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	switch {
 	case err == nil:
 		result = ReadResultFromMCP(res)
-	case errors.As(err, &rpc) && rpc.ResourceNotFound(conn.era):
+	case errors.As(err, &rpc) && rpc.ResourceNotFound():
 		result = NotFoundResult()
 	default:
 		next, ferr := c.engine.Fail(t)

@@ -27,21 +27,20 @@ func TestEraOf(t *testing.T) {
 	}
 }
 
-func TestResourceNotFoundByCodeAndEra(t *testing.T) {
+func TestResourceNotFoundByCode(t *testing.T) {
 	cases := []struct {
+		method string
 		code   int
-		era    mcpsync.Era
 		absent bool
 	}{
-		{mcpsync.CodeResourceNotFound, mcpsync.EraLegacy, true},
-		{mcpsync.CodeResourceNotFound, mcpsync.EraModern, true},
-		{mcpsync.CodeInvalidParams, mcpsync.EraModern, true},
-		{mcpsync.CodeInvalidParams, mcpsync.EraLegacy, false},
-		{-32603, mcpsync.EraModern, false},
+		{"resources/read", mcpsync.CodeResourceNotFound, true},
+		{"resources/read", mcpsync.CodeInvalidParams, true},
+		{"resources/read", -32603, false},
+		{"resources/list", mcpsync.CodeInvalidParams, false}, // an invalid cursor, not a missing resource
 	}
 	for _, tc := range cases {
-		err := &mcpsync.RPCError{Method: "resources/read", Code: tc.code, Message: "whatever the text says"}
-		assert.Equal(t, tc.absent, err.ResourceNotFound(tc.era), "%d in %s", tc.code, tc.era)
+		err := &mcpsync.RPCError{Method: tc.method, Code: tc.code, Message: "Resource not found"}
+		assert.Equal(t, tc.absent, err.ResourceNotFound(), "%s %d", tc.method, tc.code)
 	}
 }
 

@@ -201,14 +201,14 @@ func (e *RPCError) Error() string {
 }
 
 // ResourceNotFound reports whether the error answers resources/read with
-// resource-not-found in the given era: -32002 before 2026-07-28; -32602 from
-// then on, where -32002 is accepted too.
-func (e *RPCError) ResourceNotFound(era Era) bool {
-	switch e.Code {
-	case CodeResourceNotFound:
-		return true
-	case CodeInvalidParams:
-		return era == EraModern
-	}
-	return false
+// resource-not-found: -32002 (MCP before 2026-07-28) or -32602 (from
+// 2026-07-28 on, where -32002 stays accepted).
+//
+// -32602 is taken as not-found in every era: the official Go SDK sends it
+// from v1.7.0 on for sessions of any revision (SEP-2164), and a not-found
+// only makes a subscription TOMBSTONE_PENDING; list reconciliation must
+// confirm the deletion, so a server that meant "invalid params" loses
+// nothing. The decision is by code alone, never by message text.
+func (e *RPCError) ResourceNotFound() bool {
+	return e.Method == "resources/read" && (e.Code == CodeResourceNotFound || e.Code == CodeInvalidParams)
 }
