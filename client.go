@@ -759,7 +759,9 @@ func (c *Client) handle(n note) {
 	params := n.n.Params.AdditionalFields
 	switch n.n.Method {
 	case string(mcp.MethodNotificationResourceUpdated):
-		uri, _ := params["uri"].(string)
+		var updated mcp.ResourceUpdatedNotificationParams
+		decodeParams(params, &updated)
+		uri := updated.URI
 		if n.gen != current.gen {
 			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
 			return
@@ -780,15 +782,11 @@ func (c *Client) handle(n note) {
 	case string(mcp.MethodNotificationPromptsListChanged):
 		c.listChanged[string(mcp.MethodPromptsList)].Add(1)
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
-		var uris []string
-		if f, ok := params["notifications"].(map[string]any); ok {
-			list, _ := f["resourceSubscriptions"].([]any)
-			for _, u := range list {
-				if s, ok := u.(string); ok {
-					uris = append(uris, s)
-				}
-			}
+		var ack struct {
+			Notifications mcp.SubscriptionFilter `json:"notifications"`
 		}
+		decodeParams(params, &ack)
+		uris := ack.Notifications.ResourceSubscriptions
 		n.conn.acknowledged(uris)
 	}
 }
@@ -824,5 +822,17 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 			continue
 		}
 		_, _ = c.subscribe(c.ctx, conn, raw, TriggerReconnect)
+	}
+}
+
+// decodeParams reads notification params into dst through JSON. mcp-go's
+// in-process transport (v1.2.1) hands params over as the server's Go values
+// (an mcp.SubscriptionFilter, say) rather than decoded JSON, so a type
+// assertion on map[string]any would see nothing; a JSON round trip reads
+// both alike. A notification that does not decode leaves dst zero.
+func decodeParams(params map[string]any, dst any) {
+	raw, err := json.Marshal(params)
+	if err == nil {
+		_ = json.Unmarshal(raw, dst)
 	}
 }

@@ -76,18 +76,39 @@ func (t *Transport) MapNotificationURIs(f func(uri string) string) {
 	t.mu.Unlock()
 }
 
-// ReleaseNotifications delivers, in arrival order, every notification that
-// DelayNext(…, 0) is holding, and returns how many it released.
-func (t *Transport) ReleaseNotifications() int {
+// Held returns how many notifications DelayNext(…, 0) is holding.
+func (t *Transport) Held() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := len(t.held)
-	if n > 0 {
-		t.logf("release %d held notifications", n)
-		t.enqueueLocked(t.held...)
-		t.held = nil
+	return len(t.held)
+}
+
+// ReleaseNotifications delivers, in arrival order, every notification that
+// DelayNext(…, 0) is holding, and returns how many it released.
+//
+// After Close the held notifications are handed to the handler at once, on
+// the caller's goroutine: a notification that was already on its way when
+// its session ended, arriving late, as the old-session fault needs.
+func (t *Transport) ReleaseNotifications() int {
+	t.mu.Lock()
+	held := t.held
+	t.held = nil
+	if len(held) > 0 {
+		t.logf("release %d held notifications", len(held))
 	}
-	return n
+	if !t.closed {
+		t.enqueueLocked(held...)
+		t.mu.Unlock()
+		return len(held)
+	}
+	h := t.handler
+	t.mu.Unlock()
+	for _, n := range held {
+		if h != nil {
+			h(n)
+		}
+	}
+	return len(held)
 }
 
 // takeLocked consumes one unit of a per-URI counter, preferring the exact

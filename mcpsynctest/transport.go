@@ -150,7 +150,7 @@ func (t *Transport) Start(ctx context.Context) error {
 
 // Close closes the inner transport, stops the delivery goroutine and ends
 // every held request with transport.ErrTransportClosed. Notifications still
-// queued or held are discarded. Close waits for a notification handler that
+// queued are discarded; held ones stay for ReleaseNotifications. Close waits for a notification handler that
 // is running, so it must not be called from one. Close is idempotent.
 func (t *Transport) Close() error {
 	var err error
@@ -162,7 +162,7 @@ func (t *Transport) Close() error {
 			tm.Stop()
 		}
 		t.timers = nil
-		t.queue, t.held, t.reordered = nil, nil, nil
+		t.queue, t.reordered = nil, nil // held ones stay for ReleaseNotifications
 		t.mu.Unlock()
 		close(t.done)
 		t.markDead()
