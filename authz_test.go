@@ -62,7 +62,11 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 	for _, entry := range entries {
 		assert.Equal(t, mcpsync.InvalidateRevoked, entry.Reason)
 		assert.Equal(t, alice, entry.Subject)
-		traced = append(traced, trace{entry.URI, entry.Artifact.Index, entry.Artifact.ArtifactID})
+		a := entry.Artifact
+		if a == nil {
+			a = &mcpsync.DerivedArtifact{}
+		}
+		traced = append(traced, trace{entry.URI, a.Index, a.ArtifactID})
 	}
 	assert.ElementsMatch(t, []trace{
 		{"file:///a.md", "", ""},

@@ -403,7 +403,7 @@ func TestFaultCacheHitAfterPermissionRevocation(t *testing.T) {
 			var traced []string
 			for _, entry := range r.outbox() {
 				if entry.Reason == mcpsync.InvalidateRevoked {
-					traced = append(traced, entry.Artifact.Index+"/"+entry.Artifact.ArtifactID)
+					traced = append(traced, artifactOf(entry))
 				}
 			}
 			assert.ElementsMatch(t, []string{"/", "embeddings/handbook#0"}, traced)
@@ -433,4 +433,11 @@ func TestFaultSubscribeFailsAfterRecording(t *testing.T) {
 	out := next(t, outcomes)
 	require.True(t, out.Accepted)
 	assert.Equal(t, mcpsync.TriggerNotification, out.Version.Trigger)
+}
+
+func artifactOf(entry mcpsync.OutboxEntry) string {
+	if entry.Artifact == nil {
+		return "/"
+	}
+	return entry.Artifact.Index + "/" + entry.Artifact.ArtifactID
 }

@@ -540,13 +540,13 @@ func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error 
 			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: c.Version, Subject: subject, At: now})
 		}
 		next.Artifacts = nil
-		for _, a := range cur.Artifacts {
+		for i, a := range cur.Artifacts {
 			if a.Version.Subject != subject {
 				next.Artifacts = append(next.Artifacts, a)
 				continue
 			}
 			artifacts = append(artifacts, a)
-			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: a.Version, Subject: subject, Artifact: a, At: now})
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: a.Version, Subject: subject, Artifact: &cur.Artifacts[i], At: now})
 		}
 		if len(entries) == 0 {
 			return nil, nil, nil

@@ -46,11 +46,32 @@ func newSDKServer(t *testing.T, body string) *sdkServer {
 	return s
 }
 
-func (s *sdkServer) set(t *testing.T, body string) {
+// set changes the resource and notifies until a fenced read completes. The
+// go-sdk server drops a notification sent before the client's standalone
+// stream is up (notifications are at most once there), so the first one
+// after a subscribe can be lost; the test is about what a notification that
+// arrives triggers, not about that race.
+func (s *sdkServer) set(t *testing.T, body string, outcomes chan mcpsync.Outcome, want mcpsync.Decision) mcpsync.Outcome {
+	t.Helper()
 	s.mu.Lock()
 	s.body = body
 	s.mu.Unlock()
-	require.NoError(t, s.server.ResourceUpdated(t.Context(), &sdk.ResourceUpdatedNotificationParams{URI: docURI}))
+	for range 100 {
+		require.NoError(t, s.server.ResourceUpdated(t.Context(), &sdk.ResourceUpdatedNotificationParams{URI: docURI}))
+		timeout := time.After(100 * time.Millisecond)
+		for waiting := true; waiting; {
+			select {
+			case o := <-outcomes:
+				if o.Accepted && o.Version.Decision == want {
+					return o
+				}
+			case <-timeout:
+				waiting = false
+			}
+		}
+	}
+	t.Fatal("no notification reached the client")
+	return mcpsync.Outcome{}
 }
 
 // dial connects over streamable HTTP. Before 2026-07-28 notifications
@@ -86,12 +107,12 @@ func TestOfficialGoSDKServerPeer(t *testing.T) {
 			require.True(t, next(t, outcomes).Accepted)
 			assert.Equal(t, "v1", lookupText(t, c))
 
-			s.set(t, "v2")
-			require.True(t, next(t, outcomes).Accepted)
+			updated := s.set(t, "v2", outcomes, mcpsync.DecisionAccepted)
+			require.True(t, updated.Accepted)
+			assert.Equal(t, mcpsync.TriggerNotification, updated.Version.Trigger)
 			assert.Equal(t, "v2", lookupText(t, c))
 
-			s.set(t, "")
-			gone := next(t, outcomes)
+			gone := s.set(t, "", outcomes, mcpsync.DecisionTombstonePending)
 			require.True(t, gone.Accepted)
 			assert.Equal(t, mcpsync.DecisionTombstonePending, gone.Version.Decision, "not found recognised by code")
 		})

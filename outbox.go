@@ -39,8 +39,8 @@ type OutboxEntry struct {
 	Previous ResourceVersion `json:"previous,omitzero"`
 	// Subject is the subject whose version the entry is about.
 	Subject string `json:"subject"`
-	// Artifact is set on revocations of a derived artifact.
-	Artifact DerivedArtifact `json:"artifact,omitzero"`
+	// Artifact is set on revocations of a derived artifact, nil otherwise.
+	Artifact *DerivedArtifact `json:"artifact,omitempty"`
 	At       time.Time       `json:"at"`
 }
 

@@ -100,7 +100,11 @@ func run() error {
 		return err
 	}
 	for _, entry := range pending {
-		fmt.Printf("   outbox #%d %s %s %s\n", entry.Seq, entry.Reason, entry.URI, entry.Artifact.ArtifactID)
+		what := "the version itself"
+		if entry.Artifact != nil {
+			what = entry.Artifact.Index + "/" + entry.Artifact.ArtifactID
+		}
+		fmt.Printf("   outbox #%d %s %s: %s\n", entry.Seq, entry.Reason, entry.URI, what)
 	}
 	fmt.Println("   stale receipts by reason:", engine.StaleCounts())
 	return nil
