@@ -41,7 +41,7 @@ type OutboxEntry struct {
 	Subject string `json:"subject"`
 	// Artifact is set on revocations of a derived artifact, nil otherwise.
 	Artifact *DerivedArtifact `json:"artifact,omitempty"`
-	At       time.Time       `json:"at"`
+	At       time.Time        `json:"at"`
 }
 
 // PullOutbox returns up to max outbox entries numbered above after, in order
