@@ -1,5 +1,20 @@
 package mcpsync
 
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
 // The snapshot extension of resources/list, opt-in for servers that can bind
 // every page of a scan to one snapshot. A server declares it under
 // capabilities.experimental (or extensions) with this key, and carries the
@@ -8,3 +23,911 @@ const (
 	SnapshotCapability = "io.github.mcpsync/listSnapshot"
 	SnapshotIDMetaKey  = "io.github.mcpsync/snapshotId"
 )
+
+// Schemas of discovery records.
+const (
+	SchemaDiscoveryScan = "resourceDiscoveryScan.v1"
+	SchemaCatalog       = "resourceCatalog.v1"
+)
+
+// ListKind is one of the four paginated listings of MCP. The scanner treats
+// them alike; they differ only in what identifies an item.
+type ListKind string
+
+// Listing kinds.
+const (
+	KindResources         ListKind = "resources"
+	KindResourceTemplates ListKind = "resourceTemplates"
+	KindTools             ListKind = "tools"
+	KindPrompts           ListKind = "prompts"
+)
+
+// Method returns the JSON-RPC method that lists the kind, or "" for an
+// unknown kind.
+func (k ListKind) Method() string {
+	switch k {
+	case KindResources:
+		return "resources/list"
+	case KindResourceTemplates:
+		return "resources/templates/list"
+	case KindTools:
+		return "tools/list"
+	case KindPrompts:
+		return "prompts/list"
+	}
+	return ""
+}
+
+// Descriptor is one listed item. A single struct serves the four kinds, so
+// that one scanner, one digest and one catalog cover them all; the fields a
+// kind does not have stay empty:
+//
+//   - resources: URI, Name, MIMEType
+//   - resource templates: URITemplate, Name, MIMEType
+//   - tools and prompts: Name
+//
+// Titles, descriptions, annotations and _meta are left out on purpose: they
+// do not identify an item, and their churn must not look like a changed set.
+type Descriptor struct {
+	// Kind is set by the scanner to the kind of the listing.
+	Kind        ListKind `json:"kind"`
+	URI         string   `json:"uri,omitempty"`
+	URITemplate string   `json:"uriTemplate,omitempty"`
+	Name        string   `json:"name,omitempty"`
+	MIMEType    string   `json:"mimeType,omitempty"`
+}
+
+// Key returns what identifies the item within its listing: the normalized URI
+// of a resource (the raw URI if it cannot be normalized), so that two
+// spellings of one resource count as the same item and match the engine's
+// keys; the URI template of a template, unchanged, because RFC 6570
+// expressions are not URIs; the name of a tool or a prompt.
+func (d Descriptor) Key() string {
+	switch d.Kind {
+	case KindResources:
+		if key, err := normalizeKey(d.URI); err == nil {
+			return key
+		}
+		return d.URI
+	case KindResourceTemplates:
+		return d.URITemplate
+	}
+	return d.Name
+}
+
+// Page is one page of a list result as the wire gave it.
+//
+// mcp-go v1.2.1 decodes nextCursor into a string with omitempty
+// (mcp.PaginatedResult), which cannot tell an absent nextCursor from "". From
+// protocol 2026-07-28 on the difference matters, so the session layer builds
+// pages from the raw result.
+type Page struct {
+	Items []Descriptor
+	// NextCursor is the result's nextCursor, nil when the result had none.
+	NextCursor *string
+	// SnapshotID is _meta[SnapshotIDMetaKey], "" if absent.
+	SnapshotID string
+}
+
+// PageFunc fetches the page after cursor (nil: the first page). It must
+// return the server's cursor untouched, and the JSON-RPC error of the server
+// as an *RPCError (possibly wrapped), so that an invalid cursor can be told
+// from other failures.
+type PageFunc func(ctx context.Context, cursor *string) (Page, error)
+
+// ScannerOptions configure a Scanner. The zero value (or nil) means defaults.
+type ScannerOptions struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Rand is the source of backoff jitter; nil means the global source of
+	// math/rand/v2.
+	Rand rand.Source
+	// MaxPages is the most pages one pass may fetch; 0 means 1000.
+	MaxPages int
+	// MaxAttempts is how many times a scan may start over (each attempt is
+	// one pass with snapshot proof, otherwise two); 0 means 5.
+	MaxAttempts int
+	// BackoffBase is the wait before the second attempt; later waits double
+	// up to BackoffMax. Each wait is jittered between half and all of its
+	// value. 0 means 200ms.
+	BackoffBase time.Duration
+	// BackoffMax caps the wait between attempts; 0 means 10s.
+	BackoffMax time.Duration
+	// StaleAfter is how long after its measurement a catalog counts as
+	// stale; 0 means 5 minutes.
+	StaleAfter time.Duration
+	// ReviewAfter is how long after its measurement a catalog should be
+	// scanned again; 0 means half of StaleAfter. It may not exceed StaleAfter.
+	ReviewAfter time.Duration
+}
+
+// Scanner lists the items of one kind completely, or says it could not. A
+// Scanner is safe for concurrent use.
+type Scanner struct {
+	opts ScannerOptions
+
+	randMu sync.Mutex // protects rnd
+	rnd    *rand.Rand // nil: the global source, which is safe on its own
+}
+
+// NewScanner returns a scanner with opts applied. It rejects negative values
+// and a ReviewAfter beyond StaleAfter or a BackoffMax below BackoffBase.
+func NewScanner(opts *ScannerOptions) (*Scanner, error) {
+	var o ScannerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxPages < 0 || o.MaxAttempts < 0 || o.BackoffBase < 0 || o.BackoffMax < 0 || o.StaleAfter < 0 || o.ReviewAfter < 0 {
+		return nil, errors.New("mcpsync: negative scanner option")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxPages == 0 {
+		o.MaxPages = 1000
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	if o.BackoffBase == 0 {
+		o.BackoffBase = 200 * time.Millisecond
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = max(10*time.Second, o.BackoffBase)
+	}
+	if o.BackoffMax < o.BackoffBase {
+		return nil, fmt.Errorf("mcpsync: BackoffMax %v below BackoffBase %v", o.BackoffMax, o.BackoffBase)
+	}
+	if o.StaleAfter == 0 {
+		o.StaleAfter = 5 * time.Minute
+	}
+	if o.ReviewAfter == 0 {
+		o.ReviewAfter = o.StaleAfter / 2
+	}
+	if o.ReviewAfter > o.StaleAfter {
+		return nil, fmt.Errorf("mcpsync: ReviewAfter %v beyond StaleAfter %v: the catalog would be stale before its review", o.ReviewAfter, o.StaleAfter)
+	}
+	s := &Scanner{opts: o}
+	if o.Rand != nil {
+		s.rnd = rand.New(o.Rand)
+	}
+	return s, nil
+}
+
+// Discovery errors.
+var (
+	// ErrScanUnreconciled matches every error of Scan: the catalog it
+	// returned is UNRECONCILED and lists nothing.
+	ErrScanUnreconciled = errors.New("mcpsync: list scan not reconciled")
+	// ErrCursorCycle: a cursor came back twice within one pass.
+	ErrCursorCycle = errors.New("mcpsync: list cursor cycle")
+	// ErrPageCap: a pass needed more pages than ScannerOptions.MaxPages.
+	ErrPageCap = errors.New("mcpsync: list page cap exceeded")
+	// ErrListUnstable: the last attempt saw the listing change
+	// (list_changed, a repeated item or differing passes).
+	ErrListUnstable = errors.New("mcpsync: listing changed during every scan attempt")
+)
+
+// FaultKind names what went wrong in a pass.
+type FaultKind string
+
+// Pass faults.
+const (
+	// FaultCursorCycle: a cursor came back twice in the pass. The pass ends.
+	FaultCursorCycle FaultKind = "CURSOR_CYCLE"
+	// FaultPageCap: the pass needed more than MaxPages pages. The pass ends.
+	FaultPageCap FaultKind = "PAGE_CAP"
+	// FaultInvalidCursor: the server refused one of its own cursors with
+	// -32602. The pass ends and the scan starts over.
+	FaultInvalidCursor FaultKind = "INVALID_CURSOR"
+	// FaultRepeatedItem: an item key was listed twice in the pass. The pass
+	// goes on but is not clean.
+	FaultRepeatedItem FaultKind = "REPEATED_ITEM"
+	// FaultPageError: fetching a page failed otherwise. The scan ends.
+	FaultPageError FaultKind = "PAGE_ERROR"
+)
+
+// PassError is a pass that could not reach the end of the listing.
+type PassError struct {
+	Fault FaultKind
+	// Page is the 0-based index of the page the pass could not fetch.
+	Page int
+	// CursorDigest is the digest of the cursor involved, never the cursor.
+	CursorDigest string
+	// Err is the page function's error (FaultInvalidCursor, FaultPageError).
+	Err error
+}
+
+func (e *PassError) Error() string {
+	msg := fmt.Sprintf("mcpsync: list pass: %s at page %d", e.Fault, e.Page)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *PassError) Unwrap() error { return e.Err }
+
+// Is matches ErrCursorCycle and ErrPageCap for those faults.
+func (e *PassError) Is(target error) bool {
+	return target == ErrCursorCycle && e.Fault == FaultCursorCycle ||
+		target == ErrPageCap && e.Fault == FaultPageCap
+}
+
+// ScanError is a scan that ended without a catalog that may be used: the
+// attempts ran out, a pass failed in a way a retry cannot mend, or the
+// context ended.
+type ScanError struct {
+	Kind     ListKind
+	Attempts int
+	// Err is why the last attempt failed: a *PassError, ErrListUnstable or
+	// the context's error.
+	Err error
+}
+
+func (e *ScanError) Error() string {
+	return fmt.Sprintf("mcpsync: %s scan unreconciled after %d attempts: %v", e.Kind, e.Attempts, e.Err)
+}
+
+func (e *ScanError) Unwrap() error { return e.Err }
+
+// Is makes every ScanError match ErrScanUnreconciled.
+func (e *ScanError) Is(target error) bool { return target == ErrScanUnreconciled }
+
+// PassOutcome is how one pass ended.
+type PassOutcome string
+
+// Pass outcomes.
+const (
+	// PassClean: the pass reached the end with no fault and no
+	// list_changed. Snapshot faults do not make a pass unclean.
+	PassClean PassOutcome = "CLEAN"
+	// PassUnclean: the pass reached the end but its set cannot be trusted.
+	PassUnclean PassOutcome = "UNCLEAN"
+	// PassAborted: a cursor fault or the page cap ended the pass.
+	PassAborted PassOutcome = "ABORTED"
+	// PassFailed: a page could not be fetched, or the context ended.
+	PassFailed PassOutcome = "FAILED"
+)
+
+// SnapshotFaultKind names why a page's snapshot id cannot prove anything.
+type SnapshotFaultKind string
+
+// Snapshot faults. The first two are forged ids; the last is a broken proof.
+const (
+	// SnapshotNotNegotiated: the page carried an id but the server did not
+	// declare SnapshotCapability.
+	SnapshotNotNegotiated SnapshotFaultKind = "SNAPSHOT_NOT_NEGOTIATED"
+	// SnapshotIDDiffers: the page's id differs from the first page's.
+	SnapshotIDDiffers SnapshotFaultKind = "SNAPSHOT_ID_DIFFERS"
+	// SnapshotIDMissing: the extension was negotiated but the page had no id.
+	SnapshotIDMissing SnapshotFaultKind = "SNAPSHOT_ID_MISSING"
+)
+
+// SnapshotFault is one page whose snapshot id is forged or missing.
+type SnapshotFault struct {
+	Page       int               `json:"page"`
+	Fault      SnapshotFaultKind `json:"fault"`
+	SnapshotID string            `json:"snapshotId,omitempty"`
+}
+
+// ScanFault is one fault of a pass.
+type ScanFault struct {
+	Fault FaultKind `json:"fault"`
+	Page  int       `json:"page"`
+	// CursorDigest is the digest of the cursor that cycled or was refused.
+	CursorDigest string `json:"cursorDigest,omitempty"`
+	// Key is the repeated item's key.
+	Key string `json:"key,omitempty"`
+	// Error is the page function's error message, for the record only.
+	Error string `json:"error,omitempty"`
+}
+
+// PageReceipt records one page of a pass.
+type PageReceipt struct {
+	Index int `json:"index"`
+	// CursorDigest is the digest of the cursor sent for this page; it is
+	// absent for the first page, which is fetched without a cursor (an empty
+	// cursor, valid from protocol 2026-07-28 on, has the digest of "").
+	CursorDigest string `json:"cursorDigest,omitempty"`
+	ItemCount    int    `json:"itemCount"`
+	SnapshotID   string `json:"snapshotId,omitempty"`
+}
+
+// ScanReceipt (resourceDiscoveryScan.v1) is the record of one pass over a
+// listing. Cursors are kept only as digests: they are opaque and bound to
+// their session, so nothing persisted may carry one.
+type ScanReceipt struct {
+	Schema            string   `json:"schema"`
+	Kind              ListKind `json:"kind"`
+	Era               Era      `json:"era"`
+	SessionGeneration uint64   `json:"sessionGeneration"`
+	// Attempt counts from 1; Pass is "A" or "B" within the attempt.
+	Attempt int    `json:"attempt"`
+	Pass    string `json:"pass"`
+	// Backoff is the wait before this pass (only the first pass of an
+	// attempt after the first waits).
+	Backoff   time.Duration `json:"backoffNanos,omitempty"`
+	StartedAt time.Time     `json:"startedAt"`
+	EndedAt   time.Time     `json:"endedAt"`
+	Pages     []PageReceipt `json:"pages"`
+	// ItemCount is the number of items listed, repeats included.
+	ItemCount int `json:"itemCount"`
+	// SetDigest is the digest of the set of descriptors listed (see
+	// Catalog.SetDigest); empty when the pass did not reach the end.
+	SetDigest string `json:"setDigest,omitempty"`
+	// ListChangedSeen is how many list_changed notifications of the kind
+	// arrived between the start and the end of the pass.
+	ListChangedSeen    uint64 `json:"listChangedSeen"`
+	SnapshotNegotiated bool   `json:"snapshotNegotiated"`
+	// SnapshotID is the one id every page carried, set only when the pass
+	// proves a snapshot.
+	SnapshotID     string          `json:"snapshotId,omitempty"`
+	SnapshotFaults []SnapshotFault `json:"snapshotFaults,omitempty"`
+	Faults         []ScanFault     `json:"faults,omitempty"`
+	Outcome        PassOutcome     `json:"outcome"`
+}
+
+// proven reports whether the pass alone proves a snapshot.
+func (r *ScanReceipt) proven() bool { return r.Outcome == PassClean && r.SnapshotID != "" }
+
+// CatalogStatus says how far a catalog may be trusted.
+type CatalogStatus string
+
+// Catalog statuses.
+const (
+	// CatalogSnapshotProven: one clean pass in which every page carried the
+	// same snapshot id of the negotiated extension. Complete as of
+	// MeasuredAt.
+	CatalogSnapshotProven CatalogStatus = "SNAPSHOT_PROVEN"
+	// CatalogSnapshotUnproven: two consecutive identical clean passes with
+	// no list_changed. Standard MCP cannot prove more: pages share no
+	// snapshot and list_changed is only a SHOULD, so the catalog is the best
+	// available view, never an authority for completeness.
+	CatalogSnapshotUnproven CatalogStatus = "SNAPSHOT_UNPROVEN"
+	// CatalogUnreconciled: no attempt produced a trustworthy set. The
+	// catalog lists nothing; its receipts say what was seen.
+	CatalogUnreconciled CatalogStatus = "UNRECONCILED"
+)
+
+// Catalog (resourceCatalog.v1) is the outcome of a scan: the listed items,
+// how far they may be trusted, and the receipts of every pass.
+type Catalog struct {
+	Schema            string        `json:"schema"`
+	Kind              ListKind      `json:"kind"`
+	Status            CatalogStatus `json:"status"`
+	SessionGeneration uint64        `json:"sessionGeneration"`
+	SnapshotID        string        `json:"snapshotId,omitempty"`
+	// Descriptors are sorted by Key, one per key; nil when UNRECONCILED.
+	Descriptors []Descriptor `json:"items"`
+	// SetDigest is "sha256:" and the lower-case hex SHA-256 of this
+	// canonical form, integers unsigned 64-bit big-endian:
+	//
+	//	"mcpsync.descriptors.v1" 0x00  len(kind) kind  count
+	//	then for each distinct descriptor, sorted by key and then by fields:
+	//	  len(key) key  len(uri) uri  len(uriTemplate) uriTemplate
+	//	  len(name) name  len(mimeType) mimeType
+	SetDigest string        `json:"setDigest,omitempty"`
+	Scans     []ScanReceipt `json:"scans"`
+	// MeasuredAt is when the set was last known to hold: the end of pass B
+	// for an unproven catalog; for a proven one the start of its pass, since
+	// the snapshot answered the first page (the extension does not say how
+	// much older the snapshot is).
+	MeasuredAt time.Time `json:"measuredAt"`
+	// StaleAfter is MeasuredAt plus ScannerOptions.StaleAfter; for an
+	// unreconciled catalog it equals MeasuredAt.
+	StaleAfter time.Time `json:"staleAfter"`
+	// NextReviewAt is when the listing should be scanned again.
+	NextReviewAt time.Time `json:"nextReviewAt"`
+}
+
+// Items yields the listed items in key order (none when UNRECONCILED).
+func (c Catalog) Items() iter.Seq[Descriptor] { return slices.Values(c.Descriptors) }
+
+// lists reports whether the catalog lists key.
+func (c Catalog) lists(key string) bool {
+	_, ok := slices.BinarySearchFunc(c.Descriptors, key, func(d Descriptor, k string) int {
+		return cmp.Compare(d.Key(), k)
+	})
+	return ok
+}
+
+// CatalogRefusalReason says why a catalog cannot serve a completeness task.
+type CatalogRefusalReason string
+
+// Reasons of catalog refusals.
+const (
+	// CatalogReasonNotProven: the catalog's status is not SNAPSHOT_PROVEN.
+	CatalogReasonNotProven CatalogRefusalReason = "NOT_PROVEN"
+	// CatalogReasonOtherSession: the catalog was measured in another
+	// session generation; what a session listed proves nothing about the
+	// next one.
+	CatalogReasonOtherSession CatalogRefusalReason = "OTHER_SESSION"
+	// CatalogReasonStale: the catalog is past its StaleAfter.
+	CatalogReasonStale CatalogRefusalReason = "STALE"
+)
+
+// CatalogError is a catalog refused for a task that needs a complete
+// enumeration. It matches ErrSnapshotUnproven whatever its reason: the
+// completeness of the listing, now, in this session, is not proven.
+type CatalogError struct {
+	Kind              ListKind
+	Status            CatalogStatus
+	Reason            CatalogRefusalReason
+	SessionGeneration uint64 // the catalog's
+	CurrentGeneration uint64 // the session generation asked for
+}
+
+func (e *CatalogError) Error() string {
+	return fmt.Sprintf("mcpsync: %s catalog %s (session %d, current %d) refused: %s",
+		e.Kind, e.Status, e.SessionGeneration, e.CurrentGeneration, e.Reason)
+}
+
+// Is makes every CatalogError match ErrSnapshotUnproven.
+func (e *CatalogError) Is(target error) bool { return target == ErrSnapshotUnproven }
+
+// Complete returns the listed items for a task that needs all of them
+// (revocation sweeps, cleanup), and refuses with a *CatalogError (matching
+// ErrSnapshotUnproven) anything but a SNAPSHOT_PROVEN catalog of session
+// generation sessionGen that is not stale at now.
+func (c Catalog) Complete(now time.Time, sessionGen uint64) ([]Descriptor, error) {
+	if err := c.refusal(now, sessionGen, true); err != nil {
+		return nil, err
+	}
+	return slices.Clone(c.Descriptors), nil
+}
+
+// refusal returns why the catalog cannot vouch for absence (proof: true) or
+// for presence (proof: false) at now in session generation gen.
+func (c Catalog) refusal(now time.Time, gen uint64, proof bool) error {
+	refuse := func(reason CatalogRefusalReason) error {
+		return &CatalogError{Kind: c.Kind, Status: c.Status, Reason: reason, SessionGeneration: c.SessionGeneration, CurrentGeneration: gen}
+	}
+	switch {
+	case c.Status == CatalogUnreconciled || proof && c.Status != CatalogSnapshotProven:
+		return refuse(CatalogReasonNotProven)
+	case c.SessionGeneration != gen:
+		return refuse(CatalogReasonOtherSession)
+	case proof && !now.Before(c.StaleAfter):
+		return refuse(CatalogReasonStale)
+	}
+	return nil
+}
+
+// Reconciliation is what Catalog.Reconcile did.
+type Reconciliation struct {
+	// Tickets are the reconcile reads to send, one per URI restored to
+	// ACTIVE (none for a URI whose read is already in flight: it was marked
+	// dirty instead).
+	Tickets []Ticket `json:"tickets"`
+	// Present are the URIs the catalog lists, restored to ACTIVE.
+	Present []string `json:"present"`
+	// Tombstoned are the URIs a proven catalog does not list, confirmed
+	// deleted.
+	Tombstoned []string `json:"tombstoned"`
+	// Deferred are the URIs the catalog does not list but cannot prove
+	// absent; they stay as they are (a TOMBSTONE_PENDING resource is not
+	// served) until a proven catalog decides.
+	Deferred []string `json:"deferred"`
+}
+
+// Reconcile hands the catalog's verdicts to the engine for every URI in
+// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.Reconcile), and
+// returns the reconcile reads to send.
+//
+// A "present" verdict may come from an unproven catalog: it only returns the
+// URI to ACTIVE with a read, and that read goes through the fence, so a
+// resource that is really gone comes back to TOMBSTONE_PENDING. An "absent"
+// verdict confirms a tombstone and sends deletions downstream; it is a claim
+// that the enumeration is complete, which only a proven, fresh catalog can
+// make (the same rule as Complete). From an unproven or stale catalog absent
+// URIs are Deferred. Any catalog of another session generation, and an
+// unreconciled one, is refused with a *CatalogError.
+func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
+	var out Reconciliation
+	if c.Kind != KindResources {
+		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
+	}
+	gen := e.SessionGeneration()
+	if err := c.refusal(e.now(), gen, false); err != nil {
+		return out, err
+	}
+	canProveAbsence := c.refusal(e.now(), gen, true) == nil
+	// Collect first: the verdicts write to the ledger being ranged over.
+	var pending []string
+	for sub, err := range e.Subscriptions() {
+		if err != nil {
+			return out, err
+		}
+		if sub.State == StateTombstonePending || sub.State == StateReconciliationRequired {
+			pending = append(pending, sub.URI)
+		}
+	}
+	var errs []error
+	for _, key := range pending {
+		present := c.lists(key)
+		if !present && !canProveAbsence {
+			out.Deferred = append(out.Deferred, key)
+			continue
+		}
+		tk, ok, err := e.Reconcile(key, present)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case present:
+			out.Present = append(out.Present, key)
+			if ok {
+				out.Tickets = append(out.Tickets, tk)
+			}
+		default:
+			out.Tombstoned = append(out.Tombstoned, key)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Scan lists kind completely over pages and says how far the result may be
+// trusted.
+//
+// With the snapshot extension negotiated (receipt.SnapshotList), one clean
+// pass whose pages all carry the same snapshot id gives SNAPSHOT_PROVEN.
+// Otherwise an attempt is two consecutive passes A and B; when both are clean,
+// their set digests are equal and listChanged did not move from the start of
+// A to the end of B, the catalog is SNAPSHOT_UNPROVEN. Any other attempt
+// (list_changed, a repeated item, differing sets, a cursor cycle, an invalid
+// cursor) is started over after a jittered exponential backoff, up to
+// MaxAttempts. listChanged counts the list_changed notifications of kind; nil
+// means they are not observed (a server without listChanged), which the
+// digest comparison still covers.
+//
+// A failed page, the page cap, exhausted attempts and a cancelled ctx end the
+// scan with a *ScanError and an UNRECONCILED catalog that lists nothing but
+// keeps the receipts. Cancelling ctx stops the wait or the page in progress.
+func (s *Scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (Catalog, error) {
+	if kind.Method() == "" {
+		return Catalog{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
+	}
+	if era != EraLegacy && era != EraModern {
+		return Catalog{}, fmt.Errorf("mcpsync: unknown protocol era %q", era)
+	}
+	if listChanged == nil {
+		listChanged = func() uint64 { return 0 }
+	}
+	c := Catalog{Schema: SchemaCatalog, Kind: kind, Status: CatalogUnreconciled, SessionGeneration: receipt.SessionGeneration}
+	fail := func(attempts int, err error) (Catalog, error) {
+		c.MeasuredAt = s.opts.Now()
+		if n := len(c.Scans); n > 0 {
+			c.MeasuredAt = c.Scans[n-1].EndedAt
+		}
+		c.StaleAfter = c.MeasuredAt
+		c.NextReviewAt = c.MeasuredAt.Add(s.opts.BackoffMax)
+		return c, &ScanError{Kind: kind, Attempts: attempts, Err: err}
+	}
+	publish := func(status CatalogStatus, r *ScanReceipt, set []Descriptor, measured time.Time) (Catalog, error) {
+		c.Status, c.SnapshotID, c.Descriptors, c.SetDigest = status, r.SnapshotID, set, r.SetDigest
+		c.MeasuredAt = measured
+		c.StaleAfter = measured.Add(s.opts.StaleAfter)
+		c.NextReviewAt = measured.Add(s.opts.ReviewAfter)
+		return c, nil
+	}
+	var last error
+	for attempt := 1; attempt <= s.opts.MaxAttempts; attempt++ {
+		var wait time.Duration
+		if attempt > 1 {
+			wait = s.backoff(attempt - 1)
+			if err := waitBackoff(ctx, wait); err != nil {
+				return fail(attempt-1, err)
+			}
+		}
+		before := listChanged()
+		a, setA, err := s.pass(ctx, kind, era, receipt, pages, listChanged)
+		a.Attempt, a.Pass, a.Backoff = attempt, "A", wait
+		c.Scans = append(c.Scans, a)
+		if err != nil {
+			if !retryablePass(err) {
+				return fail(attempt, err)
+			}
+			last = err
+			continue
+		}
+		if a.proven() {
+			return publish(CatalogSnapshotProven, &a, setA, a.StartedAt)
+		}
+		if a.Outcome != PassClean {
+			last = ErrListUnstable
+			continue
+		}
+		b, setB, err := s.pass(ctx, kind, era, receipt, pages, listChanged)
+		b.Attempt, b.Pass = attempt, "B"
+		c.Scans = append(c.Scans, b)
+		if err != nil {
+			if !retryablePass(err) {
+				return fail(attempt, err)
+			}
+			last = err
+			continue
+		}
+		if b.proven() {
+			return publish(CatalogSnapshotProven, &b, setB, b.StartedAt)
+		}
+		// A notification between the passes shows in neither receipt, so
+		// the counter is compared across the whole attempt.
+		if b.Outcome == PassClean && a.SetDigest == b.SetDigest && listChanged() == before {
+			return publish(CatalogSnapshotUnproven, &b, setB, b.EndedAt)
+		}
+		last = ErrListUnstable
+	}
+	return fail(s.opts.MaxAttempts, last)
+}
+
+// retryablePass reports whether a failed pass may be mended by scanning again: a
+// cursor cycle or an invalid cursor may come from the listing changing under
+// the pass. The page cap is not retried: a listing longer than the cap stays
+// longer, and retrying would multiply the load the cap exists to bound.
+func retryablePass(err error) bool {
+	pe, ok := errors.AsType[*PassError](err)
+	return ok && (pe.Fault == FaultCursorCycle || pe.Fault == FaultInvalidCursor)
+}
+
+// backoff returns the jittered wait before the attempt after the n-th
+// failure: BackoffBase doubled n-1 times, capped at BackoffMax, of which a
+// random half is waited on top of the other half, so that the wait never
+// collapses to zero while scanners that failed together still spread out.
+func (s *Scanner) backoff(n int) time.Duration {
+	d := s.opts.BackoffBase
+	for i := 1; i < n && d < s.opts.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.opts.BackoffMax)
+	var f float64
+	if s.rnd != nil {
+		s.randMu.Lock()
+		f = s.rnd.Float64()
+		s.randMu.Unlock()
+	} else {
+		f = rand.Float64()
+	}
+	return d/2 + time.Duration(f*float64(d/2))
+}
+
+// waitBackoff waits d or until ctx ends, on a timer, so that tests can run it in
+// virtual time (testing/synctest).
+func waitBackoff(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// pass walks the listing once and returns its receipt and, when it reached
+// the end, its distinct descriptors sorted by key. The error is the pass's
+// *PassError, or ctx's error.
+func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
+	r := ScanReceipt{
+		Schema: SchemaDiscoveryScan, Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
+		SnapshotNegotiated: receipt.SnapshotList, StartedAt: s.opts.Now(), Pages: []PageReceipt{},
+	}
+	before := listChanged()
+	var items []keyedDescriptor
+	seen := make(map[string]struct{})
+	var walkErr error
+	for w, err := range s.walkPages(ctx, era, pages) {
+		if err != nil {
+			walkErr = err
+			break
+		}
+		r.Pages = append(r.Pages, PageReceipt{Index: w.index, CursorDigest: w.cursorDigest, ItemCount: len(w.page.Items), SnapshotID: w.page.SnapshotID})
+		for _, d := range w.page.Items {
+			d.Kind = kind
+			key := d.Key()
+			if _, dup := seen[key]; dup {
+				r.Faults = append(r.Faults, ScanFault{Fault: FaultRepeatedItem, Page: w.index, Key: key})
+			}
+			seen[key] = struct{}{}
+			items = append(items, keyedDescriptor{key, d})
+		}
+	}
+	r.ItemCount = len(items)
+	r.SnapshotFaults, r.SnapshotID = snapshotVerdict(r.Pages, receipt.SnapshotList)
+	r.ListChangedSeen = listChanged() - before
+	r.EndedAt = s.opts.Now()
+	if walkErr != nil {
+		r.Outcome, r.SnapshotID = PassFailed, ""
+		if pe, ok := errors.AsType[*PassError](walkErr); ok {
+			f := ScanFault{Fault: pe.Fault, Page: pe.Page, CursorDigest: pe.CursorDigest}
+			if pe.Err != nil {
+				f.Error = pe.Err.Error()
+			}
+			r.Faults = append(r.Faults, f)
+			if pe.Fault != FaultPageError {
+				r.Outcome = PassAborted
+			}
+		}
+		return r, nil, walkErr
+	}
+	set := canonicalDescriptorSet(items)
+	r.SetDigest = descriptorSetDigest(kind, set)
+	descriptors := make([]Descriptor, len(set))
+	for i, k := range set {
+		descriptors[i] = k.d
+	}
+	r.Outcome = PassClean
+	// A forged or broken snapshot id only withholds the proof: the pass is
+	// judged by the two-pass rule like any pass of a server without the
+	// extension.
+	if len(r.Faults) > 0 || r.ListChangedSeen > 0 {
+		r.Outcome, r.SnapshotID = PassUnclean, ""
+	}
+	return r, descriptors, nil
+}
+
+// snapshotVerdict returns the forged or missing snapshot ids of a pass, and
+// the id the pass proves: the one non-empty id of every page, and only when
+// the extension was negotiated.
+func snapshotVerdict(pages []PageReceipt, negotiated bool) ([]SnapshotFault, string) {
+	var faults []SnapshotFault
+	var first string
+	if len(pages) > 0 {
+		first = pages[0].SnapshotID
+	}
+	for _, p := range pages {
+		switch {
+		case !negotiated && p.SnapshotID != "":
+			faults = append(faults, SnapshotFault{Page: p.Index, Fault: SnapshotNotNegotiated, SnapshotID: p.SnapshotID})
+		case negotiated && p.SnapshotID == "":
+			faults = append(faults, SnapshotFault{Page: p.Index, Fault: SnapshotIDMissing})
+		case negotiated && p.SnapshotID != first:
+			faults = append(faults, SnapshotFault{Page: p.Index, Fault: SnapshotIDDiffers, SnapshotID: p.SnapshotID})
+		}
+	}
+	if !negotiated || len(faults) > 0 || first == "" {
+		return faults, ""
+	}
+	return nil, first
+}
+
+// keyedDescriptor is a descriptor with its key, computed once.
+type keyedDescriptor struct {
+	key string
+	d   Descriptor
+}
+
+// canonicalDescriptorSet returns the distinct descriptors sorted by key, then fields.
+func canonicalDescriptorSet(items []keyedDescriptor) []keyedDescriptor {
+	set := slices.Clone(items)
+	slices.SortFunc(set, func(a, b keyedDescriptor) int {
+		return cmp.Or(
+			cmp.Compare(a.key, b.key),
+			cmp.Compare(a.d.URI, b.d.URI),
+			cmp.Compare(a.d.URITemplate, b.d.URITemplate),
+			cmp.Compare(a.d.Name, b.d.Name),
+			cmp.Compare(a.d.MIMEType, b.d.MIMEType),
+		)
+	})
+	return slices.Compact(set)
+}
+
+// descriptorSetDigest hashes a canonical set in the form documented on
+// Catalog.SetDigest.
+func descriptorSetDigest(kind ListKind, set []keyedDescriptor) string {
+	h := sha256.New()
+	var buf []byte
+	str := func(s string) {
+		buf = binary.BigEndian.AppendUint64(buf[:0], uint64(len(s)))
+		buf = append(buf, s...)
+		h.Write(buf)
+	}
+	h.Write([]byte("mcpsync.descriptors.v1\x00"))
+	str(string(kind))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(set))))
+	for _, k := range set {
+		str(k.key)
+		str(k.d.URI)
+		str(k.d.URITemplate)
+		str(k.d.Name)
+		str(k.d.MIMEType)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// CursorDigest returns the digest a receipt keeps of a cursor: "sha256:" and
+// the lower-case hex SHA-256 of the cursor's bytes.
+func CursorDigest(cursor string) string {
+	sum := sha256.Sum256([]byte(cursor))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Walk lists kind lazily in one pass, yielding each item as listed (repeats
+// included), and yields an error and stops at the first failure: a
+// *PassError for a cursor cycle, the page cap or a failed page (an invalid
+// cursor is not retried here; Scan starts over), or ctx's error. It proves
+// nothing about completeness; use Scan for that.
+func (s *Scanner) Walk(ctx context.Context, kind ListKind, era Era, pages PageFunc) iter.Seq2[Descriptor, error] {
+	return func(yield func(Descriptor, error) bool) {
+		for w, err := range s.walkPages(ctx, era, pages) {
+			if err != nil {
+				yield(Descriptor{}, err)
+				return
+			}
+			for _, d := range w.page.Items {
+				d.Kind = kind
+				if !yield(d, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// walkedPage is one page of a pass.
+type walkedPage struct {
+	index        int
+	cursorDigest string // of the cursor sent for the page; "" for the first
+	page         Page
+}
+
+// walkPages fetches the pages of one pass, from the first until the listing
+// ends, and yields an error and stops on a cursor cycle, the page cap, a
+// failed page or the end of ctx. Cursors go from one page to the next
+// untouched; only their digests are remembered.
+func (s *Scanner) walkPages(ctx context.Context, era Era, pages PageFunc) iter.Seq2[walkedPage, error] {
+	return func(yield func(walkedPage, error) bool) {
+		var cursor *string
+		var digest string
+		sent := make(map[string]struct{})
+		for index := 0; ; index++ {
+			if err := ctx.Err(); err != nil {
+				yield(walkedPage{}, err)
+				return
+			}
+			p, err := pages(ctx, cursor)
+			if err != nil {
+				if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+					yield(walkedPage{}, err)
+					return
+				}
+				fault := FaultPageError
+				// -32602 answering a cursor the server handed out means
+				// the cursor is no longer valid (pagination, every
+				// revision since 2024-11-05). On the first page there is
+				// no cursor to blame.
+				if rpc, ok := errors.AsType[*RPCError](err); ok && rpc.Code == CodeInvalidParams && cursor != nil {
+					fault = FaultInvalidCursor
+				}
+				yield(walkedPage{}, &PassError{Fault: fault, Page: index, CursorDigest: digest, Err: err})
+				return
+			}
+			if !yield(walkedPage{index: index, cursorDigest: digest, page: p}, nil) {
+				return
+			}
+			if listingEnded(era, p.NextCursor) {
+				return
+			}
+			next := CursorDigest(*p.NextCursor)
+			if _, cycled := sent[next]; cycled {
+				yield(walkedPage{}, &PassError{Fault: FaultCursorCycle, Page: index + 1, CursorDigest: next})
+				return
+			}
+			if index+1 >= s.opts.MaxPages {
+				yield(walkedPage{}, &PassError{Fault: FaultPageCap, Page: index + 1, CursorDigest: next})
+				return
+			}
+			sent[next] = struct{}{}
+			cursor, digest = p.NextCursor, next
+		}
+	}
+}
+
+// listingEnded reports whether a page with this nextCursor is the last one. Up to
+// protocol 2025-11-25 a missing or empty nextCursor ends a listing; from
+// 2026-07-28 on "" is a valid cursor and only an absent one ends it.
+func listingEnded(era Era, next *string) bool {
+	if next == nil {
+		return true
+	}
+	return era == EraLegacy && *next == ""
+}
