@@ -103,6 +103,8 @@ type ClientOptions struct {
 	RequestTimeout time.Duration
 	// OnOutcome, if set, is told of every fenced read, outside every lock.
 	OnOutcome func(Outcome)
+	// Scanner configures discovery scans; nil means defaults.
+	Scanner *ScannerOptions
 }
 
 // Client keeps the local copy of one MCP server's resources in sync over an
@@ -128,6 +130,7 @@ type Client struct {
 	closed  bool
 	rng     *rand.Rand
 
+	scanner     *Scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
 }
@@ -205,12 +208,16 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 30 * time.Second
 	}
+	scanner, err := NewScanner(o.Scanner)
+	if err != nil {
+		return nil, err
+	}
 	seed := o.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
 	c := &Client{
-		opts: o, engine: o.Engine, dial: dial,
+		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch),
 		listChanged: map[string]*atomic.Uint64{
 			string(mcp.MethodResourcesList): {}, string(mcp.MethodResourcesTemplatesList): {},
@@ -835,4 +842,116 @@ func decodeParams(params map[string]any, dst any) {
 	if err == nil {
 		_ = json.Unmarshal(raw, dst)
 	}
+}
+
+// Scan lists kind completely over the current session, as Scanner.Scan
+// says: two identical clean passes at least, or one pass with snapshot proof
+// where the server negotiated the snapshot extension. list_changed
+// notifications seen during a pass force another.
+func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
+	conn, err := c.current()
+	if err != nil {
+		return Catalog{}, err
+	}
+	method := kind.Method()
+	return c.scanner.Scan(ctx, kind, conn.era, conn.caps, c.pages(conn, kind),
+		func() uint64 { return c.ListChanged(method) })
+}
+
+// pages fetches list pages of kind on conn. The cursor goes out untouched;
+// the page is read from the raw result, since mcp-go's typed result cannot
+// tell an absent nextCursor from "" (see wire.WithRawResult). mcp-go also
+// omits an empty cursor from its request (omitempty), so a 2026-07-28 server
+// that hands out "" gets its first page again, which the scanner's cycle
+// detection reports rather than a short listing.
+func (c *Client) pages(conn *connection, kind ListKind) PageFunc {
+	return func(ctx context.Context, cursor *string) (Page, error) {
+		ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+		var raw json.RawMessage
+		ctx = wire.WithRawResult(ctx, &raw)
+		var paged mcp.PaginatedRequest
+		if cursor != nil {
+			paged.Params.Cursor = mcp.Cursor(*cursor)
+		}
+		var err error
+		switch kind {
+		case KindResources:
+			_, err = conn.mc.ListResourcesByPage(ctx, mcp.ListResourcesRequest{PaginatedRequest: paged})
+		case KindResourceTemplates:
+			_, err = conn.mc.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{PaginatedRequest: paged})
+		case KindTools:
+			_, err = conn.mc.ListToolsByPage(ctx, mcp.ListToolsRequest{PaginatedRequest: paged})
+		case KindPrompts:
+			_, err = conn.mc.ListPromptsByPage(ctx, mcp.ListPromptsRequest{PaginatedRequest: paged})
+		default:
+			return Page{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
+		}
+		if err != nil {
+			return Page{}, err
+		}
+		return pageFromRaw(kind, raw)
+	}
+}
+
+// listResult is the part of a list result discovery reads.
+type listResult struct {
+	Resources []struct {
+		URI      string `json:"uri"`
+		Name     string `json:"name"`
+		MIMEType string `json:"mimeType"`
+	} `json:"resources"`
+	ResourceTemplates []struct {
+		URITemplate string `json:"uriTemplate"`
+		Name        string `json:"name"`
+		MIMEType    string `json:"mimeType"`
+	} `json:"resourceTemplates"`
+	Tools []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	Prompts []struct {
+		Name string `json:"name"`
+	} `json:"prompts"`
+	NextCursor *string        `json:"nextCursor"`
+	Meta       map[string]any `json:"_meta"`
+}
+
+func pageFromRaw(kind ListKind, raw json.RawMessage) (Page, error) {
+	var r listResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return Page{}, fmt.Errorf("mcpsync: %s result: %w", kind.Method(), err)
+	}
+	p := Page{NextCursor: r.NextCursor}
+	if id, ok := r.Meta[SnapshotIDMetaKey].(string); ok {
+		p.SnapshotID = id
+	}
+	switch kind {
+	case KindResources:
+		for _, x := range r.Resources {
+			p.Items = append(p.Items, Descriptor{URI: x.URI, Name: x.Name, MIMEType: x.MIMEType})
+		}
+	case KindResourceTemplates:
+		for _, x := range r.ResourceTemplates {
+			p.Items = append(p.Items, Descriptor{URITemplate: x.URITemplate, Name: x.Name, MIMEType: x.MIMEType})
+		}
+	case KindTools:
+		for _, x := range r.Tools {
+			p.Items = append(p.Items, Descriptor{Name: x.Name})
+		}
+	case KindPrompts:
+		for _, x := range r.Prompts {
+			p.Items = append(p.Items, Descriptor{Name: x.Name})
+		}
+	}
+	return p, nil
+}
+
+// Reconcile hands a resources catalog's verdicts to the engine
+// (Catalog.Reconcile) and sends the reconcile reads it asks for.
+func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
+	rec, err := cat.Reconcile(c.engine)
+	for _, t := range rec.Tickets {
+		c.dispatch(t)
+	}
+	return rec, err
 }

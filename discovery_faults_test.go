@@ -1,0 +1,212 @@
+package mcpsync_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// scanRig is a client of an mcpsynctest server holding five resources, so
+// that a walk spans three pages of two.
+type scanRig struct {
+	srv *mcpsynctest.Server
+	kit *mcpsynctest.Transport
+	c   *mcpsync.Client
+}
+
+func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions) *scanRig {
+	t.Helper()
+	r := &scanRig{srv: mcpsynctest.NewServer(srvOpts)}
+	for i := range 5 {
+		r.srv.Set(fmt.Sprintf("file:///docs/%d.md", i), "text/markdown", "body")
+	}
+	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
+		return r.kit, nil
+	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: w.version,
+		Scanner: &mcpsync.ScannerOptions{MaxAttempts: 3, BackoffBase: 1, BackoffMax: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	r.c = c
+	return r
+}
+
+func uriSet(c mcpsync.Catalog) []string {
+	var out []string
+	for d := range c.Items() {
+		out = append(out, d.URI)
+	}
+	return out
+}
+
+// Multi-page change with a lost notification: resources are deleted and
+// recreated between pages and no list_changed is ever sent. One scan never
+// yields a complete catalog; two passes that differ are scanned again, and a
+// catalog without snapshot proof is at best UNPROVEN, which completeness
+// tasks refuse.
+func TestFaultMultiPageChangeWithLostNotification(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			r := newScanRig(t, w, &mcpsynctest.ServerOptions{SuppressListChanged: true})
+			// During the first pass only: 4.md is deleted before the walk
+			// reaches it and recreated after the walk has ended, so that
+			// pass misses it, and nothing says so.
+			walks := 0
+			r.srv.OnPage(func(kind string, page int) {
+				if kind != mcpsynctest.KindResources {
+					return
+				}
+				switch {
+				case page == 1:
+					walks++
+					if walks == 1 {
+						r.srv.Delete("file:///docs/4.md")
+					}
+				case page == 2 && walks == 1:
+					r.srv.Set("file:///docs/4.md", "text/markdown", "back")
+				}
+			})
+			cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+			require.NoError(t, err)
+			assert.Equal(t, mcpsync.CatalogSnapshotUnproven, cat.Status)
+			require.GreaterOrEqual(t, len(cat.Scans), 4, "the attempt whose passes differed was scanned again")
+			assert.Equal(t, 4, cat.Scans[0].ItemCount, "the first pass missed an item")
+			assert.NotEqual(t, cat.Scans[0].SetDigest, cat.Scans[1].SetDigest, "so the passes differed")
+			assert.ElementsMatch(t, []string{
+				"file:///docs/0.md", "file:///docs/1.md", "file:///docs/2.md", "file:///docs/3.md", "file:///docs/4.md",
+			}, uriSet(cat))
+			_, err = cat.Complete(cat.MeasuredAt, r.c.Engine().SessionGeneration())
+			require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven, "UNPROVEN is not a snapshot")
+		})
+	}
+}
+
+// Cyclic cursor: a page points back at an earlier one. The scan reports the
+// cycle and never returns a catalog that looks complete.
+func TestFaultCyclicCursor(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			r := newScanRig(t, w, nil)
+			r.kit.CycleCursor(mcpsynctest.KindResources, 2, 2)
+			cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+			require.ErrorIs(t, err, mcpsync.ErrScanUnreconciled)
+			assert.Empty(t, uriSet(cat))
+			require.NotEmpty(t, cat.Scans)
+			assert.NotEmpty(t, cat.Scans[0].Faults, "the receipt records the cycle")
+			_, err = cat.Complete(time.Now(), r.c.Engine().SessionGeneration())
+			require.Error(t, err)
+		})
+	}
+}
+
+// Forged snapshot id: ids on pages of a server that never negotiated the
+// extension, or ids that differ across pages, never make a catalog PROVEN.
+func TestFaultForgedSnapshotID(t *testing.T) {
+	for _, w := range eras {
+		for _, tc := range []struct {
+			name     string
+			snapshot bool
+			mode     mcpsynctest.ForgeMode
+		}{
+			{"id without the capability", false, mcpsynctest.ForgeMissing},
+			{"ids differ across pages", true, mcpsynctest.ForgeVary},
+		} {
+			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
+				r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: tc.snapshot})
+				r.kit.ForgeSnapshotIDs(tc.mode)
+				cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+				require.NoError(t, err)
+				assert.Equal(t, mcpsync.CatalogSnapshotUnproven, cat.Status, "forged ids are recorded, never trusted")
+				forged := 0
+				for _, s := range cat.Scans {
+					forged += len(s.SnapshotFaults)
+				}
+				assert.NotZero(t, forged)
+				_, err = cat.Complete(cat.MeasuredAt, r.c.Engine().SessionGeneration())
+				require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
+			})
+		}
+	}
+}
+
+// The snapshot extension end to end: a server that negotiated it and binds
+// every page to one id yields SNAPSHOT_PROVEN in one pass, even with
+// resources deleted and recreated between its pages.
+func TestSnapshotProvenEndToEnd(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			// No list_changed: one during the proving pass would (rightly)
+			// force another attempt, over a newer snapshot.
+			r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
+			require.True(t, r.c.Capabilities().SnapshotList)
+			r.srv.OnPage(func(kind string, page int) {
+				if page == 1 {
+					r.srv.Delete("file:///docs/4.md")
+				}
+			})
+			cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+			require.NoError(t, err)
+			assert.Equal(t, mcpsync.CatalogSnapshotProven, cat.Status)
+			assert.Len(t, uriSet(cat), 5, "the set as of the snapshot")
+			items, err := cat.Complete(cat.MeasuredAt, r.c.Engine().SessionGeneration())
+			require.NoError(t, err)
+			assert.Len(t, items, 5)
+		})
+	}
+}
+
+// A deleted resource: its read says not found (TOMBSTONE_PENDING, nothing
+// written downstream); an unproven catalog cannot confirm the deletion, a
+// proven one does, with one outbox entry.
+func TestTombstoneConfirmedOnlyByAProvenCatalog(t *testing.T) {
+	for _, w := range eras {
+		for _, proven := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/proven=%v", w.name, proven), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { tombstoneThroughCatalog(t, w, proven) })
+			})
+		}
+	}
+}
+
+func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool) {
+	r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: proven, SuppressListChanged: true})
+	const gone = "file:///docs/4.md"
+	_, err := r.c.Subscribe(t.Context(), gone)
+	require.NoError(t, err)
+	synctest.Wait()
+	r.srv.Delete(gone) // its notification's read answers not found
+	synctest.Wait()
+	sub, err := r.c.Engine().Subscription(gone)
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+	before, err := r.c.Engine().PullOutbox(0, 0)
+	require.NoError(t, err)
+
+	cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+	require.NoError(t, err)
+	rec, err := r.c.Reconcile(cat)
+	require.NoError(t, err)
+	sub, err = r.c.Engine().Subscription(gone)
+	require.NoError(t, err)
+	after, err := r.c.Engine().PullOutbox(0, 0)
+	require.NoError(t, err)
+	if !proven {
+		assert.Equal(t, []string{gone}, rec.Deferred)
+		assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+		assert.Equal(t, before, after, "no tombstone from an unproven catalog")
+		return
+	}
+	assert.Equal(t, []string{gone}, rec.Tombstoned)
+	assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+	require.Len(t, after, len(before)+1)
+	assert.Equal(t, mcpsync.InvalidateTombstoned, after[len(after)-1].Reason)
+}
