@@ -238,3 +238,52 @@ func TestClientReconnectReestablishes(t *testing.T) {
 		})
 	}
 }
+
+// A notification for a URI nobody subscribed triggers nothing and leaves a
+// NOT_SUBSCRIBED receipt.
+func TestClientNotificationForUnsubscribedURI(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDocServer("v1")
+		c := connectDoc(t, d, "2025-11-25", nil)
+		d.srv.SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": "file:///nobody.md"})
+		synctest.Wait()
+		receipts := c.Engine().StaleReceipts()
+		require.Len(t, receipts, 1)
+		assert.Equal(t, mcpsync.ReasonNotSubscribed, receipts[0].Reason)
+		assert.Equal(t, "file:///nobody.md", receipts[0].URI)
+		assert.Equal(t, mcpsync.TriggerNotification, receipts[0].Trigger)
+	})
+}
+
+// Tools and prompts are listed by the same scanner, with the same session
+// generation isolation, so an agent runtime gets a capability catalog with
+// the same receipts.
+func TestClientScansToolsAndPrompts(t *testing.T) {
+	d := newDocServer("v1")
+	for _, name := range []string{"search", "fetch", "summarize"} {
+		d.srv.AddTool(mcp.NewTool(name), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("ok"), nil
+		})
+	}
+	d.srv.AddPrompt(mcp.NewPrompt("review"), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	})
+	c := connectDoc(t, d, "2025-11-25", nil)
+	tools, err := c.Scan(t.Context(), mcpsync.KindTools)
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.CatalogSnapshotUnproven, tools.Status)
+	var names []string
+	for d := range tools.Items() {
+		names = append(names, d.Name)
+	}
+	assert.ElementsMatch(t, []string{"search", "fetch", "summarize"}, names)
+	assert.Equal(t, c.Engine().SessionGeneration(), tools.SessionGeneration)
+
+	prompts, err := c.Scan(t.Context(), mcpsync.KindPrompts)
+	require.NoError(t, err)
+	assert.Len(t, prompts.Descriptors, 1)
+
+	require.NoError(t, c.Reconnect(t.Context()))
+	_, err = tools.Complete(tools.MeasuredAt, c.Engine().SessionGeneration())
+	require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven, "a catalog of an older session is refused")
+}
