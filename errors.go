@@ -162,3 +162,16 @@ func (e *CursorError) Is(target error) bool {
 	t, ok := target.(*CursorError)
 	return ok && t.Code == e.Code
 }
+
+// Paging errors.
+var (
+	// ErrInvalidPageRequest: a page request or query that cannot be served
+	// (no sort fields, page size out of range, both cursor and boundary).
+	ErrInvalidPageRequest = errors.New("mcpsync: invalid page request")
+	// ErrIdempotencyConflict: an idempotency key was reused for a different
+	// request of the same query inside the idempotency window.
+	ErrIdempotencyConflict = errors.New("mcpsync: idempotency key reused for another request")
+	// ErrPageInconsistent: a page contradicts its own fingerprint or the walk
+	// it belongs to (another snapshot, items not after the last boundary).
+	ErrPageInconsistent = errors.New("mcpsync: page inconsistent with its walk")
+)

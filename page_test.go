@@ -1,0 +1,562 @@
+package mcpsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ticket is the item of the source document's search_tickets tool.
+type ticket struct {
+	ID        string `json:"id"`
+	UpdatedAt string `json:"updated_at"`
+	Title     string `json:"title,omitempty"`
+}
+
+// fakeClock is an injected clock; tests move it, nothing sleeps.
+type fakeClock struct {
+	mu sync.Mutex // protects t
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: testT0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func ticketSource(t testing.TB, retain int) *MemorySource[ticket] {
+	t.Helper()
+	src, err := NewMemorySource(&MemorySourceOptions[ticket]{
+		ID: func(x ticket) string { return x.ID },
+		SortValue: func(x ticket, field string) string {
+			if field != "updated_at" {
+				panic("unknown sort field " + field)
+			}
+			return x.UpdatedAt
+		},
+		Retain: retain,
+	})
+	require.NoError(t, err)
+	return src
+}
+
+// ticketAt makes a ticket updated minute m after testT0. Many tickets share
+// a minute, so runs of equal sort values cross page boundaries.
+func ticketAt(id string, m int) ticket {
+	return ticket{ID: id, UpdatedAt: SortTime(testT0.Add(time.Duration(m) * time.Minute)), Title: "ticket " + id}
+}
+
+// fixedTickets is the fixed data set: 95 tickets with unique ids in runs of
+// seven equal timestamps.
+func fixedTickets() []ticket {
+	var out []ticket
+	for i := range 95 {
+		out = append(out, ticketAt(fmt.Sprintf("T-%04d", i), i/7))
+	}
+	return out
+}
+
+func ticketQuery(size int, c Consistency) Query {
+	q := testQuery()
+	q.PageSize = size
+	q.Consistency = c
+	return q
+}
+
+func newTestPaginator(t testing.TB, src KeysetSource[ticket], clock *fakeClock, o *PaginatorOptions) *Paginator[ticket] {
+	t.Helper()
+	opts := PaginatorOptions{}
+	if o != nil {
+		opts = *o
+	}
+	opts.Keyring = testKeyring(t, testKey)
+	opts.Clock = clock.Now
+	p, err := NewPaginator(src, &opts)
+	require.NoError(t, err)
+	return p
+}
+
+func ids(items []ticket) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.ID
+	}
+	return out
+}
+
+// expectedOrder sorts items the way the query orders them.
+func expectedOrder(q Query, items []ticket) []string {
+	s := slices.Clone(items)
+	pos := func(x ticket) Position { return Position{Sort: []string{x.UpdatedAt}, ID: x.ID} }
+	slices.SortFunc(s, func(a, b ticket) int { return ComparePositions(q.Sort, pos(a), pos(b)) })
+	return ids(s)
+}
+
+// TestPagesAcceptance is the acceptance test of the source document: over a
+// fixed data set with unique ids, with inserts, updates and deletes between
+// pages, a snapshot walk returns exactly the snapshot's set, in order, with
+// no id twice, including runs of equal sort values across page boundaries.
+func TestPagesAcceptance(t *testing.T) {
+	for _, size := range []int{1, 5, 7, 10, 20, 94, 95, 96} {
+		t.Run(fmt.Sprintf("snapshot/page size %d", size), func(t *testing.T) {
+			src := ticketSource(t, 1000) // three versions per page, all retained
+			src.Put(fixedTickets()...)
+			p := newTestPaginator(t, src, newFakeClock(), nil)
+			q := ticketQuery(size, ConsistencySnapshot)
+
+			var got []string
+			var snapshot string
+			req := PageRequest{Query: q}
+			for page := 0; ; page++ {
+				env, err := p.Page(context.Background(), req)
+				require.NoError(t, err)
+				if page == 0 {
+					snapshot = env.Page.SnapshotID
+				}
+				require.Equal(t, snapshot, env.Page.SnapshotID, "every page reads the first page's snapshot")
+				require.NotEmpty(t, env.Items, "no empty page")
+				got = append(got, ids(env.Items)...)
+				// Between pages: a new ticket on top, one in the middle of
+				// a run, an update that moves a ticket, a delete.
+				src.Put(ticketAt(fmt.Sprintf("N-%d", page), 1000), ticketAt(fmt.Sprintf("M-%d", page), 6))
+				src.Put(ticketAt(fmt.Sprintf("T-%04d", 90-page%90), 2000))
+				src.Delete(fmt.Sprintf("T-%04d", (page*13)%95))
+				if !env.Page.HasMore {
+					require.Empty(t, env.Page.NextCursor)
+					break
+				}
+				req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+			}
+			assert.Equal(t, expectedOrder(q, fixedTickets()), got, "the snapshot's set, once each, in order")
+		})
+	}
+	t.Run("incremental", func(t *testing.T) {
+		src := ticketSource(t, 64)
+		src.Put(fixedTickets()...)
+		p := newTestPaginator(t, src, newFakeClock(), nil)
+		q := ticketQuery(10, ConsistencyIncremental)
+		touched := map[string]bool{}
+		var got []string
+		snapshots := map[string]bool{}
+		req := PageRequest{Query: q}
+		for page := 0; ; page++ {
+			env, err := p.Page(context.Background(), req)
+			require.NoError(t, err)
+			require.Equal(t, ConsistencyIncremental, env.Consistency)
+			snapshots[env.Page.SnapshotID] = true
+			got = append(got, ids(env.Items)...)
+			// Inserts in the unread part, an update of an unread ticket
+			// (moves it to the top, before the boundary) and a delete of
+			// an unread ticket.
+			ins := fmt.Sprintf("M-%d", page)
+			src.Put(ticketAt(ins, 0))
+			upd := fmt.Sprintf("T-%04d", 20+page)
+			src.Put(ticketAt(upd, 2000))
+			del := fmt.Sprintf("T-%04d", 40+page)
+			src.Delete(del)
+			touched[upd], touched[del] = true, true
+			if !env.Page.HasMore {
+				break
+			}
+			req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+		}
+		seen := map[string]bool{}
+		for _, id := range got {
+			require.False(t, seen[id], "id %s twice", id)
+			seen[id] = true
+		}
+		for _, x := range fixedTickets() {
+			if !touched[x.ID] {
+				assert.True(t, seen[x.ID], "untouched ticket %s missed", x.ID)
+			}
+		}
+		for i := range 3 {
+			assert.True(t, seen[fmt.Sprintf("M-%d", i)], "insert after the boundary is read live")
+		}
+		assert.Greater(t, len(snapshots), 1, "incremental pages read live data")
+	})
+}
+
+// The source document's first fault: with offsets, a ticket inserted on top
+// pushes the 20th ticket over the page boundary and it is never read.
+func TestInsertOnTopDoesNotHideBoundaryItem(t *testing.T) {
+	for _, c := range []Consistency{ConsistencySnapshot, ConsistencyIncremental} {
+		t.Run(string(c), func(t *testing.T) {
+			src := ticketSource(t, 0)
+			var data []ticket
+			for i := range 40 {
+				data = append(data, ticketAt(fmt.Sprintf("T-%04d", i), i))
+			}
+			src.Put(data...)
+			p := newTestPaginator(t, src, newFakeClock(), nil)
+			q := ticketQuery(20, c)
+			first, err := p.Page(context.Background(), PageRequest{Query: q})
+			require.NoError(t, err)
+			src.Put(ticketAt("NEW", 1000))
+			second, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
+			require.NoError(t, err)
+			all := append(ids(first.Items), ids(second.Items)...)
+			assert.Equal(t, expectedOrder(q, data), all)
+		})
+	}
+}
+
+func TestEqualSortValuesAcrossBoundary(t *testing.T) {
+	src := ticketSource(t, 0)
+	var data []ticket
+	for i := range 25 {
+		data = append(data, ticketAt(fmt.Sprintf("T-%04d", i), 0)) // one timestamp for all
+	}
+	src.Put(data...)
+	p := newTestPaginator(t, src, newFakeClock(), nil)
+	q := ticketQuery(4, ConsistencySnapshot)
+	var got []string
+	req := PageRequest{Query: q}
+	for {
+		env, err := p.Page(context.Background(), req)
+		require.NoError(t, err)
+		got = append(got, ids(env.Items)...)
+		if !env.Page.HasMore {
+			break
+		}
+		req.Cursor = env.Page.NextCursor
+	}
+	assert.Equal(t, expectedOrder(q, data), got)
+}
+
+// mcp-go's own listing fault: a page that ends exactly at the end still
+// points at an empty page. Fetching one item more tells there is none.
+func TestNoEmptyLastPage(t *testing.T) {
+	src := ticketSource(t, 0)
+	var data []ticket
+	for i := range 10 {
+		data = append(data, ticketAt(fmt.Sprintf("T-%04d", i), i))
+	}
+	src.Put(data...)
+	p := newTestPaginator(t, src, newFakeClock(), nil)
+	q := ticketQuery(5, ConsistencySnapshot)
+	first, err := p.Page(context.Background(), PageRequest{Query: q})
+	require.NoError(t, err)
+	require.True(t, first.Page.HasMore)
+	second, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
+	require.NoError(t, err)
+	assert.Len(t, second.Items, 5)
+	assert.False(t, second.Page.HasMore)
+	assert.Empty(t, second.Page.NextCursor)
+	assert.True(t, second.Page.CursorExpiresAt.IsZero())
+}
+
+func TestEmptyResultIsOnePageWithoutMore(t *testing.T) {
+	p := newTestPaginator(t, ticketSource(t, 0), newFakeClock(), nil)
+	env, err := p.Page(context.Background(), PageRequest{Query: ticketQuery(5, ConsistencySnapshot)})
+	require.NoError(t, err)
+	assert.NotNil(t, env.Items)
+	assert.Empty(t, env.Items)
+	assert.False(t, env.Page.HasMore)
+	b, err := json.Marshal(env)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"items":[]`)
+}
+
+func TestPageCursorErrors(t *testing.T) {
+	src := ticketSource(t, 2)
+	src.Put(fixedTickets()...)
+	clock := newFakeClock()
+	p := newTestPaginator(t, src, clock, &PaginatorOptions{CursorTTL: time.Minute})
+	q := ticketQuery(10, ConsistencySnapshot)
+	first, err := p.Page(context.Background(), PageRequest{Query: q})
+	require.NoError(t, err)
+	next := first.Page.NextCursor
+
+	t.Run("another page size", func(t *testing.T) {
+		_, err := p.Page(context.Background(), PageRequest{Query: ticketQuery(11, ConsistencySnapshot), Cursor: next})
+		requireCursorCode(t, err, CursorQueryMismatch)
+	})
+	t.Run("another tool", func(t *testing.T) {
+		other := q
+		other.Tool = "search_users"
+		_, err := p.Page(context.Background(), PageRequest{Query: other, Cursor: next})
+		requireCursorCode(t, err, CursorQueryMismatch)
+	})
+	t.Run("tampered", func(t *testing.T) {
+		_, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: next[:len(next)-1] + "A"})
+		requireCursorCode(t, err, CursorInvalid)
+	})
+	t.Run("snapshot no longer retained", func(t *testing.T) {
+		src.Put(ticketAt("X1", 1))
+		src.Put(ticketAt("X2", 1))
+		env, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: next})
+		requireCursorCode(t, err, CursorExpired)
+		assert.Nil(t, env, "an error, never an empty page")
+		var ce *CursorError
+		require.ErrorAs(t, err, &ce)
+		assert.NotEmpty(t, ce.Detail)
+	})
+	t.Run("expired by the clock", func(t *testing.T) {
+		fresh, err := p.Page(context.Background(), PageRequest{Query: q})
+		require.NoError(t, err)
+		clock.Advance(time.Minute)
+		_, err = p.Page(context.Background(), PageRequest{Query: q, Cursor: fresh.Page.NextCursor})
+		requireCursorCode(t, err, CursorExpired)
+	})
+}
+
+func TestPageRequestValidation(t *testing.T) {
+	p := newTestPaginator(t, ticketSource(t, 0), newFakeClock(), nil)
+	good := ticketQuery(10, ConsistencySnapshot)
+	cases := map[string]PageRequest{
+		"no tool":            {Query: Query{Sort: good.Sort, PageSize: 10}},
+		"no sort":            {Query: Query{Tool: "t", PageSize: 10}},
+		"zero page size":     {Query: ticketQuery(0, ConsistencySnapshot)},
+		"page size too big":  {Query: ticketQuery(1001, ConsistencySnapshot)},
+		"bad consistency":    {Query: ticketQuery(10, "eventual")},
+		"cursor and after":   {Query: good, Cursor: "v1.x.y.z", After: &Position{Sort: []string{"a"}, ID: "b"}},
+		"boundary too short": {Query: good, After: &Position{ID: "b"}},
+	}
+	for name, req := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := p.Page(context.Background(), req)
+			require.ErrorIs(t, err, ErrInvalidPageRequest)
+		})
+	}
+}
+
+func TestPaginatorOptions(t *testing.T) {
+	src := ticketSource(t, 0)
+	k := testKeyring(t, testKey)
+	cases := map[string]*PaginatorOptions{
+		"nil":                    nil,
+		"no keyring":             {},
+		"negative TTL":           {Keyring: k, CursorTTL: -time.Second},
+		"window longer than TTL": {Keyring: k, CursorTTL: time.Minute, IdempotencyWindow: 2 * time.Minute},
+		"negative entries":       {Keyring: k, IdempotencyEntries: -1},
+		"negative max page size": {Keyring: k, MaxPageSize: -1},
+		"negative window":        {Keyring: k, IdempotencyWindow: -1},
+	}
+	for name, o := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewPaginator[ticket](src, o)
+			require.Error(t, err)
+		})
+	}
+	t.Run("short TTL shortens the default window", func(t *testing.T) {
+		p, err := NewPaginator[ticket](src, &PaginatorOptions{Keyring: k, CursorTTL: time.Second})
+		require.NoError(t, err)
+		assert.Equal(t, time.Second, p.opts.IdempotencyWindow)
+	})
+}
+
+// A request repeated with the same idempotency key inside the window gets
+// the same page and fingerprint even when the data changed in between.
+func TestIdempotentRetry(t *testing.T) {
+	ctx := context.Background()
+	src := ticketSource(t, 0)
+	src.Put(fixedTickets()...)
+	clock := newFakeClock()
+	p := newTestPaginator(t, src, clock, &PaginatorOptions{IdempotencyWindow: 30 * time.Second})
+	q := ticketQuery(10, ConsistencyIncremental)
+	first, err := p.Page(ctx, PageRequest{Query: q})
+	require.NoError(t, err)
+
+	req := PageRequest{Query: q, Cursor: first.Page.NextCursor, IdempotencyKey: "req-2"}
+	a, err := p.Page(ctx, req)
+	require.NoError(t, err)
+	src.Delete(a.Items[0].ID)
+	src.Put(ticketAt("T-NEW", 12))
+	clock.Advance(29 * time.Second)
+	b, err := p.Page(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, a.Fingerprint, b.Fingerprint)
+	assert.Equal(t, a, b)
+
+	t.Run("another request under the same key is refused", func(t *testing.T) {
+		_, err := p.Page(ctx, PageRequest{Query: q, IdempotencyKey: "req-2"})
+		require.ErrorIs(t, err, ErrIdempotencyConflict)
+		_, err = p.Page(ctx, PageRequest{Query: q, After: &Position{Sort: []string{"x"}, ID: "y"}, IdempotencyKey: "req-2"})
+		require.ErrorIs(t, err, ErrIdempotencyConflict)
+	})
+	t.Run("the same key of another query is another request", func(t *testing.T) {
+		other := ticketQuery(11, ConsistencyIncremental)
+		_, err := p.Page(ctx, PageRequest{Query: other, IdempotencyKey: "req-2"})
+		require.NoError(t, err)
+	})
+	t.Run("after the window the page is read again", func(t *testing.T) {
+		clock.Advance(time.Second)
+		c, err := p.Page(ctx, req)
+		require.NoError(t, err)
+		assert.NotEqual(t, a.Fingerprint, c.Fingerprint)
+	})
+}
+
+func TestIdempotencyCacheIsBounded(t *testing.T) {
+	ctx := context.Background()
+	src := ticketSource(t, 0)
+	src.Put(fixedTickets()...)
+	clock := newFakeClock()
+	p := newTestPaginator(t, src, clock, &PaginatorOptions{IdempotencyEntries: 3})
+	q := ticketQuery(5, ConsistencySnapshot)
+	first := map[string]*PageEnvelope[ticket]{}
+	for i := range 10 {
+		key := fmt.Sprintf("k%d", i)
+		env, err := p.Page(ctx, PageRequest{Query: q, IdempotencyKey: key})
+		require.NoError(t, err)
+		first[key] = env
+		require.LessOrEqual(t, p.cache.len(), 3)
+	}
+	// k9 is still stored; k0 was evicted, so a new read gets a new snapshot.
+	src.Put(ticketAt("T-NEW", 500))
+	again, err := p.Page(ctx, PageRequest{Query: q, IdempotencyKey: "k9"})
+	require.NoError(t, err)
+	assert.Same(t, first["k9"], again)
+	fresh, err := p.Page(ctx, PageRequest{Query: q, IdempotencyKey: "k0"})
+	require.NoError(t, err)
+	assert.NotEqual(t, first["k0"].Fingerprint, fresh.Fingerprint)
+}
+
+// Concurrent identical requests under one key all get the one stored page.
+func TestIdempotentRetryConcurrent(t *testing.T) {
+	src := ticketSource(t, 0)
+	src.Put(fixedTickets()...)
+	p := newTestPaginator(t, src, newFakeClock(), nil)
+	q := ticketQuery(10, ConsistencyIncremental)
+	var wg sync.WaitGroup
+	got := make([]*PageEnvelope[ticket], 8)
+	for i := range got {
+		wg.Go(func() {
+			env, err := p.Page(context.Background(), PageRequest{Query: q, IdempotencyKey: "same"})
+			if err == nil {
+				got[i] = env
+			}
+			src.Put(ticketAt(fmt.Sprintf("W-%d", i), 3000))
+		})
+	}
+	wg.Wait()
+	for _, env := range got {
+		require.NotNil(t, env)
+		assert.Equal(t, got[0].Fingerprint, env.Fingerprint)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	src := ticketSource(t, 0)
+	src.Put(fixedTickets()...)
+	p := newTestPaginator(t, src, newFakeClock(), nil)
+	env, err := p.Page(context.Background(), PageRequest{Query: ticketQuery(10, ConsistencySnapshot)})
+	require.NoError(t, err)
+	fp := env.Fingerprint
+	assert.Equal(t, env.Page.SnapshotID, fp.SnapshotID)
+	assert.Equal(t, env.Items[0].ID, fp.FirstID)
+	assert.Equal(t, env.Items[9].ID, fp.LastID)
+	assert.Equal(t, 10, fp.Count)
+	d, err := ContentDigest(env.Items)
+	require.NoError(t, err)
+	assert.Equal(t, d, fp.ContentDigest)
+	changed := slices.Clone(env.Items)
+	changed[3].Title = "edited"
+	d2, err := ContentDigest(changed)
+	require.NoError(t, err)
+	assert.NotEqual(t, d, d2)
+}
+
+// staticSource is a fixed data set under a fixed snapshot id, for golden files.
+type staticSource struct{ items []ticket }
+
+func (s staticSource) Snapshot(context.Context) (string, error) { return "snap-7f2c", nil }
+
+func (s staticSource) Position(_ Query, x ticket) Position {
+	return Position{Sort: []string{x.UpdatedAt}, ID: x.ID}
+}
+
+func (s staticSource) Page(_ context.Context, snapshot string, q Query, after *Position, limit int) ([]ticket, error) {
+	var out []ticket
+	for _, x := range s.items { // already in order
+		if (after == nil || ComparePositions(q.Sort, s.Position(q, x), *after) > 0) && len(out) < limit {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+func TestEnvelopeGolden(t *testing.T) {
+	src := staticSource{items: []ticket{
+		{ID: "T-1042", UpdatedAt: "2026-08-25T04:00:12Z"},
+		{ID: "T-1041", UpdatedAt: "2026-08-25T04:00:12Z"},
+		{ID: "T-0999", UpdatedAt: "2026-08-25T03:59:00Z"},
+	}}
+	p := newTestPaginator(t, src, newFakeClock(), nil)
+	q := ticketQuery(2, ConsistencySnapshot)
+	first, err := p.Page(context.Background(), PageRequest{Query: q})
+	require.NoError(t, err)
+	last, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
+	require.NoError(t, err)
+	b, err := json.MarshalIndent([]*PageEnvelope[ticket]{first, last}, "", "  ")
+	require.NoError(t, err)
+	golden(t, "envelope.golden.json", append(b, '\n'))
+}
+
+func TestComparePositions(t *testing.T) {
+	order := []SortField{{Name: "updated_at", Desc: true}, {Name: "id", Desc: true}}
+	a := Position{Sort: []string{"2"}, ID: "a"}
+	b := Position{Sort: []string{"1"}, ID: "z"}
+	c := Position{Sort: []string{"2"}, ID: "b"}
+	assert.Negative(t, ComparePositions(order, a, b), "newer first")
+	assert.Negative(t, ComparePositions(order, c, a), "equal time: id desc")
+	assert.Zero(t, ComparePositions(order, a, a))
+	asc := []SortField{{Name: "name"}, {Name: "uri"}}
+	assert.Negative(t, ComparePositions(asc, Position{Sort: []string{"x"}, ID: "1"}, Position{Sort: []string{"x"}, ID: "2"}))
+	assert.Negative(t, ComparePositions([]SortField{{Name: "id"}}, Position{ID: "a"}, Position{ID: "b"}))
+}
+
+func TestMemorySourceOptions(t *testing.T) {
+	_, err := NewMemorySource[ticket](nil)
+	require.Error(t, err)
+	_, err = NewMemorySource(&MemorySourceOptions[ticket]{ID: func(ticket) string { return "" }})
+	require.Error(t, err)
+	_, err = NewMemorySource(&MemorySourceOptions[ticket]{
+		ID: func(ticket) string { return "" }, SortValue: func(ticket, string) string { return "" }, Retain: -1,
+	})
+	require.Error(t, err)
+}
+
+func TestMemorySourceFilterAndSnapshotIDs(t *testing.T) {
+	src, err := NewMemorySource(&MemorySourceOptions[ticket]{
+		ID:        func(x ticket) string { return x.ID },
+		SortValue: func(x ticket, _ string) string { return x.UpdatedAt },
+		Match: func(x ticket, f any) bool {
+			m, _ := f.(map[string]any)
+			return m["prefix"] == nil || x.ID[:1] == m["prefix"]
+		},
+	})
+	require.NoError(t, err)
+	src.Put(ticketAt("A-1", 1), ticketAt("B-1", 2), ticketAt("A-2", 3))
+	q := ticketQuery(10, ConsistencySnapshot)
+	q.Filter = map[string]any{"prefix": "A"}
+	snap, err := src.Snapshot(context.Background())
+	require.NoError(t, err)
+	got, err := src.Page(context.Background(), snap, q, nil, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"A-2", "A-1"}, ids(got))
+
+	other := ticketSource(t, 0)
+	otherSnap, err := other.Snapshot(context.Background())
+	require.NoError(t, err)
+	assert.NotEqual(t, snap, otherSnap, "two sources never share snapshot ids")
+	_, err = src.Page(context.Background(), otherSnap, q, nil, 10)
+	require.ErrorIs(t, err, ErrCursorExpired)
+}
