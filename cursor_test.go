@@ -3,6 +3,7 @@ package mcpsync
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -320,4 +321,97 @@ func TestCursorErrorsAreNeverWrappedAway(t *testing.T) {
 	_, err := k.Decode("garbage", QueryHash{}, testT0)
 	require.True(t, errors.Is(err, ErrCursorInvalid))
 	require.False(t, errors.Is(err, ErrCursorExpired))
+}
+
+// Benchmarks of the cursor wire form, each beside a baseline without the
+// MAC: the same binary payload in base64, and the payload as JSON in base64.
+
+type jsonPayload struct {
+	Q []byte   `json:"q"`
+	S []string `json:"s"`
+	I string   `json:"i"`
+	N string   `json:"n"`
+	T int64    `json:"t"`
+	E int64    `json:"e"`
+}
+
+func toJSONPayload(p CursorPayload) jsonPayload {
+	return jsonPayload{Q: p.Query[:], S: p.After.Sort, I: p.After.ID, N: p.SnapshotID, T: p.IssuedAt.UnixMilli(), E: p.ExpiresAt.UnixMilli()}
+}
+
+func BenchmarkCursorEncode(b *testing.B) {
+	k := testKeyring(b, testKey)
+	p := testPayload(b)
+	b.Run("sign", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := k.Encode(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline=binary-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = "v1." + b64.EncodeToString(appendPayload(make([]byte, 0, 64), p))
+		}
+	})
+	b.Run("baseline=json-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := json.Marshal(toJSONPayload(p))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = b64.EncodeToString(raw)
+		}
+	})
+}
+
+func BenchmarkCursorDecode(b *testing.B) {
+	k := testKeyring(b, testKey)
+	p := testPayload(b)
+	c, err := k.Encode(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verify", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := k.Decode(c, p.Query, testT0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	bin := b64.EncodeToString(appendPayload(nil, p))
+	b.Run("baseline=binary-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := b64.DecodeString(bin)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := parsePayload(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	raw, err := json.Marshal(toJSONPayload(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	js := b64.EncodeToString(raw)
+	b.Run("baseline=json-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := b64.DecodeString(js)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out jsonPayload
+			if err := json.Unmarshal(raw, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -236,15 +236,21 @@ type PageFingerprint struct {
 func ContentDigest[T any](items []T) (string, error) {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
+	// One encoder and buffer for all items; Encode writes what json.Marshal
+	// returns plus a newline, which is left out.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	for _, it := range items {
-		b, err := json.Marshal(it)
-		if err != nil {
+		buf.Reset()
+		if err := enc.Encode(it); err != nil {
 			return "", fmt.Errorf("mcpsync: content digest: %w", err)
 		}
+		b := buf.Bytes()[:buf.Len()-1]
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
 		h.Write(b)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	var sum [sha256.Size]byte
+	return "sha256:" + hex.EncodeToString(h.Sum(sum[:0])), nil
 }
 
 // PageRequest asks a Paginator for one page.
