@@ -278,8 +278,8 @@ type PaginatorOptions struct {
 	// idempotency key. Default 2 minutes; it cannot exceed CursorTTL, since
 	// the replayed page carries the original cursor.
 	IdempotencyWindow time.Duration
-	// IdempotencyEntries bounds the pages kept for replay; the least recently
-	// used is evicted first. Default 1024.
+	// IdempotencyEntries bounds the pages kept for replay; the oldest is
+	// evicted first. Default 1024.
 	IdempotencyEntries int
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
@@ -457,18 +457,20 @@ type idempotencyEntry[T any] struct {
 }
 
 // idempotencyCache keeps recent pages for replay: at most max entries, each
-// for ttl after it was stored, least recently used evicted first.
+// for ttl after it was stored, oldest evicted first. Insertion order is
+// expiry order (a replay does not extend the window: the page's cursor keeps
+// its own expiry), so expiry and eviction both work from the back in O(1).
 type idempotencyCache[T any] struct {
 	max int
 	ttl time.Duration
 
-	mu      sync.Mutex // protects entries and lru
+	mu      sync.Mutex // protects entries and fifo
 	entries map[idempotencyKey]*list.Element
-	lru     *list.List // of *idempotencyEntry[T], most recent at the front
+	fifo    *list.List // of *idempotencyEntry[T], newest at the front
 }
 
 func newIdempotencyCache[T any](max int, ttl time.Duration) *idempotencyCache[T] {
-	return &idempotencyCache[T]{max: max, ttl: ttl, entries: make(map[idempotencyKey]*list.Element), lru: list.New()}
+	return &idempotencyCache[T]{max: max, ttl: ttl, entries: make(map[idempotencyKey]*list.Element), fifo: list.New()}
 }
 
 // get returns the stored page of k, nil if there is none in the window, or
@@ -485,7 +487,6 @@ func (c *idempotencyCache[T]) get(k idempotencyKey, req [sha256.Size]byte, now t
 	if e.request != req {
 		return nil, fmt.Errorf("%w: key %q", ErrIdempotencyConflict, k.key)
 	}
-	c.lru.MoveToFront(el)
 	return e.env, nil
 }
 
@@ -502,35 +503,29 @@ func (c *idempotencyCache[T]) put(k idempotencyKey, req [sha256.Size]byte, env *
 		}
 		return e.env, nil
 	}
-	c.entries[k] = c.lru.PushFront(&idempotencyEntry[T]{key: k, request: req, env: env, expires: now.Add(c.ttl)})
-	for c.lru.Len() > c.max {
-		c.removeLocked(c.lru.Back())
+	c.entries[k] = c.fifo.PushFront(&idempotencyEntry[T]{key: k, request: req, env: env, expires: now.Add(c.ttl)})
+	for c.fifo.Len() > c.max {
+		c.removeLocked(c.fifo.Back())
 	}
 	return env, nil
 }
 
-// expireLocked drops entries whose window has passed. Entries are not kept
-// in expiry order (LRU moves them), so it scans from the back while it finds
-// expired ones and relies on get to refuse any left behind.
+// expireLocked drops entries whose window has passed, oldest first.
 func (c *idempotencyCache[T]) expireLocked(now time.Time) {
-	for el := c.lru.Back(); el != nil; {
-		prev := el.Prev()
-		if e := el.Value.(*idempotencyEntry[T]); !now.Before(e.expires) {
-			c.removeLocked(el)
-		}
-		el = prev
+	for el := c.fifo.Back(); el != nil && !now.Before(el.Value.(*idempotencyEntry[T]).expires); el = c.fifo.Back() {
+		c.removeLocked(el)
 	}
 }
 
 func (c *idempotencyCache[T]) removeLocked(el *list.Element) {
-	c.lru.Remove(el)
+	c.fifo.Remove(el)
 	delete(c.entries, el.Value.(*idempotencyEntry[T]).key)
 }
 
 func (c *idempotencyCache[T]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lru.Len()
+	return c.fifo.Len()
 }
 
 // MemorySourceOptions configures a MemorySource.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 )
 
 // ticket is the item of the source document's search_tickets tool.
@@ -620,6 +622,91 @@ func BenchmarkPage100(b *testing.B) {
 		for b.Loop() {
 			if _, err := p.Page(ctx, req); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestPagesModel walks random data sets with random writes between pages.
+// The model is the data itself: a snapshot walk must return exactly the set
+// at its first page, in order; an incremental walk must return every item
+// that no write touched, in strictly increasing order, and an id twice only
+// when an update moved it past the boundary after it was read (a new
+// version, which continuous sync wants).
+func TestPagesModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		src, err := NewMemorySource(&MemorySourceOptions[ticket]{
+			ID:        func(x ticket) string { return x.ID },
+			SortValue: func(x ticket, _ string) string { return x.UpdatedAt },
+			Retain:    1 << 20,
+		})
+		require.NoError(rt, err)
+		live := map[string]ticket{}
+		for i := range rapid.IntRange(0, 60).Draw(rt, "items") {
+			x := ticketAt(fmt.Sprintf("T-%03d", i), rapid.IntRange(0, 5).Draw(rt, "minute"))
+			live[x.ID] = x
+			src.Put(x)
+		}
+		initial := make([]ticket, 0, len(live))
+		for _, x := range live {
+			initial = append(initial, x)
+		}
+		k, err := NewKeyring(testKey)
+		require.NoError(rt, err)
+		p, err := NewPaginator[ticket](src, &PaginatorOptions{Keyring: k, Clock: newFakeClock().Now})
+		require.NoError(rt, err)
+		c := rapid.SampledFrom([]Consistency{ConsistencySnapshot, ConsistencyIncremental}).Draw(rt, "consistency")
+		q := ticketQuery(rapid.IntRange(1, 12).Draw(rt, "page size"), c)
+
+		touched := map[string]bool{}
+		var got []ticket
+		req := PageRequest{Query: q}
+		for {
+			env, err := p.Page(context.Background(), req)
+			require.NoError(rt, err)
+			// In incremental mode the rest may be deleted after a page said
+			// has_more; a snapshot cannot change.
+			require.True(rt, len(env.Items) > 0 || len(got) == 0 || c == ConsistencyIncremental, "no empty page after the first")
+			got = append(got, env.Items...)
+			for i := range rapid.IntRange(0, 3).Draw(rt, "writes") {
+				ids := slices.Sorted(maps.Keys(live))
+				switch op := rapid.IntRange(0, 2).Draw(rt, "op"); {
+				case op == 0 || len(ids) == 0:
+					x := ticketAt(fmt.Sprintf("N-%d-%d", len(got), i), rapid.IntRange(0, 5).Draw(rt, "minute"))
+					live[x.ID] = x
+					src.Put(x)
+				case op == 1:
+					id := rapid.SampledFrom(ids).Draw(rt, "update")
+					x := ticketAt(id, rapid.IntRange(0, 5).Draw(rt, "minute"))
+					live[id], touched[id] = x, true
+					src.Put(x)
+				default:
+					id := rapid.SampledFrom(ids).Draw(rt, "delete")
+					delete(live, id)
+					touched[id] = true
+					src.Delete(id)
+				}
+			}
+			if !env.Page.HasMore {
+				break
+			}
+			req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+		}
+		for i := 1; i < len(got); i++ {
+			require.Negative(rt, ComparePositions(q.Sort, ticketPosition(got[i-1]), ticketPosition(got[i])), "strictly increasing")
+		}
+		if c == ConsistencySnapshot {
+			require.Equal(rt, expectedOrder(q, initial), ids(got))
+			return
+		}
+		seen := map[string]bool{}
+		for _, x := range got {
+			require.False(rt, seen[x.ID] && !touched[x.ID], "untouched id %s twice", x.ID)
+			seen[x.ID] = true
+		}
+		for _, x := range initial {
+			if !touched[x.ID] {
+				require.True(rt, seen[x.ID], "untouched %s missed", x.ID)
 			}
 		}
 	})
