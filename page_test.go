@@ -711,3 +711,49 @@ func TestPagesModel(t *testing.T) {
 		}
 	})
 }
+
+func ExamplePaginator() {
+	type ticket struct {
+		ID        string `json:"id"`
+		UpdatedAt string `json:"updated_at"`
+	}
+	keys, _ := NewKeyring(CursorKey{ID: "k1", Secret: []byte("a secret of at least thirty-two bytes")})
+	src, _ := NewMemorySource(&MemorySourceOptions[ticket]{
+		ID:        func(t ticket) string { return t.ID },
+		SortValue: func(t ticket, _ string) string { return t.UpdatedAt },
+	})
+	// Five tickets, the last three updated in the same second.
+	src.Put(
+		ticket{"T-1", "2026-08-25T04:00:01Z"}, ticket{"T-2", "2026-08-25T04:00:02Z"},
+		ticket{"T-3", "2026-08-25T04:00:03Z"}, ticket{"T-4", "2026-08-25T04:00:03Z"},
+		ticket{"T-5", "2026-08-25T04:00:03Z"},
+	)
+	pages, _ := NewPaginator[ticket](src, &PaginatorOptions{Keyring: keys})
+	q := Query{
+		Tool:     "search_tickets",
+		Sort:     []SortField{{Name: "updated_at", Desc: true}, {Name: "id", Desc: true}},
+		PageSize: 2,
+	}
+	req := PageRequest{Query: q}
+	for {
+		env, err := pages.Page(context.Background(), req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		src.Put(ticket{"T-" + env.Fingerprint.LastID, "2026-08-25T05:00:00Z"}) // a write between pages
+		var got []string
+		for _, t := range env.Items {
+			got = append(got, t.ID)
+		}
+		fmt.Println(got, env.Page.HasMore)
+		if !env.Page.HasMore {
+			return
+		}
+		req.Cursor = env.Page.NextCursor
+	}
+	// Output:
+	// [T-5 T-4] true
+	// [T-3 T-2] true
+	// [T-1] false
+}

@@ -381,3 +381,22 @@ func TestWithSnapshotCapabilityKeepsEntries(t *testing.T) {
 	assert.Contains(t, caps.Experimental, "other")
 	assert.Contains(t, caps.Experimental, mcpsync.SnapshotCapability)
 }
+
+// A list cursor is bound to its session: another client cannot continue a
+// walk with it (its catalog may include the first session's own resources).
+func TestResourcesListCursorBoundToSession(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: 3})
+	addDocs(h.srv, 0, 7)
+	ctx := context.Background()
+	first, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	other := startClient(t, h.srv)
+	req := mcp.ListResourcesRequest{}
+	req.Params.Cursor = first.NextCursor
+	_, err = other.ListResourcesByPage(ctx, req)
+	require.ErrorIs(t, err, mcp.ErrInvalidParams)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.errs, 1)
+	require.ErrorIs(t, h.errs[0], mcpsync.ErrCursorQueryMismatch)
+}
