@@ -102,13 +102,16 @@ type WalkOptions[T any] struct {
 	Clock func() time.Time
 }
 
-// WalkedPage records one accepted page.
+// WalkedPage records one accepted page. A page that needed retries is
+// checked like every page (its fingerprint must describe its items and
+// continue the walk's snapshot and order); since a retry carries the same
+// idempotency key, a server that stored the lost response replays it, and
+// Fingerprint is then the fingerprint of that first response.
 type WalkedPage struct {
 	Fingerprint PageFingerprint
 	// Attempts is 1 unless the request was retried.
 	Attempts int
-	// Retried pages are checked like every page: their fingerprint must
-	// describe their items and continue the walk's snapshot and order.
+	// IdempotencyKey is the key every attempt of the request carried.
 	IdempotencyKey string
 }
 

@@ -33,6 +33,9 @@ import (
 // replaces it with one that mcp-go's handler cannot decode, so the client
 // gets the JSON-RPC error -32602 (invalid params) that the MCP specification
 // asks for, though without our code; OnError sees the typed error.
+//
+// mcp-go runs the generic OnSuccess hooks before the per-method after hooks,
+// so an OnSuccess observer sees mcp-go's full list, not the page sent.
 
 // ErrServerPaginates: the mcp-go server was built with
 // server.WithPaginationLimit, so its handler no longer returns the whole
