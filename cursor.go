@@ -38,7 +38,7 @@ const (
 	maxPayloadText = 1024
 )
 
-var b64 = base64.RawURLEncoding.Strict()
+var cursorBase64 = base64.RawURLEncoding.Strict()
 
 // QueryHash binds a cursor to the query that produced it: tool name, filter
 // digest, sort fields, page size and consistency. See Query.Hash.
@@ -118,16 +118,16 @@ func (k *Keyring) Encode(p CursorPayload) (string, error) {
 	}
 	payload := appendPayload(make([]byte, 0, 64), p)
 	secret := k.keys[k.current]
-	n := 3 + len(k.current) + 1 + b64.EncodedLen(len(payload)) + 1 + b64.EncodedLen(sha256.Size)
+	n := 3 + len(k.current) + 1 + cursorBase64.EncodedLen(len(payload)) + 1 + cursorBase64.EncodedLen(sha256.Size)
 	buf := make([]byte, 0, n)
 	buf = append(buf, "v1."...)
 	buf = append(buf, k.current...)
 	buf = append(buf, '.')
-	buf = b64.AppendEncode(buf, payload)
+	buf = cursorBase64.AppendEncode(buf, payload)
 	mac := hmac.New(sha256.New, secret)
 	mac.Write(buf)
 	buf = append(buf, '.')
-	buf = b64.AppendEncode(buf, mac.Sum(nil))
+	buf = cursorBase64.AppendEncode(buf, mac.Sum(nil))
 	return string(buf), nil
 }
 
@@ -181,10 +181,10 @@ func (k *Keyring) Decode(cursor string, want QueryHash, now time.Time) (CursorPa
 		return CursorPayload{}, invalidCursor("unknown key id")
 	}
 	var got [sha256.Size]byte
-	if b64.DecodedLen(len(macB64)) != sha256.Size {
+	if cursorBase64.DecodedLen(len(macB64)) != sha256.Size {
 		return CursorPayload{}, invalidCursor("bad signature")
 	}
-	if n, err := b64.Decode(got[:], []byte(macB64)); err != nil || n != sha256.Size {
+	if n, err := cursorBase64.Decode(got[:], []byte(macB64)); err != nil || n != sha256.Size {
 		return CursorPayload{}, invalidCursor("bad signature")
 	}
 	mac := hmac.New(sha256.New, secret)
@@ -193,7 +193,7 @@ func (k *Keyring) Decode(cursor string, want QueryHash, now time.Time) (CursorPa
 	if !hmac.Equal(mac.Sum(sum[:0]), got[:]) {
 		return CursorPayload{}, invalidCursor("bad signature")
 	}
-	raw, err := b64.DecodeString(payloadB64)
+	raw, err := cursorBase64.DecodeString(payloadB64)
 	if err != nil {
 		return CursorPayload{}, invalidCursor("bad payload encoding")
 	}
@@ -241,40 +241,40 @@ func appendPayload(b []byte, p CursorPayload) []byte {
 	b = append(b, p.Query[:]...)
 	b = binary.AppendUvarint(b, uint64(p.IssuedAt.UnixMilli()))
 	b = binary.AppendUvarint(b, uint64(p.ExpiresAt.UnixMilli()))
-	b = appendString(b, p.SnapshotID)
+	b = appendCursorString(b, p.SnapshotID)
 	b = binary.AppendUvarint(b, uint64(len(p.After.Sort)))
 	for _, v := range p.After.Sort {
-		b = appendString(b, v)
+		b = appendCursorString(b, v)
 	}
-	return appendString(b, p.After.ID)
+	return appendCursorString(b, p.After.ID)
 }
 
-func appendString(b []byte, s string) []byte {
+func appendCursorString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
 
-var errPayload = errors.New("malformed payload")
+var errCursorPayload = errors.New("malformed payload")
 
 func parsePayload(b []byte) (CursorPayload, error) {
 	var p CursorPayload
 	if len(b) < len(p.Query) {
-		return p, errPayload
+		return p, errCursorPayload
 	}
 	copy(p.Query[:], b)
-	r := payloadReader{b: b[len(p.Query):]}
+	r := cursorPayloadReader{b: b[len(p.Query):]}
 	issued := r.uvarint()
 	expires := r.uvarint()
 	const maxMilli = 1 << 53 // far beyond year 200000, keeps time arithmetic exact
 	if issued > maxMilli || expires > maxMilli || expires < issued {
-		return p, errPayload
+		return p, errCursorPayload
 	}
 	p.IssuedAt = time.UnixMilli(int64(issued)).UTC()
 	p.ExpiresAt = time.UnixMilli(int64(expires)).UTC()
 	p.SnapshotID = r.str()
 	n := r.uvarint()
 	if n > maxSortValues {
-		return p, errPayload
+		return p, errCursorPayload
 	}
 	if n > 0 {
 		p.After.Sort = make([]string, n)
@@ -284,18 +284,18 @@ func parsePayload(b []byte) (CursorPayload, error) {
 	}
 	p.After.ID = r.str()
 	if r.err || len(r.b) != 0 {
-		return CursorPayload{}, errPayload
+		return CursorPayload{}, errCursorPayload
 	}
 	return p, nil
 }
 
-// payloadReader reads the payload and latches the first error.
-type payloadReader struct {
+// cursorPayloadReader reads the payload and latches the first error.
+type cursorPayloadReader struct {
 	b   []byte
 	err bool
 }
 
-func (r *payloadReader) uvarint() uint64 {
+func (r *cursorPayloadReader) uvarint() uint64 {
 	if r.err {
 		return 0
 	}
@@ -308,7 +308,7 @@ func (r *payloadReader) uvarint() uint64 {
 	return v
 }
 
-func (r *payloadReader) str() string {
+func (r *cursorPayloadReader) str() string {
 	n := r.uvarint()
 	if r.err || n > uint64(len(r.b)) || n > maxPayloadText {
 		r.err = true

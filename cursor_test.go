@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+var updateCursorGolden = flag.Bool("update-cursor-golden", false, "rewrite golden files in testdata/")
 
 // testKey and testKey2 are fixed so that golden files are reproducible.
 var (
@@ -67,14 +67,14 @@ func requireCursorCode(t *testing.T, err error, want CursorErrorCode) {
 	require.ErrorIs(t, err, &CursorError{Code: want})
 }
 
-func golden(t *testing.T, name string, got []byte) {
+func cursorGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
-	if *update {
+	if *updateCursorGolden {
 		require.NoError(t, os.WriteFile(path, got, 0o644))
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test -update to create it")
+	require.NoError(t, err, "run go test -update-cursor-golden to create it")
 	require.Equal(t, string(want), string(got))
 }
 
@@ -93,7 +93,7 @@ func TestCursorGoldenWireForm(t *testing.T) {
 	c, err := k.Encode(testPayload(t))
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(c, "v1.k1."))
-	golden(t, "cursor_v1.golden", []byte(c+"\n"))
+	cursorGolden(t, "cursor_v1.golden", []byte(c+"\n"))
 }
 
 // Every single-bit flip of every byte of a cursor is refused. Base64 is
@@ -257,10 +257,10 @@ func TestCursorMalformedIsInvalid(t *testing.T) {
 
 // signRaw signs an arbitrary payload, as only a key holder could.
 func signRaw(key CursorKey, payload []byte) string {
-	prefix := "v1." + key.ID + "." + b64.EncodeToString(payload)
+	prefix := "v1." + key.ID + "." + cursorBase64.EncodeToString(payload)
 	mac := hmac.New(sha256.New, key.Secret)
 	mac.Write([]byte(prefix))
-	return prefix + "." + b64.EncodeToString(mac.Sum(nil))
+	return prefix + "." + cursorBase64.EncodeToString(mac.Sum(nil))
 }
 
 func TestCursorSignedGarbageIsInvalid(t *testing.T) {
@@ -353,7 +353,7 @@ func BenchmarkCursorEncode(b *testing.B) {
 	b.Run("baseline=binary-base64", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = "v1." + b64.EncodeToString(appendPayload(make([]byte, 0, 64), p))
+			_ = "v1." + cursorBase64.EncodeToString(appendPayload(make([]byte, 0, 64), p))
 		}
 	})
 	b.Run("baseline=json-base64", func(b *testing.B) {
@@ -363,7 +363,7 @@ func BenchmarkCursorEncode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			_ = b64.EncodeToString(raw)
+			_ = cursorBase64.EncodeToString(raw)
 		}
 	})
 }
@@ -383,11 +383,11 @@ func BenchmarkCursorDecode(b *testing.B) {
 			}
 		}
 	})
-	bin := b64.EncodeToString(appendPayload(nil, p))
+	bin := cursorBase64.EncodeToString(appendPayload(nil, p))
 	b.Run("baseline=binary-base64", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			raw, err := b64.DecodeString(bin)
+			raw, err := cursorBase64.DecodeString(bin)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -400,11 +400,11 @@ func BenchmarkCursorDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	js := b64.EncodeToString(raw)
+	js := cursorBase64.EncodeToString(raw)
 	b.Run("baseline=json-base64", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			raw, err := b64.DecodeString(js)
+			raw, err := cursorBase64.DecodeString(js)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -101,11 +101,11 @@ func (q Query) Hash() (QueryHash, error) {
 	h := sha256.New()
 	var b []byte
 	b = append(b, "mcpsync.query.v1\x00"...)
-	b = appendString(b, q.Tool)
+	b = appendCursorString(b, q.Tool)
 	b = append(b, fd[:]...)
 	b = binary.AppendUvarint(b, uint64(len(q.Sort)))
 	for _, f := range q.Sort {
-		b = appendString(b, f.Name)
+		b = appendCursorString(b, f.Name)
 		if f.Desc {
 			b = append(b, 1)
 		} else {
@@ -113,7 +113,7 @@ func (q Query) Hash() (QueryHash, error) {
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(q.PageSize))
-	b = appendString(b, string(q.consistency()))
+	b = appendCursorString(b, string(q.consistency()))
 	h.Write(b)
 	var out QueryHash
 	copy(out[:], h.Sum(nil))
@@ -404,7 +404,7 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	if env.Items == nil {
 		env.Items = []T{}
 	}
-	if env.Fingerprint, err = fingerprint(p.src, q, snapshot, env.Items); err != nil {
+	if env.Fingerprint, err = pageFingerprintOf(p.src, q, snapshot, env.Items); err != nil {
 		return nil, err
 	}
 	if req.IdempotencyKey != "" {
@@ -415,7 +415,7 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	return env, nil
 }
 
-func fingerprint[T any](src KeysetSource[T], q Query, snapshot string, items []T) (PageFingerprint, error) {
+func pageFingerprintOf[T any](src KeysetSource[T], q Query, snapshot string, items []T) (PageFingerprint, error) {
 	fp := PageFingerprint{SnapshotID: snapshot, Count: len(items)}
 	if len(items) > 0 {
 		fp.FirstID = src.Position(q, items[0]).ID
@@ -430,14 +430,14 @@ func fingerprint[T any](src KeysetSource[T], q Query, snapshot string, items []T
 // idempotency key reused for another page is detected.
 func requestDigest(req PageRequest) [sha256.Size]byte {
 	var b []byte
-	b = appendString(b, req.Cursor)
+	b = appendCursorString(b, req.Cursor)
 	if req.After != nil {
 		b = append(b, 1)
 		b = binary.AppendUvarint(b, uint64(len(req.After.Sort)))
 		for _, v := range req.After.Sort {
-			b = appendString(b, v)
+			b = appendCursorString(b, v)
 		}
-		b = appendString(b, req.After.ID)
+		b = appendCursorString(b, req.After.ID)
 	}
 	return sha256.Sum256(b)
 }
@@ -583,7 +583,7 @@ func NewMemorySource[T any](opts *MemorySourceOptions[T]) (*MemorySource[T], err
 	if o.Retain == 0 {
 		o.Retain = 16
 	}
-	s := &MemorySource[T]{opts: o, prefix: newRandomID()[:8]}
+	s := &MemorySource[T]{opts: o, prefix: randomHex128()[:8]}
 	s.versions = []*memoryVersion[T]{s.newVersion(map[string]T{})}
 	return s, nil
 }
@@ -730,8 +730,8 @@ func (v *memoryVersion[T]) listLocked() []T {
 	return out
 }
 
-// newRandomID returns 32 hex digits from crypto/rand.
-func newRandomID() string {
+// randomHex128 returns 32 hex digits from crypto/rand.
+func randomHex128() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	return hex.EncodeToString(b[:])

@@ -15,38 +15,38 @@ import (
 	"pgregory.net/rapid"
 )
 
-// ticket is the item of the source document's search_tickets tool.
-type ticket struct {
+// supportTicket is the item of the source document's search_tickets tool.
+type supportTicket struct {
 	ID        string `json:"id"`
 	UpdatedAt string `json:"updated_at"`
 	Title     string `json:"title,omitempty"`
 }
 
-// fakeClock is an injected clock; tests move it, nothing sleeps.
-type fakeClock struct {
+// pageClock is an injected clock; tests move it, nothing sleeps.
+type pageClock struct {
 	mu sync.Mutex // protects t
 	t  time.Time
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{t: testT0} }
+func newPageClock() *pageClock { return &pageClock{t: testT0} }
 
-func (c *fakeClock) Now() time.Time {
+func (c *pageClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *fakeClock) Advance(d time.Duration) {
+func (c *pageClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
 }
 
-func ticketSource(t testing.TB, retain int) *MemorySource[ticket] {
+func ticketSource(t testing.TB, retain int) *MemorySource[supportTicket] {
 	t.Helper()
-	src, err := NewMemorySource(&MemorySourceOptions[ticket]{
-		ID: func(x ticket) string { return x.ID },
-		SortValue: func(x ticket, field string) string {
+	src, err := NewMemorySource(&MemorySourceOptions[supportTicket]{
+		ID: func(x supportTicket) string { return x.ID },
+		SortValue: func(x supportTicket, field string) string {
 			if field != "updated_at" {
 				panic("unknown sort field " + field)
 			}
@@ -58,16 +58,16 @@ func ticketSource(t testing.TB, retain int) *MemorySource[ticket] {
 	return src
 }
 
-// ticketAt makes a ticket updated minute m after testT0. Many tickets share
+// ticketAt makes a supportTicket updated minute m after testT0. Many tickets share
 // a minute, so runs of equal sort values cross page boundaries.
-func ticketAt(id string, m int) ticket {
-	return ticket{ID: id, UpdatedAt: SortTime(testT0.Add(time.Duration(m) * time.Minute)), Title: "ticket " + id}
+func ticketAt(id string, m int) supportTicket {
+	return supportTicket{ID: id, UpdatedAt: SortTime(testT0.Add(time.Duration(m) * time.Minute)), Title: "ticket " + id}
 }
 
 // fixedTickets is the fixed data set: 95 tickets with unique ids in runs of
 // seven equal timestamps.
-func fixedTickets() []ticket {
-	var out []ticket
+func fixedTickets() []supportTicket {
+	var out []supportTicket
 	for i := range 95 {
 		out = append(out, ticketAt(fmt.Sprintf("T-%04d", i), i/7))
 	}
@@ -81,7 +81,7 @@ func ticketQuery(size int, c Consistency) Query {
 	return q
 }
 
-func newTestPaginator(t testing.TB, src KeysetSource[ticket], clock *fakeClock, o *PaginatorOptions) *Paginator[ticket] {
+func newTestPaginator(t testing.TB, src KeysetSource[supportTicket], clock *pageClock, o *PaginatorOptions) *Paginator[supportTicket] {
 	t.Helper()
 	opts := PaginatorOptions{}
 	if o != nil {
@@ -94,7 +94,7 @@ func newTestPaginator(t testing.TB, src KeysetSource[ticket], clock *fakeClock, 
 	return p
 }
 
-func ids(items []ticket) []string {
+func ticketIDs(items []supportTicket) []string {
 	out := make([]string, len(items))
 	for i, it := range items {
 		out[i] = it.ID
@@ -103,11 +103,11 @@ func ids(items []ticket) []string {
 }
 
 // expectedOrder sorts items the way the query orders them.
-func expectedOrder(q Query, items []ticket) []string {
+func expectedOrder(q Query, items []supportTicket) []string {
 	s := slices.Clone(items)
-	pos := func(x ticket) Position { return Position{Sort: []string{x.UpdatedAt}, ID: x.ID} }
-	slices.SortFunc(s, func(a, b ticket) int { return ComparePositions(q.Sort, pos(a), pos(b)) })
-	return ids(s)
+	pos := func(x supportTicket) Position { return Position{Sort: []string{x.UpdatedAt}, ID: x.ID} }
+	slices.SortFunc(s, func(a, b supportTicket) int { return ComparePositions(q.Sort, pos(a), pos(b)) })
+	return ticketIDs(s)
 }
 
 // TestPagesAcceptance is the acceptance test of the source document: over a
@@ -119,7 +119,7 @@ func TestPagesAcceptance(t *testing.T) {
 		t.Run(fmt.Sprintf("snapshot/page size %d", size), func(t *testing.T) {
 			src := ticketSource(t, 1000) // three versions per page, all retained
 			src.Put(fixedTickets()...)
-			p := newTestPaginator(t, src, newFakeClock(), nil)
+			p := newTestPaginator(t, src, newPageClock(), nil)
 			q := ticketQuery(size, ConsistencySnapshot)
 
 			var got []string
@@ -133,9 +133,9 @@ func TestPagesAcceptance(t *testing.T) {
 				}
 				require.Equal(t, snapshot, env.Page.SnapshotID, "every page reads the first page's snapshot")
 				require.NotEmpty(t, env.Items, "no empty page")
-				got = append(got, ids(env.Items)...)
-				// Between pages: a new ticket on top, one in the middle of
-				// a run, an update that moves a ticket, a delete.
+				got = append(got, ticketIDs(env.Items)...)
+				// Between pages: a new supportTicket on top, one in the middle of
+				// a run, an update that moves a supportTicket, a delete.
 				src.Put(ticketAt(fmt.Sprintf("N-%d", page), 1000), ticketAt(fmt.Sprintf("M-%d", page), 6))
 				src.Put(ticketAt(fmt.Sprintf("T-%04d", 90-page%90), 2000))
 				src.Delete(fmt.Sprintf("T-%04d", (page*13)%95))
@@ -151,7 +151,7 @@ func TestPagesAcceptance(t *testing.T) {
 	t.Run("incremental", func(t *testing.T) {
 		src := ticketSource(t, 64)
 		src.Put(fixedTickets()...)
-		p := newTestPaginator(t, src, newFakeClock(), nil)
+		p := newTestPaginator(t, src, newPageClock(), nil)
 		q := ticketQuery(10, ConsistencyIncremental)
 		touched := map[string]bool{}
 		var got []string
@@ -162,10 +162,10 @@ func TestPagesAcceptance(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, ConsistencyIncremental, env.Consistency)
 			snapshots[env.Page.SnapshotID] = true
-			got = append(got, ids(env.Items)...)
-			// Inserts in the unread part, an update of an unread ticket
+			got = append(got, ticketIDs(env.Items)...)
+			// Inserts in the unread part, an update of an unread supportTicket
 			// (moves it to the top, before the boundary) and a delete of
-			// an unread ticket.
+			// an unread supportTicket.
 			ins := fmt.Sprintf("M-%d", page)
 			src.Put(ticketAt(ins, 0))
 			upd := fmt.Sprintf("T-%04d", 20+page)
@@ -185,7 +185,7 @@ func TestPagesAcceptance(t *testing.T) {
 		}
 		for _, x := range fixedTickets() {
 			if !touched[x.ID] {
-				assert.True(t, seen[x.ID], "untouched ticket %s missed", x.ID)
+				assert.True(t, seen[x.ID], "untouched supportTicket %s missed", x.ID)
 			}
 		}
 		for i := range 3 {
@@ -195,25 +195,25 @@ func TestPagesAcceptance(t *testing.T) {
 	})
 }
 
-// The source document's first fault: with offsets, a ticket inserted on top
-// pushes the 20th ticket over the page boundary and it is never read.
+// The source document's first fault: with offsets, a supportTicket inserted on top
+// pushes the 20th supportTicket over the page boundary and it is never read.
 func TestInsertOnTopDoesNotHideBoundaryItem(t *testing.T) {
 	for _, c := range []Consistency{ConsistencySnapshot, ConsistencyIncremental} {
 		t.Run(string(c), func(t *testing.T) {
 			src := ticketSource(t, 0)
-			var data []ticket
+			var data []supportTicket
 			for i := range 40 {
 				data = append(data, ticketAt(fmt.Sprintf("T-%04d", i), i))
 			}
 			src.Put(data...)
-			p := newTestPaginator(t, src, newFakeClock(), nil)
+			p := newTestPaginator(t, src, newPageClock(), nil)
 			q := ticketQuery(20, c)
 			first, err := p.Page(context.Background(), PageRequest{Query: q})
 			require.NoError(t, err)
 			src.Put(ticketAt("NEW", 1000))
 			second, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
 			require.NoError(t, err)
-			all := append(ids(first.Items), ids(second.Items)...)
+			all := append(ticketIDs(first.Items), ticketIDs(second.Items)...)
 			assert.Equal(t, expectedOrder(q, data), all)
 		})
 	}
@@ -221,19 +221,19 @@ func TestInsertOnTopDoesNotHideBoundaryItem(t *testing.T) {
 
 func TestEqualSortValuesAcrossBoundary(t *testing.T) {
 	src := ticketSource(t, 0)
-	var data []ticket
+	var data []supportTicket
 	for i := range 25 {
 		data = append(data, ticketAt(fmt.Sprintf("T-%04d", i), 0)) // one timestamp for all
 	}
 	src.Put(data...)
-	p := newTestPaginator(t, src, newFakeClock(), nil)
+	p := newTestPaginator(t, src, newPageClock(), nil)
 	q := ticketQuery(4, ConsistencySnapshot)
 	var got []string
 	req := PageRequest{Query: q}
 	for {
 		env, err := p.Page(context.Background(), req)
 		require.NoError(t, err)
-		got = append(got, ids(env.Items)...)
+		got = append(got, ticketIDs(env.Items)...)
 		if !env.Page.HasMore {
 			break
 		}
@@ -246,12 +246,12 @@ func TestEqualSortValuesAcrossBoundary(t *testing.T) {
 // points at an empty page. Fetching one item more tells there is none.
 func TestNoEmptyLastPage(t *testing.T) {
 	src := ticketSource(t, 0)
-	var data []ticket
+	var data []supportTicket
 	for i := range 10 {
 		data = append(data, ticketAt(fmt.Sprintf("T-%04d", i), i))
 	}
 	src.Put(data...)
-	p := newTestPaginator(t, src, newFakeClock(), nil)
+	p := newTestPaginator(t, src, newPageClock(), nil)
 	q := ticketQuery(5, ConsistencySnapshot)
 	first, err := p.Page(context.Background(), PageRequest{Query: q})
 	require.NoError(t, err)
@@ -265,7 +265,7 @@ func TestNoEmptyLastPage(t *testing.T) {
 }
 
 func TestEmptyResultIsOnePageWithoutMore(t *testing.T) {
-	p := newTestPaginator(t, ticketSource(t, 0), newFakeClock(), nil)
+	p := newTestPaginator(t, ticketSource(t, 0), newPageClock(), nil)
 	env, err := p.Page(context.Background(), PageRequest{Query: ticketQuery(5, ConsistencySnapshot)})
 	require.NoError(t, err)
 	assert.NotNil(t, env.Items)
@@ -279,7 +279,7 @@ func TestEmptyResultIsOnePageWithoutMore(t *testing.T) {
 func TestPageCursorErrors(t *testing.T) {
 	src := ticketSource(t, 2)
 	src.Put(fixedTickets()...)
-	clock := newFakeClock()
+	clock := newPageClock()
 	p := newTestPaginator(t, src, clock, &PaginatorOptions{CursorTTL: time.Minute})
 	q := ticketQuery(10, ConsistencySnapshot)
 	first, err := p.Page(context.Background(), PageRequest{Query: q})
@@ -320,7 +320,7 @@ func TestPageCursorErrors(t *testing.T) {
 }
 
 func TestPageRequestValidation(t *testing.T) {
-	p := newTestPaginator(t, ticketSource(t, 0), newFakeClock(), nil)
+	p := newTestPaginator(t, ticketSource(t, 0), newPageClock(), nil)
 	good := ticketQuery(10, ConsistencySnapshot)
 	cases := map[string]PageRequest{
 		"no tool":            {Query: Query{Sort: good.Sort, PageSize: 10}},
@@ -353,12 +353,12 @@ func TestPaginatorOptions(t *testing.T) {
 	}
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := NewPaginator[ticket](src, o)
+			_, err := NewPaginator[supportTicket](src, o)
 			require.Error(t, err)
 		})
 	}
 	t.Run("short TTL shortens the default window", func(t *testing.T) {
-		p, err := NewPaginator[ticket](src, &PaginatorOptions{Keyring: k, CursorTTL: time.Second})
+		p, err := NewPaginator[supportTicket](src, &PaginatorOptions{Keyring: k, CursorTTL: time.Second})
 		require.NoError(t, err)
 		assert.Equal(t, time.Second, p.opts.IdempotencyWindow)
 	})
@@ -370,7 +370,7 @@ func TestIdempotentRetry(t *testing.T) {
 	ctx := context.Background()
 	src := ticketSource(t, 0)
 	src.Put(fixedTickets()...)
-	clock := newFakeClock()
+	clock := newPageClock()
 	p := newTestPaginator(t, src, clock, &PaginatorOptions{IdempotencyWindow: 30 * time.Second})
 	q := ticketQuery(10, ConsistencyIncremental)
 	first, err := p.Page(ctx, PageRequest{Query: q})
@@ -410,10 +410,10 @@ func TestIdempotencyCacheIsBounded(t *testing.T) {
 	ctx := context.Background()
 	src := ticketSource(t, 0)
 	src.Put(fixedTickets()...)
-	clock := newFakeClock()
+	clock := newPageClock()
 	p := newTestPaginator(t, src, clock, &PaginatorOptions{IdempotencyEntries: 3})
 	q := ticketQuery(5, ConsistencySnapshot)
-	first := map[string]*PageEnvelope[ticket]{}
+	first := map[string]*PageEnvelope[supportTicket]{}
 	for i := range 10 {
 		key := fmt.Sprintf("k%d", i)
 		env, err := p.Page(ctx, PageRequest{Query: q, IdempotencyKey: key})
@@ -435,10 +435,10 @@ func TestIdempotencyCacheIsBounded(t *testing.T) {
 func TestIdempotentRetryConcurrent(t *testing.T) {
 	src := ticketSource(t, 0)
 	src.Put(fixedTickets()...)
-	p := newTestPaginator(t, src, newFakeClock(), nil)
+	p := newTestPaginator(t, src, newPageClock(), nil)
 	q := ticketQuery(10, ConsistencyIncremental)
 	var wg sync.WaitGroup
-	got := make([]*PageEnvelope[ticket], 8)
+	got := make([]*PageEnvelope[supportTicket], 8)
 	for i := range got {
 		wg.Go(func() {
 			env, err := p.Page(context.Background(), PageRequest{Query: q, IdempotencyKey: "same"})
@@ -458,7 +458,7 @@ func TestIdempotentRetryConcurrent(t *testing.T) {
 func TestFingerprint(t *testing.T) {
 	src := ticketSource(t, 0)
 	src.Put(fixedTickets()...)
-	p := newTestPaginator(t, src, newFakeClock(), nil)
+	p := newTestPaginator(t, src, newPageClock(), nil)
 	env, err := p.Page(context.Background(), PageRequest{Query: ticketQuery(10, ConsistencySnapshot)})
 	require.NoError(t, err)
 	fp := env.Fingerprint
@@ -477,16 +477,16 @@ func TestFingerprint(t *testing.T) {
 }
 
 // staticSource is a fixed data set under a fixed snapshot id, for golden files.
-type staticSource struct{ items []ticket }
+type staticSource struct{ items []supportTicket }
 
 func (s staticSource) Snapshot(context.Context) (string, error) { return "snap-7f2c", nil }
 
-func (s staticSource) Position(_ Query, x ticket) Position {
+func (s staticSource) Position(_ Query, x supportTicket) Position {
 	return Position{Sort: []string{x.UpdatedAt}, ID: x.ID}
 }
 
-func (s staticSource) Page(_ context.Context, snapshot string, q Query, after *Position, limit int) ([]ticket, error) {
-	var out []ticket
+func (s staticSource) Page(_ context.Context, snapshot string, q Query, after *Position, limit int) ([]supportTicket, error) {
+	var out []supportTicket
 	for _, x := range s.items { // already in order
 		if (after == nil || ComparePositions(q.Sort, s.Position(q, x), *after) > 0) && len(out) < limit {
 			out = append(out, x)
@@ -496,20 +496,20 @@ func (s staticSource) Page(_ context.Context, snapshot string, q Query, after *P
 }
 
 func TestEnvelopeGolden(t *testing.T) {
-	src := staticSource{items: []ticket{
+	src := staticSource{items: []supportTicket{
 		{ID: "T-1042", UpdatedAt: "2026-08-25T04:00:12Z"},
 		{ID: "T-1041", UpdatedAt: "2026-08-25T04:00:12Z"},
 		{ID: "T-0999", UpdatedAt: "2026-08-25T03:59:00Z"},
 	}}
-	p := newTestPaginator(t, src, newFakeClock(), nil)
+	p := newTestPaginator(t, src, newPageClock(), nil)
 	q := ticketQuery(2, ConsistencySnapshot)
 	first, err := p.Page(context.Background(), PageRequest{Query: q})
 	require.NoError(t, err)
 	last, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
 	require.NoError(t, err)
-	b, err := json.MarshalIndent([]*PageEnvelope[ticket]{first, last}, "", "  ")
+	b, err := json.MarshalIndent([]*PageEnvelope[supportTicket]{first, last}, "", "  ")
 	require.NoError(t, err)
-	golden(t, "envelope.golden.json", append(b, '\n'))
+	cursorGolden(t, "envelope.golden.json", append(b, '\n'))
 }
 
 func TestComparePositions(t *testing.T) {
@@ -526,21 +526,21 @@ func TestComparePositions(t *testing.T) {
 }
 
 func TestMemorySourceOptions(t *testing.T) {
-	_, err := NewMemorySource[ticket](nil)
+	_, err := NewMemorySource[supportTicket](nil)
 	require.Error(t, err)
-	_, err = NewMemorySource(&MemorySourceOptions[ticket]{ID: func(ticket) string { return "" }})
+	_, err = NewMemorySource(&MemorySourceOptions[supportTicket]{ID: func(supportTicket) string { return "" }})
 	require.Error(t, err)
-	_, err = NewMemorySource(&MemorySourceOptions[ticket]{
-		ID: func(ticket) string { return "" }, SortValue: func(ticket, string) string { return "" }, Retain: -1,
+	_, err = NewMemorySource(&MemorySourceOptions[supportTicket]{
+		ID: func(supportTicket) string { return "" }, SortValue: func(supportTicket, string) string { return "" }, Retain: -1,
 	})
 	require.Error(t, err)
 }
 
 func TestMemorySourceFilterAndSnapshotIDs(t *testing.T) {
-	src, err := NewMemorySource(&MemorySourceOptions[ticket]{
-		ID:        func(x ticket) string { return x.ID },
-		SortValue: func(x ticket, _ string) string { return x.UpdatedAt },
-		Match: func(x ticket, f any) bool {
+	src, err := NewMemorySource(&MemorySourceOptions[supportTicket]{
+		ID:        func(x supportTicket) string { return x.ID },
+		SortValue: func(x supportTicket, _ string) string { return x.UpdatedAt },
+		Match: func(x supportTicket, f any) bool {
 			m, _ := f.(map[string]any)
 			return m["prefix"] == nil || x.ID[:1] == m["prefix"]
 		},
@@ -553,7 +553,7 @@ func TestMemorySourceFilterAndSnapshotIDs(t *testing.T) {
 	require.NoError(t, err)
 	got, err := src.Page(context.Background(), snap, q, nil, 10)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"A-2", "A-1"}, ids(got))
+	assert.Equal(t, []string{"A-2", "A-1"}, ticketIDs(got))
 
 	other := ticketSource(t, 0)
 	otherSnap, err := other.Snapshot(context.Background())
@@ -569,12 +569,12 @@ func TestMemorySourceFilterAndSnapshotIDs(t *testing.T) {
 // replay from the idempotency cache.
 func BenchmarkPage100(b *testing.B) {
 	src := ticketSource(b, 0)
-	var data []ticket
+	var data []supportTicket
 	for i := range 10000 {
 		data = append(data, ticketAt(fmt.Sprintf("T-%05d", i), i/7))
 	}
 	src.Put(data...)
-	p := newTestPaginator(b, src, newFakeClock(), nil)
+	p := newTestPaginator(b, src, newPageClock(), nil)
 	q := ticketQuery(100, ConsistencySnapshot)
 	ctx := context.Background()
 	first, err := p.Page(ctx, PageRequest{Query: q})
@@ -635,31 +635,31 @@ func BenchmarkPage100(b *testing.B) {
 // version, which continuous sync wants).
 func TestPagesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		src, err := NewMemorySource(&MemorySourceOptions[ticket]{
-			ID:        func(x ticket) string { return x.ID },
-			SortValue: func(x ticket, _ string) string { return x.UpdatedAt },
+		src, err := NewMemorySource(&MemorySourceOptions[supportTicket]{
+			ID:        func(x supportTicket) string { return x.ID },
+			SortValue: func(x supportTicket, _ string) string { return x.UpdatedAt },
 			Retain:    1 << 20,
 		})
 		require.NoError(rt, err)
-		live := map[string]ticket{}
+		live := map[string]supportTicket{}
 		for i := range rapid.IntRange(0, 60).Draw(rt, "items") {
 			x := ticketAt(fmt.Sprintf("T-%03d", i), rapid.IntRange(0, 5).Draw(rt, "minute"))
 			live[x.ID] = x
 			src.Put(x)
 		}
-		initial := make([]ticket, 0, len(live))
+		initial := make([]supportTicket, 0, len(live))
 		for _, x := range live {
 			initial = append(initial, x)
 		}
 		k, err := NewKeyring(testKey)
 		require.NoError(rt, err)
-		p, err := NewPaginator[ticket](src, &PaginatorOptions{Keyring: k, Clock: newFakeClock().Now})
+		p, err := NewPaginator[supportTicket](src, &PaginatorOptions{Keyring: k, Clock: newPageClock().Now})
 		require.NoError(rt, err)
 		c := rapid.SampledFrom([]Consistency{ConsistencySnapshot, ConsistencyIncremental}).Draw(rt, "consistency")
 		q := ticketQuery(rapid.IntRange(1, 12).Draw(rt, "page size"), c)
 
 		touched := map[string]bool{}
-		var got []ticket
+		var got []supportTicket
 		req := PageRequest{Query: q}
 		for {
 			env, err := p.Page(context.Background(), req)
@@ -696,7 +696,7 @@ func TestPagesModel(t *testing.T) {
 			require.Negative(rt, ComparePositions(q.Sort, ticketPosition(got[i-1]), ticketPosition(got[i])), "strictly increasing")
 		}
 		if c == ConsistencySnapshot {
-			require.Equal(rt, expectedOrder(q, initial), ids(got))
+			require.Equal(rt, expectedOrder(q, initial), ticketIDs(got))
 			return
 		}
 		seen := map[string]bool{}
@@ -713,22 +713,22 @@ func TestPagesModel(t *testing.T) {
 }
 
 func ExamplePaginator() {
-	type ticket struct {
+	type supportTicket struct {
 		ID        string `json:"id"`
 		UpdatedAt string `json:"updated_at"`
 	}
 	keys, _ := NewKeyring(CursorKey{ID: "k1", Secret: []byte("a secret of at least thirty-two bytes")})
-	src, _ := NewMemorySource(&MemorySourceOptions[ticket]{
-		ID:        func(t ticket) string { return t.ID },
-		SortValue: func(t ticket, _ string) string { return t.UpdatedAt },
+	src, _ := NewMemorySource(&MemorySourceOptions[supportTicket]{
+		ID:        func(t supportTicket) string { return t.ID },
+		SortValue: func(t supportTicket, _ string) string { return t.UpdatedAt },
 	})
 	// Five tickets, the last three updated in the same second.
 	src.Put(
-		ticket{"T-1", "2026-08-25T04:00:01Z"}, ticket{"T-2", "2026-08-25T04:00:02Z"},
-		ticket{"T-3", "2026-08-25T04:00:03Z"}, ticket{"T-4", "2026-08-25T04:00:03Z"},
-		ticket{"T-5", "2026-08-25T04:00:03Z"},
+		supportTicket{"T-1", "2026-08-25T04:00:01Z"}, supportTicket{"T-2", "2026-08-25T04:00:02Z"},
+		supportTicket{"T-3", "2026-08-25T04:00:03Z"}, supportTicket{"T-4", "2026-08-25T04:00:03Z"},
+		supportTicket{"T-5", "2026-08-25T04:00:03Z"},
 	)
-	pages, _ := NewPaginator[ticket](src, &PaginatorOptions{Keyring: keys})
+	pages, _ := NewPaginator[supportTicket](src, &PaginatorOptions{Keyring: keys})
 	q := Query{
 		Tool:     "search_tickets",
 		Sort:     []SortField{{Name: "updated_at", Desc: true}, {Name: "id", Desc: true}},
@@ -741,7 +741,7 @@ func ExamplePaginator() {
 			fmt.Println(err)
 			return
 		}
-		src.Put(ticket{"T-" + env.Fingerprint.LastID, "2026-08-25T05:00:00Z"}) // a write between pages
+		src.Put(supportTicket{"T-" + env.Fingerprint.LastID, "2026-08-25T05:00:00Z"}) // a write between pages
 		var got []string
 		for _, t := range env.Items {
 			got = append(got, t.ID)

@@ -10,21 +10,21 @@ import (
 	"time"
 )
 
-// Recovery is what a Walker does when the server says its cursor expired.
+// RecoveryMode is what a Walker does when the server says its cursor expired.
 // The choice belongs to the caller: the walker never restarts on its own.
-type Recovery string
+type RecoveryMode string
 
 const (
 	// RecoverNone (the zero value) ends the walk with the CURSOR_EXPIRED error.
-	RecoverNone Recovery = ""
+	RecoverNone RecoveryMode = ""
 	// RecoverAudit starts a new snapshot from the first item. Items of the
 	// abandoned snapshot were already yielded; OnRecovery tells the consumer
 	// to discard them before the first item of the new snapshot arrives.
-	RecoverAudit Recovery = "audit"
+	RecoverAudit RecoveryMode = "audit"
 	// RecoverIncremental continues from the last confirmed position (sort
 	// values and id of the last item of the last accepted page) in a new
 	// walk; nothing already yielded is read again.
-	RecoverIncremental Recovery = "incremental"
+	RecoverIncremental RecoveryMode = "incremental"
 )
 
 // CursorRecoverySchema is the Schema of CursorRecovery records.
@@ -35,7 +35,7 @@ type CursorRecovery struct {
 	Schema string          `json:"schema"`
 	Reason CursorErrorCode `json:"reason"`
 	Detail string          `json:"detail,omitempty"`
-	Mode   Recovery        `json:"mode"`
+	Mode   RecoveryMode    `json:"mode"`
 	// FromCursorDigest is "sha256:" and the hex SHA-256 of the cursor that
 	// failed; the cursor itself is a bearer token and is never recorded.
 	FromCursorDigest string `json:"from_cursor_digest"`
@@ -83,7 +83,7 @@ type WalkOptions[T any] struct {
 	// the same fields.
 	CheckDigest bool
 	// Recovery applies to CURSOR_EXPIRED. Other cursor errors end the walk.
-	Recovery Recovery
+	Recovery RecoveryMode
 	// MaxRecoveries bounds recoveries in one walk. Default 3.
 	MaxRecoveries int
 	// Retryable reports whether a fetch error is worth retrying with the same
@@ -153,7 +153,7 @@ func NewWalker[T any](fetch FetchPage[T], opts *WalkOptions[T]) (*Walker[T], err
 		o.MaxPages = 100000
 	}
 	if o.NewIdempotencyKey == nil {
-		o.NewIdempotencyKey = newRandomID
+		o.NewIdempotencyKey = randomHex128
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now

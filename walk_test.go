@@ -17,28 +17,28 @@ import (
 
 var errTransient = errors.New("connection reset")
 
-func ticketPosition(x ticket) Position { return Position{Sort: []string{x.UpdatedAt}, ID: x.ID} }
+func ticketPosition(x supportTicket) Position { return Position{Sort: []string{x.UpdatedAt}, ID: x.ID} }
 
 // walkFixture is a paginator over the fixed tickets with a fetch function
 // that records every request and runs an optional hook after each served page.
 type walkFixture struct {
-	src      *MemorySource[ticket]
-	clock    *fakeClock
-	p        *Paginator[ticket]
+	src      *MemorySource[supportTicket]
+	clock    *pageClock
+	p        *Paginator[supportTicket]
 	q        Query
 	requests []WalkRequest
-	after    func(n int, env *PageEnvelope[ticket]) error // runs after the n-th served page
-	served   []*PageEnvelope[ticket]
+	after    func(n int, env *PageEnvelope[supportTicket]) error // runs after the n-th served page
+	served   []*PageEnvelope[supportTicket]
 }
 
 func newWalkFixture(t *testing.T, c Consistency) *walkFixture {
-	f := &walkFixture{src: ticketSource(t, 1000), clock: newFakeClock(), q: ticketQuery(10, c)}
+	f := &walkFixture{src: ticketSource(t, 1000), clock: newPageClock(), q: ticketQuery(10, c)}
 	f.src.Put(fixedTickets()...)
 	f.p = newTestPaginator(t, f.src, f.clock, &PaginatorOptions{CursorTTL: time.Minute, IdempotencyWindow: time.Minute})
 	return f
 }
 
-func (f *walkFixture) fetch(ctx context.Context, req WalkRequest) (*PageEnvelope[ticket], error) {
+func (f *walkFixture) fetch(ctx context.Context, req WalkRequest) (*PageEnvelope[supportTicket], error) {
 	f.requests = append(f.requests, req)
 	env, err := f.p.Page(ctx, PageRequest{Query: f.q, Cursor: req.Cursor, After: req.After, IdempotencyKey: req.IdempotencyKey})
 	if err != nil {
@@ -53,7 +53,7 @@ func (f *walkFixture) fetch(ctx context.Context, req WalkRequest) (*PageEnvelope
 	return env, nil
 }
 
-func (f *walkFixture) walker(t *testing.T, o WalkOptions[ticket]) *Walker[ticket] {
+func (f *walkFixture) walker(t *testing.T, o WalkOptions[supportTicket]) *Walker[supportTicket] {
 	t.Helper()
 	o.Position = ticketPosition
 	o.Order = f.q.Sort
@@ -63,7 +63,7 @@ func (f *walkFixture) walker(t *testing.T, o WalkOptions[ticket]) *Walker[ticket
 	return w
 }
 
-func collect(w *Walker[ticket]) ([]string, error) {
+func collectWalk(w *Walker[supportTicket]) ([]string, error) {
 	var got []string
 	for x, err := range w.All(context.Background()) {
 		if err != nil {
@@ -76,13 +76,13 @@ func collect(w *Walker[ticket]) ([]string, error) {
 
 func TestWalkFollowsNextCursor(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
-	f.after = func(n int, _ *PageEnvelope[ticket]) error {
+	f.after = func(n int, _ *PageEnvelope[supportTicket]) error {
 		f.src.Put(ticketAt(fmt.Sprintf("N-%d", n), 1000))
 		f.src.Delete(fmt.Sprintf("T-%04d", n*9))
 		return nil
 	}
-	w := f.walker(t, WalkOptions[ticket]{CheckDigest: true})
-	got, err := collect(w)
+	w := f.walker(t, WalkOptions[supportTicket]{CheckDigest: true})
+	got, err := collectWalk(w)
 	require.NoError(t, err)
 	assert.Equal(t, expectedOrder(f.q, fixedTickets()), got)
 	assert.Len(t, w.Pages(), 10)
@@ -96,7 +96,7 @@ func TestWalkFollowsNextCursor(t *testing.T) {
 // expireAfterFirstPage moves the clock past the cursor TTL once, after the
 // first page, as if the agent paused between pages.
 func expireAfterFirstPage(f *walkFixture) {
-	f.after = func(n int, _ *PageEnvelope[ticket]) error {
+	f.after = func(n int, _ *PageEnvelope[supportTicket]) error {
 		if n == 1 {
 			f.src.Put(ticketAt("NEW-TOP", 1000))
 			f.clock.Advance(time.Minute)
@@ -108,8 +108,8 @@ func expireAfterFirstPage(f *walkFixture) {
 func TestWalkExpiredCursorWithoutRecoveryFails(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
 	expireAfterFirstPage(f)
-	w := f.walker(t, WalkOptions[ticket]{})
-	got, err := collect(w)
+	w := f.walker(t, WalkOptions[supportTicket]{})
+	got, err := collectWalk(w)
 	require.ErrorIs(t, err, ErrCursorExpired)
 	assert.Len(t, got, 10, "the first page, then the error")
 	assert.Len(t, f.requests, 2, "no silent restart from page 1")
@@ -121,7 +121,7 @@ func TestWalkAuditRecovery(t *testing.T) {
 	expireAfterFirstPage(f)
 	var notified []CursorRecovery
 	var got []string
-	w := f.walker(t, WalkOptions[ticket]{Recovery: RecoverAudit, OnRecovery: func(r CursorRecovery) {
+	w := f.walker(t, WalkOptions[supportTicket]{Recovery: RecoverAudit, OnRecovery: func(r CursorRecovery) {
 		notified = append(notified, r)
 		got = nil // the consumer discards the abandoned snapshot's items
 	}})
@@ -154,10 +154,10 @@ func TestWalkAuditRecovery(t *testing.T) {
 func TestWalkIncrementalRecovery(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
 	expireAfterFirstPage(f)
-	w := f.walker(t, WalkOptions[ticket]{Recovery: RecoverIncremental})
-	got, err := collect(w)
+	w := f.walker(t, WalkOptions[supportTicket]{Recovery: RecoverIncremental})
+	got, err := collectWalk(w)
 	require.NoError(t, err)
-	assert.Equal(t, expectedOrder(f.q, fixedTickets()), got, "continues after the last confirmed ticket: no repeat, no gap")
+	assert.Equal(t, expectedOrder(f.q, fixedTickets()), got, "continues after the last confirmed supportTicket: no repeat, no gap")
 	require.Len(t, w.Recoveries(), 1)
 	rec := w.Recoveries()[0]
 	assert.Equal(t, RecoverIncremental, rec.Mode)
@@ -171,21 +171,21 @@ func TestWalkIncrementalRecovery(t *testing.T) {
 
 func TestWalkGivesUpAfterMaxRecoveries(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
-	f.after = func(int, *PageEnvelope[ticket]) error { f.clock.Advance(time.Minute); return nil }
-	w := f.walker(t, WalkOptions[ticket]{Recovery: RecoverIncremental, MaxRecoveries: 2})
-	_, err := collect(w)
+	f.after = func(int, *PageEnvelope[supportTicket]) error { f.clock.Advance(time.Minute); return nil }
+	w := f.walker(t, WalkOptions[supportTicket]{Recovery: RecoverIncremental, MaxRecoveries: 2})
+	_, err := collectWalk(w)
 	require.ErrorIs(t, err, ErrCursorExpired)
 	assert.Len(t, w.Recoveries(), 2)
 }
 
 func TestWalkOtherCursorErrorsAreNotRecovered(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
-	f.after = func(n int, _ *PageEnvelope[ticket]) error {
+	f.after = func(n int, _ *PageEnvelope[supportTicket]) error {
 		f.q.PageSize = 11 // the caller changed its query mid-walk
 		return nil
 	}
-	w := f.walker(t, WalkOptions[ticket]{Recovery: RecoverAudit})
-	_, err := collect(w)
+	w := f.walker(t, WalkOptions[supportTicket]{Recovery: RecoverAudit})
+	_, err := collectWalk(w)
 	require.ErrorIs(t, err, ErrCursorQueryMismatch)
 	assert.Empty(t, w.Recoveries())
 	assert.Len(t, f.requests, 2)
@@ -197,7 +197,7 @@ func TestWalkOtherCursorErrorsAreNotRecovered(t *testing.T) {
 func TestWalkRetryReplaysSamePage(t *testing.T) {
 	f := newWalkFixture(t, ConsistencyIncremental)
 	lost := 0
-	f.after = func(n int, env *PageEnvelope[ticket]) error {
+	f.after = func(n int, env *PageEnvelope[supportTicket]) error {
 		if n == 2 && lost == 0 {
 			lost++
 			f.src.Delete(env.Items[0].ID)
@@ -205,8 +205,8 @@ func TestWalkRetryReplaysSamePage(t *testing.T) {
 		}
 		return nil
 	}
-	w := f.walker(t, WalkOptions[ticket]{Retryable: func(err error) bool { return errors.Is(err, errTransient) }, CheckDigest: true})
-	got, err := collect(w)
+	w := f.walker(t, WalkOptions[supportTicket]{Retryable: func(err error) bool { return errors.Is(err, errTransient) }, CheckDigest: true})
+	got, err := collectWalk(w)
 	require.NoError(t, err)
 	assert.Equal(t, expectedOrder(f.q, fixedTickets()), got)
 	assert.Equal(t, f.requests[1].IdempotencyKey, f.requests[2].IdempotencyKey)
@@ -219,16 +219,16 @@ func TestWalkRetryReplaysSamePage(t *testing.T) {
 
 func TestWalkRetriesAreBounded(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
-	f.after = func(int, *PageEnvelope[ticket]) error { return errTransient }
-	w := f.walker(t, WalkOptions[ticket]{Retryable: func(error) bool { return true }, MaxRetries: 3})
-	_, err := collect(w)
+	f.after = func(int, *PageEnvelope[supportTicket]) error { return errTransient }
+	w := f.walker(t, WalkOptions[supportTicket]{Retryable: func(error) bool { return true }, MaxRetries: 3})
+	_, err := collectWalk(w)
 	require.ErrorIs(t, err, errTransient)
 	assert.Len(t, f.requests, 4)
 }
 
 // fetchScripted serves the given envelopes in turn.
-func fetchScripted(pages ...*PageEnvelope[ticket]) FetchPage[ticket] {
-	return func(context.Context, WalkRequest) (*PageEnvelope[ticket], error) {
+func fetchScripted(pages ...*PageEnvelope[supportTicket]) FetchPage[supportTicket] {
+	return func(context.Context, WalkRequest) (*PageEnvelope[supportTicket], error) {
 		env := pages[0]
 		pages = pages[1:]
 		return env, nil
@@ -236,10 +236,10 @@ func fetchScripted(pages ...*PageEnvelope[ticket]) FetchPage[ticket] {
 }
 
 // page builds a consistent envelope of items.
-func page(t *testing.T, snapshot, next string, items ...ticket) *PageEnvelope[ticket] {
+func scriptedPage(t *testing.T, snapshot, next string, items ...supportTicket) *PageEnvelope[supportTicket] {
 	d, err := ContentDigest(items)
 	require.NoError(t, err)
-	env := &PageEnvelope[ticket]{
+	env := &PageEnvelope[supportTicket]{
 		Items:       items,
 		Consistency: ConsistencySnapshot,
 		Page:        PageInfo{NextCursor: next, HasMore: next != "", SnapshotID: snapshot},
@@ -253,40 +253,48 @@ func page(t *testing.T, snapshot, next string, items ...ticket) *PageEnvelope[ti
 
 func TestWalkRefusesInconsistentPages(t *testing.T) {
 	a, b, c := ticketAt("C", 3), ticketAt("B", 2), ticketAt("A", 1)
-	cases := map[string][]*PageEnvelope[ticket]{
-		"count differs": {func() *PageEnvelope[ticket] {
-			e := page(t, "s1", "", a, b)
+	cases := map[string][]*PageEnvelope[supportTicket]{
+		"count differs": {func() *PageEnvelope[supportTicket] {
+			e := scriptedPage(t, "s1", "", a, b)
 			e.Fingerprint.Count = 3
 			return e
 		}()},
-		"last id differs": {func() *PageEnvelope[ticket] {
-			e := page(t, "s1", "", a, b)
+		"last id differs": {func() *PageEnvelope[supportTicket] {
+			e := scriptedPage(t, "s1", "", a, b)
 			e.Fingerprint.LastID = "Z"
 			return e
 		}()},
-		"fingerprint of another snapshot": {func() *PageEnvelope[ticket] {
-			e := page(t, "s1", "", a)
+		"fingerprint of another snapshot": {func() *PageEnvelope[supportTicket] {
+			e := scriptedPage(t, "s1", "", a)
 			e.Fingerprint.SnapshotID = "s0"
 			return e
 		}()},
-		"content digest differs": {func() *PageEnvelope[ticket] {
-			e := page(t, "s1", "", a)
-			e.Items = []ticket{{ID: a.ID, UpdatedAt: a.UpdatedAt, Title: "edited"}}
+		"content digest differs": {func() *PageEnvelope[supportTicket] {
+			e := scriptedPage(t, "s1", "", a)
+			e.Items = []supportTicket{{ID: a.ID, UpdatedAt: a.UpdatedAt, Title: "edited"}}
 			return e
 		}()},
-		"snapshot changes mid-walk":    {page(t, "s1", "c1", a), page(t, "s2", "", b)},
-		"replayed previous page":       {page(t, "s1", "c1", a, b), page(t, "s1", "", a, b)},
-		"repeated boundary item":       {page(t, "s1", "c1", a, b), page(t, "s1", "", b, c)},
-		"out of order":                 {page(t, "s1", "", b, a)},
-		"empty page that claims more":  {page(t, "s1", "c1")},
-		"has_more without cursor":      {func() *PageEnvelope[ticket] { e := page(t, "s1", "", a); e.Page.HasMore = true; return e }()},
-		"cursor repeated (cycle)":      {page(t, "s1", "c1", a), page(t, "s1", "c1", b)},
-		"nil page without error":       {nil},
-		"cursor without has_more flag": {func() *PageEnvelope[ticket] { e := page(t, "s1", "c1", a); e.Page.HasMore = false; return e }()},
+		"snapshot changes mid-walk":   {scriptedPage(t, "s1", "c1", a), scriptedPage(t, "s2", "", b)},
+		"replayed previous page":      {scriptedPage(t, "s1", "c1", a, b), scriptedPage(t, "s1", "", a, b)},
+		"repeated boundary item":      {scriptedPage(t, "s1", "c1", a, b), scriptedPage(t, "s1", "", b, c)},
+		"out of order":                {scriptedPage(t, "s1", "", b, a)},
+		"empty page that claims more": {scriptedPage(t, "s1", "c1")},
+		"has_more without cursor": {func() *PageEnvelope[supportTicket] {
+			e := scriptedPage(t, "s1", "", a)
+			e.Page.HasMore = true
+			return e
+		}()},
+		"cursor repeated (cycle)": {scriptedPage(t, "s1", "c1", a), scriptedPage(t, "s1", "c1", b)},
+		"nil page without error":  {nil},
+		"cursor without has_more flag": {func() *PageEnvelope[supportTicket] {
+			e := scriptedPage(t, "s1", "c1", a)
+			e.Page.HasMore = false
+			return e
+		}()},
 	}
 	for name, pages := range cases {
 		t.Run(name, func(t *testing.T) {
-			w, err := NewWalker(fetchScripted(pages...), &WalkOptions[ticket]{
+			w, err := NewWalker(fetchScripted(pages...), &WalkOptions[supportTicket]{
 				Position: ticketPosition, Order: testQuery().Sort, CheckDigest: true,
 			})
 			require.NoError(t, err)
@@ -301,7 +309,7 @@ func TestWalkRefusesInconsistentPages(t *testing.T) {
 
 func TestWalkStopsWhenConsumerStops(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
-	w := f.walker(t, WalkOptions[ticket]{})
+	w := f.walker(t, WalkOptions[supportTicket]{})
 	n := 0
 	for _, err := range w.All(context.Background()) {
 		require.NoError(t, err)
@@ -315,8 +323,8 @@ func TestWalkStopsWhenConsumerStops(t *testing.T) {
 func TestWalkCancelledContext(t *testing.T) {
 	f := newWalkFixture(t, ConsistencySnapshot)
 	ctx, cancel := context.WithCancel(context.Background())
-	f.after = func(int, *PageEnvelope[ticket]) error { cancel(); return nil }
-	w := f.walker(t, WalkOptions[ticket]{Retryable: func(error) bool { return true }})
+	f.after = func(int, *PageEnvelope[supportTicket]) error { cancel(); return nil }
+	w := f.walker(t, WalkOptions[supportTicket]{Retryable: func(error) bool { return true }})
 	var gotErr error
 	for _, err := range w.All(ctx) {
 		gotErr = err
@@ -326,7 +334,7 @@ func TestWalkCancelledContext(t *testing.T) {
 
 func TestWalkOptions(t *testing.T) {
 	fetch := fetchScripted()
-	cases := map[string]*WalkOptions[ticket]{
+	cases := map[string]*WalkOptions[supportTicket]{
 		"nil":              nil,
 		"no position":      {},
 		"unknown recovery": {Position: ticketPosition, Recovery: "restart"},
@@ -338,7 +346,7 @@ func TestWalkOptions(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
-	_, err := NewWalker[ticket](nil, &WalkOptions[ticket]{Position: ticketPosition})
+	_, err := NewWalker[supportTicket](nil, &WalkOptions[supportTicket]{Position: ticketPosition})
 	require.Error(t, err)
 }
 
@@ -357,5 +365,5 @@ func TestCursorRecoveryGolden(t *testing.T) {
 	}
 	b, err := json.MarshalIndent(rec, "", "  ")
 	require.NoError(t, err)
-	golden(t, "cursor_recovery.golden.json", append(b, '\n'))
+	cursorGolden(t, "cursor_recovery.golden.json", append(b, '\n'))
 }

@@ -79,7 +79,7 @@ func TestPagedToolWalkOverMCP(t *testing.T) {
 // CURSOR_EXPIRED reaches the client as a tool error with its code, and the
 // walker applies the chosen recovery instead of restarting silently.
 func TestPagedToolExpiredCursorOverMCP(t *testing.T) {
-	for _, rec := range []mcpsync.Recovery{mcpsync.RecoverNone, mcpsync.RecoverIncremental} {
+	for _, rec := range []mcpsync.RecoveryMode{mcpsync.RecoverNone, mcpsync.RecoverIncremental} {
 		t.Run(string(rec), func(t *testing.T) {
 			ts := newToolServer(t, 12)
 			fetch := Fetcher[ticket](ts.c, "search_tickets", map[string]any{"page_size": 5})
