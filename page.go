@@ -583,7 +583,7 @@ func NewMemorySource[T any](opts *MemorySourceOptions[T]) (*MemorySource[T], err
 	if o.Retain == 0 {
 		o.Retain = 16
 	}
-	s := &MemorySource[T]{opts: o, prefix: randomHex128()[:8]}
+	s := &MemorySource[T]{opts: o, prefix: randomHex128()[:16]}
 	s.versions = []*memoryVersion[T]{s.newVersion(map[string]T{})}
 	return s, nil
 }

@@ -73,6 +73,10 @@ type WalkOptions[T any] struct {
 	// how the walker checks fingerprints and knows its last confirmed
 	// boundary.
 	Position func(T) Position
+	// Start, when set, begins the walk after this position instead of at
+	// the first item: an incremental sync resuming from the last position it
+	// stored.
+	Start *Position
 	// Order, when set, is the walk's sort order; every item must then come
 	// strictly after the one before it, across pages too. A server that
 	// repeats or reorders items is reported as ErrPageInconsistent.
@@ -181,9 +185,9 @@ func (w *Walker[T]) All(ctx context.Context) iter.Seq2[T, error] {
 
 func (w *Walker[T]) walk(ctx context.Context, yield func(T, error) bool) error {
 	var (
-		req       WalkRequest // the next request; zero starts the walk
-		confirmed *Position   // last item of the last accepted page
-		snapshot  string      // snapshot of the walk, set by its first page
+		req       = WalkRequest{After: w.opts.Start} // the next request
+		confirmed = w.opts.Start                     // last item of the last accepted page
+		snapshot  string                             // snapshot of the walk, set by its first page
 		items     int
 		seen      = map[string]bool{} // cursors of this walk, to refuse cycles
 	)

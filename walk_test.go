@@ -367,3 +367,16 @@ func TestCursorRecoveryGolden(t *testing.T) {
 	require.NoError(t, err)
 	cursorGolden(t, "cursor_recovery.golden.json", append(b, '\n'))
 }
+
+func TestWalkStartsAfterStoredPosition(t *testing.T) {
+	f := newWalkFixture(t, ConsistencyIncremental)
+	want := expectedOrder(f.q, fixedTickets())
+	i := slices.IndexFunc(fixedTickets(), func(x supportTicket) bool { return x.ID == want[41] })
+	start := ticketPosition(fixedTickets()[i])
+	w := f.walker(t, WalkOptions[supportTicket]{Start: &start})
+	got, err := collectWalk(w)
+	require.NoError(t, err)
+	assert.Equal(t, want[42:], got)
+	require.NotNil(t, f.requests[0].After)
+	assert.Equal(t, start, *f.requests[0].After)
+}
