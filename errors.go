@@ -174,4 +174,8 @@ var (
 	// ErrPageInconsistent: a page contradicts its own fingerprint or the walk
 	// it belongs to (another snapshot, items not after the last boundary).
 	ErrPageInconsistent = errors.New("mcpsync: page inconsistent with its walk")
+	// ErrKeysetOrder: a keyset source returned an item not strictly after
+	// the boundary or its predecessor, or more items than asked for. It is
+	// returned in place of the page.
+	ErrKeysetOrder = errors.New("mcpsync: keyset source returned items out of order")
 )

@@ -381,6 +381,9 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	if err != nil {
 		return nil, err
 	}
+	if err := checkKeysetOrder(p.src, q, after, items); err != nil {
+		return nil, err
+	}
 	env := &PageEnvelope[T]{
 		Items:       items,
 		Consistency: q.consistency(),
@@ -413,6 +416,24 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 		return p.cache.put(ik, requestDigest(req), env, now)
 	}
 	return env, nil
+}
+
+// checkKeysetOrder refuses a page whose source broke its contract: serving
+// it would repeat or reorder items across pages. A comparison on sort values
+// alone, or <= instead of <, is the usual cause.
+func checkKeysetOrder[T any](src KeysetSource[T], q Query, after *Position, items []T) error {
+	if len(items) > q.PageSize+1 {
+		return fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), q.PageSize+1)
+	}
+	prev := after
+	for _, it := range items {
+		pos := src.Position(q, it)
+		if prev != nil && ComparePositions(q.Sort, pos, *prev) <= 0 {
+			return fmt.Errorf("%w: %q not after %q", ErrKeysetOrder, pos.ID, prev.ID)
+		}
+		prev = &pos
+	}
+	return nil
 }
 
 func pageFingerprintOf[T any](src KeysetSource[T], q Query, snapshot string, items []T) (PageFingerprint, error) {

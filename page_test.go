@@ -757,3 +757,31 @@ func ExamplePaginator() {
 	// [T-3 T-2] true
 	// [T-1] false
 }
+
+// inclusiveSource breaks the keyset contract the usual way: it compares with
+// <= and so returns the boundary item again.
+type inclusiveSource struct{ staticSource }
+
+func (s inclusiveSource) Page(_ context.Context, _ string, q Query, after *Position, limit int) ([]supportTicket, error) {
+	var out []supportTicket
+	for _, x := range s.items {
+		if (after == nil || ComparePositions(q.Sort, s.Position(q, x), *after) >= 0) && len(out) < limit {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+func TestPaginatorRefusesSourceThatBreaksOrder(t *testing.T) {
+	items := []supportTicket{ticketAt("T-3", 2), ticketAt("T-2", 1), ticketAt("T-1", 0)}
+	p := newTestPaginator(t, inclusiveSource{staticSource{items: items}}, newPageClock(), nil)
+	q := ticketQuery(2, ConsistencySnapshot)
+	first, err := p.Page(context.Background(), PageRequest{Query: q})
+	require.NoError(t, err)
+	_, err = p.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
+	require.ErrorIs(t, err, ErrKeysetOrder, "an error, not a page that repeats T-2")
+
+	unsorted := newTestPaginator(t, staticSource{items: []supportTicket{items[2], items[0]}}, newPageClock(), nil)
+	_, err = unsorted.Page(context.Background(), PageRequest{Query: q})
+	require.ErrorIs(t, err, ErrKeysetOrder)
+}
