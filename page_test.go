@@ -297,7 +297,7 @@ func TestPageCursorErrors(t *testing.T) {
 		requireCursorCode(t, err, CursorQueryMismatch)
 	})
 	t.Run("tampered", func(t *testing.T) {
-		_, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: next[:len(next)-1] + "A"})
+		_, err := p.Page(context.Background(), PageRequest{Query: q, Cursor: tamperLast(next)})
 		requireCursorCode(t, err, CursorInvalid)
 	})
 	t.Run("snapshot no longer retained", func(t *testing.T) {

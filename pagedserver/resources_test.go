@@ -213,7 +213,12 @@ func TestResourcesListRefusedCursors(t *testing.T) {
 		cursor func() mcp.Cursor
 		code   mcpsync.CursorErrorCode
 	}{
-		{"tampered", func() mcp.Cursor { return next[:len(next)-1] + "A" }, mcpsync.CursorInvalid},
+		{"tampered", func() mcp.Cursor {
+			if next[len(next)-1] == 'A' {
+				return next[:len(next)-1] + "B"
+			}
+			return next[:len(next)-1] + "A"
+		}, mcpsync.CursorInvalid},
 		{"mcp-go style cursor", func() mcp.Cursor { return "ZG9jLTAx" }, mcpsync.CursorInvalid},
 		{"templates cursor on resources", func() mcp.Cursor {
 			h.srv.AddResourceTemplate(mcp.NewResourceTemplate("file:///t/{id}", "t"), nil)
