@@ -381,7 +381,8 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKeysetOrder(p.src, q, after, items); err != nil {
+	first, last, err := checkKeysetOrder(p.src, q, after, items)
+	if err != nil {
 		return nil, err
 	}
 	env := &PageEnvelope[T]{
@@ -391,10 +392,11 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	}
 	if len(items) > q.PageSize {
 		env.Items = items[:q.PageSize:q.PageSize]
+		last = p.src.Position(q, env.Items[len(env.Items)-1])
 		expires := now.Add(p.opts.CursorTTL).Truncate(time.Millisecond).UTC()
 		next, err := p.opts.Keyring.Encode(CursorPayload{
 			Query:      qh,
-			After:      p.src.Position(q, env.Items[len(env.Items)-1]),
+			After:      last,
 			SnapshotID: snapshot,
 			IssuedAt:   now.Truncate(time.Millisecond).UTC(),
 			ExpiresAt:  expires,
@@ -407,7 +409,11 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	if env.Items == nil {
 		env.Items = []T{}
 	}
-	if env.Fingerprint, err = pageFingerprintOf(p.src, q, snapshot, env.Items); err != nil {
+	env.Fingerprint = PageFingerprint{SnapshotID: snapshot, Count: len(env.Items)}
+	if len(env.Items) > 0 {
+		env.Fingerprint.FirstID, env.Fingerprint.LastID = first.ID, last.ID
+	}
+	if env.Fingerprint.ContentDigest, err = ContentDigest(env.Items); err != nil {
 		return nil, err
 	}
 	if req.IdempotencyKey != "" {
@@ -420,31 +426,31 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 
 // checkKeysetOrder refuses a page whose source broke its contract: serving
 // it would repeat or reorder items across pages. A comparison on sort values
-// alone, or <= instead of <, is the usual cause.
-func checkKeysetOrder[T any](src KeysetSource[T], q Query, after *Position, items []T) error {
+// alone, or <= instead of <, is the usual cause. It returns the positions of
+// the first and last item.
+func checkKeysetOrder[T any](src KeysetSource[T], q Query, after *Position, items []T) (first, last Position, err error) {
 	if len(items) > q.PageSize+1 {
-		return fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), q.PageSize+1)
+		return first, last, fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), q.PageSize+1)
 	}
-	prev := after
-	for _, it := range items {
+	var prev Position
+	hasPrev := after != nil
+	if hasPrev {
+		prev = *after
+	}
+	for i, it := range items {
 		pos := src.Position(q, it)
-		if prev != nil && ComparePositions(q.Sort, pos, *prev) <= 0 {
-			return fmt.Errorf("%w: %q not after %q", ErrKeysetOrder, pos.ID, prev.ID)
+		if hasPrev && ComparePositions(q.Sort, pos, prev) <= 0 {
+			return first, last, fmt.Errorf("%w: %q not after %q", ErrKeysetOrder, pos.ID, prev.ID)
 		}
-		prev = &pos
+		if i == 0 {
+			first = pos
+		}
+		prev, hasPrev = pos, true
 	}
-	return nil
-}
-
-func pageFingerprintOf[T any](src KeysetSource[T], q Query, snapshot string, items []T) (PageFingerprint, error) {
-	fp := PageFingerprint{SnapshotID: snapshot, Count: len(items)}
 	if len(items) > 0 {
-		fp.FirstID = src.Position(q, items[0]).ID
-		fp.LastID = src.Position(q, items[len(items)-1]).ID
+		last = prev
 	}
-	var err error
-	fp.ContentDigest, err = ContentDigest(items)
-	return fp, err
+	return first, last, nil
 }
 
 // requestDigest names what a request asks for beyond its query, so that an
