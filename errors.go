@@ -212,3 +212,20 @@ func (e *RPCError) Error() string {
 func (e *RPCError) ResourceNotFound() bool {
 	return e.Method == "resources/read" && (e.Code == CodeResourceNotFound || e.Code == CodeInvalidParams)
 }
+
+// Paging errors.
+var (
+	// ErrInvalidPageRequest: a page request or query that cannot be served
+	// (no sort fields, page size out of range, both cursor and boundary).
+	ErrInvalidPageRequest = errors.New("mcpsync: invalid page request")
+	// ErrIdempotencyConflict: an idempotency key was reused for a different
+	// request of the same query inside the idempotency window.
+	ErrIdempotencyConflict = errors.New("mcpsync: idempotency key reused for another request")
+	// ErrPageInconsistent: a page contradicts its own fingerprint or the walk
+	// it belongs to (another snapshot, items not after the last boundary).
+	ErrPageInconsistent = errors.New("mcpsync: page inconsistent with its walk")
+	// ErrKeysetOrder: a keyset source returned an item not strictly after
+	// the boundary or its predecessor, or more items than asked for. It is
+	// returned in place of the page.
+	ErrKeysetOrder = errors.New("mcpsync: keyset source returned items out of order")
+)

@@ -204,6 +204,7 @@ func TestFaultLateContentAndNotFoundAfterClosed(t *testing.T) {
 			results := make(chan mcpsync.Outcome, 2)
 			go func() { out, _ := r.c.Read(context.Background(), faultURI); results <- out }()
 			waitFor(t, holdContent.Arrived())
+			r.faults().DropNext(faultURI, 1) // only the explicit reads below
 			r.srv.Delete(faultURI)
 			holdGone := r.faults().HoldNext("resources/read", faultURI)
 			go func() { out, _ := r.c.Read(context.Background(), faultURI); results <- out }()

@@ -1,0 +1,320 @@
+package mcpsync
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A cursor is the signed position of a paged walk. Its wire form is
+//
+//	v1.<key id>.<base64url payload>.<base64url HMAC-SHA256>
+//
+// The MAC is computed over everything before the last dot, so the version and
+// the key id are authenticated together with the payload. The payload is a
+// compact binary encoding (see appendPayload); callers never parse it.
+
+// CursorVersion is the cursor format this package writes and reads.
+const CursorVersion = 1
+
+// maxCursorLen bounds the work done on input that may come from anyone.
+const maxCursorLen = 4096
+
+// minKeySecret is the shortest secret accepted: HMAC-SHA256 keys shorter than
+// the hash output weaken the MAC.
+const minKeySecret = 32
+
+// Limits of the payload, checked on encode and decode alike, so that every
+// cursor this package writes can also be read back.
+const (
+	maxSortValues  = 16
+	maxPayloadText = 1024
+)
+
+var cursorBase64 = base64.RawURLEncoding.Strict()
+
+// QueryHash binds a cursor to the query that produced it: tool name, filter
+// digest, sort fields, page size and consistency. See Query.Hash.
+type QueryHash [16]byte
+
+// CursorPayload is what a cursor carries.
+type CursorPayload struct {
+	// Query is the hash of the query the cursor continues.
+	Query QueryHash
+	// After is the position of the last item of the page that issued the
+	// cursor; the next page starts strictly after it.
+	After Position
+	// SnapshotID names the view the walk reads (snapshot consistency) or the
+	// view the issuing page was read at (incremental consistency).
+	SnapshotID string
+	IssuedAt   time.Time
+	ExpiresAt  time.Time
+}
+
+// CursorKey is one HMAC key. ID is sent in clear in every cursor so that a
+// verifier can pick the key; it must not contain secrets.
+type CursorKey struct {
+	ID     string
+	Secret []byte
+}
+
+// Keyring signs cursors with its current key and verifies them with any of
+// its keys, so keys can be rotated without invalidating cursors in flight:
+// add the new key as current and keep the old one as previous until every
+// cursor it signed has expired. A Keyring is immutable and safe for
+// concurrent use.
+type Keyring struct {
+	current string
+	keys    map[string][]byte // key id -> secret; write-once
+}
+
+// NewKeyring returns a keyring that signs with current and also accepts
+// cursors signed by any of previous. Key ids are 1 to 32 characters of
+// [A-Za-z0-9_-] and must be distinct; secrets are at least 32 bytes.
+func NewKeyring(current CursorKey, previous ...CursorKey) (*Keyring, error) {
+	k := &Keyring{current: current.ID, keys: make(map[string][]byte, 1+len(previous))}
+	for _, key := range append([]CursorKey{current}, previous...) {
+		if !validKeyID(key.ID) {
+			return nil, fmt.Errorf("mcpsync: cursor key id %q: want 1 to 32 characters of [A-Za-z0-9_-]", key.ID)
+		}
+		if len(key.Secret) < minKeySecret {
+			return nil, fmt.Errorf("mcpsync: cursor key %q: secret of %d bytes, want at least %d", key.ID, len(key.Secret), minKeySecret)
+		}
+		if _, dup := k.keys[key.ID]; dup {
+			return nil, fmt.Errorf("mcpsync: cursor key id %q given twice", key.ID)
+		}
+		k.keys[key.ID] = bytes.Clone(key.Secret)
+	}
+	return k, nil
+}
+
+// CurrentKeyID is the id of the key that signs new cursors.
+func (k *Keyring) CurrentKeyID() string { return k.current }
+
+func validKeyID(id string) bool {
+	if len(id) == 0 || len(id) > 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Encode signs p with the current key and returns the cursor's wire form.
+func (k *Keyring) Encode(p CursorPayload) (string, error) {
+	if err := checkPayloadLimits(p); err != nil {
+		return "", err
+	}
+	payload := appendPayload(make([]byte, 0, 64), p)
+	secret := k.keys[k.current]
+	n := 3 + len(k.current) + 1 + cursorBase64.EncodedLen(len(payload)) + 1 + cursorBase64.EncodedLen(sha256.Size)
+	buf := make([]byte, 0, n)
+	buf = append(buf, "v1."...)
+	buf = append(buf, k.current...)
+	buf = append(buf, '.')
+	buf = cursorBase64.AppendEncode(buf, payload)
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(buf)
+	buf = append(buf, '.')
+	buf = cursorBase64.AppendEncode(buf, mac.Sum(nil))
+	return string(buf), nil
+}
+
+// Decode verifies cursor and returns its payload. It checks, in this order:
+//
+//  1. shape: a version prefix "v<digits>." (else CURSOR_INVALID);
+//  2. version: anything but CursorVersion is CURSOR_VERSION_UNSUPPORTED. This
+//     is the only unauthenticated field acted on, because a newer format may
+//     have another shape, key scheme or MAC, so nothing after the version can
+//     be interpreted;
+//  3. key id: unknown keys are CURSOR_INVALID (a rotated-out key and a forged
+//     id look the same, and neither proves anything);
+//  4. MAC over version, key id and payload (constant-time; else CURSOR_INVALID);
+//  5. payload decoding (else CURSOR_INVALID);
+//  6. query hash against want (else CURSOR_QUERY_MISMATCH);
+//  7. expiry against now (else CURSOR_EXPIRED).
+//
+// Steps 5 to 7 read only authenticated bytes, so a tampered cursor can never
+// be reported as expired or mismatched: every alteration is CURSOR_INVALID
+// (or, for the version digits, CURSOR_VERSION_UNSUPPORTED). The query check
+// comes before expiry because a cursor used with the wrong query is a caller
+// bug that recovery from the start would hide.
+func (k *Keyring) Decode(cursor string, want QueryHash, now time.Time) (CursorPayload, error) {
+	if len(cursor) > maxCursorLen {
+		return CursorPayload{}, invalidCursor("longer than %d bytes", maxCursorLen)
+	}
+	dot := strings.IndexByte(cursor, '.')
+	if dot < 2 || cursor[0] != 'v' {
+		return CursorPayload{}, invalidCursor("no version prefix")
+	}
+	digits := cursor[1:dot]
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return CursorPayload{}, invalidCursor("no version prefix")
+		}
+	}
+	if digits != "1" {
+		return CursorPayload{}, &CursorError{Code: CursorVersionUnsupported, Detail: "version " + strconv.Quote(digits)}
+	}
+	rest := cursor[dot+1:]
+	kid, rest, ok := strings.Cut(rest, ".")
+	if !ok {
+		return CursorPayload{}, invalidCursor("missing key id")
+	}
+	payloadB64, macB64, ok := strings.Cut(rest, ".")
+	if !ok || strings.IndexByte(macB64, '.') >= 0 {
+		return CursorPayload{}, invalidCursor("want four dot-separated parts")
+	}
+	secret, ok := k.keys[kid]
+	if !ok {
+		return CursorPayload{}, invalidCursor("unknown key id")
+	}
+	var got [sha256.Size]byte
+	if cursorBase64.DecodedLen(len(macB64)) != sha256.Size {
+		return CursorPayload{}, invalidCursor("bad signature")
+	}
+	if n, err := cursorBase64.Decode(got[:], []byte(macB64)); err != nil || n != sha256.Size {
+		return CursorPayload{}, invalidCursor("bad signature")
+	}
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(cursor[:len(cursor)-len(macB64)-1]))
+	var sum [sha256.Size]byte
+	if !hmac.Equal(mac.Sum(sum[:0]), got[:]) {
+		return CursorPayload{}, invalidCursor("bad signature")
+	}
+	raw, err := cursorBase64.DecodeString(payloadB64)
+	if err != nil {
+		return CursorPayload{}, invalidCursor("bad payload encoding")
+	}
+	p, err := parsePayload(raw)
+	if err != nil {
+		// Only a holder of the key can produce this: a signer bug or a
+		// leaked key, never a transport accident.
+		return CursorPayload{}, invalidCursor("%v", err)
+	}
+	if p.Query != want {
+		return CursorPayload{}, &CursorError{Code: CursorQueryMismatch, Detail: "cursor belongs to another query"}
+	}
+	if !now.Before(p.ExpiresAt) {
+		return CursorPayload{}, &CursorError{Code: CursorExpired, Detail: "expired at " + p.ExpiresAt.UTC().Format(time.RFC3339Nano)}
+	}
+	return p, nil
+}
+
+func invalidCursor(format string, args ...any) error {
+	return &CursorError{Code: CursorInvalid, Detail: fmt.Sprintf(format, args...)}
+}
+
+func checkPayloadLimits(p CursorPayload) error {
+	if len(p.After.Sort) > maxSortValues {
+		return fmt.Errorf("mcpsync: cursor: %d sort values, at most %d", len(p.After.Sort), maxSortValues)
+	}
+	text := len(p.SnapshotID) + len(p.After.ID)
+	for _, v := range p.After.Sort {
+		text += len(v)
+	}
+	if text > maxPayloadText {
+		return fmt.Errorf("mcpsync: cursor: %d bytes of text, at most %d", text, maxPayloadText)
+	}
+	if p.IssuedAt.UnixMilli() < 0 || p.ExpiresAt.Before(p.IssuedAt) {
+		return errors.New("mcpsync: cursor: times must be after 1970 and expiry not before issue")
+	}
+	return nil
+}
+
+// appendPayload writes the binary payload: the 16-byte query hash, issued_at
+// and expires_at as uvarint Unix milliseconds, the snapshot id, the number of
+// sort values, each sort value, and the id; strings are uvarint length plus
+// bytes. The layout is fixed for version 1.
+func appendPayload(b []byte, p CursorPayload) []byte {
+	b = append(b, p.Query[:]...)
+	b = binary.AppendUvarint(b, uint64(p.IssuedAt.UnixMilli()))
+	b = binary.AppendUvarint(b, uint64(p.ExpiresAt.UnixMilli()))
+	b = appendCursorString(b, p.SnapshotID)
+	b = binary.AppendUvarint(b, uint64(len(p.After.Sort)))
+	for _, v := range p.After.Sort {
+		b = appendCursorString(b, v)
+	}
+	return appendCursorString(b, p.After.ID)
+}
+
+func appendCursorString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+var errCursorPayload = errors.New("malformed payload")
+
+func parsePayload(b []byte) (CursorPayload, error) {
+	var p CursorPayload
+	if len(b) < len(p.Query) {
+		return p, errCursorPayload
+	}
+	copy(p.Query[:], b)
+	r := cursorPayloadReader{b: b[len(p.Query):]}
+	issued := r.uvarint()
+	expires := r.uvarint()
+	const maxMilli = 1 << 53 // far beyond year 200000, keeps time arithmetic exact
+	if issued > maxMilli || expires > maxMilli || expires < issued {
+		return p, errCursorPayload
+	}
+	p.IssuedAt = time.UnixMilli(int64(issued)).UTC()
+	p.ExpiresAt = time.UnixMilli(int64(expires)).UTC()
+	p.SnapshotID = r.str()
+	n := r.uvarint()
+	if n > maxSortValues {
+		return p, errCursorPayload
+	}
+	if n > 0 {
+		p.After.Sort = make([]string, n)
+		for i := range p.After.Sort {
+			p.After.Sort[i] = r.str()
+		}
+	}
+	p.After.ID = r.str()
+	if r.err || len(r.b) != 0 {
+		return CursorPayload{}, errCursorPayload
+	}
+	return p, nil
+}
+
+// cursorPayloadReader reads the payload and latches the first error.
+type cursorPayloadReader struct {
+	b   []byte
+	err bool
+}
+
+func (r *cursorPayloadReader) uvarint() uint64 {
+	if r.err {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *cursorPayloadReader) str() string {
+	n := r.uvarint()
+	if r.err || n > uint64(len(r.b)) || n > maxPayloadText {
+		r.err = true
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}

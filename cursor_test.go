@@ -1,0 +1,425 @@
+package mcpsync
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var updateCursorGolden = flag.Bool("update-cursor-golden", false, "rewrite golden files in testdata/")
+
+// testKey and testKey2 are fixed so that golden files are reproducible.
+var (
+	testKey  = CursorKey{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	testKey2 = CursorKey{ID: "k2", Secret: []byte("fedcba9876543210fedcba9876543210")}
+	testT0   = time.Date(2026, 8, 25, 4, 0, 0, 0, time.UTC)
+)
+
+func testKeyring(t testing.TB, current CursorKey, previous ...CursorKey) *Keyring {
+	t.Helper()
+	k, err := NewKeyring(current, previous...)
+	require.NoError(t, err)
+	return k
+}
+
+func testQuery() Query {
+	return Query{
+		Tool:     "search_tickets",
+		Filter:   map[string]any{"status": "open"},
+		Sort:     []SortField{{Name: "updated_at", Desc: true}, {Name: "id", Desc: true}},
+		PageSize: 20,
+	}
+}
+
+func testHash(t testing.TB, q Query) QueryHash {
+	t.Helper()
+	h, err := q.Hash()
+	require.NoError(t, err)
+	return h
+}
+
+func testPayload(t testing.TB) CursorPayload {
+	return CursorPayload{
+		Query:      testHash(t, testQuery()),
+		After:      Position{Sort: []string{SortTime(testT0)}, ID: "T-1042"},
+		SnapshotID: "snap-7f2c",
+		IssuedAt:   testT0,
+		ExpiresAt:  testT0.Add(10 * time.Minute),
+	}
+}
+
+func requireCursorCode(t *testing.T, err error, want CursorErrorCode) {
+	t.Helper()
+	var ce *CursorError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, want, ce.Code, "detail: %s", ce.Detail)
+	require.ErrorIs(t, err, &CursorError{Code: want})
+}
+
+func cursorGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *updateCursorGolden {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update-cursor-golden to create it")
+	require.Equal(t, string(want), string(got))
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	got, err := k.Decode(c, p.Query, testT0.Add(time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+}
+
+func TestCursorGoldenWireForm(t *testing.T) {
+	k := testKeyring(t, testKey)
+	c, err := k.Encode(testPayload(t))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(c, "v1.k1."))
+	cursorGolden(t, "cursor_v1.golden", []byte(c+"\n"))
+}
+
+// Every single-bit flip of every byte of a cursor is refused. Base64 is
+// decoded strictly, otherwise a flip in the unused low bits of the last
+// character would decode to the same bytes and pass the MAC.
+func TestCursorEveryBitFlipRejected(t *testing.T) {
+	k := testKeyring(t, testKey, testKey2)
+	// Many cursors, so that the last characters of payload and MAC take
+	// many values, including those with unused low bits.
+	for n := range 48 {
+		p := testPayload(t)
+		p.After.ID = fmt.Sprintf("T-%d", n)
+		p.SnapshotID = strings.Repeat("s", n%3)
+		c, err := k.Encode(p)
+		require.NoError(t, err)
+		for i := range len(c) {
+			for bit := range 8 {
+				b := []byte(c)
+				b[i] ^= 1 << bit
+				_, err := k.Decode(string(b), p.Query, testT0)
+				var ce *CursorError
+				require.ErrorAs(t, err, &ce, "flip of bit %d of byte %d of %q accepted", bit, i, c)
+				require.Contains(t, []CursorErrorCode{CursorInvalid, CursorVersionUnsupported}, ce.Code)
+			}
+		}
+	}
+}
+
+func TestCursorQueryMismatch(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	cases := map[string]func(*Query){
+		"another tool":        func(q *Query) { q.Tool = "search_users" },
+		"another page size":   func(q *Query) { q.PageSize = 21 },
+		"another filter":      func(q *Query) { q.Filter = map[string]any{"status": "closed"} },
+		"no filter":           func(q *Query) { q.Filter = nil },
+		"another sort field":  func(q *Query) { q.Sort[0].Name = "created_at" },
+		"another direction":   func(q *Query) { q.Sort[0].Desc = false },
+		"another consistency": func(q *Query) { q.Consistency = ConsistencyIncremental },
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			q := testQuery()
+			q.Sort = append([]SortField(nil), q.Sort...)
+			change(&q)
+			_, err := k.Decode(c, testHash(t, q), testT0)
+			requireCursorCode(t, err, CursorQueryMismatch)
+		})
+	}
+	t.Run("same query, filter as struct", func(t *testing.T) {
+		q := testQuery()
+		q.Filter = struct {
+			Status string `json:"status"`
+		}{"open"}
+		_, err := k.Decode(c, testHash(t, q), testT0)
+		require.NoError(t, err)
+	})
+}
+
+func TestCursorUnknownVersion(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	for _, cursor := range []string{
+		"v2" + strings.TrimPrefix(c, "v1"),
+		"v0" + strings.TrimPrefix(c, "v1"),
+		"v10" + strings.TrimPrefix(c, "v1"),
+		"v2.anything-at-all",
+		"v99.",
+	} {
+		t.Run(cursor[:3], func(t *testing.T) {
+			_, err := k.Decode(cursor, p.Query, testT0)
+			requireCursorCode(t, err, CursorVersionUnsupported)
+		})
+	}
+}
+
+func TestCursorExpiryWithInjectedClock(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	_, err = k.Decode(c, p.Query, p.ExpiresAt.Add(-time.Millisecond))
+	require.NoError(t, err)
+	_, err = k.Decode(c, p.Query, p.ExpiresAt)
+	requireCursorCode(t, err, CursorExpired)
+	require.ErrorIs(t, err, ErrCursorExpired)
+}
+
+// The decoding order: a tampered cursor is INVALID even when it is also
+// expired; a cursor of another query is a MISMATCH even when also expired.
+func TestCursorDecodeOrder(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	late := p.ExpiresAt.Add(time.Hour)
+	other := testQuery()
+	other.PageSize = 5
+
+	_, err = k.Decode(tamperLast(c), p.Query, late)
+	requireCursorCode(t, err, CursorInvalid)
+	_, err = k.Decode(c, testHash(t, other), late)
+	requireCursorCode(t, err, CursorQueryMismatch)
+}
+
+// tamperLast changes the last character of a cursor to another one.
+func tamperLast(c string) string {
+	if strings.HasSuffix(c, "A") {
+		return c[:len(c)-1] + "B"
+	}
+	return c[:len(c)-1] + "A"
+}
+
+func TestCursorKeyRotation(t *testing.T) {
+	old := testKeyring(t, testKey)
+	p := testPayload(t)
+	oldCursor, err := old.Encode(p)
+	require.NoError(t, err)
+
+	rotated := testKeyring(t, testKey2, testKey)
+	got, err := rotated.Decode(oldCursor, p.Query, testT0)
+	require.NoError(t, err, "a cursor signed by the previous key still verifies")
+	assert.Equal(t, p, got)
+
+	newCursor, err := rotated.Encode(p)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(newCursor, "v1.k2."), "the current key signs")
+
+	retired := testKeyring(t, testKey2)
+	_, err = retired.Decode(oldCursor, p.Query, testT0)
+	requireCursorCode(t, err, CursorInvalid)
+
+	// A cursor whose key id is swapped for another known key fails the MAC.
+	swapped := strings.Replace(oldCursor, "v1.k1.", "v1.k2.", 1)
+	_, err = rotated.Decode(swapped, p.Query, testT0)
+	requireCursorCode(t, err, CursorInvalid)
+}
+
+func TestCursorMalformedIsInvalid(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	parts := strings.Split(c, ".")
+	cases := map[string]string{
+		"empty":            "",
+		"no version":       "k1.abc.def",
+		"letters version":  "vx.k1.a.b",
+		"only version":     "v1",
+		"three parts":      strings.Join(parts[:3], "."),
+		"five parts":       c + ".x",
+		"padded mac":       c + "=",
+		"empty mac":        strings.Join(append(parts[:3:3], ""), "."),
+		"mac of payload 2": strings.Join([]string{parts[0], parts[1], parts[2] + "A", parts[3]}, "."),
+		"too long":         c + strings.Repeat("A", maxCursorLen),
+		"unknown key":      strings.Join([]string{parts[0], "zz", parts[2], parts[3]}, "."),
+	}
+	for name, cursor := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := k.Decode(cursor, p.Query, testT0)
+			requireCursorCode(t, err, CursorInvalid)
+		})
+	}
+}
+
+// signRaw signs an arbitrary payload, as only a key holder could.
+func signRaw(key CursorKey, payload []byte) string {
+	prefix := "v1." + key.ID + "." + cursorBase64.EncodeToString(payload)
+	mac := hmac.New(sha256.New, key.Secret)
+	mac.Write([]byte(prefix))
+	return prefix + "." + cursorBase64.EncodeToString(mac.Sum(nil))
+}
+
+func TestCursorSignedGarbageIsInvalid(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	good := appendPayload(nil, p)
+	cases := map[string][]byte{
+		"empty":          nil,
+		"short hash":     good[:10],
+		"truncated":      good[:len(good)-1],
+		"trailing bytes": append(append([]byte(nil), good...), 0),
+		"expiry first":   appendPayload(nil, CursorPayload{IssuedAt: testT0, ExpiresAt: testT0.Add(-time.Second)}),
+	}
+	for name, raw := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := k.Decode(signRaw(testKey, raw), p.Query, testT0)
+			requireCursorCode(t, err, CursorInvalid)
+		})
+	}
+}
+
+func TestNewKeyringRejects(t *testing.T) {
+	cases := map[string][]CursorKey{
+		"short secret":   {{ID: "k", Secret: []byte("short")}},
+		"empty id":       {{ID: "", Secret: testKey.Secret}},
+		"dot in id":      {{ID: "k.1", Secret: testKey.Secret}},
+		"long id":        {{ID: strings.Repeat("k", 33), Secret: testKey.Secret}},
+		"duplicate id":   {testKey, {ID: testKey.ID, Secret: testKey2.Secret}},
+		"bad previous":   {testKey, {ID: "k 2", Secret: testKey2.Secret}},
+		"short previous": {testKey, {ID: "k2", Secret: nil}},
+	}
+	for name, keys := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewKeyring(keys[0], keys[1:]...)
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestCursorEncodeRejectsOversize(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	p.After.Sort = make([]string, maxSortValues+1)
+	_, err := k.Encode(p)
+	require.Error(t, err)
+	p = testPayload(t)
+	p.SnapshotID = strings.Repeat("s", maxPayloadText+1)
+	_, err = k.Encode(p)
+	require.Error(t, err)
+	p = testPayload(t)
+	p.ExpiresAt = p.IssuedAt.Add(-time.Second)
+	_, err = k.Encode(p)
+	require.Error(t, err)
+}
+
+func TestCursorErrorsAreNeverWrappedAway(t *testing.T) {
+	k := testKeyring(t, testKey)
+	_, err := k.Decode("garbage", QueryHash{}, testT0)
+	require.True(t, errors.Is(err, ErrCursorInvalid))
+	require.False(t, errors.Is(err, ErrCursorExpired))
+}
+
+// Benchmarks of the cursor wire form, each beside a baseline without the
+// MAC: the same binary payload in base64, and the payload as JSON in base64.
+
+type jsonPayload struct {
+	Q []byte   `json:"q"`
+	S []string `json:"s"`
+	I string   `json:"i"`
+	N string   `json:"n"`
+	T int64    `json:"t"`
+	E int64    `json:"e"`
+}
+
+func toJSONPayload(p CursorPayload) jsonPayload {
+	return jsonPayload{Q: p.Query[:], S: p.After.Sort, I: p.After.ID, N: p.SnapshotID, T: p.IssuedAt.UnixMilli(), E: p.ExpiresAt.UnixMilli()}
+}
+
+func BenchmarkCursorEncode(b *testing.B) {
+	k := testKeyring(b, testKey)
+	p := testPayload(b)
+	b.Run("sign", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := k.Encode(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline=binary-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = "v1." + cursorBase64.EncodeToString(appendPayload(make([]byte, 0, 64), p))
+		}
+	})
+	b.Run("baseline=json-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := json.Marshal(toJSONPayload(p))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = cursorBase64.EncodeToString(raw)
+		}
+	})
+}
+
+func BenchmarkCursorDecode(b *testing.B) {
+	k := testKeyring(b, testKey)
+	p := testPayload(b)
+	c, err := k.Encode(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verify", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := k.Decode(c, p.Query, testT0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	bin := cursorBase64.EncodeToString(appendPayload(nil, p))
+	b.Run("baseline=binary-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := cursorBase64.DecodeString(bin)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := parsePayload(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	raw, err := json.Marshal(toJSONPayload(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	js := cursorBase64.EncodeToString(raw)
+	b.Run("baseline=json-base64", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			raw, err := cursorBase64.DecodeString(js)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out jsonPayload
+			if err := json.Unmarshal(raw, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

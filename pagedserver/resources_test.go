@@ -1,0 +1,407 @@
+package pagedserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+var (
+	testKey = mcpsync.CursorKey{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	testT0  = time.Date(2026, 8, 25, 4, 0, 0, 0, time.UTC)
+)
+
+type fakeClock struct {
+	mu sync.Mutex // protects t
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func keyring(t testing.TB) *mcpsync.Keyring {
+	k, err := mcpsync.NewKeyring(testKey)
+	require.NoError(t, err)
+	return k
+}
+
+func readText(uri string) server.ResourceHandlerFunc {
+	return func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "text/plain", Text: "content of " + uri}}, nil
+	}
+}
+
+// addDocs registers resources doc-00..doc-(n-1); runs of three share a name,
+// so equal names straddle page boundaries.
+func addDocs(s *server.MCPServer, from, n int) []string {
+	var uris []string
+	for i := from; i < from+n; i++ {
+		uri := fmt.Sprintf("file:///docs/%02d.txt", i)
+		s.AddResource(mcp.NewResource(uri, fmt.Sprintf("doc-%02d", i/3)), readText(uri))
+		uris = append(uris, uri)
+	}
+	return uris
+}
+
+type harness struct {
+	srv    *server.MCPServer
+	lists  *SnapshotLists
+	clock  *fakeClock
+	client *client.Client
+	errs   []error
+	mu     sync.Mutex // protects errs
+}
+
+func newHarness(t *testing.T, o SnapshotListOptions) *harness {
+	t.Helper()
+	h := &harness{clock: &fakeClock{t: testT0}}
+	o.Keyring = keyring(t)
+	o.Clock = h.clock.Now
+	o.OnError = func(_ context.Context, _ mcp.MCPMethod, err error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.errs = append(h.errs, err)
+	}
+	var err error
+	h.lists, err = NewSnapshotLists(&o)
+	require.NoError(t, err)
+	h.srv = server.NewMCPServer("docs", "1.0.0", append(h.lists.ServerOptions(), server.WithResourceCapabilities(false, true))...)
+	h.client = startClient(t, h.srv)
+	return h
+}
+
+func startClient(t *testing.T, s *server.MCPServer) *client.Client {
+	t.Helper()
+	c, err := client.NewInProcessClient(s)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
+	_, err = c.Initialize(ctx, init)
+	require.NoError(t, err)
+	return c
+}
+
+func snapshotIDOf(t *testing.T, meta *mcp.Meta) string {
+	t.Helper()
+	require.NotNil(t, meta, "every page carries _meta")
+	id, ok := meta.AdditionalFields[mcpsync.SnapshotIDMetaKey].(string)
+	require.True(t, ok, "every page carries the snapshot id")
+	require.NotEmpty(t, id)
+	return id
+}
+
+func uris(rs []mcp.Resource) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.URI
+	}
+	return out
+}
+
+// A plain mcp-go client reaches one snapshot id on every page while
+// resources are inserted and deleted between pages, sees every resource of
+// the snapshot exactly once (equal names across page boundaries included),
+// gets no empty last page, and can still read the resources.
+func TestResourcesListOneSnapshotEndToEnd(t *testing.T) {
+	for _, total := range []int{23, 25, 5, 1} {
+		t.Run(fmt.Sprintf("%d resources", total), func(t *testing.T) {
+			h := newHarness(t, SnapshotListOptions{PageSize: 5})
+			want := addDocs(h.srv, 0, total)
+			ctx := context.Background()
+
+			caps := h.client.GetServerCapabilities()
+			assert.Contains(t, caps.Experimental, mcpsync.SnapshotCapability, "the extension is advertised")
+
+			var got []string
+			var snapshot string
+			req := mcp.ListResourcesRequest{}
+			for page := 0; ; page++ {
+				res, err := h.client.ListResourcesByPage(ctx, req)
+				require.NoError(t, err)
+				id := snapshotIDOf(t, res.Meta)
+				if page == 0 {
+					snapshot = id
+				}
+				require.Equal(t, snapshot, id, "page %d", page)
+				require.NotEmpty(t, res.Resources, "no empty page")
+				got = append(got, uris(res.Resources)...)
+				// Between pages: a resource sorting first, one in the middle,
+				// and deletes of read and unread ones.
+				h.srv.AddResource(mcp.NewResource(fmt.Sprintf("file:///new/%d", page), "aaa"), readText("x"))
+				h.srv.AddResource(mcp.NewResource(fmt.Sprintf("file:///docs/%02d.txt.new", page), "doc-03"), readText("x"))
+				h.srv.DeleteResources(fmt.Sprintf("file:///docs/%02d.txt", total-1-page), fmt.Sprintf("file:///docs/%02d.txt", page))
+				if res.NextCursor == "" {
+					break
+				}
+				req.Params.Cursor = res.NextCursor
+			}
+			slices.Sort(want)
+			slices.Sort(got)
+			assert.Equal(t, want, got, "exactly the snapshot's resources, each once")
+			assert.Empty(t, h.errs)
+
+			read := mcp.ReadResourceRequest{}
+			read.Params.URI = "file:///new/0"
+			rr, err := h.client.ReadResource(ctx, read)
+			require.NoError(t, err, "resources/read is untouched")
+			require.Len(t, rr.Contents, 1)
+		})
+	}
+}
+
+func TestResourcesListNewWalkSeesNewSnapshot(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: 4})
+	addDocs(h.srv, 0, 10)
+	ctx := context.Background()
+	first, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	again, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, snapshotIDOf(t, first.Meta), snapshotIDOf(t, again.Meta), "an unchanged catalog is the same snapshot")
+	h.srv.DeleteResources("file:///docs/09.txt")
+	changed, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	assert.NotEqual(t, snapshotIDOf(t, first.Meta), snapshotIDOf(t, changed.Meta))
+
+	all, err := h.client.ListResources(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err, "mcp-go's own page loop follows our cursors")
+	assert.Len(t, all.Resources, 9)
+}
+
+func TestResourcesListRefusedCursors(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: 4, CursorTTL: time.Minute, MaxSnapshots: 2})
+	addDocs(h.srv, 0, 10)
+	ctx := context.Background()
+	first, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	next := first.NextCursor
+	require.NotEmpty(t, next)
+
+	list := func(c mcp.Cursor) error {
+		req := mcp.ListResourcesRequest{}
+		req.Params.Cursor = c
+		_, err := h.client.ListResourcesByPage(ctx, req)
+		return err
+	}
+	cases := []struct {
+		name   string
+		cursor func() mcp.Cursor
+		code   mcpsync.CursorErrorCode
+	}{
+		{"tampered", func() mcp.Cursor {
+			if next[len(next)-1] == 'A' {
+				return next[:len(next)-1] + "B"
+			}
+			return next[:len(next)-1] + "A"
+		}, mcpsync.CursorInvalid},
+		{"mcp-go style cursor", func() mcp.Cursor { return "ZG9jLTAx" }, mcpsync.CursorInvalid},
+		{"templates cursor on resources", func() mcp.Cursor {
+			h.srv.AddResourceTemplate(mcp.NewResourceTemplate("file:///t/{id}", "t"), nil)
+			res, err := h.client.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{})
+			require.NoError(t, err)
+			return mcp.Cursor(signedFor(t, h, mcp.MethodResourcesTemplatesList, res))
+		}, mcpsync.CursorQueryMismatch},
+		{"snapshot evicted", func() mcp.Cursor {
+			for i := range 2 { // two newer catalogs push the walk's snapshot out
+				h.srv.DeleteResources(fmt.Sprintf("file:///docs/%02d.txt", i))
+				_, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+				require.NoError(t, err)
+			}
+			return next
+		}, mcpsync.CursorExpired},
+		{"expired", func() mcp.Cursor {
+			res, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+			require.NoError(t, err)
+			h.clock.Advance(time.Minute)
+			return res.NextCursor
+		}, mcpsync.CursorExpired},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h.mu.Lock()
+			h.errs = nil
+			h.mu.Unlock()
+			err := list(tc.cursor())
+			require.ErrorIs(t, err, mcp.ErrInvalidParams, "-32602, never an empty page")
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			require.Len(t, h.errs, 1)
+			require.ErrorIs(t, h.errs[0], &mcpsync.CursorError{Code: tc.code})
+		})
+	}
+	assert.Equal(t, 0, syncMapLen(&h.lists.resources.pending), "no request state left behind")
+}
+
+// signedFor returns a templates cursor of the walk res belongs to, or makes
+// one by adding templates until the list has a second page.
+func signedFor(t *testing.T, h *harness, _ mcp.MCPMethod, res *mcp.ListResourceTemplatesResult) string {
+	for i := 0; res.NextCursor == ""; i++ {
+		h.srv.AddResourceTemplate(mcp.NewResourceTemplate(fmt.Sprintf("file:///t%d/{id}", i), "t"), nil)
+		var err error
+		res, err = h.client.ListResourceTemplatesByPage(context.Background(), mcp.ListResourceTemplatesRequest{})
+		require.NoError(t, err)
+	}
+	return string(res.NextCursor)
+}
+
+func syncMapLen(m *sync.Map) int {
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+func TestResourceTemplatesListOneSnapshot(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: 3})
+	var want []string
+	for i := range 11 {
+		tpl := fmt.Sprintf("file:///t%02d/{id}", i)
+		h.srv.AddResourceTemplate(mcp.NewResourceTemplate(tpl, fmt.Sprintf("tpl-%d", i/4)), nil)
+		want = append(want, tpl)
+	}
+	ctx := context.Background()
+	var got []string
+	var snapshot string
+	req := mcp.ListResourceTemplatesRequest{}
+	for page := 0; ; page++ {
+		res, err := h.client.ListResourceTemplatesByPage(ctx, req)
+		require.NoError(t, err)
+		id := snapshotIDOf(t, res.Meta)
+		if page == 0 {
+			snapshot = id
+		}
+		require.Equal(t, snapshot, id)
+		require.NotEmpty(t, res.ResourceTemplates)
+		for _, tpl := range res.ResourceTemplates {
+			got = append(got, tpl.URITemplate.Raw())
+		}
+		h.srv.AddResourceTemplate(mcp.NewResourceTemplate(fmt.Sprintf("file:///new%d/{id}", page), "a"), nil)
+		if res.NextCursor == "" {
+			break
+		}
+		req.Params.Cursor = res.NextCursor
+	}
+	slices.Sort(got)
+	assert.Equal(t, want, got)
+}
+
+// mcp-go v1.2.1's own pagination, for contrast: with a page limit, equal
+// names across a page boundary are skipped and a catalog that fills its
+// last page exactly ends with an empty page.
+func TestMCPGoOwnListFaults(t *testing.T) {
+	s := server.NewMCPServer("plain", "1", server.WithResourceCapabilities(false, false), server.WithPaginationLimit(5))
+	addDocs(s, 0, 10) // names doc-00 x3, doc-01 x3, doc-02 x3, doc-03 x1
+	c := startClient(t, s)
+	ctx := context.Background()
+	var pages [][]string
+	req := mcp.ListResourcesRequest{}
+	for {
+		res, err := c.ListResourcesByPage(ctx, req)
+		require.NoError(t, err)
+		pages = append(pages, uris(res.Resources))
+		if res.NextCursor == "" {
+			break
+		}
+		req.Params.Cursor = res.NextCursor
+	}
+	n := 0
+	for _, p := range pages {
+		n += len(p)
+	}
+	assert.Less(t, n, 10, "mcp-go skips resources whose name equals the last name of a page")
+
+	s2 := server.NewMCPServer("plain", "1", server.WithResourceCapabilities(false, false), server.WithPaginationLimit(5))
+	for i := range 10 {
+		uri := fmt.Sprintf("file:///u/%02d", i)
+		s2.AddResource(mcp.NewResource(uri, uri), readText(uri))
+	}
+	c2 := startClient(t, s2)
+	res, err := c2.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	req = mcp.ListResourcesRequest{}
+	req.Params.Cursor = res.NextCursor
+	res, err = c2.ListResourcesByPage(ctx, req)
+	require.NoError(t, err)
+	require.NotEmpty(t, res.NextCursor, "a full last page still points further")
+	req.Params.Cursor = res.NextCursor
+	res, err = c2.ListResourcesByPage(ctx, req)
+	require.NoError(t, err)
+	assert.Empty(t, res.Resources, "mcp-go ends with an empty page")
+}
+
+func TestSnapshotListsRefuseMCPGoPaginationLimit(t *testing.T) {
+	lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
+	require.NoError(t, err)
+	var got []error
+	lists.resources.onError = func(_ context.Context, _ mcp.MCPMethod, err error) { got = append(got, err) }
+	s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
+	addDocs(s, 0, 4)
+	c := startClient(t, s)
+	res, err := c.ListResourcesByPage(context.Background(), mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.True(t, errors.Is(got[0], ErrServerPaginates))
+	if res.Meta != nil {
+		assert.NotContains(t, res.Meta.AdditionalFields, mcpsync.SnapshotIDMetaKey, "no snapshot claimed that cannot be proven")
+	}
+}
+
+func TestSnapshotListOptions(t *testing.T) {
+	_, err := NewSnapshotLists(nil)
+	require.Error(t, err)
+	_, err = NewSnapshotLists(&SnapshotListOptions{})
+	require.Error(t, err)
+	_, err = NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: -1})
+	require.Error(t, err)
+}
+
+func TestWithSnapshotCapabilityKeepsEntries(t *testing.T) {
+	s := server.NewMCPServer("x", "1", WithSnapshotCapability(map[string]any{"other": true}))
+	c := startClient(t, s)
+	caps := c.GetServerCapabilities()
+	assert.Contains(t, caps.Experimental, "other")
+	assert.Contains(t, caps.Experimental, mcpsync.SnapshotCapability)
+}
+
+// A list cursor is bound to its session: another client cannot continue a
+// walk with it (its catalog may include the first session's own resources).
+func TestResourcesListCursorBoundToSession(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: 3})
+	addDocs(h.srv, 0, 7)
+	ctx := context.Background()
+	first, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	other := startClient(t, h.srv)
+	req := mcp.ListResourcesRequest{}
+	req.Params.Cursor = first.NextCursor
+	_, err = other.ListResourcesByPage(ctx, req)
+	require.ErrorIs(t, err, mcp.ErrInvalidParams)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.errs, 1)
+	require.ErrorIs(t, h.errs[0], mcpsync.ErrCursorQueryMismatch)
+}
