@@ -378,7 +378,7 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, raw string, tr
 	return c.engine.Subscription(raw)
 }
 
-// subscribe asks the server for notifications on raw: resources/subscribe
+// serverSubscribe asks the server for notifications on raw: resources/subscribe
 // before 2026-07-28; from then on a subscriptions/listen stream whose filter
 // names every subscribed URI, subscribed once the server acknowledges raw.
 func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw string) error {

@@ -422,6 +422,14 @@ func (e *Engine) AbandonRead(t Ticket) error {
 	return err
 }
 
+// openFence gives a new subscription generation its own fence: no ordinal
+// issued, none accepted, no close begun. The watermark of the generation
+// before is not lowered: it belongs to another key, (session, generation,
+// URI), whose results are refused as GENERATION_MISMATCH from now on.
+func openFence(next *Record) {
+	next.LastIssued, next.Watermark, next.CloseOrdinal, next.CloseEpoch, next.Tickets = 0, 0, 0, 0, nil
+}
+
 // SchemaCloseReceipt is the schema of close receipts.
 const SchemaCloseReceipt = "closeReceipt.v1"
 

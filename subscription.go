@@ -310,7 +310,7 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 		}
 		next.State = StateDiscovered
 		next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
-		next.LastIssued, next.Watermark, next.CloseOrdinal, next.CloseEpoch, next.Tickets = 0, 0, 0, 0, nil
+		openFence(next)
 		path.gen = gen + 1
 		if err := path.move(next, evSubscribe); err != nil {
 			return nil, nil, err
