@@ -810,6 +810,7 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 		conn.mu.Unlock()
 		return // already replaced by a newer stream
 	}
+	stream.cancel()
 	conn.listen, conn.uris = nil, nil
 	conn.ends++
 	delay := min(time.Second<<min(conn.ends-1, 16), c.opts.RevalidateEvery)

@@ -442,3 +442,34 @@ func artifactOf(entry mcpsync.OutboxEntry) string {
 	}
 	return entry.Artifact.Index + "/" + entry.Artifact.ArtifactID
 }
+
+// 2026-07-28: when the server ends the subscriptions/listen stream, every
+// subscription it carried leaves ACTIVE, is re-established as a new
+// generation and re-read; notifications flow on the new stream.
+func TestListenStreamEndReestablishes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, eras[1], nil)
+		before := r.subscribe()
+		r.faults().EndListenStreams()
+		synctest.Wait()
+		r.srv.Set(faultURI, "text/markdown", "v2") // no stream: nobody is notified
+		synctest.Wait()
+		assert.Equal(t, "v1", r.served())
+		time.Sleep(2 * time.Second) // the client's backoff before reopening
+		synctest.Wait()
+
+		reread := next(t, r.outcomes)
+		require.True(t, reread.Accepted)
+		assert.Equal(t, mcpsync.DecisionAccepted, reread.Version.Decision)
+		assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+		after, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, before.SubscriptionGeneration+1, after.SubscriptionGeneration)
+		assert.Equal(t, mcpsync.ModePush, after.Mode)
+		assert.Equal(t, "v2", r.served(), "the re-read caught what the gap lost")
+
+		r.srv.Set(faultURI, "text/markdown", "v3")
+		synctest.Wait()
+		assert.Equal(t, "v3", r.served(), "notifications flow on the new stream")
+	})
+}

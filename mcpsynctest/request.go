@@ -121,6 +121,9 @@ func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCReques
 		}
 	}
 
+	if req.Method == string(mcp.MethodSubscriptionsListen) && r == nil {
+		return t.listen(ctx, req)
+	}
 	resp, err := t.inner.SendRequest(ctx, req)
 	if t.isDropped() {
 		return nil, ErrSessionDropped
@@ -258,5 +261,42 @@ func (t *Transport) rewriteList(req transport.JSONRPCRequest, resp *transport.JS
 		if b, err := json.Marshal(result); err == nil {
 			resp.Result = b
 		}
+	}
+}
+
+// EndListenStreams ends every subscriptions/listen request in flight, as a
+// 2026-07-28 server does when it closes a stream: the client gets the
+// request's (empty) result and no further notification of that stream.
+// It returns at once; streams opened later are not affected.
+func (t *Transport) EndListenStreams() {
+	t.mu.Lock()
+	close(t.listenEnd)
+	t.listenEnd = make(chan struct{})
+	t.logf("end listen streams")
+	t.mu.Unlock()
+}
+
+// listen forwards a subscriptions/listen request, which the server answers
+// only when the stream ends, until it ends or EndListenStreams ends it.
+func (t *Transport) listen(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	t.mu.Lock()
+	end := t.listenEnd
+	t.mu.Unlock()
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel() // also ends the inner request when the stream is ended here
+	type answer struct {
+		resp *transport.JSONRPCResponse
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := t.inner.SendRequest(ictx, req)
+		answered <- answer{resp, err}
+	}()
+	select {
+	case a := <-answered:
+		return a.resp, a.err
+	case <-end:
+		return &transport.JSONRPCResponse{JSONRPC: mcp.JSONRPC_VERSION, ID: req.ID, Result: json.RawMessage(`{}`)}, nil
 	}
 }

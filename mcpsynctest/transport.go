@@ -55,7 +55,8 @@ type Transport struct {
 	wake      chan struct{} // buffered 1: queue has work
 	loopDone  chan struct{} // closed when the delivery goroutine exits
 
-	mu        sync.Mutex // protects every field below
+	mu        sync.Mutex    // protects every field below
+	listenEnd chan struct{} // closed and replaced by EndListenStreams
 	rng       *rand.Rand
 	handler   func(mcp.JSONRPCNotification)
 	started   bool
@@ -104,18 +105,19 @@ const (
 // drawn from seed.
 func NewTransport(inner transport.Interface, seed int64) *Transport {
 	return &Transport{
-		inner:    inner,
-		seed:     seed,
-		done:     make(chan struct{}),
-		dead:     make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		loopDone: make(chan struct{}),
-		rng:      rand.New(rand.NewPCG(uint64(seed), 0x6d6370)),
-		dropNext: map[string]int{},
-		dupNext:  map[string]int{},
-		reorders: map[string]int{},
-		cycles:   map[string]cycleRule{},
-		walks:    map[string]map[mcp.Cursor]int{},
+		inner:     inner,
+		seed:      seed,
+		done:      make(chan struct{}),
+		dead:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		listenEnd: make(chan struct{}),
+		loopDone:  make(chan struct{}),
+		rng:       rand.New(rand.NewPCG(uint64(seed), 0x6d6370)),
+		dropNext:  map[string]int{},
+		dupNext:   map[string]int{},
+		reorders:  map[string]int{},
+		cycles:    map[string]cycleRule{},
+		walks:     map[string]map[mcp.Cursor]int{},
 	}
 }
 
