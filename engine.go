@@ -117,6 +117,9 @@ func NewEngine(opts *Options) (*Engine, error) {
 	return e, nil
 }
 
+// Ledger returns the ledger the engine writes, for export (ExportLedger).
+func (e *Engine) Ledger() Ledger { return e.ledger }
+
 // BeginSession tells the engine that the MCP connection was (re)initialized
 // and returns the new session generation, with the capability receipt bound
 // to it. From now on results and notifications of older generations are

@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -475,4 +476,66 @@ func TestLookupIsBoundToTheSubject(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrForbidden)
 	var target *mcpsync.RefusalError
 	assert.False(t, errors.As(err, &target))
+}
+
+// Rollback and restart keep the fence: a read issued before the ledger was
+// exported and answered after it was restored is refused, late content and
+// late not-found alike, and nothing accepted before is lost.
+func TestFenceSurvivesExportAndRestore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		late mcpsync.ReadResult
+	}{{"late content", text(docURI, "late")}, {"late not found", mcpsync.NotFoundResult()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := activeEngine(t, nil)
+			kept := issue(t, e, mcpsync.TriggerInitial)
+			_, err := e.AcceptResourceVersion(kept, text(docURI, "v1"))
+			require.NoError(t, err)
+			inFlight := issue(t, e, mcpsync.TriggerNotification)
+			closing := "file:///docs/closing.md"
+			_, err = e.Subscribe(closing, alice)
+			require.NoError(t, err)
+			_, err = e.Activate(closing, mcpsync.ModePush)
+			require.NoError(t, err)
+			closingRead, err := e.IssueTicket(closing, mcpsync.TriggerInitial)
+			require.NoError(t, err)
+			rc, err := e.BeginClose(closing)
+			require.NoError(t, err)
+
+			snap, err := mcpsync.ExportLedger(e.Ledger())
+			require.NoError(t, err)
+			raw, err := json.Marshal(snap)
+			require.NoError(t, err)
+			var decoded mcpsync.LedgerSnapshot
+			require.NoError(t, json.Unmarshal(raw, &decoded))
+			ledger, err := mcpsync.NewMemoryLedgerFrom(decoded)
+			require.NoError(t, err)
+			restored, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+			require.NoError(t, err)
+			_, err = restored.BeginSession(mcpsync.SessionInfo{})
+			require.NoError(t, err)
+
+			_, err = restored.AcceptResourceVersion(inFlight, tc.late)
+			require.ErrorIs(t, err, mcpsync.ErrRefused, "a read from before the export")
+			_, err = restored.AcceptResourceVersion(closingRead, tc.late)
+			require.ErrorIs(t, err, mcpsync.ErrRefused, "a read answered after its close")
+			entry, err := restored.Lookup(alice, docURI)
+			require.NoError(t, err)
+			assert.Equal(t, "v1", entry.Contents[0].Text, "nothing accepted is lost")
+			sub, err := restored.Subscription(closing)
+			require.NoError(t, err)
+			assert.Equal(t, rc.CloseOrdinal, sub.CloseOrdinal, "the close receipt survives")
+			assert.Equal(t, mcpsync.StateUnsubscribing, sub.State)
+
+			// New tickets never reuse an identity from before.
+			_, err = restored.Subscribe(docURI, alice)
+			require.NoError(t, err)
+			_, err = restored.Activate(docURI, mcpsync.ModePush)
+			require.NoError(t, err)
+			fresh, err := restored.IssueTicket(docURI, mcpsync.TriggerReconnect)
+			require.NoError(t, err)
+			assert.Greater(t, fresh.RequestID, inFlight.RequestID)
+			assert.Greater(t, fresh.SubscriptionGeneration, inFlight.SubscriptionGeneration)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 )
@@ -200,4 +201,65 @@ func (l *memoryLedger) Acked() (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.acked, nil
+}
+
+// SchemaLedgerSnapshot is the schema of exported ledgers.
+const SchemaLedgerSnapshot = "ledgerSnapshot.v1"
+
+// LedgerSnapshot is a ledger's whole state: every record (watermarks,
+// issued tickets, close ordinals and epochs, current versions, derived
+// artifacts) and the unacknowledged outbox. It marshals to JSON, so a
+// rollback or a restart can carry the fence with it.
+type LedgerSnapshot struct {
+	Schema  string             `json:"schema"`
+	Records map[string]*Record `json:"records"`
+	Outbox  []OutboxEntry      `json:"outbox"`
+	Acked   uint64             `json:"acked"`
+}
+
+// ExportLedger reads l into a snapshot. Records are immutable, so the
+// snapshot shares them; a ledger written meanwhile may be exported partly
+// before and partly after a write of another key (each record is whole).
+func ExportLedger(l Ledger) (LedgerSnapshot, error) {
+	snap := LedgerSnapshot{Schema: SchemaLedgerSnapshot, Records: make(map[string]*Record)}
+	if err := l.Range(func(key string, r *Record) bool {
+		snap.Records[key] = r
+		return true
+	}); err != nil {
+		return LedgerSnapshot{}, err
+	}
+	acked, err := l.Acked()
+	if err != nil {
+		return LedgerSnapshot{}, err
+	}
+	if snap.Outbox, err = l.Outbox(acked, 0); err != nil {
+		return LedgerSnapshot{}, err
+	}
+	snap.Acked = acked
+	return snap, nil
+}
+
+// NewMemoryLedgerFrom returns a memory ledger holding snap. An Engine opened
+// on it continues generations, close epochs, request ids and outbox numbers
+// from where they were, and starts with no live session: every ticket issued
+// before the export is refused (GENERATION_MISMATCH), whatever it answers.
+func NewMemoryLedgerFrom(snap LedgerSnapshot) (Ledger, error) {
+	if snap.Schema != SchemaLedgerSnapshot {
+		return nil, fmt.Errorf("mcpsync: ledger snapshot schema %q, want %q", snap.Schema, SchemaLedgerSnapshot)
+	}
+	l := &memoryLedger{records: make(map[string]*Record, len(snap.Records)), acked: snap.Acked, lastSeq: snap.Acked}
+	for key, r := range snap.Records {
+		if r == nil || r.Revision == 0 {
+			return nil, fmt.Errorf("mcpsync: ledger snapshot: record %q has no revision", key)
+		}
+		l.records[key] = r
+	}
+	for i, e := range snap.Outbox {
+		if e.Seq <= l.lastSeq {
+			return nil, fmt.Errorf("mcpsync: ledger snapshot: outbox entry %d numbered %d after %d", i, e.Seq, l.lastSeq)
+		}
+		l.lastSeq = e.Seq
+	}
+	l.outbox = append([]OutboxEntry(nil), snap.Outbox...)
+	return l, nil
 }
