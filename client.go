@@ -150,6 +150,7 @@ type connection struct {
 	ackFresh bool          // an acknowledgement arrived since the stream opened
 	ackCh    chan struct{} // closed and replaced at each acknowledgement
 	ends     int           // streams the server ended, for backoff
+	streamID string        // subscription id the newest acknowledgement carried
 }
 
 // watch is a subscription the client opened: the URI as the caller spelled
@@ -487,9 +488,12 @@ func (c *Client) relisten(ctx context.Context, conn *connection, change func([]s
 }
 
 // acknowledged records a notifications/subscriptions/acknowledged.
-func (conn *connection) acknowledged(uris []string) {
+func (conn *connection) acknowledged(uris []string, streamID string) {
 	conn.mu.Lock()
 	conn.ackSeen, conn.ackFresh = uris, true
+	if streamID != "" {
+		conn.streamID = streamID
+	}
 	close(conn.ackCh)
 	conn.ackCh = make(chan struct{})
 	conn.mu.Unlock()
@@ -773,6 +777,13 @@ func (c *Client) handle(n note) {
 			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
 			return
 		}
+		if id := streamIDOf(n.n); id != "" && !n.conn.currentStream(id) {
+			// A stream this client replaced: the server may still deliver
+			// on it for a moment, and the new stream carries the same URIs,
+			// so reading again would only amplify.
+			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
+			return
+		}
 		t, ok, err := c.engine.Notify(uri)
 		switch {
 		case err != nil:
@@ -793,8 +804,7 @@ func (c *Client) handle(n note) {
 			Notifications mcp.SubscriptionFilter `json:"notifications"`
 		}
 		decodeParams(params, &ack)
-		uris := ack.Notifications.ResourceSubscriptions
-		n.conn.acknowledged(uris)
+		n.conn.acknowledged(ack.Notifications.ResourceSubscriptions, streamIDOf(n.n))
 	}
 }
 
@@ -955,4 +965,31 @@ func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
 		c.dispatch(t)
 	}
 	return rec, err
+}
+
+// streamIDOf returns the subscriptions/listen stream a 2026-07-28
+// notification names in _meta, or "" when it names none. mcp-go decodes
+// _meta into Params.Meta off the wire; its in-process transport leaves it
+// among the other params.
+func streamIDOf(n mcp.JSONRPCNotification) string {
+	id, ok := n.Params.Meta[mcp.MetaKeySubscriptionID]
+	if !ok {
+		var m struct {
+			Meta map[string]any `json:"_meta"`
+		}
+		decodeParams(n.Params.AdditionalFields, &m)
+		id, ok = m.Meta[mcp.MetaKeySubscriptionID]
+	}
+	if !ok || id == nil {
+		return ""
+	}
+	return fmt.Sprint(id)
+}
+
+// currentStream reports whether id names the newest acknowledged stream (or
+// no stream was acknowledged yet, so there is nothing to compare with).
+func (conn *connection) currentStream(id string) bool {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return conn.streamID == "" || conn.streamID == id
 }

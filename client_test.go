@@ -287,3 +287,31 @@ func TestClientScansToolsAndPrompts(t *testing.T) {
 	_, err = tools.Complete(tools.MeasuredAt, c.Engine().SessionGeneration())
 	require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven, "a catalog of an older session is refused")
 }
+
+// 2026-07-28: a notification tagged with a listen stream the client has
+// replaced triggers no read (the new stream carries the same URIs) and
+// leaves a receipt; one tagged with the current stream does.
+func TestClientIgnoresReplacedListenStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDocServer("v1")
+		c := connectDoc(t, d, "2026-07-28", nil)
+		_, err := c.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		synctest.Wait()
+		before, err := c.Engine().Subscription(docURI)
+		require.NoError(t, err)
+
+		d.srv.SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{
+			"uri": docURI, "_meta": map[string]any{mcp.MetaKeySubscriptionID: "a-stream-long-gone"},
+		})
+		synctest.Wait()
+		after, err := c.Engine().Subscription(docURI)
+		require.NoError(t, err)
+		assert.Equal(t, before.LastIssuedOrdinal, after.LastIssuedOrdinal, "no read for a replaced stream")
+		assert.Equal(t, uint64(1), c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch])
+
+		d.set("v2") // mcp-go tags it with the current stream
+		synctest.Wait()
+		assert.Equal(t, "v2", lookupText(t, c))
+	})
+}
