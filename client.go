@@ -173,7 +173,8 @@ func rpcError(method string, code int, message string, data json.RawMessage) err
 }
 
 // Connect dials, initializes a session and returns a Client. Close it when
-// done. ctx bounds the connection attempt only.
+// done. ctx bounds the dial and the handshake only; the connection lives
+// until Close.
 func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, error) {
 	var o ClientOptions
 	if opts != nil {
@@ -266,7 +267,10 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	// arrived on, whose generation is set once initialize is done.
 	var gen atomic.Uint64
 	mc.OnNotification(func(n mcp.JSONRPCNotification) { c.notes.push(note{gen: gen.Load(), conn: conn, n: n}) })
-	if err := mc.Start(ctx); err != nil {
+	// mcp-go keeps the context of Start for the life of the transport (an
+	// HTTP listening stream ends with it, a stdio server is killed with it),
+	// so it gets the client's own; ctx bounds the handshake only.
+	if err := mc.Start(c.ctx); err != nil {
 		_ = mc.Close()
 		return nil, fmt.Errorf("mcpsync: start: %w", err)
 	}

@@ -2,6 +2,7 @@ package mcpsync_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -314,4 +315,21 @@ func TestClientIgnoresReplacedListenStream(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, "v2", lookupText(t, c))
 	})
+}
+
+// The context of Connect bounds the handshake, not the session: mcp-go
+// keeps the context its transport was started with.
+func TestClientOutlivesConnectContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	outcomes := make(chan mcpsync.Outcome, 4)
+	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
+		return transport.NewStdio(os.Args[0], []string{docServerEnv + "=1"}, "-test.run=^$"), nil
+	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	require.NoError(t, err)
+	defer c.Close()
+	cancel()
+	_, err = c.Subscribe(t.Context(), docURI)
+	require.NoError(t, err, "the session survives the end of Connect's context")
+	require.True(t, next(t, outcomes).Accepted)
+	assert.Equal(t, "v1", lookupText(t, c))
 }
