@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+func TestScanOverHTTPPrintsCatalogs(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     *mcpsynctest.ServerOptions
+		protocol string
+		status   string
+	}{
+		{"plain auto", nil, "auto", "SNAPSHOT_UNPROVEN"},
+		{"plain legacy", nil, "2025-11-25", "SNAPSHOT_UNPROVEN"},
+		{"snapshot", &mcpsynctest.ServerOptions{Snapshot: true}, "auto", "SNAPSHOT_PROVEN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts)
+			r := runCmd(t.Context(), "scan", "--url", f.url, "--json", "--protocol", tc.protocol)
+			require.Equal(t, exitOK, r.code, r)
+			scans := ofKind(events(t, r.stdout), "scan")
+			require.Len(t, scans, 2, r)
+
+			res := scans[0]
+			assert.Equal(t, "resources", res["kind"])
+			assert.Equal(t, tc.status, res["status"])
+			var uris []string
+			for _, it := range res["items"].([]any) {
+				item := it.(map[string]any)
+				uris = append(uris, item["uri"].(string))
+				assert.NotEmpty(t, item["name"])
+				assert.NotEmpty(t, item["mimeType"])
+			}
+			assert.Equal(t, []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md"}, uris)
+			assert.NotEmpty(t, res["scans"], "the scan receipts")
+			for _, k := range []string{"measuredAt", "staleAfter", "nextReviewAt"} {
+				assert.NotEmpty(t, res[k], k)
+			}
+
+			tmpl := scans[1]
+			assert.Equal(t, "resourceTemplates", tmpl["kind"])
+			require.Len(t, tmpl["items"], 1)
+			assert.Equal(t, "file:///docs/{name}.md", tmpl["items"].([]any)[0].(map[string]any)["uriTemplate"])
+		})
+	}
+}
+
+func TestScanTextIsReadable(t *testing.T) {
+	f := newFixture(t, nil)
+	r := runCmd(t.Context(), "scan", "--url", f.url)
+	require.Equal(t, exitOK, r.code, r)
+	for _, want := range []string{"resources: SNAPSHOT_UNPROVEN", "file:///docs/b.md", "resourceTemplates:", "attempt 1 pass B", "nextReviewAt"} {
+		assert.Contains(t, r.stdout, want)
+	}
+}
+
+func TestReadOverHTTPPrintsReceiptAndContent(t *testing.T) {
+	f := newFixture(t, nil)
+	r := runCmd(t.Context(), "read", "--url", f.url, "--json", "--principal", "user:alice", "file:///docs/b.md")
+	require.Equal(t, exitOK, r.code, r)
+	evs := events(t, r.stdout)
+	require.Len(t, evs, 1, r)
+	ev := evs[0]
+	assert.Equal(t, "version", ev["event"])
+	assert.Equal(t, "file:///docs/b.md", ev["uri"])
+	assert.Equal(t, "ACCEPTED", ev["decision"])
+	assert.EqualValues(t, 1, ev["ordinal"])
+	assert.True(t, strings.HasPrefix(ev["digest"].(string), "sha256:"))
+	receipt := ev["receipt"].(map[string]any)
+	assert.Equal(t, "versionReceipt.v1", receipt["schema"])
+	assert.Equal(t, "user:alice", receipt["version"].(map[string]any)["subject"])
+	contents := ev["contents"].([]any)
+	require.Len(t, contents, 1)
+	assert.Equal(t, "bravo", contents[0].(map[string]any)["text"])
+
+	// Flags after the URI work too, and text shows the content.
+	r = runCmd(t.Context(), "read", "file:///docs/a.md", "--url", f.url)
+	require.Equal(t, exitOK, r.code, r)
+	assert.Contains(t, r.stdout, "versionReceipt.v1 ACCEPTED  file:///docs/a.md")
+	assert.True(t, strings.HasSuffix(r.stdout, "\nalpha\n"), r.stdout)
+}
+
+func TestReadOfDeletedResourceIsRefused(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Delete("file:///docs/c.md")
+	r := runCmd(t.Context(), "read", "--url", f.url, "--json", "file:///docs/c.md")
+	require.Equal(t, exitFailure, r.code, r)
+	evs := events(t, r.stdout)
+	require.Len(t, evs, 1)
+	assert.Equal(t, "TOMBSTONE_PENDING", evs[0]["decision"], "the receipt of the not-found read is printed")
+	assert.Contains(t, r.stderr, "not found")
+}
+
+func TestWatchForADurationEndsWithSummary(t *testing.T) {
+	f := newFixture(t, nil)
+	r := runCmd(t.Context(), "watch", "--url", f.url, "--all", "--json", "--duration", "300ms", "--revalidate", "50ms")
+	require.Equal(t, exitOK, r.code, r)
+	evs := events(t, r.stdout)
+	require.NotEmpty(t, evs)
+	assert.Equal(t, "session", evs[0]["event"])
+	assert.Len(t, ofKind(evs, "scan"), 1)
+	assert.Len(t, ofKind(evs, "subscribed"), 3)
+	versions := ofKind(evs, "version")
+	require.GreaterOrEqual(t, len(versions), 3, "an initial read of every URI")
+	for _, k := range []string{"uri", "ordinal", "digest", "sessionGeneration", "subscriptionGeneration"} {
+		assert.Contains(t, versions[0], k)
+	}
+	closed := 0
+	for _, st := range ofKind(evs, "state") {
+		for _, k := range []string{"uri", "from", "to"} {
+			assert.Contains(t, st, k)
+		}
+		if st["to"] == "CLOSED" {
+			closed++
+		}
+	}
+	assert.Equal(t, 3, closed, "every subscription is closed on the way out")
+	assert.Len(t, ofKind(evs, "invalidation"), 3, "one per first version")
+
+	sum := evs[len(evs)-1]
+	require.Equal(t, "summary", sum["event"])
+	assert.Equal(t, false, sum["interrupted"])
+	assert.EqualValues(t, 3, sum["subscriptions"])
+	assert.EqualValues(t, 3, sum["versionsAccepted"])
+	assert.Contains(t, sum, "staleByReason")
+	assert.Contains(t, sum, "readsPerNotification")
+}
+
+// TestWatchFollowsChangesUntilInterrupted edits and deletes resources while
+// watch runs, over both eras, and stops it as Ctrl-C would.
+func TestWatchFollowsChangesUntilInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name, protocol string
+		opts           *mcpsynctest.ServerOptions
+	}{
+		{"auto", "auto", nil},
+		{"legacy", "2025-11-25", nil},
+		// auto first negotiates without the GET stream, then re-dials with it.
+		{"auto on a legacy-only server", "auto", &mcpsynctest.ServerOptions{LegacyOnly: true}},
+	} {
+		protocol := tc.protocol
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts)
+			ctx, interrupt := context.WithCancel(t.Context())
+			defer interrupt()
+			out := newLineWriter()
+			done := make(chan int, 1)
+			go func() {
+				var stderr strings.Builder
+				done <- run(ctx, []string{"watch", "--url", f.url, "--protocol", protocol, "--json",
+					"--uri", "file:///docs/a.md", "--uri", "file:///docs/b.md"}, strings.NewReader(""), out, &stderr)
+			}()
+			version := func(uri, decision, trigger string) func(map[string]any) bool {
+				return func(ev map[string]any) bool {
+					return ev["event"] == "version" && ev["uri"] == uri && ev["decision"] == decision && ev["trigger"] == trigger
+				}
+			}
+			out.waitFor(t, "initial version of a", version("file:///docs/a.md", "ACCEPTED", "initial"))
+			out.waitFor(t, "initial version of b", version("file:///docs/b.md", "ACCEPTED", "initial"))
+			f.srv.Set("file:///docs/a.md", "text/markdown", "alpha 2")
+			out.waitFor(t, "the notified version", version("file:///docs/a.md", "ACCEPTED", "notification"))
+			out.waitFor(t, "its invalidation", func(ev map[string]any) bool {
+				return ev["event"] == "invalidation" && ev["uri"] == "file:///docs/a.md" && ev["reason"] == "updated" && ev["previousDigest"] != nil
+			})
+			f.srv.Delete("file:///docs/b.md")
+			out.waitFor(t, "the not-found read", version("file:///docs/b.md", "TOMBSTONE_PENDING", "notification"))
+			interrupt()
+			var code int
+			select {
+			case code = <-done:
+			case <-t.Context().Done():
+				require.FailNow(t, "watch did not stop")
+			}
+			require.Equal(t, exitOK, code, out.String())
+
+			evs := events(t, out.String())
+			if tc.opts != nil {
+				assert.Equal(t, "2025-11-25", evs[0]["protocolVersion"])
+				assert.NotEmpty(t, evs[0]["note"], "the re-dial is reported")
+			}
+			sum := evs[len(evs)-1]
+			require.Equal(t, "summary", sum["event"])
+			assert.Equal(t, true, sum["interrupted"])
+			assert.EqualValues(t, 3, sum["versionsAccepted"])
+			assert.EqualValues(t, 1, sum["tombstonesPending"])
+			assert.GreaterOrEqual(t, sum["notifications"], 2.0)
+			var states []string
+			for _, st := range ofKind(evs, "state") {
+				if st["uri"] == "file:///docs/a.md" {
+					states = append(states, st["to"].(string))
+				}
+			}
+			assert.Equal(t, []string{"UNSUBSCRIBING", "CLOSED"}, states[len(states)-2:], "a is unsubscribed on interrupt")
+		})
+	}
+}
+
+// TestStdioServer runs the test binary itself as the stdio server.
+func TestStdioServer(t *testing.T) {
+	t.Setenv(stdioServerEnv, "1")
+	// A race-enabled child otherwise waits a second before it exits.
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	self, err := os.Executable()
+	require.NoError(t, err)
+
+	r := runCmd(t.Context(), "read", "--json", "file:///docs/a.md", "--", self, "-test.run=^$")
+	require.Equal(t, exitOK, r.code, r)
+	evs := events(t, r.stdout)
+	require.Len(t, evs, 1)
+	assert.Equal(t, "hello over stdio", evs[0]["contents"].([]any)[0].(map[string]any)["text"])
+	assert.Equal(t, "stdio-fixture", evs[0]["receipt"].(map[string]any)["version"].(map[string]any)["server"].(map[string]any)["name"])
+
+	r = runCmd(t.Context(), "scan", "--json", "--", self)
+	require.Equal(t, exitOK, r.code, r)
+	assert.Len(t, ofKind(events(t, r.stdout), "scan")[0]["items"], 2)
+}
+
+func TestDemoConverges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo runs for about a second")
+	}
+	for _, protocol := range []string{"auto", "2025-11-25"} {
+		t.Run(protocol, func(t *testing.T) {
+			r := runCmd(t.Context(), "demo", "--protocol", protocol)
+			require.Equal(t, exitOK, r.code, r)
+			for _, want := range []string{
+				"SNAPSHOT_UNPROVEN", "SNAPSHOT_PROVEN", "STALE_ORDINAL", "STALE_AFTER_CLOSE",
+				"TOMBSTONE_PENDING -> TOMBSTONED", "URI", "LOCAL = SERVER", "0 mismatches",
+			} {
+				assert.Contains(t, r.stdout, want)
+			}
+			assert.NotContains(t, r.stdout, "NOT converged")
+			assert.Empty(t, r.stderr)
+		})
+	}
+}
+
+func TestDemoJSONLines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo runs for about a second")
+	}
+	r := runCmd(t.Context(), "demo", "--json", "--seed", "7")
+	require.Equal(t, exitOK, r.code, r)
+	evs := events(t, r.stdout)
+	for _, kind := range []string{"phase", "scan", "state", "version", "stale", "invalidation", "tombstone", "check"} {
+		assert.NotEmpty(t, ofKind(evs, kind), kind)
+	}
+	sum := evs[len(evs)-1]
+	require.Equal(t, "summary", sum["event"])
+	assert.Equal(t, true, sum["ok"])
+	assert.EqualValues(t, 0, sum["mismatches"])
+	assert.EqualValues(t, 7, sum["seed"])
+	stale := sum["staleByReason"].(map[string]any)
+	assert.Contains(t, stale, "STALE_ORDINAL")
+	assert.Contains(t, stale, "STALE_AFTER_CLOSE")
+	for _, c := range ofKind(evs, "check") {
+		assert.Equal(t, true, c["ok"], c)
+	}
+}

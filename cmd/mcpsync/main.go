@@ -1,0 +1,147 @@
+// Command mcpsync keeps a provably consistent local copy of an MCP server's
+// resources from the command line: it scans catalogs, reads through the
+// fence, watches subscriptions, and demonstrates the library converging
+// under injected faults.
+//
+//	mcpsync scan  [flags] (--url URL | -- command args...)
+//	mcpsync read  [flags] URI (--url URL | -- command args...)
+//	mcpsync watch [flags] [--uri U]... [--all] (--url URL | -- command args...)
+//	mcpsync demo  [flags]
+//
+// The server is given as --url (streamable HTTP) or as a command after "--"
+// (stdio), which mcpsync runs and ends. --json prints one JSON object per
+// line, each with an "event" field; the default is readable text. Exit
+// status: 0 on success, 1 on a runtime failure, 2 on a usage error, with a
+// one-line message on stderr.
+//
+// Over streamable HTTP, revisions before 2026-07-28 deliver notifications
+// only on the standalone GET stream, and mcp-go opens that stream only on
+// connections it keeps on a legacy revision. A pinned legacy --protocol
+// opens it. With --protocol auto a server may answer 2026-07-28, whose
+// subscriptions/listen stream carries notifications; if it answers a legacy
+// revision instead, watch reconnects once with the GET stream before it
+// subscribes. Either way revalidation reads (--revalidate) bound how stale
+// the copy may get when notifications are lost.
+//
+// The demo needs no server and no network: it runs an in-process server
+// from mcpsynctest, injects faults under --seed and exits 1 unless the
+// local copy ends equal to the server's content.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	// The first Ctrl-C cancels ctx, so long-running commands unsubscribe,
+	// close and print their summary; stop restores the default handling, so
+	// a second Ctrl-C kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+const usage = `usage: mcpsync <command> [flags] (--url URL | -- command args...)
+
+commands:
+  scan    two-pass discovery of resources and templates; prints the catalog
+  read    one fenced read of URI; prints the version receipt and the content
+  watch   subscribe (or poll) and stream events until --duration or Ctrl-C
+  demo    the library converging under injected faults, in process
+
+common flags:
+  --url URL          streamable HTTP endpoint of the server
+  -- command args    run the server as a subprocess speaking stdio
+  --protocol V       auto|2025-06-18|2025-11-25|2026-07-28 (default auto)
+  --timeout D        bound on connecting and on every request (default 30s)
+  --principal P      subject every read is bound to (default "cli")
+  --json             JSON lines on stdout instead of text
+
+Run "mcpsync <command> -h" for the flags of a command.
+`
+
+// usageError is a mistake in the command line: exit 2.
+type usageError struct {
+	msg string
+	cmd string // the subcommand whose flags were wrong, "" before one is known
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelp is returned when -h was asked for and the help was printed.
+var errHelp = errors.New("help printed")
+
+// run is the whole command: it parses args, runs one subcommand and returns
+// the exit status. A failure is reported as one line on stderr.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	_ = stdin // no command reads stdin; stdio servers get their own pipes
+	err := dispatch(ctx, args, stdout, stderr)
+	var uerr *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, &uerr):
+		help := "mcpsync -h"
+		if uerr.cmd != "" {
+			help = "mcpsync " + uerr.cmd + " -h"
+		}
+		fmt.Fprintf(stderr, "mcpsync: %s (run %q for usage)\n", oneLine(err.Error()), help)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "mcpsync: %s\n", oneLine(err.Error()))
+		return exitFailure
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("no command given")
+	}
+	name, rest := args[0], args[1:]
+	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"scan": runScan, "read": runRead, "watch": runWatch, "demo": runDemo,
+	}
+	if cmd, ok := commands[name]; ok {
+		err := cmd(ctx, rest, stdout, stderr)
+		var uerr *usageError
+		if errors.As(err, &uerr) {
+			uerr.cmd = name
+		}
+		return err
+	}
+	switch name {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return errHelp
+	}
+	return usagef("unknown command %q", name)
+}
+
+// oneLine keeps a message on one line: errors joined by errors.Join, or
+// carrying a server's text, may hold newlines.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// printer writes events: one JSON object per line with --json, readable
+// text otherwise. Events come from the library's callbacks on several
+// goroutines, so every line is written under one lock, and one encoder
+// serves every JSON line.
+type printer struct {
+	json bool
+
+	mu     sync.Mutex // protects everything below and the writers' line order
+	out    io.Writer
+	enc    *json.Encoder
+	status io.Writer // where the progress line goes; nil: no progress
+	shown  bool      // a progress line is on screen and must be cleared first
+	err    error     // the first write error; later lines are dropped
+}
+
+// newPrinter prints to stdout; progress goes to stderr only when stdout is
+// a terminal and the output is text, so pipes and JSON consumers never see
+// control characters.
+func newPrinter(jsonLines bool, stdout, stderr io.Writer) *printer {
+	p := &printer{json: jsonLines, out: stdout, enc: json.NewEncoder(stdout)}
+	p.enc.SetEscapeHTML(false)
+	if !jsonLines && isTerminal(stdout) {
+		p.status = stderr
+	}
+	return p
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// emit writes ev as a JSON line, or text as lines (nothing when text is
+// empty: some events are for machines only).
+func (p *printer) emit(ev any, text string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return
+	}
+	p.clearStatus()
+	if p.json {
+		p.err = p.enc.Encode(ev)
+		return
+	}
+	if text != "" {
+		_, p.err = fmt.Fprintln(p.out, text)
+	}
+}
+
+// text writes a line in text mode only.
+func (p *printer) text(format string, args ...any) {
+	if p.json {
+		return
+	}
+	p.emit(nil, fmt.Sprintf(format, args...))
+}
+
+// progress replaces the status line; it does nothing off a terminal.
+func (p *printer) progress(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.status == nil {
+		return
+	}
+	fmt.Fprintf(p.status, "\r\033[K"+format, args...)
+	p.shown = true
+}
+
+// done clears the status line for good.
+func (p *printer) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clearStatus()
+}
+
+func (p *printer) clearStatus() {
+	if p.shown {
+		fmt.Fprint(p.status, "\r\033[K")
+		p.shown = false
+	}
+}
+
+// Events. Each is a small struct whose event field names it.
+
+type stateEvent struct {
+	Event                  string                    `json:"event"`
+	URI                    string                    `json:"uri"`
+	From                   mcpsync.SubscriptionState `json:"from"`
+	To                     mcpsync.SubscriptionState `json:"to"`
+	Cause                  string                    `json:"cause"`
+	SubscriptionGeneration uint64                    `json:"subscriptionGeneration"`
+}
+
+func newStateEvent(t mcpsync.Transition) stateEvent {
+	return stateEvent{"state", t.URI, t.From, t.To, t.Event, t.SubscriptionGeneration}
+}
+
+func (e stateEvent) String() string {
+	return fmt.Sprintf("state        %s  %s -> %s (%s)", e.URI, e.From, e.To, e.Cause)
+}
+
+// readStep reports whether a transition is one of the steps every read
+// takes (ACTIVE, UPDATE_SEEN, READ_PENDING, VERSION_ACCEPTED); text output
+// leaves those out, the version and stale lines already tell the story.
+func (e stateEvent) readStep() bool {
+	open := []mcpsync.SubscriptionState{mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted}
+	return slices.Contains(open, e.From) && slices.Contains(open, e.To) && e.Cause != "reconcile present"
+}
+
+type versionEvent struct {
+	Event                  string           `json:"event"`
+	URI                    string           `json:"uri"`
+	Ordinal                uint64           `json:"ordinal"`
+	Digest                 string           `json:"digest"`
+	SessionGeneration      uint64           `json:"sessionGeneration"`
+	SubscriptionGeneration uint64           `json:"subscriptionGeneration"`
+	Decision               mcpsync.Decision `json:"decision"`
+	Trigger                mcpsync.Trigger  `json:"trigger"`
+}
+
+func newVersionEvent(r mcpsync.VersionReceipt) versionEvent {
+	v := r.Version
+	return versionEvent{"version", v.URI, v.ReadOrdinal, v.Digest, v.SessionGeneration, v.SubscriptionGeneration, r.Decision, r.Trigger}
+}
+
+func (e versionEvent) String() string {
+	return fmt.Sprintf("version      %s  ordinal %d  %s (%s)  %s  session %d  subscription %d",
+		e.URI, e.Ordinal, e.Decision, e.Trigger, short(e.Digest), e.SessionGeneration, e.SubscriptionGeneration)
+}
+
+type staleEvent struct {
+	Event                  string              `json:"event"`
+	URI                    string              `json:"uri"`
+	Ordinal                uint64              `json:"ordinal"`
+	Reason                 mcpsync.StaleReason `json:"reason"`
+	Trigger                mcpsync.Trigger     `json:"trigger"`
+	Watermark              uint64              `json:"watermark"`
+	NotFound               bool                `json:"notFound,omitempty"`
+	SessionGeneration      uint64              `json:"sessionGeneration"`
+	SubscriptionGeneration uint64              `json:"subscriptionGeneration"`
+}
+
+func newStaleEvent(s mcpsync.StaleReceipt) staleEvent {
+	return staleEvent{"stale", s.URI, s.ReadOrdinal, s.Reason, s.Trigger, s.Watermark, s.NotFound, s.SessionGeneration, s.SubscriptionGeneration}
+}
+
+func (e staleEvent) String() string {
+	what := "content"
+	if e.NotFound {
+		what = "not found"
+	}
+	return fmt.Sprintf("stale        %s  ordinal %d  %s (%s, %s)  watermark %d",
+		e.URI, e.Ordinal, e.Reason, e.Trigger, what, e.Watermark)
+}
+
+// outboxEvent is an outbox entry pulled by the command: "tombstone" for
+// confirmed deletions, "invalidation" for everything else.
+type outboxEvent struct {
+	Event          string                     `json:"event"`
+	Seq            uint64                     `json:"seq"`
+	URI            string                     `json:"uri"`
+	Reason         mcpsync.InvalidationReason `json:"reason"`
+	Digest         string                     `json:"digest,omitempty"`
+	PreviousDigest string                     `json:"previousDigest,omitempty"`
+	Subject        string                     `json:"subject"`
+}
+
+func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
+	ev := "invalidation"
+	if o.Reason == mcpsync.InvalidateTombstoned {
+		ev = "tombstone"
+	}
+	return outboxEvent{ev, o.Seq, o.URI, o.Reason, o.Version.Digest, o.Previous.Digest, o.Subject}
+}
+
+func (e outboxEvent) String() string {
+	if e.Event == "tombstone" {
+		return fmt.Sprintf("tombstone    %s  outbox #%d  delete what %s fed", e.URI, e.Seq, short(e.PreviousDigest))
+	}
+	return fmt.Sprintf("invalidation %s  outbox #%d  %s  %s -> %s", e.URI, e.Seq, e.Reason, short(e.PreviousDigest), short(e.Digest))
+}
+
+type errorEvent struct {
+	Event   string `json:"event"`
+	Message string `json:"message"`
+}
+
+func newErrorEvent(err error) errorEvent { return errorEvent{"error", oneLine(err.Error())} }
+
+func (e errorEvent) String() string { return "error        " + e.Message }
+
+// short abbreviates a digest for text output; JSON keeps it whole.
+func short(digest string) string {
+	d := strings.TrimPrefix(digest, "sha256:")
+	if d == "" {
+		return "-"
+	}
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	return d
+}
+
+// reasons renders stale counts sorted by reason, e.g.
+// "STALE_ORDINAL=2 STALE_AFTER_CLOSE=1", or "none".
+func reasons(counts map[mcpsync.StaleReason]uint64) string {
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", r, counts[r]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// readEvent is the answer of the read command: the version line, the full
+// receipt and the content.
+type readEvent struct {
+	versionEvent
+	Receipt  mcpsync.VersionReceipt `json:"receipt"`
+	Contents []contentItem          `json:"contents"`
+}
+
+type contentItem struct {
+	URI      string `json:"uri"`
+	MIMEType string `json:"mimeType,omitempty"`
+	Text     string `json:"text,omitempty"`
+	Blob     string `json:"blob,omitempty"` // base64, as on the wire
+}
+
+func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := flag.NewFlagSet("read", flag.ContinueOnError)
+	c.register(fs)
+	positional, err := parse(fs, &c, args)
+	if err != nil {
+		return helpOrUsage(err, fs, "read [flags] URI (--url URL | -- command args...)", stdout)
+	}
+	switch {
+	case len(positional) == 0:
+		return usagef("read needs the URI to read")
+	case len(positional) > 1:
+		return usagef("read takes one URI, got %d arguments", len(positional))
+	}
+	uri := positional[0]
+	if err := c.check(true); err != nil {
+		return err
+	}
+	conn, err := c.connect(ctx, mcpsync.ClientOptions{}, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.close()
+
+	// A one-shot read needs a ticket, and tickets belong to an open
+	// subscription generation. The generation is opened in the engine only,
+	// in poll mode, so the server is not asked to subscribe for one read.
+	engine := conn.client.Engine()
+	if _, err := engine.Subscribe(uri, c.principal); err != nil {
+		return fmt.Errorf("read %s: %w", uri, err)
+	}
+	if _, err := engine.Activate(uri, mcpsync.ModePoll); err != nil {
+		return fmt.Errorf("read %s: %w", uri, err)
+	}
+	out, err := conn.client.Read(ctx, uri)
+	p := newPrinter(c.json, stdout, stderr)
+	if !out.Accepted {
+		if out.Stale.Schema != "" {
+			ev := newStaleEvent(out.Stale)
+			p.emit(ev, ev.String())
+		}
+		if err == nil {
+			err = errors.New("no answer")
+		}
+		return fmt.Errorf("read %s refused: %w", uri, err)
+	}
+	ev := readEvent{versionEvent: newVersionEvent(out.Version), Receipt: out.Version}
+	if out.Version.Decision == mcpsync.DecisionTombstonePending {
+		p.emit(ev, ev.versionEvent.String())
+		return fmt.Errorf("read %s: resource not found (%s)", uri, out.Version.Decision)
+	}
+	entry, err := conn.client.Lookup(uri)
+	if err != nil {
+		p.emit(ev, ev.versionEvent.String())
+		return fmt.Errorf("read %s: accepted but not servable: %w", uri, err)
+	}
+	var text strings.Builder
+	for _, item := range entry.Contents {
+		ci := contentItem{URI: item.URI, MIMEType: item.MIMEType, Text: item.Text}
+		if item.Binary {
+			ci.Text, ci.Blob = "", base64.StdEncoding.EncodeToString(item.Data)
+			fmt.Fprintf(&text, "\n(%s: %d bytes of %s)", item.URI, len(item.Data), item.MIMEType)
+		} else {
+			fmt.Fprintf(&text, "\n%s", item.Text)
+		}
+		ev.Contents = append(ev.Contents, ci)
+	}
+	v := out.Version
+	p.emit(ev, fmt.Sprintf("%s %s  %s\n  digest   %s\n  ordinal  %d (request %d, %s)\n  subject  %s\n  server   %s %s\n  session  %d  subscription %d\n  bytes    %d\n%s",
+		v.Schema, v.Decision, v.Version.URI, v.Version.Digest, v.Version.ReadOrdinal, v.RequestID, v.Trigger,
+		v.Version.Subject, v.Version.Server.Name, v.Version.Server.Version,
+		v.Version.SessionGeneration, v.Version.SubscriptionGeneration, v.Version.Bytes, text.String()))
+	return nil
+}

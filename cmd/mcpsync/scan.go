@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// scanEvent is a catalog as the command prints it: one per listing kind.
+type scanEvent struct {
+	Event             string                `json:"event"`
+	Kind              mcpsync.ListKind      `json:"kind"`
+	Status            mcpsync.CatalogStatus `json:"status"`
+	SessionGeneration uint64                `json:"sessionGeneration"`
+	SnapshotID        string                `json:"snapshotId,omitempty"`
+	SetDigest         string                `json:"setDigest,omitempty"`
+	Items             []scanItem            `json:"items"`
+	Scans             []mcpsync.ScanReceipt `json:"scans"`
+	MeasuredAt        time.Time             `json:"measuredAt"`
+	StaleAfter        time.Time             `json:"staleAfter"`
+	NextReviewAt      time.Time             `json:"nextReviewAt"`
+}
+
+type scanItem struct {
+	URI         string `json:"uri,omitempty"`
+	URITemplate string `json:"uriTemplate,omitempty"`
+	Name        string `json:"name,omitempty"`
+	MIMEType    string `json:"mimeType,omitempty"`
+}
+
+func newScanEvent(c mcpsync.Catalog) scanEvent {
+	items := make([]scanItem, 0, len(c.Descriptors))
+	for d := range c.Items() {
+		items = append(items, scanItem{d.URI, d.URITemplate, d.Name, d.MIMEType})
+	}
+	return scanEvent{
+		Event: "scan", Kind: c.Kind, Status: c.Status, SessionGeneration: c.SessionGeneration,
+		SnapshotID: c.SnapshotID, SetDigest: c.SetDigest, Items: items, Scans: c.Scans,
+		MeasuredAt: c.MeasuredAt, StaleAfter: c.StaleAfter, NextReviewAt: c.NextReviewAt,
+	}
+}
+
+// summaryLine is the one-line text form used by watch and demo.
+func (e scanEvent) summaryLine() string {
+	proof := ""
+	if e.SnapshotID != "" {
+		proof = "  snapshot " + e.SnapshotID
+	}
+	return fmt.Sprintf("scan         %s  %s  %d item(s) in %d pass(es)%s", e.Kind, e.Status, len(e.Items), len(e.Scans), proof)
+}
+
+// String is the full text form printed by scan.
+func (e scanEvent) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s (session %d)\n", e.Kind, e.Status, e.SessionGeneration)
+	for _, it := range e.Items {
+		id := it.URI
+		if id == "" {
+			id = it.URITemplate
+		}
+		fmt.Fprintf(&b, "  %-40s  %-24s  %s\n", id, it.Name, it.MIMEType)
+	}
+	if len(e.Items) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	b.WriteString("  scans:\n")
+	for _, r := range e.Scans {
+		snap := ""
+		if r.SnapshotID != "" {
+			snap = "  snapshot " + r.SnapshotID
+		}
+		fmt.Fprintf(&b, "    attempt %d pass %s  %s  %d page(s)  %d item(s)  list_changed %d  %s%s\n",
+			r.Attempt, r.Pass, r.Outcome, len(r.Pages), r.ItemCount, r.ListChangedSeen, short(r.SetDigest), snap)
+		for _, f := range r.Faults {
+			fmt.Fprintf(&b, "      fault %s on page %d\n", f.Fault, f.Page)
+		}
+		for _, f := range r.SnapshotFaults {
+			fmt.Fprintf(&b, "      snapshot fault %s on page %d\n", f.Fault, f.Page)
+		}
+	}
+	fmt.Fprintf(&b, "  measuredAt   %s\n  staleAfter   %s\n  nextReviewAt %s",
+		stamp(e.MeasuredAt), stamp(e.StaleAfter), stamp(e.NextReviewAt))
+	return b.String()
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
+	c.register(fs)
+	templates := fs.Bool("templates", true, "scan resources/templates/list too")
+	positional, err := parse(fs, &c, args)
+	if err != nil {
+		return helpOrUsage(err, fs, "scan [flags] (--url URL | -- command args...)", stdout)
+	}
+	if len(positional) > 0 {
+		return usagef("scan takes no arguments, got %q", positional[0])
+	}
+	if err := c.check(true); err != nil {
+		return err
+	}
+	conn, err := c.connect(ctx, mcpsync.ClientOptions{}, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.close()
+	p := newPrinter(c.json, stdout, stderr)
+	kinds := []mcpsync.ListKind{mcpsync.KindResources}
+	if *templates {
+		kinds = append(kinds, mcpsync.KindResourceTemplates)
+	}
+	var errs []error
+	for i, kind := range kinds {
+		p.progress("scanning %s…", kind.Method())
+		cat, err := conn.client.Scan(ctx, kind)
+		if i > 0 {
+			p.text("")
+		}
+		// An unreconciled catalog is printed too: its receipts say what
+		// was seen and why nothing can be trusted.
+		if cat.Schema != "" {
+			ev := newScanEvent(cat)
+			p.emit(ev, ev.String())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scan %s: %w", kind, err))
+		}
+	}
+	p.done()
+	return errors.Join(errs...)
+}

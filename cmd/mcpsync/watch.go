@@ -1,0 +1,417 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// uriList collects a repeatable --uri flag.
+type uriList []string
+
+func (l *uriList) String() string { return strings.Join(*l, ",") }
+
+func (l *uriList) Set(v string) error {
+	if v == "" {
+		return errors.New("empty URI")
+	}
+	*l = append(*l, v)
+	return nil
+}
+
+// sessionEvent describes the session watch runs on.
+type sessionEvent struct {
+	Event             string                 `json:"event"`
+	ProtocolVersion   string                 `json:"protocolVersion"`
+	Server            mcpsync.Implementation `json:"server"`
+	Subscribe         bool                   `json:"subscribe"`
+	ListChanged       bool                   `json:"listChanged"`
+	SnapshotList      bool                   `json:"snapshotList"`
+	SessionGeneration uint64                 `json:"sessionGeneration"`
+	Note              string                 `json:"note,omitempty"`
+}
+
+func newSessionEvent(caps mcpsync.CapabilityReceipt, note string) sessionEvent {
+	return sessionEvent{"session", caps.ProtocolVersion, caps.Server, caps.Subscribe, caps.ListChanged, caps.SnapshotList, caps.SessionGeneration, note}
+}
+
+func (e sessionEvent) String() string {
+	s := fmt.Sprintf("session      %s %s  protocol %s  subscribe=%v listChanged=%v snapshot=%v  generation %d",
+		e.Server.Name, e.Server.Version, e.ProtocolVersion, e.Subscribe, e.ListChanged, e.SnapshotList, e.SessionGeneration)
+	if e.Note != "" {
+		s += "\n             " + e.Note
+	}
+	return s
+}
+
+// subscribedEvent reports a subscription watch opened.
+type subscribedEvent struct {
+	Event                  string                   `json:"event"`
+	URI                    string                   `json:"uri"`
+	Mode                   mcpsync.SubscriptionMode `json:"mode"`
+	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
+	StalenessBoundMs       int64                    `json:"stalenessBoundMs"`
+}
+
+// watchSummary is watch's last line.
+type watchSummary struct {
+	Event                string                         `json:"event"`
+	ElapsedMs            int64                          `json:"elapsedMs"`
+	Interrupted          bool                           `json:"interrupted"`
+	Subscriptions        int                            `json:"subscriptions"`
+	VersionsAccepted     int                            `json:"versionsAccepted"`
+	Unchanged            int                            `json:"unchanged"`
+	TombstonesPending    int                            `json:"tombstonesPending"`
+	StaleByReason        map[mcpsync.StaleReason]uint64 `json:"staleByReason"`
+	Invalidations        int                            `json:"invalidations"`
+	Tombstones           int                            `json:"tombstones"`
+	Notifications        uint64                         `json:"notifications"`
+	NotificationReads    int                            `json:"notificationReads"`
+	ReadsPerNotification float64                        `json:"readsPerNotification"`
+}
+
+func (s watchSummary) String() string {
+	how := "ended"
+	if s.Interrupted {
+		how = "interrupted"
+	}
+	return fmt.Sprintf(`summary      %s after %v, %d subscription(s)
+  versions accepted   %d (unchanged %d, tombstone pending %d)
+  outbox              %d invalidation(s), %d tombstone(s)
+  stale receipts      %s
+  reads/notification  %.2f (%d fenced reads for %d notifications)`,
+		how, (time.Duration(s.ElapsedMs) * time.Millisecond).String(), s.Subscriptions,
+		s.VersionsAccepted, s.Unchanged, s.TombstonesPending, s.Invalidations, s.Tombstones,
+		reasons(s.StaleByReason), s.ReadsPerNotification, s.NotificationReads, s.Notifications)
+}
+
+func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	var uris uriList
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	c.register(fs)
+	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
+	all := fs.Bool("all", false, "scan resources and subscribe every listed URI")
+	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
+	revalidate := fs.Duration("revalidate", 0, "revalidation read interval of every subscription (0: the library's 5m)")
+	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe (0: the library's 30s)")
+	positional, err := parse(fs, &c, args)
+	if err != nil {
+		return helpOrUsage(err, fs, "watch [flags] [--uri U]... [--all] (--url URL | -- command args...)", stdout)
+	}
+	switch {
+	case len(positional) > 0:
+		return usagef("watch takes URIs as --uri, got %q", positional[0])
+	case len(uris) == 0 && !*all:
+		return usagef("watch needs --uri U (repeatable) or --all")
+	case *duration < 0 || *revalidate < 0 || *poll < 0:
+		return usagef("--duration, --revalidate and --poll must not be negative")
+	}
+	if err := c.check(true); err != nil {
+		return err
+	}
+	w := &watcher{c: &c, p: newPrinter(c.json, stdout, stderr), all: *all, duration: *duration}
+	return w.run(ctx, uris, mcpsync.ClientOptions{RevalidateEvery: *revalidate, PollEvery: *poll})
+}
+
+type watcher struct {
+	c        *common
+	p        *printer
+	all      bool
+	duration time.Duration
+
+	conn   *connection
+	engine *mcpsync.Engine
+	subs   []string // URIs watch subscribed, in order
+
+	mu                sync.Mutex // protects the counters below
+	accepted          int
+	unchanged         int
+	pending           int
+	notificationReads int
+	invalidations     int
+	tombstones        int
+	outbox            uint64 // last outbox entry pulled
+}
+
+func (w *watcher) onOutcome(out mcpsync.Outcome) {
+	w.mu.Lock()
+	trigger := out.Stale.Trigger
+	if out.Accepted {
+		trigger = out.Version.Trigger
+		switch out.Version.Decision {
+		case mcpsync.DecisionUnchanged:
+			w.unchanged++
+		case mcpsync.DecisionTombstonePending:
+			w.pending++
+		default:
+			w.accepted++
+		}
+	}
+	if trigger == mcpsync.TriggerNotification {
+		w.notificationReads++
+	}
+	w.mu.Unlock()
+	if out.Accepted {
+		ev := newVersionEvent(out.Version)
+		w.p.emit(ev, ev.String())
+		return
+	}
+	ev := newStaleEvent(out.Stale)
+	w.p.emit(ev, ev.String())
+}
+
+func (w *watcher) onTransition(t mcpsync.Transition) {
+	ev := newStateEvent(t)
+	text := ev.String()
+	if ev.readStep() {
+		text = ""
+	}
+	w.p.emit(ev, text)
+}
+
+func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOptions) error {
+	started := time.Now()
+	engine, err := mcpsync.NewEngine(&mcpsync.Options{OnTransition: w.onTransition})
+	if err != nil {
+		return err
+	}
+	w.engine = engine
+	opts.Engine, opts.OnOutcome = engine, w.onOutcome
+	listen := false
+	w.conn, err = w.c.connect(ctx, opts, &listen)
+	if err != nil {
+		return err
+	}
+	client := w.conn.client
+	note := ""
+	caps := client.Capabilities()
+	if w.c.url != "" && w.c.protocol == "auto" && mcpsync.EraOf(caps.ProtocolVersion) == mcpsync.EraLegacy {
+		// A legacy session over streamable HTTP notifies on the standalone
+		// GET stream only, which mcp-go opens with continuous listening:
+		// reconnect with it before anything is subscribed.
+		listen = true
+		if err := w.conn.bounded(ctx, w.c.timeout, "reconnect", client.Reconnect); err != nil {
+			_ = w.conn.close()
+			return err
+		}
+		caps = client.Capabilities()
+		note = "legacy revision over streamable HTTP: reconnected with the standalone GET stream for notifications"
+	}
+	ses := newSessionEvent(caps, note)
+	w.p.emit(ses, ses.String())
+
+	interrupted, err := w.watch(ctx, uris)
+	// Ctrl-C cancelled ctx; unsubscribing still gets --timeout of its own.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.c.timeout)
+	defer cancel()
+	w.p.progress("unsubscribing %d URI(s)…", len(w.subs))
+	for _, uri := range w.subs {
+		if _, uerr := client.Unsubscribe(sctx, uri); uerr != nil {
+			w.p.emit(newErrorEvent(uerr), newErrorEvent(uerr).String())
+		}
+	}
+	closeErr := w.conn.close()
+	w.pullOutbox()
+	w.p.done()
+	sum := w.summary(time.Since(started), interrupted)
+	w.p.emit(sum, sum.String())
+	if err == nil && closeErr != nil && !errors.Is(closeErr, context.Canceled) {
+		err = fmt.Errorf("close: %w", closeErr)
+	}
+	return err
+}
+
+// watch subscribes and streams events until the duration ends or ctx is
+// cancelled; it reports whether it was interrupted.
+func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
+	client := w.conn.client
+	if w.all {
+		cat, err := w.scan(ctx)
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for d := range cat.Items() {
+			uris = append(uris, d.URI)
+		}
+	}
+	if err := w.subscribe(ctx, uris); ctx.Err() != nil {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	var end <-chan time.Time
+	if w.duration > 0 {
+		timer := time.NewTimer(w.duration)
+		defer timer.Stop()
+		end = timer.C
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	listChanged := client.ListChanged("resources/list")
+	var lastScan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-end:
+			return false, nil
+		case <-tick.C:
+		}
+		w.pullOutbox()
+		// A changed listing, or a subscription waiting for list
+		// reconciliation, calls for a scan; at most one a second.
+		seen := client.ListChanged("resources/list")
+		if (seen != listChanged || w.waiting()) && time.Since(lastScan) > time.Second {
+			listChanged, lastScan = seen, time.Now()
+			w.rescan(ctx)
+		}
+		w.mu.Lock()
+		accepted, stale := w.accepted, 0
+		w.mu.Unlock()
+		for _, n := range w.engine.StaleCounts() {
+			stale += int(n)
+		}
+		w.p.progress("watching %d URI(s): %d versions accepted, %d stale receipts", len(w.subs), accepted, stale)
+	}
+}
+
+func (w *watcher) scan(ctx context.Context) (mcpsync.Catalog, error) {
+	w.p.progress("scanning resources…")
+	cat, err := w.conn.client.Scan(ctx, mcpsync.KindResources)
+	if cat.Schema != "" {
+		ev := newScanEvent(cat)
+		w.p.emit(ev, ev.summaryLine())
+	}
+	if err != nil {
+		return cat, fmt.Errorf("scan: %w", err)
+	}
+	return cat, nil
+}
+
+// subscribe opens a subscription for each URI not yet watched. A URI the
+// server refuses is reported and skipped; watch fails only if none is left.
+func (w *watcher) subscribe(ctx context.Context, uris []string) error {
+	var failed []error
+	for _, uri := range uris {
+		if slices.Contains(w.subs, uri) {
+			continue
+		}
+		sub, err := w.conn.client.Subscribe(ctx, uri)
+		if err != nil {
+			err = fmt.Errorf("subscribe %s: %w", uri, err)
+			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+			failed = append(failed, err)
+			continue
+		}
+		w.subs = append(w.subs, uri)
+		bound := time.Duration(sub.StalenessBoundMs) * time.Millisecond
+		w.p.emit(subscribedEvent{"subscribed", sub.URI, sub.Mode, sub.SubscriptionGeneration, sub.StalenessBoundMs},
+			fmt.Sprintf("subscribed   %s  %s  generation %d  staleness bound %v", sub.URI, sub.Mode, sub.SubscriptionGeneration, bound))
+	}
+	if len(w.subs) == 0 && len(failed) > 0 {
+		return errors.Join(failed...)
+	}
+	return nil
+}
+
+// waiting reports whether a subscription waits for list reconciliation.
+func (w *watcher) waiting() bool {
+	for sub, err := range w.engine.Subscriptions() {
+		if err == nil && (sub.State == mcpsync.StateTombstonePending || sub.State == mcpsync.StateReconciliationRequired) {
+			return true
+		}
+	}
+	return false
+}
+
+// rescan lists resources again, reconciles pending tombstones and, with
+// --all, subscribes URIs that appeared. Failures are events, not the end of
+// the watch.
+func (w *watcher) rescan(ctx context.Context) {
+	cat, err := w.scan(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+		}
+		return
+	}
+	rec, err := w.conn.client.Reconcile(cat)
+	if err != nil {
+		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+	}
+	if len(rec.Present)+len(rec.Tombstoned)+len(rec.Deferred) > 0 {
+		w.p.text("reconcile    present %v  tombstoned %v  deferred %v", rec.Present, rec.Tombstoned, rec.Deferred)
+	}
+	if w.all {
+		var fresh []string
+		for d := range cat.Items() {
+			fresh = append(fresh, d.URI)
+		}
+		_ = w.subscribe(ctx, fresh)
+	}
+}
+
+// pullOutbox emits and acknowledges new outbox entries.
+func (w *watcher) pullOutbox() {
+	w.mu.Lock()
+	after := w.outbox
+	w.mu.Unlock()
+	entries, err := w.engine.PullOutbox(after, 0)
+	if err != nil {
+		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+		return
+	}
+	if len(entries) == 0 {
+		return
+	}
+	for _, e := range entries {
+		ev := newOutboxEvent(e)
+		w.p.emit(ev, ev.String())
+	}
+	last := entries[len(entries)-1].Seq
+	if err := w.engine.AckOutbox(last); err != nil {
+		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.outbox = last
+	for _, e := range entries {
+		if e.Reason == mcpsync.InvalidateTombstoned {
+			w.tombstones++
+		} else {
+			w.invalidations++
+		}
+	}
+}
+
+func (w *watcher) summary(elapsed time.Duration, interrupted bool) watchSummary {
+	s := watchSummary{
+		Event: "summary", ElapsedMs: elapsed.Milliseconds(), Interrupted: interrupted,
+		Subscriptions: len(w.subs), StaleByReason: w.engine.StaleCounts(),
+	}
+	for sub, err := range w.engine.Subscriptions() {
+		if err == nil {
+			s.Notifications += sub.LastNotificationSeq
+		}
+	}
+	w.mu.Lock()
+	s.VersionsAccepted, s.Unchanged, s.TombstonesPending = w.accepted, w.unchanged, w.pending
+	s.Invalidations, s.Tombstones, s.NotificationReads = w.invalidations, w.tombstones, w.notificationReads
+	w.mu.Unlock()
+	if s.Notifications > 0 {
+		s.ReadsPerNotification = float64(s.NotificationReads) / float64(s.Notifications)
+	}
+	return s
+}
