@@ -78,7 +78,7 @@ type Dialer func(ctx context.Context) (transport.Interface, error)
 // Principal is the one field without a default.
 type ClientOptions struct {
 	// Engine keeps the local copy; nil means a new engine with default
-	// options.
+	// options and ConfirmSends (the Client reports every read it sends).
 	Engine *Engine
 	// Principal is the subject every read of this client is bound to.
 	Principal string
@@ -101,6 +101,11 @@ type ClientOptions struct {
 	Seed uint64
 	// RequestTimeout bounds every request the client sends; 0 means 30 s.
 	RequestTimeout time.Duration
+	// CoalesceWindow is how long a queued read (after a notification, a
+	// revalidation tick, a follow-up) waits before it goes out, so that
+	// duplicate notifications arriving meanwhile cost no extra read. It adds
+	// that much latency to each update. 0 means 10 ms; negative means none.
+	CoalesceWindow time.Duration
 	// OnOutcome, if set, is told of every fenced read, outside every lock.
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
@@ -189,7 +194,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, errors.New("mcpsync: negative interval")
 	}
 	if o.Engine == nil {
-		e, err := NewEngine(nil)
+		e, err := NewEngine(&Options{ConfirmSends: true})
 		if err != nil {
 			return nil, err
 		}
@@ -209,6 +214,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 30 * time.Second
+	}
+	if o.CoalesceWindow == 0 {
+		o.CoalesceWindow = 10 * time.Millisecond
 	}
 	scanner, err := NewScanner(o.Scanner)
 	if err != nil {
@@ -569,10 +577,31 @@ func (c *Client) dispatch(t Ticket) {
 	go func() {
 		defer c.wg.Done()
 		for next := &t; next != nil; {
+			if !c.coalesce() {
+				_, _ = c.engine.Fail(*next) // closing: release the queue
+				return
+			}
 			out, _ := c.read(c.ctx, *next)
 			next = out.FollowUp
 		}
 	}()
+}
+
+// coalesce waits CoalesceWindow before a queued read goes out, so that
+// duplicate pulses arriving meanwhile are covered by it (the engine has
+// ConfirmSends). It reports false when the client closes meanwhile.
+func (c *Client) coalesce() bool {
+	if c.opts.CoalesceWindow <= 0 {
+		return c.ctx.Err() == nil
+	}
+	timer := time.NewTimer(c.opts.CoalesceWindow)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
 }
 
 // read sends the read of ticket t on the session that issued it, and hands
@@ -589,6 +618,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		next, err := c.engine.Fail(t)
 		return Outcome{FollowUp: next}, err
 	}
+	c.engine.Sending(t)
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	req := mcp.ReadResourceRequest{}
 	req.Params.URI = raw

@@ -123,17 +123,17 @@ func TestClientPollsWithoutSubscribeCapability(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, mcpsync.ModePoll, sub.Mode)
 		assert.Equal(t, int64(33000), sub.StalenessBoundMs)
-		synctest.Wait()
+		quiesce()
 		assert.Equal(t, "v1", lookupText(t, c))
 
 		d.mu.Lock()
 		d.body = "v2" // no notification: only polling can see it
 		d.mu.Unlock()
 		time.Sleep(26 * time.Second)
-		synctest.Wait()
+		quiesce()
 		assert.Equal(t, "v1", lookupText(t, c), "no poll before the jittered interval")
 		time.Sleep(8 * time.Second)
-		synctest.Wait()
+		quiesce()
 		assert.Equal(t, "v2", lookupText(t, c), "within the published bound")
 	})
 }
@@ -247,7 +247,7 @@ func TestClientNotificationForUnsubscribedURI(t *testing.T) {
 		d := newDocServer("v1")
 		c := connectDoc(t, d, "2025-11-25", nil)
 		d.srv.SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": "file:///nobody.md"})
-		synctest.Wait()
+		quiesce()
 		receipts := c.Engine().StaleReceipts()
 		require.Len(t, receipts, 1)
 		assert.Equal(t, mcpsync.ReasonNotSubscribed, receipts[0].Reason)
@@ -298,21 +298,21 @@ func TestClientIgnoresReplacedListenStream(t *testing.T) {
 		c := connectDoc(t, d, "2026-07-28", nil)
 		_, err := c.Subscribe(t.Context(), docURI)
 		require.NoError(t, err)
-		synctest.Wait()
+		quiesce()
 		before, err := c.Engine().Subscription(docURI)
 		require.NoError(t, err)
 
 		d.srv.SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{
 			"uri": docURI, "_meta": map[string]any{mcp.MetaKeySubscriptionID: "a-stream-long-gone"},
 		})
-		synctest.Wait()
+		quiesce()
 		after, err := c.Engine().Subscription(docURI)
 		require.NoError(t, err)
 		assert.Equal(t, before.LastIssuedOrdinal, after.LastIssuedOrdinal, "no read for a replaced stream")
 		assert.Equal(t, uint64(1), c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch])
 
 		d.set("v2") // mcp-go tags it with the current stream
-		synctest.Wait()
+		quiesce()
 		assert.Equal(t, "v2", lookupText(t, c))
 	})
 }

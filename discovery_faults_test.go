@@ -182,9 +182,9 @@ func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool) {
 	const gone = "file:///docs/4.md"
 	_, err := r.c.Subscribe(t.Context(), gone)
 	require.NoError(t, err)
-	synctest.Wait()
+	quiesce()
 	r.srv.Delete(gone) // its notification's read answers not found
-	synctest.Wait()
+	quiesce()
 	sub, err := r.c.Engine().Subscription(gone)
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.StateTombstonePending, sub.State)

@@ -26,6 +26,13 @@ type Options struct {
 	// OnTransition, if set, is told of every state change, after it is
 	// stored and outside every lock. It must not block for long.
 	OnTransition func(Transition)
+	// ConfirmSends promises that the caller reports every queued read
+	// (from Notify, RequestRead, Reconcile or a follow-up) with Sending
+	// right before it goes out. Pulses that arrive before then are covered
+	// by that read, so duplicate notifications cost no follow-up. The
+	// Client does this; a caller that cannot keep the promise leaves it
+	// false, and every pulse during a read earns one follow-up.
+	ConfirmSends bool
 }
 
 // Engine keeps the local copy of one MCP server's resources: it issues read
@@ -91,7 +98,7 @@ func NewEngine(opts *Options) (*Engine, error) {
 		maxTickets:   o.MaxReadsInFlight,
 	}
 	e.revoked.Store(&map[string]struct{}{})
-	e.queue.init()
+	e.queue.init(o.ConfirmSends)
 	e.audit.init(o.AuditCapacity)
 	var sessionGen uint64
 	err := e.ledger.Range(func(_ string, r *Record) bool {

@@ -279,7 +279,7 @@ func TestFaultOldSessionNotification(t *testing.T) {
 				oldKit := r.faults()
 				oldKit.DelayNext(faultURI, 0) // hold until released
 				r.srv.Set(faultURI, "text/markdown", "v2")
-				synctest.Wait()
+				quiesce()
 				require.Equal(t, 1, oldKit.Held())
 
 				require.NoError(t, r.c.Reconnect(t.Context()))
@@ -291,7 +291,7 @@ func TestFaultOldSessionNotification(t *testing.T) {
 				issued := sub.LastIssuedOrdinal
 
 				require.Equal(t, 1, oldKit.ReleaseNotifications())
-				synctest.Wait()
+				quiesce()
 				assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch],
 					"the old session's notification is refused with a receipt")
 				sub, err = r.c.Engine().Subscription(faultURI)
@@ -320,7 +320,7 @@ func TestFaultOutOfOrderNotifications(t *testing.T) {
 					r.srv.Set(faultURI, "text/markdown", v)
 				}
 				kit.ReleaseNotifications()
-				synctest.Wait()
+				quiesce()
 				assert.Equal(t, "v5", r.served())
 				reads := r.srv.Reads(faultURI) - readsBefore
 				assert.LessOrEqual(t, reads, 8, "8 pulses for 4 changes: never more reads than pulses")
@@ -366,10 +366,10 @@ func TestFaultLostNotificationCaughtByRevalidation(t *testing.T) {
 				sub := r.subscribe()
 				r.faults().DropNext(faultURI, 1)
 				r.srv.Set(faultURI, "text/markdown", "v2")
-				synctest.Wait()
+				quiesce()
 				assert.Equal(t, "v1", r.served(), "the notification was lost")
 				time.Sleep(time.Duration(sub.StalenessBoundMs) * time.Millisecond)
-				synctest.Wait()
+				quiesce()
 				assert.Equal(t, "v2", r.served(), "caught within the published staleness bound")
 			})
 		})
@@ -451,12 +451,12 @@ func TestListenStreamEndReestablishes(t *testing.T) {
 		r := newRig(t, eras[1], nil)
 		before := r.subscribe()
 		r.faults().EndListenStreams()
-		synctest.Wait()
+		quiesce()
 		r.srv.Set(faultURI, "text/markdown", "v2") // no stream: nobody is notified
-		synctest.Wait()
+		quiesce()
 		assert.Equal(t, "v1", r.served())
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		synctest.Wait()
+		quiesce()
 
 		reread := next(t, r.outcomes)
 		require.True(t, reread.Accepted)
@@ -469,7 +469,7 @@ func TestListenStreamEndReestablishes(t *testing.T) {
 		assert.Equal(t, "v2", r.served(), "the re-read caught what the gap lost")
 
 		r.srv.Set(faultURI, "text/markdown", "v3")
-		synctest.Wait()
+		quiesce()
 		assert.Equal(t, "v3", r.served(), "notifications flow on the new stream")
 	})
 }

@@ -3,6 +3,8 @@ package mcpsync_test
 import (
 	"os"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
@@ -22,4 +24,16 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// quiesce lets the clients of a testing/synctest bubble finish what they
+// started: queued reads wait out the coalescing window (a timer), so
+// settling takes rounds of "every goroutine blocked" and a little virtual
+// time, not one synctest.Wait.
+func quiesce() {
+	for range 10 {
+		synctest.Wait()
+		time.Sleep(10 * time.Millisecond)
+	}
+	synctest.Wait()
 }

@@ -448,7 +448,9 @@ func isTransitionError(err error) bool {
 // Notify records a resources/updated pulse for the URI and coalesces it into
 // reads: if no read of the URI is in flight it issues one (ok == true: send
 // it); otherwise it marks the URI dirty, and the read that is in flight gets
-// exactly one follow-up when it completes, however many pulses arrived.
+// exactly one follow-up when it completes, however many pulses arrived
+// (with Options.ConfirmSends, none for pulses that arrived before the read
+// went out: it covers them).
 //
 // A pulse for a URI with no open subscription in the current session
 // changes nothing and returns a *TransitionError (or ErrUnknownURI).
@@ -560,30 +562,55 @@ func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
 type readQueue struct {
 	mu    sync.Mutex         // protects dirty and processing
 	dirty map[string]Trigger // URI -> trigger of the pending follow-up
-	// processing maps a URI to the request id of its queued read in flight
-	// (0 while the ticket is being issued), so that only that read's
-	// completion, not a stale or duplicate one, ends the processing.
-	processing map[string]uint64
+	// processing maps a URI to its queued read in flight, so that only that
+	// read's completion, not a stale or duplicate one, ends the processing.
+	processing map[string]queuedRead
+	// confirmSends: callers report each queued read with Sending just
+	// before it goes out (Options.ConfirmSends); write-once.
+	confirmSends bool
 }
 
-func (q *readQueue) init() {
+// queuedRead is the queue's read of a URI.
+type queuedRead struct {
+	id     uint64 // request id; 0 while the ticket is being issued
+	unsent bool   // issued, not yet reported sent (with confirmSends only)
+}
+
+func (q *readQueue) init(confirmSends bool) {
 	q.dirty = make(map[string]Trigger)
-	q.processing = make(map[string]uint64)
+	q.processing = make(map[string]queuedRead)
+	q.confirmSends = confirmSends
 }
 
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 	q := &e.queue
 	q.mu.Lock()
-	if _, busy := q.processing[key]; busy {
-		if _, ok := q.dirty[key]; !ok {
+	if r, busy := q.processing[key]; busy {
+		// A pulse before the read went out is covered by it: the change it
+		// announces happened before the server answers that read. Only a
+		// later pulse may announce a change the read missed.
+		if _, ok := q.dirty[key]; !ok && !r.unsent {
 			q.dirty[key] = trigger
 		}
 		q.mu.Unlock()
 		return Ticket{}, false, nil
 	}
-	q.processing[key] = 0
+	q.processing[key] = queuedRead{unsent: q.confirmSends}
 	q.mu.Unlock()
 	return e.issueQueued(key, trigger)
+}
+
+// Sending reports that the read of queued ticket t goes out now. With
+// Options.ConfirmSends, pulses for its URI that arrived before this call
+// are covered by the read and earn no follow-up; without it, Sending does
+// nothing and every pulse during a read earns one.
+func (e *Engine) Sending(t Ticket) {
+	q := &e.queue
+	q.mu.Lock()
+	if r, ok := q.processing[t.URI]; ok && r.id == t.RequestID {
+		q.processing[t.URI] = queuedRead{id: r.id}
+	}
+	q.mu.Unlock()
 }
 
 // issueQueued issues the queue's read of key, which the caller has marked
@@ -600,7 +627,7 @@ func (e *Engine) issueQueued(key string, trigger Trigger) (Ticket, bool, error) 
 		delete(q.dirty, key)
 		return Ticket{}, false, err
 	}
-	q.processing[key] = t.RequestID
+	q.processing[key] = queuedRead{id: t.RequestID, unsent: q.confirmSends}
 	return t, true, nil
 }
 
@@ -612,7 +639,7 @@ func (e *Engine) done(t Ticket) *Ticket {
 	}
 	q := &e.queue
 	q.mu.Lock()
-	if id, ok := q.processing[t.URI]; !ok || id != t.RequestID {
+	if r, ok := q.processing[t.URI]; !ok || r.id != t.RequestID {
 		q.mu.Unlock()
 		return nil // a stale or duplicate completion
 	}
@@ -623,7 +650,7 @@ func (e *Engine) done(t Ticket) *Ticket {
 		return nil
 	}
 	delete(q.dirty, t.URI)
-	q.processing[t.URI] = 0
+	q.processing[t.URI] = queuedRead{unsent: q.confirmSends}
 	q.mu.Unlock()
 	next, ok, _ := e.issueQueued(t.URI, trigger)
 	if !ok {

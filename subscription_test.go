@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -279,4 +280,43 @@ func TestSubscriptionsListsEveryURI(t *testing.T) {
 		uris = append(uris, s.URI)
 	}
 	assert.Equal(t, []string{docURI, "file:///docs/b.md"}, uris)
+}
+
+// With ConfirmSends, pulses that arrive before the read goes out are covered
+// by it (the change they announce happened before the server answers), so
+// duplicate notifications cost nothing; a pulse after the send still earns
+// its one follow-up. Without the promise every pulse during a read does.
+func TestPulsesBeforeTheSendAreCovered(t *testing.T) {
+	for _, confirm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ConfirmSends=%v", confirm), func(t *testing.T) {
+			e := activeEngine(t, &mcpsync.Options{ConfirmSends: confirm})
+			first, ok, err := e.Notify(docURI)
+			require.NoError(t, err)
+			require.True(t, ok)
+			for range 10 { // duplicates, before the read goes out
+				_, _, err := e.Notify(docURI)
+				require.NoError(t, err)
+			}
+			e.Sending(first)
+			out, err := e.Complete(first, text(docURI, "v1"))
+			require.NoError(t, err)
+			if confirm {
+				assert.Nil(t, out.FollowUp, "covered by the read that followed them")
+			} else {
+				require.NotNil(t, out.FollowUp)
+				_, err = e.Complete(*out.FollowUp, text(docURI, "v1"))
+				require.NoError(t, err)
+			}
+
+			second, ok, err := e.Notify(docURI)
+			require.NoError(t, err)
+			require.True(t, ok)
+			e.Sending(second)
+			_, _, err = e.Notify(docURI) // after the send: may announce a change the read missed
+			require.NoError(t, err)
+			out, err = e.Complete(second, text(docURI, "v2"))
+			require.NoError(t, err)
+			require.NotNil(t, out.FollowUp, "a pulse after the send earns a follow-up")
+		})
+	}
 }
