@@ -3,7 +3,7 @@ GO ?= go
 RAPID_CHECKS ?= 2000
 export RAPID_CHECKS
 
-.PHONY: test test-long lint cover bench examples fuzz
+.PHONY: test test-long lint cover bench examples gate gate-long
 
 test:
 	$(GO) vet ./...
@@ -21,7 +21,18 @@ cover:
 	$(GO) tool cover -func=coverage.out | tail -1
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=6 ./...
+	$(GO) test -run '^$$' -bench . -benchmem -count=6 $$($(GO) list ./... | grep -v /interop)
+
+bench-interop:
+	$(GO) test -run '^$$' -bench FirstVersion -count=6 ./interop/
 
 examples:
 	@for d in examples/*/; do echo "== $$d"; $(GO) run ./$$d || exit 1; done
+
+# The release gate: one line per figure, JSON beside it, non-zero on any FAIL.
+# make test runs its short form through the package's tests.
+gate:
+	$(GO) run ./cmd/mcpsync-gate -json gate.json
+
+gate-long:
+	$(GO) run ./cmd/mcpsync-gate -orderings 1000000 -json gate-long.json
