@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -118,4 +119,86 @@ func byteSize(n int) string {
 		return "1MiB"
 	}
 	return "1KiB"
+}
+
+// BenchmarkNotificationStorm sends 10 notifications to each of 10,000 URIs
+// and completes reads until the engine is quiescent, beside a baseline that
+// reads once per notification through the same fence. reads/URI is what
+// coalescing saves; the pulses all arrive before the reads go out, as in a
+// burst.
+func BenchmarkNotificationStorm(b *testing.B) {
+	const uris, pulses = 10000, 10
+	keys := make([]string, uris)
+	results := make([]mcpsync.ReadResult, uris)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("file:///storm/%05d.md", i)
+		results[i] = text(keys[i], "body")
+	}
+	setup := func(b *testing.B, opts *mcpsync.Options) *mcpsync.Engine {
+		e := newEngine(b, opts)
+		for _, k := range keys {
+			if _, err := e.Subscribe(k, alice); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.Activate(k, mcpsync.ModePush); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return e
+	}
+	b.Run("baseline=read-per-notification", func(b *testing.B) {
+		e := setup(b, nil)
+		reads := 0
+		for b.Loop() {
+			for i, k := range keys {
+				for range pulses {
+					t, err := e.IssueTicket(k, mcpsync.TriggerNotification)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := e.AcceptResourceVersion(t, results[i]); err != nil {
+						b.Fatal(err)
+					}
+					reads++
+				}
+			}
+		}
+		b.ReportMetric(float64(reads)/float64(b.N)/uris, "reads/URI")
+	})
+	byURI := make(map[string]mcpsync.ReadResult, uris)
+	for i, k := range keys {
+		byURI[k] = results[i]
+	}
+	b.Run("coalesced", func(b *testing.B) {
+		e := setup(b, &mcpsync.Options{ConfirmSends: true})
+		reads := 0
+		for b.Loop() {
+			var pending []mcpsync.Ticket
+			for _, k := range keys {
+				for range pulses {
+					t, ok, err := e.Notify(k)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if ok {
+						pending = append(pending, t)
+					}
+				}
+			}
+			for len(pending) > 0 {
+				t := pending[len(pending)-1]
+				pending = pending[:len(pending)-1]
+				e.Sending(t)
+				out, err := e.Complete(t, byURI[t.URI])
+				reads++
+				if err != nil {
+					b.Fatal(err)
+				}
+				if out.FollowUp != nil {
+					pending = append(pending, *out.FollowUp)
+				}
+			}
+		}
+		b.ReportMetric(float64(reads)/float64(b.N)/uris, "reads/URI")
+	})
 }
