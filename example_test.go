@@ -1,10 +1,14 @@
 package mcpsync_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"github.com/mark3labs/mcp-go/client/transport"
+
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 func exampleEngine() *mcpsync.Engine {
@@ -80,5 +84,55 @@ func ExampleEngine_BeginClose() {
 	fmt.Println(errors.Is(err, mcpsync.ErrStaleAfterClose))
 	// Output:
 	// UNSUBSCRIBING closeOrdinal 1
+	// true
+}
+
+// A Client synced to an in-process server from the test kit: subscribe, then
+// read what may go into alice's prompt.
+func ExampleConnect() {
+	srv := mcpsynctest.NewServer(nil)
+	srv.Set("file:///handbook.md", "text/markdown", "Badges are at desk 4.")
+	outcomes := make(chan mcpsync.Outcome, 1)
+	client, err := mcpsync.Connect(context.Background(), func(context.Context) (transport.Interface, error) {
+		return srv.NewInProcessTransport(), nil
+	}, &mcpsync.ClientOptions{Principal: "user:alice", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	sub, _ := client.Subscribe(context.Background(), "file:///handbook.md")
+	fmt.Println(sub.Mode, sub.StalenessBoundMs)
+	first := <-outcomes
+	fmt.Println(first.Version.Decision, first.Version.Trigger)
+	entry, _ := client.Lookup("file:///handbook.md")
+	fmt.Println(entry.Contents[0].Text)
+	// Output:
+	// push 360000
+	// ACCEPTED initial
+	// Badges are at desk 4.
+}
+
+// Two identical passes over a server without the snapshot extension give an
+// UNPROVEN catalog, which completeness tasks refuse.
+func ExampleClient_Scan() {
+	srv := mcpsynctest.NewServer(nil)
+	for _, name := range []string{"a", "b", "c"} {
+		srv.Set("file:///"+name+".md", "text/markdown", name)
+	}
+	client, err := mcpsync.Connect(context.Background(), func(context.Context) (transport.Interface, error) {
+		return srv.NewInProcessTransport(), nil
+	}, &mcpsync.ClientOptions{Principal: "user:alice"})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	catalog, _ := client.Scan(context.Background(), mcpsync.KindResources)
+	fmt.Println(catalog.Status, len(catalog.Descriptors), "items in", len(catalog.Scans), "passes")
+	_, err = catalog.Complete(catalog.MeasuredAt, client.Engine().SessionGeneration())
+	fmt.Println(errors.Is(err, mcpsync.ErrSnapshotUnproven))
+	// Output:
+	// SNAPSHOT_UNPROVEN 3 items in 2 passes
 	// true
 }
