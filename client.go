@@ -110,6 +110,10 @@ type ClientOptions struct {
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
+	// RefreshFraction is the share of subscriptions the client refreshes,
+	// in [0, 1], chosen by a stable hash of the URI (SetRefreshFraction);
+	// nil means 1, every subscription. new(0.05) starts with 5%.
+	RefreshFraction *float64
 }
 
 // Client keeps the local copy of one MCP server's resources in sync over an
@@ -138,6 +142,7 @@ type Client struct {
 	scanner     *Scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
+	rollout     rollout                   // refresh fraction (rollout.go)
 }
 
 // connection is one initialized session.
@@ -234,6 +239,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 			string(mcp.MethodToolsList): {}, string(mcp.MethodPromptsList): {},
 		},
 		rng: rand.New(rand.NewPCG(seed, seed>>1|1)),
+	}
+	if err := c.initRollout(o.RefreshFraction); err != nil {
+		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
@@ -566,6 +574,9 @@ func (c *Client) Lookup(uri string) (Entry, error) {
 // request asks the engine for a coalesced read and dispatches it if one is
 // due now.
 func (c *Client) request(key string, trigger Trigger) {
+	if c.skipRefresh(key, trigger) {
+		return // outside the refresh fraction (rollout.go)
+	}
 	if t, ok, err := c.engine.RequestRead(key, trigger); err == nil && ok {
 		c.dispatch(t)
 	}
@@ -817,6 +828,9 @@ func (c *Client) handle(n note) {
 			// so reading again would only amplify.
 			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
 			return
+		}
+		if c.skipRefresh(uri, TriggerNotification) {
+			return // outside the refresh fraction (rollout.go)
 		}
 		t, ok, err := c.engine.Notify(uri)
 		switch {
