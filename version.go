@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"time"
+	"unsafe"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -124,12 +125,8 @@ func NewReadResult(contents []Content) ReadResult {
 		return r
 	}
 	r.keys = make([]string, len(contents))
-	longest := len("mcpsync.content.v1\x00")
-	for _, c := range contents {
-		longest = max(longest, len(c.URI)+8, len(c.MIMEType), len(c.Text))
-	}
-	w := hashWriter{h: sha256.New(), buf: make([]byte, min(longest, 32<<10))}
-	w.h.Write(w.buf[:copy(w.buf, "mcpsync.content.v1\x00")])
+	w := hashWriter{h: sha256.New()}
+	w.raw("mcpsync.content.v1\x00")
 	w.len(len(contents))
 	for i, c := range contents {
 		key, err := uri.Normalize(c.URI)
@@ -138,11 +135,11 @@ func NewReadResult(contents []Content) ReadResult {
 			return r
 		}
 		r.keys[i] = key
-		kind := byte('T')
+		kind := "T"
 		if c.Binary {
-			kind = 'B'
+			kind = "B"
 		}
-		w.h.Write(w.buf[:copy(w.buf, []byte{kind})])
+		w.raw(kind)
 		w.str(key)
 		w.str(c.MIMEType)
 		if c.Binary {
@@ -157,12 +154,10 @@ func NewReadResult(contents []Content) ReadResult {
 	return r
 }
 
-// hashWriter writes length-prefixed fields, copying strings through one
-// bounded buffer so that large text is hashed without a copy of its size.
+// hashWriter writes the length-prefixed fields of the canonical form.
 type hashWriter struct {
-	h   hash.Hash
-	n   [8]byte
-	buf []byte
+	h hash.Hash
+	n [8]byte
 }
 
 func (w *hashWriter) len(l int) {
@@ -172,11 +167,14 @@ func (w *hashWriter) len(l int) {
 
 func (w *hashWriter) str(s string) {
 	w.len(len(s))
-	for len(s) > 0 {
-		n := copy(w.buf, s)
-		w.h.Write(w.buf[:n])
-		s = s[n:]
-	}
+	w.raw(s)
+}
+
+// raw hashes the bytes of s without copying them: a hash.Hash, as an
+// io.Writer, neither modifies nor retains what it is given, and a 1 MiB
+// text would otherwise cost a 1 MiB copy.
+func (w *hashWriter) raw(s string) {
+	w.h.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 func (w *hashWriter) bytes(b []byte) {
