@@ -549,7 +549,12 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	}
 	raw := c.stopWatch(before.URI, uri)
 	acked := true
-	if before.Mode == ModePush && before.SessionGeneration == conn.gen {
+	// A legacy subscribe that failed may still have been recorded by the
+	// server (and its notifications keep coming), so the server is told
+	// whenever it can subscribe at all; a 2026-07-28 stream carries only
+	// the URIs it acknowledged.
+	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe)
+	if tell && before.SessionGeneration == conn.gen {
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
 	}
 	return c.engine.FinishClose(uri, acked)

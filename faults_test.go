@@ -434,6 +434,12 @@ func TestFaultSubscribeFailsAfterRecording(t *testing.T) {
 	out := next(t, outcomes)
 	require.True(t, out.Accepted)
 	assert.Equal(t, mcpsync.TriggerNotification, out.Version.Trigger)
+
+	// The server recorded the subscription, so it is told of the close.
+	sub, err = c.Unsubscribe(t.Context(), faultURI)
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.StateClosed, sub.State)
+	assert.False(t, srv.Subscribed(faultURI), "the server's record is cleared")
 }
 
 func artifactOf(entry mcpsync.OutboxEntry) string {
