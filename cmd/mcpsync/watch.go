@@ -220,13 +220,17 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 		}
 	}
 	closeErr := w.conn.close()
+	if closeErr != nil && !errors.Is(closeErr, context.Canceled) {
+		// Reported, not a failure of the watch: a stdio server that
+		// ignores its stdin closing is ended by a signal, and its exit
+		// status says so (server-everything 2025.9.25 does this).
+		ev := newErrorEvent(fmt.Errorf("close: %w", closeErr))
+		w.p.emit(ev, ev.String())
+	}
 	w.pullOutbox()
 	w.p.done()
 	sum := w.summary(time.Since(started), interrupted)
 	w.p.emit(sum, sum.String())
-	if err == nil && closeErr != nil && !errors.Is(closeErr, context.Canceled) {
-		err = fmt.Errorf("close: %w", closeErr)
-	}
 	return err
 }
 
