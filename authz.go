@@ -3,6 +3,7 @@ package mcpsync
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -118,4 +119,31 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 		}
 	}
 	return rc, nil
+}
+
+// ForgetDerived drops the record of artifact (index, artifactID) derived from
+// a version of uri, once the consumer deleted the artifact (after a
+// re-derivation produced fewer pieces, a quarantine or a tombstone), so that
+// a later revocation does not name it. Forgetting an unknown artifact is not
+// an error.
+func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return err
+	}
+	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		if cur == nil {
+			return nil, nil, nil
+		}
+		i := slices.IndexFunc(cur.Artifacts, func(a DerivedArtifact) bool {
+			return a.Index == index && a.ArtifactID == artifactID
+		})
+		if i < 0 {
+			return nil, nil, nil
+		}
+		next := cur.clone()
+		next.Artifacts = slices.Delete(slices.Clone(cur.Artifacts), i, i+1)
+		return next, nil, nil
+	})
+	return err
 }

@@ -142,3 +142,21 @@ func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, batch[1].Seq, cursor)
 }
+
+// An artifact the consumer deleted and forgot is not named by a later
+// revocation; the others still are.
+func TestForgetDerived(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	out, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
+	require.NoError(t, err)
+	for _, id := range []string{"chunk-0", "chunk-1"} {
+		require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: out.Version.Version}))
+	}
+	require.NoError(t, e.ForgetDerived("FILE:///docs/a.md", "vectors", "chunk-1"))
+	require.NoError(t, e.ForgetDerived(docURI, "vectors", "never-recorded"), "forgetting the unknown is not an error")
+	rc, err := e.RevokeSubject(alice)
+	require.NoError(t, err)
+	require.Len(t, rc.Artifacts, 1)
+	assert.Equal(t, "chunk-0", rc.Artifacts[0].ArtifactID)
+}
