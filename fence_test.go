@@ -82,17 +82,23 @@ func outbox(t testing.TB, e *mcpsync.Engine) []mcpsync.OutboxEntry {
 	return entries
 }
 
-// The seed's first example: B (ordinal 6) returns before A (ordinal 5);
-// 6 is accepted and 5 can only leave a stale receipt.
-func TestReadBSixBeforeAFive(t *testing.T) {
+// readsFiveAndSix returns an engine whose ordinals 1-4 were accepted and
+// the tickets of reads A (ordinal 5) and B (ordinal 6), both in flight.
+func readsFiveAndSix(t *testing.T) (*mcpsync.Engine, mcpsync.Ticket, mcpsync.Ticket) {
+	t.Helper()
 	e := activeEngine(t, nil)
 	for range 4 {
 		tk := issue(t, e, mcpsync.TriggerRevalidate)
 		_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
 		require.NoError(t, err)
 	}
-	a := issue(t, e, mcpsync.TriggerNotification)
-	b := issue(t, e, mcpsync.TriggerNotification)
+	return e, issue(t, e, mcpsync.TriggerNotification), issue(t, e, mcpsync.TriggerNotification)
+}
+
+// The seed's first example: B (ordinal 6) returns before A (ordinal 5);
+// 6 is accepted and 5 can only leave a stale receipt.
+func TestReadBSixBeforeAFive(t *testing.T) {
+	e, a, b := readsFiveAndSix(t)
 	require.Equal(t, uint64(5), a.ReadOrdinal)
 	require.Equal(t, uint64(6), b.ReadOrdinal)
 
@@ -116,14 +122,7 @@ func TestReadBSixBeforeAFive(t *testing.T) {
 
 // The seed's second example: A returns first, so 5 and then 6 are accepted.
 func TestReadAFiveBeforeBSix(t *testing.T) {
-	e := activeEngine(t, nil)
-	for range 4 {
-		tk := issue(t, e, mcpsync.TriggerRevalidate)
-		_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
-		require.NoError(t, err)
-	}
-	a := issue(t, e, mcpsync.TriggerNotification)
-	b := issue(t, e, mcpsync.TriggerNotification)
+	e, a, b := readsFiveAndSix(t)
 	outA, err := e.AcceptResourceVersion(a, text(docURI, "five"))
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionAccepted, outA.Version.Decision)

@@ -411,13 +411,8 @@ func (d *demo) slowRead(ctx context.Context) error {
 	uri := d.uris[0]
 	d.phase("slow read", "read A of %s is held; the resource changes; read B overtakes it", uri)
 	before := d.engine.StaleCounts()[mcpsync.ReasonStaleOrdinal]
-	hold := d.faults().HoldNext("resources/read", uri)
-	a := make(chan struct{})
-	go func() {
-		defer close(a)
-		_, _ = d.client.Read(context.WithoutCancel(ctx), uri)
-	}()
-	if err := d.waitHold(ctx, hold); err != nil {
+	hold, a, err := d.heldRead(ctx, uri)
+	if err != nil {
 		return err
 	}
 	d.srv.Set(uri, "text/markdown", title(0, 5))
@@ -433,6 +428,22 @@ func (d *demo) slowRead(ctx context.Context) error {
 	return d.waitFor(ctx, "the held read's refusal", func() bool {
 		return d.engine.StaleCounts()[mcpsync.ReasonStaleOrdinal] > before
 	})
+}
+
+// heldRead sends a read of uri whose answer the fault kit holds, and waits
+// until the server has answered it; a closes when the read is done.
+func (d *demo) heldRead(ctx context.Context, uri string) (hold *mcpsynctest.Hold, a chan struct{}, err error) {
+	hold = d.faults().HoldNext("resources/read", uri)
+	a = make(chan struct{})
+	go func() {
+		defer close(a)
+		_, _ = d.client.Read(context.WithoutCancel(ctx), uri)
+	}()
+	if err := d.waitHold(ctx, hold); err != nil {
+		<-a
+		return nil, nil, err
+	}
+	return hold, a, nil
 }
 
 func (d *demo) waitHold(ctx context.Context, hold *mcpsynctest.Hold) error {
@@ -457,13 +468,8 @@ func (d *demo) closeRace(ctx context.Context) error {
 	uri := d.uris[1]
 	d.phase("close race", "a read of %s is in flight when the unsubscribe begins", uri)
 	before := d.engine.StaleCounts()[mcpsync.ReasonStaleAfterClose]
-	hold := d.faults().HoldNext("resources/read", uri)
-	a := make(chan struct{})
-	go func() {
-		defer close(a)
-		_, _ = d.client.Read(context.WithoutCancel(ctx), uri)
-	}()
-	if err := d.waitHold(ctx, hold); err != nil {
+	hold, a, err := d.heldRead(ctx, uri)
+	if err != nil {
 		return err
 	}
 	d.srv.Set(uri, "text/markdown", title(1, 5))
