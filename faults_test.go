@@ -1,6 +1,6 @@
 package mcpsync_test
 
-// One integration test per fault of the source document, each run on both
+// One integration test per fault the design names, each run on both
 // protocol eras over the in-process transport, and the read-ordering ones
 // over streamable HTTP too. The server is mcpsynctest's; faults are injected
 // by its Transport between mcp-go's client and the wire.

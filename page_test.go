@@ -15,7 +15,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// supportTicket is the item of the source document's search_tickets tool.
+// supportTicket is the item of a search_tickets tool.
 type supportTicket struct {
 	ID        string `json:"id"`
 	UpdatedAt string `json:"updated_at"`
@@ -110,7 +110,7 @@ func expectedOrder(q Query, items []supportTicket) []string {
 	return ticketIDs(s)
 }
 
-// TestPagesAcceptance is the acceptance test of the source document: over a
+// TestPagesAcceptance is the pagination acceptance test: over a
 // fixed data set with unique ids, with inserts, updates and deletes between
 // pages, a snapshot walk returns exactly the snapshot's set, in order, with
 // no id twice, including runs of equal sort values across page boundaries.
@@ -195,7 +195,7 @@ func TestPagesAcceptance(t *testing.T) {
 	})
 }
 
-// The source document's first fault: with offsets, a supportTicket inserted on top
+// The classic offset fault: with offsets, a supportTicket inserted on top
 // pushes the 20th supportTicket over the page boundary and it is never read.
 func TestInsertOnTopDoesNotHideBoundaryItem(t *testing.T) {
 	for _, c := range []Consistency{ConsistencySnapshot, ConsistencyIncremental} {

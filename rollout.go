@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Rollout controls, in the order the source document rolls the library out.
+// Rollout controls, in the order a rollout uses them.
 // First, shadow: a Client runs discovery, ordinals and the close fence beside
 // the caller's own read path, which keeps serving, and a Shadow reports where
 // the library would have refused or served something else (Observe,

@@ -13,7 +13,7 @@ type figure struct {
 	// Target is the pass condition as printed: an operator and a bound
 	// ("==0", "<1.2", ">=0.999", "<=1024").
 	Target string `json:"target"`
-	// Goal is the stricter aim the issue names beside the bound, if any.
+	// Goal is the stricter aim set beside the bound, if any.
 	Goal    string `json:"goal,omitempty"`
 	GoalMet bool   `json:"goalMet"`
 	Pass    bool   `json:"pass"`
@@ -84,7 +84,7 @@ func orderingFigures(s orderingStats) []figure {
 		judge("orderings_version_regressions", float64(s.VersionRegressions), zero, nil, "count", true, detail),
 		judge("orderings_late_tombstones", float64(s.LateTombstones), zero, nil, "count", true, detail),
 		judge("orderings_outbox_after_closed", float64(s.OutboxAfterClosed), zero, nil, "count", true, detail),
-		// Not named by the issue: a result of a closing generation that
+		// Beyond the gate's list: a result of a closing generation that
 		// passed the fence as UNCHANGED writes no outbox entry, so the
 		// figure above cannot see it.
 		judge("orderings_accepts_after_close", float64(s.AcceptsAfterClose), zero, nil, "count", true, detail),

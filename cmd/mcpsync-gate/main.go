@@ -172,7 +172,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		byStep[st.name] = figs
 	}
 	rep.Durations["total"] = time.Since(begin).Round(time.Millisecond).String()
-	// Printed in the order the issue lists the figures.
+	// Printed in a fixed order, catalogs first.
 	failed := false
 	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "revocation", "memory"} {
 		for _, f := range byStep[name] {
