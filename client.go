@@ -78,7 +78,9 @@ type Dialer func(ctx context.Context) (transport.Interface, error)
 // Principal is the one field without a default.
 type ClientOptions struct {
 	// Engine keeps the local copy; nil means a new engine with default
-	// options and ConfirmSends (the Client reports every read it sends).
+	// options. The Client reports every queued read it sends (Sending), so
+	// it turns Options.ConfirmSends on for the engine it drives; a caller
+	// that also issues queued reads on that engine must report them too.
 	Engine *Engine
 	// Principal is the subject every read of this client is bound to.
 	Principal string
@@ -199,12 +201,15 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, errors.New("mcpsync: negative interval")
 	}
 	if o.Engine == nil {
-		e, err := NewEngine(&Options{ConfirmSends: true})
+		e, err := NewEngine(nil)
 		if err != nil {
 			return nil, err
 		}
 		o.Engine = e
 	}
+	// Coverage of duplicate pulses is a property of this read path, not
+	// of how the engine was built: every engine the Client drives gets it.
+	o.Engine.queue.confirm()
 	if o.ClientInfo.Name == "" {
 		o.ClientInfo = Implementation{Name: "mcpsync", Version: "0.1.0"}
 	}
@@ -605,7 +610,8 @@ func (c *Client) dispatch(t Ticket) {
 
 // coalesce waits CoalesceWindow before a queued read goes out, so that
 // duplicate pulses arriving meanwhile are covered by it (the engine has
-// ConfirmSends). It reports false when the client closes meanwhile.
+// ConfirmSends, which Connect turns on). It reports false when the client
+// closes meanwhile.
 func (c *Client) coalesce() bool {
 	if c.opts.CoalesceWindow <= 0 {
 		return c.ctx.Err() == nil

@@ -333,3 +333,33 @@ func TestClientOutlivesConnectContext(t *testing.T) {
 	require.True(t, next(t, outcomes).Accepted)
 	assert.Equal(t, "v1", lookupText(t, c))
 }
+
+// Duplicate notifications are absorbed by the Client's read path whatever
+// engine it drives: an engine the caller built, without ConfirmSends, gets
+// the coverage too.
+func TestClientAbsorbsDuplicatesOnACallersEngine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, err := mcpsync.NewEngine(nil)
+		require.NoError(t, err)
+		d := newDocServer("v1")
+		c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25", Engine: e})
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		quiesce()
+
+		d.mu.Lock()
+		d.body = "v2"
+		d.mu.Unlock()
+		for range 10 {
+			d.srv.SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": docURI})
+		}
+		quiesce()
+		sub, err := e.Subscription(docURI)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(10), sub.LastNotificationSeq)
+		assert.Equal(t, uint64(2), sub.LastIssuedOrdinal, "the initial read and one for ten duplicates")
+		assert.Equal(t, "v2", lookupText(t, c))
+	})
+}

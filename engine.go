@@ -29,9 +29,10 @@ type Options struct {
 	// ConfirmSends promises that the caller reports every queued read
 	// (from Notify, RequestRead, Reconcile or a follow-up) with Sending
 	// right before it goes out. Pulses that arrive before then are covered
-	// by that read, so duplicate notifications cost no follow-up. The
-	// Client does this; a caller that cannot keep the promise leaves it
-	// false, and every pulse during a read earns one follow-up.
+	// by that read, so duplicate notifications cost no follow-up. A Client
+	// turns it on for the engine it drives; a caller that cannot keep the
+	// promise leaves it false, and every pulse during a read earns one
+	// follow-up.
 	ConfirmSends bool
 }
 

@@ -566,7 +566,8 @@ type readQueue struct {
 	// read's completion, not a stale or duplicate one, ends the processing.
 	processing map[string]queuedRead
 	// confirmSends: callers report each queued read with Sending just
-	// before it goes out (Options.ConfirmSends); write-once.
+	// before it goes out (Options.ConfirmSends, or a Client driving the
+	// engine); it is only ever switched on.
 	confirmSends bool
 }
 
@@ -580,6 +581,13 @@ func (q *readQueue) init(confirmSends bool) {
 	q.dirty = make(map[string]Trigger)
 	q.processing = make(map[string]queuedRead)
 	q.confirmSends = confirmSends
+}
+
+// confirm records that every queued read will be reported with Sending.
+func (q *readQueue) confirm() {
+	q.mu.Lock()
+	q.confirmSends = true
+	q.mu.Unlock()
 }
 
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
