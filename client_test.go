@@ -160,18 +160,26 @@ func connectDoc(t *testing.T, d *docServer, version string, outcomes chan mcpsyn
 	return c
 }
 
+// subscribedDoc returns a client of a new docServer with docURI subscribed
+// and its initial read accepted, and the channel of later outcomes.
+func subscribedDoc(t *testing.T, version string) (*docServer, *mcpsync.Client, chan mcpsync.Outcome, mcpsync.Subscription) {
+	t.Helper()
+	d := newDocServer("v1")
+	outcomes := make(chan mcpsync.Outcome, 16)
+	c := connectDoc(t, d, version, outcomes)
+	sub, err := c.Subscribe(t.Context(), docURI)
+	require.NoError(t, err)
+	require.True(t, (<-outcomes).Accepted)
+	return d, c, outcomes, sub
+}
+
 // A deleted resource is recognised by its error code in both eras (-32002
 // before 2026-07-28, -32602 from then on), goes through the fence to
 // TOMBSTONE_PENDING, and waits for list reconciliation.
 func TestClientNotFoundByCode(t *testing.T) {
 	for _, version := range []string{"2025-06-18", "2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
-			d := newDocServer("v1")
-			outcomes := make(chan mcpsync.Outcome, 16)
-			c := connectDoc(t, d, version, outcomes)
-			_, err := c.Subscribe(t.Context(), docURI)
-			require.NoError(t, err)
-			require.True(t, (<-outcomes).Accepted)
+			d, c, outcomes, _ := subscribedDoc(t, version)
 
 			d.srv.DeleteResources(docURI)
 			d.set("gone")
@@ -190,12 +198,7 @@ func TestClientNotFoundByCode(t *testing.T) {
 func TestClientUnsubscribe(t *testing.T) {
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
-			d := newDocServer("v1")
-			outcomes := make(chan mcpsync.Outcome, 16)
-			c := connectDoc(t, d, version, outcomes)
-			_, err := c.Subscribe(t.Context(), docURI)
-			require.NoError(t, err)
-			require.True(t, (<-outcomes).Accepted)
+			_, c, _, _ := subscribedDoc(t, version)
 
 			sub, err := c.Unsubscribe(t.Context(), docURI)
 			require.NoError(t, err)
@@ -213,12 +216,7 @@ func TestClientUnsubscribe(t *testing.T) {
 func TestClientReconnectReestablishes(t *testing.T) {
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
-			d := newDocServer("v1")
-			outcomes := make(chan mcpsync.Outcome, 16)
-			c := connectDoc(t, d, version, outcomes)
-			before, err := c.Subscribe(t.Context(), docURI)
-			require.NoError(t, err)
-			require.True(t, (<-outcomes).Accepted)
+			d, c, outcomes, before := subscribedDoc(t, version)
 
 			d.mu.Lock()
 			d.body = "changed while disconnected"
