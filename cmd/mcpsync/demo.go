@@ -118,9 +118,8 @@ type demo struct {
 
 // uriStats is what the fence decided for one URI, as OnOutcome reported it.
 type uriStats struct {
-	accepted, unchanged, pending int
-	refused                      map[mcpsync.StaleReason]int
-	notificationReads            int
+	outcomeCounts
+	refused map[mcpsync.StaleReason]int
 }
 
 func (d *demo) statsOf(uri string) *uriStats {
@@ -135,40 +134,22 @@ func (d *demo) statsOf(uri string) *uriStats {
 // onOutcome records and prints every fenced read. UNCHANGED versions (most
 // revalidation reads) are JSON-only, so the text stays readable.
 func (d *demo) onOutcome(out mcpsync.Outcome) {
-	d.mu.Lock()
+	uri := out.Stale.URI
 	if out.Accepted {
-		v := out.Version
-		s := d.statsOf(v.Version.URI)
-		switch v.Decision {
-		case mcpsync.DecisionUnchanged:
-			s.unchanged++
-		case mcpsync.DecisionTombstonePending:
-			s.pending++
-		default:
-			s.accepted++
-		}
-		if v.Trigger == mcpsync.TriggerNotification {
-			s.notificationReads++
-		}
-	} else {
-		s := d.statsOf(out.Stale.URI)
+		uri = out.Version.Version.URI
+	}
+	d.mu.Lock()
+	s := d.statsOf(uri)
+	s.add(out)
+	if !out.Accepted {
 		s.refused[out.Stale.Reason]++
-		if out.Stale.Trigger == mcpsync.TriggerNotification {
-			s.notificationReads++
-		}
 	}
 	d.mu.Unlock()
-	if out.Accepted {
-		ev := newVersionEvent(out.Version)
-		text := ev.String()
-		if out.Version.Decision == mcpsync.DecisionUnchanged {
-			text = ""
-		}
-		d.p.emit(ev, text)
-		return
+	ev, text := outcomeEvent(out)
+	if out.Accepted && out.Version.Decision == mcpsync.DecisionUnchanged {
+		text = "" // quiet in text: revalidation confirms the same content often
 	}
-	ev := newStaleEvent(out.Stale)
-	d.p.emit(ev, ev.String())
+	d.p.emit(ev, text)
 }
 
 // onTransition prints state changes: all of them as JSON; as text only

@@ -233,3 +233,37 @@ func reasons(counts map[mcpsync.StaleReason]uint64) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// outcomeCounts counts fenced reads by what the fence decided.
+type outcomeCounts struct {
+	accepted, unchanged, pending int
+	notificationReads            int // reads a notification triggered, passed or not
+}
+
+func (c *outcomeCounts) add(out mcpsync.Outcome) {
+	trigger := out.Stale.Trigger
+	if out.Accepted {
+		trigger = out.Version.Trigger
+		switch out.Version.Decision {
+		case mcpsync.DecisionUnchanged:
+			c.unchanged++
+		case mcpsync.DecisionTombstonePending:
+			c.pending++
+		default:
+			c.accepted++
+		}
+	}
+	if trigger == mcpsync.TriggerNotification {
+		c.notificationReads++
+	}
+}
+
+// outcomeEvent returns the event of a fenced read and its text line.
+func outcomeEvent(out mcpsync.Outcome) (any, string) {
+	if out.Accepted {
+		ev := newVersionEvent(out.Version)
+		return ev, ev.String()
+	}
+	ev := newStaleEvent(out.Stale)
+	return ev, ev.String()
+}

@@ -132,41 +132,18 @@ type watcher struct {
 	engine *mcpsync.Engine
 	subs   []string // URIs watch subscribed, in order
 
-	mu                sync.Mutex // protects the counters below
-	accepted          int
-	unchanged         int
-	pending           int
-	notificationReads int
-	invalidations     int
-	tombstones        int
-	outbox            uint64 // last outbox entry pulled
+	mu sync.Mutex // protects the counters below
+	outcomeCounts
+	invalidations int
+	tombstones    int
+	outbox        uint64 // last outbox entry pulled
 }
 
 func (w *watcher) onOutcome(out mcpsync.Outcome) {
 	w.mu.Lock()
-	trigger := out.Stale.Trigger
-	if out.Accepted {
-		trigger = out.Version.Trigger
-		switch out.Version.Decision {
-		case mcpsync.DecisionUnchanged:
-			w.unchanged++
-		case mcpsync.DecisionTombstonePending:
-			w.pending++
-		default:
-			w.accepted++
-		}
-	}
-	if trigger == mcpsync.TriggerNotification {
-		w.notificationReads++
-	}
+	w.add(out)
 	w.mu.Unlock()
-	if out.Accepted {
-		ev := newVersionEvent(out.Version)
-		w.p.emit(ev, ev.String())
-		return
-	}
-	ev := newStaleEvent(out.Stale)
-	w.p.emit(ev, ev.String())
+	w.p.emit(outcomeEvent(out))
 }
 
 func (w *watcher) onTransition(t mcpsync.Transition) {
