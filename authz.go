@@ -62,6 +62,11 @@ func (e *Engine) RecordDerived(a DerivedArtifact) error {
 		case !c.After(a.Version) && a.Version.Digest != c.Digest:
 			return nil, nil, fmt.Errorf("%w: %s digest %s differs from the version accepted at that ordinal",
 				ErrUnknownVersion, key, a.Version.Digest)
+		case a.Version.SubscriptionGeneration == c.SubscriptionGeneration && a.Version.Subject != c.Subject:
+			// One generation reads for one principal: an artifact named for
+			// another would escape that principal's revocation.
+			return nil, nil, fmt.Errorf("%w: %s generation %d was read by %q, not %q",
+				ErrUnknownVersion, key, c.SubscriptionGeneration, c.Subject, a.Version.Subject)
 		}
 		next := cur.clone()
 		next.Artifacts = make([]DerivedArtifact, 0, len(cur.Artifacts)+1)

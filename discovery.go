@@ -550,8 +550,11 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 			out.Deferred = append(out.Deferred, key)
 			continue
 		}
-		tk, ok, err := e.Reconcile(key, present)
+		tk, ok, err := e.Reconcile(key, present, c.MeasuredAt)
 		switch {
+		case errors.Is(err, ErrEvidenceTooOld):
+			// Measured before the not-found: the next scan decides.
+			out.Deferred = append(out.Deferred, key)
 		case err != nil:
 			errs = append(errs, err)
 		case present:

@@ -115,6 +115,9 @@ var (
 	ErrNoSession = errors.New("mcpsync: no session")
 	// ErrTooManyReads: the URI already has the most reads in flight allowed.
 	ErrTooManyReads = errors.New("mcpsync: too many reads in flight")
+	// ErrEvidenceTooOld: list evidence began before the not-found it would
+	// confirm, so it cannot tell a deletion from a re-creation since.
+	ErrEvidenceTooOld = errors.New("mcpsync: evidence predates the not-found")
 	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
 	// often than the retry budget allows.
 	ErrLedgerConflict = errors.New("mcpsync: ledger compare-and-swap conflict")

@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -65,9 +66,15 @@ type Ticket struct {
 	Trigger                Trigger   `json:"trigger"`
 	Subject                string    `json:"subject"`
 	IssuedAt               time.Time `json:"issuedAt"`
-	// queued marks tickets handed out by the read queue, whose completion
-	// also ends the queue's processing of the URI.
-	queued bool
+}
+
+// sameIdentity reports whether t is the ticket held as issued: a ticket is
+// a value a caller may store, copy or send through JSON, so the fence
+// compares all of it, never trusting a field it did not record.
+func (t Ticket) sameIdentity(held Ticket) bool {
+	return t.RequestID == held.RequestID && t.ReadOrdinal == held.ReadOrdinal && t.URI == held.URI &&
+		t.SessionGeneration == held.SessionGeneration && t.SubscriptionGeneration == held.SubscriptionGeneration &&
+		t.Subject == held.Subject && t.Trigger == held.Trigger && t.IssuedAt.Equal(held.IssuedAt)
 }
 
 // IssueTicket hands out the next read ordinal of the URI's open subscription
@@ -82,10 +89,16 @@ func (e *Engine) IssueTicket(rawURI string, trigger Trigger) (Ticket, error) {
 	if err != nil {
 		return Ticket{}, err
 	}
-	return e.issue(key, trigger, false)
+	return e.issue(key, trigger, nil)
 }
 
-func (e *Engine) issue(key string, trigger Trigger, queued bool) (Ticket, error) {
+// errGenerationMoved: the queue asked for a read of a generation that is no
+// longer the URI's current one.
+var errGenerationMoved = errors.New("mcpsync: subscription generation moved on")
+
+// issue hands out a ticket of the URI's current generation, or, with want
+// set, of that generation only (errGenerationMoved otherwise).
+func (e *Engine) issue(key string, trigger Trigger, want *queueKey) (Ticket, error) {
 	var t Ticket
 	var path transitions
 	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
@@ -95,6 +108,9 @@ func (e *Engine) issue(key string, trigger Trigger, queued bool) (Ticket, error)
 		}
 		if cur.Sub.SessionGeneration != e.sessionGeneration() {
 			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evIssueRead + " (session ended)"}
+		}
+		if want != nil && (want.session != cur.Sub.SessionGeneration || want.gen != cur.Sub.Generation) {
+			return nil, nil, errGenerationMoved
 		}
 		if len(cur.Tickets) >= e.maxTickets {
 			return nil, nil, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(cur.Tickets))
@@ -113,7 +129,6 @@ func (e *Engine) issue(key string, trigger Trigger, queued bool) (Ticket, error)
 			Trigger:                trigger,
 			Subject:                cur.Sub.Principal,
 			IssuedAt:               e.now(),
-			queued:                 queued,
 		}
 		next.Tickets = append(cur.Tickets[:len(cur.Tickets):len(cur.Tickets)], t)
 		return next, nil, nil
@@ -172,10 +187,11 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	var guardErr error
 	if r.err == nil && !r.notFound && e.guard != nil {
 		// User code runs before the ledger step and outside every lock.
-		guardErr = e.guard(t.URI, r.contents)
+		guardErr = runGuard(e.guard, t.URI, r.contents)
 	}
+	// Held only for the write, never while an observer runs: an observer
+	// may revoke a subject or record an artifact.
 	e.revokeMu.RLock()
-	defer e.revokeMu.RUnlock()
 	var out Outcome
 	var reason StaleReason
 	var detail string
@@ -203,6 +219,7 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 		}
 		return e.accept(cur, t, r, guardErr, &out, &path)
 	})
+	e.revokeMu.RUnlock()
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -218,11 +235,27 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	return out, nil
 }
 
+// runGuard runs a content guard; a guard that panics refuses the content
+// with the panic as its reason, so a bug in user code quarantines one read
+// instead of crashing the process or wedging the URI.
+func runGuard(g ContentGuard, uri string, contents []Content) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("mcpsync: content guard panicked: %v", p)
+		}
+	}()
+	return g(uri, contents)
+}
+
 // check applies the identity part of the fence rule to the record as stored.
 func (e *Engine) check(cur *Record, t Ticket) (StaleReason, bool) {
 	switch {
 	case cur == nil || cur.Sub == nil:
 		return ReasonUnknownRequest, false
+	case t.SubscriptionGeneration <= cur.ClosedGeneration:
+		// Closed before any newer generation opened: whatever it answers
+		// is a late result of a close, as the design names it.
+		return ReasonStaleAfterClose, false
 	case t.SessionGeneration != cur.Sub.SessionGeneration ||
 		t.SubscriptionGeneration != cur.Sub.Generation ||
 		t.SessionGeneration != e.sessionGeneration():
@@ -242,7 +275,7 @@ func (e *Engine) check(cur *Record, t Ticket) (StaleReason, bool) {
 func holdsTicket(cur *Record, t Ticket) bool {
 	for _, held := range cur.Tickets {
 		if held.ReadOrdinal == t.ReadOrdinal {
-			return held.RequestID == t.RequestID
+			return t.sameIdentity(held)
 		}
 	}
 	return false
@@ -259,6 +292,10 @@ func (e *Engine) checkContent(cur *Record, t Ticket, r ReadResult) (StaleReason,
 	}
 	if r.notFound {
 		return "", ""
+	}
+	if r.err == nil && len(r.keys) == 0 {
+		// The zero ReadResult: no contents were prepared at all.
+		return ReasonEmptyContents, "read returned no contents"
 	}
 	if r.err != nil {
 		reason := ReasonInvalidContent
@@ -304,11 +341,21 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 	entry := OutboxEntry{Schema: SchemaInvalidation, URI: t.URI, Version: v, Previous: prev, Subject: t.Subject, At: now}
 
 	switch {
+	case r.notFound && cur.Current != nil && cur.Current.Status == VersionTombstoned:
+		// Still gone: the confirmed tombstone stands, announced once.
+		out.Version.Decision = DecisionTombstoned
+		if err := path.move(next, evStillAbsent); err != nil {
+			return nil, nil, err
+		}
+		next.Tickets = nil
+		return next, nil, nil
+
 	case r.notFound:
 		out.Version.Decision = DecisionTombstonePending
 		if err := path.move(next, evNotFound); err != nil {
 			return nil, nil, err
 		}
+		next.NotFoundAt = now
 		settle(next, path, t.ReadOrdinal, true)
 		// A revoked version stays revoked: no later state may make it
 		// servable, or make a revocation look undone.
@@ -409,7 +456,7 @@ func (e *Engine) AbandonRead(t Ticket) error {
 	var path transitions
 	_, _, err := e.update(t.URI, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
-		if cur == nil || !holdsTicket(cur, t) || cur.Sub.Generation != t.SubscriptionGeneration {
+		if cur == nil || cur.Sub == nil || !holdsTicket(cur, t) || cur.Sub.Generation != t.SubscriptionGeneration {
 			return nil, nil, nil
 		}
 		next := cur.clone()
@@ -475,6 +522,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 		}
 		next.CloseOrdinal = cur.LastIssued
 		next.CloseEpoch = e.closeEpoch.Add(1)
+		next.ClosedGeneration = cur.Sub.Generation
 		return next, nil, nil
 	})
 	if err != nil {
@@ -495,21 +543,30 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 }
 
 // confirmTombstone is list reconciliation's verdict "absent" on a
-// TOMBSTONE_PENDING (or RECONCILIATION_REQUIRED) subscription: the tombstone
-// and its outbox entry are written in one step. It refuses once the close
-// began, like every other write of the fence.
-func (e *Engine) confirmTombstone(key string, path *transitions) (uint64, error) {
+// TOMBSTONE_PENDING (or RECONCILIATION_REQUIRED) subscription, from evidence
+// gathered since the time given: the tombstone and its outbox entry are
+// written in one step. Evidence older than the not-found it would confirm
+// proves nothing about it (the resource may have come back in between) and
+// is refused with ErrEvidenceTooOld. It refuses once the close began, like
+// every other write of the fence.
+//
+// The subscription stays open on the server: a later pulse or revalidation
+// reads it again, and a read that finds it brings the URI back.
+func (e *Engine) confirmTombstone(key string, since time.Time, path *transitions) (uint64, error) {
 	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		if since.Before(cur.NotFoundAt) {
+			return nil, nil, fmt.Errorf("%w: %s was not found at %s, the evidence dates from %s",
+				ErrEvidenceTooOld, key, cur.NotFoundAt.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
 		}
 		next := cur.clone()
 		if err := path.move(next, evAbsent); err != nil {
 			return nil, nil, err
 		}
 		next.Tickets = nil
-		next.Sub = cur.Sub.withEnd(e.now())
 		// Nothing to tell consumers about a version they were already told
 		// to delete (tombstoned by an earlier generation, or revoked).
 		if cur.Current == nil || cur.Current.Status == VersionTombstoned || cur.Current.Status == VersionRevoked {

@@ -252,10 +252,10 @@ func TestOldGenerationNeverOverwritesNew(t *testing.T) {
 		_, err = e.AcceptResourceVersion(fresh, text(docURI, "new"))
 		require.NoError(t, err)
 
-		// Same ordinal, same URI, older generation: refused.
+		// Same ordinal, same URI, older (closed) generation: refused.
 		old.RequestID = fresh.RequestID
 		_, err = e.AcceptResourceVersion(old, text(docURI, "old"))
-		require.ErrorIs(t, err, mcpsync.ErrGenerationMismatch)
+		require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
 		assert.Equal(t, "new", served(t, e))
 	})
 	t.Run("session generation", func(t *testing.T) {
@@ -402,7 +402,7 @@ func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
 		require.ErrorIs(t, err, mcpsync.ErrTombstonePending)
 		require.Len(t, outbox(t, e), 1, "the tombstone waits for reconciliation")
 
-		reread, ok, err := e.Reconcile(docURI, present)
+		reread, ok, err := e.Reconcile(docURI, present, newClock().t)
 		require.NoError(t, err)
 		sub, err = e.Subscription(docURI)
 		require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Ledger stores the engine's durable state: one Record per normalized URI and
@@ -55,11 +56,17 @@ type Record struct {
 	LastAcceptedDigest string
 
 	// The fence of the current subscription generation.
-	LastIssued   uint64   // highest read ordinal handed out
-	Watermark    uint64   // highest read ordinal that passed the fence
-	CloseOrdinal uint64   // LastIssued when the close began
-	CloseEpoch   uint64   // non-zero once the close began
-	Tickets      []Ticket // issued and unsettled, each above Watermark, ascending
+	LastIssued   uint64 // highest read ordinal handed out
+	Watermark    uint64 // highest read ordinal that passed the fence
+	CloseOrdinal uint64 // LastIssued when the close began
+	CloseEpoch   uint64 // non-zero once the close began
+	// ClosedGeneration is the newest subscription generation whose close
+	// began; results of it and of older generations are STALE_AFTER_CLOSE.
+	ClosedGeneration uint64
+	// NotFoundAt is when the newest fenced not-found was accepted; only
+	// evidence gathered since then may confirm its tombstone.
+	NotFoundAt time.Time
+	Tickets    []Ticket // issued and unsettled, each above Watermark, ascending
 
 	// Current is the newest version that passed the fence, of any generation;
 	// nil if none did. Its Status says whether it may be served.

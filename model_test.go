@@ -172,16 +172,39 @@ type uriModel struct {
 
 	artifacts []modelArtifact
 
-	// The read queue: a queued read of this URI is in flight, and a pulse
-	// arrived meanwhile.
-	processing, dirty bool
-	processingID      uint64 // request id of the queued read in flight
+	// The read queue, per item (session, subscription generation): a queued
+	// read of the item is in flight, and a pulse arrived meanwhile (or, with
+	// nothing in flight, waits for room under the read cap).
+	queue map[queueItem]*queueState
 
 	// Observed from the engine, not predicted: the newest position an
 	// outcome passed at, and the watermark last seen.
 	passedPos     fencePos
 	seenGen       uint64
 	seenWatermark uint64
+}
+
+// queueItem is the read queue's identity of a URI's reads.
+type queueItem struct{ session, gen uint64 }
+
+type queueState struct {
+	processing, dirty bool
+	processingID      uint64 // request id of the queued read in flight
+}
+
+// item returns the queue state of the URI's current generation, or of the
+// ticket's when t is given.
+func (u *uriModel) item(t *mcpsync.Ticket) *queueState {
+	k := queueItem{u.session, u.gen}
+	if t != nil {
+		k = queueItem{t.SessionGeneration, t.SubscriptionGeneration}
+	}
+	q := u.queue[k]
+	if q == nil {
+		q = &queueState{}
+		u.queue[k] = q
+	}
+	return q
 }
 
 func (u *uriModel) holds(t mcpsync.Ticket) bool {
@@ -203,8 +226,7 @@ func (u *uriModel) settle(ord uint64, passed bool) {
 // flight is a read the test has sent and not yet answered.
 type flight struct {
 	t mcpsync.Ticket
-	// queued tickets came from Notify, RequestRead, Reconcile or a follow-up,
-	// so completing them also ends the read queue's processing of the URI.
+	// queued tickets came from Notify, RequestRead, Reconcile or a follow-up.
 	queued bool
 }
 
@@ -274,7 +296,7 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 		gotCount:  make(map[mcpsync.InvalidationReason]int),
 	}
 	for _, key := range modelURIs {
-		m.uris[key] = &uriModel{key: key, closeBegunGens: make(map[uint64]bool)}
+		m.uris[key] = &uriModel{key: key, closeBegunGens: make(map[uint64]bool), queue: make(map[queueItem]*queueState)}
 	}
 	// Now and then the first actions run before any session, where
 	// Subscribe must refuse with ErrNoSession.
@@ -339,6 +361,15 @@ func (m *modelMachine) actions() map[string]func(*rapid.T) {
 	return actions
 }
 
+// closedGen is the newest generation whose close began (0: none).
+func (u *uriModel) closedGen() uint64 {
+	var g uint64
+	for gen := range u.closeBegunGens {
+		g = max(g, gen)
+	}
+	return g
+}
+
 func (m *modelMachine) drawURI(rt *rapid.T) *uriModel {
 	return m.uris[rapid.SampledFrom(modelURIs).Draw(rt, "uri")]
 }
@@ -393,7 +424,7 @@ func (m *modelMachine) activate(rt *rapid.T) {
 	switch {
 	case u.gen == 0:
 		want = mcpsync.ErrUnknownURI
-	case u.phase != phaseSubscribing:
+	case u.phase != phaseSubscribing || u.session != m.session:
 		want = mcpsync.ErrIllegalTransition
 	}
 	requireRefusal(rt, err, want, "Activate")
@@ -483,10 +514,16 @@ func (m *modelMachine) issueErr(u *uriModel) error {
 		return mcpsync.ErrIllegalTransition
 	case len(u.held) >= modelMaxReads:
 		return mcpsync.ErrTooManyReads
-	case u.phase != phaseOpen:
+	case !u.readable():
 		return mcpsync.ErrIllegalTransition
 	}
 	return nil
+}
+
+// readable: a read may be issued (and a pulse read) while the subscription is
+// open or its tombstone is pending or confirmed.
+func (u *uriModel) readable() bool {
+	return u.phase == phaseOpen || u.phase == phaseTombstonePending || u.phase == phaseTombstoned
 }
 
 // issued records a ticket the engine handed out, after checking it is the
@@ -500,6 +537,7 @@ func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, queued
 	require.Equal(rt, u.principal, t.Subject, "ticket subject is the principal")
 	u.lastIssued = t.ReadOrdinal
 	u.held = append(u.held, t)
+	u.phase = phaseOpen // a read returns a pending or confirmed tombstone to the live path
 	m.inflight = append(m.inflight, flight{t: t, queued: queued})
 }
 
@@ -507,46 +545,66 @@ func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, queued
 // RequestRead, Reconcile) against the model of the read queue.
 func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, ok bool, err error, what string) {
 	rt.Helper()
-	if u.processing {
-		u.dirty = true
-		require.NoError(rt, err, "%s while a read is in flight only marks the URI dirty", what)
+	if u.gen == 0 {
+		requireRefusal(rt, err, mcpsync.ErrUnknownURI, what)
+		return
+	}
+	q := u.item(nil)
+	if q.processing {
+		q.dirty = true
+		require.NoError(rt, err, "%s while a read is in flight only marks the item dirty", what)
 		require.False(rt, ok, "%s while a read is in flight issues no second read", what)
 		return
 	}
 	want := m.issueErr(u)
+	if want == mcpsync.ErrTooManyReads {
+		q.dirty = true
+		require.NoError(rt, err, "%s at the read cap is kept, not refused", what)
+		require.False(rt, ok, "%s at the read cap waits for room", what)
+		return
+	}
+	q.dirty = false
 	requireRefusal(rt, err, want, what)
 	if want != nil {
 		require.False(rt, ok, what)
 		return
 	}
 	require.True(rt, ok, "%s with no read in flight issues one", what)
-	u.processing, u.processingID = true, t.RequestID
+	q.processing, q.processingID = true, t.RequestID
 	m.issued(rt, u, t, true)
 }
 
-// done mirrors the end of a queued read: one follow-up if the URI became
-// dirty meanwhile and can still be read.
+// done mirrors the end of a read: the queue's own read stops processing its
+// item, and the item's pending read (a follow-up, or one that waited for
+// room) is issued if its generation can still be read.
 func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *mcpsync.Ticket) {
 	rt.Helper()
-	if !f.queued || !u.processing || f.t.RequestID != u.processingID {
-		// Only the completion of the queue's own read in flight ends its
-		// processing; a stale or duplicate one changes nothing.
-		require.Nil(rt, follow, "no follow-up read from a completion that is not the queue's")
+	q := u.item(&f.t)
+	switch {
+	case q.processing && f.t.RequestID != q.processingID:
+		require.Nil(rt, follow, "no follow-up read while the queue's own read is out")
+		return
+	case q.processing:
+		q.processing = false
+	}
+	if !q.dirty {
+		require.Nil(rt, follow, "no follow-up read without a pending pulse")
 		return
 	}
-	if !u.dirty {
-		u.processing = false
-		require.Nil(rt, follow, "no follow-up read without a pulse during the read")
+	q.dirty = false
+	current := f.t.SessionGeneration == u.session && f.t.SubscriptionGeneration == u.gen
+	want := m.issueErr(u)
+	switch {
+	case !current || (want != nil && want != mcpsync.ErrTooManyReads):
+		require.Nil(rt, follow, "no follow-up read for a generation that cannot be read")
+		return
+	case want == mcpsync.ErrTooManyReads:
+		q.dirty = true
+		require.Nil(rt, follow, "a pending read waits for room under the read cap")
 		return
 	}
-	u.dirty = false
-	if m.issueErr(u) != nil {
-		u.processing = false
-		require.Nil(rt, follow, "no follow-up read for a URI that cannot be read")
-		return
-	}
-	require.NotNil(rt, follow, "a pulse during the read gets exactly one follow-up")
-	u.processingID = follow.RequestID
+	require.NotNil(rt, follow, "a pending pulse gets exactly one read")
+	q.processing, q.processingID = true, follow.RequestID
 	m.issued(rt, u, *follow, true)
 }
 
@@ -556,9 +614,12 @@ func (m *modelMachine) notify(rt *rapid.T) {
 	switch {
 	case u.gen == 0:
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Notify")
-	case u.phase != phaseOpen || u.session != m.session:
+	case !u.readable() || u.session != m.session:
 		requireRefusal(rt, err, mcpsync.ErrIllegalTransition, "Notify")
 	default:
+		if len(u.held) == 0 {
+			u.phase = phaseOpen // UPDATE_SEEN
+		}
 		m.enqueued(rt, u, t, ok, err, "Notify")
 	}
 }
@@ -658,6 +719,8 @@ func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, b
 	switch {
 	case u.gen == 0:
 		return mcpsync.ReasonUnknownRequest, ""
+	case t.SubscriptionGeneration <= u.closedGen():
+		return mcpsync.ReasonStaleAfterClose, ""
 	case t.SessionGeneration != u.session || t.SubscriptionGeneration != u.gen || t.SessionGeneration != m.session:
 		return mcpsync.ReasonGenerationMismatch, ""
 	case u.closeBegun:
@@ -675,6 +738,9 @@ func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, b
 	}
 	switch kind {
 	case resultNotFound:
+		if c := u.current; c != nil && c.status == mcpsync.VersionTombstoned {
+			return "", mcpsync.DecisionTombstoned
+		}
 		return "", mcpsync.DecisionTombstonePending
 	case resultEmpty:
 		return mcpsync.ReasonEmptyContents, ""
@@ -718,6 +784,8 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 		Digest: digest, Subject: t.Subject, SubscriptionGeneration: pos.gen, ReadOrdinal: pos.ord,
 	}}
 	switch d.wantDecision {
+	case mcpsync.DecisionTombstoned:
+		u.phase, u.held = phaseTombstoned, nil
 	case mcpsync.DecisionTombstonePending:
 		u.phase = phaseTombstonePending
 		if u.current != nil && u.current.status != mcpsync.VersionRevoked {
@@ -742,7 +810,7 @@ func (m *modelMachine) fail(rt *rapid.T) {
 	if u.holds(f.t) && u.gen == f.t.SubscriptionGeneration {
 		u.settle(f.t.ReadOrdinal, false)
 	}
-	if f.queued && rapid.Bool().Draw(rt, "via Fail") {
+	if rapid.Bool().Draw(rt, "via Fail") {
 		follow, err := m.e.Fail(f.t)
 		require.NoError(rt, err, "Fail")
 		m.done(rt, u, f, follow)
@@ -758,7 +826,7 @@ func (m *modelMachine) fail(rt *rapid.T) {
 func (m *modelMachine) reconcile(rt *rapid.T) {
 	u := m.drawURI(rt)
 	present := rapid.Bool().Draw(rt, "present")
-	t, ok, err := m.e.Reconcile(u.key, present)
+	t, ok, err := m.e.Reconcile(u.key, present, newClock().t)
 	switch {
 	case u.gen == 0:
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Reconcile")
@@ -910,7 +978,8 @@ func invOldSessionNeverPasses(rt *rapid.T, d delivery) {
 	if !d.oldSession {
 		return
 	}
-	if d.out.Accepted || d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch {
+	// A generation closed before the session ended says so (STALE_AFTER_CLOSE).
+	if d.out.Accepted || (d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch && d.out.Stale.Reason != mcpsync.ReasonStaleAfterClose) {
 		rt.Fatalf("invariant 6 (old session never passes): %s result of %s session %d ordinal %d: accepted=%v decision=%s stale=%q err=%v",
 			d.kind, d.t.URI, d.t.SessionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
 	}

@@ -274,7 +274,7 @@ func TestShadowVerdicts(t *testing.T) {
 			setup: func(t *testing.T, e *mcpsync.Engine) {
 				withV1(t, e)
 				readNotFound(t, e)
-				_, _, err := e.Reconcile(docURI, false)
+				_, _, err := e.Reconcile(docURI, false, newClock().t)
 				require.NoError(t, err)
 			}},
 		{name: "revoked", served: "v1", verdict: mcpsync.VerdictWouldRefuse, refusal: mcpsync.LookupRevoked,

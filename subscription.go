@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"errors"
 	"fmt"
 	"iter"
 	"sync"
@@ -44,6 +45,13 @@ func (s SubscriptionState) open() bool {
 	return false
 }
 
+// readable reports whether a read may be issued: the subscription is open,
+// or its tombstone is pending or confirmed while the server still notifies
+// it (a read that finds the resource brings it back).
+func (s SubscriptionState) readable() bool {
+	return s.open() || s == StateTombstonePending || s == StateTombstoned
+}
+
 // Events of the state machine.
 const (
 	evSubscribe       = "subscribe"
@@ -61,6 +69,7 @@ const (
 	evPresent         = "reconcile present"
 	evAbsent          = "reconcile absent"
 	evIdentityUnknown = "identity unknown"
+	evStillAbsent     = "still absent"
 )
 
 // transitionTable lists every allowed state change: event -> from -> to.
@@ -69,10 +78,18 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 	evSubscribe: {StateDiscovered: StateSubscribing},
 	evActivate:  {StateSubscribing: StateActive},
 	// A pulse while reads are in flight changes no state: the read queue
-	// marks the URI dirty instead.
-	evNotify:    {StateActive: StateUpdateSeen, StateUpdateSeen: StateUpdateSeen},
-	evIssueRead: {StateActive: StateReadPending, StateUpdateSeen: StateReadPending, StateReadPending: StateReadPending},
-	evAccept:    {StateReadPending: StateVersionAccepted},
+	// marks the URI dirty instead. A pulse or a read of a URI whose
+	// tombstone is pending or confirmed returns it to the live path: the
+	// server may have it again, and only a read can tell.
+	evNotify: {
+		StateActive: StateUpdateSeen, StateUpdateSeen: StateUpdateSeen,
+		StateTombstonePending: StateUpdateSeen, StateTombstoned: StateUpdateSeen,
+	},
+	evIssueRead: {
+		StateActive: StateReadPending, StateUpdateSeen: StateReadPending, StateReadPending: StateReadPending,
+		StateTombstonePending: StateReadPending, StateTombstoned: StateReadPending,
+	},
+	evAccept: {StateReadPending: StateVersionAccepted},
 	// VERSION_ACCEPTED is left in the same step: to ACTIVE when no read is
 	// left in flight, back to READ_PENDING when another one is.
 	evSettle:        {StateReadPending: StateActive, StateVersionAccepted: StateActive},
@@ -91,6 +108,7 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 	evResolveClose: {StateUnsubscribeUnknown: StateClosed},
 	evPresent:      {StateTombstonePending: StateActive, StateReconciliationRequired: StateActive},
 	evAbsent:       {StateTombstonePending: StateTombstoned, StateReconciliationRequired: StateTombstoned},
+	evStillAbsent:  {StateReadPending: StateTombstoned, StateVersionAccepted: StateTombstoned},
 	evIdentityUnknown: {
 		StateActive: StateReconciliationRequired, StateUpdateSeen: StateReconciliationRequired,
 		StateReadPending: StateReconciliationRequired, StateVersionAccepted: StateReconciliationRequired,
@@ -332,6 +350,11 @@ func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, e
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
 	return e.step(rawURI, evActivate, func(next *Record, _ *transitions) error {
+		if next.Sub.SessionGeneration != e.sessionGeneration() {
+			// The server confirmed a subscription of a session that is
+			// gone: it notifies nobody now, so it must not look ACTIVE.
+			return &TransitionError{URI: next.Sub.URI, From: StateSubscribing, Event: evActivate + " (session ended)"}
+		}
 		info := *next.Sub
 		info.Mode = mode
 		next.Sub = &info
@@ -352,7 +375,7 @@ func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subs
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		if !cur.State.open() {
+		if !cur.State.open() || cur.Sub.SessionGeneration != e.sessionGeneration() {
 			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: "publish staleness bound"}
 		}
 		next := cur.clone()
@@ -446,14 +469,19 @@ func isTransitionError(err error) bool {
 }
 
 // Notify records a resources/updated pulse for the URI and coalesces it into
-// reads: if no read of the URI is in flight it issues one (ok == true: send
-// it); otherwise it marks the URI dirty, and the read that is in flight gets
-// exactly one follow-up when it completes, however many pulses arrived
-// (with Options.ConfirmSends, none for pulses that arrived before the read
-// went out: it covers them).
+// reads: if no read of the URI's generation is in flight it issues one
+// (ok == true: send it); otherwise it marks the generation dirty, and the
+// read that is in flight gets exactly one follow-up when it completes,
+// however many pulses arrived (with Options.ConfirmSends, none for pulses
+// that arrived before the read went out: it covers them). A pulse that
+// finds the URI at its read cap is kept the same way and read as soon as a
+// read of the URI settles. A pulse is never dropped while its subscription
+// is open.
 //
-// A pulse for a URI with no open subscription in the current session
-// changes nothing and returns a *TransitionError (or ErrUnknownURI).
+// A pulse for a URI whose tombstone is pending or confirmed reads it again:
+// the server may have it back. A pulse for a URI with no subscription in the
+// current session, or one that is closing or closed, changes nothing and
+// returns a *TransitionError (or ErrUnknownURI).
 func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
@@ -465,7 +493,7 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		if !cur.State.open() || cur.Sub.SessionGeneration != e.sessionGeneration() {
+		if !cur.State.readable() || cur.Sub.SessionGeneration != e.sessionGeneration() {
 			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evNotify}
 		}
 		next := cur.clone()
@@ -511,13 +539,16 @@ func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 	return e.done(t), err
 }
 
-// Reconcile applies list reconciliation's verdict on a URI. For a
-// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED subscription, present returns
-// it to ACTIVE with a reconcile read to send; absent confirms the tombstone
-// (TOMBSTONED, one outbox entry). For an open subscription, absent asks for a
-// reconcile read, whose not-found will take the fenced path; present needs
-// nothing. Closed or closing generations are left alone: their fence is frozen.
-func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
+// Reconcile applies list reconciliation's verdict on a URI, from evidence
+// (a list scan) gathered since the time given. For a TOMBSTONE_PENDING or
+// RECONCILIATION_REQUIRED subscription, present returns it to ACTIVE with a
+// reconcile read to send; absent confirms the tombstone (TOMBSTONED, one
+// outbox entry), but only when the evidence began after the not-found it
+// confirms (ErrEvidenceTooOld otherwise: the resource may have been created
+// again in between). For an open subscription, absent asks for a reconcile
+// read, whose not-found will take the fenced path; present needs nothing.
+// Closed or closing generations are left alone: their fence is frozen.
+func (e *Engine) Reconcile(rawURI string, present bool, since time.Time) (Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Ticket{}, false, err
@@ -533,7 +564,7 @@ func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
 	switch {
 	case r.State == StateTombstonePending || r.State == StateReconciliationRequired:
 		if !present {
-			_, err := e.confirmTombstone(key, &path)
+			_, err := e.confirmTombstone(key, since, &path)
 			if err == nil {
 				e.emit(key, &path)
 			}
@@ -556,30 +587,45 @@ func (e *Engine) Reconcile(rawURI string, present bool) (Ticket, bool, error) {
 	return Ticket{}, false, nil
 }
 
-// readQueue coalesces reads per URI the way client-go's workqueue coalesces
-// keys: a URI being read is in processing; a request for it meanwhile only
-// marks it dirty, and when the read ends a dirty URI is read once more.
+// readQueue coalesces reads the way client-go's workqueue coalesces keys:
+// an item being read is in processing; a request for it meanwhile only marks
+// it dirty, and when the read ends a dirty item is read once more. An item
+// is a whole identity, (session, subscription generation, URI): an old
+// generation's read can never stand in for a new one's.
 type readQueue struct {
-	mu    sync.Mutex         // protects dirty and processing
-	dirty map[string]Trigger // URI -> trigger of the pending follow-up
-	// processing maps a URI to its queued read in flight, so that only that
+	mu sync.Mutex // protects dirty and processing
+	// dirty holds the trigger of each item's pending read: a follow-up of
+	// the read in processing, or, with nothing in processing, a read that
+	// waits for room under the URI's read cap.
+	dirty map[queueKey]Trigger
+	// processing maps an item to its queued read in flight, so that only that
 	// read's completion, not a stale or duplicate one, ends the processing.
-	processing map[string]queuedRead
+	processing map[queueKey]queuedRead
 	// confirmSends: callers report each queued read with Sending just
 	// before it goes out (Options.ConfirmSends, or a Client driving the
 	// engine); it is only ever switched on.
 	confirmSends bool
 }
 
-// queuedRead is the queue's read of a URI.
+// queueKey is one item of the read queue.
+type queueKey struct {
+	uri          string
+	session, gen uint64
+}
+
+func keyOf(t Ticket) queueKey {
+	return queueKey{uri: t.URI, session: t.SessionGeneration, gen: t.SubscriptionGeneration}
+}
+
+// queuedRead is the queue's read of an item.
 type queuedRead struct {
 	id     uint64 // request id; 0 while the ticket is being issued
 	unsent bool   // issued, not yet reported sent (with confirmSends only)
 }
 
 func (q *readQueue) init(confirmSends bool) {
-	q.dirty = make(map[string]Trigger)
-	q.processing = make(map[string]queuedRead)
+	q.dirty = make(map[queueKey]Trigger)
+	q.processing = make(map[queueKey]queuedRead)
 	q.confirmSends = confirmSends
 }
 
@@ -590,22 +636,39 @@ func (q *readQueue) confirm() {
 	q.mu.Unlock()
 }
 
+// enqueue asks for a read of key's current generation.
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
-	q := &e.queue
-	q.mu.Lock()
-	if r, busy := q.processing[key]; busy {
-		// A pulse before the read went out is covered by it: the change it
-		// announces happened before the server answers that read. Only a
-		// later pulse may announce a change the read missed.
-		if _, ok := q.dirty[key]; !ok && !r.unsent {
-			q.dirty[key] = trigger
+	for range casAttempts {
+		cur, err := e.ledger.Load(key)
+		if err != nil {
+			return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
 		}
+		if cur == nil || cur.Sub == nil {
+			return Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		qk := queueKey{uri: key, session: cur.Sub.SessionGeneration, gen: cur.Sub.Generation}
+		q := &e.queue
+		q.mu.Lock()
+		if r, busy := q.processing[qk]; busy {
+			// A pulse before the read went out is covered by it: the change it
+			// announces happened before the server answers that read. Only a
+			// later pulse may announce a change the read missed.
+			if _, ok := q.dirty[qk]; !ok && !r.unsent {
+				q.dirty[qk] = trigger
+			}
+			q.mu.Unlock()
+			return Ticket{}, false, nil
+		}
+		delete(q.dirty, qk) // the read about to be issued covers a waiting one
+		q.processing[qk] = queuedRead{unsent: q.confirmSends}
 		q.mu.Unlock()
-		return Ticket{}, false, nil
+		t, ok, err := e.issueQueued(qk, trigger)
+		if errors.Is(err, errGenerationMoved) {
+			continue // a new generation opened meanwhile: ask for its read
+		}
+		return t, ok, err
 	}
-	q.processing[key] = queuedRead{unsent: q.confirmSends}
-	q.mu.Unlock()
-	return e.issueQueued(key, trigger)
+	return Ticket{}, false, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
 }
 
 // Sending reports that the read of queued ticket t goes out now. With
@@ -614,53 +677,64 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 // nothing and every pulse during a read earns one.
 func (e *Engine) Sending(t Ticket) {
 	q := &e.queue
+	qk := keyOf(t)
 	q.mu.Lock()
-	if r, ok := q.processing[t.URI]; ok && r.id == t.RequestID {
-		q.processing[t.URI] = queuedRead{id: r.id}
+	if r, ok := q.processing[qk]; ok && r.id == t.RequestID {
+		q.processing[qk] = queuedRead{id: r.id}
 	}
 	q.mu.Unlock()
 }
 
-// issueQueued issues the queue's read of key, which the caller has marked
-// processing, and records its request id; on failure the URI stops
-// processing and its pending pulse is dropped, since a subscription that
-// cannot be read has nothing to refresh.
-func (e *Engine) issueQueued(key string, trigger Trigger) (Ticket, bool, error) {
+// issueQueued issues the queue's read of item qk, which the caller has
+// marked processing, and records its request id. At the read cap the item
+// stops processing but stays dirty, to be read when a read of the URI
+// settles; on any other failure its pending pulse is dropped, since a
+// generation that cannot be read has nothing to refresh.
+func (e *Engine) issueQueued(qk queueKey, trigger Trigger) (Ticket, bool, error) {
 	q := &e.queue
-	t, err := e.issue(key, trigger, true)
+	t, err := e.issue(qk.uri, trigger, &qk)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if err != nil {
-		delete(q.processing, key)
-		delete(q.dirty, key)
+	switch {
+	case errors.Is(err, ErrTooManyReads):
+		delete(q.processing, qk)
+		if _, ok := q.dirty[qk]; !ok {
+			q.dirty[qk] = trigger
+		}
+		return Ticket{}, false, nil
+	case err != nil:
+		delete(q.processing, qk)
+		delete(q.dirty, qk)
 		return Ticket{}, false, err
 	}
-	q.processing[key] = queuedRead{id: t.RequestID, unsent: q.confirmSends}
+	q.processing[qk] = queuedRead{id: t.RequestID, unsent: q.confirmSends}
 	return t, true, nil
 }
 
-// done ends the queue's processing of t's URI, issuing the follow-up read if
-// the URI became dirty meanwhile.
+// done ends a read of t's item: the queue's own read stops processing, and
+// the item's pending read (a follow-up, or one that waited for room under
+// the read cap) is issued.
 func (e *Engine) done(t Ticket) *Ticket {
-	if !t.queued {
-		return nil
-	}
 	q := &e.queue
+	qk := keyOf(t)
 	q.mu.Lock()
-	if r, ok := q.processing[t.URI]; !ok || r.id != t.RequestID {
+	r, busy := q.processing[qk]
+	switch {
+	case busy && r.id != t.RequestID:
 		q.mu.Unlock()
-		return nil // a stale or duplicate completion
+		return nil // not the queue's read: the queue's own is still out
+	case busy:
+		delete(q.processing, qk)
 	}
-	trigger, dirty := q.dirty[t.URI]
+	trigger, dirty := q.dirty[qk]
 	if !dirty {
-		delete(q.processing, t.URI)
 		q.mu.Unlock()
 		return nil
 	}
-	delete(q.dirty, t.URI)
-	q.processing[t.URI] = queuedRead{unsent: q.confirmSends}
+	delete(q.dirty, qk)
+	q.processing[qk] = queuedRead{unsent: q.confirmSends}
 	q.mu.Unlock()
-	next, ok, _ := e.issueQueued(t.URI, trigger)
+	next, ok, _ := e.issueQueued(qk, trigger)
 	if !ok {
 		return nil
 	}

@@ -113,7 +113,7 @@ func TestIllegalTransitionsAreErrors(t *testing.T) {
 		{"reopen after lost ack", unknown, mcpsync.StateUnsubscribeUnknown, activate},
 		{"read while subscribing", subscribing, mcpsync.StateSubscribing, read},
 		{"read while closing", closing, mcpsync.StateUnsubscribing, read},
-		{"read while tombstone pending", pending, mcpsync.StateTombstonePending, read},
+		{"activate while tombstone pending", pending, mcpsync.StateTombstonePending, activate},
 		{"notify while closing", closing, mcpsync.StateUnsubscribing, notify},
 		{"notify after lost ack", unknown, mcpsync.StateUnsubscribeUnknown, notify},
 		{"activate while closing", closing, mcpsync.StateUnsubscribing, activate},
@@ -262,7 +262,7 @@ func TestUnknownIdentityRequiresReconciliation(t *testing.T) {
 	_, err = e.AcceptResourceVersion(tk, text(docURI, "real"))
 	require.ErrorIs(t, err, mcpsync.ErrNotActive, "nothing passes until reconciliation")
 
-	reread, ok, err := e.Reconcile(docURI, true)
+	reread, ok, err := e.Reconcile(docURI, true, newClock().t)
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = e.Complete(reread, text(docURI, "real"))

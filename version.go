@@ -240,6 +240,9 @@ const (
 	// DecisionTombstonePending: the read said not found; list reconciliation
 	// decides between TOMBSTONED and ACTIVE.
 	DecisionTombstonePending Decision = "TOMBSTONE_PENDING"
+	// DecisionTombstoned: the read said not found of a resource whose
+	// tombstone was already confirmed; it stands, with no new outbox entry.
+	DecisionTombstoned Decision = "TOMBSTONED"
 	// DecisionQuarantined: the content guard refused the content; it is kept
 	// out of sight and the previous version is no longer served.
 	DecisionQuarantined Decision = "QUARANTINED"

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/mcpsync/mcpsync"
 )
@@ -383,7 +384,7 @@ func (h *harness) step() error {
 		_, _ = h.e.ResolveUnsubscribe(h.pick().key)
 	case w < 47: // list reconciliation's verdict: the server's truth
 		u := h.pick()
-		if t, ok, err := h.e.Reconcile(u.key, u.exists); err == nil && ok {
+		if t, ok, err := h.e.Reconcile(u.key, u.exists, time.Now()); err == nil && ok {
 			h.sent(t)
 		}
 	case w < 48:

@@ -1,0 +1,297 @@
+package mcpsync_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// The tests in this file are the engine's half of the liveness findings:
+// each names the finding it guards, and each failed before its fix. The
+// progress they check is the counterpart of a safety rule: a pulse or a
+// request is never lost, a caller's mistake never wedges a URI.
+
+// resubscribe closes docURI's generation (ack kept) and opens the next one.
+func resubscribe(t *testing.T, e *mcpsync.Engine) {
+	t.Helper()
+	_, err := e.BeginClose(docURI)
+	require.NoError(t, err)
+	_, err = e.FinishClose(docURI, true)
+	require.NoError(t, err)
+	_, err = e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	_, err = e.Activate(docURI, mcpsync.ModePush)
+	require.NoError(t, err)
+}
+
+// Finding 1: a queued, unsent read of an old generation or session must not
+// cover the new generation's read; coalescing merges pulses of one
+// (session, subscription generation, URI) only.
+func TestLivenessQueueKeyedByGeneration(t *testing.T) {
+	newSession := func(t *testing.T, e *mcpsync.Engine) {
+		_, err := e.BeginSession(mcpsync.SessionInfo{})
+		require.NoError(t, err)
+		_, err = e.Subscribe(docURI, alice)
+		require.NoError(t, err)
+		_, err = e.Activate(docURI, mcpsync.ModePush)
+		require.NoError(t, err)
+	}
+	for name, renew := range map[string]func(*testing.T, *mcpsync.Engine){
+		"unsubscribe then subscribe": resubscribe,
+		"new session":                newSession,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := activeEngine(t, &mcpsync.Options{ConfirmSends: true})
+			old, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+			require.NoError(t, err)
+			require.True(t, ok)
+			renew(t, e)
+
+			fresh, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+			require.NoError(t, err)
+			require.True(t, ok, "the old generation's queued read covered the new generation's")
+			assert.Greater(t, fresh.SubscriptionGeneration, old.SubscriptionGeneration)
+
+			// The old read ends as it may: it never stands in for the new one.
+			_, err = e.Complete(old, text(docURI, "old"))
+			require.Error(t, err)
+			out, err := e.Complete(fresh, text(docURI, "new"))
+			require.NoError(t, err)
+			assert.True(t, out.Accepted)
+			assert.Equal(t, "new", served(t, e))
+		})
+	}
+}
+
+// Finding 4: a pulse that arrives while the URI is at its read cap is
+// remembered (one dirty bit) and read once a read settles.
+func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
+	e := activeEngine(t, &mcpsync.Options{MaxReadsInFlight: 2})
+	a, b := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
+
+	_, ok, err := e.Notify(docURI)
+	require.NoError(t, err, "a pulse at the read cap must be kept, not refused")
+	require.False(t, ok, "no room for a read yet")
+
+	out, err := e.Complete(a, text(docURI, "v1"))
+	require.NoError(t, err)
+	require.NotNil(t, out.FollowUp, "the kept pulse earns a read once there is room")
+	assert.Equal(t, mcpsync.TriggerNotification, out.FollowUp.Trigger)
+	_, err = e.Complete(b, text(docURI, "v1"))
+	require.NoError(t, err)
+	_, err = e.Complete(*out.FollowUp, text(docURI, "v2"))
+	require.NoError(t, err)
+	assert.Equal(t, "v2", served(t, e))
+}
+
+// Finding 8: observers run outside every lock, so an observer may call back
+// into the engine.
+func TestLivenessObserverMayCallTheEngine(t *testing.T) {
+	var e *mcpsync.Engine
+	revoked := false
+	e = activeEngine(t, &mcpsync.Options{OnTransition: func(tr mcpsync.Transition) {
+		if tr.Event == "accept" && !revoked {
+			revoked = true
+			_, err := e.RevokeSubject(bob)
+			assert.NoError(t, err)
+		}
+	}})
+	done := make(chan error, 1)
+	go func() {
+		tk, err := e.IssueTicket(docURI, mcpsync.TriggerInitial)
+		if err == nil {
+			_, err = e.AcceptResourceVersion(tk, text(docURI, "v1"))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an observer calling RevokeSubject deadlocked AcceptResourceVersion")
+	}
+	assert.True(t, revoked)
+	assert.Equal(t, "v1", served(t, e))
+}
+
+// notFound takes docURI to TOMBSTONE_PENDING after accepting body.
+func notFound(t *testing.T, e *mcpsync.Engine, body string) {
+	t.Helper()
+	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, body))
+	require.NoError(t, err)
+	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+}
+
+// Finding 9: a deleted-and-recreated resource that is still subscribed comes
+// back; a catalog confirms only a not-found it postdates.
+func TestLivenessRecreatedResourceComesBack(t *testing.T) {
+	t.Run("pulse while tombstone pending", func(t *testing.T) {
+		e := activeEngine(t, nil)
+		notFound(t, e, "v1")
+		tk, ok, err := e.Notify(docURI)
+		require.NoError(t, err, "a pulse during TOMBSTONE_PENDING must trigger a read")
+		require.True(t, ok)
+		_, err = e.Complete(tk, text(docURI, "recreated"))
+		require.NoError(t, err)
+		assert.Equal(t, "recreated", served(t, e))
+	})
+	t.Run("catalog older than the not-found", func(t *testing.T) {
+		clock := newClock()
+		e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+		measured := clock.t
+		clock.t = clock.t.Add(time.Second)
+		notFound(t, e, "v1")
+		_, _, err := e.Reconcile(docURI, false, measured)
+		require.ErrorIs(t, err, mcpsync.ErrEvidenceTooOld)
+		sub, err := e.Subscription(docURI)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateTombstonePending, sub.State, "a catalog measured before the not-found confirmed it")
+
+		_, _, err = e.Reconcile(docURI, false, clock.t)
+		require.NoError(t, err)
+		sub, err = e.Subscription(docURI)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+	})
+	t.Run("tombstoned and still subscribed", func(t *testing.T) {
+		clock := newClock()
+		e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+		notFound(t, e, "v1")
+		_, _, err := e.Reconcile(docURI, false, clock.t)
+		require.NoError(t, err)
+		_, err = e.Lookup(alice, docURI)
+		require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+
+		// Still absent: the tombstone stands and is not announced twice.
+		tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerRevalidate)
+		require.NoError(t, err, "a tombstoned subscription must still be revalidated")
+		require.True(t, ok)
+		_, err = e.Complete(tk, mcpsync.NotFoundResult())
+		require.NoError(t, err)
+		_, err = e.Lookup(alice, docURI)
+		require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+		entries := outbox(t, e)
+		require.Len(t, entries, 2)
+
+		tk, ok, err = e.Notify(docURI)
+		require.NoError(t, err, "a pulse for a tombstoned, subscribed URI must trigger a read")
+		require.True(t, ok)
+		_, err = e.Complete(tk, text(docURI, "recreated"))
+		require.NoError(t, err)
+		assert.Equal(t, "recreated", served(t, e))
+		entries = outbox(t, e)
+		require.Len(t, entries, 3)
+		assert.Equal(t, mcpsync.InvalidateUpdated, entries[2].Reason)
+	})
+}
+
+// Finding 10: a ticket is a value a caller may store; its JSON round trip
+// does not change what the fence or the queue does with it.
+func TestLivenessQueuedTicketSurvivesJSON(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+	require.NoError(t, err)
+	require.True(t, ok)
+	raw, err := json.Marshal(tk)
+	require.NoError(t, err)
+	var back mcpsync.Ticket
+	require.NoError(t, json.Unmarshal(raw, &back))
+	_, err = e.Complete(back, text(docURI, "v1"))
+	require.NoError(t, err)
+
+	_, ok, err = e.Notify(docURI)
+	require.NoError(t, err)
+	assert.True(t, ok, "the round-tripped ticket left the URI processing forever")
+}
+
+// Finding 11: a panicking content guard is a refusal (quarantine with the
+// reason), never a crash or a stuck URI.
+func TestLivenessGuardPanicQuarantines(t *testing.T) {
+	e := activeEngine(t, &mcpsync.Options{Guard: func(uri string, contents []mcpsync.Content) error {
+		if contents[0].Text == "boom" {
+			panic("guard bug")
+		}
+		return nil
+	}})
+	tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+	require.NoError(t, err)
+	require.True(t, ok)
+	out, err := e.Complete(tk, text(docURI, "boom"))
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
+	assert.Contains(t, out.Version.GuardReason, "guard bug")
+	_, err = e.Lookup(alice, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrQuarantined)
+
+	tk, ok, err = e.Notify(docURI)
+	require.NoError(t, err)
+	require.True(t, ok, "the URI must still be read after a guard panic")
+	_, err = e.Complete(tk, text(docURI, "fine"))
+	require.NoError(t, err)
+	assert.Equal(t, "fine", served(t, e))
+}
+
+// Finding 12: a zero ReadResult is refused as EMPTY_CONTENTS, as documented.
+func TestLivenessZeroReadResultIsEmptyContents(t *testing.T) {
+	e := activeEngine(t, nil)
+	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.ReadResult{})
+	require.ErrorIs(t, err, mcpsync.ErrEmptyContents)
+	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	require.NoError(t, err)
+}
+
+// Finding 13: the fence compares every identity field of a ticket with what
+// it recorded at issue, and a derived artifact names the subject that read
+// its version.
+func TestLivenessTicketIdentityIsChecked(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk := issue(t, e, mcpsync.TriggerInitial)
+	forged := tk
+	forged.Subject = bob
+	_, err := e.AcceptResourceVersion(forged, text(docURI, "v1"))
+	require.ErrorIs(t, err, mcpsync.ErrUnknownRequest)
+	out, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
+	require.NoError(t, err)
+
+	v := out.Version.Version
+	v.Subject = bob
+	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "idx", ArtifactID: "a1", Version: v})
+	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion, "an artifact recorded under another subject escapes its revocation")
+}
+
+// A late result of a closed generation says STALE_AFTER_CLOSE, as the
+// design says, even once a new generation opened.
+func TestLivenessLateResultOfClosedGenerationSaysAfterClose(t *testing.T) {
+	e := activeEngine(t, nil)
+	late := issue(t, e, mcpsync.TriggerNotification)
+	resubscribe(t, e)
+	for _, r := range []mcpsync.ReadResult{text(docURI, "late"), mcpsync.NotFoundResult()} {
+		_, err := e.AcceptResourceVersion(late, r)
+		require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
+	}
+}
+
+// Finding 2, the engine's half: a subscription of a session that ended can
+// be neither activated nor given a staleness bound, so it never looks live.
+func TestLivenessActivateChecksTheSession(t *testing.T) {
+	e := newEngine(t, nil)
+	_, err := e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	_, err = e.Activate(docURI, mcpsync.ModePush)
+	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition)
+
+	e = activeEngine(t, nil)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	_, err = e.PublishStalenessBound(docURI, time.Minute)
+	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition)
+}
