@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -108,6 +110,13 @@ type ClientOptions struct {
 	// duplicate notifications arriving meanwhile cost no extra read. It adds
 	// that much latency to each update. 0 means 10 ms; negative means none.
 	CoalesceWindow time.Duration
+	// RetryInitial and RetryMax bound the backoff between tries of a read
+	// that got no answer: it starts at RetryInitial, doubles with jitter,
+	// and stops growing at RetryMax. 0 means 250 ms and 30 s.
+	RetryInitial, RetryMax time.Duration
+	// CloseTimeout bounds how long Close waits for the client's goroutines;
+	// 0 means 10 s.
+	CloseTimeout time.Duration
 	// OnOutcome, if set, is told of every fenced read, outside every lock.
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
@@ -133,13 +142,23 @@ type Client struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the client starts
+	// wg counts every goroutine the client starts; it is only added to
+	// under mu while closed is false (goAsync), never once Close waits.
+	wg sync.WaitGroup
 
-	mu      sync.Mutex // protects conn, watches, closed, rng
-	conn    *connection
-	watches map[string]*watch // normalized URI -> subscription this client opened
+	mu   sync.Mutex // protects conn, watches, closed, rng
+	conn *connection
+	// watches is the caller's intent: a URI is here from the moment
+	// Subscribe is called until Unsubscribe. Reconnects and listen-stream
+	// re-establishment resubscribe exactly these.
+	watches map[string]*watch
 	closed  bool
 	rng     *rand.Rand
+
+	// keys serializes the subscribe, unsubscribe and resubscribe of one
+	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
+	// Subscribe that raced it.
+	keys keyLocks
 
 	scanner     *Scanner
 	notes       noteQueue
@@ -154,22 +173,58 @@ type connection struct {
 	era  Era
 	caps CapabilityReceipt
 
-	// The subscriptions/listen stream of a 2026-07-28 session.
-	mu       sync.Mutex    // protects the fields below
-	uris     []string      // URIs the current stream carries
-	listen   *listenStream // nil when no stream is open
-	ackSeen  []string      // URIs the newest acknowledgement named
-	ackFresh bool          // an acknowledgement arrived since the stream opened
-	ackCh    chan struct{} // closed and replaced at each acknowledgement
-	ends     int           // streams the server ended, for backoff
-	streamID string        // subscription id the newest acknowledgement carried
+	// relisten serializes replacements of the subscriptions/listen stream
+	// of a 2026-07-28 session; callers that queue behind one often find
+	// their URI carried by it and send nothing.
+	relisten sync.Mutex
+
+	mu     sync.Mutex    // protects the fields below
+	want   []string      // URIs the next listen stream must carry
+	listen *listenStream // the newest stream; nil when none is open
+	ends   int           // streams the server ended since one was acknowledged, for backoff
 }
 
-// watch is a subscription the client opened: the URI as the caller spelled
-// it (servers may be picky) and the timer loop of its reads.
+// watch is a subscription the caller asked for: the URI as the caller
+// spelled it (servers may be picky) and the timer loop of its reads, once
+// started.
 type watch struct {
 	raw  string
-	stop context.CancelFunc
+	stop context.CancelFunc // nil until the timer loop starts
+}
+
+// keyLocks is a mutex per key, dropped when nobody holds or waits for it.
+type keyLocks struct {
+	mu    sync.Mutex // protects locks
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int // holders and waiters; protected by keyLocks.mu
+}
+
+// lock locks key and returns its unlock.
+func (k *keyLocks) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = make(map[string]*keyLock)
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // wireMethods are the methods whose JSON-RPC errors the client branches on.
@@ -179,6 +234,9 @@ var wireMethods = []string{
 	string(mcp.MethodPromptsList), string(mcp.MethodResourcesSubscribe),
 	string(mcp.MethodResourcesUnsubscribe),
 }
+
+// errReadFailed marks a read that got no answer, to be tried again.
+var errReadFailed = errors.New("mcpsync: read failed")
 
 func rpcError(method string, code int, message string, data json.RawMessage) error {
 	return &RPCError{Method: method, Code: code, Message: message, Data: data}
@@ -228,6 +286,15 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	if o.CoalesceWindow == 0 {
 		o.CoalesceWindow = 10 * time.Millisecond
 	}
+	if o.RetryInitial <= 0 {
+		o.RetryInitial = 250 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 30 * time.Second
+	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = 10 * time.Second
+	}
 	scanner, err := NewScanner(o.Scanner)
 	if err != nil {
 		return nil, err
@@ -256,8 +323,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, err
 	}
 	c.conn = conn
-	c.wg.Add(1)
-	go c.pump()
+	c.goAsync(c.pump)
 	return c, nil
 }
 
@@ -282,12 +348,18 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 		options = append(options, mcpclient.WithProtocolVersion(c.opts.ProtocolVersion))
 	}
 	mc := mcpclient.NewClient(wire.New(tr, rpcError, wireMethods...), options...)
-	conn := &connection{mc: mc, ackCh: make(chan struct{})}
+	conn := &connection{mc: mc}
 	// The handler is installed before Start, so no notification is lost
 	// to a missing handler; it only queues, stamped with the session it
 	// arrived on, whose generation is set once initialize is done.
 	var gen atomic.Uint64
-	mc.OnNotification(func(n mcp.JSONRPCNotification) { c.notes.push(note{gen: gen.Load(), conn: conn, n: n}) })
+	mc.OnNotification(func(n mcp.JSONRPCNotification) {
+		// list_changed is counted here, on the transport's read loop, before
+		// any response that follows it is delivered: a scan that reads the
+		// count after its last page cannot miss one the server sent first.
+		c.countListChanged(n.Method)
+		c.notes.push(note{gen: gen.Load(), conn: conn, n: n})
+	})
 	// mcp-go keeps the context of Start for the life of the transport (an
 	// HTTP listening stream ends with it, a stdio server is killed with it),
 	// so it gets the client's own; ctx bounds the handshake only.
@@ -331,8 +403,20 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 
 // Close unsubscribes nothing (the server forgets a session that ends), stops
 // every goroutine of the client and closes the connection. Cached versions
-// stay in the engine. Close is idempotent.
+// stay in the engine. Close is idempotent. It waits for the client's
+// goroutines at most ClientOptions.CloseTimeout: a request stuck in a server
+// that ignores cancellation (an in-process handler that never returns) is
+// left behind, and Close says so with ErrCloseTimeout.
 func (c *Client) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CloseTimeout)
+	defer cancel()
+	return c.Shutdown(ctx)
+}
+
+// Shutdown is Close bounded by ctx instead of CloseTimeout: when ctx ends
+// before every goroutine of the client has returned, it returns an error
+// matching ErrCloseTimeout and ctx's error.
+func (c *Client) Shutdown(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -344,38 +428,101 @@ func (c *Client) Close() error {
 	c.cancel()
 	conn.stopListen()
 	err := conn.mc.Close()
-	c.wg.Wait()
-	return err
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return err
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
+	}
+}
+
+// goAsync runs f in a goroutine of the client's wait group, unless the
+// client is closed (then it reports false and runs nothing).
+func (c *Client) goAsync(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
 }
 
 func (c *Client) current() (*connection, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, errClientClosed
+		return nil, ErrClientClosed
 	}
 	return c.conn, nil
 }
-
-var errClientClosed = errors.New("mcpsync: client closed")
 
 // Subscribe opens a subscription generation for uri and sends the first
 // read. Where the server can subscribe it does; where it cannot, or the
 // subscribe fails, the subscription polls (ModePoll), and notifications that
 // arrive anyway still trigger fenced reads. Every open subscription also gets
 // a jittered revalidation read, and its staleness bound is published on it.
+//
+// The subscription is the caller's until Unsubscribe: a Reconnect, even one
+// racing this call, re-establishes it in the new session.
 func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error) {
-	conn, err := c.current()
+	key, err := normalizeKey(uri)
 	if err != nil {
 		return Subscription{}, err
 	}
-	return c.subscribe(ctx, conn, uri, TriggerInitial)
+	unlock := c.keys.lock(key)
+	defer unlock()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return Subscription{}, ErrClientClosed
+	}
+	_, had := c.watches[key]
+	if !had {
+		c.watches[key] = &watch{raw: uri}
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	for {
+		sub, err := c.subscribe(ctx, conn, key, TriggerInitial)
+		c.mu.Lock()
+		now, closed := c.conn, c.closed
+		if err != nil && !had && now == conn {
+			c.dropWatch(key) // never opened: no intent left behind
+		}
+		c.mu.Unlock()
+		if now == conn || closed {
+			return sub, err
+		}
+		// A Reconnect replaced the session meanwhile; it may have found
+		// this URI before it was opened, so open it in the new one.
+		conn = now
+	}
 }
 
-func (c *Client) subscribe(ctx context.Context, conn *connection, raw string, trigger Trigger) (Subscription, error) {
+// subscribe opens key's subscription generation on conn, for a URI the
+// caller watches, with key locked. It does nothing when the engine's session
+// is already newer than conn's: the Reconnect under way opens it there.
+func (c *Client) subscribe(ctx context.Context, conn *connection, key string, trigger Trigger) (Subscription, error) {
+	c.mu.Lock()
+	w := c.watches[key]
+	c.mu.Unlock()
+	if w == nil {
+		return c.engine.Subscription(key) // unsubscribed meanwhile
+	}
+	raw := w.raw
 	sub, err := c.engine.Subscribe(raw, c.opts.Principal)
-	if err != nil {
-		return Subscription{}, err
+	if err != nil || sub.SessionGeneration != conn.gen {
+		return sub, err
 	}
 	if sub.State != StateSubscribing {
 		return sub, nil // already open in this session
@@ -386,7 +533,10 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, raw string, tr
 			mode = ModePush
 		}
 	}
-	if _, err := c.engine.Activate(raw, mode); err != nil && !errors.Is(err, ErrIllegalTransition) {
+	if _, err := c.engine.Activate(raw, mode); err != nil {
+		if errors.Is(err, ErrIllegalTransition) {
+			return c.engine.Subscription(raw) // its session ended meanwhile
+		}
 		return Subscription{}, err
 	}
 	interval := c.opts.RevalidateEvery
@@ -395,12 +545,14 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, raw string, tr
 		interval, trig = c.opts.PollEvery, TriggerPoll
 	}
 	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
-	sub, err = c.engine.PublishStalenessBound(raw, bound)
-	if err != nil {
+	if _, err := c.engine.PublishStalenessBound(raw, bound); err != nil {
+		if errors.Is(err, ErrIllegalTransition) {
+			return c.engine.Subscription(raw)
+		}
 		return Subscription{}, err
 	}
-	c.startWatch(sub.URI, raw, interval, trig)
-	c.request(sub.URI, trigger)
+	c.startWatch(key, interval, trig)
+	c.request(key, trigger)
 	return c.engine.Subscription(raw)
 }
 
@@ -415,12 +567,10 @@ func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw stri
 		req.Params.URI = raw
 		return conn.mc.Subscribe(ctx, req)
 	}
-	acked, err := c.relisten(ctx, conn, func(uris []string) []string { return append(uris, raw) })
-	if err != nil {
+	if err := c.relisten(ctx, conn, raw, true); err != nil {
+		// Not acknowledged: the next stream need not carry it.
+		conn.setWanted(raw, false)
 		return err
-	}
-	if !slices.Contains(acked, raw) {
-		return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
 	}
 	return nil
 }
@@ -436,54 +586,86 @@ func (c *Client) serverUnsubscribe(ctx context.Context, conn *connection, raw st
 		req.Params.URI = raw
 		return conn.mc.Unsubscribe(ctx, req)
 	}
-	acked, err := c.relisten(ctx, conn, func(uris []string) []string {
-		return slices.DeleteFunc(uris, func(u string) bool { return u == raw })
-	})
-	if err != nil {
-		return err
-	}
-	if slices.Contains(acked, raw) {
-		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
-	}
-	return nil
+	return c.relisten(ctx, conn, raw, false)
 }
 
 // listenStream is one subscriptions/listen request, open until cancelled.
 type listenStream struct {
 	cancel context.CancelFunc
 	uris   []string
+	// id is the JSON-RPC id of its listen request, which the server puts
+	// in _meta of every message on the stream; set just before it is sent.
+	id      string
+	acked   chan struct{} // closed at the stream's acknowledgement
+	ackURIs []string      // the URIs it acknowledged, once acked is closed
 }
 
-// relisten replaces the connection's listen stream with one for the URIs
-// change returns, and waits for its acknowledgement; it returns the URIs the
-// server acknowledged. A server keeps no subscription state across streams
-// (2026-07-28), so the new stream carries every URI, and cancelling the old
-// one is what stops notifications for a URI left out. With no URI left, no
-// stream is opened.
-func (c *Client) relisten(ctx context.Context, conn *connection, change func([]string) []string) ([]string, error) {
+func (s *listenStream) isAcked() bool {
+	select {
+	case <-s.acked:
+		return true
+	default:
+		return false
+	}
+}
+
+// setWanted adds raw to, or removes it from, the URIs the next stream must
+// carry.
+func (conn *connection) setWanted(raw string, wanted bool) {
 	conn.mu.Lock()
-	uris := change(slices.Clone(conn.uris))
-	conn.uris = uris
-	if conn.listen != nil {
-		conn.listen.cancel()
+	defer conn.mu.Unlock()
+	had := slices.Contains(conn.want, raw)
+	switch {
+	case wanted && !had:
+		conn.want = append(conn.want, raw)
+	case !wanted && had:
+		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
+	}
+}
+
+// relisten makes the connection's listen stream carry raw (add) or not, and
+// returns once the server acknowledged a stream that does. A server keeps no
+// subscription state across streams (2026-07-28), so a new stream carries
+// every wanted URI; mcp-go (v1.2.1) cancels the old stream when it opens the
+// new one, so notifications sent in between reach nobody, and every URI
+// carried over is read again once the new stream is acknowledged.
+// Replacements are serialized; a caller whose URI a newer stream already
+// settled sends nothing.
+func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add bool) error {
+	conn.setWanted(raw, add)
+	conn.relisten.Lock()
+	defer conn.relisten.Unlock()
+	conn.mu.Lock()
+	old := conn.listen
+	if old != nil && old.isAcked() && slices.Contains(old.ackURIs, raw) == add && (add || !slices.Contains(old.uris, raw)) {
+		conn.mu.Unlock()
+		return nil
+	}
+	if old == nil && !add {
+		conn.mu.Unlock()
+		return nil
+	}
+	uris := slices.Clone(conn.want)
+	if old != nil {
+		old.cancel()
 		conn.listen = nil
 	}
 	if len(uris) == 0 {
 		conn.mu.Unlock()
-		return nil, nil
+		return nil
 	}
 	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: slices.Clone(uris)}
+	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{})}
 	conn.listen = stream
-	// Acknowledgements of the stream just cancelled may still be queued;
-	// only one that arrives after this point answers the new stream.
-	conn.ackSeen, conn.ackFresh = nil, false
 	conn.mu.Unlock()
 
+	lctx = wire.WithRequestID(lctx, func(id string) {
+		conn.mu.Lock()
+		stream.id = id
+		conn.mu.Unlock()
+	})
 	ended := make(chan error, 1)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	if !c.goAsync(func() {
 		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: stream.uris})
 		ended <- err
 		if lctx.Err() == nil {
@@ -491,37 +673,50 @@ func (c *Client) relisten(ctx context.Context, conn *connection, change func([]s
 			// it carried has lost its notifications.
 			c.notes.push(note{gen: conn.gen, conn: conn, streamEnded: stream})
 		}
-	}()
-	for {
-		conn.mu.Lock()
-		fresh, seen, next := conn.ackFresh, conn.ackSeen, conn.ackCh
-		conn.mu.Unlock()
-		if fresh {
-			return seen, nil
+	}) {
+		cancel()
+		return ErrClientClosed
+	}
+	select {
+	case <-stream.acked:
+	case err := <-ended:
+		if err == nil {
+			err = errors.New("mcpsync: listen stream ended before it was acknowledged")
 		}
-		select {
-		case <-next:
-		case err := <-ended:
-			if err == nil {
-				err = errors.New("mcpsync: listen stream ended before it was acknowledged")
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if old != nil && old.isAcked() {
+		for _, u := range old.ackURIs {
+			if slices.Contains(stream.ackURIs, u) {
+				if key, err := normalizeKey(u); err == nil {
+					c.request(key, TriggerRevalidate)
+				}
 			}
-			return nil, err
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		}
 	}
+	if slices.Contains(stream.ackURIs, raw) != add {
+		if add {
+			return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
+		}
+		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
+	}
+	return nil
 }
 
-// acknowledged records a notifications/subscriptions/acknowledged.
+// acknowledged records a notifications/subscriptions/acknowledged for the
+// stream whose request id it names; one for a replaced stream is ignored.
 func (conn *connection) acknowledged(uris []string, streamID string) {
 	conn.mu.Lock()
-	conn.ackSeen, conn.ackFresh = uris, true
-	if streamID != "" {
-		conn.streamID = streamID
+	defer conn.mu.Unlock()
+	s := conn.listen
+	if s == nil || s.isAcked() || (streamID != "" && s.id != "" && streamID != s.id) {
+		return
 	}
-	close(conn.ackCh)
-	conn.ackCh = make(chan struct{})
-	conn.mu.Unlock()
+	s.ackURIs = uris
+	close(s.acked)
+	conn.ends = 0
 }
 
 func (conn *connection) stopListen() {
@@ -536,33 +731,54 @@ func (conn *connection) stopListen() {
 // Unsubscribe closes the URI's subscription generation: the fence is frozen
 // first (BeginClose), then the server is told. A lost or timed-out ack
 // leaves the generation UNSUBSCRIBE_UNKNOWN, silent and never reopened.
-// Cached content stays. Unsubscribe is idempotent.
+// Cached content stays. Unsubscribe is idempotent, and final: a Reconnect
+// racing it does not bring the subscription back.
 func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, error) {
+	key, err := normalizeKey(uri)
+	if err != nil {
+		return Subscription{}, err
+	}
+	unlock := c.keys.lock(key)
+	defer unlock()
 	conn, err := c.current()
 	if err != nil {
 		return Subscription{}, err
 	}
-	before, err := c.engine.Subscription(uri)
+	raw := uri
+	c.mu.Lock()
+	if w := c.watches[key]; w != nil {
+		raw = w.raw
+		c.dropWatch(key)
+	}
+	c.mu.Unlock()
+	before, err := c.engine.Subscription(key)
 	if err != nil {
 		return Subscription{}, err
 	}
 	if before.CloseEpoch != 0 {
 		return before, nil
 	}
-	if _, err := c.engine.BeginClose(uri); err != nil {
+	if _, err := c.engine.BeginClose(key); err != nil {
 		return Subscription{}, err
 	}
-	raw := c.stopWatch(before.URI, uri)
 	acked := true
 	// A legacy subscribe that failed may still have been recorded by the
 	// server (and its notifications keep coming), so the server is told
-	// whenever it can subscribe at all; a 2026-07-28 stream carries only
-	// the URIs it acknowledged.
-	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe)
+	// whenever it can subscribe at all; a 2026-07-28 stream is told
+	// whenever it may carry the URI.
+	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
+		(conn.era == EraModern && conn.wants(raw))
 	if tell && before.SessionGeneration == conn.gen {
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
 	}
-	return c.engine.FinishClose(uri, acked)
+	return c.engine.FinishClose(key, acked)
+}
+
+// wants reports whether the listen stream carries raw or the next one would.
+func (conn *connection) wants(raw string) bool {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return slices.Contains(conn.want, raw) || (conn.listen != nil && slices.Contains(conn.listen.uris, raw))
 }
 
 // Read sends one fenced read of a subscribed URI now, outside the
@@ -592,20 +808,52 @@ func (c *Client) request(key string, trigger Trigger) {
 	}
 }
 
-// dispatch runs a read and its follow-ups in the background.
+// dispatch runs a read and its follow-ups in the background. A read that
+// gets no answer (a transport error, a timeout) is tried again after a
+// capped, jittered backoff while its subscription is open, so the pulse
+// that asked for it is not lost; the read of a session that is gone is not
+// (the new session reads everything again).
 func (c *Client) dispatch(t Ticket) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.goAsync(func() {
+		var retry *backoff.ExponentialBackOff
 		for next := &t; next != nil; {
 			if !c.coalesce() {
 				_, _ = c.engine.Fail(*next) // closing: release the queue
 				return
 			}
-			out, _ := c.read(c.ctx, *next)
+			failed := *next
+			out, err := c.read(c.ctx, failed)
 			next = out.FollowUp
+			if next != nil || !errors.Is(err, errReadFailed) {
+				retry = nil
+				continue
+			}
+			if retry == nil {
+				retry = &backoff.ExponentialBackOff{
+					InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
+					Multiplier: 2, MaxInterval: c.opts.RetryMax,
+				}
+			}
+			if !c.wait(retry.NextBackOff()) {
+				return
+			}
+			if tk, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger); err == nil && ok {
+				next = &tk
+			}
 		}
-	}()
+	})
+}
+
+// wait waits d, and reports false when the client closes meanwhile.
+func (c *Client) wait(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
 }
 
 // coalesce waits CoalesceWindow before a queued read goes out, so that
@@ -616,14 +864,7 @@ func (c *Client) coalesce() bool {
 	if c.opts.CoalesceWindow <= 0 {
 		return c.ctx.Err() == nil
 	}
-	timer := time.NewTimer(c.opts.CoalesceWindow)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-c.ctx.Done():
-		return false
-	}
+	return c.wait(c.opts.CoalesceWindow)
 }
 
 // read sends the read of ticket t on the session that issued it, and hands
@@ -655,7 +896,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		result = NotFoundResult()
 	default:
 		next, ferr := c.engine.Fail(t)
-		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("mcpsync: read %s: %w", raw, err), ferr)
+		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	out, err := c.engine.Complete(t, result)
 	if c.opts.OnOutcome != nil {
@@ -664,18 +905,23 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	return out, err
 }
 
-// startWatch runs the jittered revalidation (or poll) loop of a URI.
-func (c *Client) startWatch(key, raw string, interval time.Duration, trigger Trigger) {
+// startWatch runs the jittered revalidation (or poll) loop of a watched
+// URI, replacing the loop it had.
+func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
 	ctx, stop := context.WithCancel(c.ctx)
 	c.mu.Lock()
-	if old := c.watches[key]; old != nil {
-		old.stop()
+	w := c.watches[key]
+	if w == nil {
+		c.mu.Unlock()
+		stop()
+		return
 	}
-	c.watches[key] = &watch{raw: raw, stop: stop}
+	if w.stop != nil {
+		w.stop()
+	}
+	w.stop = stop
 	c.mu.Unlock()
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.goAsync(func() {
 		timer := time.NewTimer(c.jittered(interval))
 		defer timer.Stop()
 		for {
@@ -687,19 +933,18 @@ func (c *Client) startWatch(key, raw string, interval time.Duration, trigger Tri
 				timer.Reset(c.jittered(interval))
 			}
 		}
-	}()
+	})
 }
 
-func (c *Client) stopWatch(key, fallback string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.watches[key]
-	if w == nil {
-		return fallback
+// dropWatch forgets the caller's intent for key and stops its loop; c.mu
+// must be held.
+func (c *Client) dropWatch(key string) {
+	if w := c.watches[key]; w != nil {
+		if w.stop != nil {
+			w.stop()
+		}
+		delete(c.watches, key)
 	}
-	w.stop()
-	delete(c.watches, key)
-	return w.raw
 }
 
 // jittered returns d varied by up to ±Jitter.
@@ -718,7 +963,7 @@ func (c *Client) Reconnect(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return errClientClosed
+		return ErrClientClosed
 	}
 	old := c.conn
 	c.mu.Unlock()
@@ -729,19 +974,36 @@ func (c *Client) Reconnect(ctx context.Context) error {
 		return err
 	}
 	c.mu.Lock()
-	c.conn = conn
-	raws := make(map[string]string, len(c.watches))
-	for key, w := range c.watches {
-		raws[key] = w.raw
+	if c.closed {
+		c.mu.Unlock()
+		_ = conn.mc.Close()
+		return ErrClientClosed
 	}
+	c.conn = conn
+	keys := slices.Collect(maps.Keys(c.watches))
 	c.mu.Unlock()
 	var errs []error
-	for _, raw := range raws {
-		if _, err := c.subscribe(ctx, conn, raw, TriggerReconnect); err != nil {
+	for _, key := range keys {
+		if err := c.resubscribe(ctx, conn, key, TriggerReconnect); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// resubscribe opens key's subscription in conn's session, if the caller
+// still watches it and conn is still current.
+func (c *Client) resubscribe(ctx context.Context, conn *connection, key string, trigger Trigger) error {
+	unlock := c.keys.lock(key)
+	defer unlock()
+	c.mu.Lock()
+	current := c.conn == conn && !c.closed
+	c.mu.Unlock()
+	if !current {
+		return nil // a newer session took over; it resubscribes
+	}
+	_, err := c.subscribe(ctx, conn, key, trigger)
+	return err
 }
 
 // ListChanged returns how many list_changed notifications the client has
@@ -753,6 +1015,20 @@ func (c *Client) ListChanged(method string) uint64 {
 		return n.Load()
 	}
 	return 0
+}
+
+// countListChanged counts a list_changed notification of method, if it is one.
+func (c *Client) countListChanged(method string) {
+	switch method {
+	case string(mcp.MethodNotificationResourcesListChanged):
+		// One notification covers resources and their templates.
+		c.listChanged[string(mcp.MethodResourcesList)].Add(1)
+		c.listChanged[string(mcp.MethodResourcesTemplatesList)].Add(1)
+	case string(mcp.MethodNotificationToolsListChanged):
+		c.listChanged[string(mcp.MethodToolsList)].Add(1)
+	case string(mcp.MethodNotificationPromptsListChanged):
+		c.listChanged[string(mcp.MethodPromptsList)].Add(1)
+	}
 }
 
 // note is one notification as it arrived, stamped with its session.
@@ -796,7 +1072,6 @@ func (q *noteQueue) drain() []note {
 
 // pump handles queued notifications in arrival order.
 func (c *Client) pump() {
-	defer c.wg.Done()
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -818,8 +1093,7 @@ func (c *Client) handle(n note) {
 		return // the caller decides when to Reconnect; reads fail meanwhile
 	case n.streamEnded != nil:
 		if n.conn == current {
-			c.wg.Add(1)
-			go c.reestablish(n.conn, n.streamEnded)
+			c.goAsync(func() { c.reestablish(n.conn, n.streamEnded) })
 		}
 		return
 	}
@@ -850,14 +1124,6 @@ func (c *Client) handle(n note) {
 		case ok:
 			c.dispatch(t)
 		}
-	case string(mcp.MethodNotificationResourcesListChanged):
-		// One notification covers resources and their templates.
-		c.listChanged[string(mcp.MethodResourcesList)].Add(1)
-		c.listChanged[string(mcp.MethodResourcesTemplatesList)].Add(1)
-	case string(mcp.MethodNotificationToolsListChanged):
-		c.listChanged[string(mcp.MethodToolsList)].Add(1)
-	case string(mcp.MethodNotificationPromptsListChanged):
-		c.listChanged[string(mcp.MethodPromptsList)].Add(1)
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
 		var ack struct {
 			Notifications mcp.SubscriptionFilter `json:"notifications"`
@@ -868,38 +1134,53 @@ func (c *Client) handle(n note) {
 }
 
 // reestablish handles a listen stream the server ended: the subscriptions it
-// carried lost their notifications, so each generation is closed (the
-// server kept no state to unsubscribe) and a new one is opened and re-read.
-// A server that keeps ending streams gets them back no faster than a
-// doubling backoff allows, up to RevalidateEvery.
+// carried lost their notifications, so each generation the caller still
+// watches is closed (the server kept no state to unsubscribe) and a new one
+// is opened and re-read. A server that keeps ending streams gets them back
+// no faster than a doubling backoff allows, up to RevalidateEvery; the
+// backoff starts afresh once a stream is acknowledged.
 func (c *Client) reestablish(conn *connection, stream *listenStream) {
-	defer c.wg.Done()
 	conn.mu.Lock()
 	if conn.listen != stream {
 		conn.mu.Unlock()
 		return // already replaced by a newer stream
 	}
 	stream.cancel()
-	conn.listen, conn.uris = nil, nil
+	conn.listen = nil
 	conn.ends++
 	delay := min(time.Second<<min(conn.ends-1, 16), c.opts.RevalidateEvery)
 	conn.mu.Unlock()
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
-	select {
-	case <-c.ctx.Done():
+	if !c.wait(delay) {
 		return
-	case <-timer.C:
 	}
 	for _, raw := range stream.uris {
-		if _, err := c.engine.BeginClose(raw); err != nil {
+		key, err := normalizeKey(raw)
+		if err != nil {
 			continue
 		}
-		if _, err := c.engine.FinishClose(raw, true); err != nil {
-			continue
-		}
-		_, _ = c.subscribe(c.ctx, conn, raw, TriggerReconnect)
+		c.reopen(conn, key)
 	}
+}
+
+// reopen closes key's generation and opens the next one on conn, if the
+// caller still watches it and conn is still current.
+func (c *Client) reopen(conn *connection, key string) {
+	unlock := c.keys.lock(key)
+	defer unlock()
+	c.mu.Lock()
+	_, watched := c.watches[key]
+	current := c.conn == conn && !c.closed
+	c.mu.Unlock()
+	if !watched || !current {
+		return
+	}
+	if _, err := c.engine.BeginClose(key); err != nil {
+		return
+	}
+	if _, err := c.engine.FinishClose(key, true); err != nil {
+		return
+	}
+	_, _ = c.subscribe(c.ctx, conn, key, TriggerReconnect)
 }
 
 // decodeParams reads notification params into dst through JSON. mcp-go's
@@ -1045,10 +1326,10 @@ func streamIDOf(n mcp.JSONRPCNotification) string {
 	return fmt.Sprint(id)
 }
 
-// currentStream reports whether id names the newest acknowledged stream (or
-// no stream was acknowledged yet, so there is nothing to compare with).
+// currentStream reports whether id names the newest stream (or there is
+// none whose id is known, so there is nothing to compare with).
 func (conn *connection) currentStream(id string) bool {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	return conn.streamID == "" || conn.streamID == id
+	return conn.listen == nil || conn.listen.id == "" || conn.listen.id == id
 }

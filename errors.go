@@ -118,6 +118,12 @@ var (
 	// ErrEvidenceTooOld: list evidence began before the not-found it would
 	// confirm, so it cannot tell a deletion from a re-creation since.
 	ErrEvidenceTooOld = errors.New("mcpsync: evidence predates the not-found")
+	// ErrClientClosed: the Client was closed.
+	ErrClientClosed = errors.New("mcpsync: client closed")
+	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of
+	// the client did (a request stuck in a server that ignores
+	// cancellation).
+	ErrCloseTimeout = errors.New("mcpsync: close timed out")
 	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
 	// often than the retry budget allows.
 	ErrLedgerConflict = errors.New("mcpsync: ledger compare-and-swap conflict")

@@ -5,6 +5,7 @@ package wire
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -64,8 +65,26 @@ func WithRawResult(ctx context.Context, dst *json.RawMessage) context.Context {
 	return context.WithValue(ctx, rawKey{}, dst)
 }
 
+type idKey struct{}
+
+// WithRequestID returns a context under which SendRequest tells seen the
+// JSON-RPC id of the request, just before sending it.
+//
+// A 2026-07-28 server tags every message of a subscriptions/listen stream
+// with the id of the listen request (_meta subscriptionId); mcp-go (v1.2.1)
+// does not say which id it chose, and the client needs it to tell a stream's
+// acknowledgement from a replaced stream's.
+func WithRequestID(ctx context.Context, seen func(id string)) context.Context {
+	return context.WithValue(ctx, idKey{}, seen)
+}
+
 // SendRequest sends request and keeps the JSON-RPC error of selected methods.
 func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if seen, ok := ctx.Value(idKey{}).(func(string)); ok {
+		// fmt.Sprint, as for the id a notification names: a JSON number
+		// decodes to float64 and prints as the same digits.
+		seen(fmt.Sprint(request.ID.Value()))
+	}
 	resp, err := t.inner.SendRequest(ctx, request)
 	if dst, ok := ctx.Value(rawKey{}).(*json.RawMessage); ok && err == nil && resp != nil {
 		*dst = append((*dst)[:0], resp.Result...)
