@@ -65,7 +65,7 @@ func WithRawResult(ctx context.Context, dst *json.RawMessage) context.Context {
 	return context.WithValue(ctx, rawKey{}, dst)
 }
 
-type idKey struct{}
+type requestIDKey struct{}
 
 // WithRequestID returns a context under which SendRequest tells seen the
 // JSON-RPC id of the request, just before sending it.
@@ -75,12 +75,12 @@ type idKey struct{}
 // does not say which id it chose, and the client needs it to tell a stream's
 // acknowledgement from a replaced stream's.
 func WithRequestID(ctx context.Context, seen func(id string)) context.Context {
-	return context.WithValue(ctx, idKey{}, seen)
+	return context.WithValue(ctx, requestIDKey{}, seen)
 }
 
 // SendRequest sends request and keeps the JSON-RPC error of selected methods.
 func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	if seen, ok := ctx.Value(idKey{}).(func(string)); ok {
+	if seen, ok := ctx.Value(requestIDKey{}).(func(string)); ok {
 		// fmt.Sprint, as for the id a notification names: a JSON number
 		// decodes to float64 and prints as the same digits.
 		seen(fmt.Sprint(request.ID.Value()))
