@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -117,6 +118,21 @@ type ClientOptions struct {
 	// CloseTimeout bounds how long Close waits for the client's goroutines;
 	// 0 means 10 s.
 	CloseTimeout time.Duration
+	// Reconnect says how a lost session is healed; the zero value
+	// reconnects for ever with a capped, jittered backoff.
+	Reconnect ReconnectPolicy
+	// PingEvery is the interval of the heartbeat that finds a session whose
+	// server died or hangs; 0 means 15 s, negative means none. PingTimeout
+	// is how long a ping may go unanswered; 0 means 10 s.
+	PingEvery, PingTimeout time.Duration
+	// OnError, if set, is told of every failure the client handles on its
+	// own: a *ReadError for a read that got no answer, a *ConnectionError
+	// for a lost session or a failed reconnect attempt, ErrReconnectGaveUp.
+	// It runs outside every lock and must not block for long.
+	OnError func(error)
+	// Logger, if set, logs those failures and session changes; nil is
+	// silent.
+	Logger *slog.Logger
 	// OnOutcome, if set, is told of every fenced read, outside every lock.
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
@@ -159,6 +175,11 @@ type Client struct {
 	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
 	// Subscribe that raced it.
 	keys keyLocks
+	// reconnectMu serializes reconnects, the caller's and healing's.
+	reconnectMu sync.Mutex
+	health      Health            // protected by mu
+	failing     map[string]string // key -> why its reads fail; protected by mu
+	failedReads atomic.Uint64
 
 	scanner     *Scanner
 	notes       noteQueue
@@ -169,9 +190,15 @@ type Client struct {
 // connection is one initialized session.
 type connection struct {
 	mc   *mcpclient.Client
+	tr   transport.Interface // the wrapped transport mc sends through
 	gen  uint64
 	era  Era
 	caps CapabilityReceipt
+
+	lost     bool          // the loss was handled; protected by Client.mu
+	probe    chan struct{} // asks the heartbeat to ping now
+	stop     chan struct{} // closed when the heartbeat must stop
+	stopOnce sync.Once
 
 	// relisten serializes replacements of the subscriptions/listen stream
 	// of a 2026-07-28 session; callers that queue behind one often find
@@ -295,6 +322,18 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	if o.CloseTimeout <= 0 {
 		o.CloseTimeout = 10 * time.Second
 	}
+	if o.PingEvery == 0 {
+		o.PingEvery = 15 * time.Second
+	}
+	if o.PingTimeout <= 0 {
+		o.PingTimeout = 10 * time.Second
+	}
+	if o.Reconnect.Initial <= 0 {
+		o.Reconnect.Initial = 500 * time.Millisecond
+	}
+	if o.Reconnect.Max <= 0 {
+		o.Reconnect.Max = 30 * time.Second
+	}
 	scanner, err := NewScanner(o.Scanner)
 	if err != nil {
 		return nil, err
@@ -305,7 +344,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
-		watches: make(map[string]*watch),
+		watches: make(map[string]*watch), failing: make(map[string]string),
 		listChanged: map[string]*atomic.Uint64{
 			string(mcp.MethodResourcesList): {}, string(mcp.MethodResourcesTemplatesList): {},
 			string(mcp.MethodToolsList): {}, string(mcp.MethodPromptsList): {},
@@ -323,7 +362,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, err
 	}
 	c.conn = conn
+	c.health = Health{State: ConnectionUp, Since: time.Now()}
 	c.goAsync(c.pump)
+	c.startHeartbeat(conn)
 	return c, nil
 }
 
@@ -347,8 +388,9 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	if c.opts.ProtocolVersion != "" {
 		options = append(options, mcpclient.WithProtocolVersion(c.opts.ProtocolVersion))
 	}
-	mc := mcpclient.NewClient(wire.New(tr, rpcError, wireMethods...), options...)
-	conn := &connection{mc: mc}
+	wrapped := wire.New(tr, rpcError, wireMethods...)
+	mc := mcpclient.NewClient(wrapped, options...)
+	conn := &connection{mc: mc, tr: wrapped, probe: make(chan struct{}, 1), stop: make(chan struct{})}
 	// The handler is installed before Start, so no notification is lost
 	// to a missing handler; it only queues, stamped with the session it
 	// arrived on, whose generation is set once initialize is done.
@@ -423,11 +465,16 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
+	c.setHealth(ConnectionClosed, "")
 	conn := c.conn
 	c.mu.Unlock()
-	c.cancel()
+	conn.stopHeartbeat()
 	conn.stopListen()
+	// The transport closes before the client's context ends: a stdio
+	// server started with that context would be killed rather than asked
+	// to exit (stdin closed, then SIGTERM).
 	err := conn.mc.Close()
+	c.cancel()
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
@@ -793,8 +840,15 @@ func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
 
 // Lookup returns the current version of uri if it may be served to the
 // client's principal (Engine.Lookup).
-func (c *Client) Lookup(uri string) (Entry, error) {
-	return c.engine.Lookup(c.opts.Principal, uri)
+//
+// The entry's Degraded says why the copy is not being kept fresh now, if it
+// is not: the session is lost, or the URI's reads keep failing.
+func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
+	entry, err := c.engine.Lookup(c.opts.Principal, uri, opts...)
+	if err == nil {
+		entry.Degraded = c.degradedReason(entry.Version.URI)
+	}
+	return entry, err
 }
 
 // request asks the engine for a coalesced read and dispatches it if one is
@@ -895,9 +949,11 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	case errors.As(err, &rpc) && rpc.ResourceNotFound():
 		result = NotFoundResult()
 	default:
+		c.failedRead(conn, t, err)
 		next, ferr := c.engine.Fail(t)
 		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
+	c.answered(t.URI)
 	out, err := c.engine.Complete(t, result)
 	if c.opts.OnOutcome != nil {
 		c.opts.OnOutcome(out)
@@ -958,8 +1014,25 @@ func (c *Client) jittered(d time.Duration) time.Duration {
 // Reconnect replaces the session: a new connection and session generation,
 // every subscription re-established as a new generation and re-read
 // (notifications sent during the gap are lost by definition). Results of the
-// old session are refused from now on.
+// old session are refused from now on. A lost session is reconnected
+// without the caller (ClientOptions.Reconnect); Reconnect is for a caller
+// who wants a new session now.
 func (c *Client) Reconnect(ctx context.Context) error {
+	return c.reconnect(ctx, nil)
+}
+
+// errSuperseded: a reconnect found the session it was to replace already
+// replaced.
+var errSuperseded = errors.New("mcpsync: session already replaced")
+
+// reconnect replaces the current session, or, with expect set, that session
+// only (errSuperseded once another reconnect replaced it). It fails only
+// when no new session could be opened; subscriptions that cannot be
+// re-established are reported, and their errors returned, once the session
+// is up.
+func (c *Client) reconnect(ctx context.Context, expect *connection) error {
+	c.reconnectMu.Lock()
+	defer c.reconnectMu.Unlock()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -967,6 +1040,10 @@ func (c *Client) Reconnect(ctx context.Context) error {
 	}
 	old := c.conn
 	c.mu.Unlock()
+	if expect != nil && old != expect {
+		return errSuperseded
+	}
+	old.stopHeartbeat()
 	old.stopListen()
 	_ = old.mc.Close()
 	conn, err := c.connect(ctx)
@@ -980,15 +1057,31 @@ func (c *Client) Reconnect(ctx context.Context) error {
 		return ErrClientClosed
 	}
 	c.conn = conn
+	c.health.Reconnects++
+	c.setHealth(ConnectionUp, "")
 	keys := slices.Collect(maps.Keys(c.watches))
 	c.mu.Unlock()
+	if c.opts.Logger != nil {
+		c.opts.Logger.Info("mcpsync: session opened", "sessionGeneration", conn.gen, "protocol", conn.caps.ProtocolVersion)
+	}
+	c.startHeartbeat(conn)
 	var errs []error
 	for _, key := range keys {
 		if err := c.resubscribe(ctx, conn, key, TriggerReconnect); err != nil {
+			c.report(err)
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// startHeartbeat runs the heartbeat of conn until it is replaced, lost or
+// the client closes.
+func (c *Client) startHeartbeat(conn *connection) {
+	c.goAsync(func() { c.heartbeat(conn, conn.stop) })
 }
 
 // resubscribe opens key's subscription in conn's session, if the caller
@@ -1090,7 +1183,8 @@ func (c *Client) handle(n note) {
 	c.mu.Unlock()
 	switch {
 	case n.lost != nil:
-		return // the caller decides when to Reconnect; reads fail meanwhile
+		c.lose(n.conn, n.lost)
+		return
 	case n.streamEnded != nil:
 		if n.conn == current {
 			c.goAsync(func() { c.reestablish(n.conn, n.streamEnded) })

@@ -201,14 +201,40 @@ type Entry struct {
 	Contents []Content
 	// State is the subscription's state at the time of the lookup.
 	State SubscriptionState
+	// ValidatedAt is the last time the server confirmed this version: the
+	// accept of a read that returned it, changed or unchanged.
+	ValidatedAt time.Time
+	// StalenessBound is how old the copy may get while its subscription is
+	// open (the published bound); zero when no open subscription keeps it
+	// fresh.
+	StalenessBound time.Duration
+	// Degraded, when not empty, says why the copy is not being kept fresh
+	// right now (the session is lost and healing, reads keep failing). It
+	// is set by Client.Lookup.
+	Degraded string
 }
+
+// LookupOption changes one Lookup.
+type LookupOption func(*lookupOptions)
+
+type lookupOptions struct{ fresh bool }
+
+// RequireFresh makes Lookup refuse, with ErrStale, a version that no open
+// subscription keeps fresh or whose last confirmation is older than its
+// staleness bound: the strict mode for text about to go into a prompt.
+func RequireFresh() LookupOption { return func(o *lookupOptions) { o.fresh = true } }
 
 // Lookup returns the current version of a URI if, and only if, it may be
 // served to subject: it passed the fence and the content guard, it was read
 // by subject, that subject is not revoked, and no newer read said the
 // resource is gone. Otherwise it returns ErrNoVersion, ErrRevoked,
-// ErrForbidden, ErrQuarantined, ErrTombstonePending or ErrTombstoned.
-func (e *Engine) Lookup(subject, rawURI string) (Entry, error) {
+// ErrForbidden, ErrQuarantined, ErrTombstonePending or ErrTombstoned; with
+// RequireFresh, also ErrStale.
+func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, error) {
+	var o lookupOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
 	}
@@ -236,7 +262,19 @@ func (e *Engine) Lookup(subject, rawURI string) (Entry, error) {
 	case c.Status == VersionTombstoned:
 		return Entry{}, ErrTombstoned
 	}
-	return Entry{Version: c.Version, Contents: c.Contents, State: r.State}, nil
+	entry := Entry{Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt}
+	if r.State.open() && r.Sub != nil {
+		entry.StalenessBound = r.Sub.StalenessBound
+	}
+	if o.fresh {
+		if entry.StalenessBound == 0 {
+			return Entry{}, fmt.Errorf("%w: no open subscription keeps %s fresh", ErrStale, key)
+		}
+		if age := e.now().Sub(entry.ValidatedAt); age > entry.StalenessBound {
+			return Entry{}, fmt.Errorf("%w: %s was confirmed %v ago, bound %v", ErrStale, key, age, entry.StalenessBound)
+		}
+	}
+	return entry, nil
 }
 
 func (e *Engine) isRevoked(subject string) bool {

@@ -118,6 +118,12 @@ var (
 	// ErrEvidenceTooOld: list evidence began before the not-found it would
 	// confirm, so it cannot tell a deletion from a re-creation since.
 	ErrEvidenceTooOld = errors.New("mcpsync: evidence predates the not-found")
+	// ErrStale: the version is older than its staleness bound, or no open
+	// subscription keeps it fresh (Lookup with RequireFresh).
+	ErrStale = errors.New("mcpsync: version past its staleness bound")
+	// ErrReconnectGaveUp: a lost session could not be replaced within the
+	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
+	ErrReconnectGaveUp = errors.New("mcpsync: reconnecting gave up")
 	// ErrClientClosed: the Client was closed.
 	ErrClientClosed = errors.New("mcpsync: client closed")
 	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of

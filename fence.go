@@ -381,6 +381,7 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 		// nothing to do, and the version they derived from stays current.
 		out.Version.Decision = DecisionUnchanged
 		next.LastAcceptedDigest = v.Digest
+		next.ValidatedAt = now
 		if err := path.move(next, evAccept); err != nil {
 			return nil, nil, err
 		}
@@ -390,6 +391,7 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 	default:
 		out.Version.Decision = DecisionAccepted
 		next.LastAcceptedDigest = v.Digest
+		next.ValidatedAt = now
 		if err := path.move(next, evAccept); err != nil {
 			return nil, nil, err
 		}

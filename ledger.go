@@ -63,6 +63,9 @@ type Record struct {
 	// ClosedGeneration is the newest subscription generation whose close
 	// began; results of it and of older generations are STALE_AFTER_CLOSE.
 	ClosedGeneration uint64
+	// ValidatedAt is when a read last confirmed Current (accepted,
+	// changed or unchanged).
+	ValidatedAt time.Time
 	// NotFoundAt is when the newest fenced not-found was accepted; only
 	// evidence gathered since then may confirm its tombstone.
 	NotFoundAt time.Time

@@ -1,0 +1,285 @@
+package mcpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// ConnectionState says whether a Client's session is keeping the copy fresh.
+type ConnectionState string
+
+// Connection states.
+const (
+	// ConnectionUp: the session answers; subscriptions are kept fresh.
+	ConnectionUp ConnectionState = "UP"
+	// ConnectionHealing: the session was lost and the client is reconnecting.
+	// Every subscription is degraded meanwhile.
+	ConnectionHealing ConnectionState = "HEALING"
+	// ConnectionFailed: the session was lost and reconnecting gave up (or is
+	// switched off); only a Reconnect by the caller brings it back.
+	ConnectionFailed ConnectionState = "FAILED"
+	// ConnectionClosed: Close was called.
+	ConnectionClosed ConnectionState = "CLOSED"
+)
+
+// Health is what a Client knows of its connection.
+type Health struct {
+	State ConnectionState `json:"state"`
+	// Reason is why the state was entered (the loss, the last failure).
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+	// SessionGeneration is the current session's generation.
+	SessionGeneration uint64 `json:"sessionGeneration"`
+	// Reconnects counts sessions opened after the first; FailedReads counts
+	// reads that got no answer.
+	Reconnects  uint64 `json:"reconnects"`
+	FailedReads uint64 `json:"failedReads"`
+}
+
+// ReconnectPolicy says how a Client heals a lost session. The zero value
+// reconnects for ever, with a backoff from 500 ms doubling to 30 s.
+type ReconnectPolicy struct {
+	// Disabled leaves a lost session lost (ConnectionFailed) until the caller
+	// calls Reconnect.
+	Disabled bool
+	// MaxAttempts and MaxElapsed end healing (ConnectionFailed, ErrReconnectGaveUp)
+	// after that many failed attempts or that much time; 0 means no limit.
+	MaxAttempts int
+	MaxElapsed  time.Duration
+	// Initial and Max bound the backoff between attempts: it starts at
+	// Initial and doubles, with full jitter, up to Max. 0 means 500 ms and
+	// 30 s.
+	Initial, Max time.Duration
+}
+
+// ReadError is a read that got no answer (a transport error, a timeout). It
+// is told to ClientOptions.OnError; the read is tried again while its
+// subscription is open.
+type ReadError struct {
+	URI     string
+	Trigger Trigger
+	Err     error
+}
+
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("mcpsync: read %s (%s): %v", e.URI, e.Trigger, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// ConnectionError reports the loss of a session, or a failed attempt to
+// open its successor.
+type ConnectionError struct {
+	// SessionGeneration is the generation that was lost (for a failed
+	// attempt, the last one that was up).
+	SessionGeneration uint64
+	// Attempt is 0 for the loss itself, then the number of the failed
+	// reconnect attempt.
+	Attempt int
+	Err     error
+}
+
+func (e *ConnectionError) Error() string {
+	if e.Attempt == 0 {
+		return fmt.Sprintf("mcpsync: session %d lost: %v", e.SessionGeneration, e.Err)
+	}
+	return fmt.Sprintf("mcpsync: reconnect attempt %d failed: %v", e.Attempt, e.Err)
+}
+
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// errPingTimeout is the loss a heartbeat reports when the server did not
+// answer within PingTimeout: a half-open connection, or a hung server.
+var errPingTimeout = errors.New("no answer to ping")
+
+// transportLost reports whether err says the connection itself is gone, as
+// opposed to one request failing: the transport is closed (a stdio server
+// exited), the HTTP session is gone, or nothing accepts connections.
+func transportLost(err error) bool {
+	var netErr *net.OpError
+	return errors.Is(err, transport.ErrTransportClosed) || errors.Is(err, transport.ErrSessionTerminated) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.As(err, &netErr)
+}
+
+// report tells the caller of a failure: OnError and the logger.
+func (c *Client) report(err error) {
+	if c.opts.Logger != nil {
+		c.opts.Logger.Warn("mcpsync", "err", err)
+	}
+	if c.opts.OnError != nil {
+		c.opts.OnError(err)
+	}
+}
+
+// Health returns the state of the client's connection.
+func (c *Client) Health() Health {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.health
+	h.SessionGeneration = c.conn.gen
+	h.FailedReads = c.failedReads.Load()
+	return h
+}
+
+// setHealth moves the connection state; c.mu must be held.
+func (c *Client) setHealth(state ConnectionState, reason string) {
+	c.health.State, c.health.Reason, c.health.Since = state, reason, time.Now()
+}
+
+// degradedReason says why key is not being kept fresh now, or "".
+func (c *Client) degradedReason(key string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.health.State != ConnectionUp && c.health.State != ConnectionClosed {
+		return fmt.Sprintf("session %s: %s", c.health.State, c.health.Reason)
+	}
+	return c.failing[key]
+}
+
+// lose handles the loss of conn: once per connection, and only for the
+// current one, the client moves to HEALING and reconnects in the background
+// (or to FAILED when reconnecting is off).
+func (c *Client) lose(conn *connection, err error) {
+	c.mu.Lock()
+	if c.closed || c.conn != conn || conn.lost {
+		c.mu.Unlock()
+		return
+	}
+	conn.lost = true
+	conn.stopHeartbeat()
+	state := ConnectionHealing
+	if c.opts.Reconnect.Disabled {
+		state = ConnectionFailed
+	}
+	c.setHealth(state, err.Error())
+	c.mu.Unlock()
+	c.report(&ConnectionError{SessionGeneration: conn.gen, Err: err})
+	if state == ConnectionHealing {
+		c.goAsync(func() { c.heal(conn) })
+	}
+}
+
+// heal reconnects after the loss of lost, with a capped, jittered
+// exponential backoff, until a session is up, the policy gives up, or the
+// client closes.
+func (c *Client) heal(lost *connection) {
+	p := c.opts.Reconnect
+	b := &backoff.ExponentialBackOff{InitialInterval: p.Initial, RandomizationFactor: 1, Multiplier: 2, MaxInterval: p.Max}
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+		err := c.reconnect(ctx, lost)
+		cancel()
+		if err == nil || errors.Is(err, errSuperseded) {
+			return
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.report(&ConnectionError{SessionGeneration: lost.gen, Attempt: attempt, Err: err})
+		if (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || (p.MaxElapsed > 0 && time.Since(start) >= p.MaxElapsed) {
+			c.mu.Lock()
+			c.setHealth(ConnectionFailed, err.Error())
+			c.mu.Unlock()
+			c.report(fmt.Errorf("%w after %d attempts: %w", ErrReconnectGaveUp, attempt, err))
+			return
+		}
+		if !c.wait(b.NextBackOff()) {
+			return
+		}
+	}
+}
+
+// heartbeat pings the server of conn every PingEvery; a ping without an
+// answer within PingTimeout, or a transport that is gone, is the loss of
+// the session. Any answer counts, an error included: it proves the server
+// reads and writes.
+func (c *Client) heartbeat(conn *connection, stop <-chan struct{}) {
+	if c.opts.PingEvery <= 0 {
+		return
+	}
+	timer := time.NewTimer(c.opts.PingEvery)
+	defer timer.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-stop:
+			return
+		case <-c.ctx.Done():
+			return
+		case <-conn.probe:
+		case <-timer.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.PingTimeout)
+		err := conn.ping(ctx, n)
+		cancel()
+		if err != nil {
+			select {
+			case <-stop:
+				return // replaced meanwhile: its failure is no news
+			default:
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w within %v", errPingTimeout, c.opts.PingTimeout)
+			}
+			c.lose(conn, err)
+			return
+		}
+		timer.Reset(c.opts.PingEvery)
+	}
+}
+
+// ping sends one JSON-RPC ping through the session's transport. mcp-go
+// (v1.2.1) sends none on a 2026-07-28 session, where the method is gone;
+// any response, an error for an unknown method included, proves liveness.
+func (conn *connection) ping(ctx context.Context, n int) error {
+	_, err := conn.tr.SendRequest(ctx, transport.JSONRPCRequest{
+		JSONRPC: "2.0", ID: mcp.NewRequestId("mcpsync-ping-" + strconv.Itoa(n)), Method: "ping",
+	})
+	return err
+}
+
+// probeSoon asks the heartbeat of conn to ping now (a read timed out: the
+// session may be half-open).
+func (conn *connection) probeSoon() {
+	select {
+	case conn.probe <- struct{}{}:
+	default:
+	}
+}
+
+func (conn *connection) stopHeartbeat() {
+	conn.stopOnce.Do(func() { close(conn.stop) })
+}
+
+// failedRead records a read that got no answer.
+func (c *Client) failedRead(conn *connection, t Ticket, err error) {
+	c.failedReads.Add(1)
+	c.mu.Lock()
+	c.failing[t.URI] = err.Error()
+	c.mu.Unlock()
+	c.report(&ReadError{URI: t.URI, Trigger: t.Trigger, Err: err})
+	switch {
+	case transportLost(err):
+		c.lose(conn, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		conn.probeSoon()
+	}
+}
+
+// answered records a read the server answered.
+func (c *Client) answered(key string) {
+	c.mu.Lock()
+	delete(c.failing, key)
+	c.mu.Unlock()
+}
