@@ -17,6 +17,7 @@ const (
 	ruleFailRPC
 	ruleBreak
 	ruleLoseResponse
+	ruleHoldRequest
 )
 
 // requestRule applies to the next request of method (and params.uri, unless
@@ -58,6 +59,22 @@ func (t *Transport) HoldNext(method, uri string) *Hold {
 	return h
 }
 
+// HoldNextRequest holds the next request of method for uri ("" for any)
+// before the server sees it, until Release, like a request stuck in a send
+// buffer: neither its context nor Close nor DropSession end the wait, so a
+// test can keep a call of the client parked at that request while it
+// reconnects, unsubscribes or closes around it. Arrived is closed when the
+// request reaches the kit. After Release the request goes on as usual, or
+// fails with ErrSessionDropped or transport.ErrTransportClosed if its
+// session ended meanwhile. A held request that is never released keeps its
+// caller's goroutine, so a test must release every one it holds (Heal
+// does).
+func (t *Transport) HoldNextRequest(method, uri string) *Hold {
+	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	t.addRule(&requestRule{kind: ruleHoldRequest, method: method, uri: uri, hold: h})
+	return h
+}
+
 // FailNext answers the next request of method for uri ("" for any) with a
 // JSON-RPC error response carrying code and message. The server never sees
 // the request.
@@ -82,6 +99,9 @@ func (t *Transport) LoseNextResponse(method, uri string) {
 func (t *Transport) addRule(r *requestRule) {
 	t.mu.Lock()
 	t.rules = append(t.rules, r)
+	if r.hold != nil {
+		t.holds = append(t.holds, r.hold)
+	}
 	t.mu.Unlock()
 }
 
@@ -106,6 +126,22 @@ func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCReques
 	}
 	uri := paramsURI(req.Params)
 	r := t.takeRule(req.Method, uri)
+	if r != nil && r.kind == ruleHoldRequest {
+		t.note("hold request %s uri=%q before the server", req.Method, uri)
+		r.hold.arriveOnce.Do(func() { close(r.hold.arrived) })
+		<-r.hold.release
+		t.mu.Lock()
+		dropped, closed := t.dropped, t.closed
+		t.mu.Unlock()
+		switch {
+		case dropped:
+			return nil, ErrSessionDropped
+		case closed:
+			return nil, transport.ErrTransportClosed
+		}
+		t.note("release request %s uri=%q", req.Method, uri)
+		r = nil // on its way as if it had never been held
+	}
 	if r != nil {
 		switch r.kind {
 		case ruleFailRPC:

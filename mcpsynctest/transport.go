@@ -73,6 +73,7 @@ type Transport struct {
 	delays    []delayRule
 	reorders  map[string]int
 	rules     []*requestRule
+	holds     []*Hold // every Hold handed out, for Heal
 	mapURI    func(string) string
 	forge     ForgeMode
 	cycles    map[string]cycleRule

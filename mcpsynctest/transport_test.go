@@ -324,3 +324,69 @@ func TestURIEncodingConfusion(t *testing.T) {
 		assert.Equal(t, []string{"file:///a%20b", "file:///a%20b"}, rec.updated(), tr.Log())
 	})
 }
+
+func TestHoldNextRequestKeepsItFromTheServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewServer(nil)
+		s.Set("file:///a", "text/plain", "v1")
+		c, tr, _ := connect(t, s.NewInProcessTransport(), 1)
+		hold := tr.HoldNextRequest(string(mcp.MethodResourcesRead), "file:///a")
+		ctx, cancel := context.WithCancel(context.Background())
+		text := make(chan string, 1)
+		go func() {
+			got, err := read(ctx, c, "file:///a")
+			assert.NoError(t, err)
+			text <- got
+		}()
+		synctest.Wait()
+		<-hold.Arrived()
+		assert.Equal(t, 0, s.Reads("file:///a"), "the server has not seen the request")
+		cancel() // a request stuck in a buffer does not watch its context
+		s.Set("file:///a", "text/plain", "v2")
+		synctest.Wait()
+		require.Empty(t, text)
+		hold.Release()
+		assert.Equal(t, "v2", <-text, "the server answers when the request reaches it")
+	})
+}
+
+func TestHeldRequestFailsAfterItsSessionEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewServer(nil)
+		s.Set("file:///a", "text/plain", "v1")
+		c, tr, _ := connect(t, s.NewInProcessTransport(), 1)
+		hold := tr.HoldNextRequest(string(mcp.MethodResourcesRead), "")
+		failed := make(chan error, 1)
+		go func() {
+			_, err := read(context.Background(), c, "file:///a")
+			failed <- err
+		}()
+		<-hold.Arrived()
+		tr.DropSession()
+		synctest.Wait()
+		require.Empty(t, failed, "the session's end does not end the hold")
+		hold.Release()
+		require.ErrorIs(t, <-failed, ErrSessionDropped)
+		assert.Equal(t, 0, s.Reads("file:///a"))
+	})
+}
+
+func TestHealStopsEveryFault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewServer(nil)
+		c, tr, rec := subscribed(t, s, 1, "file:///a")
+		tr.DropNext("file:///a", 5)
+		tr.SetDuplicateRate(1)
+		tr.DelayNext("file:///a", 0)
+		tr.FailNext(string(mcp.MethodResourcesRead), "", -32603, "boom")
+		hold := tr.HoldNext(string(mcp.MethodResourcesRead), "")
+		tr.Heal()
+		s.Set("file:///a", "text/plain", "v1")
+		synctest.Wait()
+		assert.Equal(t, []string{"file:///a"}, rec.updated(), "delivered once, neither dropped, duplicated nor held")
+		text, err := read(context.Background(), c, "file:///a")
+		require.NoError(t, err, "no request rule is left")
+		assert.Equal(t, "v1", text)
+		<-hold.release // released, although its request never came
+	})
+}

@@ -80,6 +80,8 @@ func orderingFigures(s orderingStats) []figure {
 	zero := bound{"==", 0}
 	detail := fmt.Sprintf("%d orderings, %d operations, %d deliveries (%d after a close began or the session ended, %d of them not found), %d accepted, %d outbox entries",
 		s.Orderings, s.Operations, s.Deliveries, s.DeliveriesAfterClose, s.NotFoundAfterClose, s.Accepted, s.OutboxEntries)
+	progress := fmt.Sprintf("%d orderings settled, %d live subscriptions judged: %d stuck, %d silently stale",
+		s.Orderings, s.LiveSubscriptions, s.StuckSubscriptions, s.SilentlyStale)
 	return []figure{
 		judge("orderings_version_regressions", float64(s.VersionRegressions), zero, nil, "count", true, detail),
 		judge("orderings_late_tombstones", float64(s.LateTombstones), zero, nil, "count", true, detail),
@@ -88,5 +90,9 @@ func orderingFigures(s orderingStats) []figure {
 		// passed the fence as UNCHANGED writes no outbox entry, so the
 		// figure above cannot see it.
 		judge("orderings_accepts_after_close", float64(s.AcceptsAfterClose), zero, nil, "count", true, detail),
+		// Progress: with the harness quiet after the last fault, every live
+		// subscription reaches the server's current content.
+		judge("orderings_stuck_subscriptions", float64(s.StuckSubscriptions), zero, nil, "count", true, progress),
+		judge("orderings_silently_stale", float64(s.SilentlyStale), zero, nil, "count", true, progress),
 	}
 }

@@ -17,7 +17,9 @@
 //     of SNAPSHOT_PROVEN serves a completeness task.
 //   - orderings (orderings.go): random interleavings of notifications,
 //     reads, closes and sessions against the Engine, judged by an
-//     independent record of what the harness did.
+//     independent record of what the harness did; after the last fault of
+//     each, the harness settles it as a Client would and counts the live
+//     subscriptions that are stuck or silently stale.
 //   - amplification and convergence (freshness.go): a Client over
 //     mcpsynctest under duplicated, dropped and reordered notifications.
 //   - revocation (revocation.go) and memory (memory.go): the Engine alone.

@@ -27,7 +27,10 @@ func TestMain(m *testing.M) {
 // with the reason. The gate itself prints them as FAIL and exits 1; this
 // list only keeps `make test` usable meanwhile, and it is a ratchet: a
 // figure listed here that passes fails the test, so the entry must go.
-var knownFailures = map[string]string{}
+var knownFailures = map[string]string{
+	"orderings_stuck_subscriptions": "a subscription deleted and recreated on the server stays TOMBSTONED: " +
+		"revalidation and reconciliation cannot bring it back (issue 9, finding 9)",
+}
 
 // requireFigures checks figures against the bound each one declares and
 // the known failures.
@@ -76,6 +79,7 @@ func TestRunShort(t *testing.T) {
 	for _, name := range []string{
 		"catalogs_accepted_without_reconciliation", "unproven_catalogs_consumed_by_completeness",
 		"orderings_version_regressions", "orderings_late_tombstones", "orderings_outbox_after_closed",
+		"orderings_stuck_subscriptions", "orderings_silently_stale",
 		"read_amplification", "convergence_within_60s", "revocation_p99_seconds", "memory_bytes_per_subscription",
 	} {
 		assert.True(t, names[name], "figure %s is missing", name)
@@ -179,6 +183,23 @@ func TestCheckerCountsBrokenHistories(t *testing.T) {
 		{"revocation after the close is allowed", func(c *checker) {
 			c.outbox(mcpsync.OutboxEntry{URI: uri, Reason: mcpsync.InvalidateRevoked}, true)
 		}, orderingStats{OutboxEntries: 1}},
+		{"settled: converged or a confirmed deletion", func(c *checker) {
+			c.settled(true, 4, true, true, 4)
+			c.settled(false, 4, false, false, 0)
+			c.settled(false, 4, true, false, 0)
+		}, orderingStats{LiveSubscriptions: 3}},
+		{"settled: open but nothing served", func(c *checker) {
+			c.settled(true, 4, true, false, 0)
+		}, orderingStats{LiveSubscriptions: 1, StuckSubscriptions: 1}},
+		{"settled: tombstoned while the server has it", func(c *checker) {
+			c.settled(true, 4, false, false, 0)
+		}, orderingStats{LiveSubscriptions: 1, StuckSubscriptions: 1}},
+		{"settled: older content served", func(c *checker) {
+			c.settled(true, 4, true, true, 3)
+		}, orderingStats{LiveSubscriptions: 1, SilentlyStale: 1}},
+		{"settled: content of a deleted resource served", func(c *checker) {
+			c.settled(false, 4, true, true, 4)
+		}, orderingStats{LiveSubscriptions: 1, SilentlyStale: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,7 +222,11 @@ func TestOrderingsDeterministic(t *testing.T) {
 	assert.Equal(t, a, b)
 	assert.NotEqual(t, a.Operations, c.Operations)
 	assert.NotZero(t, a.DeliveriesAfterClose, "the orderings reach the cases the figures are about")
-	requireFigures(t, orderingFigures(a))
+	assert.NotZero(t, a.LiveSubscriptions, "the orderings leave live subscriptions to judge")
+	// The progress figures are judged over the short gate's 5000 orderings
+	// (TestRunShort): 300 are too few to meet a rare stuck subscription, so
+	// the known-failure ratchet cannot be applied to them here.
+	requireFigures(t, orderingFigures(a)[:4])
 }
 
 // Every figure fails when its value is outside its bound.
@@ -213,6 +238,8 @@ func TestFiguresCanFail(t *testing.T) {
 		orderingFigures(orderingStats{LateTombstones: 1})[1],
 		orderingFigures(orderingStats{OutboxAfterClosed: 1})[2],
 		orderingFigures(orderingStats{AcceptsAfterClose: 1})[3],
+		orderingFigures(orderingStats{StuckSubscriptions: 1})[4],
+		orderingFigures(orderingStats{SilentlyStale: 1})[5],
 		amplificationFigure(amplificationStats{Ratio: 1.2}),
 		convergenceFigure(convergenceStats{Share: 0.998}),
 		revocationFigure(revocationStats{P99Seconds: 30}),

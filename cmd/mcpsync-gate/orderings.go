@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +21,9 @@ import (
 // What the engine does is judged by a checker that keeps its own record of
 // what the harness asked for (which generations it began closing, which
 // session is current, which server version each read carried), never by
-// the engine's own verdicts.
+// the engine's own verdicts. Once an ordering's operations are done the
+// harness goes quiet and settles it (settle), and each live subscription is
+// judged for progress: converged, stuck or silently stale.
 
 // fencePos is a place in the fence's order of one URI: subscription
 // generation, then read ordinal.
@@ -65,6 +69,19 @@ type orderingStats struct {
 	// AcceptsAfterClose: a result of such a generation that passed the
 	// fence at all (UNCHANGED included, which writes no outbox entry).
 	AcceptsAfterClose int `json:"acceptsAfterClose"`
+
+	// Progress, judged once each ordering is over and the harness has
+	// settled it (settle): LiveSubscriptions are the subscriptions judged,
+	// open (or a tombstone) in the current session with their close not
+	// begun and their subject not revoked.
+	LiveSubscriptions int `json:"liveSubscriptions"`
+	// StuckSubscriptions: live subscriptions that never reached the server's
+	// current content: nothing is served, or the subscription is not open,
+	// while the server has the resource.
+	StuckSubscriptions int `json:"stuckSubscriptions"`
+	// SilentlyStale: live subscriptions whose Lookup serves, with no error,
+	// content older than the server's (or of a resource the server deleted).
+	SilentlyStale int `json:"silentlyStale"`
 }
 
 func (s *orderingStats) add(o orderingStats) {
@@ -79,6 +96,9 @@ func (s *orderingStats) add(o orderingStats) {
 	s.LateTombstones += o.LateTombstones
 	s.OutboxAfterClosed += o.OutboxAfterClosed
 	s.AcceptsAfterClose += o.AcceptsAfterClose
+	s.LiveSubscriptions += o.LiveSubscriptions
+	s.StuckSubscriptions += o.StuckSubscriptions
+	s.SilentlyStale += o.SilentlyStale
 }
 
 // checker counts violations in a history of one ordering. Its inputs are
@@ -164,6 +184,20 @@ func (c *checker) outbox(e mcpsync.OutboxEntry, closed bool) {
 	}
 }
 
+// settled judges one live subscription once the harness has settled the
+// ordering. exists and serverVer are the server's truth; open says whether
+// the subscription is open; served and servedVer what Lookup serves for its
+// subject (servedVer 0 for content the harness cannot date).
+func (c *checker) settled(exists bool, serverVer uint64, open, served bool, servedVer uint64) {
+	c.stats.LiveSubscriptions++
+	switch {
+	case served && (!exists || servedVer != serverVer):
+		c.stats.SilentlyStale++
+	case exists && (!open || !served):
+		c.stats.StuckSubscriptions++
+	}
+}
+
 var (
 	orderingSubjects = []string{"user:alice", "user:bob"}
 	orderingTriggers = []mcpsync.Trigger{
@@ -238,7 +272,93 @@ func runOrdering(seed, index uint64, stats *orderingStats) error {
 			return err
 		}
 	}
+	return h.settle()
+}
+
+// settleRounds bounds how often settle asks again for the reads a Client
+// would send; a subscription that needs more has not converged.
+const settleRounds = 3
+
+// settle ends an ordering the way a Client goes on after the last fault,
+// with the server quiet: every read in flight is answered in the order it
+// was sent, and each live subscription gets what the Client would send it:
+// a revalidation read while it is open, list reconciliation's verdict (the
+// server's truth) while its tombstone is pending. Then each live
+// subscription is judged: converged, stuck or silently stale.
+func (h *harness) settle() error {
+	for range settleRounds {
+		if err := h.drain(); err != nil {
+			return err
+		}
+		for _, u := range h.uris {
+			sub, live := h.live(u)
+			if !live {
+				continue
+			}
+			var t mcpsync.Ticket
+			var ok bool
+			var err error
+			if sub.State == mcpsync.StateTombstonePending {
+				t, ok, err = h.e.Reconcile(u.key, u.exists)
+			} else {
+				t, ok, err = h.e.RequestRead(u.key, mcpsync.TriggerRevalidate)
+			}
+			if err == nil && ok {
+				h.sent(t)
+			}
+		}
+	}
+	if err := h.drain(); err != nil {
+		return err
+	}
+	for _, u := range h.uris {
+		sub, live := h.live(u)
+		if !live {
+			continue
+		}
+		entry, err := h.e.Lookup(sub.Principal, u.key)
+		var servedVer uint64
+		if err == nil && len(entry.Contents) > 0 {
+			_, _ = fmt.Sscanf(strings.TrimPrefix(entry.Contents[0].Text, u.key+" "), "v%d", &servedVer)
+		}
+		open := sub.State != mcpsync.StateTombstonePending && sub.State != mcpsync.StateTombstoned
+		h.c.settled(u.exists, u.ver, open, err == nil, servedVer)
+	}
 	return nil
+}
+
+// drain answers every read in flight, follow-ups included, oldest first.
+func (h *harness) drain() error {
+	for len(h.inflight) > 0 {
+		f := h.inflight[0]
+		h.inflight = h.inflight[1:]
+		h.answered = append(h.answered, f)
+		h.deliver(f)
+		if err := h.observe(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// live reports whether u's subscription is one a Client keeps converging:
+// in the current session, its close not begun, open or a tombstone, and
+// its subject not revoked (whose reads are refused, visibly, for good).
+func (h *harness) live(u *resource) (mcpsync.Subscription, bool) {
+	sub, err := h.e.Subscription(u.key)
+	if err != nil || sub.SessionGeneration != h.session || sub.CloseEpoch != 0 {
+		return sub, false
+	}
+	switch sub.State {
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted,
+		mcpsync.StateTombstonePending, mcpsync.StateTombstoned:
+	default:
+		return sub, false
+	}
+	if _, err := h.e.Lookup(sub.Principal, u.key); errors.Is(err, mcpsync.ErrRevoked) {
+		return sub, false
+	}
+	return sub, true
 }
 
 // isClosed reports whether the generation of t had begun closing, or its

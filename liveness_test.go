@@ -1,0 +1,507 @@
+package mcpsync_test
+
+// One test per liveness finding that lives in the session layer: each
+// drives a Client over the mcpsynctest server into the interleaving the
+// finding names, then lets fake time pass with the server quiet, and checks
+// that the subscription reached the server's current content (or says why
+// not). Revalidation is set far beyond the test wherever only the read the
+// finding is about can bring the new content, so that a periodic read
+// cannot hide a lost one.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// otherURI is a second resource of the liveness tests.
+const otherURI = "file:///docs/other.md"
+
+// liveRig is a Client synced to an mcpsynctest server through the fault
+// kit. Unlike rig, it lets a test set faults on a connection's kit before
+// that connection sends anything (onDial), and it keeps every outcome
+// without ever blocking the client, so a long schedule cannot wedge it.
+type liveRig struct {
+	srv     *mcpsynctest.Server
+	c       *mcpsync.Client
+	version string
+
+	mu       sync.Mutex // protects every field below
+	kit      *mcpsynctest.Transport
+	dials    int
+	onDial   func(dial int, kit *mcpsynctest.Transport)
+	outcomes []mcpsync.Outcome
+}
+
+// newLiveRig connects a Client speaking version to srv. opts.Principal,
+// ProtocolVersion and OnOutcome are the rig's; the kit of dial n is seeded
+// with seed+n.
+func newLiveRig(ctx context.Context, srv *mcpsynctest.Server, version string, seed int64, opts mcpsync.ClientOptions) (*liveRig, error) {
+	r := &liveRig{srv: srv, version: version}
+	opts.Principal, opts.ProtocolVersion = alice, version
+	opts.OnOutcome = func(o mcpsync.Outcome) {
+		r.mu.Lock()
+		r.outcomes = append(r.outcomes, o)
+		r.mu.Unlock()
+	}
+	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.dials++
+		kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), seed+int64(r.dials))
+		if r.onDial != nil {
+			r.onDial(r.dials, kit)
+		}
+		r.kit = kit
+		return kit, nil
+	}, &opts)
+	if err != nil {
+		return nil, err
+	}
+	r.c = c
+	return r, nil
+}
+
+// mustLiveRig is newLiveRig for a test: the resources exist with text "v1",
+// and the client is closed when the test ends.
+func mustLiveRig(t *testing.T, w wiring, opts mcpsync.ClientOptions, uris ...string) *liveRig {
+	t.Helper()
+	srv := mcpsynctest.NewServer(nil)
+	for _, u := range uris {
+		srv.Set(u, "text/markdown", "v1")
+	}
+	r, err := newLiveRig(t.Context(), srv, w.version, 1, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+	return r
+}
+
+func (r *liveRig) faults() *mcpsynctest.Transport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kit
+}
+
+// setOnDial installs f, called with each later connection's kit before the
+// connection is initialized.
+func (r *liveRig) setOnDial(f func(dial int, kit *mcpsynctest.Transport)) {
+	r.mu.Lock()
+	r.onDial = f
+	r.mu.Unlock()
+}
+
+func (r *liveRig) outcomesSoFar() []mcpsync.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.outcomes)
+}
+
+// served returns what Lookup serves for uri: the text of its first content.
+func (r *liveRig) served(uri string) (string, error) {
+	e, err := r.c.Lookup(uri)
+	if err != nil {
+		return "", err
+	}
+	if len(e.Contents) == 0 {
+		return "", errors.New("a version without contents")
+	}
+	return e.Contents[0].Text, nil
+}
+
+// subscribeMethod is the request that subscribes in the rig's era.
+func (r *liveRig) subscribeMethod() string {
+	if mcpsync.EraOf(r.version) == mcpsync.EraModern {
+		return string(mcp.MethodSubscriptionsListen)
+	}
+	return string(mcp.MethodResourcesSubscribe)
+}
+
+// describe says everything a liveness failure needs about uri: the ledger
+// row, what Lookup serves and what the server holds.
+func (r *liveRig) describe(uri string) string {
+	e := r.c.Engine()
+	sub, err := e.Subscription(uri)
+	text, lerr := r.served(uri)
+	want, exists := r.srv.Text(uri)
+	return fmt.Sprintf("%s: state %s, session %d (current %d), subscription generation %d, mode %q, last issued %d, watermark %d, staleness bound %d ms, close epoch %d (row err %v); Lookup = %q, err %v; server text %q (exists %v, subscribed on the server %v)",
+		uri, sub.State, sub.SessionGeneration, e.SessionGeneration(), sub.SubscriptionGeneration, sub.Mode,
+		sub.LastIssuedOrdinal, sub.Watermark, sub.StalenessBoundMs, sub.CloseEpoch, err,
+		text, lerr, want, exists, r.srv.Subscribed(uri))
+}
+
+// subscribeSettled subscribes uri and waits until its first read passed.
+func (r *liveRig) subscribeSettled(t *testing.T, uri string) mcpsync.Subscription {
+	t.Helper()
+	sub, err := r.c.Subscribe(t.Context(), uri)
+	require.NoError(t, err)
+	time.Sleep(5 * time.Second) // longer than any coalescing window of these tests
+	quiesce()
+	text, err := r.served(uri)
+	require.NoError(t, err, r.describe(uri))
+	want, _ := r.srv.Text(uri)
+	require.Equal(t, want, text, r.describe(uri))
+	return sub
+}
+
+// requireConverged checks the progress property for one subscribed URI:
+// open in the current session, and Lookup serves exactly the server's text.
+func (r *liveRig) requireConverged(t *testing.T, uri, finding string) {
+	t.Helper()
+	e := r.c.Engine()
+	sub, err := e.Subscription(uri)
+	require.NoError(t, err)
+	want, _ := r.srv.Text(uri)
+	text, lerr := r.served(uri)
+	switch {
+	case !openState(sub.State) || sub.SessionGeneration != e.SessionGeneration():
+		t.Fatalf("%s: stuck, not open in the current session: %s", finding, r.describe(uri))
+	case lerr == nil && text != want:
+		t.Fatalf("%s: silently stale, old text served with no error: %s", finding, r.describe(uri))
+	case lerr != nil:
+		t.Fatalf("%s: stuck, no version served: %s", finding, r.describe(uri))
+	}
+}
+
+func openState(s mcpsync.SubscriptionState) bool {
+	switch s {
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+		return true
+	}
+	return false
+}
+
+func arrived(h *mcpsynctest.Hold) bool {
+	select {
+	case <-h.Arrived():
+		return true
+	default:
+		return false
+	}
+}
+
+// Finding 1: a read queued (not yet sent) for the old session or the old
+// subscription generation must not stand in for the read the new
+// generation asks for. The pulse lands first, its read waits out the
+// coalescing window, and the new generation opens inside that window.
+func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
+	for _, w := range eras {
+		for _, how := range []string{"reconnect", "unsubscribe then subscribe"} {
+			t.Run(w.name+"/"+how, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second}, faultURI)
+					r.subscribeSettled(t, faultURI)
+					r.srv.Set(faultURI, "text/markdown", "v2") // its read waits out the window
+					synctest.Wait()
+					if how == "reconnect" {
+						require.NoError(t, r.c.Reconnect(t.Context()))
+					} else {
+						_, err := r.c.Unsubscribe(t.Context(), faultURI)
+						require.NoError(t, err)
+						_, err = r.c.Subscribe(t.Context(), faultURI)
+						require.NoError(t, err)
+					}
+					time.Sleep(10 * time.Second) // an hour short of revalidation
+					quiesce()
+					r.requireConverged(t, faultURI, "queue keyed by URI alone")
+				})
+			})
+		}
+	}
+}
+
+// Finding 2: a Subscribe whose server subscribe is in flight while the
+// client reconnects must not end in the dead session. The request is held
+// before the server sees it until the reconnect is done.
+func TestLivenessSubscribeRacingReconnect(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second, PollEvery: 2 * time.Second}, faultURI)
+				hold := r.faults().HoldNextRequest(r.subscribeMethod(), "")
+				type result struct {
+					sub mcpsync.Subscription
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					sub, err := r.c.Subscribe(context.Background(), faultURI)
+					done <- result{sub, err}
+				}()
+				synctest.Wait()
+				require.True(t, arrived(hold), "the subscribe request is held")
+				require.NoError(t, r.c.Reconnect(t.Context()))
+				hold.Release()
+				res := <-done
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				time.Sleep(30 * time.Second) // many revalidation intervals
+				quiesce()
+				if res.err != nil {
+					t.Logf("Subscribe failed visibly: %v", res.err)
+					return
+				}
+				r.requireConverged(t, faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.sub.SessionGeneration, res.sub.State))
+			})
+		})
+	}
+}
+
+// Finding 3: an Unsubscribe that completes while a Reconnect is
+// re-establishing subscriptions stays done: the URI is not watched again.
+// The first resubscribe of the reconnect is held; the other URI is
+// unsubscribed meanwhile.
+func TestLivenessUnsubscribeDuringReconnect(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second}, faultURI, otherURI)
+				r.subscribeSettled(t, faultURI)
+				r.subscribeSettled(t, otherURI)
+				var hold *mcpsynctest.Hold
+				r.setOnDial(func(_ int, kit *mcpsynctest.Transport) { hold = kit.HoldNextRequest(r.subscribeMethod(), "") })
+				reconnected := make(chan error, 1)
+				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+				synctest.Wait()
+				require.True(t, arrived(hold), "the first resubscribe is held")
+
+				// The URI the reconnect has not reached yet is the one still
+				// in the old session.
+				current := r.c.Engine().SessionGeneration()
+				gone := faultURI
+				if sub, err := r.c.Engine().Subscription(faultURI); err == nil && sub.SessionGeneration == current {
+					gone = otherURI
+				}
+				closed, err := r.c.Unsubscribe(t.Context(), gone)
+				require.NoError(t, err)
+				require.Contains(t, []mcpsync.SubscriptionState{mcpsync.StateClosed, mcpsync.StateUnsubscribeUnknown}, closed.State)
+				hold.Release()
+				t.Logf("Reconnect returned %v", <-reconnected)
+				time.Sleep(10 * time.Second)
+				quiesce()
+
+				sub, err := r.c.Engine().Subscription(gone)
+				require.NoError(t, err)
+				if sub.SubscriptionGeneration != closed.SubscriptionGeneration || openState(sub.State) || r.srv.Subscribed(gone) {
+					t.Fatalf("unsubscribe during reconnect undone: Unsubscribe returned %s generation %d; now %s",
+						closed.State, closed.SubscriptionGeneration, r.describe(gone))
+				}
+			})
+		})
+	}
+}
+
+// Finding 5 (2026-07-28): a change to an already subscribed URI while the
+// listen stream is being replaced must still reach the client. The new
+// stream's request is held before the server sees it, so the old stream is
+// gone and the new one not yet there when the resource changes; once the
+// new stream is acknowledged the URI must converge without waiting for
+// revalidation, an hour away.
+func TestLivenessRelistenGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, faultURI, otherURI)
+		r.subscribeSettled(t, faultURI)
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		subscribed := make(chan error, 1)
+		go func() {
+			_, err := r.c.Subscribe(context.Background(), otherURI)
+			subscribed <- err
+		}()
+		synctest.Wait()
+		require.True(t, arrived(hold), "the new stream is held")
+		t.Logf("while the new stream is held, the server has %s subscribed: %v", faultURI, r.srv.Subscribed(faultURI))
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		hold.Release()
+		require.NoError(t, <-subscribed)
+		time.Sleep(10 * time.Second)
+		quiesce()
+		r.requireConverged(t, faultURI, "relisten gap")
+	})
+}
+
+// Finding 6 (2026-07-28): Subscribe calls that run at once each get the
+// acknowledgement of their own stream and end in push mode, and an
+// Unsubscribe takes its URI off the server's subscriptions.
+func TestLivenessConcurrentSubscribeModern(t *testing.T) {
+	uris := []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md", "file:///docs/d.md"}
+	synctest.Test(t, func(t *testing.T) {
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris...)
+		modes := make([]mcpsync.SubscriptionMode, len(uris))
+		errs := make([]error, len(uris))
+		var wg sync.WaitGroup
+		for i, u := range uris {
+			wg.Go(func() {
+				sub, err := r.c.Subscribe(context.Background(), u)
+				modes[i], errs[i] = sub.Mode, err
+			})
+		}
+		wg.Wait()
+		quiesce()
+		for i, u := range uris {
+			require.NoError(t, errs[i], u)
+		}
+		assert.Equal(t, slices.Repeat([]mcpsync.SubscriptionMode{mcpsync.ModePush}, len(uris)), modes,
+			"every concurrent Subscribe ends in push mode")
+		for _, u := range uris {
+			_, err := r.c.Unsubscribe(t.Context(), u)
+			require.NoError(t, err)
+			assert.False(t, r.srv.Subscribed(u), "unsubscribed but still subscribed on the server: %s", r.describe(u))
+		}
+	})
+}
+
+// Finding 7: a read triggered by a notification that fails (an error
+// answer, a broken transport, a timeout) is retried with backoff while the
+// subscription is open; revalidation is an hour away, so only a retry can
+// bring the new text within the 30 s the test waits.
+func TestLivenessFailedReadRetried(t *testing.T) {
+	faults := map[string]func(kit *mcpsynctest.Transport){
+		"error answer": func(kit *mcpsynctest.Transport) {
+			kit.FailNext(string(mcp.MethodResourcesRead), faultURI, -32603, "internal error")
+		},
+		"broken transport": func(kit *mcpsynctest.Transport) {
+			kit.BreakNext(string(mcp.MethodResourcesRead), faultURI, errors.New("connection reset"))
+		},
+		"timeout": func(kit *mcpsynctest.Transport) { kit.HoldNext(string(mcp.MethodResourcesRead), faultURI) },
+	}
+	for _, w := range eras {
+		for name, fault := range faults {
+			t.Run(w.name+"/"+name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, faultURI)
+					r.subscribeSettled(t, faultURI)
+					fault(r.faults())
+					r.srv.Set(faultURI, "text/markdown", "v2")
+					time.Sleep(5 * time.Second) // the read has failed by now
+					quiesce()
+					r.faults().Heal() // the server recovers
+					time.Sleep(30 * time.Second)
+					quiesce()
+					r.requireConverged(t, faultURI, "failed read not retried ("+name+")")
+				})
+			})
+		}
+	}
+}
+
+// A list_changed that arrives while pass B is being listed makes the scan
+// start over, although the Client counts list_changed on its own goroutine:
+// the resource created during pass B is in the catalog. Whether the count
+// lags the last page is up to the scheduler, so the test runs thirty
+// rounds; on a client that counts late, some of them lose the race.
+func TestLivenessListChangedDuringPassB(t *testing.T) {
+	for round := range 30 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			srv := mcpsynctest.NewServer(nil)
+			for _, u := range []string{"file:///docs/1.md", "file:///docs/2.md", "file:///docs/3.md"} {
+				srv.Set(u, "text/plain", "x")
+			}
+			const late = "file:///docs/late.md"
+			walks, added := 0, false
+			srv.OnPage(func(kind string, page int) {
+				if kind != mcpsynctest.KindResources {
+					return
+				}
+				if page == 1 {
+					walks++
+				}
+				// The last page of pass B is cut; the new resource sorts
+				// after it, so pass B equals pass A and only the
+				// list_changed tells the scan.
+				if walks == 2 && page == 2 && !added {
+					added = true
+					srv.Set(late, "text/plain", "x")
+				}
+			})
+			r, err := newLiveRig(t.Context(), srv, "2025-11-25", 1, mcpsync.ClientOptions{})
+			require.NoError(t, err)
+			defer r.c.Close()
+			cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+			require.NoError(t, err)
+			require.True(t, added, "the resource was created during pass B")
+			var uris []string
+			for d := range cat.Items() {
+				uris = append(uris, d.URI)
+			}
+			var passes []string
+			for _, sc := range cat.Scans {
+				passes = append(passes, fmt.Sprintf("attempt %d pass %s %s, %d items, %d list_changed seen", sc.Attempt, sc.Pass, sc.Outcome, sc.ItemCount, sc.ListChangedSeen))
+			}
+			require.Contains(t, uris, late, "list_changed during pass B did not make the scan retry: %s after %q; the client has seen %d list_changed by now",
+				cat.Status, passes, r.c.ListChanged(mcpsynctest.KindResources))
+		})
+	}
+}
+
+// Close is bounded: it returns even when a server handler ignores its
+// context (in-process, mcp-go runs the handler on the read's goroutine), and
+// a Subscribe racing Close neither panics nor races the client's wait group.
+func TestLivenessCloseBounded(t *testing.T) {
+	t.Run("handler ignores its context", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			const blocked = "file:///docs/blocked.md"
+			srv := mcpsynctest.NewServer(nil)
+			unblock := make(chan struct{})
+			srv.MCPServer().AddResource(mcp.NewResource(blocked, "blocked"), func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+				<-unblock // ignores its context
+				return []mcp.ResourceContents{mcp.TextResourceContents{URI: blocked, Text: "late"}}, nil
+			})
+			r, err := newLiveRig(t.Context(), srv, "2025-11-25", 1, mcpsync.ClientOptions{RequestTimeout: time.Second})
+			require.NoError(t, err)
+			_, err = r.c.Subscribe(t.Context(), blocked)
+			require.NoError(t, err)
+			quiesce() // the first read is in the handler
+			closed := make(chan error, 1)
+			go func() { closed <- r.c.Close() }()
+			select {
+			case <-closed:
+			case <-time.After(time.Minute):
+				close(unblock) // let the handler go, so the bubble can end
+				<-closed
+				t.Fatal("Close did not return within a minute of fake time while a server handler ignored its context (RequestTimeout 1 s)")
+			}
+			close(unblock)
+		})
+	})
+	t.Run("subscribe racing close", func(t *testing.T) {
+		for round := range 20 {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(nil)
+				srv.Set(faultURI, "text/markdown", "v1")
+				r, err := newLiveRig(t.Context(), srv, "2025-11-25", int64(round), mcpsync.ClientOptions{})
+				require.NoError(t, err)
+				hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
+				subscribed := make(chan error, 1)
+				go func() {
+					_, err := r.c.Subscribe(context.Background(), faultURI)
+					subscribed <- err
+				}()
+				synctest.Wait()
+				require.True(t, arrived(hold))
+				// The subscribe resumes while Close waits for the client's
+				// goroutines: it must not start one after that wait began.
+				closed := make(chan error, 1)
+				go func() { closed <- r.c.Close() }()
+				if round%2 == 0 {
+					synctest.Wait()
+				}
+				hold.Release()
+				require.NoError(t, <-closed)
+				err = <-subscribed
+				synctest.Wait()
+				assert.Error(t, err, "a Subscribe that ends after Close returned reports the client closed")
+			})
+		}
+	})
+}
