@@ -179,6 +179,9 @@ type Client struct {
 	reconnectMu sync.Mutex
 	health      Health            // protected by mu
 	failing     map[string]string // key -> why its reads fail; protected by mu
+	// resync marks keys a reconnect found held by someone else; the holder
+	// opens them in the current session before it lets go (settle).
+	resync map[string]bool // protected by mu
 	failedReads atomic.Uint64
 
 	scanner     *Scanner
@@ -201,9 +204,10 @@ type connection struct {
 	stopOnce sync.Once
 
 	// relisten serializes replacements of the subscriptions/listen stream
-	// of a 2026-07-28 session; callers that queue behind one often find
-	// their URI carried by it and send nothing.
-	relisten sync.Mutex
+	// of a 2026-07-28 session (a semaphore, so that a caller waits no longer
+	// than its context); callers that queue behind one often find their
+	// URI carried by it and send nothing.
+	relisten chan struct{}
 
 	mu     sync.Mutex    // protects the fields below
 	want   []string      // URIs the next listen stream must carry
@@ -226,31 +230,63 @@ type keyLocks struct {
 }
 
 type keyLock struct {
-	mu   sync.Mutex
-	refs int // holders and waiters; protected by keyLocks.mu
+	sem  chan struct{} // holds a token while the key is locked
+	refs int           // holders and waiters; protected by keyLocks.mu
 }
 
-// lock locks key and returns its unlock.
-func (k *keyLocks) lock(key string) func() {
+// tryLock locks key if nobody holds or waits for it.
+func (k *keyLocks) tryLock(key string) (func(), bool) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.locks[key] != nil {
+		return nil, false
+	}
+	l := k.add(key)
+	l.sem <- struct{}{} // new, so free
+	return k.unlocker(key, l), true
+}
+
+// lock locks key and returns its unlock, or ctx's error if ctx ends first.
+func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
+	k.mu.Lock()
+	l := k.add(key)
+	k.mu.Unlock()
+	select {
+	case l.sem <- struct{}{}:
+		return k.unlocker(key, l), nil
+	case <-ctx.Done():
+		k.drop(key, l)
+		return nil, ctx.Err()
+	}
+}
+
+// drop counts one holder or waiter of key less.
+func (k *keyLocks) drop(key string, l *keyLock) {
+	k.mu.Lock()
+	if l.refs--; l.refs == 0 {
+		delete(k.locks, key)
+	}
+	k.mu.Unlock()
+}
+
+// add counts one more holder or waiter of key; k.mu must be held.
+func (k *keyLocks) add(key string) *keyLock {
 	if k.locks == nil {
 		k.locks = make(map[string]*keyLock)
 	}
 	l := k.locks[key]
 	if l == nil {
-		l = &keyLock{}
+		l = &keyLock{sem: make(chan struct{}, 1)}
 		k.locks[key] = l
 	}
 	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
+	return l
+}
+
+func (k *keyLocks) unlocker(key string, l *keyLock) func() {
 	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
+		<-l.sem
+		k.drop(key, l)
 	}
 }
 
@@ -344,7 +380,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
-		watches: make(map[string]*watch), failing: make(map[string]string),
+		watches: make(map[string]*watch), failing: make(map[string]string), resync: make(map[string]bool),
 		listChanged: map[string]*atomic.Uint64{
 			string(mcp.MethodResourcesList): {}, string(mcp.MethodResourcesTemplatesList): {},
 			string(mcp.MethodToolsList): {}, string(mcp.MethodPromptsList): {},
@@ -390,7 +426,7 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	}
 	wrapped := wire.New(tr, rpcError, wireMethods...)
 	mc := mcpclient.NewClient(wrapped, options...)
-	conn := &connection{mc: mc, tr: wrapped, probe: make(chan struct{}, 1), stop: make(chan struct{})}
+	conn := &connection{mc: mc, tr: wrapped, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1)}
 	// The handler is installed before Start, so no notification is lost
 	// to a missing handler; it only queues, stamped with the session it
 	// arrived on, whose generation is set once initialize is done.
@@ -526,34 +562,70 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	if err != nil {
 		return Subscription{}, err
 	}
-	unlock := c.keys.lock(key)
-	defer unlock()
+	unlock, err := c.keys.lock(ctx, key)
+	if err != nil {
+		return Subscription{}, err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		unlock()
 		return Subscription{}, ErrClientClosed
 	}
 	_, had := c.watches[key]
 	if !had {
 		c.watches[key] = &watch{raw: uri}
 	}
-	conn := c.conn
 	c.mu.Unlock()
+	var sub Subscription
+	err = c.settle(key, unlock, func(conn *connection) error {
+		sub, err = c.subscribe(ctx, conn, key, TriggerInitial)
+		if err != nil && !had {
+			c.mu.Lock()
+			if c.conn == conn {
+				c.dropWatch(key) // never opened: no intent left behind
+			}
+			c.mu.Unlock()
+		}
+		return err
+	})
+	if err == nil && c.isClosed() {
+		return sub, ErrClientClosed
+	}
+	return sub, err
+}
+
+// settle runs step against the current session, with key locked (unlock
+// releases it), until it ran on the session that is still current and no
+// reconnect asked for key again meanwhile. A reconnect never waits for a
+// locked key: it marks it (resync), and whoever holds the key runs step
+// again before letting go, so a subscribe that raced the reconnect ends up
+// in the new session. The key is released under c.mu, so a reconnect sees
+// it either still held (and its mark will be seen) or free.
+func (c *Client) settle(key string, unlock func(), step func(*connection) error) error {
 	for {
-		sub, err := c.subscribe(ctx, conn, key, TriggerInitial)
 		c.mu.Lock()
-		now, closed := c.conn, c.closed
-		if err != nil && !had && now == conn {
-			c.dropWatch(key) // never opened: no intent left behind
+		conn, closed := c.conn, c.closed
+		delete(c.resync, key)
+		c.mu.Unlock()
+		var err error
+		if !closed {
+			err = step(conn)
+		}
+		c.mu.Lock()
+		if c.closed || (!c.resync[key] && c.conn == conn) {
+			unlock()
+			c.mu.Unlock()
+			return err
 		}
 		c.mu.Unlock()
-		if now == conn || closed {
-			return sub, err
-		}
-		// A Reconnect replaced the session meanwhile; it may have found
-		// this URI before it was opened, so open it in the new one.
-		conn = now
 	}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // subscribe opens key's subscription generation on conn, for a URI the
@@ -680,8 +752,12 @@ func (conn *connection) setWanted(raw string, wanted bool) {
 // settled sends nothing.
 func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add bool) error {
 	conn.setWanted(raw, add)
-	conn.relisten.Lock()
-	defer conn.relisten.Unlock()
+	select {
+	case conn.relisten <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-conn.relisten }()
 	conn.mu.Lock()
 	old := conn.listen
 	if old != nil && old.isAcked() && slices.Contains(old.ackURIs, raw) == add && (add || !slices.Contains(old.uris, raw)) {
@@ -785,7 +861,10 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	if err != nil {
 		return Subscription{}, err
 	}
-	unlock := c.keys.lock(key)
+	unlock, err := c.keys.lock(ctx, key)
+	if err != nil {
+		return Subscription{}, err
+	}
 	defer unlock()
 	conn, err := c.current()
 	if err != nil {
@@ -1067,7 +1146,7 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	c.startHeartbeat(conn)
 	var errs []error
 	for _, key := range keys {
-		if err := c.resubscribe(ctx, conn, key, TriggerReconnect); err != nil {
+		if err := c.resubscribe(ctx, key); err != nil {
 			c.report(err)
 			errs = append(errs, err)
 		}
@@ -1084,19 +1163,23 @@ func (c *Client) startHeartbeat(conn *connection) {
 	c.goAsync(func() { c.heartbeat(conn, conn.stop) })
 }
 
-// resubscribe opens key's subscription in conn's session, if the caller
-// still watches it and conn is still current.
-func (c *Client) resubscribe(ctx context.Context, conn *connection, key string, trigger Trigger) error {
-	unlock := c.keys.lock(key)
-	defer unlock()
+// resubscribe opens key's subscription in the current session if the caller
+// still watches it. A key someone else holds is only marked: its holder
+// opens it in the current session before it lets go (settle).
+func (c *Client) resubscribe(ctx context.Context, key string) error {
 	c.mu.Lock()
-	current := c.conn == conn && !c.closed
-	c.mu.Unlock()
-	if !current {
-		return nil // a newer session took over; it resubscribes
+	unlock, ok := c.keys.tryLock(key)
+	if !ok {
+		c.resync[key] = true
 	}
-	_, err := c.subscribe(ctx, conn, key, trigger)
-	return err
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return c.settle(key, unlock, func(conn *connection) error {
+		_, err := c.subscribe(ctx, conn, key, TriggerReconnect)
+		return err
+	})
 }
 
 // ListChanged returns how many list_changed notifications the client has
@@ -1259,22 +1342,30 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 // reopen closes key's generation and opens the next one on conn, if the
 // caller still watches it and conn is still current.
 func (c *Client) reopen(conn *connection, key string) {
-	unlock := c.keys.lock(key)
-	defer unlock()
+	unlock, err := c.keys.lock(c.ctx, key)
+	if err != nil {
+		return // closing
+	}
 	c.mu.Lock()
 	_, watched := c.watches[key]
 	current := c.conn == conn && !c.closed
 	c.mu.Unlock()
 	if !watched || !current {
+		unlock()
 		return
 	}
-	if _, err := c.engine.BeginClose(key); err != nil {
-		return
-	}
-	if _, err := c.engine.FinishClose(key, true); err != nil {
-		return
-	}
-	_, _ = c.subscribe(c.ctx, conn, key, TriggerReconnect)
+	_ = c.settle(key, unlock, func(now *connection) error {
+		if now == conn {
+			if _, err := c.engine.BeginClose(key); err != nil {
+				return err
+			}
+			if _, err := c.engine.FinishClose(key, true); err != nil {
+				return err
+			}
+		}
+		_, err := c.subscribe(c.ctx, now, key, TriggerReconnect)
+		return err
+	})
 }
 
 // decodeParams reads notification params into dst through JSON. mcp-go's

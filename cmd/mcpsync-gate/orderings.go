@@ -299,7 +299,7 @@ func (h *harness) settle() error {
 			var ok bool
 			var err error
 			if sub.State == mcpsync.StateTombstonePending {
-				t, ok, err = h.e.Reconcile(u.key, u.exists)
+				t, ok, err = h.e.Reconcile(u.key, u.exists, time.Now())
 			} else {
 				t, ok, err = h.e.RequestRead(u.key, mcpsync.TriggerRevalidate)
 			}
