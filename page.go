@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -375,9 +376,7 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 			return nil, err
 		}
 	}
-	// One item more than the page tells whether another page exists, so the
-	// last page says has_more=false instead of pointing at an empty page.
-	items, err := p.src.Page(ctx, snapshot, q, after, q.PageSize+1)
+	items, err := p.src.Page(ctx, snapshot, q, after, fetchLimit(q.PageSize))
 	if err != nil {
 		return nil, err
 	}
@@ -424,13 +423,24 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	return env, nil
 }
 
+// fetchLimit is how many items a page of size asks its source for: one item
+// more than the page tells whether another page exists, so the last page says
+// has_more=false instead of pointing at an empty page. A page of math.MaxInt
+// items asks for math.MaxInt: no slice holds more, so there is never another.
+func fetchLimit(size int) int {
+	if size == math.MaxInt {
+		return size
+	}
+	return size + 1
+}
+
 // checkKeysetOrder refuses a page whose source broke its contract: serving
 // it would repeat or reorder items across pages. A comparison on sort values
 // alone, or <= instead of <, is the usual cause. It returns the positions of
 // the first and last item.
 func checkKeysetOrder[T any](src KeysetSource[T], q Query, after *Position, items []T) (first, last Position, err error) {
-	if len(items) > q.PageSize+1 {
-		return first, last, fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), q.PageSize+1)
+	if limit := fetchLimit(q.PageSize); len(items) > limit {
+		return first, last, fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), limit)
 	}
 	var prev Position
 	hasPrev := after != nil
@@ -700,6 +710,9 @@ func (s *MemorySource[T]) Page(ctx context.Context, snapshot string, q Query, af
 			}
 			return -1
 		})
+	}
+	if limit < 1 {
+		return []T{}, nil
 	}
 	out := make([]T, 0, min(limit, len(sorted)-start))
 	for _, e := range sorted[start:] {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -784,4 +785,34 @@ func TestPaginatorRefusesSourceThatBreaksOrder(t *testing.T) {
 	unsorted := newTestPaginator(t, staticSource{items: []supportTicket{items[2], items[0]}}, newPageClock(), nil)
 	_, err = unsorted.Page(context.Background(), PageRequest{Query: q})
 	require.ErrorIs(t, err, ErrKeysetOrder)
+}
+
+// A page size of math.MaxInt, with MaxPageSize math.MaxInt to say "no
+// limit", must not overflow the one item more that tells whether another
+// page exists.
+func TestPageSizeAtIntLimit(t *testing.T) {
+	for _, size := range []int{math.MaxInt, math.MaxInt - 1} {
+		t.Run(fmt.Sprintf("page size %d", size), func(t *testing.T) {
+			src := ticketSource(t, 0)
+			src.Put(fixedTickets()...)
+			p := newTestPaginator(t, src, newPageClock(), &PaginatorOptions{MaxPageSize: math.MaxInt})
+			q := ticketQuery(size, ConsistencySnapshot)
+			env, err := p.Page(context.Background(), PageRequest{Query: q})
+			require.NoError(t, err)
+			assert.Equal(t, expectedOrder(q, fixedTickets()), ticketIDs(env.Items))
+			assert.False(t, env.Page.HasMore)
+		})
+	}
+	t.Run("memory source after a boundary", func(t *testing.T) {
+		src := ticketSource(t, 0)
+		src.Put(fixedTickets()...)
+		q := ticketQuery(10, ConsistencySnapshot)
+		snap, err := src.Snapshot(context.Background())
+		require.NoError(t, err)
+		want := expectedOrder(q, fixedTickets())
+		after := ticketPosition(fixedTickets()[slices.Index(ticketIDs(fixedTickets()), want[89])])
+		got, err := src.Page(context.Background(), snap, q, &after, math.MaxInt)
+		require.NoError(t, err)
+		assert.Equal(t, want[90:], ticketIDs(got))
+	})
 }

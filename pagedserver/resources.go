@@ -380,7 +380,8 @@ func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Qu
 			return -1 // equal to the boundary: before it, strictly after is wanted
 		})
 	}
-	end := min(start+limit, len(f.items))
+	// start+limit overflows for a limit near math.MaxInt.
+	end := start + min(max(limit, 0), len(f.items)-start)
 	return slices.Clone(f.items[start:end]), nil
 }
 

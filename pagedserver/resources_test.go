@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -404,4 +405,24 @@ func TestResourcesListCursorBoundToSession(t *testing.T) {
 	defer h.mu.Unlock()
 	require.Len(t, h.errs, 1)
 	require.ErrorIs(t, h.errs[0], mcpsync.ErrCursorQueryMismatch)
+}
+
+// Sizes at the int limit: a list page size of math.MaxInt, and the store
+// asked for math.MaxInt items after a boundary, slice without overflow.
+func TestSnapshotListsPageSizeAtIntLimit(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: math.MaxInt})
+	want := addDocs(h.srv, 0, 7)
+	all, err := h.client.ListResources(context.Background(), mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, want, uris(all.Resources))
+
+	store := h.lists.resources.store
+	res, err := h.client.ListResourcesByPage(context.Background(), mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	snap := snapshotIDOf(t, res.Meta)
+	q := h.lists.resources.query(context.Background())
+	after := store.pos(res.Resources[2])
+	got, err := store.Page(context.Background(), snap, q, &after, math.MaxInt)
+	require.NoError(t, err)
+	assert.Equal(t, uris(res.Resources[3:]), uris(got))
 }
