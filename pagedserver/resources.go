@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,13 +35,20 @@ import (
 // gets the JSON-RPC error -32602 (invalid params) that the MCP specification
 // asks for, though without our code; OnError sees the typed error.
 //
+// A server built with server.WithPaginationLimit has no whole catalog to
+// freeze (ErrServerPaginates); once its first page shows that, both hooks
+// leave its requests, and mcp-go's cursors in them, alone.
+//
 // mcp-go runs the generic OnSuccess hooks before the per-method after hooks,
 // so an OnSuccess observer sees mcp-go's full list, not the page sent.
 
 // ErrServerPaginates: the mcp-go server was built with
 // server.WithPaginationLimit, so its handler no longer returns the whole
 // catalog and no snapshot can be taken. The list is then served as mcp-go
-// serves it, without a snapshot id.
+// serves it, without a snapshot id, and mcp-go's own cursors pass through
+// untouched (with mcp-go's own faults: it skips equal names across its page
+// boundaries). The lists learn this from the first page on which mcp-go
+// returns a next cursor, and report it once per server.
 var ErrServerPaginates = errors.New("pagedserver: mcp-go pagination limit set; snapshot lists disabled")
 
 // unreadableCursor is not base64, so mcp-go's listing handler refuses it with
@@ -191,6 +199,10 @@ type snapshotList[T any] struct {
 	// before hook to the after hook; keyed by the request pointer, which
 	// both hooks receive. Entries are removed by the after or error hook.
 	pending sync.Map
+	// paginating holds the servers seen paginating on their own
+	// (*server.MCPServer -> struct{}); mcp-go fixes the limit when the
+	// server is built, so an entry is never removed.
+	paginating sync.Map
 }
 
 type pendingPage[T any] struct {
@@ -232,7 +244,23 @@ func (s *snapshotList[T]) query(ctx context.Context) mcpsync.Query {
 	}
 }
 
+// serverPaginates reports whether the server of ctx was seen paginating on
+// its own.
+func (s *snapshotList[T]) serverPaginates(ctx context.Context) bool {
+	_, ok := s.paginating.Load(server.ServerFromContext(ctx))
+	return ok
+}
+
+// ownCursor tells our cursors from mcp-go's: ours are dot-separated, and
+// mcp-go's are standard base64, which has no dot.
+func ownCursor(c mcp.Cursor) bool { return strings.IndexByte(string(c), '.') >= 0 }
+
 func (s *snapshotList[T]) before(ctx context.Context, req any, cursor *mcp.Cursor) {
+	if s.serverPaginates(ctx) && !ownCursor(*cursor) {
+		// mcp-go's own walk (or its first page): served as mcp-go serves
+		// it. Our cursors of walks begun earlier still read their snapshot.
+		return
+	}
 	if *cursor == "" {
 		s.pending.Store(req, &pendingPage[T]{first: true})
 		return
@@ -257,7 +285,9 @@ func (s *snapshotList[T]) after(ctx context.Context, req any, items *[]T, pr *mc
 	if p.first {
 		if pr.NextCursor != "" {
 			// mcp-go paginated on its own: its page is not the catalog.
-			s.report(ctx, ErrServerPaginates)
+			if _, seen := s.paginating.LoadOrStore(server.ServerFromContext(ctx), struct{}{}); !seen {
+				s.report(ctx, ErrServerPaginates)
+			}
 			return
 		}
 		var err error

@@ -2,7 +2,6 @@ package pagedserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -354,21 +353,85 @@ func TestMCPGoOwnListFaults(t *testing.T) {
 	assert.Empty(t, res.Resources, "mcp-go ends with an empty page")
 }
 
-func TestSnapshotListsRefuseMCPGoPaginationLimit(t *testing.T) {
-	lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
-	require.NoError(t, err)
-	var got []error
-	lists.resources.onError = func(_ context.Context, _ mcp.MCPMethod, err error) { got = append(got, err) }
-	s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
-	addDocs(s, 0, 4)
-	c := startClient(t, s)
-	res, err := c.ListResourcesByPage(context.Background(), mcp.ListResourcesRequest{})
-	require.NoError(t, err)
-	require.Len(t, got, 1)
-	assert.True(t, errors.Is(got[0], ErrServerPaginates))
-	if res.Meta != nil {
-		assert.NotContains(t, res.Meta.AdditionalFields, mcpsync.SnapshotIDMetaKey, "no snapshot claimed that cannot be proven")
+// A server with its own pagination limit is listed as mcp-go lists it: the
+// snapshot lists step aside, and mcp-go's cursors pass through untouched on
+// every page, so a client following them reaches every resource. Names are
+// distinct because mcp-go skips equal names across its page boundaries.
+func TestSnapshotListsStepAsideForMCPGoPaginationLimit(t *testing.T) {
+	walkByPage := func(t *testing.T, c *client.Client) []string {
+		var got []string
+		req := mcp.ListResourcesRequest{}
+		for range 10 {
+			res, err := c.ListResourcesByPage(context.Background(), req)
+			require.NoError(t, err)
+			if res.Meta != nil {
+				assert.NotContains(t, res.Meta.AdditionalFields, mcpsync.SnapshotIDMetaKey, "no snapshot claimed that cannot be proven")
+			}
+			got = append(got, uris(res.Resources)...)
+			if res.NextCursor == "" {
+				return got
+			}
+			req.Params.Cursor = res.NextCursor
+		}
+		t.Fatal("more pages than resources")
+		return nil
 	}
+	cases := []struct {
+		name string
+		list func(t *testing.T, c *client.Client) []string
+	}{
+		{"following cursors page by page", walkByPage},
+		{"mcp-go ListResources", func(t *testing.T, c *client.Client) []string {
+			all, err := c.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			require.NoError(t, err)
+			return uris(all.Resources)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
+			require.NoError(t, err)
+			var got []error
+			var mu sync.Mutex // protects got
+			lists.resources.onError = func(_ context.Context, _ mcp.MCPMethod, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, err)
+			}
+			s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
+			var want []string
+			for i := range 5 {
+				uri := fmt.Sprintf("file:///u/%02d", i)
+				s.AddResource(mcp.NewResource(uri, fmt.Sprintf("name-%02d", i)), readText(uri))
+				want = append(want, uri)
+			}
+			c := startClient(t, s)
+			assert.ElementsMatch(t, want, tc.list(t, c), "every resource, once")
+			assert.ElementsMatch(t, want, tc.list(t, c), "and again on a second walk")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, got, 1, "told once, and no cursor of mcp-go refused as ours")
+			require.ErrorIs(t, got[0], ErrServerPaginates)
+		})
+	}
+	t.Run("templates", func(t *testing.T) {
+		lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
+		require.NoError(t, err)
+		s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
+		var want []string
+		for i := range 5 {
+			tpl := fmt.Sprintf("file:///t%02d/{id}", i)
+			s.AddResourceTemplate(mcp.NewResourceTemplate(tpl, fmt.Sprintf("tpl-%02d", i)), nil)
+			want = append(want, tpl)
+		}
+		all, err := startClient(t, s).ListResourceTemplates(context.Background(), mcp.ListResourceTemplatesRequest{})
+		require.NoError(t, err)
+		var got []string
+		for _, tpl := range all.ResourceTemplates {
+			got = append(got, tpl.URITemplate.Raw())
+		}
+		assert.ElementsMatch(t, want, got)
+	})
 }
 
 func TestSnapshotListOptions(t *testing.T) {
