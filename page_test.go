@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -815,4 +816,145 @@ func TestPageSizeAtIntLimit(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want[90:], ticketIDs(got))
 	})
+}
+
+// longTickets are n tickets whose ids (or sort values) are size bytes long,
+// so that every page boundary is a long position.
+func longTickets(n, size int, longSort bool) []supportTicket {
+	var out []supportTicket
+	for i := range n {
+		x := ticketAt(fmt.Sprintf("T-%04d-", i)+strings.Repeat("x", size), i/2)
+		if longSort {
+			x = ticketAt(fmt.Sprintf("T-%04d", i), i/2)
+			x.UpdatedAt += strings.Repeat("z", size)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// walkPages follows next_cursor from the first page and returns every id.
+func walkPages(t *testing.T, p *Paginator[supportTicket], q Query) []string {
+	t.Helper()
+	var got []string
+	req := PageRequest{Query: q}
+	for range 1000 {
+		env, err := p.Page(context.Background(), req)
+		require.NoError(t, err)
+		got = append(got, ticketIDs(env.Items)...)
+		if !env.Page.HasMore {
+			return got
+		}
+		req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+	}
+	t.Fatal("walk does not end")
+	return nil
+}
+
+// A long key at a page boundary pages like any other: the memory source
+// resolves the digest its cursor carries, and a source that cannot resolve
+// positions gets them inline up to MaxCursorPosition.
+func TestLongPositionAtPageBoundary(t *testing.T) {
+	for _, size := range []int{1105, 4 << 10, 64 << 10, 200 << 10} {
+		for _, longSort := range []bool{false, true} {
+			for _, c := range []Consistency{ConsistencySnapshot, ConsistencyIncremental} {
+				name := fmt.Sprintf("%d-byte id/%s", size, c)
+				if longSort {
+					name = fmt.Sprintf("%d-byte sort value/%s", size, c)
+				}
+				t.Run(name, func(t *testing.T) {
+					src := ticketSource(t, 0)
+					data := longTickets(9, size, longSort)
+					src.Put(data...)
+					q := ticketQuery(2, c)
+					p := newTestPaginator(t, src, newPageClock(), nil)
+					assert.Equal(t, expectedOrder(q, data), walkPages(t, p, q))
+				})
+			}
+		}
+	}
+	t.Run("source without position lookup", func(t *testing.T) {
+		data := longTickets(9, 2000, false)
+		q := ticketQuery(2, ConsistencySnapshot)
+		sorted := slices.Clone(data)
+		slices.SortFunc(sorted, func(a, b supportTicket) int { return ComparePositions(q.Sort, ticketPosition(a), ticketPosition(b)) })
+		p := newTestPaginator(t, staticSource{items: sorted}, newPageClock(), nil)
+		assert.Equal(t, expectedOrder(q, data), walkPages(t, p, q))
+	})
+}
+
+// longSnapshotSource names its states with ids no cursor can carry and
+// counts the pages it was asked for.
+type longSnapshotSource struct {
+	staticSource
+	pages *int
+}
+
+func (s longSnapshotSource) Snapshot(context.Context) (string, error) {
+	return strings.Repeat("s", MaxCursorSnapshotID+1), nil
+}
+
+func (s longSnapshotSource) Page(ctx context.Context, snapshot string, q Query, after *Position, limit int) ([]supportTicket, error) {
+	*s.pages++
+	return s.staticSource.Page(ctx, snapshot, q, after, limit)
+}
+
+// The limits that remain are typed errors naming them: a position beyond
+// MaxCursorPosition from a source that cannot resolve digests, and a
+// snapshot id beyond MaxCursorSnapshotID, refused before a page is read.
+func TestCursorLimitsAreCursorErrors(t *testing.T) {
+	q := ticketQuery(2, ConsistencySnapshot)
+	t.Run("position beyond MaxCursorPosition", func(t *testing.T) {
+		data := longTickets(5, MaxCursorPosition, false)
+		slices.SortFunc(data, func(a, b supportTicket) int { return ComparePositions(q.Sort, ticketPosition(a), ticketPosition(b)) })
+		p := newTestPaginator(t, staticSource{items: data}, newPageClock(), nil)
+		_, err := p.Page(context.Background(), PageRequest{Query: q})
+		requireCursorCode(t, err, CursorTooLong)
+		assert.Contains(t, err.Error(), "MaxCursorPosition")
+	})
+	t.Run("snapshot id beyond MaxCursorSnapshotID", func(t *testing.T) {
+		pages := 0
+		p := newTestPaginator(t, longSnapshotSource{staticSource{items: fixedTickets()[:1]}, &pages}, newPageClock(), nil)
+		_, err := p.Page(context.Background(), PageRequest{Query: q})
+		requireCursorCode(t, err, CursorTooLong)
+		assert.Contains(t, err.Error(), "MaxCursorSnapshotID")
+		assert.Zero(t, pages, "refused before a page is read, even a page that needs no cursor")
+	})
+	t.Run("digest cursor on a source that cannot resolve", func(t *testing.T) {
+		src := ticketSource(t, 0)
+		data := longTickets(5, 2000, false)
+		src.Put(data...)
+		first, err := newTestPaginator(t, src, newPageClock(), nil).Page(context.Background(), PageRequest{Query: q})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(first.Page.NextCursor, "v2."))
+		other := newTestPaginator(t, staticSource{items: data}, newPageClock(), nil)
+		_, err = other.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
+		requireCursorCode(t, err, CursorInvalid)
+	})
+}
+
+// An incremental walk over long keys whose issuing view is no longer kept
+// gets CURSOR_EXPIRED, and the walker's incremental recovery continues from
+// its own copy of the position: nothing is missed or repeated.
+func TestLongPositionIncrementalRecovery(t *testing.T) {
+	src := ticketSource(t, 2)
+	data := longTickets(9, 5000, false)
+	src.Put(data...)
+	q := ticketQuery(2, ConsistencyIncremental)
+	p := newTestPaginator(t, src, newPageClock(), nil)
+	served := 0
+	w, err := NewWalker(func(ctx context.Context, req WalkRequest) (*PageEnvelope[supportTicket], error) {
+		env, err := p.Page(ctx, PageRequest{Query: q, Cursor: req.Cursor, After: req.After})
+		if served++; served == 2 {
+			src.Put(ticketAt("A", -1)) // two writes push the issuing view out
+			src.Put(ticketAt("B", -1))
+		}
+		return env, err
+	}, &WalkOptions[supportTicket]{Position: ticketPosition, Order: q.Sort, Recovery: RecoverIncremental})
+	require.NoError(t, err)
+	got, err := collectWalk(w)
+	require.NoError(t, err)
+	assert.Equal(t, expectedOrder(q, append(data, ticketAt("A", -1), ticketAt("B", -1))), got)
+	require.Len(t, w.Recoveries(), 1)
+	assert.Equal(t, CursorExpired, w.Recoveries()[0].Reason)
 }

@@ -341,7 +341,10 @@ type frozenList[T any] struct {
 	id      string
 	items   []T // sorted by order; read-only
 	pos     []mcpsync.Position
-	expires time.Time
+	expires time.Time // protected by snapshotStore.mu
+
+	digestsOnce sync.Once
+	digests     map[mcpsync.PositionDigest]int // -> index into pos; built by digestsOnce
 }
 
 // Snapshot freezes the live list in ctx.
@@ -385,21 +388,47 @@ func (s *snapshotStore[T]) Snapshot(ctx context.Context) (string, error) {
 	return f.id, nil
 }
 
-// Page implements mcpsync.KeysetSource over a frozen list.
-func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Query, after *mcpsync.Position, limit int) ([]T, error) {
+// use returns the frozen list named snapshot and keeps it for another TTL.
+func (s *snapshotStore[T]) use(snapshot string) (*frozenList[T], error) {
 	now := s.clock()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.expireLocked(now)
 	el, ok := s.byID[snapshot]
-	var f *frozenList[T]
-	if ok {
-		f = el.Value.(*frozenList[T])
-		f.expires = now.Add(s.ttl)
-		s.lru.MoveToFront(el)
-	}
-	s.mu.Unlock()
-	if f == nil {
+	if !ok {
 		return nil, &mcpsync.CursorError{Code: mcpsync.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q no longer kept", snapshot)}
+	}
+	f := el.Value.(*frozenList[T])
+	f.expires = now.Add(s.ttl)
+	s.lru.MoveToFront(el)
+	return f, nil
+}
+
+// ResolvePosition implements mcpsync.PositionResolver, so that a cursor
+// after a long URI or name carries only its digest.
+func (s *snapshotStore[T]) ResolvePosition(_ context.Context, snapshot string, _ mcpsync.Query, d mcpsync.PositionDigest) (mcpsync.Position, error) {
+	f, err := s.use(snapshot)
+	if err != nil {
+		return mcpsync.Position{}, err
+	}
+	f.digestsOnce.Do(func() {
+		f.digests = make(map[mcpsync.PositionDigest]int, len(f.pos))
+		for i, p := range f.pos {
+			f.digests[mcpsync.DigestPosition(p)] = i
+		}
+	})
+	i, ok := f.digests[d]
+	if !ok {
+		return mcpsync.Position{}, &mcpsync.CursorError{Code: mcpsync.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q holds no such position", snapshot)}
+	}
+	return f.pos[i], nil
+}
+
+// Page implements mcpsync.KeysetSource over a frozen list.
+func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Query, after *mcpsync.Position, limit int) ([]T, error) {
+	f, err := s.use(snapshot)
+	if err != nil {
+		return nil, err
 	}
 	start := 0
 	if after != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -488,4 +489,43 @@ func TestSnapshotListsPageSizeAtIntLimit(t *testing.T) {
 	got, err := store.Page(context.Background(), snap, q, &after, math.MaxInt)
 	require.NoError(t, err)
 	assert.Equal(t, uris(res.Resources[3:]), uris(got))
+}
+
+// A resource with a long URI (an ordinary long query string) or a long name
+// at the end of a page does not stop the listing: its cursor carries a
+// digest that the walk's snapshot resolves.
+func TestResourcesListLongKeysAtPageBoundary(t *testing.T) {
+	cases := []struct {
+		name          string
+		uriN, nameN   int
+		resources     int
+		pageSize      int
+		longEveryItem bool
+	}{
+		{"1,100-byte URI last on page 2", 1100, 0, 6, 2, false},
+		{"100 KiB URIs everywhere", 100 << 10, 0, 7, 2, true},
+		{"64 KiB names and URIs", 64 << 10, 64 << 10, 5, 1, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, SnapshotListOptions{PageSize: tc.pageSize})
+			var want []string
+			for i := range tc.resources {
+				uri := fmt.Sprintf("https://example.com/search/%02d?q=x", i)
+				name := fmt.Sprintf("doc-%02d", i)
+				if tc.longEveryItem || i == 3 { // 4th of 6 by name: the end of page 2
+					uri += strings.Repeat("a", tc.uriN-len(uri))
+					name += strings.Repeat("n", tc.nameN)
+				}
+				h.srv.AddResource(mcp.NewResource(uri, name), readText(uri))
+				want = append(want, uri)
+			}
+			all, err := h.client.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			require.NoError(t, err)
+			assert.ElementsMatch(t, want, uris(all.Resources))
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			assert.Empty(t, h.errs)
+		})
+	}
 }
