@@ -958,3 +958,66 @@ func TestLongPositionIncrementalRecovery(t *testing.T) {
 	require.Len(t, w.Recoveries(), 1)
 	assert.Equal(t, CursorExpired, w.Recoveries()[0].Reason)
 }
+
+// TestLongKeysModel pages random data sets whose ids have random lengths up
+// to 64 KiB, from a source that resolves position digests and from one that
+// does not. Every item is reached exactly once; the one other outcome is
+// CURSOR_TOO_LONG from the source that cannot resolve, on the page that
+// would end at a position longer than MaxCursorPosition.
+func TestLongKeysModel(t *testing.T) {
+	idLen := rapid.OneOf(rapid.IntRange(0, 16), rapid.IntRange(1000, 1200), rapid.IntRange(0, 64<<10))
+	rapid.Check(t, func(rt *rapid.T) {
+		c := rapid.SampledFrom([]Consistency{ConsistencySnapshot, ConsistencyIncremental}).Draw(rt, "consistency")
+		q := ticketQuery(rapid.IntRange(1, 4).Draw(rt, "page size"), c)
+		var data []supportTicket
+		for i := range rapid.IntRange(0, 15).Draw(rt, "items") {
+			id := fmt.Sprintf("T-%03d-", i) + strings.Repeat("x", idLen.Draw(rt, "id length"))
+			data = append(data, ticketAt(id, rapid.IntRange(0, 3).Draw(rt, "minute")))
+		}
+		want := expectedOrder(q, data)
+		byID := map[string]supportTicket{}
+		for _, x := range data {
+			byID[x.ID] = x
+		}
+		var src KeysetSource[supportTicket]
+		resolving := rapid.Bool().Draw(rt, "source resolves digests")
+		if resolving {
+			mem, err := NewMemorySource(&MemorySourceOptions[supportTicket]{
+				ID:        func(x supportTicket) string { return x.ID },
+				SortValue: func(x supportTicket, _ string) string { return x.UpdatedAt },
+			})
+			require.NoError(rt, err)
+			mem.Put(data...)
+			src = mem
+		} else {
+			sorted := make([]supportTicket, len(want))
+			for i, id := range want {
+				sorted[i] = byID[id]
+			}
+			src = staticSource{items: sorted}
+		}
+		k, err := NewKeyring(testKey)
+		require.NoError(rt, err)
+		p, err := NewPaginator(src, &PaginatorOptions{Keyring: k, Clock: newPageClock().Now})
+		require.NoError(rt, err)
+
+		got := []string{}
+		req := PageRequest{Query: q}
+		for range len(want) + 1 {
+			env, err := p.Page(context.Background(), req)
+			if err != nil {
+				require.False(rt, resolving, "a resolving source pages every key: %v", err)
+				require.ErrorIs(rt, err, ErrCursorTooLong)
+				last := byID[want[len(got)+q.PageSize-1]]
+				require.Greater(rt, positionLen(ticketPosition(last)), MaxCursorPosition, "refused only past the bound")
+				return
+			}
+			got = append(got, ticketIDs(env.Items)...)
+			if !env.Page.HasMore {
+				break
+			}
+			req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+		}
+		require.Equal(rt, want, got, "every item exactly once, in order")
+	})
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
 )
@@ -92,7 +93,14 @@ func newHarness(t *testing.T, o SnapshotListOptions) *harness {
 	return h
 }
 
-func startClient(t *testing.T, s *server.MCPServer) *client.Client {
+// cleanupT is what startClient needs of a *testing.T or a *rapid.T.
+type cleanupT interface {
+	require.TestingT
+	Helper()
+	Cleanup(func())
+}
+
+func startClient(t cleanupT, s *server.MCPServer) *client.Client {
 	t.Helper()
 	c, err := client.NewInProcessClient(s)
 	require.NoError(t, err)
@@ -528,4 +536,56 @@ func TestResourcesListLongKeysAtPageBoundary(t *testing.T) {
 			assert.Empty(t, h.errs)
 		})
 	}
+}
+
+// TestResourcesListEveryItemOnceModel lists random catalogs with URIs and
+// names of random length up to 64 KiB, from servers with and without their
+// own pagination limit, by page and with mcp-go's ListResources: every
+// resource is reached exactly once. With a limit, names are distinct,
+// because mcp-go's own pagination skips equal names across its pages.
+func TestResourcesListEveryItemOnceModel(t *testing.T) {
+	keyLen := rapid.OneOf(rapid.IntRange(0, 16), rapid.IntRange(1000, 1200), rapid.IntRange(0, 64<<10))
+	rapid.Check(t, func(rt *rapid.T) {
+		limit := rapid.SampledFrom([]int{0, 1, 2, 3, 5}).Draw(rt, "mcp-go pagination limit (0: none)")
+		lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: rapid.IntRange(1, 5).Draw(rt, "page size")})
+		require.NoError(rt, err)
+		opts := append(lists.ServerOptions(), server.WithResourceCapabilities(false, false))
+		if limit > 0 {
+			opts = append(opts, server.WithPaginationLimit(limit))
+		}
+		s := server.NewMCPServer("x", "1", opts...)
+		want := []string{}
+		for i := range rapid.IntRange(0, 12).Draw(rt, "resources") {
+			uri := fmt.Sprintf("https://example.com/%02d?q=", i) + strings.Repeat("u", keyLen.Draw(rt, "uri length"))
+			name := fmt.Sprintf("doc-%d", rapid.IntRange(0, 3).Draw(rt, "name group"))
+			if limit > 0 {
+				name = fmt.Sprintf("doc-%02d", i)
+			}
+			name += strings.Repeat("n", keyLen.Draw(rt, "name length"))
+			s.AddResource(mcp.NewResource(uri, name), readText(uri))
+			want = append(want, uri)
+		}
+		c := startClient(rt, s)
+		got := []string{}
+		if rapid.Bool().Draw(rt, "mcp-go ListResources") {
+			all, err := c.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			require.NoError(rt, err)
+			got = uris(all.Resources)
+		} else {
+			req := mcp.ListResourcesRequest{}
+			for page := 0; ; page++ {
+				require.LessOrEqual(rt, page, len(want)+1, "the walk ends")
+				res, err := c.ListResourcesByPage(context.Background(), req)
+				require.NoError(rt, err)
+				got = append(got, uris(res.Resources)...)
+				if res.NextCursor == "" {
+					break
+				}
+				req.Params.Cursor = res.NextCursor
+			}
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		require.Equal(rt, want, got, "every resource exactly once")
+	})
 }
