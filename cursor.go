@@ -37,7 +37,7 @@ const CursorVersion = 2
 const (
 	// MaxCursorPosition bounds a position carried inline: its sort values
 	// and id together, in bytes. It applies only to sources that do not
-	// implement PositionResolver; a cursor at this bound is about 88 KB.
+	// implement PositionResolver; a cursor at this bound is about 89 KB.
 	MaxCursorPosition = 64 << 10
 	// MaxCursorSnapshotID bounds the snapshot id a source names its states
 	// with, in bytes.

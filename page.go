@@ -214,8 +214,8 @@ const inlinePosition = 1024
 // PositionResolver is implemented by a KeysetSource that keeps its snapshots
 // and can find a position in one by its digest. The Paginator then puts only
 // the digest of a position longer than 1 KiB in a cursor, so that keys of any
-// length page with cursors of about 150 bytes. Without it, positions travel
-// inline and are bounded by MaxCursorPosition.
+// length page with cursors of about 150 bytes plus the snapshot id. Without
+// it, positions travel inline and are bounded by MaxCursorPosition.
 type PositionResolver interface {
 	// ResolvePosition returns the position, in q's order, of the item of
 	// the state named by snapshot whose DigestPosition is d. A snapshot that
