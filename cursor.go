@@ -15,28 +15,52 @@ import (
 
 // A cursor is the signed position of a paged walk. Its wire form is
 //
-//	v1.<key id>.<base64url payload>.<base64url HMAC-SHA256>
+//	v<version>.<key id>.<base64url payload>.<base64url HMAC-SHA256>
 //
 // The MAC is computed over everything before the last dot, so the version and
 // the key id are authenticated together with the payload. The payload is a
 // compact binary encoding (see appendPayload); callers never parse it.
+//
+// Version 1 carries the position inline. Version 2 carries only its digest
+// (PositionDigest), which the source resolves in the cursor's snapshot
+// (PositionResolver), so that a long key never makes a cursor long. A
+// position that fits inline is still written as version 1, which every
+// release reads.
 
-// CursorVersion is the cursor format this package writes and reads.
-const CursorVersion = 1
+// CursorVersion is the newest cursor format this package writes; it reads
+// every version from 1 to CursorVersion.
+const CursorVersion = 2
 
-// maxCursorLen bounds the work done on input that may come from anyone.
-const maxCursorLen = 4096
+// Limits of what a cursor carries, checked on encode and decode alike, so
+// that every cursor this package writes can also be read back. Exceeding one
+// is a *CursorError with code CURSOR_TOO_LONG.
+const (
+	// MaxCursorPosition bounds a position carried inline: its sort values
+	// and id together, in bytes. It applies only to sources that do not
+	// implement PositionResolver; a cursor at this bound is about 89 KB.
+	MaxCursorPosition = 64 << 10
+	// MaxCursorSnapshotID bounds the snapshot id a source names its states
+	// with, in bytes.
+	MaxCursorSnapshotID = 1024
+)
 
 // minKeySecret is the shortest secret accepted: HMAC-SHA256 keys shorter than
 // the hash output weaken the MAC.
 const minKeySecret = 32
 
-// Limits of the payload, checked on encode and decode alike, so that every
-// cursor this package writes can also be read back.
-const (
-	maxSortValues  = 16
-	maxPayloadText = 1024
-)
+// maxSortValues bounds the sort values of a position (the fields of an
+// order but its last, the id).
+const maxSortValues = 16
+
+// maxPayloadLen is the longest payload within the limits: query hash, two
+// times, the snapshot id, the count of sort values, and a length of at most
+// three bytes (MaxCursorPosition < 1<<21) for each sort value and the id.
+const maxPayloadLen = len(QueryHash{}) + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64 + MaxCursorSnapshotID +
+	1 + (maxSortValues+1)*3 + MaxCursorPosition
+
+// maxCursorLen bounds the work done on input that may come from anyone: the
+// wire form of the longest payload with the longest key id.
+const maxCursorLen = len("v2.") + 32 + 1 + (4*maxPayloadLen+2)/3 + 1 + (4*sha256.Size+2)/3
 
 var cursorBase64 = base64.RawURLEncoding.Strict()
 
@@ -49,8 +73,12 @@ type CursorPayload struct {
 	// Query is the hash of the query the cursor continues.
 	Query QueryHash
 	// After is the position of the last item of the page that issued the
-	// cursor; the next page starts strictly after it.
+	// cursor; the next page starts strictly after it. It is empty when
+	// AfterDigest names it instead.
 	After Position
+	// AfterDigest, when not zero, stands for After: the cursor carries only
+	// the digest (version 2), and the source resolves it in SnapshotID.
+	AfterDigest PositionDigest
 	// SnapshotID names the view the walk reads (snapshot consistency) or the
 	// view the issuing page was read at (incremental consistency).
 	SnapshotID string
@@ -111,16 +139,26 @@ func validKeyID(id string) bool {
 	return true
 }
 
-// Encode signs p with the current key and returns the cursor's wire form.
+// Encode signs p with the current key and returns the cursor's wire form:
+// version 2 when p carries AfterDigest, else version 1. A payload beyond
+// MaxCursorPosition or MaxCursorSnapshotID is a *CursorError with code
+// CURSOR_TOO_LONG.
 func (k *Keyring) Encode(p CursorPayload) (string, error) {
 	if err := checkPayloadLimits(p); err != nil {
 		return "", err
 	}
-	payload := appendPayload(make([]byte, 0, 64), p)
+	version := "v1."
+	payload := make([]byte, 0, 64)
+	if p.AfterDigest != (PositionDigest{}) {
+		version = "v2."
+		payload = appendDigestPayload(payload, p)
+	} else {
+		payload = appendPayload(payload, p)
+	}
 	secret := k.keys[k.current]
-	n := 3 + len(k.current) + 1 + cursorBase64.EncodedLen(len(payload)) + 1 + cursorBase64.EncodedLen(sha256.Size)
+	n := len(version) + len(k.current) + 1 + cursorBase64.EncodedLen(len(payload)) + 1 + cursorBase64.EncodedLen(sha256.Size)
 	buf := make([]byte, 0, n)
-	buf = append(buf, "v1."...)
+	buf = append(buf, version...)
 	buf = append(buf, k.current...)
 	buf = append(buf, '.')
 	buf = cursorBase64.AppendEncode(buf, payload)
@@ -134,7 +172,7 @@ func (k *Keyring) Encode(p CursorPayload) (string, error) {
 // Decode verifies cursor and returns its payload. It checks, in this order:
 //
 //  1. shape: a version prefix "v<digits>." (else CURSOR_INVALID);
-//  2. version: anything but CursorVersion is CURSOR_VERSION_UNSUPPORTED. This
+//  2. version: anything but 1 to CursorVersion is CURSOR_VERSION_UNSUPPORTED. This
 //     is the only unauthenticated field acted on, because a newer format may
 //     have another shape, key scheme or MAC, so nothing after the version can
 //     be interpreted;
@@ -164,7 +202,7 @@ func (k *Keyring) Decode(cursor string, want QueryHash, now time.Time) (CursorPa
 			return CursorPayload{}, invalidCursor("no version prefix")
 		}
 	}
-	if digits != "1" {
+	if digits != "1" && digits != "2" {
 		return CursorPayload{}, &CursorError{Code: CursorVersionUnsupported, Detail: "version " + strconv.Quote(digits)}
 	}
 	rest := cursor[dot+1:]
@@ -197,7 +235,7 @@ func (k *Keyring) Decode(cursor string, want QueryHash, now time.Time) (CursorPa
 	if err != nil {
 		return CursorPayload{}, invalidCursor("bad payload encoding")
 	}
-	p, err := parsePayload(raw)
+	p, err := parsePayload(digits[0], raw)
 	if err != nil {
 		// Only a holder of the key can produce this: a signer bug or a
 		// leaked key, never a transport accident.
@@ -217,15 +255,14 @@ func invalidCursor(format string, args ...any) error {
 }
 
 func checkPayloadLimits(p CursorPayload) error {
+	if p.AfterDigest != (PositionDigest{}) && (p.After.ID != "" || len(p.After.Sort) > 0) {
+		return errors.New("mcpsync: cursor: a position and a digest of one")
+	}
 	if len(p.After.Sort) > maxSortValues {
 		return fmt.Errorf("mcpsync: cursor: %d sort values, at most %d", len(p.After.Sort), maxSortValues)
 	}
-	text := len(p.SnapshotID) + len(p.After.ID)
-	for _, v := range p.After.Sort {
-		text += len(v)
-	}
-	if text > maxPayloadText {
-		return fmt.Errorf("mcpsync: cursor: %d bytes of text, at most %d", text, maxPayloadText)
+	if err := checkCursorLimits(p.SnapshotID, positionLen(p.After)); err != nil {
+		return err
 	}
 	if p.IssuedAt.UnixMilli() < 0 || p.ExpiresAt.Before(p.IssuedAt) {
 		return errors.New("mcpsync: cursor: times must be after 1970 and expiry not before issue")
@@ -233,20 +270,52 @@ func checkPayloadLimits(p CursorPayload) error {
 	return nil
 }
 
+// checkCursorLimits refuses a snapshot id or an inline position of more
+// bytes than a cursor carries.
+func checkCursorLimits(snapshot string, position int) error {
+	if len(snapshot) > MaxCursorSnapshotID {
+		return &CursorError{Code: CursorTooLong, Detail: fmt.Sprintf("snapshot id of %d bytes, more than MaxCursorSnapshotID (%d)", len(snapshot), MaxCursorSnapshotID)}
+	}
+	if position > MaxCursorPosition {
+		return &CursorError{Code: CursorTooLong, Detail: fmt.Sprintf("position of %d bytes, more than MaxCursorPosition (%d) for a source without PositionResolver", position, MaxCursorPosition)}
+	}
+	return nil
+}
+
+// positionLen is the text a position carries: its sort values and id.
+func positionLen(p Position) int {
+	n := len(p.ID)
+	for _, v := range p.Sort {
+		n += len(v)
+	}
+	return n
+}
+
 // appendPayload writes the binary payload: the 16-byte query hash, issued_at
 // and expires_at as uvarint Unix milliseconds, the snapshot id, the number of
 // sort values, each sort value, and the id; strings are uvarint length plus
 // bytes. The layout is fixed for version 1.
 func appendPayload(b []byte, p CursorPayload) []byte {
-	b = append(b, p.Query[:]...)
-	b = binary.AppendUvarint(b, uint64(p.IssuedAt.UnixMilli()))
-	b = binary.AppendUvarint(b, uint64(p.ExpiresAt.UnixMilli()))
-	b = appendCursorString(b, p.SnapshotID)
+	b = appendPayloadHead(b, p)
 	b = binary.AppendUvarint(b, uint64(len(p.After.Sort)))
 	for _, v := range p.After.Sort {
 		b = appendCursorString(b, v)
 	}
 	return appendCursorString(b, p.After.ID)
+}
+
+// appendDigestPayload writes the version 2 payload: the same query hash,
+// times and snapshot id, then the 32 bytes of the position digest.
+func appendDigestPayload(b []byte, p CursorPayload) []byte {
+	b = appendPayloadHead(b, p)
+	return append(b, p.AfterDigest[:]...)
+}
+
+func appendPayloadHead(b []byte, p CursorPayload) []byte {
+	b = append(b, p.Query[:]...)
+	b = binary.AppendUvarint(b, uint64(p.IssuedAt.UnixMilli()))
+	b = binary.AppendUvarint(b, uint64(p.ExpiresAt.UnixMilli()))
+	return appendCursorString(b, p.SnapshotID)
 }
 
 func appendCursorString(b []byte, s string) []byte {
@@ -256,7 +325,8 @@ func appendCursorString(b []byte, s string) []byte {
 
 var errCursorPayload = errors.New("malformed payload")
 
-func parsePayload(b []byte) (CursorPayload, error) {
+// parsePayload reads the payload of version '1' or '2'.
+func parsePayload(version byte, b []byte) (CursorPayload, error) {
 	var p CursorPayload
 	if len(b) < len(p.Query) {
 		return p, errCursorPayload
@@ -272,18 +342,31 @@ func parsePayload(b []byte) (CursorPayload, error) {
 	p.IssuedAt = time.UnixMilli(int64(issued)).UTC()
 	p.ExpiresAt = time.UnixMilli(int64(expires)).UTC()
 	p.SnapshotID = r.str()
-	n := r.uvarint()
-	if n > maxSortValues {
-		return p, errCursorPayload
-	}
-	if n > 0 {
-		p.After.Sort = make([]string, n)
-		for i := range p.After.Sort {
-			p.After.Sort[i] = r.str()
+	switch version {
+	case '1':
+		n := r.uvarint()
+		if n > maxSortValues {
+			return p, errCursorPayload
 		}
+		if n > 0 {
+			p.After.Sort = make([]string, n)
+			for i := range p.After.Sort {
+				p.After.Sort[i] = r.str()
+			}
+		}
+		p.After.ID = r.str()
+	case '2':
+		if len(r.b) != len(p.AfterDigest) {
+			return CursorPayload{}, errCursorPayload
+		}
+		r.b = r.b[copy(p.AfterDigest[:], r.b):]
+		if p.AfterDigest == (PositionDigest{}) {
+			return CursorPayload{}, errCursorPayload
+		}
+	default:
+		return CursorPayload{}, errCursorPayload
 	}
-	p.After.ID = r.str()
-	if r.err || len(r.b) != 0 {
+	if r.err || len(r.b) != 0 || checkCursorLimits(p.SnapshotID, positionLen(p.After)) != nil {
 		return CursorPayload{}, errCursorPayload
 	}
 	return p, nil
@@ -310,7 +393,7 @@ func (r *cursorPayloadReader) uvarint() uint64 {
 
 func (r *cursorPayloadReader) str() string {
 	n := r.uvarint()
-	if r.err || n > uint64(len(r.b)) || n > maxPayloadText {
+	if r.err || n > uint64(len(r.b)) {
 		r.err = true
 		return ""
 	}

@@ -52,25 +52,33 @@ func keyIDOf(s string) string {
 	return s[dots[0]+1 : dots[1]]
 }
 
-// FuzzParsePayload feeds arbitrary bytes to the payload parser, which only
-// ever sees authenticated bytes but must still be total: no panic, and what
-// it accepts encodes back to a payload that parses to the same value.
+// FuzzParsePayload feeds arbitrary bytes to the payload parser of both
+// versions, which only ever sees authenticated bytes but must still be
+// total: no panic, and what it accepts encodes back to a payload that parses
+// to the same value.
 func FuzzParsePayload(f *testing.F) {
-	f.Add(appendPayload(nil, testPayload(f)))
-	f.Add([]byte{})
-	f.Add(make([]byte, 16))
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		p, err := parsePayload(raw)
+	p := testPayload(f)
+	f.Add(byte('1'), appendPayload(nil, p))
+	p.After, p.AfterDigest = Position{}, DigestPosition(p.After)
+	f.Add(byte('2'), appendDigestPayload(nil, p))
+	f.Add(byte('1'), []byte{})
+	f.Add(byte('2'), make([]byte, 16))
+	f.Fuzz(func(t *testing.T, version byte, raw []byte) {
+		p, err := parsePayload(version, raw)
 		if err != nil {
 			return
 		}
-		again, err := parsePayload(appendPayload(nil, p))
+		encode := appendPayload
+		if version == '2' {
+			encode = appendDigestPayload
+		}
+		again, err := parsePayload(version, encode(nil, p))
 		if err != nil {
 			t.Fatalf("re-encoded payload refused: %v", err)
 		}
 		if !again.IssuedAt.Equal(p.IssuedAt) || !again.ExpiresAt.Equal(p.ExpiresAt) ||
 			again.Query != p.Query || again.SnapshotID != p.SnapshotID || again.After.ID != p.After.ID ||
-			len(again.After.Sort) != len(p.After.Sort) {
+			len(again.After.Sort) != len(p.After.Sort) || again.AfterDigest != p.AfterDigest {
 			t.Fatalf("round trip changed the payload: %+v != %+v", again, p)
 		}
 	})

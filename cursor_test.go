@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,9 @@ func TestCursorEveryBitFlipRejected(t *testing.T) {
 		p := testPayload(t)
 		p.After.ID = fmt.Sprintf("T-%d", n)
 		p.SnapshotID = strings.Repeat("s", n%3)
+		if n%2 == 1 { // the digest form (version 2) too
+			p.After, p.AfterDigest = Position{}, DigestPosition(p.After)
+		}
 		c, err := k.Encode(p)
 		require.NoError(t, err)
 		for i := range len(c) {
@@ -161,10 +165,10 @@ func TestCursorUnknownVersion(t *testing.T) {
 	c, err := k.Encode(p)
 	require.NoError(t, err)
 	for _, cursor := range []string{
-		"v2" + strings.TrimPrefix(c, "v1"),
+		"v3" + strings.TrimPrefix(c, "v1"),
 		"v0" + strings.TrimPrefix(c, "v1"),
 		"v10" + strings.TrimPrefix(c, "v1"),
-		"v2.anything-at-all",
+		"v3.anything-at-all",
 		"v99.",
 	} {
 		t.Run(cursor[:3], func(t *testing.T) {
@@ -263,9 +267,11 @@ func TestCursorMalformedIsInvalid(t *testing.T) {
 	}
 }
 
-// signRaw signs an arbitrary payload, as only a key holder could.
-func signRaw(key CursorKey, payload []byte) string {
-	prefix := "v1." + key.ID + "." + cursorBase64.EncodeToString(payload)
+// signRaw signs an arbitrary version 1 payload, as only a key holder could.
+func signRaw(key CursorKey, payload []byte) string { return signRawVersion(key, "v1", payload) }
+
+func signRawVersion(key CursorKey, version string, payload []byte) string {
+	prefix := version + "." + key.ID + "." + cursorBase64.EncodeToString(payload)
 	mac := hmac.New(sha256.New, key.Secret)
 	mac.Write([]byte(prefix))
 	return prefix + "." + cursorBase64.EncodeToString(mac.Sum(nil))
@@ -308,20 +314,118 @@ func TestNewKeyringRejects(t *testing.T) {
 	}
 }
 
-func TestCursorEncodeRejectsOversize(t *testing.T) {
+// Every limit is checked on encode, with a *CursorError naming it where the
+// data (not the caller) is too long, and a cursor at every limit reads back.
+func TestCursorLimits(t *testing.T) {
 	k := testKeyring(t, testKey)
+	atLimit := testPayload(t)
+	atLimit.SnapshotID = strings.Repeat("s", MaxCursorSnapshotID)
+	atLimit.After.Sort = make([]string, maxSortValues)
+	for i := range atLimit.After.Sort {
+		atLimit.After.Sort[i] = strings.Repeat("v", MaxCursorPosition/(maxSortValues+1))
+	}
+	atLimit.After.ID = ""
+	atLimit.After.ID = strings.Repeat("i", MaxCursorPosition-positionLen(atLimit.After))
+	require.Equal(t, MaxCursorPosition, positionLen(atLimit.After))
+	c, err := k.Encode(atLimit)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(c), maxCursorLen)
+	assert.Less(t, len(c), 90_000, "the longest cursor")
+	got, err := k.Decode(c, atLimit.Query, testT0)
+	require.NoError(t, err)
+	assert.Equal(t, atLimit, got)
+
+	cases := []struct {
+		name   string
+		change func(p *CursorPayload)
+		code   CursorErrorCode // empty: a plain error, the caller's mistake
+	}{
+		{"position one byte over", func(p *CursorPayload) { p.After.ID += "i" }, CursorTooLong},
+		{"snapshot id one byte over", func(p *CursorPayload) { p.SnapshotID += "s" }, CursorTooLong},
+		{"too many sort values", func(p *CursorPayload) { p.After.Sort = append(p.After.Sort, "") }, ""},
+		{"expiry before issue", func(p *CursorPayload) { p.ExpiresAt = p.IssuedAt.Add(-time.Second) }, ""},
+		{"position and digest", func(p *CursorPayload) { p.AfterDigest = DigestPosition(p.After) }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := atLimit
+			p.After.Sort = slices.Clone(p.After.Sort)
+			tc.change(&p)
+			_, err := k.Encode(p)
+			require.Error(t, err)
+			if tc.code == "" {
+				var ce *CursorError
+				require.False(t, errors.As(err, &ce), "a caller's mistake, not a cursor error: %v", err)
+				return
+			}
+			requireCursorCode(t, err, tc.code)
+			assert.Contains(t, err.Error(), "MaxCursor", "the error names the bound")
+		})
+	}
+	t.Run("signed over the limit is refused on decode", func(t *testing.T) {
+		p := atLimit
+		p.After.ID += "i"
+		_, err := k.Decode(signRaw(testKey, appendPayload(nil, p)), p.Query, testT0)
+		requireCursorCode(t, err, CursorInvalid)
+	})
+}
+
+// A version 2 cursor carries the digest of its position and nothing of the
+// position itself; it keeps the signature, key rotation and expiry of
+// version 1.
+func TestCursorDigestForm(t *testing.T) {
 	p := testPayload(t)
-	p.After.Sort = make([]string, maxSortValues+1)
-	_, err := k.Encode(p)
-	require.Error(t, err)
-	p = testPayload(t)
-	p.SnapshotID = strings.Repeat("s", maxPayloadText+1)
-	_, err = k.Encode(p)
-	require.Error(t, err)
-	p = testPayload(t)
-	p.ExpiresAt = p.IssuedAt.Add(-time.Second)
-	_, err = k.Encode(p)
-	require.Error(t, err)
+	p.After.ID = strings.Repeat("long-id/", 8<<10)
+	digest := DigestPosition(p.After)
+	p.After, p.AfterDigest = Position{}, digest
+	k := testKeyring(t, testKey)
+	c, err := k.Encode(p)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(c, "v2.k1."))
+	assert.Less(t, len(c), 200)
+	got, err := k.Decode(c, p.Query, testT0)
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+	cursorGolden(t, "cursor_v2.golden", []byte(c+"\n"))
+
+	rotated := testKeyring(t, testKey2, testKey)
+	_, err = rotated.Decode(c, p.Query, testT0)
+	require.NoError(t, err, "a previous key still verifies")
+	_, err = testKeyring(t, testKey2).Decode(c, p.Query, testT0)
+	requireCursorCode(t, err, CursorInvalid)
+	_, err = k.Decode(c, p.Query, p.ExpiresAt)
+	requireCursorCode(t, err, CursorExpired)
+	_, err = k.Decode(tamperLast(c), p.Query, testT0)
+	requireCursorCode(t, err, CursorInvalid)
+	_, err = k.Decode("v1"+strings.TrimPrefix(c, "v2"), p.Query, testT0)
+	requireCursorCode(t, err, CursorInvalid)
+	_, err = k.Decode("v3"+strings.TrimPrefix(c, "v2"), p.Query, testT0)
+	requireCursorCode(t, err, CursorVersionUnsupported)
+
+	_, err = k.Decode(signRawVersion(testKey, "v2", appendDigestPayload(nil, p)), p.Query, testT0)
+	require.NoError(t, err, "signRawVersion signs as Encode does")
+	for _, raw := range [][]byte{
+		appendPayloadHead(nil, p),              // no digest
+		append(appendDigestPayload(nil, p), 0), // trailing byte
+		appendDigestPayload(nil, CursorPayload{Query: p.Query, IssuedAt: testT0, ExpiresAt: p.ExpiresAt}), // zero digest
+		appendPayload(nil, testPayload(t)), // a version 1 payload
+	} {
+		_, err := k.Decode(signRawVersion(testKey, "v2", raw), p.Query, testT0)
+		requireCursorCode(t, err, CursorInvalid)
+	}
+}
+
+func TestDigestPosition(t *testing.T) {
+	a := Position{Sort: []string{"ab"}, ID: "c"}
+	assert.Equal(t, DigestPosition(a), DigestPosition(Position{Sort: []string{"ab"}, ID: "c"}))
+	for _, b := range []Position{
+		{Sort: []string{"a"}, ID: "bc"},
+		{Sort: []string{"ab", ""}, ID: "c"},
+		{ID: "abc"},
+		{Sort: []string{"ab"}, ID: "d"},
+	} {
+		assert.NotEqual(t, DigestPosition(a), DigestPosition(b), "%+v", b)
+	}
 }
 
 func TestCursorErrorsAreNeverWrappedAway(t *testing.T) {
@@ -399,7 +503,7 @@ func BenchmarkCursorDecode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := parsePayload(raw); err != nil {
+			if _, err := parsePayload('1', raw); err != nil {
 				b.Fatal(err)
 			}
 		}

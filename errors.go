@@ -160,6 +160,10 @@ const (
 	CursorExpired            CursorErrorCode = "CURSOR_EXPIRED"
 	CursorQueryMismatch      CursorErrorCode = "CURSOR_QUERY_MISMATCH"
 	CursorVersionUnsupported CursorErrorCode = "CURSOR_VERSION_UNSUPPORTED"
+	// CursorTooLong: the position or snapshot id a cursor would carry is
+	// beyond MaxCursorPosition or MaxCursorSnapshotID. No recovery helps:
+	// the source's keys or ids are longer than its cursors can carry.
+	CursorTooLong CursorErrorCode = "CURSOR_TOO_LONG"
 )
 
 // Cursor failures, one sentinel per code.
@@ -168,6 +172,7 @@ var (
 	ErrCursorExpired            = &CursorError{Code: CursorExpired}
 	ErrCursorQueryMismatch      = &CursorError{Code: CursorQueryMismatch}
 	ErrCursorVersionUnsupported = &CursorError{Code: CursorVersionUnsupported}
+	ErrCursorTooLong            = &CursorError{Code: CursorTooLong}
 )
 
 // CursorError is a cursor that cannot be continued. It is returned in place of
@@ -240,7 +245,8 @@ var (
 	// it belongs to (another snapshot, items not after the last boundary).
 	ErrPageInconsistent = errors.New("mcpsync: page inconsistent with its walk")
 	// ErrKeysetOrder: a keyset source returned an item not strictly after
-	// the boundary or its predecessor, or more items than asked for. It is
-	// returned in place of the page.
+	// the boundary or its predecessor, more items than asked for, or a
+	// position that does not match the digest it resolved. It is returned in
+	// place of the page.
 	ErrKeysetOrder = errors.New("mcpsync: keyset source returned items out of order")
 )

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -183,11 +184,57 @@ func ComparePositions(order []SortField, a, b Position) int {
 	return c
 }
 
-// KeysetSource is the data a Paginator pages over.
+// PositionDigest names a position without carrying it: the SHA-256 of its
+// sort values and id, each prefixed by its length. A cursor after a long
+// position carries its digest (see PositionResolver).
+type PositionDigest [sha256.Size]byte
+
+// DigestPosition returns the digest of p.
+func DigestPosition(p Position) PositionDigest {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write([]byte("mcpsync.position.v1\x00"))
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(p.Sort)))])
+	for _, v := range p.Sort {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(v)))])
+		h.Write([]byte(v))
+	}
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(p.ID)))])
+	h.Write([]byte(p.ID))
+	var d PositionDigest
+	h.Sum(d[:0])
+	return d
+}
+
+// inlinePosition is the longest position a cursor carries inline when the
+// source could resolve its digest: shorter keys keep their version 1 cursors
+// and need no lookup.
+const inlinePosition = 1024
+
+// PositionResolver is implemented by a KeysetSource that keeps its snapshots
+// and can find a position in one by its digest. The Paginator then puts only
+// the digest of a position longer than 1 KiB in a cursor, so that keys of any
+// length page with cursors of about 150 bytes plus the snapshot id. Without
+// it, positions travel inline and are bounded by MaxCursorPosition.
+type PositionResolver interface {
+	// ResolvePosition returns the position, in q's order, of the item of
+	// the state named by snapshot whose DigestPosition is d. A snapshot that
+	// is no longer retained, or that holds no such item, returns an error
+	// that matches ErrCursorExpired.
+	ResolvePosition(ctx context.Context, snapshot string, q Query, d PositionDigest) (Position, error)
+}
+
+// KeysetSource is the data a Paginator pages over. A source that also
+// implements PositionResolver pages keys of any length; any other source
+// pages positions (sort values and id together) of up to MaxCursorPosition
+// bytes, and a page that would end at a longer one is refused with
+// CURSOR_TOO_LONG.
 type KeysetSource[T any] interface {
 	// Snapshot pins the current state of the data and returns an id that
 	// names it. The id must stay valid (or be refused, see Page) and must
-	// never name another state later, even across restarts.
+	// never name another state later, even across restarts. It is at most
+	// MaxCursorSnapshotID bytes; a longer one is refused with
+	// CURSOR_TOO_LONG before any page is read.
 	Snapshot(ctx context.Context) (string, error)
 	// Page returns at most limit items of the state named by snapshot that
 	// match q.Filter, in q.Sort order, each strictly after after:
@@ -288,9 +335,10 @@ type PaginatorOptions struct {
 // Paginator serves pages of a KeysetSource with signed cursors. It is safe
 // for concurrent use.
 type Paginator[T any] struct {
-	src   KeysetSource[T]
-	opts  PaginatorOptions
-	cache *idempotencyCache[T]
+	src      KeysetSource[T]
+	resolver PositionResolver // src, when it resolves digests; else nil
+	opts     PaginatorOptions
+	cache    *idempotencyCache[T]
 }
 
 // NewPaginator returns a paginator over src.
@@ -323,10 +371,12 @@ func NewPaginator[T any](src KeysetSource[T], opts *PaginatorOptions) (*Paginato
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	resolver, _ := src.(PositionResolver)
 	return &Paginator[T]{
-		src:   src,
-		opts:  o,
-		cache: newIdempotencyCache[T](o.IdempotencyEntries, o.IdempotencyWindow),
+		src:      src,
+		resolver: resolver,
+		opts:     o,
+		cache:    newIdempotencyCache[T](o.IdempotencyEntries, o.IdempotencyWindow),
 	}, nil
 }
 
@@ -367,17 +417,22 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 		if err != nil {
 			return nil, err
 		}
-		after = &c.After
+		if after, err = p.cursorBoundary(ctx, q, c); err != nil {
+			return nil, err
+		}
 		snapshot = c.SnapshotID
 	}
 	if snapshot == "" || q.consistency() == ConsistencyIncremental {
 		if snapshot, err = p.src.Snapshot(ctx); err != nil {
 			return nil, err
 		}
+		// Before any page is read: a snapshot id no cursor can carry would
+		// otherwise fail only once the first page is full.
+		if err := checkCursorLimits(snapshot, 0); err != nil {
+			return nil, err
+		}
 	}
-	// One item more than the page tells whether another page exists, so the
-	// last page says has_more=false instead of pointing at an empty page.
-	items, err := p.src.Page(ctx, snapshot, q, after, q.PageSize+1)
+	items, err := p.src.Page(ctx, snapshot, q, after, fetchLimit(q.PageSize))
 	if err != nil {
 		return nil, err
 	}
@@ -394,13 +449,17 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 		env.Items = items[:q.PageSize:q.PageSize]
 		last = p.src.Position(q, env.Items[len(env.Items)-1])
 		expires := now.Add(p.opts.CursorTTL).Truncate(time.Millisecond).UTC()
-		next, err := p.opts.Keyring.Encode(CursorPayload{
+		c := CursorPayload{
 			Query:      qh,
 			After:      last,
 			SnapshotID: snapshot,
 			IssuedAt:   now.Truncate(time.Millisecond).UTC(),
 			ExpiresAt:  expires,
-		})
+		}
+		if p.resolver != nil && positionLen(last) > inlinePosition {
+			c.After, c.AfterDigest = Position{}, DigestPosition(last)
+		}
+		next, err := p.opts.Keyring.Encode(c)
 		if err != nil {
 			return nil, err
 		}
@@ -424,13 +483,45 @@ func (p *Paginator[T]) Page(ctx context.Context, req PageRequest) (*PageEnvelope
 	return env, nil
 }
 
+// cursorBoundary returns the position a verified cursor continues after,
+// resolving a digest in the snapshot that the issuing page was read at.
+func (p *Paginator[T]) cursorBoundary(ctx context.Context, q Query, c CursorPayload) (*Position, error) {
+	if c.AfterDigest == (PositionDigest{}) {
+		return &c.After, nil
+	}
+	if p.resolver == nil {
+		// Signed by a key of ours, so written for a source that resolves:
+		// this one was swapped for one that cannot.
+		return nil, invalidCursor("position digest, and the source cannot resolve one")
+	}
+	pos, err := p.resolver.ResolvePosition(ctx, c.SnapshotID, q, c.AfterDigest)
+	if err != nil {
+		return nil, err
+	}
+	if DigestPosition(pos) != c.AfterDigest {
+		return nil, fmt.Errorf("%w: resolved position %q does not match the cursor's digest", ErrKeysetOrder, pos.ID)
+	}
+	return &pos, nil
+}
+
+// fetchLimit is how many items a page of size asks its source for: one item
+// more than the page tells whether another page exists, so the last page says
+// has_more=false instead of pointing at an empty page. A page of math.MaxInt
+// items asks for math.MaxInt: no slice holds more, so there is never another.
+func fetchLimit(size int) int {
+	if size == math.MaxInt {
+		return size
+	}
+	return size + 1
+}
+
 // checkKeysetOrder refuses a page whose source broke its contract: serving
 // it would repeat or reorder items across pages. A comparison on sort values
 // alone, or <= instead of <, is the usual cause. It returns the positions of
 // the first and last item.
 func checkKeysetOrder[T any](src KeysetSource[T], q Query, after *Position, items []T) (first, last Position, err error) {
-	if len(items) > q.PageSize+1 {
-		return first, last, fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), q.PageSize+1)
+	if limit := fetchLimit(q.PageSize); len(items) > limit {
+		return first, last, fmt.Errorf("%w: %d items for a limit of %d", ErrKeysetOrder, len(items), limit)
 	}
 	var prev Position
 	hasPrev := after != nil
@@ -588,9 +679,10 @@ type memoryVersion[T any] struct {
 	id    string
 	items map[string]T // read-only once published
 
-	mu     sync.Mutex            // protects list and sorted
-	list   []T                   // items in id order, built on first read
-	sorted map[string][]sortedAt // order signature -> positions sorted by it
+	mu      sync.Mutex                           // protects list, sorted and digests
+	list    []T                                  // items in id order, built on first read
+	sorted  map[string][]sortedAt                // order signature -> positions sorted by it
+	digests map[string]map[PositionDigest]string // order signature -> digest -> id, built on first lookup
 }
 
 type sortedAt struct {
@@ -679,16 +771,9 @@ func (s *MemorySource[T]) Page(ctx context.Context, snapshot string, q Query, af
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	var v *memoryVersion[T]
-	for _, cand := range s.versions {
-		if cand.id == snapshot {
-			v = cand
-		}
-	}
-	s.mu.Unlock()
-	if v == nil {
-		return nil, &CursorError{Code: CursorExpired, Detail: fmt.Sprintf("snapshot %q is not retained", snapshot)}
+	v, err := s.version(snapshot)
+	if err != nil {
+		return nil, err
 	}
 	sorted, list := v.sortedBy(s, q)
 	start := 0
@@ -700,6 +785,9 @@ func (s *MemorySource[T]) Page(ctx context.Context, snapshot string, q Query, af
 			}
 			return -1
 		})
+	}
+	if limit < 1 {
+		return []T{}, nil
 	}
 	out := make([]T, 0, min(limit, len(sorted)-start))
 	for _, e := range sorted[start:] {
@@ -714,19 +802,69 @@ func (s *MemorySource[T]) Page(ctx context.Context, snapshot string, q Query, af
 	return out, nil
 }
 
-// sortedBy returns v's items sorted by q's order, computed once per order.
-func (v *memoryVersion[T]) sortedBy(s *MemorySource[T], q Query) ([]sortedAt, []T) {
+// ResolvePosition implements PositionResolver.
+func (s *MemorySource[T]) ResolvePosition(ctx context.Context, snapshot string, q Query, d PositionDigest) (Position, error) {
+	if err := ctx.Err(); err != nil {
+		return Position{}, err
+	}
+	v, err := s.version(snapshot)
+	if err != nil {
+		return Position{}, err
+	}
+	sig := orderSignature(q)
+	v.mu.Lock()
+	if v.digests == nil {
+		v.digests = make(map[string]map[PositionDigest]string)
+	}
+	byDigest, ok := v.digests[sig]
+	if !ok {
+		byDigest = make(map[PositionDigest]string)
+		for id, it := range v.items {
+			// Short positions travel inline and are never looked up.
+			if p := s.Position(q, it); positionLen(p) > inlinePosition {
+				byDigest[DigestPosition(p)] = id
+			}
+		}
+		v.digests[sig] = byDigest
+	}
+	id, ok := byDigest[d]
+	v.mu.Unlock()
+	if !ok {
+		return Position{}, &CursorError{Code: CursorExpired, Detail: fmt.Sprintf("snapshot %q holds no such position", snapshot)}
+	}
+	return s.Position(q, v.items[id]), nil
+}
+
+// version returns the retained version named snapshot.
+func (s *MemorySource[T]) version(snapshot string) (*memoryVersion[T], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.versions {
+		if v.id == snapshot {
+			return v, nil
+		}
+	}
+	return nil, &CursorError{Code: CursorExpired, Detail: fmt.Sprintf("snapshot %q is not retained", snapshot)}
+}
+
+func orderSignature(q Query) string {
 	var sig strings.Builder
 	for _, f := range q.Sort {
 		fmt.Fprintf(&sig, "%q/%t,", f.Name, f.Desc)
 	}
+	return sig.String()
+}
+
+// sortedBy returns v's items sorted by q's order, computed once per order.
+func (v *memoryVersion[T]) sortedBy(s *MemorySource[T], q Query) ([]sortedAt, []T) {
+	sig := orderSignature(q)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.sorted == nil {
 		v.sorted = make(map[string][]sortedAt)
 	}
 	list := v.listLocked()
-	if got, ok := v.sorted[sig.String()]; ok {
+	if got, ok := v.sorted[sig]; ok {
 		return got, list
 	}
 	sorted := make([]sortedAt, len(list))
@@ -734,7 +872,7 @@ func (v *memoryVersion[T]) sortedBy(s *MemorySource[T], q Query) ([]sortedAt, []
 		sorted[i] = sortedAt{pos: s.Position(q, it), idx: i}
 	}
 	slices.SortFunc(sorted, func(a, b sortedAt) int { return ComparePositions(q.Sort, a.pos, b.pos) })
-	v.sorted[sig.String()] = sorted
+	v.sorted[sig] = sorted
 	return sorted, list
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -784,4 +786,238 @@ func TestPaginatorRefusesSourceThatBreaksOrder(t *testing.T) {
 	unsorted := newTestPaginator(t, staticSource{items: []supportTicket{items[2], items[0]}}, newPageClock(), nil)
 	_, err = unsorted.Page(context.Background(), PageRequest{Query: q})
 	require.ErrorIs(t, err, ErrKeysetOrder)
+}
+
+// A page size of math.MaxInt, with MaxPageSize math.MaxInt to say "no
+// limit", must not overflow the one item more that tells whether another
+// page exists.
+func TestPageSizeAtIntLimit(t *testing.T) {
+	for _, size := range []int{math.MaxInt, math.MaxInt - 1} {
+		t.Run(fmt.Sprintf("page size %d", size), func(t *testing.T) {
+			src := ticketSource(t, 0)
+			src.Put(fixedTickets()...)
+			p := newTestPaginator(t, src, newPageClock(), &PaginatorOptions{MaxPageSize: math.MaxInt})
+			q := ticketQuery(size, ConsistencySnapshot)
+			env, err := p.Page(context.Background(), PageRequest{Query: q})
+			require.NoError(t, err)
+			assert.Equal(t, expectedOrder(q, fixedTickets()), ticketIDs(env.Items))
+			assert.False(t, env.Page.HasMore)
+		})
+	}
+	t.Run("memory source after a boundary", func(t *testing.T) {
+		src := ticketSource(t, 0)
+		src.Put(fixedTickets()...)
+		q := ticketQuery(10, ConsistencySnapshot)
+		snap, err := src.Snapshot(context.Background())
+		require.NoError(t, err)
+		want := expectedOrder(q, fixedTickets())
+		after := ticketPosition(fixedTickets()[slices.Index(ticketIDs(fixedTickets()), want[89])])
+		got, err := src.Page(context.Background(), snap, q, &after, math.MaxInt)
+		require.NoError(t, err)
+		assert.Equal(t, want[90:], ticketIDs(got))
+	})
+}
+
+// longTickets are n tickets whose ids (or sort values) are size bytes long,
+// so that every page boundary is a long position.
+func longTickets(n, size int, longSort bool) []supportTicket {
+	var out []supportTicket
+	for i := range n {
+		x := ticketAt(fmt.Sprintf("T-%04d-", i)+strings.Repeat("x", size), i/2)
+		if longSort {
+			x = ticketAt(fmt.Sprintf("T-%04d", i), i/2)
+			x.UpdatedAt += strings.Repeat("z", size)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// walkPages follows next_cursor from the first page and returns every id.
+func walkPages(t *testing.T, p *Paginator[supportTicket], q Query) []string {
+	t.Helper()
+	var got []string
+	req := PageRequest{Query: q}
+	for range 1000 {
+		env, err := p.Page(context.Background(), req)
+		require.NoError(t, err)
+		got = append(got, ticketIDs(env.Items)...)
+		if !env.Page.HasMore {
+			return got
+		}
+		req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+	}
+	t.Fatal("walk does not end")
+	return nil
+}
+
+// A long key at a page boundary pages like any other: the memory source
+// resolves the digest its cursor carries, and a source that cannot resolve
+// positions gets them inline up to MaxCursorPosition.
+func TestLongPositionAtPageBoundary(t *testing.T) {
+	for _, size := range []int{1105, 4 << 10, 64 << 10, 200 << 10} {
+		for _, longSort := range []bool{false, true} {
+			for _, c := range []Consistency{ConsistencySnapshot, ConsistencyIncremental} {
+				name := fmt.Sprintf("%d-byte id/%s", size, c)
+				if longSort {
+					name = fmt.Sprintf("%d-byte sort value/%s", size, c)
+				}
+				t.Run(name, func(t *testing.T) {
+					src := ticketSource(t, 0)
+					data := longTickets(9, size, longSort)
+					src.Put(data...)
+					q := ticketQuery(2, c)
+					p := newTestPaginator(t, src, newPageClock(), nil)
+					assert.Equal(t, expectedOrder(q, data), walkPages(t, p, q))
+				})
+			}
+		}
+	}
+	t.Run("source without position lookup", func(t *testing.T) {
+		data := longTickets(9, 2000, false)
+		q := ticketQuery(2, ConsistencySnapshot)
+		sorted := slices.Clone(data)
+		slices.SortFunc(sorted, func(a, b supportTicket) int { return ComparePositions(q.Sort, ticketPosition(a), ticketPosition(b)) })
+		p := newTestPaginator(t, staticSource{items: sorted}, newPageClock(), nil)
+		assert.Equal(t, expectedOrder(q, data), walkPages(t, p, q))
+	})
+}
+
+// longSnapshotSource names its states with ids no cursor can carry and
+// counts the pages it was asked for.
+type longSnapshotSource struct {
+	staticSource
+	pages *int
+}
+
+func (s longSnapshotSource) Snapshot(context.Context) (string, error) {
+	return strings.Repeat("s", MaxCursorSnapshotID+1), nil
+}
+
+func (s longSnapshotSource) Page(ctx context.Context, snapshot string, q Query, after *Position, limit int) ([]supportTicket, error) {
+	*s.pages++
+	return s.staticSource.Page(ctx, snapshot, q, after, limit)
+}
+
+// The limits that remain are typed errors naming them: a position beyond
+// MaxCursorPosition from a source that cannot resolve digests, and a
+// snapshot id beyond MaxCursorSnapshotID, refused before a page is read.
+func TestCursorLimitsAreCursorErrors(t *testing.T) {
+	q := ticketQuery(2, ConsistencySnapshot)
+	t.Run("position beyond MaxCursorPosition", func(t *testing.T) {
+		data := longTickets(5, MaxCursorPosition, false)
+		slices.SortFunc(data, func(a, b supportTicket) int { return ComparePositions(q.Sort, ticketPosition(a), ticketPosition(b)) })
+		p := newTestPaginator(t, staticSource{items: data}, newPageClock(), nil)
+		_, err := p.Page(context.Background(), PageRequest{Query: q})
+		requireCursorCode(t, err, CursorTooLong)
+		assert.Contains(t, err.Error(), "MaxCursorPosition")
+	})
+	t.Run("snapshot id beyond MaxCursorSnapshotID", func(t *testing.T) {
+		pages := 0
+		p := newTestPaginator(t, longSnapshotSource{staticSource{items: fixedTickets()[:1]}, &pages}, newPageClock(), nil)
+		_, err := p.Page(context.Background(), PageRequest{Query: q})
+		requireCursorCode(t, err, CursorTooLong)
+		assert.Contains(t, err.Error(), "MaxCursorSnapshotID")
+		assert.Zero(t, pages, "refused before a page is read, even a page that needs no cursor")
+	})
+	t.Run("digest cursor on a source that cannot resolve", func(t *testing.T) {
+		src := ticketSource(t, 0)
+		data := longTickets(5, 2000, false)
+		src.Put(data...)
+		first, err := newTestPaginator(t, src, newPageClock(), nil).Page(context.Background(), PageRequest{Query: q})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(first.Page.NextCursor, "v2."))
+		other := newTestPaginator(t, staticSource{items: data}, newPageClock(), nil)
+		_, err = other.Page(context.Background(), PageRequest{Query: q, Cursor: first.Page.NextCursor})
+		requireCursorCode(t, err, CursorInvalid)
+	})
+}
+
+// An incremental walk over long keys whose issuing view is no longer kept
+// gets CURSOR_EXPIRED, and the walker's incremental recovery continues from
+// its own copy of the position: nothing is missed or repeated.
+func TestLongPositionIncrementalRecovery(t *testing.T) {
+	src := ticketSource(t, 2)
+	data := longTickets(9, 5000, false)
+	src.Put(data...)
+	q := ticketQuery(2, ConsistencyIncremental)
+	p := newTestPaginator(t, src, newPageClock(), nil)
+	served := 0
+	w, err := NewWalker(func(ctx context.Context, req WalkRequest) (*PageEnvelope[supportTicket], error) {
+		env, err := p.Page(ctx, PageRequest{Query: q, Cursor: req.Cursor, After: req.After})
+		if served++; served == 2 {
+			src.Put(ticketAt("A", -1)) // two writes push the issuing view out
+			src.Put(ticketAt("B", -1))
+		}
+		return env, err
+	}, &WalkOptions[supportTicket]{Position: ticketPosition, Order: q.Sort, Recovery: RecoverIncremental})
+	require.NoError(t, err)
+	got, err := collectWalk(w)
+	require.NoError(t, err)
+	assert.Equal(t, expectedOrder(q, append(data, ticketAt("A", -1), ticketAt("B", -1))), got)
+	require.Len(t, w.Recoveries(), 1)
+	assert.Equal(t, CursorExpired, w.Recoveries()[0].Reason)
+}
+
+// TestLongKeysModel pages random data sets whose ids have random lengths up
+// to 64 KiB, from a source that resolves position digests and from one that
+// does not. Every item is reached exactly once; the one other outcome is
+// CURSOR_TOO_LONG from the source that cannot resolve, on the page that
+// would end at a position longer than MaxCursorPosition.
+func TestLongKeysModel(t *testing.T) {
+	idLen := rapid.OneOf(rapid.IntRange(0, 16), rapid.IntRange(1000, 1200), rapid.IntRange(0, 64<<10))
+	rapid.Check(t, func(rt *rapid.T) {
+		c := rapid.SampledFrom([]Consistency{ConsistencySnapshot, ConsistencyIncremental}).Draw(rt, "consistency")
+		q := ticketQuery(rapid.IntRange(1, 4).Draw(rt, "page size"), c)
+		var data []supportTicket
+		for i := range rapid.IntRange(0, 15).Draw(rt, "items") {
+			id := fmt.Sprintf("T-%03d-", i) + strings.Repeat("x", idLen.Draw(rt, "id length"))
+			data = append(data, ticketAt(id, rapid.IntRange(0, 3).Draw(rt, "minute")))
+		}
+		want := expectedOrder(q, data)
+		byID := map[string]supportTicket{}
+		for _, x := range data {
+			byID[x.ID] = x
+		}
+		var src KeysetSource[supportTicket]
+		resolving := rapid.Bool().Draw(rt, "source resolves digests")
+		if resolving {
+			mem, err := NewMemorySource(&MemorySourceOptions[supportTicket]{
+				ID:        func(x supportTicket) string { return x.ID },
+				SortValue: func(x supportTicket, _ string) string { return x.UpdatedAt },
+			})
+			require.NoError(rt, err)
+			mem.Put(data...)
+			src = mem
+		} else {
+			sorted := make([]supportTicket, len(want))
+			for i, id := range want {
+				sorted[i] = byID[id]
+			}
+			src = staticSource{items: sorted}
+		}
+		k, err := NewKeyring(testKey)
+		require.NoError(rt, err)
+		p, err := NewPaginator(src, &PaginatorOptions{Keyring: k, Clock: newPageClock().Now})
+		require.NoError(rt, err)
+
+		got := []string{}
+		req := PageRequest{Query: q}
+		for range len(want) + 1 {
+			env, err := p.Page(context.Background(), req)
+			if err != nil {
+				require.False(rt, resolving, "a resolving source pages every key: %v", err)
+				require.ErrorIs(rt, err, ErrCursorTooLong)
+				last := byID[want[len(got)+q.PageSize-1]]
+				require.Greater(rt, positionLen(ticketPosition(last)), MaxCursorPosition, "refused only past the bound")
+				return
+			}
+			got = append(got, ticketIDs(env.Items)...)
+			if !env.Page.HasMore {
+				break
+			}
+			req = PageRequest{Query: q, Cursor: env.Page.NextCursor}
+		}
+		require.Equal(rt, want, got, "every item exactly once, in order")
+	})
 }

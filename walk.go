@@ -17,7 +17,8 @@ type RecoveryMode string
 const (
 	// RecoverNone (the zero value) ends the walk with the CURSOR_EXPIRED error.
 	RecoverNone RecoveryMode = ""
-	// RecoverAudit starts a new snapshot from the first item. Items of the
+	// RecoverAudit starts a new snapshot where the walk began: after
+	// WalkOptions.Start when it is set, else at the first item. Items of the
 	// abandoned snapshot were already yielded; OnRecovery tells the consumer
 	// to discard them before the first item of the new snapshot arrives.
 	RecoverAudit RecoveryMode = "audit"
@@ -39,8 +40,9 @@ type CursorRecovery struct {
 	// FromCursorDigest is "sha256:" and the hex SHA-256 of the cursor that
 	// failed; the cursor itself is a bearer token and is never recorded.
 	FromCursorDigest string `json:"from_cursor_digest"`
-	// Boundary is the position the incremental recovery continues after;
-	// nil for an audit recovery.
+	// Boundary is the position the new walk starts after: the last
+	// confirmed position for an incremental recovery, WalkOptions.Start for
+	// an audit recovery (nil when the audit restarts at the first item).
 	Boundary *Position `json:"boundary,omitempty"`
 	// AbandonedSnapshotID is the snapshot the failed cursor read.
 	AbandonedSnapshotID string `json:"abandoned_snapshot_id,omitempty"`
@@ -54,7 +56,8 @@ type CursorRecovery struct {
 type WalkRequest struct {
 	// Cursor continues the walk; empty together with After nil starts it.
 	Cursor string
-	// After starts a new walk after a confirmed position (incremental recovery).
+	// After starts a new walk after a position: WalkOptions.Start, or where a
+	// recovery restarts.
 	After *Position
 	// IdempotencyKey is the same for every attempt of one request, so that a
 	// retry after a lost response returns the page the server already served.
@@ -75,7 +78,8 @@ type WalkOptions[T any] struct {
 	Position func(T) Position
 	// Start, when set, begins the walk after this position instead of at
 	// the first item: an incremental sync resuming from the last position it
-	// stored.
+	// stored. An audit recovery restarts after Start too, since items before
+	// it are outside the walk the caller asked for.
 	Start *Position
 	// Order, when set, is the walk's sort order; every item must then come
 	// strictly after the one before it, across pages too. A server that
@@ -211,13 +215,11 @@ func (w *Walker[T]) walk(ctx context.Context, yield func(T, error) bool) error {
 				ItemsBefore:         items,
 				At:                  w.opts.Clock(),
 			}
-			req = WalkRequest{}
-			if w.opts.Recovery == RecoverIncremental {
-				rec.Boundary = confirmed
-				req.After = confirmed
-			} else {
-				confirmed = nil
+			if w.opts.Recovery == RecoverAudit {
+				confirmed = w.opts.Start
 			}
+			rec.Boundary = confirmed
+			req = WalkRequest{After: confirmed}
 			snapshot = ""
 			w.recoveries = append(w.recoveries, rec)
 			if w.opts.OnRecovery != nil {

@@ -380,3 +380,33 @@ func TestWalkStartsAfterStoredPosition(t *testing.T) {
 	require.NotNil(t, f.requests[0].After)
 	assert.Equal(t, start, *f.requests[0].After)
 }
+
+// An audit recovery restarts after Start, where the caller chose to begin,
+// on a new snapshot: not from the very first item.
+func TestWalkAuditRecoveryRestartsAfterStart(t *testing.T) {
+	for _, c := range []Consistency{ConsistencySnapshot, ConsistencyIncremental} {
+		t.Run(string(c), func(t *testing.T) {
+			f := newWalkFixture(t, c)
+			expireAfterFirstPage(f) // also puts NEW-TOP, which sorts before Start
+			want := expectedOrder(f.q, fixedTickets())
+			start := ticketPosition(fixedTickets()[slices.Index(ticketIDs(fixedTickets()), want[41])])
+			var got []string
+			w := f.walker(t, WalkOptions[supportTicket]{Start: &start, Recovery: RecoverAudit, OnRecovery: func(CursorRecovery) {
+				got = nil // the consumer discards the abandoned snapshot's items
+			}})
+			for x, err := range w.All(context.Background()) {
+				require.NoError(t, err)
+				got = append(got, x.ID)
+			}
+			assert.Equal(t, want[42:], got, "the new snapshot from after Start")
+			require.Len(t, w.Recoveries(), 1)
+			rec := w.Recoveries()[0]
+			assert.Equal(t, RecoverAudit, rec.Mode)
+			require.NotNil(t, rec.Boundary, "the record says where the audit restarted")
+			assert.Equal(t, start, *rec.Boundary)
+			require.NotNil(t, f.requests[2].After)
+			assert.Equal(t, start, *f.requests[2].After)
+			assert.Empty(t, f.requests[2].Cursor)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,13 +35,20 @@ import (
 // gets the JSON-RPC error -32602 (invalid params) that the MCP specification
 // asks for, though without our code; OnError sees the typed error.
 //
+// A server built with server.WithPaginationLimit has no whole catalog to
+// freeze (ErrServerPaginates); once its first page shows that, both hooks
+// leave its requests, and mcp-go's cursors in them, alone.
+//
 // mcp-go runs the generic OnSuccess hooks before the per-method after hooks,
 // so an OnSuccess observer sees mcp-go's full list, not the page sent.
 
 // ErrServerPaginates: the mcp-go server was built with
 // server.WithPaginationLimit, so its handler no longer returns the whole
 // catalog and no snapshot can be taken. The list is then served as mcp-go
-// serves it, without a snapshot id.
+// serves it, without a snapshot id, and mcp-go's own cursors pass through
+// untouched (with mcp-go's own faults: it skips equal names across its page
+// boundaries). The lists learn this from the first page on which mcp-go
+// returns a next cursor, and report it once per server.
 var ErrServerPaginates = errors.New("pagedserver: mcp-go pagination limit set; snapshot lists disabled")
 
 // unreadableCursor is not base64, so mcp-go's listing handler refuses it with
@@ -191,6 +199,10 @@ type snapshotList[T any] struct {
 	// before hook to the after hook; keyed by the request pointer, which
 	// both hooks receive. Entries are removed by the after or error hook.
 	pending sync.Map
+	// paginating holds the servers seen paginating on their own
+	// (*server.MCPServer -> struct{}); mcp-go fixes the limit when the
+	// server is built, so an entry is never removed.
+	paginating sync.Map
 }
 
 type pendingPage[T any] struct {
@@ -232,7 +244,23 @@ func (s *snapshotList[T]) query(ctx context.Context) mcpsync.Query {
 	}
 }
 
+// serverPaginates reports whether the server of ctx was seen paginating on
+// its own.
+func (s *snapshotList[T]) serverPaginates(ctx context.Context) bool {
+	_, ok := s.paginating.Load(server.ServerFromContext(ctx))
+	return ok
+}
+
+// ownCursor tells our cursors from mcp-go's: ours are dot-separated, and
+// mcp-go's are standard base64, which has no dot.
+func ownCursor(c mcp.Cursor) bool { return strings.IndexByte(string(c), '.') >= 0 }
+
 func (s *snapshotList[T]) before(ctx context.Context, req any, cursor *mcp.Cursor) {
+	if s.serverPaginates(ctx) && !ownCursor(*cursor) {
+		// mcp-go's own walk (or its first page): served as mcp-go serves
+		// it. Our cursors of walks begun earlier still read their snapshot.
+		return
+	}
 	if *cursor == "" {
 		s.pending.Store(req, &pendingPage[T]{first: true})
 		return
@@ -257,7 +285,9 @@ func (s *snapshotList[T]) after(ctx context.Context, req any, items *[]T, pr *mc
 	if p.first {
 		if pr.NextCursor != "" {
 			// mcp-go paginated on its own: its page is not the catalog.
-			s.report(ctx, ErrServerPaginates)
+			if _, seen := s.paginating.LoadOrStore(server.ServerFromContext(ctx), struct{}{}); !seen {
+				s.report(ctx, ErrServerPaginates)
+			}
 			return
 		}
 		var err error
@@ -311,7 +341,10 @@ type frozenList[T any] struct {
 	id      string
 	items   []T // sorted by order; read-only
 	pos     []mcpsync.Position
-	expires time.Time
+	expires time.Time // protected by snapshotStore.mu
+
+	digestsOnce sync.Once
+	digests     map[mcpsync.PositionDigest]int // -> index into pos; built by digestsOnce
 }
 
 // Snapshot freezes the live list in ctx.
@@ -355,21 +388,47 @@ func (s *snapshotStore[T]) Snapshot(ctx context.Context) (string, error) {
 	return f.id, nil
 }
 
-// Page implements mcpsync.KeysetSource over a frozen list.
-func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Query, after *mcpsync.Position, limit int) ([]T, error) {
+// use returns the frozen list named snapshot and keeps it for another TTL.
+func (s *snapshotStore[T]) use(snapshot string) (*frozenList[T], error) {
 	now := s.clock()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.expireLocked(now)
 	el, ok := s.byID[snapshot]
-	var f *frozenList[T]
-	if ok {
-		f = el.Value.(*frozenList[T])
-		f.expires = now.Add(s.ttl)
-		s.lru.MoveToFront(el)
-	}
-	s.mu.Unlock()
-	if f == nil {
+	if !ok {
 		return nil, &mcpsync.CursorError{Code: mcpsync.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q no longer kept", snapshot)}
+	}
+	f := el.Value.(*frozenList[T])
+	f.expires = now.Add(s.ttl)
+	s.lru.MoveToFront(el)
+	return f, nil
+}
+
+// ResolvePosition implements mcpsync.PositionResolver, so that a cursor
+// after a long URI or name carries only its digest.
+func (s *snapshotStore[T]) ResolvePosition(_ context.Context, snapshot string, _ mcpsync.Query, d mcpsync.PositionDigest) (mcpsync.Position, error) {
+	f, err := s.use(snapshot)
+	if err != nil {
+		return mcpsync.Position{}, err
+	}
+	f.digestsOnce.Do(func() {
+		f.digests = make(map[mcpsync.PositionDigest]int, len(f.pos))
+		for i, p := range f.pos {
+			f.digests[mcpsync.DigestPosition(p)] = i
+		}
+	})
+	i, ok := f.digests[d]
+	if !ok {
+		return mcpsync.Position{}, &mcpsync.CursorError{Code: mcpsync.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q holds no such position", snapshot)}
+	}
+	return f.pos[i], nil
+}
+
+// Page implements mcpsync.KeysetSource over a frozen list.
+func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Query, after *mcpsync.Position, limit int) ([]T, error) {
+	f, err := s.use(snapshot)
+	if err != nil {
+		return nil, err
 	}
 	start := 0
 	if after != nil {
@@ -380,7 +439,8 @@ func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Qu
 			return -1 // equal to the boundary: before it, strictly after is wanted
 		})
 	}
-	end := min(start+limit, len(f.items))
+	// start+limit overflows for a limit near math.MaxInt.
+	end := start + min(max(limit, 0), len(f.items)-start)
 	return slices.Clone(f.items[start:end]), nil
 }
 

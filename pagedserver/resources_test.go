@@ -2,9 +2,10 @@ package pagedserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
 )
@@ -91,7 +93,14 @@ func newHarness(t *testing.T, o SnapshotListOptions) *harness {
 	return h
 }
 
-func startClient(t *testing.T, s *server.MCPServer) *client.Client {
+// cleanupT is what startClient needs of a *testing.T or a *rapid.T.
+type cleanupT interface {
+	require.TestingT
+	Helper()
+	Cleanup(func())
+}
+
+func startClient(t cleanupT, s *server.MCPServer) *client.Client {
 	t.Helper()
 	c, err := client.NewInProcessClient(s)
 	require.NoError(t, err)
@@ -353,21 +362,85 @@ func TestMCPGoOwnListFaults(t *testing.T) {
 	assert.Empty(t, res.Resources, "mcp-go ends with an empty page")
 }
 
-func TestSnapshotListsRefuseMCPGoPaginationLimit(t *testing.T) {
-	lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
-	require.NoError(t, err)
-	var got []error
-	lists.resources.onError = func(_ context.Context, _ mcp.MCPMethod, err error) { got = append(got, err) }
-	s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
-	addDocs(s, 0, 4)
-	c := startClient(t, s)
-	res, err := c.ListResourcesByPage(context.Background(), mcp.ListResourcesRequest{})
-	require.NoError(t, err)
-	require.Len(t, got, 1)
-	assert.True(t, errors.Is(got[0], ErrServerPaginates))
-	if res.Meta != nil {
-		assert.NotContains(t, res.Meta.AdditionalFields, mcpsync.SnapshotIDMetaKey, "no snapshot claimed that cannot be proven")
+// A server with its own pagination limit is listed as mcp-go lists it: the
+// snapshot lists step aside, and mcp-go's cursors pass through untouched on
+// every page, so a client following them reaches every resource. Names are
+// distinct because mcp-go skips equal names across its page boundaries.
+func TestSnapshotListsStepAsideForMCPGoPaginationLimit(t *testing.T) {
+	walkByPage := func(t *testing.T, c *client.Client) []string {
+		var got []string
+		req := mcp.ListResourcesRequest{}
+		for range 10 {
+			res, err := c.ListResourcesByPage(context.Background(), req)
+			require.NoError(t, err)
+			if res.Meta != nil {
+				assert.NotContains(t, res.Meta.AdditionalFields, mcpsync.SnapshotIDMetaKey, "no snapshot claimed that cannot be proven")
+			}
+			got = append(got, uris(res.Resources)...)
+			if res.NextCursor == "" {
+				return got
+			}
+			req.Params.Cursor = res.NextCursor
+		}
+		t.Fatal("more pages than resources")
+		return nil
 	}
+	cases := []struct {
+		name string
+		list func(t *testing.T, c *client.Client) []string
+	}{
+		{"following cursors page by page", walkByPage},
+		{"mcp-go ListResources", func(t *testing.T, c *client.Client) []string {
+			all, err := c.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			require.NoError(t, err)
+			return uris(all.Resources)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
+			require.NoError(t, err)
+			var got []error
+			var mu sync.Mutex // protects got
+			lists.resources.onError = func(_ context.Context, _ mcp.MCPMethod, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, err)
+			}
+			s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
+			var want []string
+			for i := range 5 {
+				uri := fmt.Sprintf("file:///u/%02d", i)
+				s.AddResource(mcp.NewResource(uri, fmt.Sprintf("name-%02d", i)), readText(uri))
+				want = append(want, uri)
+			}
+			c := startClient(t, s)
+			assert.ElementsMatch(t, want, tc.list(t, c), "every resource, once")
+			assert.ElementsMatch(t, want, tc.list(t, c), "and again on a second walk")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, got, 1, "told once, and no cursor of mcp-go refused as ours")
+			require.ErrorIs(t, got[0], ErrServerPaginates)
+		})
+	}
+	t.Run("templates", func(t *testing.T) {
+		lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: 3})
+		require.NoError(t, err)
+		s := server.NewMCPServer("x", "1", append(lists.ServerOptions(), server.WithResourceCapabilities(false, false), server.WithPaginationLimit(2))...)
+		var want []string
+		for i := range 5 {
+			tpl := fmt.Sprintf("file:///t%02d/{id}", i)
+			s.AddResourceTemplate(mcp.NewResourceTemplate(tpl, fmt.Sprintf("tpl-%02d", i)), nil)
+			want = append(want, tpl)
+		}
+		all, err := startClient(t, s).ListResourceTemplates(context.Background(), mcp.ListResourceTemplatesRequest{})
+		require.NoError(t, err)
+		var got []string
+		for _, tpl := range all.ResourceTemplates {
+			got = append(got, tpl.URITemplate.Raw())
+		}
+		assert.ElementsMatch(t, want, got)
+	})
 }
 
 func TestSnapshotListOptions(t *testing.T) {
@@ -404,4 +477,115 @@ func TestResourcesListCursorBoundToSession(t *testing.T) {
 	defer h.mu.Unlock()
 	require.Len(t, h.errs, 1)
 	require.ErrorIs(t, h.errs[0], mcpsync.ErrCursorQueryMismatch)
+}
+
+// Sizes at the int limit: a list page size of math.MaxInt, and the store
+// asked for math.MaxInt items after a boundary, slice without overflow.
+func TestSnapshotListsPageSizeAtIntLimit(t *testing.T) {
+	h := newHarness(t, SnapshotListOptions{PageSize: math.MaxInt})
+	want := addDocs(h.srv, 0, 7)
+	all, err := h.client.ListResources(context.Background(), mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, want, uris(all.Resources))
+
+	store := h.lists.resources.store
+	res, err := h.client.ListResourcesByPage(context.Background(), mcp.ListResourcesRequest{})
+	require.NoError(t, err)
+	snap := snapshotIDOf(t, res.Meta)
+	q := h.lists.resources.query(context.Background())
+	after := store.pos(res.Resources[2])
+	got, err := store.Page(context.Background(), snap, q, &after, math.MaxInt)
+	require.NoError(t, err)
+	assert.Equal(t, uris(res.Resources[3:]), uris(got))
+}
+
+// A resource with a long URI (an ordinary long query string) or a long name
+// at the end of a page does not stop the listing: its cursor carries a
+// digest that the walk's snapshot resolves.
+func TestResourcesListLongKeysAtPageBoundary(t *testing.T) {
+	cases := []struct {
+		name          string
+		uriN, nameN   int
+		resources     int
+		pageSize      int
+		longEveryItem bool
+	}{
+		{"1,100-byte URI last on page 2", 1100, 0, 6, 2, false},
+		{"100 KiB URIs everywhere", 100 << 10, 0, 7, 2, true},
+		{"64 KiB names and URIs", 64 << 10, 64 << 10, 5, 1, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, SnapshotListOptions{PageSize: tc.pageSize})
+			var want []string
+			for i := range tc.resources {
+				uri := fmt.Sprintf("https://example.com/search/%02d?q=x", i)
+				name := fmt.Sprintf("doc-%02d", i)
+				if tc.longEveryItem || i == 3 { // 4th of 6 by name: the end of page 2
+					uri += strings.Repeat("a", tc.uriN-len(uri))
+					name += strings.Repeat("n", tc.nameN)
+				}
+				h.srv.AddResource(mcp.NewResource(uri, name), readText(uri))
+				want = append(want, uri)
+			}
+			all, err := h.client.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			require.NoError(t, err)
+			assert.ElementsMatch(t, want, uris(all.Resources))
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			assert.Empty(t, h.errs)
+		})
+	}
+}
+
+// TestResourcesListEveryItemOnceModel lists random catalogs with URIs and
+// names of random length up to 64 KiB, from servers with and without their
+// own pagination limit, by page and with mcp-go's ListResources: every
+// resource is reached exactly once. With a limit, names are distinct,
+// because mcp-go's own pagination skips equal names across its pages.
+func TestResourcesListEveryItemOnceModel(t *testing.T) {
+	keyLen := rapid.OneOf(rapid.IntRange(0, 16), rapid.IntRange(1000, 1200), rapid.IntRange(0, 64<<10))
+	rapid.Check(t, func(rt *rapid.T) {
+		limit := rapid.SampledFrom([]int{0, 1, 2, 3, 5}).Draw(rt, "mcp-go pagination limit (0: none)")
+		lists, err := NewSnapshotLists(&SnapshotListOptions{Keyring: keyring(t), PageSize: rapid.IntRange(1, 5).Draw(rt, "page size")})
+		require.NoError(rt, err)
+		opts := append(lists.ServerOptions(), server.WithResourceCapabilities(false, false))
+		if limit > 0 {
+			opts = append(opts, server.WithPaginationLimit(limit))
+		}
+		s := server.NewMCPServer("x", "1", opts...)
+		want := []string{}
+		for i := range rapid.IntRange(0, 12).Draw(rt, "resources") {
+			uri := fmt.Sprintf("https://example.com/%02d?q=", i) + strings.Repeat("u", keyLen.Draw(rt, "uri length"))
+			name := fmt.Sprintf("doc-%d", rapid.IntRange(0, 3).Draw(rt, "name group"))
+			if limit > 0 {
+				name = fmt.Sprintf("doc-%02d", i)
+			}
+			name += strings.Repeat("n", keyLen.Draw(rt, "name length"))
+			s.AddResource(mcp.NewResource(uri, name), readText(uri))
+			want = append(want, uri)
+		}
+		c := startClient(rt, s)
+		got := []string{}
+		if rapid.Bool().Draw(rt, "mcp-go ListResources") {
+			all, err := c.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			require.NoError(rt, err)
+			got = uris(all.Resources)
+		} else {
+			req := mcp.ListResourcesRequest{}
+			for page := 0; ; page++ {
+				require.LessOrEqual(rt, page, len(want)+1, "the walk ends")
+				res, err := c.ListResourcesByPage(context.Background(), req)
+				require.NoError(rt, err)
+				got = append(got, uris(res.Resources)...)
+				if res.NextCursor == "" {
+					break
+				}
+				req.Params.Cursor = res.NextCursor
+			}
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		require.Equal(rt, want, got, "every resource exactly once")
+	})
 }

@@ -179,7 +179,7 @@ func DecodeToolResult[T any](res *mcp.CallToolResult) (*mcpsync.PageEnvelope[T],
 		var body ToolErrorBody
 		if len(raw) > 0 && json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
 			switch code := mcpsync.CursorErrorCode(body.Error.Code); code {
-			case mcpsync.CursorInvalid, mcpsync.CursorExpired, mcpsync.CursorQueryMismatch, mcpsync.CursorVersionUnsupported:
+			case mcpsync.CursorInvalid, mcpsync.CursorExpired, mcpsync.CursorQueryMismatch, mcpsync.CursorVersionUnsupported, mcpsync.CursorTooLong:
 				return nil, &mcpsync.CursorError{Code: code, Detail: body.Error.Detail}
 			}
 			switch body.Error.Code {

@@ -165,6 +165,12 @@ func TestToolErrorCarriesCode(t *testing.T) {
 		require.ErrorAs(t, err, &te)
 		assert.Equal(t, "boom", te.Text)
 	})
+	t.Run("cursor too long", func(t *testing.T) {
+		res := ToolError(&mcpsync.CursorError{Code: mcpsync.CursorTooLong, Detail: "position of 70000 bytes, more than MaxCursorPosition (65536)"})
+		require.NotNil(t, res)
+		_, err := DecodeToolResult[ticket](res)
+		require.ErrorIs(t, err, mcpsync.ErrCursorTooLong)
+	})
 	t.Run("not a paging error", func(t *testing.T) {
 		assert.Nil(t, ToolError(errors.New("disk on fire")))
 	})
