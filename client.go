@@ -181,7 +181,7 @@ type Client struct {
 	failing     map[string]string // key -> why its reads fail; protected by mu
 	// resync marks keys a reconnect found held by someone else; the holder
 	// opens them in the current session before it lets go (settle).
-	resync map[string]bool // protected by mu
+	resync      map[string]bool // protected by mu
 	failedReads atomic.Uint64
 
 	scanner     *Scanner
