@@ -765,11 +765,10 @@ func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 		}
 		return r, nil, walkErr
 	}
-	set := canonicalDescriptorSet(items)
-	r.SetDigest = descriptorSetDigest(kind, set)
 	// One descriptor per key: of aliases, the first in canonical order, so
 	// that passes listing the same spellings agree whatever their order.
-	set = slices.CompactFunc(set, func(a, b keyedDescriptor) bool { return a.key == b.key })
+	set := slices.CompactFunc(canonicalDescriptorSet(items), func(a, b keyedDescriptor) bool { return a.key == b.key })
+	r.SetDigest = descriptorSetDigest(kind, set)
 	descriptors := make([]Descriptor, len(set))
 	for i, k := range set {
 		descriptors[i] = k.d
