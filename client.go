@@ -137,6 +137,14 @@ type ClientOptions struct {
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
+	// Limits bound what a server can make the client spend; nil means the
+	// defaults (Limits).
+	Limits *Limits
+	// OnFault, if set, is told of every refusal of hostile input as it
+	// happens: a *LimitError, *MessageError, *FramingError or
+	// *DegradedError. It runs on the transport's read loop and must not
+	// block or call the client.
+	OnFault func(error)
 	// RefreshFraction is the share of subscriptions the client refreshes,
 	// in [0, 1], chosen by a stable hash of the URI (SetRefreshFraction);
 	// nil means 1, every subscription. new(0.05) starts with 5%.
@@ -197,6 +205,7 @@ type connection struct {
 	gen  uint64
 	era  Era
 	caps CapabilityReceipt
+	mon  *wire.Monitor // limits of the session; its Err ends the session
 
 	lost     bool          // the loss was handled; protected by Client.mu
 	probe    chan struct{} // asks the heartbeat to ping now
@@ -370,6 +379,19 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	if o.Reconnect.Max <= 0 {
 		o.Reconnect.Max = 30 * time.Second
 	}
+	limits, err := o.Limits.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o.Limits = &limits
+	if o.Scanner == nil || o.Scanner.MaxPages == 0 {
+		so := ScannerOptions{}
+		if o.Scanner != nil {
+			so = *o.Scanner
+		}
+		so.MaxPages = limits.MaxScanPages
+		o.Scanner = &so
+	}
 	scanner, err := NewScanner(o.Scanner)
 	if err != nil {
 		return nil, err
@@ -416,7 +438,8 @@ func (c *Client) Capabilities() CapabilityReceipt {
 
 // connect dials and initializes a new session and tells the engine.
 func (c *Client) connect(ctx context.Context) (*connection, error) {
-	tr, err := c.dial(ctx)
+	mon := wire.NewMonitor(c.opts.Limits.wire(), c.opts.OnFault)
+	tr, err := c.dial(wire.WithMonitor(ctx, mon))
 	if err != nil {
 		return nil, fmt.Errorf("mcpsync: dial: %w", err)
 	}
@@ -424,9 +447,9 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	if c.opts.ProtocolVersion != "" {
 		options = append(options, mcpclient.WithProtocolVersion(c.opts.ProtocolVersion))
 	}
-	wrapped := wire.New(tr, rpcError, wireMethods...)
+	wrapped := wire.New(tr, rpcError, mon, wireMethods...)
 	mc := mcpclient.NewClient(wrapped, options...)
-	conn := &connection{mc: mc, tr: wrapped, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1)}
+	conn := &connection{mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1)}
 	// The handler is installed before Start, so no notification is lost
 	// to a missing handler; it only queues, stamped with the session it
 	// arrived on, whose generation is set once initialize is done.
@@ -1022,11 +1045,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	cancel()
 	var result ReadResult
 	var rpc *RPCError
+	var lim *LimitError
 	switch {
 	case err == nil:
 		result = ReadResultFromMCP(res)
 	case errors.As(err, &rpc) && rpc.ResourceNotFound():
 		result = NotFoundResult()
+	case errors.As(err, &lim) && lim.Method == string(mcp.MethodResourcesRead):
+		result = limitResult(lim) // refused with a receipt; the session goes on
 	default:
 		c.failedRead(conn, t, err)
 		next, ferr := c.engine.Fail(t)
@@ -1390,8 +1416,27 @@ func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
 		return Catalog{}, err
 	}
 	method := kind.Method()
-	return c.scanner.Scan(ctx, kind, conn.era, conn.caps, c.pages(conn, kind),
+	timeout := c.opts.Limits.ScanTimeout
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout,
+		&LimitError{Limit: LimitScanDuration, Max: timeout.Milliseconds(), Observed: timeout.Milliseconds()})
+	defer cancel()
+	cat, err := c.scanner.Scan(ctx, kind, conn.era, conn.caps, c.pages(conn, kind),
 		func() uint64 { return c.ListChanged(method) })
+	if se, ok := errors.AsType[*ScanError](err); ok && errors.Is(se.Err, context.DeadlineExceeded) {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrScanTimeout) {
+			se.Err = cause // name the limit, not only the deadline
+		}
+	}
+	return cat, err
+}
+
+// SessionErr returns the error that ended the current session on the
+// client's side (a *FramingError), or nil while it can go on.
+func (c *Client) SessionErr() error {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	return conn.mon.Err()
 }
 
 // pages fetches list pages of kind on conn. The cursor goes out untouched;

@@ -204,7 +204,7 @@ var (
 	// ErrPageCap: a pass needed more pages than ScannerOptions.MaxPages.
 	ErrPageCap = errors.New("mcpsync: list page cap exceeded")
 	// ErrListUnstable: the last attempt saw the listing change
-	// (list_changed, a repeated item or differing passes).
+	// (list_changed or differing passes).
 	ErrListUnstable = errors.New("mcpsync: listing changed during every scan attempt")
 )
 
@@ -220,9 +220,13 @@ const (
 	// FaultInvalidCursor: the server refused one of its own cursors with
 	// -32602. The pass ends and the scan starts over.
 	FaultInvalidCursor FaultKind = "INVALID_CURSOR"
-	// FaultRepeatedItem: an item key was listed twice in the pass. The pass
-	// goes on but is not clean.
+	// FaultRepeatedItem: an item was listed twice in the pass, spelled the
+	// same way. It is a fact about the server, not a change of the listing:
+	// the pass stays clean, but it proves no snapshot.
 	FaultRepeatedItem FaultKind = "REPEATED_ITEM"
+	// FaultAliasedItem: two spellings of one key were listed in the pass
+	// ("%41bc" beside "Abc"). Like a repeat, it withholds only the proof.
+	FaultAliasedItem FaultKind = "ALIASED_ITEM"
 	// FaultPageError: fetching a page failed otherwise. The scan ends.
 	FaultPageError FaultKind = "PAGE_ERROR"
 )
@@ -317,8 +321,11 @@ type ScanFault struct {
 	Page  int       `json:"page"`
 	// CursorDigest is the digest of the cursor that cycled or was refused.
 	CursorDigest string `json:"cursorDigest,omitempty"`
-	// Key is the repeated item's key.
+	// Key is the repeated or aliased item's key.
 	Key string `json:"key,omitempty"`
+	// Spellings are the first listing of the key and the repeat, as the
+	// server spelled them.
+	Spellings []string `json:"spellings,omitempty"`
 	// Error is the page function's error message, for the record only.
 	Error string `json:"error,omitempty"`
 }
@@ -577,8 +584,8 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // Otherwise an attempt is two consecutive passes A and B; when both are clean,
 // their set digests are equal and listChanged did not move from the start of
 // A to the end of B, the catalog is SNAPSHOT_UNPROVEN. Any other attempt
-// (list_changed, a repeated item, differing sets, a cursor cycle, an invalid
-// cursor) is started over after a jittered exponential backoff, up to
+// (list_changed, differing sets, a cursor cycle, an invalid cursor) is
+// started over after a jittered exponential backoff, up to
 // MaxAttempts. listChanged counts the list_changed notifications of kind; nil
 // means they are not observed (a server without listChanged), which the
 // digest comparison still covers.
@@ -716,7 +723,7 @@ func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 	}
 	before := listChanged()
 	var items []keyedDescriptor
-	seen := make(map[string]struct{})
+	seen := make(map[string]string) // key -> its first spelling
 	var walkErr error
 	for w, err := range s.walkPages(ctx, era, pages) {
 		if err != nil {
@@ -727,10 +734,19 @@ func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 		for _, d := range w.page.Items {
 			d.Kind = kind
 			key := d.Key()
-			if _, dup := seen[key]; dup {
-				r.Faults = append(r.Faults, ScanFault{Fault: FaultRepeatedItem, Page: w.index, Key: key})
+			spelling := d.URI + d.URITemplate
+			if spelling == "" {
+				spelling = d.Name
 			}
-			seen[key] = struct{}{}
+			if first, dup := seen[key]; dup {
+				fault := FaultRepeatedItem
+				if first != spelling {
+					fault = FaultAliasedItem
+				}
+				r.Faults = append(r.Faults, ScanFault{Fault: fault, Page: w.index, Key: key, Spellings: []string{first, spelling}})
+			} else {
+				seen[key] = spelling
+			}
 			items = append(items, keyedDescriptor{key, d})
 		}
 	}
@@ -752,17 +768,23 @@ func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 		}
 		return r, nil, walkErr
 	}
-	set := canonicalDescriptorSet(items)
+	// One descriptor per key: of aliases, the first in canonical order, so
+	// that passes listing the same spellings agree whatever their order.
+	set := slices.CompactFunc(canonicalDescriptorSet(items), func(a, b keyedDescriptor) bool { return a.key == b.key })
 	r.SetDigest = descriptorSetDigest(kind, set)
 	descriptors := make([]Descriptor, len(set))
 	for i, k := range set {
 		descriptors[i] = k.d
 	}
 	r.Outcome = PassClean
-	// A forged or broken snapshot id only withholds the proof: the pass is
-	// judged by the two-pass rule like any pass of a server without the
-	// extension.
-	if len(r.Faults) > 0 || r.ListChangedSeen > 0 {
+	// A forged or broken snapshot id, a repeat or an alias only withhold
+	// the proof: the pass is judged by the two-pass rule like any pass of a
+	// server without the extension. A listing that really moved under the
+	// pass shows as differing set digests of A and B, or as list_changed.
+	if len(r.Faults) > 0 {
+		r.SnapshotID = ""
+	}
+	if r.ListChangedSeen > 0 {
 		r.Outcome, r.SnapshotID = PassUnclean, ""
 	}
 	return r, descriptors, nil

@@ -626,30 +626,47 @@ func TestScanPageCap(t *testing.T) {
 	}
 }
 
+// A listing with a repeated or aliased URI is a fact about the server, not a
+// change: each pass records it as its own fault, with both spellings, and the
+// catalog is produced, UNPROVEN even where a snapshot id would prove it.
 func TestScanRepeatedItem(t *testing.T) {
+	snap := func(p mcpsync.Page) mcpsync.Page { p.SnapshotID = "s1"; return p }
 	for _, tc := range []struct {
-		name  string
-		pages map[string]mcpsync.Page
-		key   string
+		name      string
+		caps      mcpsync.CapabilityReceipt
+		pages     map[string]mcpsync.Page
+		fault     mcpsync.FaultKind
+		key       string
+		spellings []string
+		keys      []string
 	}{
-		{"same URI on two pages", map[string]mcpsync.Page{
+		{"same URI on two pages", capsPlain, map[string]mcpsync.Page{
 			"":  {Items: resourceItems("file:///a", "file:///b"), NextCursor: cursorOf("2")},
 			"2": {Items: resourceItems("file:///b", "file:///c")},
-		}, "file:///b"},
-		{"two spellings of one URI", map[string]mcpsync.Page{
+		}, mcpsync.FaultRepeatedItem, "file:///b", []string{"file:///b", "file:///b"}, []string{"file:///a", "file:///b", "file:///c"}},
+		{"two spellings of one URI", capsPlain, map[string]mcpsync.Page{
 			"": {Items: resourceItems("file:///docs/a.md", "FILE:///docs/%61.md")},
-		}, "file:///docs/a.md"},
+		}, mcpsync.FaultAliasedItem, "file:///docs/a.md", []string{"file:///docs/a.md", "FILE:///docs/%61.md"}, []string{"file:///docs/a.md"}},
+		{"percent-encoded letter beside the letter", capsPlain, map[string]mcpsync.Page{
+			"": {Items: resourceItems("test://x/%41bc", "test://x/Abc")},
+		}, mcpsync.FaultAliasedItem, "test://x/Abc", []string{"test://x/%41bc", "test://x/Abc"}, []string{"test://x/Abc"}},
+		{"repeat under a snapshot id", capsSnapshot, map[string]mcpsync.Page{
+			"": snap(mcpsync.Page{Items: resourceItems("file:///a", "file:///a")}),
+		}, mcpsync.FaultRepeatedItem, "file:///a", []string{"file:///a", "file:///a"}, []string{"file:///a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &scriptedList{pages: tc.pages}
-			c, err := runScan(t, newTestScanner(t, &mcpsync.ScannerOptions{MaxAttempts: 2}), mcpsync.KindResources, mcpsync.EraLegacy, capsPlain, s.page, nil)
-			requireUnreconciled(t, c, err, mcpsync.ErrListUnstable)
-			require.Len(t, c.Scans, 2)
+			c, err := runScan(t, newTestScanner(t, &mcpsync.ScannerOptions{MaxAttempts: 2}), mcpsync.KindResources, mcpsync.EraLegacy, tc.caps, s.page, nil)
+			require.NoError(t, err)
+			assert.Equal(t, mcpsync.CatalogSnapshotUnproven, c.Status)
+			assert.Equal(t, tc.keys, catalogKeys(c))
+			require.Len(t, c.Scans, 2, "one attempt of two passes")
 			for _, r := range c.Scans {
-				assert.Equal(t, mcpsync.PassUnclean, r.Outcome)
+				assert.Equal(t, mcpsync.PassClean, r.Outcome)
 				require.Len(t, r.Faults, 1)
-				assert.Equal(t, mcpsync.FaultRepeatedItem, r.Faults[0].Fault)
+				assert.Equal(t, tc.fault, r.Faults[0].Fault)
 				assert.Equal(t, tc.key, r.Faults[0].Key)
+				assert.Equal(t, tc.spellings, r.Faults[0].Spellings)
 			}
 		})
 	}

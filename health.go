@@ -108,6 +108,7 @@ var errPingTimeout = errors.New("no answer to ping")
 func transportLost(err error) bool {
 	var netErr *net.OpError
 	return errors.Is(err, transport.ErrTransportClosed) || errors.Is(err, transport.ErrSessionTerminated) ||
+		errors.Is(err, ErrFramingViolation) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.As(err, &netErr)
 }

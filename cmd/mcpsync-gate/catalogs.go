@@ -256,6 +256,17 @@ func (st *catalogStats) judge(cr *catalogRig, cat mcpsync.Catalog, seen []string
 // SNAPSHOT_UNPROVEN needs its last two receipts to be passes A and B of one
 // attempt, both clean, without list_changed, with equal set digests that
 // match the catalog's items.
+// onlyListingFacts reports whether faults are only repeats or aliases: facts
+// about the server's listing that withhold proof but leave a pass clean.
+func onlyListingFacts(faults []mcpsync.ScanFault) bool {
+	for _, f := range faults {
+		if f.Fault != mcpsync.FaultRepeatedItem && f.Fault != mcpsync.FaultAliasedItem {
+			return false
+		}
+	}
+	return true
+}
+
 func reconciled(cat mcpsync.Catalog, mayProve bool) bool {
 	n := len(cat.Scans)
 	if n == 0 || setDigest(cat) != cat.SetDigest {
@@ -281,7 +292,7 @@ func reconciled(cat mcpsync.Catalog, mayProve bool) bool {
 		a, b := cat.Scans[n-2], cat.Scans[n-1]
 		return a.Attempt == b.Attempt && a.Pass == "A" && b.Pass == "B" &&
 			a.Outcome == mcpsync.PassClean && b.Outcome == mcpsync.PassClean &&
-			a.ListChangedSeen == 0 && b.ListChangedSeen == 0 && len(a.Faults) == 0 && len(b.Faults) == 0 &&
+			a.ListChangedSeen == 0 && b.ListChangedSeen == 0 && onlyListingFacts(a.Faults) && onlyListingFacts(b.Faults) &&
 			a.SetDigest == b.SetDigest && b.SetDigest == cat.SetDigest
 	}
 	return false

@@ -27,10 +27,7 @@ func TestMain(m *testing.M) {
 // with the reason. The gate itself prints them as FAIL and exits 1; this
 // list only keeps `make test` usable meanwhile, and it is a ratchet: a
 // figure listed here that passes fails the test, so the entry must go.
-var knownFailures = map[string]string{
-	"orderings_stuck_subscriptions": "a subscription deleted and recreated on the server stays TOMBSTONED: " +
-		"revalidation and reconciliation cannot bring it back (issue 9, finding 9)",
-}
+var knownFailures = map[string]string{}
 
 // requireFigures checks figures against the bound each one declares and
 // the known failures.

@@ -224,6 +224,24 @@ func TestStdioServer(t *testing.T) {
 	assert.Len(t, ofKind(events(t, r.stdout), "scan")[0]["items"], 2)
 }
 
+// stdioBigEnv makes the stdio fixture's file:///docs/a.md 64 KiB long.
+const stdioBigEnv = "MCPSYNC_TEST_STDIO_BIG"
+
+// A stdio server whose line passes --max-message-bytes ends the session with
+// an error naming the limit, and watch exits non-zero instead of watching a
+// dead session to its end.
+func TestWatchExitsNonZeroOnFramingViolation(t *testing.T) {
+	t.Setenv(stdioServerEnv, "1")
+	t.Setenv(stdioBigEnv, "1")
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	self, err := os.Executable()
+	require.NoError(t, err)
+
+	r := runCmd(t.Context(), "watch", "--json", "--uri", "file:///docs/a.md", "--duration", "3s",
+		"--max-message-bytes", "4096", "--", self, "-test.run=^$")
+	require.Equal(t, exitFailure, r.code, r)
+}
+
 func TestDemoConverges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo runs for about a second")

@@ -27,6 +27,7 @@ type common struct {
 	timeout   time.Duration
 	principal string
 	json      bool
+	limits    mcpsync.Limits
 	// command is the server to run over stdio: everything after "--".
 	command []string
 }
@@ -37,6 +38,14 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on connecting and on every request")
 	fs.StringVar(&c.principal, "principal", "cli", "subject every read is bound to")
 	fs.BoolVar(&c.json, "json", false, "JSON lines on stdout instead of text")
+	fs.Int64Var(&c.limits.MaxReadBytes, "max-read-bytes", 0, "bound on the decoded bytes of one read (0: 16 MiB)")
+	fs.IntVar(&c.limits.MaxReadItems, "max-read-items", 0, "bound on the content items of one read (0: 10000)")
+	fs.IntVar(&c.limits.MaxPageItems, "max-page-items", 0, "bound on the items of one list page (0: 100000)")
+	fs.IntVar(&c.limits.MaxScanPages, "max-scan-pages", 0, "bound on the pages of one scan pass (0: 1000)")
+	fs.DurationVar(&c.limits.ScanTimeout, "scan-timeout", 0, "bound on a whole scan (0: 5m)")
+	fs.Int64Var(&c.limits.MaxMessageBytes, "max-message-bytes", 0, "bound on one JSON-RPC message (0: 32 MiB)")
+	fs.IntVar(&c.limits.MaxDepth, "max-depth", 0, "bound on the JSON nesting of one message (0: 128)")
+	fs.IntVar(&c.limits.MaxNotificationsPerSecond, "max-notifications-per-second", 0, "notification rate beyond which a session is degraded (0: 10000)")
 }
 
 // versionPin is the ClientOptions.ProtocolVersion of --protocol.
@@ -128,22 +137,22 @@ func helpOrUsage(err error, fs *flag.FlagSet, synopsis string, stdout io.Writer)
 // Every HTTP connection goes through hc, whose idle connections the command
 // closes when it is done.
 func (c *common) dialer(listen *bool, hc *http.Client) mcpsync.Dialer {
-	return func(context.Context) (transport.Interface, error) {
+	return func(ctx context.Context) (transport.Interface, error) {
 		if c.url != "" {
-			opts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc)}
+			var opts []transport.StreamableHTTPCOption
 			pinnedLegacy := c.protocol != "auto" && mcpsync.EraOf(c.protocol) == mcpsync.EraLegacy
 			if pinnedLegacy || (listen != nil && *listen) {
 				opts = append(opts, transport.WithContinuousListening())
 			}
-			return transport.NewStreamableHTTP(c.url, opts...)
+			return mcpsync.HTTPDialer(c.url, hc, opts...)(ctx)
 		}
-		build := func(_ context.Context, command string, env, args []string) (*exec.Cmd, error) {
-			cmd := exec.Command(command, args...)
-			cmd.Env = append(cmd.Environ(), env...)
+		// The library's stdio dialer, not mcp-go's, so that every line the
+		// server writes is bounded by --max-message-bytes.
+		return mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+			cmd := exec.Command(c.command[0], c.command[1:]...)
 			detach(cmd)
 			return cmd, nil
-		}
-		return transport.NewStdioWithOptions(c.command[0], nil, c.command[1:], transport.WithCommandFunc(build)), nil
+		})(ctx)
 	}
 }
 
@@ -195,6 +204,7 @@ func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen
 	opts.Principal = c.principal
 	opts.ProtocolVersion = c.versionPin()
 	opts.RequestTimeout = c.timeout
+	opts.Limits = &c.limits
 	err := conn.bounded(ctx, c.timeout, "connect", func(cctx context.Context) error {
 		client, err := mcpsync.Connect(cctx, c.dialer(listen, &http.Client{Transport: conn.http}), &opts)
 		conn.client = client

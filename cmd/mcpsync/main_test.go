@@ -28,7 +28,11 @@ const stdioServerEnv = "MCPSYNC_TEST_STDIO_SERVER"
 func TestMain(m *testing.M) {
 	if os.Getenv(stdioServerEnv) == "1" {
 		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Name: "stdio-fixture"})
-		srv.Set("file:///docs/a.md", "text/markdown", "hello over stdio")
+		text := "hello over stdio"
+		if os.Getenv(stdioBigEnv) == "1" {
+			text = strings.Repeat("big ", 16<<10)
+		}
+		srv.Set("file:///docs/a.md", "text/markdown", text)
 		srv.Set("file:///docs/b.md", "text/markdown", "b")
 		// ServeStdio returns when the client closes stdin.
 		if err := server.ServeStdio(srv.MCPServer()); err != nil {

@@ -187,6 +187,11 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 	w.p.emit(ses, ses.String())
 
 	interrupted, err := w.watch(ctx, uris)
+	if serr := client.SessionErr(); serr != nil && err == nil {
+		// The session ended on the server's framing; nothing watched since
+		// is current, so the watch failed.
+		err = fmt.Errorf("session ended: %w", serr)
+	}
 	// Ctrl-C cancelled ctx; unsubscribing still gets --timeout of its own.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.c.timeout)
 	defer cancel()
@@ -249,6 +254,9 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 		case <-end:
 			return false, nil
 		case <-tick.C:
+		}
+		if client.SessionErr() != nil {
+			return false, nil // run reports it
 		}
 		w.pullOutbox()
 		// A changed listing, or a subscription waiting for list

@@ -1,5 +1,6 @@
 // Package wire wraps an mcp-go client transport so that JSON-RPC errors of
-// the methods the sync engine depends on reach it with their code intact.
+// the methods the sync engine depends on reach it with their code intact,
+// and every message a server sends stays within the session's limits.
 package wire
 
 import (
@@ -28,21 +29,26 @@ type Transport struct {
 	inner   transport.Interface
 	methods map[string]bool
 	toError ErrorFunc
+	mon     *Monitor
 }
 
 // New wraps inner; the JSON-RPC errors of methods become toError's errors.
+// mon, if not nil, applies its limits to results and notifications (the
+// transports built by NewStream, NewProcess and HTTPClient apply the rest at
+// the byte level) and fails a request with the error that refused its
+// answer.
 //
 // The wrapper implements transport.HTTPConnection only when inner does:
 // mcp-go changes behaviour on that assertion (cancellation by
 // notifications/cancelled, header mirroring), so the wrapper must look like
 // what it wraps. The other optional interfaces are forwarded, and are no-ops
 // when inner lacks them, as mcp-go's own fallbacks are.
-func New(inner transport.Interface, toError ErrorFunc, methods ...string) transport.Interface {
+func New(inner transport.Interface, toError ErrorFunc, mon *Monitor, methods ...string) transport.Interface {
 	m := make(map[string]bool, len(methods))
 	for _, name := range methods {
 		m[name] = true
 	}
-	t := &Transport{inner: inner, methods: m, toError: toError}
+	t := &Transport{inner: inner, methods: m, toError: toError, mon: mon}
 	if _, ok := inner.(transport.HTTPConnection); ok {
 		return httpTransport{t}
 	}
@@ -85,7 +91,23 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 		// decodes to float64 and prints as the same digits.
 		seen(fmt.Sprint(request.ID.Value()))
 	}
-	resp, err := t.inner.SendRequest(ctx, request)
+	rctx, finish := ctx, func() error { return nil }
+	if t.mon != nil {
+		rctx, finish = t.mon.begin(ctx, request.ID.String(), request.Method)
+	}
+	resp, err := t.sendInner(rctx, request)
+	if refused := finish(); refused != nil {
+		return nil, refused
+	}
+	if t.mon != nil && err == nil && resp != nil && resp.Error == nil {
+		// Transports that hand over decoded results (in-process) or
+		// whose bytes the monitor did not see are held to the same
+		// limits here, before mcp-go decodes the result.
+		if lerr := t.mon.lim.checkResult(request.Method, resp.Result); lerr != nil {
+			t.mon.report(lerr)
+			return nil, lerr
+		}
+	}
 	if dst, ok := ctx.Value(rawKey{}).(*json.RawMessage); ok && err == nil && resp != nil {
 		*dst = append((*dst)[:0], resp.Result...)
 	}
@@ -99,6 +121,29 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 	return nil, t.toError(request.Method, resp.Error.Code, resp.Error.Message, data)
 }
 
+// sendInner sends request through the inner transport and returns when it
+// answers or ctx ends, whichever is first. mcp-go's in-process transport
+// (v1.2.1) runs the server's handler on the caller's goroutine, so a handler
+// that ignores its context would hold the caller, and whatever it locked,
+// for ever; here the caller goes on and the send finishes on its own.
+func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	type answer struct {
+		resp *transport.JSONRPCResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := t.inner.SendRequest(ctx, request)
+		done <- answer{resp, err}
+	}()
+	select {
+	case a := <-done:
+		return a.resp, a.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
 // SendNotification sends a notification through the inner transport.
 func (t *Transport) SendNotification(ctx context.Context, n mcp.JSONRPCNotification) error {
 	return t.inner.SendNotification(ctx, n)
@@ -106,7 +151,15 @@ func (t *Transport) SendNotification(ctx context.Context, n mcp.JSONRPCNotificat
 
 // SetNotificationHandler sets the inner transport's notification handler.
 func (t *Transport) SetNotificationHandler(handler func(mcp.JSONRPCNotification)) {
-	t.inner.SetNotificationHandler(handler)
+	if t.mon == nil || handler == nil {
+		t.inner.SetNotificationHandler(handler)
+		return
+	}
+	t.inner.SetNotificationHandler(func(n mcp.JSONRPCNotification) {
+		if t.mon.allowNotification() {
+			handler(n)
+		}
+	})
 }
 
 // Close closes the inner transport.

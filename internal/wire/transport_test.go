@@ -44,7 +44,7 @@ func newServer() *server.MCPServer {
 func TestErrorCodeSurvivesMCPGo(t *testing.T) {
 	for version, want := range map[string]int{"2025-11-25": -32002, "2026-07-28": -32602} {
 		t.Run(version, func(t *testing.T) {
-			c := client.NewClient(wire.New(transport.NewInProcessTransport(newServer()), toError, "resources/read"),
+			c := client.NewClient(wire.New(transport.NewInProcessTransport(newServer()), toError, nil, "resources/read"),
 				client.WithProtocolVersion(version))
 			require.NoError(t, c.Start(t.Context()))
 			defer c.Close()
@@ -69,7 +69,7 @@ func TestErrorCodeSurvivesMCPGo(t *testing.T) {
 
 // Methods not selected keep mcp-go's own error values.
 func TestUnselectedMethodsPassThrough(t *testing.T) {
-	c := client.NewClient(wire.New(transport.NewInProcessTransport(newServer()), toError, "tools/list"),
+	c := client.NewClient(wire.New(transport.NewInProcessTransport(newServer()), toError, nil, "tools/list"),
 		client.WithProtocolVersion("2025-11-25"))
 	require.NoError(t, c.Start(t.Context()))
 	defer c.Close()
@@ -87,7 +87,7 @@ func TestUnselectedMethodsPassThrough(t *testing.T) {
 // The wrapper looks like what it wraps: mcp-go changes behaviour on
 // transport.HTTPConnection, so only an HTTP transport's wrapper has it.
 func TestWrapperKeepsTheTransportKind(t *testing.T) {
-	inproc := wire.New(transport.NewInProcessTransport(newServer()), toError)
+	inproc := wire.New(transport.NewInProcessTransport(newServer()), toError, nil)
 	_, isHTTP := inproc.(transport.HTTPConnection)
 	assert.False(t, isHTTP)
 
@@ -95,7 +95,7 @@ func TestWrapperKeepsTheTransportKind(t *testing.T) {
 	defer httpServer.Close()
 	tr, err := transport.NewStreamableHTTP(httpServer.URL)
 	require.NoError(t, err)
-	wrapped := wire.New(tr, toError, "resources/read")
+	wrapped := wire.New(tr, toError, nil, "resources/read")
 	_, isHTTP = wrapped.(transport.HTTPConnection)
 	assert.True(t, isHTTP)
 
@@ -113,7 +113,7 @@ func TestWrapperKeepsTheTransportKind(t *testing.T) {
 }
 
 func TestRawResultIsKept(t *testing.T) {
-	c := client.NewClient(wire.New(transport.NewInProcessTransport(newServer()), toError),
+	c := client.NewClient(wire.New(transport.NewInProcessTransport(newServer()), toError, nil),
 		client.WithProtocolVersion("2025-11-25"))
 	require.NoError(t, c.Start(t.Context()))
 	defer c.Close()

@@ -1,0 +1,287 @@
+package wire
+
+import (
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The functions here read the parts of a message the wire layer needs
+// without decoding it: a message is refused before anything the size of its
+// contents is allocated, and one nested beyond every limit costs no stack.
+// They walk bytes iteratively and never fail; json.Valid judges validity.
+
+// frame is what the wire layer needs of one message.
+type frame struct {
+	depth  int    // deepest nesting of arrays and objects
+	object bool   // the message is a JSON object
+	id     []byte // raw top-level "id", nil when absent or null
+	method bool   // a top-level "method" is present
+	answer bool   // a top-level "result" or "error" is present
+	result []byte // raw top-level "result"
+}
+
+func scanFrame(b []byte) frame {
+	f := frame{depth: maxDepth(b)}
+	i := skipWS(b, 0)
+	f.object = i < len(b) && b[i] == '{'
+	fields(b, func(key, val []byte) {
+		switch string(key) {
+		case "id":
+			if string(val) != "null" {
+				f.id = val
+			}
+		case "method":
+			f.method = true
+		case "result":
+			f.answer, f.result = true, val
+		case "error":
+			f.answer = true
+		}
+	})
+	return f
+}
+
+// maxDepth returns the deepest nesting of arrays and objects in b.
+func maxDepth(b []byte) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = strEnd(b, i) - 1
+		case '{', '[':
+			depth++
+			deepest = max(deepest, depth)
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && isWS(b[i]) {
+		i++
+	}
+	return i
+}
+
+// strEnd returns the index after the string that starts at b[i] == '"'.
+func strEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd returns the index after the value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			j := strEnd(b, i)
+			if depth == 0 {
+				return j
+			}
+			i = j - 1
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case depth == 0 && (c == ',' || isWS(c)):
+			return i
+		}
+	}
+	return len(b)
+}
+
+// fields calls fn with each member of the object b, keys raw (unquoted but
+// not unescaped), values raw. It stops where b stops being an object.
+func fields(b []byte, fn func(key, val []byte)) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return
+	}
+	i++
+	for {
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return
+		}
+		ks := i
+		i = strEnd(b, i)
+		key := b[ks+1 : max(ks+1, i-1)]
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return
+		}
+		vs := skipWS(b, i+1)
+		i = valueEnd(b, vs)
+		fn(key, b[vs:i])
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != ',' {
+			return
+		}
+		i++
+	}
+}
+
+// elems calls fn with each element of the array b, raw.
+func elems(b []byte, fn func(val []byte)) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return
+	}
+	for i < len(b) {
+		vs := i
+		i = valueEnd(b, vs)
+		if i == vs {
+			return
+		}
+		fn(b[vs:i])
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != ',' {
+			return
+		}
+		i = skipWS(b, i+1)
+	}
+}
+
+// strLen returns the decoded UTF-8 length of the JSON string s (quoted).
+func strLen(s []byte) int64 {
+	if len(s) < 2 || s[0] != '"' {
+		return 0
+	}
+	s = s[1 : len(s)-1]
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			n++
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == 'u' && i+5 < len(s) {
+			r := rune(hex4(s[i+2 : i+6]))
+			i += 5
+			if utf16.IsSurrogate(r) && i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+				if utf16.DecodeRune(r, rune(hex4(s[i+3:i+7]))) != utf8.RuneError {
+					n += 4
+					i += 6
+					continue
+				}
+			}
+			if utf16.IsSurrogate(r) {
+				r = utf8.RuneError
+			}
+			n += int64(utf8.RuneLen(r))
+			continue
+		}
+		n++
+		i++
+	}
+	return n
+}
+
+func hex4(b []byte) int {
+	v := 0
+	for _, c := range b {
+		v <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			v |= int(c - '0')
+		case c >= 'a' && c <= 'f':
+			v |= int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			v |= int(c-'A') + 10
+		}
+	}
+	return v
+}
+
+// blobLen returns the decoded length of the base64 JSON string s.
+func blobLen(s []byte) int64 {
+	n := strLen(s)
+	pad := int64(0)
+	for i := len(s) - 2; i > 0 && pad < 2 && s[i] == '='; i-- {
+		pad++
+	}
+	return max(n/4*3-pad, 0)
+}
+
+// measureRead returns the content items and decoded bytes of a
+// resources/read result.
+func measureRead(result []byte) (items int, bytes int64) {
+	fields(result, func(key, val []byte) {
+		if string(key) != "contents" {
+			return
+		}
+		elems(val, func(item []byte) {
+			items++
+			fields(item, func(k, v []byte) {
+				switch string(k) {
+				case "text":
+					bytes += strLen(v)
+				case "blob":
+					bytes += blobLen(v)
+				}
+			})
+		})
+	})
+	return items, bytes
+}
+
+// listKeys are the member of each list result that holds its items.
+var listKeys = map[string]string{
+	"resources/list":           "resources",
+	"resources/templates/list": "resourceTemplates",
+	"tools/list":               "tools",
+	"prompts/list":             "prompts",
+}
+
+// pageItems returns the items of a list result of method.
+func pageItems(method string, result []byte) int {
+	want := listKeys[method]
+	n := 0
+	fields(result, func(key, val []byte) {
+		if string(key) == want {
+			elems(val, func([]byte) { n++ })
+		}
+	})
+	return n
+}
+
+// checkResult applies the limits on results to the result of method.
+func (l Limits) checkResult(method string, result []byte) error {
+	if method == "resources/read" && (l.ReadItems > 0 || l.ReadBytes > 0) {
+		items, bytes := measureRead(result)
+		if l.ReadItems > 0 && items > l.ReadItems {
+			return &LimitError{Limit: LimitReadItems, Max: int64(l.ReadItems), Observed: int64(items), Method: method}
+		}
+		if l.ReadBytes > 0 && bytes > l.ReadBytes {
+			return &LimitError{Limit: LimitReadBytes, Max: l.ReadBytes, Observed: bytes, Method: method}
+		}
+	}
+	if _, ok := listKeys[method]; ok && l.PageItems > 0 {
+		if n := pageItems(method, result); n > l.PageItems {
+			return &LimitError{Limit: LimitPageItems, Max: int64(l.PageItems), Observed: int64(n), Method: method}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Monitor watches the messages of one session. It knows the requests in
+// flight, so that a message refused for one of them fails that request with
+// the cause at once: mcp-go (v1.2.1) drops a message it cannot decode or
+// route, and the request it answered would otherwise wait out its timeout.
+type Monitor struct {
+	lim    Limits
+	report func(error) // told of every fault; runs on the transport's read loop
+	now    func() time.Time
+
+	mu       sync.Mutex // protects the fields below
+	pending  map[string]*call
+	late     [256]string // ids of requests that ended recently, a ring
+	lateNext int
+	fatal    error     // set once the session cannot go on
+	window   time.Time // start of the current second of notifications
+	count    int       // notifications in the current second
+	dropped  int64     // notifications dropped over the rate
+}
+
+// call is one request in flight.
+type call struct {
+	method string
+	err    error // why the wire layer failed it
+	cancel context.CancelCauseFunc
+}
+
+// NewMonitor returns a monitor applying lim; report, if set, is told of every
+// fault as it happens. report runs on the transport's read loop and must not
+// block.
+func NewMonitor(lim Limits, report func(error)) *Monitor {
+	if report == nil {
+		report = func(error) {}
+	}
+	return &Monitor{lim: lim, report: report, now: time.Now, pending: make(map[string]*call)}
+}
+
+// Limits returns the limits the monitor applies.
+func (m *Monitor) Limits() Limits { return m.lim }
+
+type monitorKey struct{}
+
+// WithMonitor returns a context that carries m to a dialer, so that the
+// transports the wire layer builds apply its limits at the byte level.
+func WithMonitor(ctx context.Context, m *Monitor) context.Context {
+	return context.WithValue(ctx, monitorKey{}, m)
+}
+
+// MonitorFrom returns the monitor ctx carries, or a monitor of no limits.
+func MonitorFrom(ctx context.Context) *Monitor {
+	if m, ok := ctx.Value(monitorKey{}).(*Monitor); ok {
+		return m
+	}
+	return NewMonitor(Limits{}, nil)
+}
+
+// Err returns the error that ended the session, or nil.
+func (m *Monitor) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fatal
+}
+
+// begin registers a request in flight. The context it returns ends when the
+// wire layer fails the request; finish unregisters it and returns that
+// failure, if any.
+func (m *Monitor) begin(ctx context.Context, id, method string) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &call{method: method, cancel: cancel}
+	m.mu.Lock()
+	if m.fatal != nil {
+		c.err = m.fatal
+		cancel(c.err)
+	} else {
+		m.pending[id] = c
+	}
+	m.mu.Unlock()
+	return ctx, func() error {
+		m.mu.Lock()
+		if m.pending[id] == c {
+			delete(m.pending, id)
+			m.late[m.lateNext] = id
+			m.lateNext = (m.lateNext + 1) % len(m.late)
+		}
+		err := c.err
+		m.mu.Unlock()
+		cancel(nil)
+		return err
+	}
+}
+
+// failLocked fails one request in flight with err.
+func (m *Monitor) failLocked(id string, err error) bool {
+	c := m.pending[id]
+	if c == nil || c.err != nil {
+		return false
+	}
+	c.err = err
+	c.cancel(err)
+	return true
+}
+
+// failAllLocked fails every request in flight with err: a message that
+// names no request could have answered any of them.
+func (m *Monitor) failAllLocked(err error) {
+	for id := range m.pending {
+		m.failLocked(id, err)
+	}
+}
+
+// end ends the session with err: every request in flight fails with it, and
+// so does every later one.
+func (m *Monitor) end(err error) {
+	m.mu.Lock()
+	if m.fatal == nil {
+		m.fatal = err
+	}
+	m.failAllLocked(err)
+	m.mu.Unlock()
+	m.report(err)
+}
+
+// refuse fails the request a refused message answered, or every request in
+// flight when the message names none, and reports err.
+func (m *Monitor) refuse(id string, err error) {
+	m.mu.Lock()
+	if id == "" || !m.failLocked(id, err) {
+		m.failAllLocked(err)
+	}
+	m.mu.Unlock()
+	m.report(err)
+}
+
+// idKey returns the key mcp-go gives the JSON id raw, as
+// transport.JSONRPCRequest.ID.String() spells it.
+func idKey(raw []byte) string {
+	if raw == nil {
+		return ""
+	}
+	var id mcp.RequestId
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return ""
+	}
+	return id.String()
+}
+
+// inspect judges one message before mcp-go sees it, and reports whether it
+// may be delivered. A refused message fails the request it answered (or,
+// naming none, every request in flight) with an error naming the cause.
+func (m *Monitor) inspect(msg []byte) bool {
+	msg = bytes.TrimRight(msg, "\r\n")
+	if len(bytes.TrimSpace(msg)) == 0 {
+		return false
+	}
+	f := scanFrame(msg)
+	id := idKey(f.id)
+	if m.lim.Depth > 0 && f.depth > m.lim.Depth {
+		m.refuse(id, &LimitError{Limit: LimitDepth, Max: int64(m.lim.Depth), Observed: int64(f.depth), Method: m.method(id)})
+		return false
+	}
+	if !json.Valid(msg) {
+		var v any
+		err := json.Unmarshal(msg, &v) // only for the offset of the error
+		me := &MessageError{Fault: FaultMalformed, ID: string(f.id), Err: err}
+		if se, ok := err.(*json.SyntaxError); ok {
+			me.Offset = se.Offset
+		}
+		m.refuse(id, me)
+		return false
+	}
+	switch {
+	case f.object && f.method:
+		return true // a notification or a request of the server
+	case !f.object || !f.answer:
+		m.refuse(id, &MessageError{Fault: FaultMalformed, ID: string(f.id)})
+		return false
+	}
+	m.mu.Lock()
+	c := m.pending[id]
+	late := id != "" && c == nil && m.isLateLocked(id)
+	m.mu.Unlock()
+	switch {
+	case late:
+		return false // the answer to a request that already gave up
+	case c == nil:
+		m.refuse("", &MessageError{Fault: FaultUnknownID, ID: string(f.id)})
+		return false
+	}
+	if err := m.lim.checkResult(c.method, f.result); err != nil {
+		m.refuse(id, err)
+		return false
+	}
+	return true
+}
+
+func (m *Monitor) method(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.pending[id]; c != nil {
+		return c.method
+	}
+	return ""
+}
+
+func (m *Monitor) isLateLocked(id string) bool {
+	for _, l := range m.late {
+		if l == id {
+			return true
+		}
+	}
+	return false
+}
+
+// allowNotification counts a notification against the rate limit and
+// reports whether it may be delivered. The first one over the rate in a
+// second reports the session degraded; the rest of that second is dropped,
+// so a flood costs a counter, never a queue.
+func (m *Monitor) allowNotification() bool {
+	limit := m.lim.NotificationsPerSecond
+	if limit <= 0 {
+		return true
+	}
+	now := m.now()
+	m.mu.Lock()
+	if now.Sub(m.window) >= time.Second {
+		m.window, m.count = now, 0
+	}
+	m.count++
+	if m.count <= limit {
+		m.mu.Unlock()
+		return true
+	}
+	m.dropped++
+	first, dropped := m.count == limit+1, m.dropped
+	m.mu.Unlock()
+	if first {
+		m.report(&DegradedError{Dropped: dropped, Err: &LimitError{Limit: LimitNotificationsPerSecond, Max: int64(limit), Observed: int64(limit + 1)}})
+	}
+	return false
+}
+
+// Dropped returns how many notifications the rate limit dropped.
+func (m *Monitor) Dropped() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dropped
+}

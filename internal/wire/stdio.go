@@ -1,0 +1,157 @@
+package wire
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+)
+
+// framer is the reader mcp-go's stdio transport reads lines from. It reads
+// each line itself, bounded by Limits.MessageBytes, and hands over only the
+// lines the monitor lets through: mcp-go (v1.2.1) reads lines with
+// bufio.Reader.ReadString, which grows without bound on a line that never
+// ends, and drops what it cannot decode without a word.
+type framer struct {
+	src  *bufio.Reader
+	mon  *Monitor
+	line []byte // the line being read; at most MessageBytes+1 long
+	out  []byte // the rest of the line mcp-go has not read yet
+	err  error
+}
+
+func newFramer(r io.Reader, mon *Monitor) *framer {
+	return &framer{src: bufio.NewReaderSize(r, 64<<10), mon: mon}
+}
+
+func (f *framer) Read(p []byte) (int, error) {
+	for len(f.out) == 0 {
+		if f.err != nil {
+			return 0, f.err
+		}
+		f.next()
+	}
+	n := copy(p, f.out)
+	f.out = f.out[n:]
+	return n, nil
+}
+
+// next reads one line and keeps it in out if the monitor lets it through.
+func (f *framer) next() {
+	// A large message is not kept pinned after it was delivered.
+	if cap(f.line) > 1<<20 {
+		f.line = nil
+	}
+	f.line = f.line[:0]
+	limit := f.mon.lim.MessageBytes
+	for {
+		chunk, err := f.src.ReadSlice('\n')
+		n := int64(len(f.line) + len(chunk))
+		if limit > 0 && n > limit+1 { // +1: the newline is framing, not message
+			f.line = nil
+			f.err = &FramingError{Err: &LimitError{Limit: LimitMessageBytes, Max: limit, Observed: n}}
+			f.mon.end(f.err)
+			return
+		}
+		if int(n) > cap(f.line) {
+			// Double, but never past the limit, so that the buffer and its
+			// predecessor stay within twice the limit.
+			size := max(2*cap(f.line), int(n), 64<<10)
+			if limit > 0 {
+				size = min(size, int(limit)+1)
+			}
+			grown := make([]byte, len(f.line), size)
+			copy(grown, f.line)
+			f.line = grown
+		}
+		f.line = append(f.line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			f.err = err
+			if len(f.line) > 0 && f.mon.inspect(f.line) {
+				f.out = f.line // the last line, without its newline
+			}
+			return
+		}
+		break
+	}
+	if f.mon.inspect(f.line) {
+		f.out = f.line
+	}
+}
+
+// NewStream returns an mcp-go transport of newline-delimited JSON-RPC over r
+// (the server's output) and w (its input), bounded by mon. Close closes both.
+func NewStream(r io.ReadCloser, w io.WriteCloser, mon *Monitor) transport.Interface {
+	return &stream{Stdio: transport.NewIO(newFramer(r, mon), w, nil), r: r}
+}
+
+type stream struct {
+	*transport.Stdio
+	r io.Closer
+}
+
+// Close closes the server's input, then its output, which ends mcp-go's read
+// loop even when the server does not end on its own.
+func (s *stream) Close() error {
+	err := s.Stdio.Close()
+	return errors.Join(err, s.r.Close())
+}
+
+// processGrace is how long a server gets to exit after its stdin closed.
+const processGrace = 2 * time.Second
+
+// NewProcess starts cmd and returns an mcp-go transport over its stdin and
+// stdout, bounded by mon. Close closes stdin, waits processGrace for the
+// process to exit, then kills it.
+func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = io.Discard
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{Stdio: transport.NewIO(newFramer(stdout, mon), stdin, nil), cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+type process struct {
+	*transport.Stdio
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error // set before exited closes
+	once    sync.Once
+}
+
+func (p *process) Close() error {
+	err := p.Stdio.Close()
+	p.once.Do(func() {
+		timer := time.NewTimer(processGrace)
+		defer timer.Stop()
+		select {
+		case <-p.exited:
+		case <-timer.C:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return err
+}

@@ -1,0 +1,215 @@
+package mcpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+
+	"github.com/mcpsync/mcpsync/internal/wire"
+)
+
+// Limits bound everything a server can make a Client spend. A zero field
+// means its default; the README gives the reasoning for each. A server that
+// passes a limit gets its input refused with an error naming the limit (a
+// *LimitError, matching ErrLimitExceeded) and, for a read, a stale receipt
+// with ReasonLimitExceeded; the session goes on wherever the transport
+// allows.
+type Limits struct {
+	// MaxReadBytes bounds the decoded text and blob bytes of one
+	// resources/read result; 0 means 16 MiB.
+	MaxReadBytes int64
+	// MaxReadItems bounds the content items of one resources/read result;
+	// 0 means 10,000.
+	MaxReadItems int
+	// MaxPageItems bounds the items of one list page; 0 means 100,000.
+	MaxPageItems int
+	// MaxScanPages bounds the pages of one scan pass (ScannerOptions.MaxPages
+	// wins when set); 0 means 1,000.
+	MaxScanPages int
+	// ScanTimeout bounds a whole scan, every attempt and backoff included;
+	// 0 means 5 minutes.
+	ScanTimeout time.Duration
+	// MaxMessageBytes bounds one JSON-RPC message on every transport the
+	// library builds (StdioDialer, StreamDialer, HTTPDialer): a stdio line,
+	// an HTTP body, an SSE event. A stdio line over it ends the session
+	// with a *FramingError, since the stream cannot be resynchronized.
+	// 0 means 32 MiB.
+	MaxMessageBytes int64
+	// MaxDepth bounds the JSON nesting of one message; 0 means 128.
+	MaxDepth int
+	// MaxNotificationsPerSecond is the notification rate of one session
+	// beyond which it is degraded: the excess of each second is dropped and
+	// revalidation reads bound staleness until the rate falls. 0 means
+	// 10,000.
+	MaxNotificationsPerSecond int
+}
+
+// Default limits.
+const (
+	DefaultMaxReadBytes              = 16 << 20
+	DefaultMaxReadItems              = 10_000
+	DefaultMaxPageItems              = 100_000
+	DefaultMaxScanPages              = 1_000
+	DefaultScanTimeout               = 5 * time.Minute
+	DefaultMaxMessageBytes           = 32 << 20
+	DefaultMaxDepth                  = 128
+	DefaultMaxNotificationsPerSecond = 10_000
+)
+
+// withDefaults returns l with defaults for zero fields, or an error for a
+// negative one or a message bound too small for a read that fits.
+func (l *Limits) withDefaults() (Limits, error) {
+	var o Limits
+	if l != nil {
+		o = *l
+	}
+	if o.MaxReadBytes < 0 || o.MaxReadItems < 0 || o.MaxPageItems < 0 || o.MaxScanPages < 0 ||
+		o.ScanTimeout < 0 || o.MaxMessageBytes < 0 || o.MaxDepth < 0 || o.MaxNotificationsPerSecond < 0 {
+		return o, errors.New("mcpsync: negative limit")
+	}
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.MaxReadBytes, DefaultMaxReadBytes)
+	def(&o.MaxMessageBytes, DefaultMaxMessageBytes)
+	defInt(&o.MaxReadItems, DefaultMaxReadItems)
+	defInt(&o.MaxPageItems, DefaultMaxPageItems)
+	defInt(&o.MaxScanPages, DefaultMaxScanPages)
+	defInt(&o.MaxDepth, DefaultMaxDepth)
+	defInt(&o.MaxNotificationsPerSecond, DefaultMaxNotificationsPerSecond)
+	if o.ScanTimeout == 0 {
+		o.ScanTimeout = DefaultScanTimeout
+	}
+	return o, nil
+}
+
+func (l Limits) wire() wire.Limits {
+	return wire.Limits{
+		MessageBytes: l.MaxMessageBytes, Depth: l.MaxDepth,
+		ReadBytes: l.MaxReadBytes, ReadItems: l.MaxReadItems, PageItems: l.MaxPageItems,
+		NotificationsPerSecond: l.MaxNotificationsPerSecond,
+	}
+}
+
+// LimitName names one field of Limits, as receipts and errors report it.
+type LimitName = wire.Limit
+
+// Limit names.
+const (
+	LimitMessageBytes           = wire.LimitMessageBytes
+	LimitDepth                  = wire.LimitDepth
+	LimitReadBytes              = wire.LimitReadBytes
+	LimitReadItems              = wire.LimitReadItems
+	LimitPageItems              = wire.LimitPageItems
+	LimitNotificationsPerSecond = wire.LimitNotificationsPerSecond
+	LimitScanDuration           = wire.LimitScanDuration
+)
+
+// Errors of hostile input. Each is both reported to ClientOptions.OnFault as
+// it happens and returned to the request it concerns, never left to a
+// timeout.
+type (
+	// LimitError is input over a limit: which one, its bound and what was
+	// observed. It matches ErrLimitExceeded and the sentinel of its limit.
+	LimitError = wire.LimitError
+	// MessageError is a message that is not JSON-RPC, or a response whose
+	// id matches no request in flight. A request it can be traced to fails
+	// with it; one that names no request fails every request in flight,
+	// since any of them may have been the one it answered.
+	MessageError = wire.MessageError
+	// FramingError ends a stdio session: a line over MaxMessageBytes (or a
+	// stream that broke mid-line) leaves no way to find the next message.
+	FramingError = wire.FramingError
+	// DegradedError reports a session over MaxNotificationsPerSecond.
+	DegradedError = wire.DegradedError
+	// MessageFault is the fault of a MessageError.
+	MessageFault = wire.MessageFault
+)
+
+// Message faults.
+const (
+	FaultMalformedMessage  = wire.FaultMalformed
+	FaultUnknownResponseID = wire.FaultUnknownID
+)
+
+// Sentinels of hostile input, for errors.Is.
+var (
+	// ErrLimitExceeded matches every *LimitError.
+	ErrLimitExceeded = wire.ErrLimitExceeded
+	// ErrFramingViolation matches every *FramingError.
+	ErrFramingViolation = wire.ErrFramingViolation
+	// ErrSessionDegraded matches every *DegradedError.
+	ErrSessionDegraded = wire.ErrSessionDegraded
+
+	ErrMessageTooLarge   = &LimitError{Limit: LimitMessageBytes}
+	ErrMessageTooDeep    = &LimitError{Limit: LimitDepth}
+	ErrReadTooLarge      = &LimitError{Limit: LimitReadBytes}
+	ErrTooManyReadItems  = &LimitError{Limit: LimitReadItems}
+	ErrTooManyPageItems  = &LimitError{Limit: LimitPageItems}
+	ErrNotificationRate  = &LimitError{Limit: LimitNotificationsPerSecond}
+	ErrScanTimeout       = &LimitError{Limit: LimitScanDuration}
+	ErrMalformedMessage  = &MessageError{Fault: FaultMalformedMessage}
+	ErrUnknownResponseID = &MessageError{Fault: FaultUnknownResponseID}
+)
+
+// ReasonLimitExceeded: the read result passed a limit (Limits); the stale
+// receipt's detail names the limit, its bound and the observed size.
+const ReasonLimitExceeded StaleReason = "LIMIT_EXCEEDED"
+
+// limitResult is the read result of a read refused for a limit.
+func limitResult(err *LimitError) ReadResult {
+	return ReadResult{err: &RefusalError{Reason: ReasonLimitExceeded, Detail: fmt.Sprintf("%s: observed %d, limit %d", err.Limit, err.Observed, err.Max), Err: err}}
+}
+
+// StdioDialer returns a Dialer that starts the command newCmd builds (a new
+// one at every dial) and speaks newline-delimited JSON-RPC over its stdin and
+// stdout, every line bounded by the client's Limits. Closing the transport
+// closes stdin and kills the process if it has not exited 2 s later. Leave
+// Stdin and Stdout of the command unset; a nil Stderr is discarded.
+func StdioDialer(newCmd func(ctx context.Context) (*exec.Cmd, error)) Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		cmd, err := newCmd(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return wire.NewProcess(cmd, wire.MonitorFrom(ctx))
+	}
+}
+
+// StreamDialer returns a Dialer of newline-delimited JSON-RPC over the
+// streams open returns: out carries the server's messages, in the client's.
+// Every message is bounded by the client's Limits; closing the transport
+// closes both.
+func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.WriteCloser, err error)) Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		out, in, err := open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return wire.NewStream(out, in, wire.MonitorFrom(ctx)), nil
+	}
+}
+
+// HTTPDialer returns a Dialer of streamable HTTP at url whose response
+// bodies and SSE events are bounded by the client's MaxMessageBytes. base,
+// if not nil, is the client whose transport and settings are used; opts are
+// mcp-go's (a WithHTTPBasicClient among them is overridden).
+func HTTPDialer(url string, base *http.Client, opts ...transport.StreamableHTTPCOption) Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		hc := wire.HTTPClient(base, wire.MonitorFrom(ctx))
+		return transport.NewStreamableHTTP(url, append(opts, transport.WithHTTPBasicClient(hc))...)
+	}
+}
