@@ -3,7 +3,9 @@ package mcpsync_test
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -219,4 +221,91 @@ func TestVersionOneSnapshotRestores(t *testing.T) {
 
 	_, err = mcpsync.NewMemoryLedgerFrom(mcpsync.LedgerSnapshot{Schema: "ledgerSnapshot.v9"})
 	require.ErrorIs(t, err, mcpsync.ErrLedgerSchema)
+}
+
+// Consume blocks until an entry is appended, without polling, and each
+// consumer has its own position.
+func TestConsumeWakesOnAppend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := activeEngine(t, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		got := make(chan mcpsync.OutboxEntry)
+		done := make(chan error, 1)
+		go func() {
+			for en, err := range e.Consume(ctx, "index") {
+				if err != nil {
+					done <- err
+					return
+				}
+				got <- en
+			}
+		}()
+		synctest.Wait() // the consumer is waiting for an entry
+		_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+		require.NoError(t, err)
+		en := <-got
+		assert.Equal(t, uint64(1), en.Seq)
+		assert.Equal(t, e.ID(), en.Engine)
+		require.NoError(t, e.Acknowledge(ctx, "index", en.Seq))
+
+		st, err := e.OutboxState(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]uint64{"index": 1}, st.Consumers)
+		pending, err := e.PullOutbox(0, 0)
+		require.NoError(t, err)
+		assert.Empty(t, pending, "the only consumer passed it")
+
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	})
+}
+
+// A consumer the retention bound overtook is told which entries it lost.
+func TestConsumeReportsWhatTheBoundDropped(t *testing.T) {
+	l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 2})
+	e := activeEngine(t, &mcpsync.Options{Ledger: l})
+	ctx := context.Background()
+	require.NoError(t, e.Acknowledge(ctx, "slow", 0))
+	for _, body := range []string{"v1", "v2", "v3", "v4", "v5"} {
+		_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, body))
+		require.NoError(t, err)
+	}
+	for _, err := range e.Consume(ctx, "slow") {
+		var gap *mcpsync.OutboxGapError
+		require.ErrorAs(t, err, &gap)
+		require.ErrorIs(t, err, mcpsync.ErrOutboxGap)
+		assert.Equal(t, mcpsync.OutboxGapError{Consumer: "slow", From: 1, Through: 3}, *gap)
+		break
+	}
+	st, err := e.OutboxState(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), st.Dropped)
+}
+
+// Acknowledged entries give their memory back: the outbox of a cache that
+// consumed everything does not keep its peak.
+func TestOutboxFreesWhatEveryConsumerPassed(t *testing.T) {
+	const n = 50_000
+	ctx := context.Background()
+	l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: n})
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := heap()
+	for i := uint64(1); i <= n; i++ {
+		_, ok, err := l.CompareAndSwap(ctx, docURI, i-1, &mcpsync.Record{Revision: i}, []mcpsync.OutboxEntry{{
+			Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: mcpsync.InvalidateUpdated, Subject: alice,
+		}})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	peak := heap()
+	require.NoError(t, l.Ack(ctx, mcpsync.DefaultConsumer, n))
+	after := heap()
+	runtime.KeepAlive(l) // the ledger itself must stay: only what it discarded may go
+	t.Logf("heap above base: %d KiB at the peak, %d KiB once acknowledged", (int64(peak)-int64(base))/1024, (int64(after)-int64(base))/1024)
+	assert.Less(t, after-min(after, base), (peak-base)/10, "acknowledged entries are freed")
 }
