@@ -11,8 +11,9 @@
 // big-endian) followed by mcpsync.EncodeRecord's JSON; "outbox" maps an
 // entry number (8 bytes, big-endian) to its JSON; "counters" maps a counter
 // name to its last value; "consumers" maps a consumer name to its position;
-// "revoked" maps a subject to its revocation; "meta" holds the file's schema,
-// the number of the newest outbox entry and what the retention bound dropped.
+// "revoked" maps a subject to its revocation; "meta" holds the file's schema
+// and what the retention bound dropped. The outbox bucket's sequence is the
+// number of the newest entry ever appended.
 package boltledger
 
 import (
@@ -43,7 +44,6 @@ var (
 	bucketMeta      = []byte("meta")
 
 	keySchema         = []byte("schema")
-	keyOutboxLast     = []byte("outboxLast")
 	keyDropped        = []byte("dropped")
 	keyDroppedThrough = []byte("droppedThrough")
 
@@ -73,6 +73,13 @@ type Options struct {
 type Ledger struct {
 	db     *bolt.DB
 	retain uint64
+
+	// cache holds decoded records, so that a Load does not decode JSON.
+	// bbolt locks the file, so no other process writes behind it; an entry
+	// is only ever replaced by a higher revision, so a writer that stores
+	// late cannot put an older record back.
+	cacheMu sync.RWMutex // protects cache
+	cache   map[string]*mcpsync.Record
 
 	mu       sync.Mutex    // protects appended
 	appended chan struct{} // closed, and replaced, after each commit that appends
@@ -114,7 +121,10 @@ func Open(path string, opts *Options) (*Ledger, error) {
 		db.Close()
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
-	return &Ledger{db: db, retain: o.Ledger.Retention(), appended: make(chan struct{}), closed: make(chan struct{})}, nil
+	return &Ledger{
+		db: db, retain: o.Ledger.Retention(), cache: map[string]*mcpsync.Record{},
+		appended: make(chan struct{}), closed: make(chan struct{}),
+	}, nil
 }
 
 // Close closes the file; it is idempotent. Calls after it fail with
@@ -165,7 +175,12 @@ func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // Load implements mcpsync.Ledger.
 func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
-	var r *mcpsync.Record
+	l.cacheMu.RLock()
+	r, ok := l.cache[key]
+	l.cacheMu.RUnlock()
+	if ok {
+		return r, l.usable(ctx)
+	}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get([]byte(key))
 		if v == nil {
@@ -175,7 +190,22 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 		r, err = decodeRecord(v)
 		return err
 	})
-	return r, err
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return l.remember(key, r), nil
+}
+
+// remember caches r unless a newer revision is cached, and returns the
+// record cached.
+func (l *Ledger) remember(key string, r *mcpsync.Record) *mcpsync.Record {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	if held, ok := l.cache[key]; ok && held.Revision >= r.Revision {
+		return held
+	}
+	l.cache[key] = r
+	return r
 }
 
 func encodeRecord(r *mcpsync.Record) ([]byte, error) {
@@ -208,7 +238,14 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		first, ok = 0, false
 		records := tx.Bucket(bucketRecords)
-		if u64(records.Get([]byte(key))) != prev {
+		if stored := records.Get([]byte(key)); u64(stored) != prev {
+			// The caller's record is stale, perhaps from the cache: cache
+			// what is stored, so its retry starts from there.
+			if stored != nil {
+				if r, err := decodeRecord(stored); err == nil {
+					l.remember(key, r)
+				}
+			}
 			return nil
 		}
 		if err := records.Put([]byte(key), val); err != nil {
@@ -218,8 +255,8 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		if len(entries) == 0 {
 			return nil
 		}
-		meta, out := tx.Bucket(bucketMeta), tx.Bucket(bucketOutbox)
-		last := u64(meta.Get(keyOutboxLast))
+		out := tx.Bucket(bucketOutbox)
+		last := out.Sequence()
 		first = last + 1
 		for _, e := range entries {
 			last++
@@ -232,13 +269,16 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 				return err
 			}
 		}
-		if err := meta.Put(keyOutboxLast, key64(last)); err != nil {
+		if err := out.SetSequence(last); err != nil {
 			return err
 		}
 		return l.trim(tx)
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
+	}
+	if ok {
+		l.remember(key, next)
 	}
 	if first != 0 {
 		l.mu.Lock()
@@ -253,13 +293,14 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 // passed and those beyond the retention bound, counting the latter.
 func (l *Ledger) trim(tx *bolt.Tx) error {
 	meta, out := tx.Bucket(bucketMeta), tx.Bucket(bucketOutbox)
-	last := u64(meta.Get(keyOutboxLast))
+	last := out.Sequence()
 	passed := uint64(0)
 	if low, ok := minPosition(tx.Bucket(bucketConsumers)); ok {
 		passed = low
 	}
 	c := out.Cursor()
 	dropped, droppedTo := u64(meta.Get(keyDropped)), u64(meta.Get(keyDroppedThrough))
+	counted := dropped
 	for n, k := 0, firstKey(c); k != nil && n < trimStep; n, k = n+1, firstKey(c) {
 		seq := u64(k)
 		overBound := last-seq+1 > l.retain
@@ -272,6 +313,9 @@ func (l *Ledger) trim(tx *bolt.Tx) error {
 		if err := out.Delete(k); err != nil {
 			return err
 		}
+	}
+	if dropped == counted {
+		return nil // leave the meta page clean
 	}
 	if err := meta.Put(keyDropped, key64(dropped)); err != nil {
 		return err
@@ -415,9 +459,8 @@ func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.O
 // Ack implements mcpsync.Ledger.
 func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
 	err := l.update(ctx, func(tx *bolt.Tx) error {
-		meta, consumers := tx.Bucket(bucketMeta), tx.Bucket(bucketConsumers)
-		last := u64(meta.Get(keyOutboxLast))
-		seq = min(seq, last)
+		consumers := tx.Bucket(bucketConsumers)
+		seq = min(seq, tx.Bucket(bucketOutbox).Sequence())
 		pos := u64(consumers.Get([]byte(consumer)))
 		if consumers.Get([]byte(consumer)) == nil {
 			pos = firstRetained(tx) - 1
@@ -439,7 +482,7 @@ func firstRetained(tx *bolt.Tx) uint64 {
 	if k := firstKey(tx.Bucket(bucketOutbox).Cursor()); k != nil {
 		return u64(k)
 	}
-	return u64(tx.Bucket(bucketMeta).Get(keyOutboxLast)) + 1
+	return tx.Bucket(bucketOutbox).Sequence() + 1
 }
 
 // OutboxState implements mcpsync.Ledger.
@@ -455,7 +498,7 @@ func (l *Ledger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
 func outboxState(tx *bolt.Tx) mcpsync.OutboxState {
 	meta := tx.Bucket(bucketMeta)
 	st := mcpsync.OutboxState{
-		Last: u64(meta.Get(keyOutboxLast)), First: firstRetained(tx),
+		Last: tx.Bucket(bucketOutbox).Sequence(), First: firstRetained(tx),
 		Dropped: u64(meta.Get(keyDropped)), DroppedThrough: u64(meta.Get(keyDroppedThrough)),
 		Consumers: map[string]uint64{},
 	}
@@ -475,7 +518,7 @@ func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 		l.mu.Unlock()
 		var last uint64
 		if err := l.view(ctx, func(tx *bolt.Tx) error {
-			last = u64(tx.Bucket(bucketMeta).Get(keyOutboxLast))
+			last = tx.Bucket(bucketOutbox).Sequence()
 			return nil
 		}); err != nil {
 			return err
@@ -544,7 +587,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		if meta.Get(keyOutboxLast) != nil {
+		if tx.Bucket(bucketOutbox).Sequence() != 0 {
 			return mcpsync.ErrLedgerNotEmpty
 		}
 		records := tx.Bucket(bucketRecords)
@@ -591,7 +634,10 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 				return err
 			}
 		}
-		for k, v := range map[string]uint64{string(keyOutboxLast): snap.State.Last, string(keyDropped): snap.State.Dropped, string(keyDroppedThrough): snap.State.DroppedThrough} {
+		if err := tx.Bucket(bucketOutbox).SetSequence(snap.State.Last); err != nil {
+			return err
+		}
+		for k, v := range map[string]uint64{string(keyDropped): snap.State.Dropped, string(keyDroppedThrough): snap.State.DroppedThrough} {
 			if err := meta.Put([]byte(k), key64(v)); err != nil {
 				return err
 			}
