@@ -309,3 +309,32 @@ func TestOutboxFreesWhatEveryConsumerPassed(t *testing.T) {
 	t.Logf("heap above base: %d KiB at the peak, %d KiB once acknowledged", (int64(peak)-int64(base))/1024, (int64(after)-int64(base))/1024)
 	assert.Less(t, after-min(after, base), (peak-base)/10, "acknowledged entries are freed")
 }
+
+// A restarted worker learns from the ledger which subscriptions to open
+// again: the open ones, not those that were closing or closed, nor URIs that
+// were only discovered.
+func TestResumableSubscriptions(t *testing.T) {
+	clock := newClock()
+	e := newEngine(t, &mcpsync.Options{Now: clock.now})
+	subscribeActive(t, e, "file:///docs/a.md", alice)
+	subscribeActive(t, e, "file:///docs/b.md", bob)
+	subscribeActive(t, e, "file:///docs/closed.md", alice)
+	_, err := e.BeginClose("file:///docs/closed.md")
+	require.NoError(t, err)
+	require.NoError(t, e.Discover("file:///docs/seen.md"))
+
+	n := reopened(t, e, clock.now)
+	beginSession(t, n)
+	var got []string
+	for sub, err := range n.ResumableSubscriptions() {
+		require.NoError(t, err)
+		got = append(got, sub.URI+" "+sub.Principal)
+	}
+	assert.Equal(t, []string{"file:///docs/a.md " + alice, "file:///docs/b.md " + bob}, got)
+
+	subscribeActive(t, n, "file:///docs/a.md", alice)
+	for sub, err := range n.ResumableSubscriptions() {
+		require.NoError(t, err)
+		assert.NotEqual(t, "file:///docs/a.md", sub.URI, "resumed in this session")
+	}
+}

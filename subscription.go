@@ -260,6 +260,35 @@ func (e *Engine) Subscriptions() iter.Seq2[Subscription, error] {
 	}
 }
 
+// ResumableSubscriptions yields, in URI order, the ledger row of every
+// subscription an earlier session left open (ACTIVE or a read sub-state,
+// SUBSCRIBING, TOMBSTONE_PENDING, TOMBSTONED or RECONCILIATION_REQUIRED):
+// what a worker restarted on a durable ledger subscribes again, for the same
+// principal, in its new session, and re-reads with TriggerReconnect. Closing
+// and closed generations are left alone; they are never reopened. It stops
+// at the first error of the ledger, yielding it.
+func (e *Engine) ResumableSubscriptions() iter.Seq2[Subscription, error] {
+	current := e.sessionGeneration()
+	return func(yield func(Subscription, error) bool) {
+		for sub, err := range e.Subscriptions() {
+			if err != nil {
+				yield(Subscription{}, err)
+				return
+			}
+			if sub.SubscriptionGeneration == 0 || sub.CloseEpoch != 0 || sub.SessionGeneration == current {
+				continue
+			}
+			switch st := sub.State; {
+			case st.open(), st == StateSubscribing, st == StateTombstonePending,
+				st == StateTombstoned, st == StateReconciliationRequired:
+				if !yield(sub, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // Discover records a URI found by a list scan (DISCOVERED). It does nothing
 // for a URI the ledger already knows.
 func (e *Engine) Discover(rawURI string) error {
