@@ -267,7 +267,6 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 		revoked:   make(map[string]RevokedSubject),
 		consumers: make(map[string]uint64),
 		retain:    opts.Retention(),
-		appended:  make(chan struct{}),
 		out:       outboxLog{first: 1},
 	}
 }
@@ -282,8 +281,9 @@ type memoryLedger struct {
 	retain    uint64            // entries kept at most
 	dropped   uint64            // entries the bound dropped unpassed
 	droppedTo uint64            // newest of them
-	// appended is closed, and replaced, at every append: WaitOutbox
-	// sleeps on it.
+	// appended is made by the first WaitOutbox that sleeps and closed by
+	// the next append; nil while nobody waits, so an append with no waiter
+	// allocates nothing for it.
 	appended chan struct{}
 }
 
@@ -372,8 +372,10 @@ func (l *memoryLedger) CompareAndSwap(_ context.Context, key string, prev uint64
 		l.out.append(e)
 	}
 	l.trimLocked()
-	close(l.appended)
-	l.appended = make(chan struct{})
+	if l.appended != nil {
+		close(l.appended)
+		l.appended = nil
+	}
 	return first, true, nil
 }
 
@@ -506,11 +508,15 @@ func (l *memoryLedger) stateLocked() OutboxState {
 func (l *memoryLedger) WaitOutbox(ctx context.Context, after uint64) error {
 	for {
 		l.mu.Lock()
-		last, ch := l.out.last, l.appended
-		l.mu.Unlock()
-		if last > after {
+		if l.out.last > after {
+			l.mu.Unlock()
 			return nil
 		}
+		if l.appended == nil {
+			l.appended = make(chan struct{})
+		}
+		ch := l.appended
+		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
