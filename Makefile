@@ -3,7 +3,7 @@ GO ?= go
 RAPID_CHECKS ?= 2000
 export RAPID_CHECKS
 
-.PHONY: test test-long lint cover bench examples gate gate-long
+.PHONY: test test-long test-crash lint cover bench examples gate gate-long
 
 test:
 	$(GO) vet ./...
@@ -11,6 +11,11 @@ test:
 
 test-long:
 	RAPID_CHECKS=100000 $(GO) test -count=1 -run 'Model' -timeout 60m ./...
+
+# The bolt ledger's crash test at full strength: a worker killed with SIGKILL
+# at 200 random points (make test kills it 20 times).
+test-crash:
+	MCPSYNC_CRASH_KILLS=200 $(GO) test -count=1 -run TestCrashConsistency ./ledger/boltledger/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

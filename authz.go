@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -97,31 +98,49 @@ type RevocationReceipt struct {
 // artifact recorded against a version of the subject, so the revocation can
 // be traced to each derived index. The receipt lists them all.
 //
-// Revocation is permanent for the engine's lifetime. Calling it again finds
-// nothing new to invalidate.
+// Revocation is permanent: the ledger records the subject before anything
+// is swept, so an engine opened on it later refuses the subject too, and
+// finishes a sweep a crash cut short. Calling it again finds nothing new to
+// invalidate.
 func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 	if subject == "" {
 		return RevocationReceipt{}, fmt.Errorf("%w: empty subject", ErrInvalidSubject)
 	}
-	rc := RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: subject, At: e.now(),
-		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
+	r := RevokedSubject{Schema: SchemaRevokedSubject, Subject: subject, At: e.now(), Engine: e.id}
 	e.revokeMu.Lock()
 	revoked := maps.Clone(*e.revoked.Load())
 	revoked[subject] = struct{}{}
 	e.revoked.Store(&revoked)
 	e.revokeMu.Unlock()
 
+	ctx := context.Background()
+	if err := e.ledger.Revoke(ctx, r); err != nil {
+		return RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: subject, At: r.At},
+			fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+	}
+	return e.sweep(ctx, r)
+}
+
+// sweep marks every version of r's subject revoked and announces it and its
+// artifacts, then records the sweep as done.
+func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt, error) {
+	rc := RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: r.Subject, At: r.At,
+		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
 	var keys []string
-	if err := e.ledger.Range(func(key string, r *Record) bool {
+	if err := e.ledger.Range(ctx, func(key string, _ *Record) bool {
 		keys = append(keys, key)
 		return true
 	}); err != nil {
-		return rc, fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 	}
 	for _, key := range keys {
-		if err := e.revokeRecord(key, subject, &rc); err != nil {
-			return rc, fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+		if err := e.revokeRecord(key, r.Subject, &rc); err != nil {
+			return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 		}
+	}
+	r.Swept = true
+	if err := e.ledger.Revoke(ctx, r); err != nil {
+		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 	}
 	return rc, nil
 }

@@ -1,18 +1,22 @@
 package mcpsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 // Options configure an Engine. The zero value (or nil) means defaults.
 type Options struct {
-	// Ledger stores records and the outbox; nil means NewMemoryLedger().
+	// Ledger stores records, the outbox, identity counters and revoked
+	// subjects; nil means NewMemoryLedger(nil).
 	Ledger Ledger
 	// Guard checks content before it becomes visible; nil accepts all.
 	Guard ContentGuard
@@ -46,10 +50,14 @@ type Engine struct {
 	onTransition func(Transition)
 	maxTickets   int
 
-	session    atomic.Pointer[session] // nil before the first BeginSession
-	sessionMu  sync.Mutex              // serializes BeginSession
-	requestSeq atomic.Uint64           // last request id handed out
-	closeEpoch atomic.Uint64           // last close epoch handed out
+	// id names this engine instance on everything it writes: two engines
+	// opened on copies of one ledger allocate the same numbers, and only
+	// the id tells their tickets apart.
+	id string
+
+	session   atomic.Pointer[session] // never nil
+	sessionMu sync.Mutex              // serializes BeginSession
+	requests  idBlock                 // request ids reserved from the ledger
 
 	// revokeMu is read-held by every write that binds content to a subject
 	// (accept, RecordDerived) and write-held while a revocation publishes its
@@ -68,9 +76,11 @@ type session struct {
 	info SessionInfo
 }
 
-// NewEngine returns an engine over opts.Ledger. Generations, close epochs and
-// request ids continue from what the ledger holds, so an engine restarted on
-// a durable ledger never reissues an identity an older read might carry.
+// NewEngine returns an engine over opts.Ledger, with a new identity (ID).
+// Session generations, close epochs and request ids are allocated by the
+// ledger, so an engine restarted on a durable ledger never reissues an
+// identity an older read might carry, and revocations recorded in it stay
+// in force. A revocation whose sweep a crash cut short is finished here.
 func NewEngine(opts *Options) (*Engine, error) {
 	var o Options
 	if opts != nil {
@@ -80,7 +90,7 @@ func NewEngine(opts *Options) (*Engine, error) {
 		return nil, errors.New("mcpsync: negative AuditCapacity or MaxReadsInFlight")
 	}
 	if o.Ledger == nil {
-		o.Ledger = NewMemoryLedger()
+		o.Ledger = NewMemoryLedger(nil)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -91,38 +101,73 @@ func NewEngine(opts *Options) (*Engine, error) {
 	if o.MaxReadsInFlight == 0 {
 		o.MaxReadsInFlight = 16
 	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: engine identity: %w", err)
+	}
 	e := &Engine{
+		id:           id.String(),
 		ledger:       o.Ledger,
 		guard:        o.Guard,
 		now:          o.Now,
 		onTransition: o.OnTransition,
 		maxTickets:   o.MaxReadsInFlight,
 	}
-	e.revoked.Store(&map[string]struct{}{})
 	e.queue.init(o.ConfirmSends)
 	e.audit.init(o.AuditCapacity)
-	var sessionGen uint64
-	err := e.ledger.Range(func(_ string, r *Record) bool {
-		if r.CloseEpoch > e.closeEpoch.Load() {
-			e.closeEpoch.Store(r.CloseEpoch)
-		}
-		for _, t := range r.Tickets {
-			if t.RequestID > e.requestSeq.Load() {
-				e.requestSeq.Store(t.RequestID)
-			}
-		}
-		if r.Sub != nil && r.Sub.SessionGeneration > sessionGen {
-			sessionGen = r.Sub.SessionGeneration
-		}
-		return true
-	})
+	// No session is current until BeginSession: results of the sessions the
+	// ledger remembers all belong to older generations.
+	e.session.Store(&session{})
+	ctx := context.Background()
+	revoked, err := e.ledger.Revoked(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("mcpsync: read ledger: %w", err)
 	}
-	// No session is current until BeginSession: results of the sessions the
-	// ledger remembers all belong to older generations.
-	e.session.Store(&session{gen: sessionGen})
+	set := make(map[string]struct{}, len(revoked))
+	for _, r := range revoked {
+		set[r.Subject] = struct{}{}
+	}
+	e.revoked.Store(&set)
+	for _, r := range revoked {
+		if !r.Swept {
+			if _, err := e.sweep(ctx, r); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return e, nil
+}
+
+// ID returns the engine's identity, a random UUID drawn by NewEngine. It is
+// recorded on every ticket, outbox entry and revocation the engine writes.
+func (e *Engine) ID() string { return e.id }
+
+// requestBlock is how many request ids an engine reserves from its ledger at
+// once: a durable ledger then writes once per block, not once per read, and
+// a crash only leaves the rest of a block unused.
+const requestBlock = 64
+
+// idBlock holds request ids reserved from the ledger and not yet used.
+type idBlock struct {
+	mu        sync.Mutex // protects next and end
+	next, end uint64     // next is free while next < end
+}
+
+// requestID hands out a request id the ledger will never hand out again.
+func (e *Engine) requestID(ctx context.Context) (uint64, error) {
+	b := &e.requests
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next == b.end {
+		first, err := e.ledger.Next(ctx, CounterRequest, requestBlock)
+		if err != nil {
+			return 0, fmt.Errorf("mcpsync: reserve request ids: %w", err)
+		}
+		b.next, b.end = first, first+requestBlock
+	}
+	id := b.next
+	b.next++
+	return id, nil
 }
 
 // Ledger returns the ledger the engine writes, for export (ExportLedger).
@@ -135,7 +180,11 @@ func (e *Engine) Ledger() Ledger { return e.ledger }
 // their session: they become CLOSED.
 func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
 	e.sessionMu.Lock()
-	gen := e.session.Load().gen + 1
+	gen, err := e.ledger.Next(context.Background(), CounterSession, 1)
+	if err != nil {
+		e.sessionMu.Unlock()
+		return CapabilityReceipt{}, fmt.Errorf("mcpsync: allocate session generation: %w", err)
+	}
 	info.Capabilities.Schema = SchemaCapabilityReceipt
 	info.Capabilities.SessionGeneration = gen
 	if info.Capabilities.ReceivedAt.IsZero() {
@@ -166,8 +215,11 @@ const casAttempts = 100
 // fn must depend only on the record it is given; it returns a nil record to
 // write nothing. update returns the record as stored afterwards.
 func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
+	// Engine calls take no context yet; a ledger write is one short
+	// transaction.
+	ctx := context.Background()
 	for range casAttempts {
-		cur, err := e.ledger.Load(key)
+		cur, err := e.ledger.Load(ctx, key)
 		if err != nil {
 			return nil, 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
 		}
@@ -175,7 +227,10 @@ func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry
 		if err != nil || next == nil {
 			return cur, 0, err
 		}
-		seq, ok, err := e.ledger.CompareAndSwap(key, cur.revision(), next, entries)
+		for i := range entries {
+			entries[i].Engine = e.id
+		}
+		seq, ok, err := e.ledger.CompareAndSwap(ctx, key, cur.revision(), next, entries)
 		if err != nil {
 			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}
@@ -242,7 +297,7 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if err != nil {
 		return Entry{}, err
 	}
-	r, err := e.ledger.Load(key)
+	r, err := e.ledger.Load(context.Background(), key)
 	if err != nil {
 		return Entry{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
 	}

@@ -250,3 +250,34 @@ var (
 	// place of the page.
 	ErrKeysetOrder = errors.New("mcpsync: keyset source returned items out of order")
 )
+
+// Errors of ledgers and of the outbox.
+var (
+	// ErrLedgerNotEmpty: a snapshot can only be restored into an empty
+	// ledger, or two histories would mix.
+	ErrLedgerNotEmpty = errors.New("mcpsync: ledger not empty")
+	// ErrLedgerSchema: stored data, or a snapshot, has a schema this
+	// version does not know; nothing is guessed from it.
+	ErrLedgerSchema = errors.New("mcpsync: unknown ledger schema")
+	// ErrLedgerClosed: the ledger was closed.
+	ErrLedgerClosed = errors.New("mcpsync: ledger closed")
+	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
+	// (its retention bound); *OutboxGapError says which.
+	ErrOutboxGap = errors.New("mcpsync: outbox entries dropped before the consumer passed them")
+)
+
+// OutboxGapError names the entries a consumer lost to the outbox's
+// retention bound: it must rebuild what they would have told it (a full
+// rescan) and then acknowledge Through.
+type OutboxGapError struct {
+	Consumer string
+	From     uint64 // first entry lost
+	Through  uint64 // last entry lost
+}
+
+func (e *OutboxGapError) Error() string {
+	return fmt.Sprintf("mcpsync: outbox consumer %q lost entries %d to %d to the retention bound", e.Consumer, e.From, e.Through)
+}
+
+// Is makes every OutboxGapError match ErrOutboxGap.
+func (e *OutboxGapError) Is(target error) bool { return target == ErrOutboxGap }

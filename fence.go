@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -58,6 +59,11 @@ const (
 // Ticket is the fence's permission to send one resources/read. It is issued
 // before the request goes out and must come back with the result.
 type Ticket struct {
+	// Engine is the ID of the engine that issued the ticket: only that
+	// engine may accept its result, so a read sent before a restart or
+	// an export never passes the fence of a later engine, whatever
+	// numbers the two happen to share.
+	Engine                 string    `json:"engine"`
 	URI                    string    `json:"uri"`
 	SessionGeneration      uint64    `json:"sessionGeneration"`
 	SubscriptionGeneration uint64    `json:"subscriptionGeneration"`
@@ -72,7 +78,7 @@ type Ticket struct {
 // a value a caller may store, copy or send through JSON, so the fence
 // compares all of it, never trusting a field it did not record.
 func (t Ticket) sameIdentity(held Ticket) bool {
-	return t.RequestID == held.RequestID && t.ReadOrdinal == held.ReadOrdinal && t.URI == held.URI &&
+	return t.RequestID == held.RequestID && t.ReadOrdinal == held.ReadOrdinal && t.URI == held.URI && t.Engine == held.Engine &&
 		t.SessionGeneration == held.SessionGeneration && t.SubscriptionGeneration == held.SubscriptionGeneration &&
 		t.Subject == held.Subject && t.Trigger == held.Trigger && t.IssuedAt.Equal(held.IssuedAt)
 }
@@ -101,6 +107,7 @@ var errGenerationMoved = errors.New("mcpsync: subscription generation moved on")
 func (e *Engine) issue(key string, trigger Trigger, want *queueKey) (Ticket, error) {
 	var t Ticket
 	var path transitions
+	var id uint64
 	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
@@ -119,13 +126,22 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey) (Ticket, err
 		if err := path.move(next, evIssueRead); err != nil {
 			return nil, nil, err
 		}
+		if id == 0 {
+			// Reserved once, kept across compare-and-swap retries: an id
+			// is never handed out twice, and a retry need not waste one.
+			var err error
+			if id, err = e.requestID(context.Background()); err != nil {
+				return nil, nil, err
+			}
+		}
 		next.LastIssued++
 		t = Ticket{
+			Engine:                 e.id,
 			URI:                    key,
 			SessionGeneration:      cur.Sub.SessionGeneration,
 			SubscriptionGeneration: cur.Sub.Generation,
 			ReadOrdinal:            next.LastIssued,
-			RequestID:              e.requestSeq.Add(1),
+			RequestID:              id,
 			Trigger:                trigger,
 			Subject:                cur.Sub.Principal,
 			IssuedAt:               e.now(),
@@ -177,7 +193,7 @@ type Outcome struct {
 func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) {
 	// Fast path: most refusals are decided by the record as it is, without
 	// running the guard or writing anything.
-	cur, err := e.ledger.Load(t.URI)
+	cur, err := e.ledger.Load(context.Background(), t.URI)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("mcpsync: load %s: %w", t.URI, err)
 	}
@@ -256,7 +272,8 @@ func (e *Engine) check(cur *Record, t Ticket) (StaleReason, bool) {
 		// Closed before any newer generation opened: whatever it answers
 		// is a late result of a close, as the design names it.
 		return ReasonStaleAfterClose, false
-	case t.SessionGeneration != cur.Sub.SessionGeneration ||
+	case t.Engine != e.id ||
+		t.SessionGeneration != cur.Sub.SessionGeneration ||
 		t.SubscriptionGeneration != cur.Sub.Generation ||
 		t.SessionGeneration != e.sessionGeneration():
 		return ReasonGenerationMismatch, false
@@ -510,6 +527,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 		return CloseReceipt{}, err
 	}
 	var path transitions
+	var epoch uint64
 	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
@@ -522,8 +540,16 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 		if err := path.move(next, evBeginClose); err != nil {
 			return nil, nil, err
 		}
+		if epoch == 0 {
+			// Allocated before the record is written: a crash in between
+			// leaves an unused epoch, never one used twice.
+			var err error
+			if epoch, err = e.ledger.Next(context.Background(), CounterCloseEpoch, 1); err != nil {
+				return nil, nil, fmt.Errorf("mcpsync: allocate close epoch: %w", err)
+			}
+		}
 		next.CloseOrdinal = cur.LastIssued
-		next.CloseEpoch = e.closeEpoch.Add(1)
+		next.CloseEpoch = epoch
 		next.ClosedGeneration = cur.Sub.Generation
 		return next, nil, nil
 	})

@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -501,7 +502,7 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 			rc, err := e.BeginClose(closing)
 			require.NoError(t, err)
 
-			snap, err := mcpsync.ExportLedger(e.Ledger())
+			snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
 			require.NoError(t, err)
 			raw, err := json.Marshal(snap)
 			require.NoError(t, err)

@@ -1,82 +1,185 @@
 package mcpsync
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
 
-// Ledger stores the engine's durable state: one Record per normalized URI and
-// the invalidation outbox. Its one write is CompareAndSwap, which replaces a
-// record and appends outbox entries in a single atomic step, so that a
-// watermark can never rise without its version and its invalidation (or the
-// other way round), whatever store sits behind it.
+// Ledger stores everything the fence needs to survive a restart: one Record
+// per normalized URI, the invalidation outbox with the position of each of
+// its consumers, the counters that allocate identities (session generations,
+// close epochs, request ids) and the revoked subjects.
+//
+// Its one write of a record is CompareAndSwap, which replaces the record and
+// appends outbox entries in a single atomic step, so that a watermark can
+// never rise without its version and its invalidation (or the other way
+// round), whatever store sits behind it.
 //
 // Records are immutable once stored: Load hands out shared pointers, and a
-// writer builds a new record instead of changing one. The default ledger,
-// NewMemoryLedger, keeps everything in memory; a durable ledger implements the
-// same methods over a transactional store.
+// writer builds a new record instead of changing one. NewMemoryLedger keeps
+// everything in memory (the default, for an in-process cache); durable
+// ledgers (package ledger/boltledger) implement the same methods over a
+// transactional store, and package mcpsynctest/ledgertest holds every
+// implementation to one contract. Every method takes a context; cancelling
+// it abandons the call (a write either committed or did not).
 type Ledger interface {
 	// Load returns the record stored under key, or nil if there is none.
-	Load(key string) (*Record, error)
+	Load(ctx context.Context, key string) (*Record, error)
 	// CompareAndSwap stores next under key if the stored record's revision is
 	// still prev (0 when there is no record) and appends entries to the
-	// outbox, numbering them consecutively; it returns the first number (0
-	// when entries is empty).
+	// outbox, numbering them consecutively after every entry ever appended;
+	// it returns the first number (0 when entries is empty).
 	// next.Revision must be prev+1. When another writer got there first it
 	// writes nothing and returns ok == false.
-	CompareAndSwap(key string, prev uint64, next *Record, entries []OutboxEntry) (firstSeq uint64, ok bool, err error)
+	CompareAndSwap(ctx context.Context, key string, prev uint64, next *Record, entries []OutboxEntry) (firstSeq uint64, ok bool, err error)
 	// Range calls fn for every record, in key order, until fn returns false.
-	Range(fn func(key string, r *Record) bool) error
-	// Outbox returns up to max entries numbered above after, in order.
-	// Entries already acknowledged are never returned.
-	Outbox(after uint64, max int) ([]OutboxEntry, error)
-	// Ack discards every entry numbered up to and including seq.
-	Ack(seq uint64) error
-	// Acked returns the highest acknowledged entry number.
-	Acked() (uint64, error)
+	// fn may call back into the ledger.
+	Range(ctx context.Context, fn func(key string, r *Record) bool) error
+
+	// Next reserves n consecutive values of counter and returns the first.
+	// No value is ever returned twice by a ledger and the ledgers restored
+	// from its snapshots: not after a restart, not after a crash (a crash
+	// leaves a gap, never a repeat). Counters start at 1.
+	Next(ctx context.Context, counter Counter, n uint64) (uint64, error)
+
+	// Revoke stores r, replacing what is stored for r.Subject.
+	Revoke(ctx context.Context, r RevokedSubject) error
+	// Revoked returns every revoked subject, by subject.
+	Revoked(ctx context.Context) ([]RevokedSubject, error)
+
+	// Outbox returns up to max (<= 0: all) retained entries numbered above
+	// after, in order.
+	Outbox(ctx context.Context, after uint64, max int) ([]OutboxEntry, error)
+	// Ack records that consumer processed every entry numbered up to and
+	// including seq; positions only rise. An unknown consumer is
+	// registered, no further back than the oldest retained entry. Entries
+	// every registered consumer passed are discarded.
+	Ack(ctx context.Context, consumer string, seq uint64) error
+	// OutboxState says what the outbox holds and where each consumer is.
+	OutboxState(ctx context.Context) (OutboxState, error)
+	// WaitOutbox blocks until an entry numbered above after was appended,
+	// or ctx is done (returning its error). It never polls.
+	WaitOutbox(ctx context.Context, after uint64) error
+
+	// Export returns the whole ledger as of one instant: every record, the
+	// retained outbox, the consumers, the counters and the revoked subjects,
+	// read in one transaction, so no key and no pair of keys is torn.
+	Export(ctx context.Context) (LedgerSnapshot, error)
+	// Restore loads snap into the ledger, which must be empty
+	// (ErrLedgerNotEmpty otherwise), in one transaction.
+	Restore(ctx context.Context, snap LedgerSnapshot) error
+}
+
+// Counter names a sequence a ledger allocates from.
+type Counter string
+
+// Counters of the identities the fence hands out.
+const (
+	CounterSession    Counter = "session"
+	CounterCloseEpoch Counter = "closeEpoch"
+	CounterRequest    Counter = "request"
+)
+
+// SchemaRevokedSubject is the schema of stored revocations.
+const SchemaRevokedSubject = "revokedSubject.v1"
+
+// RevokedSubject is the ledger's record of one revocation. Swept is set once
+// every version and artifact of the subject was marked and announced; an
+// engine opened on a ledger finishes any sweep a crash cut short.
+type RevokedSubject struct {
+	Schema  string    `json:"schema"`
+	Subject string    `json:"subject"`
+	At      time.Time `json:"at"`
+	Engine  string    `json:"engine"`
+	Swept   bool      `json:"swept"`
+}
+
+// OutboxState is the outbox's extent and its consumers' positions.
+type OutboxState struct {
+	// Last is the number of the newest entry ever appended (0: none).
+	Last uint64 `json:"last"`
+	// First is the number of the oldest retained entry; First > Last when
+	// none is retained.
+	First uint64 `json:"first"`
+	// Dropped counts the entries the retention bound discarded before
+	// every consumer passed them, and DroppedThrough is the newest of them.
+	Dropped        uint64 `json:"dropped"`
+	DroppedThrough uint64 `json:"droppedThrough"`
+	// Consumers maps each registered consumer to its acknowledged position.
+	Consumers map[string]uint64 `json:"consumers"`
+}
+
+// DefaultOutboxRetention is how many entries a ledger keeps, at most, when
+// its options do not say.
+const DefaultOutboxRetention = 1 << 16
+
+// LedgerOptions configure a ledger; nil means defaults.
+type LedgerOptions struct {
+	// OutboxRetention bounds the entries the outbox keeps: beyond it the
+	// oldest are dropped and counted (OutboxState.Dropped), and a consumer
+	// that had not passed them gets an *OutboxGapError. 0 means
+	// DefaultOutboxRetention; a negative value turns the outbox off (a cache
+	// that needs no consumer keeps nothing, and entries are still numbered).
+	OutboxRetention int
+}
+
+// Retention returns the bound o sets: how many entries to keep.
+func (o *LedgerOptions) Retention() uint64 {
+	switch {
+	case o == nil || o.OutboxRetention == 0:
+		return DefaultOutboxRetention
+	case o.OutboxRetention < 0:
+		return 0
+	}
+	return uint64(o.OutboxRetention)
 }
 
 // Record is the ledger's row for one normalized URI: its subscription
 // generation, the fence of that generation, and the version consumers see.
+// Its stored form is EncodeRecord's.
 type Record struct {
 	// Revision rises by one at every write; CompareAndSwap compares it.
-	Revision uint64
+	Revision uint64 `json:"revision"`
 
 	// Sub describes the current subscription generation; nil while the URI
 	// has only been discovered.
-	Sub   *SubscriptionInfo
-	State SubscriptionState
+	Sub   *SubscriptionInfo `json:"sub,omitempty"`
+	State SubscriptionState `json:"state"`
 	// LastNotificationSeq counts resources/updated pulses seen for this
 	// generation (a local counter: the protocol has none).
-	LastNotificationSeq uint64
+	LastNotificationSeq uint64 `json:"lastNotificationSeq,omitempty"`
 	// LastAcceptedDigest is the digest of the newest read this generation
 	// accepted (changed or not).
-	LastAcceptedDigest string
+	LastAcceptedDigest string `json:"lastAcceptedDigest,omitempty"`
 
 	// The fence of the current subscription generation.
-	LastIssued   uint64 // highest read ordinal handed out
-	Watermark    uint64 // highest read ordinal that passed the fence
-	CloseOrdinal uint64 // LastIssued when the close began
-	CloseEpoch   uint64 // non-zero once the close began
+	LastIssued   uint64 `json:"lastIssued"`             // highest read ordinal handed out
+	Watermark    uint64 `json:"watermark"`              // highest read ordinal that passed the fence
+	CloseOrdinal uint64 `json:"closeOrdinal,omitempty"` // LastIssued when the close began
+	CloseEpoch   uint64 `json:"closeEpoch,omitempty"`   // non-zero once the close began
 	// ClosedGeneration is the newest subscription generation whose close
 	// began; results of it and of older generations are STALE_AFTER_CLOSE.
-	ClosedGeneration uint64
+	ClosedGeneration uint64 `json:"closedGeneration,omitempty"`
 	// ValidatedAt is when a read last confirmed Current (accepted,
 	// changed or unchanged).
-	ValidatedAt time.Time
+	ValidatedAt time.Time `json:"validatedAt,omitzero"`
 	// NotFoundAt is when the newest fenced not-found was accepted; only
 	// evidence gathered since then may confirm its tombstone.
-	NotFoundAt time.Time
-	Tickets    []Ticket // issued and unsettled, each above Watermark, ascending
+	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
+	// Tickets are issued and unsettled, each above Watermark, ascending.
+	Tickets []Ticket `json:"tickets,omitempty"`
 
 	// Current is the newest version that passed the fence, of any generation;
 	// nil if none did. Its Status says whether it may be served.
-	Current *StoredVersion
+	Current *StoredVersion `json:"current,omitempty"`
 	// Artifacts are what consumers recorded as derived from versions of this
 	// URI (RecordDerived); revocation invalidates them.
-	Artifacts []DerivedArtifact
+	Artifacts []DerivedArtifact `json:"artifacts,omitempty"`
 }
 
 func (r *Record) revision() uint64 {
@@ -93,11 +196,58 @@ func (r *Record) clone() *Record {
 	return &c
 }
 
+// SchemaLedgerRecord is the schema of a stored record.
+const SchemaLedgerRecord = "ledgerRecord.v1"
+
+// storedRecord is a record as stored: the schema first, so that a reader of a
+// later format refuses it instead of misreading it.
+type storedRecord struct {
+	Schema string `json:"schema"`
+	*Record
+}
+
+// EncodeRecord returns the stored form of r: JSON with a "schema" of
+// SchemaLedgerRecord beside the fields of Record. Durable ledgers store it
+// as is.
+func EncodeRecord(r *Record) ([]byte, error) {
+	return json.Marshal(storedRecord{Schema: SchemaLedgerRecord, Record: r})
+}
+
+// DecodeRecord reads EncodeRecord's form, refusing any other schema with
+// ErrLedgerSchema.
+func DecodeRecord(b []byte) (*Record, error) {
+	s := storedRecord{Record: new(Record)}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("mcpsync: decode record: %w", err)
+	}
+	if s.Schema != SchemaLedgerRecord {
+		return nil, fmt.Errorf("%w: record schema %q, want %q", ErrLedgerSchema, s.Schema, SchemaLedgerRecord)
+	}
+	return s.Record, nil
+}
+
+// EncodeOutboxEntry and DecodeOutboxEntry are the stored form of an outbox
+// entry: its JSON, which carries its schema (SchemaInvalidation).
+func EncodeOutboxEntry(e OutboxEntry) ([]byte, error) { return json.Marshal(e) }
+
+// DecodeOutboxEntry reads EncodeOutboxEntry's form, refusing any other
+// schema with ErrLedgerSchema.
+func DecodeOutboxEntry(b []byte) (OutboxEntry, error) {
+	var e OutboxEntry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return OutboxEntry{}, fmt.Errorf("mcpsync: decode outbox entry: %w", err)
+	}
+	if e.Schema != SchemaInvalidation {
+		return OutboxEntry{}, fmt.Errorf("%w: outbox entry schema %q, want %q", ErrLedgerSchema, e.Schema, SchemaInvalidation)
+	}
+	return e, nil
+}
+
 // StoredVersion is a version with its contents and whether it may be served.
 type StoredVersion struct {
-	Version  ResourceVersion
-	Contents []Content
-	Status   VersionStatus
+	Version  ResourceVersion `json:"version"`
+	Contents []Content       `json:"contents,omitempty"`
+	Status   VersionStatus   `json:"status"`
 }
 
 // VersionStatus says whether the current version of a URI may be served.
@@ -112,28 +262,104 @@ const (
 	VersionRevoked          VersionStatus = "REVOKED"
 )
 
-// NewMemoryLedger returns a Ledger kept in memory.
-func NewMemoryLedger() Ledger {
-	return &memoryLedger{records: make(map[string]*Record)}
+// NewMemoryLedger returns a Ledger kept in memory; opts may be nil.
+func NewMemoryLedger(opts *LedgerOptions) Ledger {
+	return &memoryLedger{
+		records:   make(map[string]*Record),
+		counters:  make(map[Counter]uint64),
+		revoked:   make(map[string]RevokedSubject),
+		consumers: make(map[string]uint64),
+		retain:    opts.Retention(),
+		out:       outboxLog{first: 1},
+	}
 }
 
 type memoryLedger struct {
-	mu      sync.Mutex         // protects every field below
-	records map[string]*Record // records are never modified once stored
-	outbox  []OutboxEntry      // entries ascending by Seq; those before head are acknowledged
-	head    int
-	lastSeq uint64 // number of the newest entry ever appended
-	acked   uint64
+	mu        sync.Mutex         // protects every field below
+	records   map[string]*Record // records are never modified once stored
+	counters  map[Counter]uint64 // last value handed out
+	revoked   map[string]RevokedSubject
+	out       outboxLog
+	consumers map[string]uint64 // acknowledged position of each consumer
+	retain    uint64            // entries kept at most
+	dropped   uint64            // entries the bound dropped unpassed
+	droppedTo uint64            // newest of them
+	// appended is made by the first WaitOutbox that sleeps and closed by
+	// the next append; nil while nobody waits, so an append with no waiter
+	// allocates nothing for it.
+	appended chan struct{}
 }
 
-func (l *memoryLedger) Load(key string) (*Record, error) {
+// outboxChunk is how many entries share one allocation. Entries are freed a
+// whole chunk at a time, so discarding n entries costs n/outboxChunk steps
+// and the memory of acknowledged entries is returned, not kept by a slice
+// that never shrinks.
+const outboxChunk = 256
+
+// outboxLog holds the retained entries, numbered consecutively from first
+// to last: entry seq lives at chunks[0][off+seq-first], counting on.
+type outboxLog struct {
+	chunks [][]OutboxEntry // every chunk but the last is full
+	off    int             // entries of chunks[0] already discarded
+	first  uint64          // number of the oldest retained entry
+	last   uint64          // number of the newest entry ever appended
+}
+
+func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
+
+func (o *outboxLog) append(e OutboxEntry) {
+	n := len(o.chunks)
+	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
+		o.chunks = append(o.chunks, make([]OutboxEntry, 0, outboxChunk))
+		n++
+	}
+	o.chunks[n-1] = append(o.chunks[n-1], e)
+	o.last = e.Seq
+}
+
+// at returns entry seq, which must be retained.
+func (o *outboxLog) at(seq uint64) OutboxEntry {
+	i := uint64(o.off) + seq - o.first
+	return o.chunks[i/outboxChunk][i%outboxChunk]
+}
+
+// discardThrough drops every entry numbered up to seq. Whole chunks are
+// released; the first chunk's leading entries are cleared so they hold no
+// memory either.
+func (o *outboxLog) discardThrough(seq uint64) {
+	if seq > o.last {
+		seq = o.last
+	}
+	for o.first <= seq {
+		room := uint64(len(o.chunks[0]) - o.off) // retained entries in chunks[0]
+		if n := seq - o.first + 1; n < room {
+			clear(o.chunks[0][o.off : o.off+int(n)])
+			o.off += int(n)
+			o.first += n
+			return
+		}
+		o.first += room
+		if len(o.chunks[0]) < outboxChunk {
+			// The chunk being appended to: keep it, empty.
+			clear(o.chunks[0])
+			o.chunks[0] = o.chunks[0][:0]
+			o.off = 0
+			continue
+		}
+		o.chunks[0] = nil
+		o.chunks = o.chunks[1:]
+		o.off = 0
+	}
+}
+
+func (l *memoryLedger) Load(_ context.Context, key string) (*Record, error) {
 	l.mu.Lock()
 	r := l.records[key]
 	l.mu.Unlock()
 	return r, nil
 }
 
-func (l *memoryLedger) CompareAndSwap(key string, prev uint64, next *Record, entries []OutboxEntry) (uint64, bool, error) {
+func (l *memoryLedger) CompareAndSwap(_ context.Context, key string, prev uint64, next *Record, entries []OutboxEntry) (uint64, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.records[key].revision() != prev {
@@ -143,23 +369,49 @@ func (l *memoryLedger) CompareAndSwap(key string, prev uint64, next *Record, ent
 	if len(entries) == 0 {
 		return 0, true, nil
 	}
-	first := l.lastSeq + 1
+	first := l.out.last + 1
 	for _, e := range entries {
-		l.lastSeq++
-		e.Seq = l.lastSeq
-		l.outbox = append(l.outbox, e)
+		e.Seq = l.out.last + 1
+		l.out.append(e)
+	}
+	l.trimLocked()
+	if l.appended != nil {
+		close(l.appended)
+		l.appended = nil
 	}
 	return first, true, nil
 }
 
-func (l *memoryLedger) Range(fn func(string, *Record) bool) error {
-	l.mu.Lock()
-	keys := make([]string, 0, len(l.records))
-	for k := range l.records {
-		keys = append(keys, k)
+// trimLocked discards what every consumer passed and what exceeds the
+// retention bound, counting the latter when a consumer (or a consumer yet to
+// come, if none is registered) had not passed it.
+func (l *memoryLedger) trimLocked() {
+	if len(l.consumers) > 0 {
+		l.out.discardThrough(minPosition(l.consumers))
 	}
+	if n := l.out.len(); n > l.retain {
+		through := l.out.first + (n - l.retain) - 1
+		l.dropped += through - l.out.first + 1
+		l.droppedTo = through
+		l.out.discardThrough(through)
+	}
+}
+
+func minPosition(consumers map[string]uint64) uint64 {
+	first := true
+	var low uint64
+	for _, p := range consumers {
+		if first || p < low {
+			low, first = p, false
+		}
+	}
+	return low
+}
+
+func (l *memoryLedger) Range(_ context.Context, fn func(string, *Record) bool) error {
+	l.mu.Lock()
+	keys := slices.Sorted(maps.Keys(l.records))
 	recs := make([]*Record, len(keys))
-	sort.Strings(keys)
 	for i, k := range keys {
 		recs[i] = l.records[k]
 	}
@@ -173,103 +425,263 @@ func (l *memoryLedger) Range(fn func(string, *Record) bool) error {
 	return nil
 }
 
-func (l *memoryLedger) Outbox(after uint64, max int) ([]OutboxEntry, error) {
+func (l *memoryLedger) Next(_ context.Context, c Counter, n uint64) (uint64, error) {
+	if n == 0 {
+		return 0, fmt.Errorf("mcpsync: reserve 0 values of %s", c)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	pending := l.outbox[l.head:]
-	i := sort.Search(len(pending), func(i int) bool { return pending[i].Seq > after })
-	end := len(pending)
-	if max > 0 && end-i > max {
-		end = i + max
-	}
-	return append([]OutboxEntry(nil), pending[i:end]...), nil
+	first := l.counters[c] + 1
+	l.counters[c] += n
+	return first, nil
 }
 
-func (l *memoryLedger) Ack(seq uint64) error {
+func (l *memoryLedger) Revoke(_ context.Context, r RevokedSubject) error {
+	l.mu.Lock()
+	l.revoked[r.Subject] = r
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *memoryLedger) Revoked(context.Context) ([]RevokedSubject, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if seq > l.lastSeq {
-		seq = l.lastSeq
+	return sortedRevoked(l.revoked), nil
+}
+
+func sortedRevoked(m map[string]RevokedSubject) []RevokedSubject {
+	out := make([]RevokedSubject, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
 	}
-	if seq <= l.acked {
-		return nil
+	return out
+}
+
+func (l *memoryLedger) Outbox(_ context.Context, after uint64, max int) ([]OutboxEntry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := max64(after+1, l.out.first)
+	if from > l.out.last {
+		return nil, nil
 	}
-	l.acked = seq
-	pending := l.outbox[l.head:]
-	l.head += sort.Search(len(pending), func(i int) bool { return pending[i].Seq > seq })
-	// Compact once half the slice is acknowledged: amortized O(1) per entry,
-	// and acknowledged entries do not stay reachable.
-	if l.head > len(l.outbox)/2 {
-		n := copy(l.outbox, l.outbox[l.head:])
-		clear(l.outbox[n:])
-		l.outbox, l.head = l.outbox[:n], 0
+	n := l.out.last - from + 1
+	if max > 0 && n > uint64(max) {
+		n = uint64(max)
+	}
+	out := make([]OutboxEntry, 0, n)
+	for seq := from; seq < from+n; seq++ {
+		out = append(out, l.out.at(seq))
+	}
+	return out, nil
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (l *memoryLedger) Ack(_ context.Context, consumer string, seq uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seq = min(seq, l.out.last)
+	pos, known := l.consumers[consumer]
+	if !known {
+		pos = l.out.first - 1
+	}
+	l.consumers[consumer] = max64(pos, seq)
+	l.trimLocked()
+	return nil
+}
+
+func (l *memoryLedger) OutboxState(context.Context) (OutboxState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked(), nil
+}
+
+func (l *memoryLedger) stateLocked() OutboxState {
+	return OutboxState{
+		Last: l.out.last, First: l.out.first, Dropped: l.dropped, DroppedThrough: l.droppedTo,
+		Consumers: maps.Clone(l.consumers),
+	}
+}
+
+func (l *memoryLedger) WaitOutbox(ctx context.Context, after uint64) error {
+	for {
+		l.mu.Lock()
+		if l.out.last > after {
+			l.mu.Unlock()
+			return nil
+		}
+		if l.appended == nil {
+			l.appended = make(chan struct{})
+		}
+		ch := l.appended
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (l *memoryLedger) Export(context.Context) (LedgerSnapshot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Records are immutable, so the snapshot shares them; taking them with
+	// the outbox under one lock is what keeps a record and its newest entry
+	// together.
+	snap := LedgerSnapshot{
+		Schema:   SchemaLedgerSnapshot,
+		Records:  maps.Clone(l.records),
+		Counters: maps.Clone(l.counters),
+		Revoked:  sortedRevoked(l.revoked),
+		Outbox:   make([]OutboxEntry, 0, l.out.len()),
+		State:    l.stateLocked(),
+	}
+	for seq := l.out.first; seq <= l.out.last; seq++ {
+		snap.Outbox = append(snap.Outbox, l.out.at(seq))
+	}
+	return snap, nil
+}
+
+func (l *memoryLedger) Restore(_ context.Context, snap LedgerSnapshot) error {
+	if err := snap.check(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.records) > 0 || len(l.counters) > 0 || len(l.revoked) > 0 || l.out.last > 0 || len(l.consumers) > 0 {
+		return ErrLedgerNotEmpty
+	}
+	maps.Copy(l.records, snap.Records)
+	maps.Copy(l.counters, snap.Counters)
+	for _, r := range snap.Revoked {
+		l.revoked[r.Subject] = r
+	}
+	maps.Copy(l.consumers, snap.State.Consumers)
+	l.dropped, l.droppedTo = snap.State.Dropped, snap.State.DroppedThrough
+	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last}
+	if len(snap.Outbox) > 0 {
+		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
+	}
+	for _, e := range snap.Outbox {
+		l.out.append(e)
+	}
+	l.out.last = snap.State.Last
+	l.trimLocked()
+	return nil
+}
+
+// SchemaLedgerSnapshot is the schema of exported ledgers.
+// SchemaLedgerSnapshotV1 is the schema of snapshots taken before ledgers
+// allocated identities; they are still restored (see LedgerSnapshot.Upgrade).
+const (
+	SchemaLedgerSnapshot   = "ledgerSnapshot.v2"
+	SchemaLedgerSnapshotV1 = "ledgerSnapshot.v1"
+)
+
+// LedgerSnapshot is a ledger's whole state: every record (watermarks,
+// issued tickets, close ordinals and epochs, current versions, derived
+// artifacts), the retained outbox and its consumers, the identity counters
+// and the revoked subjects. It marshals to JSON and restores into any kind
+// of ledger (Ledger.Restore), so a rollback, a restart or a move between
+// stores carries the fence with it.
+type LedgerSnapshot struct {
+	Schema   string             `json:"schema"`
+	Records  map[string]*Record `json:"records"`
+	Counters map[Counter]uint64 `json:"counters"`
+	Revoked  []RevokedSubject   `json:"revoked"`
+	// Outbox holds the retained entries, numbered consecutively.
+	Outbox []OutboxEntry `json:"outbox"`
+	State  OutboxState   `json:"outboxState"`
+	// Acked is the single consumer position of a v1 snapshot.
+	Acked uint64 `json:"acked,omitempty"`
+}
+
+// Upgrade returns snap in the current schema. A v1 snapshot has no
+// counters: they are recovered from the records (the highest close epoch,
+// request id and session generation any of them names), its one consumer
+// becomes the default consumer "", and its outbox numbering continues.
+func (snap LedgerSnapshot) Upgrade() (LedgerSnapshot, error) {
+	switch snap.Schema {
+	case SchemaLedgerSnapshot:
+		return snap, nil
+	case SchemaLedgerSnapshotV1:
+	default:
+		return LedgerSnapshot{}, fmt.Errorf("%w: ledger snapshot schema %q, want %q", ErrLedgerSchema, snap.Schema, SchemaLedgerSnapshot)
+	}
+	up := snap
+	up.Schema = SchemaLedgerSnapshot
+	up.Counters = make(map[Counter]uint64)
+	raise := func(c Counter, v uint64) { up.Counters[c] = max64(up.Counters[c], v) }
+	for _, r := range snap.Records {
+		if r == nil {
+			continue
+		}
+		raise(CounterCloseEpoch, r.CloseEpoch)
+		for _, t := range r.Tickets {
+			raise(CounterRequest, t.RequestID)
+			raise(CounterSession, t.SessionGeneration)
+		}
+		if r.Sub != nil {
+			raise(CounterSession, r.Sub.SessionGeneration)
+		}
+	}
+	last := snap.Acked
+	if n := len(snap.Outbox); n > 0 {
+		last = snap.Outbox[n-1].Seq
+	}
+	up.State = OutboxState{Last: last, First: snap.Acked + 1, Consumers: map[string]uint64{"": snap.Acked}}
+	up.Acked = 0
+	return up, nil
+}
+
+// check validates a snapshot before anything of it is stored.
+func (snap LedgerSnapshot) check() error {
+	if snap.Schema != SchemaLedgerSnapshot {
+		return fmt.Errorf("%w: ledger snapshot schema %q, want %q (Upgrade it first)", ErrLedgerSchema, snap.Schema, SchemaLedgerSnapshot)
+	}
+	for key, r := range snap.Records {
+		if r == nil || r.Revision == 0 {
+			return fmt.Errorf("mcpsync: ledger snapshot: record %q has no revision", key)
+		}
+	}
+	for i, e := range snap.Outbox {
+		if i > 0 && e.Seq != snap.Outbox[i-1].Seq+1 || e.Seq == 0 || e.Seq > snap.State.Last {
+			return fmt.Errorf("mcpsync: ledger snapshot: outbox entry %d numbered %d out of order (last %d)", i, e.Seq, snap.State.Last)
+		}
 	}
 	return nil
 }
 
-func (l *memoryLedger) Acked() (uint64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.acked, nil
+// ExportLedger reads l into a snapshot, consistent across keys (see
+// Ledger.Export).
+func ExportLedger(ctx context.Context, l Ledger) (LedgerSnapshot, error) {
+	return l.Export(ctx)
 }
 
-// SchemaLedgerSnapshot is the schema of exported ledgers.
-const SchemaLedgerSnapshot = "ledgerSnapshot.v1"
-
-// LedgerSnapshot is a ledger's whole state: every record (watermarks,
-// issued tickets, close ordinals and epochs, current versions, derived
-// artifacts) and the unacknowledged outbox. It marshals to JSON, so a
-// rollback or a restart can carry the fence with it.
-type LedgerSnapshot struct {
-	Schema  string             `json:"schema"`
-	Records map[string]*Record `json:"records"`
-	Outbox  []OutboxEntry      `json:"outbox"`
-	Acked   uint64             `json:"acked"`
-}
-
-// ExportLedger reads l into a snapshot. Records are immutable, so the
-// snapshot shares them; a ledger written meanwhile may be exported partly
-// before and partly after a write of another key (each record is whole).
-func ExportLedger(l Ledger) (LedgerSnapshot, error) {
-	snap := LedgerSnapshot{Schema: SchemaLedgerSnapshot, Records: make(map[string]*Record)}
-	if err := l.Range(func(key string, r *Record) bool {
-		snap.Records[key] = r
-		return true
-	}); err != nil {
-		return LedgerSnapshot{}, err
-	}
-	acked, err := l.Acked()
+// RestoreLedger loads snap, of this schema or an older one, into the empty
+// ledger l, of any kind. An Engine opened on it continues generations, close
+// epochs, request ids and outbox numbers from where they were, and starts
+// with no live session: every ticket issued before the export is refused,
+// whatever it answers.
+func RestoreLedger(ctx context.Context, l Ledger, snap LedgerSnapshot) error {
+	up, err := snap.Upgrade()
 	if err != nil {
-		return LedgerSnapshot{}, err
+		return err
 	}
-	if snap.Outbox, err = l.Outbox(acked, 0); err != nil {
-		return LedgerSnapshot{}, err
-	}
-	snap.Acked = acked
-	return snap, nil
+	return l.Restore(ctx, up)
 }
 
-// NewMemoryLedgerFrom returns a memory ledger holding snap. An Engine opened
-// on it continues generations, close epochs, request ids and outbox numbers
-// from where they were, and starts with no live session: every ticket issued
-// before the export is refused (GENERATION_MISMATCH), whatever it answers.
+// NewMemoryLedgerFrom returns a memory ledger holding snap (RestoreLedger).
 func NewMemoryLedgerFrom(snap LedgerSnapshot) (Ledger, error) {
-	if snap.Schema != SchemaLedgerSnapshot {
-		return nil, fmt.Errorf("mcpsync: ledger snapshot schema %q, want %q", snap.Schema, SchemaLedgerSnapshot)
+	l := NewMemoryLedger(nil)
+	if err := RestoreLedger(context.Background(), l, snap); err != nil {
+		return nil, err
 	}
-	l := &memoryLedger{records: make(map[string]*Record, len(snap.Records)), acked: snap.Acked, lastSeq: snap.Acked}
-	for key, r := range snap.Records {
-		if r == nil || r.Revision == 0 {
-			return nil, fmt.Errorf("mcpsync: ledger snapshot: record %q has no revision", key)
-		}
-		l.records[key] = r
-	}
-	for i, e := range snap.Outbox {
-		if e.Seq <= l.lastSeq {
-			return nil, fmt.Errorf("mcpsync: ledger snapshot: outbox entry %d numbered %d after %d", i, e.Seq, l.lastSeq)
-		}
-		l.lastSeq = e.Seq
-	}
-	l.outbox = append([]OutboxEntry(nil), snap.Outbox...)
 	return l, nil
 }

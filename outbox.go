@@ -1,7 +1,9 @@
 package mcpsync
 
 import (
+	"context"
 	"fmt"
+	"iter"
 	"time"
 )
 
@@ -42,28 +44,123 @@ type OutboxEntry struct {
 	// Artifact is set on revocations of a derived artifact, nil otherwise.
 	Artifact *DerivedArtifact `json:"artifact,omitempty"`
 	At       time.Time        `json:"at"`
+	// Engine is the ID of the engine that wrote the entry.
+	Engine string `json:"engine,omitempty"`
 }
+
+// DefaultConsumer is the outbox consumer PullOutbox, AckOutbox and
+// OutboxCursor act for.
+const DefaultConsumer = ""
 
 // PullOutbox returns up to max outbox entries numbered above after, in order
-// (max <= 0: all). Entries stay in the outbox until acknowledged, so a
-// consumer that fails before AckOutbox sees them again: delivery is at least
-// once, and consumers must treat an entry they already applied as done.
+// (max <= 0: all), leaving out those the default consumer acknowledged.
+// Entries stay in the outbox until acknowledged, so a consumer that fails
+// before AckOutbox sees them again: delivery is at least once, and consumers
+// must treat an entry they already applied as done.
 //
-// A consumer resumes from OutboxCursor after a restart.
+// A consumer resumes from OutboxCursor after a restart. Several consumers
+// use Consume and Acknowledge, each under its own name.
 func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
-	return e.ledger.Outbox(after, max)
+	ctx := context.Background()
+	st, err := e.ledger.OutboxState(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: pull outbox: %w", err)
+	}
+	return e.ledger.Outbox(ctx, max64(after, st.Consumers[DefaultConsumer]), max)
 }
 
-// AckOutbox acknowledges every entry numbered up to and including seq.
+// AckOutbox acknowledges, for the default consumer, every entry numbered up
+// to and including seq.
 func (e *Engine) AckOutbox(seq uint64) error {
-	if err := e.ledger.Ack(seq); err != nil {
-		return fmt.Errorf("mcpsync: ack outbox: %w", err)
+	return e.Acknowledge(context.Background(), DefaultConsumer, seq)
+}
+
+// OutboxCursor returns the highest entry number the default consumer
+// acknowledged: the position it resumes from.
+func (e *Engine) OutboxCursor() (uint64, error) {
+	st, err := e.ledger.OutboxState(context.Background())
+	if err != nil {
+		return 0, fmt.Errorf("mcpsync: outbox cursor: %w", err)
+	}
+	return st.Consumers[DefaultConsumer], nil
+}
+
+// Acknowledge records that consumer processed every entry numbered up to and
+// including seq. Positions only rise; acknowledging the past does nothing.
+// The ledger keeps an entry until every registered consumer acknowledged it
+// (or its retention bound drops it).
+func (e *Engine) Acknowledge(ctx context.Context, consumer string, seq uint64) error {
+	if err := e.ledger.Ack(ctx, consumer, seq); err != nil {
+		return fmt.Errorf("mcpsync: ack outbox for %q: %w", consumer, err)
 	}
 	return nil
 }
 
-// OutboxCursor returns the highest acknowledged entry number: the position a
-// consumer resumes from.
-func (e *Engine) OutboxCursor() (uint64, error) {
-	return e.ledger.Acked()
+// OutboxState reports the outbox's extent, what its retention bound
+// dropped, and each consumer's position.
+func (e *Engine) OutboxState(ctx context.Context) (OutboxState, error) {
+	return e.ledger.OutboxState(ctx)
+}
+
+// consumeBatch is how many entries Consume reads from the ledger at once.
+const consumeBatch = 256
+
+// Consume registers consumer if it is new (from the oldest retained entry)
+// and yields, in order, every entry after its acknowledged position: first
+// those already appended, then each new one as it is appended, waking on the
+// append itself. It yields each entry once per call; the caller
+// acknowledges what it applied (Acknowledge), and a later Consume starts
+// again after the acknowledged position, so delivery is at least once.
+//
+// Cancelling ctx ends the sequence with ctx's error. A consumer that fell
+// behind the retention bound gets an *OutboxGapError (ErrOutboxGap) naming
+// the entries it lost, and the sequence ends.
+func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxEntry, error] {
+	return func(yield func(OutboxEntry, error) bool) {
+		fail := func(err error) { yield(OutboxEntry{}, err) }
+		if err := e.ledger.Ack(ctx, consumer, 0); err != nil {
+			fail(fmt.Errorf("mcpsync: register outbox consumer %q: %w", consumer, err))
+			return
+		}
+		st, err := e.ledger.OutboxState(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		pos := st.Consumers[consumer]
+		for {
+			batch, err := e.ledger.Outbox(ctx, pos, consumeBatch)
+			if err != nil {
+				fail(err)
+				return
+			}
+			if len(batch) > 0 {
+				if batch[0].Seq != pos+1 {
+					fail(&OutboxGapError{Consumer: consumer, From: pos + 1, Through: batch[0].Seq - 1})
+					return
+				}
+				for _, en := range batch {
+					if !yield(en, nil) {
+						return
+					}
+					pos = en.Seq
+				}
+				continue
+			}
+			if st, err = e.ledger.OutboxState(ctx); err != nil {
+				fail(err)
+				return
+			}
+			if st.Last > pos && st.First > pos+1 {
+				// Appended and already dropped: the outbox is off, or the
+				// bound overtook this consumer.
+				fail(&OutboxGapError{Consumer: consumer, From: pos + 1, Through: st.First - 1})
+				return
+			}
+			if err := e.ledger.WaitOutbox(ctx, pos); err != nil {
+				fail(err)
+				return
+			}
+		}
+	}
 }

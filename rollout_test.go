@@ -340,7 +340,7 @@ type ledgerStateOf struct {
 
 func ledgerState(t *testing.T, e *mcpsync.Engine) ledgerStateOf {
 	t.Helper()
-	snap, err := mcpsync.ExportLedger(e.Ledger())
+	snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
 	require.NoError(t, err)
 	entries, err := e.PullOutbox(0, 0)
 	require.NoError(t, err)

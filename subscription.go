@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"iter"
@@ -169,20 +170,20 @@ const (
 // SubscriptionInfo is the part of a subscription generation fixed when it
 // starts (and when it ends).
 type SubscriptionInfo struct {
-	URI               string
-	Principal         string
-	Server            Implementation
-	SessionGeneration uint64
-	SessionID         string
-	Capabilities      CapabilityReceipt
-	Generation        uint64
-	Mode              SubscriptionMode
+	URI               string            `json:"uri"`
+	Principal         string            `json:"principal"`
+	Server            Implementation    `json:"server"`
+	SessionGeneration uint64            `json:"sessionGeneration"`
+	SessionID         string            `json:"sessionId,omitempty"`
+	Capabilities      CapabilityReceipt `json:"capabilities"`
+	Generation        uint64            `json:"generation"`
+	Mode              SubscriptionMode  `json:"mode,omitempty"`
 	// StalenessBound is how old the local copy may be while the
 	// subscription is open: the revalidation or poll interval plus its
 	// jitter. Zero when none was published.
-	StalenessBound time.Duration
-	StartedAt      time.Time
-	EndedAt        time.Time
+	StalenessBound time.Duration `json:"stalenessBoundNanos,omitempty"`
+	StartedAt      time.Time     `json:"startedAt"`
+	EndedAt        time.Time     `json:"endedAt,omitzero"`
 }
 
 func (s *SubscriptionInfo) withEnd(at time.Time) *SubscriptionInfo {
@@ -237,7 +238,7 @@ func (e *Engine) Subscription(rawURI string) (Subscription, error) {
 	if err != nil {
 		return Subscription{}, err
 	}
-	r, err := e.ledger.Load(key)
+	r, err := e.ledger.Load(context.Background(), key)
 	if err != nil {
 		return Subscription{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
 	}
@@ -251,10 +252,39 @@ func (e *Engine) Subscription(rawURI string) (Subscription, error) {
 // stops at the first error of the ledger (yielding it).
 func (e *Engine) Subscriptions() iter.Seq2[Subscription, error] {
 	return func(yield func(Subscription, error) bool) {
-		if err := e.ledger.Range(func(key string, r *Record) bool {
+		if err := e.ledger.Range(context.Background(), func(key string, r *Record) bool {
 			return yield(subscriptionOf(key, r), nil)
 		}); err != nil {
 			yield(Subscription{}, err)
+		}
+	}
+}
+
+// ResumableSubscriptions yields, in URI order, the ledger row of every
+// subscription an earlier session left open (ACTIVE or a read sub-state,
+// SUBSCRIBING, TOMBSTONE_PENDING, TOMBSTONED or RECONCILIATION_REQUIRED):
+// what a worker restarted on a durable ledger subscribes again, for the same
+// principal, in its new session, and re-reads with TriggerReconnect. Closing
+// and closed generations are left alone; they are never reopened. It stops
+// at the first error of the ledger, yielding it.
+func (e *Engine) ResumableSubscriptions() iter.Seq2[Subscription, error] {
+	current := e.sessionGeneration()
+	return func(yield func(Subscription, error) bool) {
+		for sub, err := range e.Subscriptions() {
+			if err != nil {
+				yield(Subscription{}, err)
+				return
+			}
+			if sub.SubscriptionGeneration == 0 || sub.CloseEpoch != 0 || sub.SessionGeneration == current {
+				continue
+			}
+			switch st := sub.State; {
+			case st.open(), st == StateSubscribing, st == StateTombstonePending,
+				st == StateTombstoned, st == StateReconciliationRequired:
+				if !yield(sub, nil) {
+					return
+				}
+			}
 		}
 	}
 }
@@ -447,7 +477,7 @@ func (e *Engine) step(rawURI, event string, change func(*Record, *transitions) e
 // older than gen: its outcome no longer matters once its session is gone.
 func (e *Engine) endUnknownCloses(gen uint64) error {
 	var keys []string
-	if err := e.ledger.Range(func(key string, r *Record) bool {
+	if err := e.ledger.Range(context.Background(), func(key string, r *Record) bool {
 		if r.State == StateUnsubscribeUnknown && r.Sub.SessionGeneration < gen {
 			keys = append(keys, key)
 		}
@@ -553,7 +583,7 @@ func (e *Engine) Reconcile(rawURI string, present bool, since time.Time) (Ticket
 	if err != nil {
 		return Ticket{}, false, err
 	}
-	r, err := e.ledger.Load(key)
+	r, err := e.ledger.Load(context.Background(), key)
 	if err != nil {
 		return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
 	}
@@ -639,7 +669,7 @@ func (q *readQueue) confirm() {
 // enqueue asks for a read of key's current generation.
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 	for range casAttempts {
-		cur, err := e.ledger.Load(key)
+		cur, err := e.ledger.Load(context.Background(), key)
 		if err != nil {
 			return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
 		}

@@ -32,11 +32,11 @@ type Implementation struct {
 // Content is one decoded item of a resources/read result. Text items carry
 // Text; blob items carry the decoded bytes in Data and have Binary set.
 type Content struct {
-	URI      string
-	MIMEType string
-	Text     string
-	Data     []byte
-	Binary   bool
+	URI      string `json:"uri"`
+	MIMEType string `json:"mimeType,omitempty"`
+	Text     string `json:"text,omitempty"`
+	Data     []byte `json:"data,omitempty"` // base64 in JSON
+	Binary   bool   `json:"binary,omitempty"`
 }
 
 // ResourceVersion identifies one accepted state of a resource: what was read

@@ -1,0 +1,651 @@
+// Package boltledger is an mcpsync.Ledger in one file, on go.etcd.io/bbolt.
+//
+// Every decision of the fence is one bbolt transaction: the record, the
+// outbox entries it appends and the outbox numbering commit together or not
+// at all, and a commit is on disk (fsync) before CompareAndSwap returns. A
+// process killed at any point reopens the file with every accepted version
+// and its outbox entry, or neither. bbolt locks the file: one process (one
+// writer) uses it at a time.
+//
+// Layout: bucket "records" maps a normalized URI to its revision (8 bytes,
+// big-endian) followed by mcpsync.EncodeRecord's JSON; "outbox" maps an
+// entry number (8 bytes, big-endian) to its JSON; "counters" maps a counter
+// name to its last value; "consumers" maps a consumer name to its position;
+// "revoked" maps a subject to its revocation; "meta" holds the file's schema
+// and what the retention bound dropped. The outbox bucket's sequence is the
+// number of the newest entry ever appended.
+package boltledger
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// Schema names the file's layout; Open refuses a file of another.
+const Schema = "mcpsync.boltledger.v1"
+
+// Bucket and key names, named once.
+var (
+	bucketRecords   = []byte("records")
+	bucketOutbox    = []byte("outbox")
+	bucketCounters  = []byte("counters")
+	bucketConsumers = []byte("consumers")
+	bucketRevoked   = []byte("revoked")
+	bucketMeta      = []byte("meta")
+
+	keySchema         = []byte("schema")
+	keyDropped        = []byte("dropped")
+	keyDroppedThrough = []byte("droppedThrough")
+
+	allBuckets = [][]byte{bucketRecords, bucketOutbox, bucketCounters, bucketConsumers, bucketRevoked, bucketMeta}
+)
+
+// trimStep bounds how many outbox entries one transaction deletes, so that
+// a writer never pays for a long backlog at once; the rest go with the next
+// writes.
+const trimStep = 1024
+
+// rangeStep is how many records Range reads per read transaction: fn runs
+// outside any transaction, since a long read transaction would block a
+// writer that needs to grow the file.
+const rangeStep = 256
+
+// Options configure Open; nil means defaults.
+type Options struct {
+	// Ledger sets the outbox's retention bound.
+	Ledger *mcpsync.LedgerOptions
+	// Timeout bounds the wait for the file's lock when another process
+	// holds it; 0 means one second.
+	Timeout time.Duration
+}
+
+// Ledger is an mcpsync.Ledger stored in one bbolt file.
+type Ledger struct {
+	db     *bolt.DB
+	retain uint64
+
+	// cache holds decoded records, so that a Load does not decode JSON.
+	// bbolt locks the file, so no other process writes behind it; an entry
+	// is only ever replaced by a higher revision, so a writer that stores
+	// late cannot put an older record back.
+	cacheMu sync.RWMutex // protects cache
+	cache   map[string]*mcpsync.Record
+
+	mu       sync.Mutex    // protects appended
+	appended chan struct{} // closed, and replaced, after each commit that appends
+	closed   chan struct{} // closed by Close
+	once     sync.Once
+}
+
+var _ mcpsync.Ledger = (*Ledger)(nil)
+
+// Open opens (creating if needed) the ledger file at path.
+func Open(path string, opts *Options) (*Ledger, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.Timeout})
+	if err != nil {
+		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		switch got := meta.Get(keySchema); {
+		case got == nil:
+			return meta.Put(keySchema, []byte(Schema))
+		case string(got) != Schema:
+			return fmt.Errorf("%w: file schema %q, want %q", mcpsync.ErrLedgerSchema, got, Schema)
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
+	}
+	return &Ledger{
+		db: db, retain: o.Ledger.Retention(), cache: map[string]*mcpsync.Record{},
+		appended: make(chan struct{}), closed: make(chan struct{}),
+	}, nil
+}
+
+// Close closes the file; it is idempotent. Calls after it fail with
+// mcpsync.ErrLedgerClosed, and waiters in WaitOutbox return it.
+func (l *Ledger) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.closed)
+		err = l.db.Close()
+	})
+	return err
+}
+
+// Path returns the file's path.
+func (l *Ledger) Path() string { return l.db.Path() }
+
+func (l *Ledger) view(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	return l.db.View(fn)
+}
+
+func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	return l.db.Update(fn)
+}
+
+func (l *Ledger) usable(ctx context.Context) error {
+	select {
+	case <-l.closed:
+		return mcpsync.ErrLedgerClosed
+	default:
+	}
+	return ctx.Err()
+}
+
+func u64(b []byte) uint64 {
+	if len(b) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// Load implements mcpsync.Ledger.
+func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
+	l.cacheMu.RLock()
+	r, ok := l.cache[key]
+	l.cacheMu.RUnlock()
+	if ok {
+		return r, l.usable(ctx)
+	}
+	err := l.view(ctx, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRecords).Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		var err error
+		r, err = decodeRecord(v)
+		return err
+	})
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return l.remember(key, r), nil
+}
+
+// remember caches r unless a newer revision is cached, and returns the
+// record cached.
+func (l *Ledger) remember(key string, r *mcpsync.Record) *mcpsync.Record {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	if held, ok := l.cache[key]; ok && held.Revision >= r.Revision {
+		return held
+	}
+	l.cache[key] = r
+	return r
+}
+
+func encodeRecord(r *mcpsync.Record) ([]byte, error) {
+	js, err := mcpsync.EncodeRecord(r)
+	if err != nil {
+		return nil, err
+	}
+	return append(key64(r.Revision), js...), nil
+}
+
+func decodeRecord(v []byte) (*mcpsync.Record, error) {
+	if len(v) < 8 {
+		return nil, fmt.Errorf("%w: record of %d bytes", mcpsync.ErrLedgerSchema, len(v))
+	}
+	return mcpsync.DecodeRecord(v[8:])
+}
+
+// CompareAndSwap implements mcpsync.Ledger: the revision check, the record,
+// its outbox entries and their numbering are one transaction.
+func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+	if next == nil || next.Revision != prev+1 {
+		return 0, false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
+	}
+	val, err := encodeRecord(next)
+	if err != nil {
+		return 0, false, err
+	}
+	var first uint64
+	var ok bool
+	err = l.update(ctx, func(tx *bolt.Tx) error {
+		first, ok = 0, false
+		records := tx.Bucket(bucketRecords)
+		if stored := records.Get([]byte(key)); u64(stored) != prev {
+			// The caller's record is stale, perhaps from the cache: cache
+			// what is stored, so its retry starts from there.
+			if stored != nil {
+				if r, err := decodeRecord(stored); err == nil {
+					l.remember(key, r)
+				}
+			}
+			return nil
+		}
+		if err := records.Put([]byte(key), val); err != nil {
+			return err
+		}
+		ok = true
+		if len(entries) == 0 {
+			return nil
+		}
+		out := tx.Bucket(bucketOutbox)
+		last := out.Sequence()
+		first = last + 1
+		for _, e := range entries {
+			last++
+			e.Seq = last
+			b, err := mcpsync.EncodeOutboxEntry(e)
+			if err != nil {
+				return err
+			}
+			if err := out.Put(key64(last), b); err != nil {
+				return err
+			}
+		}
+		if err := out.SetSequence(last); err != nil {
+			return err
+		}
+		return l.trim(tx)
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
+	}
+	if ok {
+		l.remember(key, next)
+	}
+	if first != 0 {
+		l.mu.Lock()
+		close(l.appended)
+		l.appended = make(chan struct{})
+		l.mu.Unlock()
+	}
+	return first, ok, nil
+}
+
+// trim deletes, at most trimStep at a time, the entries every consumer
+// passed and those beyond the retention bound, counting the latter.
+func (l *Ledger) trim(tx *bolt.Tx) error {
+	meta, out := tx.Bucket(bucketMeta), tx.Bucket(bucketOutbox)
+	last := out.Sequence()
+	passed := uint64(0)
+	if low, ok := minPosition(tx.Bucket(bucketConsumers)); ok {
+		passed = low
+	}
+	c := out.Cursor()
+	dropped, droppedTo := u64(meta.Get(keyDropped)), u64(meta.Get(keyDroppedThrough))
+	counted := dropped
+	for n, k := 0, firstKey(c); k != nil && n < trimStep; n, k = n+1, firstKey(c) {
+		seq := u64(k)
+		overBound := last-seq+1 > l.retain
+		if seq > passed && !overBound {
+			break
+		}
+		if seq > passed {
+			dropped, droppedTo = dropped+1, seq
+		}
+		if err := out.Delete(k); err != nil {
+			return err
+		}
+	}
+	if dropped == counted {
+		return nil // leave the meta page clean
+	}
+	if err := meta.Put(keyDropped, key64(dropped)); err != nil {
+		return err
+	}
+	return meta.Put(keyDroppedThrough, key64(droppedTo))
+}
+
+func firstKey(c *bolt.Cursor) []byte {
+	k, _ := c.First()
+	return k
+}
+
+func minPosition(b *bolt.Bucket) (uint64, bool) {
+	var low uint64
+	found := false
+	_ = b.ForEach(func(_, v []byte) error {
+		if p := u64(v); !found || p < low {
+			low, found = p, true
+		}
+		return nil
+	})
+	return low, found
+}
+
+// Range implements mcpsync.Ledger. It reads rangeStep records per read
+// transaction and calls fn outside it.
+func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
+	var after []byte
+	for {
+		var keys []string
+		var recs []*mcpsync.Record
+		err := l.view(ctx, func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketRecords).Cursor()
+			k, v := c.First()
+			if after != nil {
+				k, v = c.Seek(after)
+				if k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for ; k != nil && len(keys) < rangeStep; k, v = c.Next() {
+				r, err := decodeRecord(v)
+				if err != nil {
+					return fmt.Errorf("%s: %w", k, err)
+				}
+				keys, recs = append(keys, string(k)), append(recs, r)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("boltledger: range: %w", err)
+		}
+		for i, k := range keys {
+			if !fn(k, recs[i]) {
+				return nil
+			}
+		}
+		if len(keys) < rangeStep {
+			return nil
+		}
+		after = []byte(keys[len(keys)-1])
+	}
+}
+
+// Next implements mcpsync.Ledger.
+func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64, error) {
+	if n == 0 {
+		return 0, fmt.Errorf("boltledger: reserve 0 values of %s", c)
+	}
+	var first uint64
+	err := l.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCounters)
+		last := u64(b.Get([]byte(c)))
+		first = last + 1
+		return b.Put([]byte(c), key64(last+n))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("boltledger: next %s: %w", c, err)
+	}
+	return first, nil
+}
+
+// Revoke implements mcpsync.Ledger.
+func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return l.update(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRevoked).Put([]byte(r.Subject), b)
+	})
+}
+
+// Revoked implements mcpsync.Ledger.
+func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) {
+	out := []mcpsync.RevokedSubject{}
+	err := l.view(ctx, func(tx *bolt.Tx) error {
+		var err error
+		out, err = readRevoked(tx)
+		return err
+	})
+	return out, err
+}
+
+func readRevoked(tx *bolt.Tx) ([]mcpsync.RevokedSubject, error) {
+	out := []mcpsync.RevokedSubject{}
+	err := tx.Bucket(bucketRevoked).ForEach(func(_, v []byte) error {
+		var r mcpsync.RevokedSubject
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		if r.Schema != mcpsync.SchemaRevokedSubject {
+			return fmt.Errorf("%w: revocation schema %q", mcpsync.ErrLedgerSchema, r.Schema)
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// Outbox implements mcpsync.Ledger.
+func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.OutboxEntry, error) {
+	var out []mcpsync.OutboxEntry
+	err := l.view(ctx, func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOutbox).Cursor()
+		for k, v := c.Seek(key64(after + 1)); k != nil && (max <= 0 || len(out) < max); k, v = c.Next() {
+			e, err := mcpsync.DecodeOutboxEntry(v)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltledger: outbox: %w", err)
+	}
+	return out, nil
+}
+
+// Ack implements mcpsync.Ledger.
+func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
+	err := l.update(ctx, func(tx *bolt.Tx) error {
+		consumers := tx.Bucket(bucketConsumers)
+		seq = min(seq, tx.Bucket(bucketOutbox).Sequence())
+		pos := u64(consumers.Get([]byte(consumer)))
+		if consumers.Get([]byte(consumer)) == nil {
+			pos = firstRetained(tx) - 1
+		}
+		if err := consumers.Put([]byte(consumer), key64(max(pos, seq))); err != nil {
+			return err
+		}
+		return l.trim(tx)
+	})
+	if err != nil {
+		return fmt.Errorf("boltledger: ack %q: %w", consumer, err)
+	}
+	return nil
+}
+
+// firstRetained returns the number of the oldest retained entry, or one past
+// the newest when none is.
+func firstRetained(tx *bolt.Tx) uint64 {
+	if k := firstKey(tx.Bucket(bucketOutbox).Cursor()); k != nil {
+		return u64(k)
+	}
+	return tx.Bucket(bucketOutbox).Sequence() + 1
+}
+
+// OutboxState implements mcpsync.Ledger.
+func (l *Ledger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
+	var st mcpsync.OutboxState
+	err := l.view(ctx, func(tx *bolt.Tx) error {
+		st = outboxState(tx)
+		return nil
+	})
+	return st, err
+}
+
+func outboxState(tx *bolt.Tx) mcpsync.OutboxState {
+	meta := tx.Bucket(bucketMeta)
+	st := mcpsync.OutboxState{
+		Last: tx.Bucket(bucketOutbox).Sequence(), First: firstRetained(tx),
+		Dropped: u64(meta.Get(keyDropped)), DroppedThrough: u64(meta.Get(keyDroppedThrough)),
+		Consumers: map[string]uint64{},
+	}
+	_ = tx.Bucket(bucketConsumers).ForEach(func(k, v []byte) error {
+		st.Consumers[string(k)] = u64(v)
+		return nil
+	})
+	return st
+}
+
+// WaitOutbox implements mcpsync.Ledger: it sleeps on the signal the next
+// appending commit gives, never polling the file.
+func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
+	for {
+		l.mu.Lock()
+		ch := l.appended
+		l.mu.Unlock()
+		var last uint64
+		if err := l.view(ctx, func(tx *bolt.Tx) error {
+			last = tx.Bucket(bucketOutbox).Sequence()
+			return nil
+		}); err != nil {
+			return err
+		}
+		if last > after {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-l.closed:
+			return mcpsync.ErrLedgerClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Export implements mcpsync.Ledger: one read transaction.
+func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
+	snap := mcpsync.LedgerSnapshot{
+		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{},
+		Counters: map[mcpsync.Counter]uint64{}, Outbox: []mcpsync.OutboxEntry{},
+	}
+	err := l.view(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(v)
+			snap.Records[string(k)] = r
+			return err
+		}); err != nil {
+			return err
+		}
+		_ = tx.Bucket(bucketCounters).ForEach(func(k, v []byte) error {
+			snap.Counters[mcpsync.Counter(k)] = u64(v)
+			return nil
+		})
+		var err error
+		if snap.Revoked, err = readRevoked(tx); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketOutbox).ForEach(func(_, v []byte) error {
+			e, err := mcpsync.DecodeOutboxEntry(v)
+			snap.Outbox = append(snap.Outbox, e)
+			return err
+		}); err != nil {
+			return err
+		}
+		snap.State = outboxState(tx)
+		return nil
+	})
+	if err != nil {
+		return mcpsync.LedgerSnapshot{}, fmt.Errorf("boltledger: export: %w", err)
+	}
+	return snap, nil
+}
+
+// Restore implements mcpsync.Ledger: one write transaction, into an empty
+// file.
+func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error {
+	if snap.Schema != mcpsync.SchemaLedgerSnapshot {
+		return fmt.Errorf("%w: ledger snapshot schema %q, want %q", mcpsync.ErrLedgerSchema, snap.Schema, mcpsync.SchemaLedgerSnapshot)
+	}
+	err := l.update(ctx, func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if !bytes.Equal(name, bucketMeta) && firstKey(tx.Bucket(name).Cursor()) != nil {
+				return mcpsync.ErrLedgerNotEmpty
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if tx.Bucket(bucketOutbox).Sequence() != 0 {
+			return mcpsync.ErrLedgerNotEmpty
+		}
+		records := tx.Bucket(bucketRecords)
+		for key, r := range snap.Records {
+			if r == nil || r.Revision == 0 {
+				return fmt.Errorf("record %q has no revision", key)
+			}
+			v, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			if err := records.Put([]byte(key), v); err != nil {
+				return err
+			}
+		}
+		for c, v := range snap.Counters {
+			if err := tx.Bucket(bucketCounters).Put([]byte(c), key64(v)); err != nil {
+				return err
+			}
+		}
+		for _, r := range snap.Revoked {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketRevoked).Put([]byte(r.Subject), b); err != nil {
+				return err
+			}
+		}
+		for i, e := range snap.Outbox {
+			if e.Seq == 0 || e.Seq > snap.State.Last || i > 0 && e.Seq != snap.Outbox[i-1].Seq+1 {
+				return fmt.Errorf("outbox entry %d numbered %d out of order (last %d)", i, e.Seq, snap.State.Last)
+			}
+			b, err := mcpsync.EncodeOutboxEntry(e)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketOutbox).Put(key64(e.Seq), b); err != nil {
+				return err
+			}
+		}
+		for name, pos := range snap.State.Consumers {
+			if err := tx.Bucket(bucketConsumers).Put([]byte(name), key64(pos)); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bucketOutbox).SetSequence(snap.State.Last); err != nil {
+			return err
+		}
+		for k, v := range map[string]uint64{string(keyDropped): snap.State.Dropped, string(keyDroppedThrough): snap.State.DroppedThrough} {
+			if err := meta.Put([]byte(k), key64(v)); err != nil {
+				return err
+			}
+		}
+		return l.trim(tx)
+	})
+	if err != nil && !errors.Is(err, mcpsync.ErrLedgerNotEmpty) {
+		return fmt.Errorf("boltledger: restore: %w", err)
+	}
+	return err
+}

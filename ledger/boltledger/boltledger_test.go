@@ -1,0 +1,103 @@
+package boltledger_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
+	"github.com/mcpsync/mcpsync/mcpsynctest/ledgertest"
+)
+
+func open(t *testing.T, opts *mcpsync.LedgerOptions) mcpsync.Ledger {
+	t.Helper()
+	l, err := boltledger.Open(filepath.Join(t.TempDir(), "ledger.db"), &boltledger.Options{Ledger: opts})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+func reopen(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger {
+	t.Helper()
+	bl := l.(*boltledger.Ledger)
+	path := bl.Path()
+	require.NoError(t, bl.Close())
+	again, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, again.Close()) })
+	return again
+}
+
+func TestConformance(t *testing.T) {
+	ledgertest.RunDurable(t, open, reopen)
+}
+
+// A worker restarted on its file: the fence, the counters and the
+// revocations are where they were, and a read issued before the restart is
+// refused.
+func TestEngineRestartsOnTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	const doc = "file:///docs/a.md"
+	for _, uri := range []string{doc, "file:///docs/b.md"} {
+		_, err = e.Subscribe(uri, "user:alice")
+		require.NoError(t, err)
+		_, err = e.Activate(uri, mcpsync.ModePush)
+		require.NoError(t, err)
+	}
+	content := func(body string) mcpsync.ReadResult {
+		return mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: body}})
+	}
+	tk, err := e.IssueTicket(doc, mcpsync.TriggerInitial)
+	require.NoError(t, err)
+	out, err := e.AcceptResourceVersion(tk, content("v1"))
+	require.NoError(t, err)
+	inFlight, err := e.IssueTicket(doc, mcpsync.TriggerNotification)
+	require.NoError(t, err)
+	_, err = e.RevokeSubject("user:bob")
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = n.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	assert.Greater(t, n.SessionGeneration(), e.SessionGeneration())
+	_, err = n.AcceptResourceVersion(inFlight, content("late"))
+	require.ErrorIs(t, err, mcpsync.ErrRefused, "a read from before the restart")
+	entry, err := n.Lookup("user:alice", doc)
+	require.NoError(t, err)
+	assert.Equal(t, "v1", entry.Contents[0].Text)
+	assert.Equal(t, out.Version.Version, entry.Version)
+
+	_, err = n.Subscribe(doc, "user:bob")
+	require.NoError(t, err)
+	_, err = n.Activate(doc, mcpsync.ModePush)
+	require.NoError(t, err)
+	tk, err = n.IssueTicket(doc, mcpsync.TriggerReconnect)
+	require.NoError(t, err)
+	assert.Greater(t, tk.RequestID, inFlight.RequestID)
+	_, err = n.AcceptResourceVersion(tk, content("bob's"))
+	require.ErrorIs(t, err, mcpsync.ErrSubjectRevoked, "the revocation survived the restart")
+
+	entries, err := n.PullOutbox(0, 0)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, e.ID(), entries[0].Engine)
+}
+
+// The suite starts goroutines (waiters, concurrent writers): none outlives
+// the tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
