@@ -183,10 +183,11 @@ type Client struct {
 	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
 	// Subscribe that raced it.
 	keys keyLocks
-	// reconnectMu serializes reconnects, the caller's and healing's.
-	reconnectMu sync.Mutex
-	health      Health            // protected by mu
-	failing     map[string]string // key -> why its reads fail; protected by mu
+	// reconnecting serializes reconnects, the caller's and healing's; a
+	// semaphore, so that a caller waits no longer than its context.
+	reconnecting chan struct{}
+	health       Health            // protected by mu
+	failing      map[string]string // key -> why its reads fail; protected by mu
 	// resync marks keys a reconnect found held by someone else; the holder
 	// opens them in the current session before it lets go (settle).
 	resync      map[string]bool // protected by mu
@@ -218,10 +219,17 @@ type connection struct {
 	// URI carried by it and send nothing.
 	relisten chan struct{}
 
-	mu     sync.Mutex    // protects the fields below
-	want   []string      // URIs the next listen stream must carry
-	listen *listenStream // the newest stream; nil when none is open
-	ends   int           // streams the server ended since one was acknowledged, for backoff
+	mu sync.Mutex // protects the fields below
+	// unsettled counts, per URI, the resources/subscribe requests the
+	// transport has not finished with (the caller may have given up on
+	// them); an unsubscribe sent meanwhile could reach the server first.
+	unsettled map[string]int
+	// afterSettle runs once a URI's subscribe requests are all settled:
+	// the unsubscribe that had to wait for them.
+	afterSettle map[string]func()
+	want        []string      // URIs the next listen stream must carry
+	listen      *listenStream // the newest stream; nil when none is open
+	ends        int           // streams the server ended since one was acknowledged, for backoff
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
@@ -403,6 +411,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch), failing: make(map[string]string), resync: make(map[string]bool),
+		reconnecting: make(chan struct{}, 1),
 		listChanged: map[string]*atomic.Uint64{
 			string(mcp.MethodResourcesList): {}, string(mcp.MethodResourcesTemplatesList): {},
 			string(mcp.MethodToolsList): {}, string(mcp.MethodPromptsList): {},
@@ -449,7 +458,10 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	}
 	wrapped := wire.New(tr, rpcError, mon, wireMethods...)
 	mc := mcpclient.NewClient(wrapped, options...)
-	conn := &connection{mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1)}
+	conn := &connection{
+		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
+		unsettled: make(map[string]int), afterSettle: make(map[string]func()),
+	}
 	// The handler is installed before Start, so no notification is lost
 	// to a missing handler; it only queues, stamped with the session it
 	// arrived on, whose generation is set once initialize is done.
@@ -707,7 +719,10 @@ func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw stri
 	if conn.era == EraLegacy {
 		req := mcp.SubscribeRequest{}
 		req.Params.URI = raw
-		return conn.mc.Subscribe(ctx, req)
+		conn.mu.Lock()
+		conn.unsettled[raw]++
+		conn.mu.Unlock()
+		return conn.mc.Subscribe(wire.WithSettled(ctx, func() { conn.settled(raw) }), req)
 	}
 	if err := c.relisten(ctx, conn, raw, true); err != nil {
 		// Not acknowledged: the next stream need not carry it.
@@ -749,6 +764,37 @@ func (s *listenStream) isAcked() bool {
 	default:
 		return false
 	}
+}
+
+// settled counts a subscribe request of raw done, and runs what waited for
+// the last one.
+func (conn *connection) settled(raw string) {
+	conn.mu.Lock()
+	conn.unsettled[raw]--
+	var then func()
+	if conn.unsettled[raw] <= 0 {
+		delete(conn.unsettled, raw)
+		then = conn.afterSettle[raw]
+		delete(conn.afterSettle, raw)
+	}
+	conn.mu.Unlock()
+	if then != nil {
+		then()
+	}
+}
+
+// whenSettled runs f now if no subscribe request of raw is unsettled and
+// reports true; otherwise it keeps f for the last one to run and reports
+// false.
+func (conn *connection) whenSettled(raw string, f func()) bool {
+	conn.mu.Lock()
+	if conn.unsettled[raw] > 0 {
+		conn.afterSettle[raw] = f
+		conn.mu.Unlock()
+		return false
+	}
+	conn.mu.Unlock()
+	return true
 }
 
 // setWanted adds raw to, or removes it from, the URIs the next stream must
@@ -918,9 +964,34 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
 		(conn.era == EraModern && conn.wants(raw))
 	if tell && before.SessionGeneration == conn.gen {
+		if conn.era == EraLegacy && !conn.whenSettled(raw, func() { c.goAsync(func() { c.resolveUnsubscribe(conn, key, raw) }) }) {
+			// A subscribe the client gave up on may still reach the server
+			// after an unsubscribe sent now; the unsubscribe waits for it,
+			// and the generation's outcome is unknown until then.
+			return c.engine.FinishClose(key, false)
+		}
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
 	}
 	return c.engine.FinishClose(key, acked)
+}
+
+// resolveUnsubscribe sends the unsubscribe of an UNSUBSCRIBE_UNKNOWN
+// generation that had to wait for a subscribe to settle, on the session it
+// belongs to, and closes the generation once the server acknowledged it;
+// unless the caller subscribed to the URI again meanwhile.
+func (c *Client) resolveUnsubscribe(conn *connection, key, raw string) {
+	c.mu.Lock()
+	_, watched := c.watches[key]
+	current := c.conn == conn && !c.closed
+	c.mu.Unlock()
+	if watched || !current {
+		return // subscribed again, or the session's end resolves it
+	}
+	if c.serverUnsubscribe(c.ctx, conn, raw) == nil {
+		if sub, err := c.engine.Subscription(key); err == nil && sub.State == StateUnsubscribeUnknown && sub.SessionGeneration == conn.gen {
+			_, _ = c.engine.ResolveUnsubscribe(key)
+		}
+	}
 }
 
 // wants reports whether the listen stream carries raw or the next one would.
@@ -959,9 +1030,30 @@ func (c *Client) request(key string, trigger Trigger) {
 	if c.skipRefresh(key, trigger) {
 		return // outside the refresh fraction (rollout.go)
 	}
-	if t, ok, err := c.engine.RequestRead(key, trigger); err == nil && ok {
+	t, ok, err := c.engine.RequestRead(key, trigger)
+	switch {
+	case err == nil && ok:
 		c.dispatch(t)
+	case err != nil && c.behind(key):
+		// The caller watches key but its subscription belongs to a session
+		// that is gone: whatever left it there, the next tick of its own
+		// timer opens it in the current one.
+		c.goAsync(func() { _ = c.resubscribe(c.ctx, key) })
 	}
+}
+
+// behind reports whether key is watched and its subscription is not in the
+// current session.
+func (c *Client) behind(key string) bool {
+	c.mu.Lock()
+	_, watched := c.watches[key]
+	gen, closed := c.conn.gen, c.closed
+	c.mu.Unlock()
+	if !watched || closed {
+		return false
+	}
+	sub, err := c.engine.Subscription(key)
+	return err == nil && sub.SessionGeneration != gen
 }
 
 // dispatch runs a read and its follow-ups in the background. A read that
@@ -1136,8 +1228,12 @@ var errSuperseded = errors.New("mcpsync: session already replaced")
 // re-established are reported, and their errors returned, once the session
 // is up.
 func (c *Client) reconnect(ctx context.Context, expect *connection) error {
-	c.reconnectMu.Lock()
-	defer c.reconnectMu.Unlock()
+	select {
+	case c.reconnecting <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.reconnecting }()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -121,6 +121,17 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 	return nil, t.toError(request.Method, resp.Error.Code, resp.Error.Message, data)
 }
 
+type settledKey struct{}
+
+// WithSettled returns a context under which SendRequest calls settled once
+// the inner transport is done with the request, even when the caller gave up
+// on it first: a request abandoned at its deadline may still reach the
+// server, and what depends on its effect (an unsubscribe after a subscribe)
+// must wait for it.
+func WithSettled(ctx context.Context, settled func()) context.Context {
+	return context.WithValue(ctx, settledKey{}, settled)
+}
+
 // sendInner sends request through the inner transport and returns when it
 // answers or ctx ends, whichever is first. mcp-go's in-process transport
 // (v1.2.1) runs the server's handler on the caller's goroutine, so a handler
@@ -132,9 +143,13 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 		err  error
 	}
 	done := make(chan answer, 1)
+	settled, _ := ctx.Value(settledKey{}).(func())
 	go func() {
 		resp, err := t.inner.SendRequest(ctx, request)
 		done <- answer{resp, err}
+		if settled != nil {
+			settled()
+		}
 	}()
 	select {
 	case a := <-done:
