@@ -3,9 +3,11 @@ package wire
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -104,12 +106,20 @@ func (s *stream) Close() error {
 	return errors.Join(err, s.r.Close())
 }
 
-// processGrace is how long a server gets to exit after its stdin closed.
+// processGrace is how long a server gets to exit after its stdin closed,
+// and again after SIGTERM, before it is killed: the shutdown the MCP stdio
+// transport describes.
 const processGrace = 2 * time.Second
 
+// ErrServerExited is the loss a process transport reports when its server
+// exits while the session is open.
+var ErrServerExited = errors.New("server process exited")
+
 // NewProcess starts cmd and returns an mcp-go transport over its stdin and
-// stdout, bounded by mon. Close closes stdin, waits processGrace for the
-// process to exit, then kills it.
+// stdout, bounded by mon. The transport reports the server's exit to its
+// connection-lost handler at once. Close closes stdin, waits processGrace
+// for the process to exit, then sends SIGTERM and waits again, then kills
+// it.
 func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -129,6 +139,12 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
+		p.mu.Lock()
+		lost, closing := p.lost, p.closing
+		p.mu.Unlock()
+		if lost != nil && !closing {
+			lost(p.exitErr())
+		}
 	}()
 	return p, nil
 }
@@ -139,19 +155,65 @@ type process struct {
 	exited  chan struct{}
 	waitErr error // set before exited closes
 	once    sync.Once
+
+	mu      sync.Mutex // protects lost and closing
+	lost    func(error)
+	closing bool
 }
 
+func (p *process) exitErr() error {
+	return fmt.Errorf("%w: %v", ErrServerExited, p.waitErr)
+}
+
+// SetConnectionLostHandler sets the handler told of the server's exit while
+// the transport is open (at once, if it has exited already).
+func (p *process) SetConnectionLostHandler(handler func(error)) {
+	p.mu.Lock()
+	p.lost = handler
+	closing := p.closing
+	p.mu.Unlock()
+	select {
+	case <-p.exited:
+		if !closing {
+			handler(p.exitErr())
+		}
+	default:
+	}
+}
+
+// Close ends the session the way the MCP stdio transport says: stdin closed,
+// then SIGTERM, then SIGKILL, each after processGrace. It returns nil for a
+// server that exited when asked, and an error for one that had to be killed
+// or that exited with a failure on its own.
 func (p *process) Close() error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
 	err := p.Stdio.Close()
 	p.once.Do(func() {
-		timer := time.NewTimer(processGrace)
-		defer timer.Stop()
-		select {
-		case <-p.exited:
-		case <-timer.C:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+		wait := func() bool {
+			timer := time.NewTimer(processGrace)
+			defer timer.Stop()
+			select {
+			case <-p.exited:
+				return true
+			case <-timer.C:
+				return false
+			}
 		}
+		if wait() {
+			if p.waitErr != nil {
+				err = errors.Join(err, p.exitErr())
+			}
+			return
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if wait() {
+			return
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		err = errors.Join(err, fmt.Errorf("server process did not exit within %v of stdin closing and SIGTERM: killed", 2*processGrace))
 	})
 	return err
 }
