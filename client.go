@@ -208,6 +208,9 @@ type connection struct {
 	caps CapabilityReceipt
 	mon  *wire.Monitor // limits of the session; its Err ends the session
 
+	// deaf, when set, says why the session cannot receive notifications
+	// (so subscriptions poll, saying so).
+	deaf     string
 	lost     bool          // the loss was handled; protected by Client.mu
 	probe    chan struct{} // asks the heartbeat to ping now
 	stop     chan struct{} // closed when the heartbeat must stop
@@ -447,8 +450,24 @@ func (c *Client) Capabilities() CapabilityReceipt {
 
 // connect dials and initializes a new session and tells the engine.
 func (c *Client) connect(ctx context.Context) (*connection, error) {
+	conn, err := c.connectOnce(ctx, false)
+	if errors.Is(err, errNeedsListening) {
+		conn, err = c.connectOnce(ctx, true)
+	}
+	return conn, err
+}
+
+// errNeedsListening: a legacy streamable HTTP session without the stream
+// that carries server notifications; dial again asking for it.
+var errNeedsListening = errors.New("mcpsync: dial again with a notification stream")
+
+// connectOnce dials and initializes one session; listen asks the dialer for
+// a standalone notification stream (HTTPDialer opens mcp-go's continuous
+// listening, which pins a legacy revision, so it is asked for only once a
+// server answered with one).
+func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, error) {
 	mon := wire.NewMonitor(c.opts.Limits.wire(), c.opts.OnFault)
-	tr, err := c.dial(wire.WithMonitor(ctx, mon))
+	tr, err := c.dial(wire.WithListening(wire.WithMonitor(ctx, mon), listen))
 	if err != nil {
 		return nil, fmt.Errorf("mcpsync: dial: %w", err)
 	}
@@ -502,6 +521,15 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	_, inExperimental := res.Capabilities.Experimental[SnapshotCapability]
 	_, inExtensions := res.Capabilities.Extensions[SnapshotCapability]
 	caps.SnapshotList = inExperimental || inExtensions
+	if EraOf(version) == EraLegacy && caps.Subscribe && isHTTP(tr) && !wire.Listens(tr) {
+		// Before 2026-07-28, notifications travel only on the standalone
+		// GET stream, which mcp-go opens only with continuous listening.
+		if !listen {
+			_ = mc.Close()
+			return nil, errNeedsListening
+		}
+		conn.deaf = "streamable HTTP without a notification stream (mcp-go's continuous listening is off; HTTPDialer turns it on)"
+	}
 	conn.caps, err = c.engine.BeginSession(SessionInfo{SessionID: tr.GetSessionId(), Capabilities: caps})
 	if err != nil {
 		_ = mc.Close()
@@ -512,6 +540,12 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	gen.Store(conn.gen)
 	mc.OnConnectionLost(func(err error) { c.notes.push(note{gen: conn.gen, conn: conn, lost: err}) })
 	return conn, nil
+}
+
+// isHTTP reports whether tr is a streamable HTTP transport.
+func isHTTP(tr transport.Interface) bool {
+	_, ok := tr.(transport.HTTPConnection)
+	return ok
 }
 
 // Close unsubscribes nothing (the server forgets a session that ends), stops
@@ -681,13 +715,20 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	if sub.State != StateSubscribing {
 		return sub, nil // already open in this session
 	}
-	mode := ModePoll
-	if conn.caps.Subscribe {
-		if err := c.serverSubscribe(ctx, conn, raw); err == nil {
+	mode, reason := ModePoll, ""
+	switch {
+	case !conn.caps.Subscribe:
+		reason = "the server does not declare resources.subscribe"
+	case conn.deaf != "":
+		reason = conn.deaf
+	default:
+		if err := c.serverSubscribe(ctx, conn, raw); err != nil {
+			reason = "subscribe failed: " + err.Error()
+		} else {
 			mode = ModePush
 		}
 	}
-	if _, err := c.engine.Activate(raw, mode); err != nil {
+	if _, err := c.engine.activate(raw, mode, reason); err != nil {
 		if errors.Is(err, ErrIllegalTransition) {
 			return c.engine.Subscription(raw) // its session ended meanwhile
 		}

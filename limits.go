@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -207,9 +208,18 @@ func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.Write
 // bodies and SSE events are bounded by the client's MaxMessageBytes. base,
 // if not nil, is the client whose transport and settings are used; opts are
 // mcp-go's (a WithHTTPBasicClient among them is overridden).
+//
+// Notifications reach the client in every era: a server that answers a
+// legacy revision is dialed again with mcp-go's continuous listening, the
+// only stream that carries its notifications (it pins a legacy revision, so
+// it is not asked for first).
 func HTTPDialer(url string, base *http.Client, opts ...transport.StreamableHTTPCOption) Dialer {
 	return func(ctx context.Context) (transport.Interface, error) {
 		hc := wire.HTTPClient(base, wire.MonitorFrom(ctx))
-		return transport.NewStreamableHTTP(url, append(opts, transport.WithHTTPBasicClient(hc))...)
+		opts := append(slices.Clone(opts), transport.WithHTTPBasicClient(hc))
+		if wire.ListeningWanted(ctx) {
+			opts = append(opts, transport.WithContinuousListening())
+		}
+		return transport.NewStreamableHTTP(url, opts...)
 	}
 }

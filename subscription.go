@@ -178,6 +178,10 @@ type SubscriptionInfo struct {
 	Capabilities      CapabilityReceipt `json:"capabilities"`
 	Generation        uint64            `json:"generation"`
 	Mode              SubscriptionMode  `json:"mode,omitempty"`
+	// ModeReason says why a subscription polls: the server cannot
+	// subscribe, the subscribe failed, or the transport cannot carry
+	// notifications.
+	ModeReason string `json:"modeReason,omitempty"`
 	// StalenessBound is how old the local copy may be while the
 	// subscription is open: the revalidation or poll interval plus its
 	// jitter. Zero when none was published.
@@ -207,6 +211,7 @@ type Subscription struct {
 	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
 	State                  SubscriptionState `json:"state"`
 	Mode                   SubscriptionMode  `json:"mode,omitempty"`
+	ModeReason             string            `json:"modeReason,omitempty"`
 	StalenessBoundMs       int64             `json:"stalenessBoundMs,omitempty"`
 	StartedAt              time.Time         `json:"startedAt"`
 	EndedAt                time.Time         `json:"endedAt,omitzero"`
@@ -223,7 +228,7 @@ func subscriptionOf(key string, r *Record) Subscription {
 	if r.Sub != nil {
 		i := r.Sub
 		s.Principal, s.Server, s.SessionGeneration, s.SessionID = i.Principal, i.Server, i.SessionGeneration, i.SessionID
-		s.Capabilities, s.SubscriptionGeneration, s.Mode = i.Capabilities, i.Generation, i.Mode
+		s.Capabilities, s.SubscriptionGeneration, s.Mode, s.ModeReason = i.Capabilities, i.Generation, i.Mode, i.ModeReason
 		s.StalenessBoundMs = i.StalenessBound.Milliseconds()
 		s.StartedAt, s.EndedAt = i.StartedAt, i.EndedAt
 	}
@@ -376,6 +381,11 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 // (SUBSCRIBING -> ACTIVE). mode is ModePush when the server will notify,
 // ModePoll when it cannot (no subscribe capability, or the subscribe failed).
 func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, error) {
+	return e.activate(rawURI, mode, "")
+}
+
+// activate is Activate with the reason a subscription polls.
+func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string) (Subscription, error) {
 	if mode != ModePush && mode != ModePoll {
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
@@ -386,7 +396,7 @@ func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, e
 			return &TransitionError{URI: next.Sub.URI, From: StateSubscribing, Event: evActivate + " (session ended)"}
 		}
 		info := *next.Sub
-		info.Mode = mode
+		info.Mode, info.ModeReason = mode, reason
 		next.Sub = &info
 		return nil
 	})

@@ -121,6 +121,29 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 	return nil, t.toError(request.Method, resp.Error.Code, resp.Error.Message, data)
 }
 
+type listeningKey struct{}
+
+// WithListening returns a context that asks a dialer for a standalone
+// stream of server notifications (HTTPDialer: mcp-go's continuous
+// listening).
+func WithListening(ctx context.Context, listen bool) context.Context {
+	return context.WithValue(ctx, listeningKey{}, listen)
+}
+
+// ListeningWanted reports whether ctx asks for a notification stream.
+func ListeningWanted(ctx context.Context) bool {
+	listen, _ := ctx.Value(listeningKey{}).(bool)
+	return listen
+}
+
+// Listens reports whether tr keeps a standalone stream of server
+// notifications open: mcp-go's streamable HTTP transport with continuous
+// listening says so by requiring a legacy revision.
+func Listens(tr transport.Interface) bool {
+	l, ok := tr.(interface{ RequiresLegacyProtocol() bool })
+	return ok && l.RequiresLegacyProtocol()
+}
+
 type settledKey struct{}
 
 // WithSettled returns a context under which SendRequest calls settled once
