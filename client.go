@@ -212,6 +212,7 @@ type connection struct {
 	// (so subscriptions poll, saying so).
 	deaf     string
 	lost     bool          // the loss was handled; protected by Client.mu
+	flooding bool          // catching up after dropped notifications; protected by Client.mu
 	probe    chan struct{} // asks the heartbeat to ping now
 	stop     chan struct{} // closed when the heartbeat must stop
 	stopOnce sync.Once
@@ -466,7 +467,15 @@ var errNeedsListening = errors.New("mcpsync: dial again with a notification stre
 // listening, which pins a legacy revision, so it is asked for only once a
 // server answered with one).
 func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, error) {
-	mon := wire.NewMonitor(c.opts.Limits.wire(), c.opts.OnFault)
+	var self atomic.Pointer[connection]
+	mon := wire.NewMonitor(c.opts.Limits.wire(), func(err error) {
+		if conn := self.Load(); conn != nil && errors.Is(err, ErrSessionDegraded) {
+			c.flooded(conn)
+		}
+		if c.opts.OnFault != nil {
+			c.opts.OnFault(err)
+		}
+	})
 	tr, err := c.dial(wire.WithListening(wire.WithMonitor(ctx, mon), listen))
 	if err != nil {
 		return nil, fmt.Errorf("mcpsync: dial: %w", err)
@@ -481,6 +490,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
 		unsettled: make(map[string]int), afterSettle: make(map[string]func()),
 	}
+	self.Store(conn)
 	// The handler is installed before Start, so no notification is lost
 	// to a missing handler; it only queues, stamped with the session it
 	// arrived on, whose generation is set once initialize is done.

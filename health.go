@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -276,6 +278,43 @@ func (c *Client) failedRead(conn *connection, t Ticket, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		conn.probeSoon()
 	}
+}
+
+// flooded handles notifications dropped over Limits.NotificationsPerSecond
+// on conn: a resources/updated may have been among them, and a pulse must
+// never be lost, so every watched URI is degraded (saying why) and read
+// again once a whole second passed without a drop. It runs on the
+// transport's read loop and only starts the catch-up.
+func (c *Client) flooded(conn *connection) {
+	c.mu.Lock()
+	if conn.flooding || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	conn.flooding = true
+	for key := range c.watches {
+		c.failing[key] = "notifications dropped over the rate limit; every subscription is read again once it falls"
+	}
+	c.mu.Unlock()
+	c.goAsync(func() {
+		for last := conn.mon.Dropped(); ; {
+			if !c.wait(time.Second) {
+				return
+			}
+			now := conn.mon.Dropped()
+			if now == last {
+				break
+			}
+			last = now
+		}
+		c.mu.Lock()
+		conn.flooding = false
+		keys := slices.Collect(maps.Keys(c.watches))
+		c.mu.Unlock()
+		for _, key := range keys {
+			c.request(key, TriggerRevalidate)
+		}
+	})
 }
 
 // answered records a read the server answered.
