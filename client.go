@@ -224,16 +224,18 @@ type connection struct {
 	relisten chan struct{}
 
 	mu sync.Mutex // protects the fields below
-	// unsettled counts, per URI, the resources/subscribe requests the
-	// transport has not finished with (the caller may have given up on
-	// them); an unsubscribe sent meanwhile could reach the server first.
+	// unsettled counts, per URI, the resources/subscribe and unsubscribe
+	// requests the transport has not finished with; the caller may have
+	// given up on some, which can still reach the server after requests
+	// sent later.
 	unsettled map[string]int
-	// afterSettle runs once a URI's subscribe requests are all settled:
-	// the unsubscribe that had to wait for them.
-	afterSettle map[string]func()
-	want        []string      // URIs the next listen stream must carry
-	listen      *listenStream // the newest stream; nil when none is open
-	ends        int           // streams the server ended since one was acknowledged, for backoff
+	// reconcile marks URIs whose server-side subscription must be put
+	// right once their requests are all settled: one was abandoned, or an
+	// unsubscribe had to wait for them.
+	reconcile map[string]bool
+	want      []string      // URIs the next listen stream must carry
+	listen    *listenStream // the newest stream; nil when none is open
+	ends      int           // streams the server ended since one was acknowledged, for backoff
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
@@ -488,7 +490,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	mc := mcpclient.NewClient(wrapped, options...)
 	conn := &connection{
 		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
-		unsettled: make(map[string]int), afterSettle: make(map[string]func()),
+		unsettled: make(map[string]int), reconcile: make(map[string]bool),
 	}
 	self.Store(conn)
 	// The handler is installed before Start, so no notification is lost
@@ -552,10 +554,20 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	return conn, nil
 }
 
-// isHTTP reports whether tr is a streamable HTTP transport.
+// isHTTP reports whether tr is, or wraps (Unwrap), mcp-go's streamable
+// HTTP transport.
 func isHTTP(tr transport.Interface) bool {
-	_, ok := tr.(transport.HTTPConnection)
-	return ok
+	for tr != nil {
+		if _, ok := tr.(*transport.StreamableHTTP); ok {
+			return true
+		}
+		u, ok := tr.(interface{ Unwrap() transport.Interface })
+		if !ok {
+			return false
+		}
+		tr = u.Unwrap()
+	}
+	return false
 }
 
 // Close unsubscribes nothing (the server forgets a session that ends), stops
@@ -770,10 +782,7 @@ func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw stri
 	if conn.era == EraLegacy {
 		req := mcp.SubscribeRequest{}
 		req.Params.URI = raw
-		conn.mu.Lock()
-		conn.unsettled[raw]++
-		conn.mu.Unlock()
-		return conn.mc.Subscribe(wire.WithSettled(ctx, func() { conn.settled(raw) }), req)
+		return conn.mc.Subscribe(c.tracked(ctx, conn, raw), req)
 	}
 	if err := c.relisten(ctx, conn, raw, true); err != nil {
 		// Not acknowledged: the next stream need not carry it.
@@ -792,7 +801,7 @@ func (c *Client) serverUnsubscribe(ctx context.Context, conn *connection, raw st
 	if conn.era == EraLegacy {
 		req := mcp.UnsubscribeRequest{}
 		req.Params.URI = raw
-		return conn.mc.Unsubscribe(ctx, req)
+		return conn.mc.Unsubscribe(c.tracked(ctx, conn, raw), req)
 	}
 	return c.relisten(ctx, conn, raw, false)
 }
@@ -817,34 +826,41 @@ func (s *listenStream) isAcked() bool {
 	}
 }
 
-// settled counts a subscribe request of raw done, and runs what waited for
-// the last one.
-func (conn *connection) settled(raw string) {
+// tracked counts a resources/subscribe or unsubscribe of raw as unsettled
+// until the transport is done with it, and has the server-side subscription
+// put right (reconcileServer) once the last one settles, if one was
+// abandoned.
+func (c *Client) tracked(ctx context.Context, conn *connection, raw string) context.Context {
 	conn.mu.Lock()
-	conn.unsettled[raw]--
-	var then func()
-	if conn.unsettled[raw] <= 0 {
-		delete(conn.unsettled, raw)
-		then = conn.afterSettle[raw]
-		delete(conn.afterSettle, raw)
-	}
+	conn.unsettled[raw]++
 	conn.mu.Unlock()
-	if then != nil {
-		then()
-	}
+	return wire.WithSettled(ctx, func(abandoned bool) {
+		conn.mu.Lock()
+		if abandoned {
+			conn.reconcile[raw] = true
+		}
+		conn.unsettled[raw]--
+		run := conn.unsettled[raw] <= 0 && conn.reconcile[raw]
+		if conn.unsettled[raw] <= 0 {
+			delete(conn.unsettled, raw)
+			delete(conn.reconcile, raw)
+		}
+		conn.mu.Unlock()
+		if run {
+			c.goAsync(func() { c.reconcileServer(conn, raw) })
+		}
+	})
 }
 
-// whenSettled runs f now if no subscribe request of raw is unsettled and
-// reports true; otherwise it keeps f for the last one to run and reports
-// false.
-func (conn *connection) whenSettled(raw string, f func()) bool {
+// deferUntilSettled reports whether raw has unsettled requests; if so, the
+// server-side subscription is put right once they settle.
+func (conn *connection) deferUntilSettled(raw string) bool {
 	conn.mu.Lock()
-	if conn.unsettled[raw] > 0 {
-		conn.afterSettle[raw] = f
-		conn.mu.Unlock()
+	defer conn.mu.Unlock()
+	if conn.unsettled[raw] == 0 {
 		return false
 	}
-	conn.mu.Unlock()
+	conn.reconcile[raw] = true
 	return true
 }
 
@@ -1015,34 +1031,87 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
 		(conn.era == EraModern && conn.wants(raw))
 	if tell && before.SessionGeneration == conn.gen {
-		if conn.era == EraLegacy && !conn.whenSettled(raw, func() { c.goAsync(func() { c.resolveUnsubscribe(conn, key, raw) }) }) {
+		if conn.era == EraLegacy && conn.deferUntilSettled(raw) {
 			// A subscribe the client gave up on may still reach the server
 			// after an unsubscribe sent now; the unsubscribe waits for it,
 			// and the generation's outcome is unknown until then.
 			return c.engine.FinishClose(key, false)
 		}
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
+		if !acked && conn.era == EraLegacy {
+			// Reconciled on the same session: the unsubscribe is tried
+			// again until the server acknowledges it or the session ends.
+			c.goAsync(func() { c.reconcileServer(conn, raw) })
+		}
 	}
 	return c.engine.FinishClose(key, acked)
 }
 
-// resolveUnsubscribe sends the unsubscribe of an UNSUBSCRIBE_UNKNOWN
-// generation that had to wait for a subscribe to settle, on the session it
-// belongs to, and closes the generation once the server acknowledged it;
-// unless the caller subscribed to the URI again meanwhile.
-func (c *Client) resolveUnsubscribe(conn *connection, key, raw string) {
+// reconcileServer makes the server's subscription of raw on conn (a legacy
+// session) what the caller wants now: subscribed while the caller watches it
+// in push mode, unsubscribed otherwise, closing an UNSUBSCRIBE_UNKNOWN
+// generation once the server acknowledged. It runs after a subscribe or
+// unsubscribe the client gave up on settled (it may have reached the server
+// after a later one), and after an unsubscribe that failed; it tries again
+// with a backoff until the server answers or the session is gone.
+func (c *Client) reconcileServer(conn *connection, raw string) {
+	key, err := normalizeKey(raw)
+	if err != nil {
+		return
+	}
+	b := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RetryMax}
+	for !c.reconcileServerOnce(conn, key, raw) {
+		if !c.wait(b.NextBackOff()) {
+			return
+		}
+	}
+}
+
+// reconcileServerOnce makes one attempt, with key held so that a Subscribe
+// or Unsubscribe cannot slip between the check and the send; it reports
+// whether there is nothing left to do.
+func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
+	unlock, err := c.keys.lock(c.ctx, key)
+	if err != nil {
+		return true // closing
+	}
+	defer unlock()
 	c.mu.Lock()
 	_, watched := c.watches[key]
 	current := c.conn == conn && !c.closed
 	c.mu.Unlock()
-	if watched || !current {
-		return // subscribed again, or the session's end resolves it
+	if !current {
+		return true // the session's end settles it
 	}
-	if c.serverUnsubscribe(c.ctx, conn, raw) == nil {
-		if sub, err := c.engine.Subscription(key); err == nil && sub.State == StateUnsubscribeUnknown && sub.SessionGeneration == conn.gen {
-			_, _ = c.engine.ResolveUnsubscribe(key)
+	if conn.deferUntilSettled(raw) {
+		return true // another request is still out; its settling comes back here
+	}
+	sub, err := c.engine.Subscription(key)
+	if err != nil || sub.SessionGeneration != conn.gen {
+		return true
+	}
+	if watched {
+		if sub.Mode != ModePush || !sub.State.readable() {
+			return true
 		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+		defer cancel()
+		req := mcp.SubscribeRequest{}
+		req.Params.URI = raw
+		if err := conn.mc.Subscribe(c.tracked(ctx, conn, raw), req); err != nil {
+			c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
+			return false
+		}
+		return true
 	}
+	if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
+		c.report(fmt.Errorf("mcpsync: unsubscribe %s: %w", raw, err))
+		return false
+	}
+	if sub.State == StateUnsubscribeUnknown {
+		_, _ = c.engine.ResolveUnsubscribe(key)
+	}
+	return true
 }
 
 // wants reports whether the listen stream carries raw or the next one would.
@@ -1059,7 +1128,13 @@ func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	return c.read(ctx, t)
+	out, err := c.read(ctx, t)
+	if out.FollowUp != nil {
+		// A pulse that waited for room under the read cap: the Client sends
+		// it, like every queued read.
+		c.dispatch(*out.FollowUp)
+	}
+	return out, err
 }
 
 // Lookup returns the current version of uri if it may be served to the
@@ -1300,6 +1375,9 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	_ = old.mc.Close()
 	conn, err := c.connect(ctx)
 	if err != nil {
+		// The old session is closed and no new one is up: that is a lost
+		// session, healed (or failed) like any other.
+		c.lose(old, err)
 		return err
 	}
 	c.mu.Lock()

@@ -442,9 +442,9 @@ func (m *modelMachine) beginClose(rt *rapid.T) {
 		want = mcpsync.ErrUnknownURI
 	case u.closeBegun:
 		// Idempotent: the receipt of the close already begun.
-	case u.phase == phaseTombstoned:
-		want = mcpsync.ErrIllegalTransition
 	default:
+		// A confirmed tombstone is still subscribed on the server, so it
+		// closes like an open generation.
 		u.phase, u.closeBegun, u.closeOrdinal = phaseClosing, true, u.lastIssued
 		u.closeBegunGens[u.gen] = true
 	}

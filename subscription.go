@@ -103,6 +103,8 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 		StateUpdateSeen: StateUnsubscribing, StateReadPending: StateUnsubscribing,
 		StateVersionAccepted: StateUnsubscribing, StateTombstonePending: StateUnsubscribing,
 		StateReconciliationRequired: StateUnsubscribing,
+		// A confirmed tombstone is still subscribed on the server.
+		StateTombstoned: StateUnsubscribing,
 	},
 	evCloseAcked:   {StateUnsubscribing: StateClosed},
 	evCloseLost:    {StateUnsubscribing: StateUnsubscribeUnknown},

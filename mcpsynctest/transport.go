@@ -221,6 +221,9 @@ func (t *Transport) SetProtocolVersion(version string) {
 	}
 }
 
+// Unwrap returns the transport the kit wraps.
+func (t *Transport) Unwrap() transport.Interface { return t.inner }
+
 // RequiresLegacyProtocol reports what the inner transport reports, so a
 // Streamable HTTP transport with continuous listening still keeps the client
 // on the initialize handshake.

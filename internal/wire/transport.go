@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -147,11 +148,11 @@ func Listens(tr transport.Interface) bool {
 type settledKey struct{}
 
 // WithSettled returns a context under which SendRequest calls settled once
-// the inner transport is done with the request, even when the caller gave up
-// on it first: a request abandoned at its deadline may still reach the
-// server, and what depends on its effect (an unsubscribe after a subscribe)
-// must wait for it.
-func WithSettled(ctx context.Context, settled func()) context.Context {
+// the inner transport is done with the request, saying whether the caller
+// had given up on it first: a request abandoned at its deadline may still
+// reach the server, after requests sent later, and what depends on its
+// effect (an unsubscribe after a subscribe) must be put right then.
+func WithSettled(ctx context.Context, settled func(abandoned bool)) context.Context {
 	return context.WithValue(ctx, settledKey{}, settled)
 }
 
@@ -165,20 +166,33 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 		resp *transport.JSONRPCResponse
 		err  error
 	}
+	const (
+		pending = iota
+		answered
+		abandoned
+	)
+	var state atomic.Int32 // who got there first: the answer or the caller's deadline
 	done := make(chan answer, 1)
-	settled, _ := ctx.Value(settledKey{}).(func())
+	settled, _ := ctx.Value(settledKey{}).(func(bool))
 	go func() {
 		resp, err := t.inner.SendRequest(ctx, request)
-		done <- answer{resp, err}
+		late := !state.CompareAndSwap(pending, answered)
+		if !late {
+			done <- answer{resp, err}
+		}
 		if settled != nil {
-			settled()
+			settled(late)
 		}
 	}()
 	select {
 	case a := <-done:
 		return a.resp, a.err
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		if state.CompareAndSwap(pending, abandoned) {
+			return nil, context.Cause(ctx)
+		}
+		a := <-done // answered at the same moment: take it
+		return a.resp, a.err
 	}
 }
 
