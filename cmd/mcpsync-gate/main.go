@@ -22,6 +22,9 @@
 //     subscriptions that are stuck or silently stale.
 //   - amplification and convergence (freshness.go): a Client over
 //     mcpsynctest under duplicated, dropped and reordered notifications.
+//   - healing (healing.go): a Client whose server dies again and again;
+//     how long until every subscription is validated again, and whether
+//     any lookup served a copy past its bound meanwhile.
 //   - revocation (revocation.go) and memory (memory.go): the Engine alone.
 //
 // Scenarios that wait on time run in real time with every nominal interval
@@ -72,6 +75,8 @@ type config struct {
 	revSubjects   int
 	revURIs       int
 	memSubs       int
+	healRestarts  int
+	healURIs      int
 }
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
@@ -97,10 +102,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.orderings = cmp.Or(c.orderings, 5_000)
 		c.ampChanges, c.convResources, c.catalogScans = 30, 100, 40
 		c.revSubjects, c.revURIs, c.memSubs = 50, 500, 10_000
+		c.healRestarts, c.healURIs = 20, 10
 	} else {
 		c.orderings = cmp.Or(c.orderings, 100_000)
 		c.ampChanges, c.convResources, c.catalogScans = 200, 1_000, 200
 		c.revSubjects, c.revURIs, c.memSubs = 200, 5_000, 100_000
+		c.healRestarts, c.healURIs = 100, 50
 	}
 	return c, nil
 }
@@ -159,6 +166,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			s, err := runRevocation(cfg.seed, cfg.revSubjects, cfg.revURIs)
 			return []figure{revocationFigure(s)}, s, err
 		}},
+		{"healing", func() ([]figure, any, error) {
+			s, err := runHealing(ctx, p, cfg.seed, cfg.healRestarts, cfg.healURIs)
+			return healingFigures(s), s, err
+		}},
 	}
 	begin := time.Now()
 	byStep := map[string][]figure{}
@@ -176,7 +187,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rep.Durations["total"] = time.Since(begin).Round(time.Millisecond).String()
 	// Printed in a fixed order, catalogs first.
 	failed := false
-	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "revocation", "memory"} {
+	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "healing", "revocation", "memory"} {
 		for _, f := range byStep[name] {
 			fmt.Fprintln(stdout, f.line())
 			rep.Figures = append(rep.Figures, f)

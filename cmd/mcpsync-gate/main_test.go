@@ -77,7 +77,8 @@ func TestRunShort(t *testing.T) {
 		"catalogs_accepted_without_reconciliation", "unproven_catalogs_consumed_by_completeness",
 		"orderings_version_regressions", "orderings_late_tombstones", "orderings_outbox_after_closed",
 		"orderings_stuck_subscriptions", "orderings_silently_stale",
-		"read_amplification", "convergence_within_60s", "revocation_p99_seconds", "memory_bytes_per_subscription",
+		"read_amplification", "convergence_within_60s", "heal_p99_seconds", "served_past_bound",
+		"revocation_p99_seconds", "memory_bytes_per_subscription",
 	} {
 		assert.True(t, names[name], "figure %s is missing", name)
 	}

@@ -228,8 +228,9 @@ func TestStdioServer(t *testing.T) {
 const stdioBigEnv = "MCPSYNC_TEST_STDIO_BIG"
 
 // A stdio server whose line passes --max-message-bytes ends the session with
-// an error naming the limit, and watch exits non-zero instead of watching a
-// dead session to its end.
+// an error naming the limit. Reconnecting cannot heal it (every new session
+// breaks the same way), so watch exits non-zero instead of watching a dead
+// session to its end.
 func TestWatchExitsNonZeroOnFramingViolation(t *testing.T) {
 	t.Setenv(stdioServerEnv, "1")
 	t.Setenv(stdioBigEnv, "1")
@@ -240,6 +241,13 @@ func TestWatchExitsNonZeroOnFramingViolation(t *testing.T) {
 	r := runCmd(t.Context(), "watch", "--json", "--uri", "file:///docs/a.md", "--duration", "3s",
 		"--max-message-bytes", "4096", "--", self, "-test.run=^$")
 	require.Equal(t, exitFailure, r.code, r)
+	assert.Contains(t, r.stderr, "MaxMessageBytes")
+	evs := events(t, r.stdout)
+	assert.NotEmpty(t, ofKind(evs, "error"), "every failure is an error event")
+	sum := evs[len(evs)-1]
+	require.Equal(t, "summary", sum["event"])
+	assert.EqualValues(t, framingLossesToGiveUp-1, sum["reconnects"])
+	assert.EqualValues(t, framingLossesToGiveUp, sum["failedReads"])
 }
 
 func TestDemoConverges(t *testing.T) {

@@ -35,7 +35,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "", "streamable HTTP endpoint of the server")
 	fs.StringVar(&c.protocol, "protocol", "auto", "protocol revision: "+strings.Join(protocols, "|"))
-	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on connecting and on every request")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on connecting, on every request and on closing the server (a whole scan: --scan-timeout)")
 	fs.StringVar(&c.principal, "principal", "cli", "subject every read is bound to")
 	fs.BoolVar(&c.json, "json", false, "JSON lines on stdout instead of text")
 	fs.Int64Var(&c.limits.MaxReadBytes, "max-read-bytes", 0, "bound on the decoded bytes of one read (0: 16 MiB)")

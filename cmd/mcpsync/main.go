@@ -72,7 +72,8 @@ common flags:
   --url URL          streamable HTTP endpoint of the server
   -- command args    run the server as a subprocess speaking stdio
   --protocol V       auto|2025-06-18|2025-11-25|2026-07-28 (default auto)
-  --timeout D        bound on connecting and on every request (default 30s)
+  --timeout D        bound on connecting, every request and closing (default 30s)
+  --scan-timeout D   bound on a whole scan, every page included (default 5m)
   --principal P      subject every read is bound to (default "cli")
   --json             JSON lines on stdout instead of text
 

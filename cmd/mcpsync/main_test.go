@@ -27,6 +27,7 @@ const stdioServerEnv = "MCPSYNC_TEST_STDIO_SERVER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(stdioServerEnv) == "1" {
+		dieOnce()
 		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Name: "stdio-fixture"})
 		text := "hello over stdio"
 		if os.Getenv(stdioBigEnv) == "1" {

@@ -36,11 +36,14 @@ type sessionEvent struct {
 	ListChanged       bool                   `json:"listChanged"`
 	SnapshotList      bool                   `json:"snapshotList"`
 	SessionGeneration uint64                 `json:"sessionGeneration"`
-	Note              string                 `json:"note,omitempty"`
+	// Reconnects counts the sessions opened after the first: 0 for the
+	// first session event, then one more with each healed loss.
+	Reconnects uint64 `json:"reconnects"`
+	Note       string `json:"note,omitempty"`
 }
 
-func newSessionEvent(caps mcpsync.CapabilityReceipt, note string) sessionEvent {
-	return sessionEvent{"session", caps.ProtocolVersion, caps.Server, caps.Subscribe, caps.ListChanged, caps.SnapshotList, caps.SessionGeneration, note}
+func newSessionEvent(caps mcpsync.CapabilityReceipt, reconnects uint64, note string) sessionEvent {
+	return sessionEvent{"session", caps.ProtocolVersion, caps.Server, caps.Subscribe, caps.ListChanged, caps.SnapshotList, caps.SessionGeneration, reconnects, note}
 }
 
 func (e sessionEvent) String() string {
@@ -76,6 +79,11 @@ type watchSummary struct {
 	Notifications        uint64                         `json:"notifications"`
 	NotificationReads    int                            `json:"notificationReads"`
 	ReadsPerNotification float64                        `json:"readsPerNotification"`
+	Reconnects           uint64                         `json:"reconnects"`
+	FailedReads          uint64                         `json:"failedReads"`
+	// DegradedMs is the time the session was not up (lost, healing or
+	// failed), summed over every loss.
+	DegradedMs int64 `json:"degradedMs"`
 }
 
 func (s watchSummary) String() string {
@@ -87,10 +95,19 @@ func (s watchSummary) String() string {
   versions accepted   %d (unchanged %d, tombstone pending %d)
   outbox              %d invalidation(s), %d tombstone(s)
   stale receipts      %s
-  reads/notification  %.2f (%d fenced reads for %d notifications)`,
+  reads/notification  %s
+  session             %d reconnect(s), %d failed read(s), degraded %v`,
 		how, (time.Duration(s.ElapsedMs) * time.Millisecond).String(), s.Subscriptions,
 		s.VersionsAccepted, s.Unchanged, s.TombstonesPending, s.Invalidations, s.Tombstones,
-		reasons(s.StaleByReason), s.ReadsPerNotification, s.NotificationReads, s.Notifications)
+		reasons(s.StaleByReason), s.perNotification(), s.Reconnects, s.FailedReads,
+		(time.Duration(s.DegradedMs) * time.Millisecond).String())
+}
+
+func (s watchSummary) perNotification() string {
+	if s.Notifications == 0 {
+		return fmt.Sprintf("- (no notifications; %d read(s) triggered by one)", s.NotificationReads)
+	}
+	return fmt.Sprintf("%.2f (%d fenced reads for %d notifications)", s.ReadsPerNotification, s.NotificationReads, s.Notifications)
 }
 
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -103,6 +120,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
 	revalidate := fs.Duration("revalidate", 0, "revalidation read interval of every subscription (0: the library's 5m)")
 	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe (0: the library's 30s)")
+	pingEvery := fs.Duration("ping-every", 0, "heartbeat interval that finds a dead or hung server (0: the library's 15s)")
+	attempts := fs.Int("reconnect-attempts", 0, "failed reconnect attempts after which watch gives up (0: no limit)")
+	maxElapsed := fs.Duration("reconnect-max-elapsed", 0, "time after a loss at which watch gives up reconnecting (0: no limit)")
 	positional, err := parse(fs, &c, args)
 	if err != nil {
 		return helpOrUsage(err, fs, "watch [flags] [--uri U]... [--all] (--url URL | -- command args...)", stdout)
@@ -112,14 +132,19 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("watch takes URIs as --uri, got %q", positional[0])
 	case len(uris) == 0 && !*all:
 		return usagef("watch needs --uri U (repeatable) or --all")
-	case *duration < 0 || *revalidate < 0 || *poll < 0:
-		return usagef("--duration, --revalidate and --poll must not be negative")
+	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0:
+		return usagef("--duration, --revalidate, --poll, --ping-every and the --reconnect flags must not be negative")
 	}
 	if err := c.check(true); err != nil {
 		return err
 	}
 	w := &watcher{c: &c, p: newPrinter(c.json, stdout, stderr), all: *all, duration: *duration}
-	return w.run(ctx, uris, mcpsync.ClientOptions{RevalidateEvery: *revalidate, PollEvery: *poll})
+	return w.run(ctx, uris, mcpsync.ClientOptions{
+		RevalidateEvery: *revalidate, PollEvery: *poll, PingEvery: *pingEvery,
+		// A ping gets the heartbeat interval to answer, at most --timeout.
+		PingTimeout: min(*pingEvery, c.timeout),
+		Reconnect:   mcpsync.ReconnectPolicy{MaxAttempts: *attempts, MaxElapsed: *maxElapsed},
+	})
 }
 
 type watcher struct {
@@ -132,18 +157,113 @@ type watcher struct {
 	engine *mcpsync.Engine
 	subs   []string // URIs watch subscribed, in order
 
+	// fatal receives the one failure that ends the watch: reconnecting gave
+	// up, or a framing violation ends every session the server gives.
+	fatal chan error
+
+	// Written by the watch loop only (observe).
+	health        mcpsync.Health
+	degraded      time.Duration // summed over the losses that healed
+	notifications map[string]notificationCount
+
 	mu sync.Mutex // protects the counters below
 	outcomeCounts
 	invalidations int
 	tombstones    int
 	outbox        uint64 // last outbox entry pulled
+	// framingLosses counts sessions in a row ended by a framing violation
+	// with no read accepted between them.
+	framingLosses int
 }
+
+// notificationCount is what watch has seen of one URI's notifications: the
+// engine counts per subscription generation and starts again at 0 with each
+// new one, so the counts of generations gone are carried.
+type notificationCount struct {
+	gen, seq, carried uint64
+}
+
+// framingLossesToGiveUp is how many sessions in a row a framing violation
+// may end before watch calls it a server that cannot heal: a reconnect
+// gets a fresh session, and if that one breaks the same way, more will.
+const framingLossesToGiveUp = 3
 
 func (w *watcher) onOutcome(out mcpsync.Outcome) {
 	w.mu.Lock()
 	w.add(out)
+	if out.Accepted {
+		w.framingLosses = 0
+	}
 	w.mu.Unlock()
 	w.p.emit(outcomeEvent(out))
+}
+
+// onError reports every failure the client heals on its own as an event,
+// and ends the watch on those it cannot.
+func (w *watcher) onError(err error) {
+	w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+	var conn *mcpsync.ConnectionError
+	switch {
+	case errors.Is(err, mcpsync.ErrReconnectGaveUp):
+		w.fail(err)
+	case errors.As(err, &conn) && errors.Is(err, mcpsync.ErrFramingViolation):
+		w.mu.Lock()
+		w.framingLosses++
+		n := w.framingLosses
+		w.mu.Unlock()
+		if n >= framingLossesToGiveUp {
+			w.fail(fmt.Errorf("%d sessions in a row ended on the server's framing: %w", n, err))
+		}
+	}
+}
+
+func (w *watcher) fail(err error) {
+	select {
+	case w.fatal <- err:
+	default: // the first failure is the one reported
+	}
+}
+
+// observe follows the client's health and the subscriptions' notification
+// counts; it prints a session event for every healed loss.
+func (w *watcher) observe() {
+	client := w.conn.client
+	h, prev := client.Health(), w.health
+	switch up := mcpsync.ConnectionUp; {
+	case prev.State == up && h.State != up:
+		w.health = h // Since is when the loss was seen
+	case prev.State != up && h.State == up:
+		w.degraded += h.Since.Sub(prev.Since)
+		w.health = h
+	case h.State == up:
+		w.health = h // a loss healed between two looks: its time is not known
+	}
+	if h.State == mcpsync.ConnectionUp && h.SessionGeneration != prev.SessionGeneration {
+		ses := newSessionEvent(client.Capabilities(), h.Reconnects, "reconnected")
+		w.p.emit(ses, ses.String())
+	}
+	for sub, err := range w.engine.Subscriptions() {
+		if err != nil {
+			continue
+		}
+		n := w.notifications[sub.URI]
+		if sub.SubscriptionGeneration != n.gen {
+			n.carried += n.seq
+			n.gen, n.seq = sub.SubscriptionGeneration, 0
+		}
+		n.seq = max(n.seq, sub.LastNotificationSeq)
+		w.notifications[sub.URI] = n
+	}
+}
+
+// degradedFor is the time the session was not up, the current loss
+// included.
+func (w *watcher) degradedFor() time.Duration {
+	d := w.degraded
+	if w.health.State != mcpsync.ConnectionUp {
+		d += time.Since(w.health.Since)
+	}
+	return d
 }
 
 func (w *watcher) onTransition(t mcpsync.Transition) {
@@ -162,7 +282,11 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 		return err
 	}
 	w.engine = engine
-	opts.Engine, opts.OnOutcome = engine, w.onOutcome
+	w.fatal = make(chan error, 1)
+	w.notifications = make(map[string]notificationCount)
+	opts.Engine, opts.OnOutcome, opts.OnError = engine, w.onOutcome, w.onError
+	// Close ends a stdio server within --timeout, however it takes its end.
+	opts.CloseTimeout = w.c.timeout
 	listen := false
 	w.conn, err = w.c.connect(ctx, opts, &listen)
 	if err != nil {
@@ -183,15 +307,12 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 		caps = client.Capabilities()
 		note = "legacy revision over streamable HTTP: reconnected with the standalone GET stream for notifications"
 	}
-	ses := newSessionEvent(caps, note)
+	ses := newSessionEvent(caps, 0, note)
 	w.p.emit(ses, ses.String())
+	w.health = client.Health()
 
 	interrupted, err := w.watch(ctx, uris)
-	if serr := client.SessionErr(); serr != nil && err == nil {
-		// The session ended on the server's framing; nothing watched since
-		// is current, so the watch failed.
-		err = fmt.Errorf("session ended: %w", serr)
-	}
+	w.observe()
 	// Ctrl-C cancelled ctx; unsubscribing still gets --timeout of its own.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.c.timeout)
 	defer cancel()
@@ -253,11 +374,11 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 			return true, nil
 		case <-end:
 			return false, nil
+		case err := <-w.fatal:
+			return false, err
 		case <-tick.C:
 		}
-		if client.SessionErr() != nil {
-			return false, nil // run reports it
-		}
+		w.observe()
 		w.pullOutbox()
 		// A changed listing, or a subscription waiting for list
 		// reconciliation, calls for a scan; at most one a second.
@@ -390,11 +511,11 @@ func (w *watcher) summary(elapsed time.Duration, interrupted bool) watchSummary 
 		Event: "summary", ElapsedMs: elapsed.Milliseconds(), Interrupted: interrupted,
 		Subscriptions: len(w.subs), StaleByReason: w.engine.StaleCounts(),
 	}
-	for sub, err := range w.engine.Subscriptions() {
-		if err == nil {
-			s.Notifications += sub.LastNotificationSeq
-		}
+	for _, n := range w.notifications {
+		s.Notifications += n.carried + n.seq
 	}
+	h := w.conn.client.Health()
+	s.Reconnects, s.FailedReads, s.DegradedMs = h.Reconnects, h.FailedReads, w.degradedFor().Milliseconds()
 	w.mu.Lock()
 	s.VersionsAccepted, s.Unchanged, s.TombstonesPending = w.accepted, w.unchanged, w.pending
 	s.Invalidations, s.Tombstones, s.NotificationReads = w.invalidations, w.tombstones, w.notificationReads
