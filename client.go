@@ -1146,6 +1146,11 @@ func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 	entry, err := c.engine.Lookup(c.opts.Principal, uri, opts...)
 	if err == nil {
 		entry.Degraded = c.degradedReason(entry.Version.URI)
+		if age := time.Since(entry.ValidatedAt); entry.Degraded == "" && entry.StalenessBound > 0 && age > entry.StalenessBound {
+			// Nothing has failed yet (a read may be hanging), but the copy
+			// is already older than promised: say so.
+			entry.Degraded = fmt.Sprintf("last confirmed %v ago, past its staleness bound of %v", age.Round(time.Millisecond), entry.StalenessBound)
+		}
 	}
 	return entry, err
 }
@@ -1372,7 +1377,16 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	}
 	old.stopHeartbeat()
 	old.stopListen()
-	_ = old.mc.Close()
+	c.mu.Lock()
+	lost := old.lost
+	c.mu.Unlock()
+	if a, ok := old.tr.(interface{ Abort() error }); ok && lost {
+		// A lost server gets no grace periods (stdin, then SIGTERM): it is
+		// dead or hung, and healing must not wait for it.
+		_ = a.Abort()
+	} else {
+		_ = old.mc.Close()
+	}
 	conn, err := c.connect(ctx)
 	if err != nil {
 		// The old session is closed and no new one is up: that is a lost

@@ -255,8 +255,10 @@ func (m *clientModel) step(rt *rapid.T, i int) {
 		// The reconnect is parked at its first resubscribe while the
 		// caller subscribes or unsubscribes.
 		parked := make(chan *mcpsynctest.Hold, 1)
+		var first sync.Once
 		m.r.setOnDial(func(_ int, kit *mcpsynctest.Transport) {
-			parked <- kit.HoldNextRequest(m.r.subscribeMethod(), "")
+			// Only the first dial parks: healing may dial on its own too.
+			first.Do(func() { parked <- kit.HoldNextRequest(m.r.subscribeMethod(), "") })
 		})
 		done := make(chan error, 1)
 		m.calls.Go(func() { done <- m.r.c.Reconnect(context.Background()) })

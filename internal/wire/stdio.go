@@ -181,6 +181,20 @@ func (p *process) SetConnectionLostHandler(handler func(error)) {
 	}
 }
 
+// Abort kills the server at once: the session is lost, and a dead or hung
+// server gets no grace periods.
+func (p *process) Abort() error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	err := p.Stdio.Close()
+	p.once.Do(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	})
+	return err
+}
+
 // Close ends the session the way the MCP stdio transport says: stdin closed,
 // then SIGTERM, then SIGKILL, each after processGrace. It returns nil for a
 // server that exited when asked, and an error for one that had to be killed

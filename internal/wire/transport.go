@@ -217,6 +217,15 @@ func (t *Transport) SetNotificationHandler(handler func(mcp.JSONRPCNotification)
 // Close closes the inner transport.
 func (t *Transport) Close() error { return t.inner.Close() }
 
+// Abort ends a session that is lost at once, without the graceful steps of
+// Close, where the inner transport can (a stdio server is killed).
+func (t *Transport) Abort() error {
+	if a, ok := t.inner.(interface{ Abort() error }); ok {
+		return a.Abort()
+	}
+	return t.inner.Close()
+}
+
 // GetSessionId returns the inner transport's session id.
 func (t *Transport) GetSessionId() string { return t.inner.GetSessionId() }
 
