@@ -189,6 +189,10 @@ func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
 	}
 	info.Capabilities.Schema = SchemaCapabilityReceipt
 	info.Capabilities.SessionGeneration = gen
+	// A generation is unique only within one ledger's lineage: the engine's
+	// identity is what tells a session of another engine (on another
+	// ledger, or a copy of this one) apart.
+	info.Capabilities.Engine = e.id
 	if info.Capabilities.ReceivedAt.IsZero() {
 		info.Capabilities.ReceivedAt = e.now()
 	}
