@@ -3,7 +3,6 @@ package mcpsync
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 )
@@ -43,6 +42,9 @@ func (e *Engine) RecordDerived(a DerivedArtifact) error {
 	a.Schema, a.Version.URI = SchemaDerivedArtifact, key
 	if a.RecordedAt.IsZero() {
 		a.RecordedAt = e.now()
+	}
+	if err := e.syncRevoked(context.Background()); err != nil {
+		return err
 	}
 	e.revokeMu.RLock()
 	defer e.revokeMu.RUnlock()
@@ -108,9 +110,7 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 	}
 	r := RevokedSubject{Schema: SchemaRevokedSubject, Subject: subject, At: e.now(), Engine: e.id}
 	e.revokeMu.Lock()
-	revoked := maps.Clone(*e.revoked.Load())
-	revoked[subject] = struct{}{}
-	e.revoked.Store(&revoked)
+	e.addRevoked(subject)
 	e.revokeMu.Unlock()
 
 	ctx := context.Background()

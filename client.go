@@ -40,6 +40,7 @@ type CapabilityReceipt struct {
 	SnapshotList      bool      `json:"snapshotList"`
 	SessionGeneration uint64    `json:"sessionGeneration"`
 	ReceivedAt        time.Time `json:"receivedAt"`
+	Engine            string    `json:"engine,omitempty"` // Engine.ID of the engine whose session this is
 }
 
 // SessionInfo describes a freshly (re)initialized MCP session to the engine.

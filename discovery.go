@@ -404,7 +404,10 @@ type Catalog struct {
 	Kind              ListKind      `json:"kind"`
 	Status            CatalogStatus `json:"status"`
 	SessionGeneration uint64        `json:"sessionGeneration"`
-	SnapshotID        string        `json:"snapshotId,omitempty"`
+	// Engine is the ID of the engine whose session was listed (the
+	// receipt's); empty for a receipt no engine issued.
+	Engine     string `json:"engine,omitempty"`
+	SnapshotID string `json:"snapshotId,omitempty"`
 	// Descriptors are sorted by Key, one per key; nil when UNRECONCILED.
 	Descriptors []Descriptor `json:"items"`
 	// SetDigest is "sha256:" and the lower-case hex SHA-256 of this
@@ -452,6 +455,11 @@ const (
 	CatalogReasonOtherSession CatalogRefusalReason = "OTHER_SESSION"
 	// CatalogReasonStale: the catalog is past its StaleAfter.
 	CatalogReasonStale CatalogRefusalReason = "STALE"
+	// CatalogReasonOtherEngine: the catalog lists a session of another
+	// engine. Session generations are unique within one ledger's lineage
+	// only; an engine on another ledger, or on a restored copy of this one,
+	// may have had the same generation with another server.
+	CatalogReasonOtherEngine CatalogRefusalReason = "OTHER_ENGINE"
 )
 
 // CatalogError is a catalog refused for a task that needs a complete
@@ -477,22 +485,39 @@ func (e *CatalogError) Is(target error) bool { return target == ErrSnapshotUnpro
 // (revocation sweeps, cleanup), and refuses with a *CatalogError (matching
 // ErrSnapshotUnproven) anything but a SNAPSHOT_PROVEN catalog of session
 // generation sessionGen that is not stale at now.
+//
+// Complete knows the session by its generation only; CompleteIn also
+// refuses a catalog of another engine (CatalogReasonOtherEngine).
 func (c Catalog) Complete(now time.Time, sessionGen uint64) ([]Descriptor, error) {
-	if err := c.refusal(now, sessionGen, true); err != nil {
+	if err := c.refusal(now, sessionGen, "", true); err != nil {
+		return nil, err
+	}
+	return slices.Clone(c.Descriptors), nil
+}
+
+// CompleteIn is Complete for e's current session, at e's clock: it also
+// refuses, with CatalogReasonOtherEngine, a catalog listed in a session of
+// another engine.
+func (c Catalog) CompleteIn(e *Engine) ([]Descriptor, error) {
+	if err := c.refusal(e.now(), e.SessionGeneration(), e.id, true); err != nil {
 		return nil, err
 	}
 	return slices.Clone(c.Descriptors), nil
 }
 
 // refusal returns why the catalog cannot vouch for absence (proof: true) or
-// for presence (proof: false) at now in session generation gen.
-func (c Catalog) refusal(now time.Time, gen uint64, proof bool) error {
+// for presence (proof: false) at now in session generation gen of engine
+// (not checked when empty). A catalog whose receipt names no engine is
+// judged by its generation alone.
+func (c Catalog) refusal(now time.Time, gen uint64, engine string, proof bool) error {
 	refuse := func(reason CatalogRefusalReason) error {
 		return &CatalogError{Kind: c.Kind, Status: c.Status, Reason: reason, SessionGeneration: c.SessionGeneration, CurrentGeneration: gen}
 	}
 	switch {
 	case c.Status == CatalogUnreconciled || proof && c.Status != CatalogSnapshotProven:
 		return refuse(CatalogReasonNotProven)
+	case engine != "" && c.Engine != "" && c.Engine != engine:
+		return refuse(CatalogReasonOtherEngine)
 	case c.SessionGeneration != gen:
 		return refuse(CatalogReasonOtherSession)
 	case proof && !now.Before(c.StaleAfter):
@@ -528,18 +553,18 @@ type Reconciliation struct {
 // verdict confirms a tombstone and sends deletions downstream; it is a claim
 // that the enumeration is complete, which only a proven, fresh catalog can
 // make (the same rule as Complete). From an unproven or stale catalog absent
-// URIs are Deferred. Any catalog of another session generation, and an
-// unreconciled one, is refused with a *CatalogError.
+// URIs are Deferred. Any catalog of another session generation or of
+// another engine, and an unreconciled one, is refused with a *CatalogError.
 func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 	var out Reconciliation
 	if c.Kind != KindResources {
 		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
 	}
 	gen := e.SessionGeneration()
-	if err := c.refusal(e.now(), gen, false); err != nil {
+	if err := c.refusal(e.now(), gen, e.id, false); err != nil {
 		return out, err
 	}
-	canProveAbsence := c.refusal(e.now(), gen, true) == nil
+	canProveAbsence := c.refusal(e.now(), gen, e.id, true) == nil
 	// Collect first: the verdicts write to the ledger being ranged over.
 	var pending []string
 	for sub, err := range e.Subscriptions() {
@@ -603,7 +628,7 @@ func (s *Scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt Capa
 	if listChanged == nil {
 		listChanged = func() uint64 { return 0 }
 	}
-	c := Catalog{Schema: SchemaCatalog, Kind: kind, Status: CatalogUnreconciled, SessionGeneration: receipt.SessionGeneration}
+	c := Catalog{Schema: SchemaCatalog, Kind: kind, Status: CatalogUnreconciled, SessionGeneration: receipt.SessionGeneration, Engine: receipt.Engine}
 	fail := func(attempts int, err error) (Catalog, error) {
 		c.MeasuredAt = s.opts.Now()
 		if n := len(c.Scans); n > 0 {

@@ -1112,3 +1112,40 @@ func TestScanReceiptGolden(t *testing.T) {
 		})
 	}
 }
+
+// Two engines on two fresh ledgers both open session generation 1: only
+// the engine's identity on the receipt tells their catalogs apart.
+func TestCatalogOfAnotherEngineIsRefused(t *testing.T) {
+	caps := mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, SnapshotList: true}
+	clock := newClock()
+	var engines [2]*mcpsync.Engine
+	var receipts [2]mcpsync.CapabilityReceipt
+	for i := range engines {
+		e, err := mcpsync.NewEngine(&mcpsync.Options{Now: clock.now})
+		require.NoError(t, err)
+		receipts[i], err = e.BeginSession(mcpsync.SessionInfo{Capabilities: caps})
+		require.NoError(t, err)
+		require.Equal(t, e.ID(), receipts[i].Engine)
+		engines[i] = e
+	}
+	require.Equal(t, receipts[0].SessionGeneration, receipts[1].SessionGeneration)
+
+	l := newFakeListing(mcpsync.KindResources, 1, "file:///docs/a.md")
+	l.snapshot = func(int) string { return "snap-1" }
+	c, err := runScan(t, newTestScanner(t, &mcpsync.ScannerOptions{Now: clock.now, StaleAfter: time.Hour}),
+		mcpsync.KindResources, mcpsync.EraLegacy, receipts[0], l.page, nil)
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.CatalogSnapshotProven, c.Status)
+	assert.Equal(t, engines[0].ID(), c.Engine)
+
+	_, err = c.CompleteIn(engines[0])
+	require.NoError(t, err, "its own engine")
+	var ce *mcpsync.CatalogError
+	_, err = c.CompleteIn(engines[1])
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, mcpsync.CatalogReasonOtherEngine, ce.Reason)
+	assert.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
+	_, err = c.Reconcile(engines[1])
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, mcpsync.CatalogReasonOtherEngine, ce.Reason)
+}

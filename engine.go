@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,12 @@ type Engine struct {
 	// subject. Once RevokeSubject holds it, no such write is half done, so
 	// its sweep of the ledger sees every version the subject will ever have.
 	revokeMu sync.RWMutex
-	revoked  atomic.Pointer[map[string]struct{}] // replaced, never modified
+	revoked  atomic.Pointer[map[string]struct{}] // replaced, never modified; only grows
+	// revokedGen is the ledger's RevokedGeneration that revoked reflects:
+	// when the ledger's moves on (another engine on the same ledger
+	// revoked a subject), the set is read again (syncRevoked).
+	revokedGen atomic.Uint64
+	reloadMu   sync.Mutex // serializes reading the revoked set from the ledger
 
 	queue readQueue
 	audit auditLog
@@ -119,15 +125,11 @@ func NewEngine(opts *Options) (*Engine, error) {
 	// ledger remembers all belong to older generations.
 	e.session.Store(&session{})
 	ctx := context.Background()
-	revoked, err := e.ledger.Revoked(ctx)
+	e.revoked.Store(&map[string]struct{}{})
+	revoked, err := e.loadRevoked(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: read ledger: %w", err)
+		return nil, err
 	}
-	set := make(map[string]struct{}, len(revoked))
-	for _, r := range revoked {
-		set[r.Subject] = struct{}{}
-	}
-	e.revoked.Store(&set)
 	for _, r := range revoked {
 		if !r.Swept {
 			if _, err := e.sweep(ctx, r); err != nil {
@@ -187,6 +189,10 @@ func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
 	}
 	info.Capabilities.Schema = SchemaCapabilityReceipt
 	info.Capabilities.SessionGeneration = gen
+	// A generation is unique only within one ledger's lineage: the engine's
+	// identity is what tells a session of another engine (on another
+	// ledger, or a copy of this one) apart.
+	info.Capabilities.Engine = e.id
 	if info.Capabilities.ReceivedAt.IsZero() {
 		info.Capabilities.ReceivedAt = e.now()
 	}
@@ -290,6 +296,9 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := e.syncRevoked(context.Background()); err != nil {
+		return Entry{}, err
+	}
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
 	}
@@ -335,6 +344,61 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 func (e *Engine) isRevoked(subject string) bool {
 	_, ok := (*e.revoked.Load())[subject]
 	return ok
+}
+
+// addRevoked adds subjects to the cached revoked set. The set only grows,
+// and a concurrent reload and RevokeSubject must both keep what the other
+// added, hence the swap loop.
+func (e *Engine) addRevoked(subjects ...string) {
+	for {
+		cur := e.revoked.Load()
+		next := maps.Clone(*cur)
+		for _, s := range subjects {
+			next[s] = struct{}{}
+		}
+		if e.revoked.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
+
+// syncRevoked makes the cached revoked set hold every subject the ledger
+// holds, reading it again only when the ledger's RevokedGeneration moved:
+// another engine sharing the ledger revoked a subject. Unchanged, it costs
+// one cheap read, so every accept and lookup can afford it.
+func (e *Engine) syncRevoked(ctx context.Context) error {
+	gen, err := e.ledger.RevokedGeneration(ctx)
+	if err != nil {
+		return fmt.Errorf("mcpsync: read revocations: %w", err)
+	}
+	if gen == e.revokedGen.Load() {
+		return nil
+	}
+	_, err = e.loadRevoked(ctx)
+	return err
+}
+
+// loadRevoked reads the ledger's revoked set into the cache and returns it.
+// The generation is read first, so the set read after it holds at least
+// what that generation counts.
+func (e *Engine) loadRevoked(ctx context.Context) ([]RevokedSubject, error) {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	gen, err := e.ledger.RevokedGeneration(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: read revocations: %w", err)
+	}
+	revoked, err := e.ledger.Revoked(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: read revocations: %w", err)
+	}
+	subjects := make([]string, len(revoked))
+	for i, r := range revoked {
+		subjects[i] = r.Subject
+	}
+	e.addRevoked(subjects...)
+	e.revokedGen.Store(gen)
+	return revoked, nil
 }
 
 // Transition is one state change of a subscription generation.

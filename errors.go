@@ -261,6 +261,18 @@ var (
 	ErrLedgerSchema = errors.New("mcpsync: unknown ledger schema")
 	// ErrLedgerClosed: the ledger was closed.
 	ErrLedgerClosed = errors.New("mcpsync: ledger closed")
+	// ErrLedgerCorrupt: stored data of a known schema cannot be decoded, or
+	// the ledger contradicts itself (an outbox entry it counts is not
+	// there); nothing is guessed from it.
+	ErrLedgerCorrupt = errors.New("mcpsync: ledger data corrupt")
+	// ErrSnapshotInvalid: a snapshot contradicts itself (an outbox that
+	// stops short of its last number, a record naming an identity its
+	// counters never handed out); Restore stores nothing of it.
+	ErrSnapshotInvalid = errors.New("mcpsync: ledger snapshot invalid")
+	// ErrCounterExhausted: a reservation would run past the top of a
+	// counter; a counter never wraps round, since that would hand out its
+	// values again.
+	ErrCounterExhausted = errors.New("mcpsync: ledger counter exhausted")
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
 	// (its retention bound); *OutboxGapError says which.
 	ErrOutboxGap = errors.New("mcpsync: outbox entries dropped before the consumer passed them")

@@ -205,6 +205,11 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 		// User code runs before the ledger step and outside every lock.
 		guardErr = runGuard(e.guard, t.URI, r.contents)
 	}
+	// A subject revoked through another engine on this ledger is refused
+	// like one revoked here: the cached set is brought up to date first.
+	if err := e.syncRevoked(context.Background()); err != nil {
+		return Outcome{}, err
+	}
 	// Held only for the write, never while an observer runs: an observer
 	// may revoke a subject or record an artifact.
 	e.revokeMu.RLock()
@@ -244,11 +249,33 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 		return e.refuse(next, t, r, reason, detail)
 	}
 	e.emit(t.URI, &path)
+	if revoked, err := e.revokedSince(t); revoked || err != nil {
+		return Outcome{}, err
+	}
 	out.Accepted = true
 	if seq != 0 {
 		out.Version.OutboxSeq = seq
 	}
 	return out, nil
+}
+
+// revokedSince handles a revocation through another engine that landed
+// between the check before an accept and its write: that engine's sweep
+// may have passed this URI before the write, so this engine sweeps it
+// itself (marking the version revoked and announcing it) and refuses the
+// read. Within one engine revokeMu already orders the two.
+func (e *Engine) revokedSince(t Ticket) (bool, error) {
+	if err := e.syncRevoked(context.Background()); err != nil {
+		return false, err
+	}
+	if !e.isRevoked(t.Subject) {
+		return false, nil
+	}
+	rc := RevocationReceipt{}
+	if err := e.revokeRecord(t.URI, t.Subject, &rc); err != nil {
+		return true, fmt.Errorf("mcpsync: revoke %q: %w", t.Subject, err)
+	}
+	return true, &RefusalError{Reason: ReasonSubjectRevoked, Detail: "revoked through another engine while the read was accepted"}
 }
 
 // runGuard runs a content guard; a guard that panics refuses the content

@@ -3,8 +3,10 @@ package mcpsync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -44,13 +46,26 @@ type Ledger interface {
 	// Next reserves n consecutive values of counter and returns the first.
 	// No value is ever returned twice by a ledger and the ledgers restored
 	// from its snapshots: not after a restart, not after a crash (a crash
-	// leaves a gap, never a repeat). Counters start at 1.
+	// leaves a gap, never a repeat), not after a rollback, since Restore
+	// resumes every counter RestoreCounterGap beyond the snapshot's value
+	// (LedgerSnapshot.ForRestore). Counters start at 1. A reservation
+	// that would run past the top of the counter is refused with
+	// ErrCounterExhausted and reserves nothing.
 	Next(ctx context.Context, counter Counter, n uint64) (uint64, error)
 
 	// Revoke stores r, replacing what is stored for r.Subject.
 	Revoke(ctx context.Context, r RevokedSubject) error
 	// Revoked returns every revoked subject, by subject.
 	Revoked(ctx context.Context) ([]RevokedSubject, error)
+	// RevokedGeneration returns a number that rises whenever a subject
+	// joins the revoked set (by Revoke or Restore), and changes at no other
+	// time. Every engine sharing the ledger compares it, before and after
+	// each write that binds content to a subject, with the value its cached
+	// set reflects and reads Revoked again when it moved, so a revocation
+	// through one engine is enforced by all of them. It must be cheap: it is
+	// read on every accept and lookup. Only values read from one opened
+	// ledger are compared with each other.
+	RevokedGeneration(ctx context.Context) (uint64, error)
 
 	// Outbox returns up to max (<= 0: all) retained entries numbered above
 	// after, in order.
@@ -71,9 +86,22 @@ type Ledger interface {
 	// read in one transaction, so no key and no pair of keys is torn.
 	Export(ctx context.Context) (LedgerSnapshot, error)
 	// Restore loads snap into the ledger, which must be empty
-	// (ErrLedgerNotEmpty otherwise), in one transaction.
+	// (ErrLedgerNotEmpty otherwise), in one transaction, as
+	// snap.ForRestore prepares it: a snapshot that contradicts itself is
+	// refused (ErrSnapshotInvalid) and every counter resumes
+	// RestoreCounterGap beyond the snapshot's value. Goroutines blocked in
+	// WaitOutbox wake when it restored entries they wait for.
 	Restore(ctx context.Context, snap LedgerSnapshot) error
 }
+
+// RestoreCounterGap is how far beyond a snapshot's value Restore resumes
+// each counter. A snapshot may be older than the ledger it was taken from:
+// that ledger kept handing out values after the export, and a restore (a
+// rollback, a move to another store) cannot know how many. The gap makes
+// the restored ledger's values disjoint from them as long as the live
+// ledger handed out fewer than 2^32 of each since the export; it costs
+// nothing but numbers, of which a counter has 2^64.
+const RestoreCounterGap uint64 = 1 << 32
 
 // Counter names a sequence a ledger allocates from.
 type Counter string
@@ -84,6 +112,11 @@ const (
 	CounterCloseEpoch Counter = "closeEpoch"
 	CounterRequest    Counter = "request"
 )
+
+// Counters lists every counter the fence allocates from. Restore advances
+// each of them, also those a snapshot does not name: the ledger it was
+// taken from may have started one after the export.
+var Counters = []Counter{CounterSession, CounterCloseEpoch, CounterRequest}
 
 // SchemaRevokedSubject is the schema of stored revocations.
 const SchemaRevokedSubject = "revokedSubject.v1"
@@ -214,11 +247,11 @@ func EncodeRecord(r *Record) ([]byte, error) {
 }
 
 // DecodeRecord reads EncodeRecord's form, refusing any other schema with
-// ErrLedgerSchema.
+// ErrLedgerSchema and bytes that are not its JSON with ErrLedgerCorrupt.
 func DecodeRecord(b []byte) (*Record, error) {
 	s := storedRecord{Record: new(Record)}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("mcpsync: decode record: %w", err)
+		return nil, fmt.Errorf("%w: decode record: %w", ErrLedgerCorrupt, err)
 	}
 	if s.Schema != SchemaLedgerRecord {
 		return nil, fmt.Errorf("%w: record schema %q, want %q", ErrLedgerSchema, s.Schema, SchemaLedgerRecord)
@@ -231,11 +264,12 @@ func DecodeRecord(b []byte) (*Record, error) {
 func EncodeOutboxEntry(e OutboxEntry) ([]byte, error) { return json.Marshal(e) }
 
 // DecodeOutboxEntry reads EncodeOutboxEntry's form, refusing any other
-// schema with ErrLedgerSchema.
+// schema with ErrLedgerSchema and bytes that are not its JSON with
+// ErrLedgerCorrupt.
 func DecodeOutboxEntry(b []byte) (OutboxEntry, error) {
 	var e OutboxEntry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return OutboxEntry{}, fmt.Errorf("mcpsync: decode outbox entry: %w", err)
+		return OutboxEntry{}, fmt.Errorf("%w: decode outbox entry: %w", ErrLedgerCorrupt, err)
 	}
 	if e.Schema != SchemaInvalidation {
 		return OutboxEntry{}, fmt.Errorf("%w: outbox entry schema %q, want %q", ErrLedgerSchema, e.Schema, SchemaInvalidation)
@@ -279,6 +313,7 @@ type memoryLedger struct {
 	records   map[string]*Record // records are never modified once stored
 	counters  map[Counter]uint64 // last value handed out
 	revoked   map[string]RevokedSubject
+	revokeGen uint64 // RevokedGeneration: subjects that joined revoked
 	out       outboxLog
 	consumers map[string]uint64 // acknowledged position of each consumer
 	retain    uint64            // entries kept at most
@@ -352,14 +387,24 @@ func (o *outboxLog) discardThrough(seq uint64) {
 	}
 }
 
-func (l *memoryLedger) Load(_ context.Context, key string) (*Record, error) {
+// The memory ledger never blocks on I/O, so a context can only have ended
+// before a call: each method then refuses, like a durable ledger's, so that a
+// caller's cancellation means the same on every ledger.
+
+func (l *memoryLedger) Load(ctx context.Context, key string) (*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	r := l.records[key]
 	l.mu.Unlock()
 	return r, nil
 }
 
-func (l *memoryLedger) CompareAndSwap(_ context.Context, key string, prev uint64, next *Record, entries []OutboxEntry) (uint64, bool, error) {
+func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *Record, entries []OutboxEntry) (uint64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.records[key].revision() != prev {
@@ -375,11 +420,16 @@ func (l *memoryLedger) CompareAndSwap(_ context.Context, key string, prev uint64
 		l.out.append(e)
 	}
 	l.trimLocked()
+	l.wakeLocked()
+	return first, true, nil
+}
+
+// wakeLocked wakes every WaitOutbox sleeping on the outbox.
+func (l *memoryLedger) wakeLocked() {
 	if l.appended != nil {
 		close(l.appended)
 		l.appended = nil
 	}
-	return first, true, nil
 }
 
 // trimLocked discards what every consumer passed and what exceeds the
@@ -408,7 +458,10 @@ func minPosition(consumers map[string]uint64) uint64 {
 	return low
 }
 
-func (l *memoryLedger) Range(_ context.Context, fn func(string, *Record) bool) error {
+func (l *memoryLedger) Range(ctx context.Context, fn func(string, *Record) bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	keys := slices.Sorted(maps.Keys(l.records))
 	recs := make([]*Record, len(keys))
@@ -425,28 +478,62 @@ func (l *memoryLedger) Range(_ context.Context, fn func(string, *Record) bool) e
 	return nil
 }
 
-func (l *memoryLedger) Next(_ context.Context, c Counter, n uint64) (uint64, error) {
+func (l *memoryLedger) Next(ctx context.Context, c Counter, n uint64) (uint64, error) {
 	if n == 0 {
 		return 0, fmt.Errorf("mcpsync: reserve 0 values of %s", c)
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	first := l.counters[c] + 1
-	l.counters[c] += n
-	return first, nil
+	last, err := Reserve(c, l.counters[c], n)
+	if err != nil {
+		return 0, err
+	}
+	l.counters[c] = last
+	return last - n + 1, nil
 }
 
-func (l *memoryLedger) Revoke(_ context.Context, r RevokedSubject) error {
+// Reserve returns the counter's value after reserving n values beyond last,
+// or ErrCounterExhausted when that would pass the top of the counter (a
+// wrap would hand out every value again). Ledgers implement Next with it.
+func Reserve(c Counter, last, n uint64) (uint64, error) {
+	if n > math.MaxUint64-last {
+		return 0, fmt.Errorf("%w: %s is at %d, %d more would wrap it", ErrCounterExhausted, c, last, n)
+	}
+	return last + n, nil
+}
+
+func (l *memoryLedger) Revoke(ctx context.Context, r RevokedSubject) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
+	if _, known := l.revoked[r.Subject]; !known {
+		l.revokeGen++
+	}
 	l.revoked[r.Subject] = r
 	l.mu.Unlock()
 	return nil
 }
 
-func (l *memoryLedger) Revoked(context.Context) ([]RevokedSubject, error) {
+func (l *memoryLedger) Revoked(ctx context.Context) ([]RevokedSubject, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return sortedRevoked(l.revoked), nil
+}
+
+func (l *memoryLedger) RevokedGeneration(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.revokeGen, nil
 }
 
 func sortedRevoked(m map[string]RevokedSubject) []RevokedSubject {
@@ -457,7 +544,10 @@ func sortedRevoked(m map[string]RevokedSubject) []RevokedSubject {
 	return out
 }
 
-func (l *memoryLedger) Outbox(_ context.Context, after uint64, max int) ([]OutboxEntry, error) {
+func (l *memoryLedger) Outbox(ctx context.Context, after uint64, max int) ([]OutboxEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	from := max64(after+1, l.out.first)
@@ -482,7 +572,10 @@ func max64(a, b uint64) uint64 {
 	return b
 }
 
-func (l *memoryLedger) Ack(_ context.Context, consumer string, seq uint64) error {
+func (l *memoryLedger) Ack(ctx context.Context, consumer string, seq uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seq = min(seq, l.out.last)
@@ -495,7 +588,10 @@ func (l *memoryLedger) Ack(_ context.Context, consumer string, seq uint64) error
 	return nil
 }
 
-func (l *memoryLedger) OutboxState(context.Context) (OutboxState, error) {
+func (l *memoryLedger) OutboxState(ctx context.Context) (OutboxState, error) {
+	if err := ctx.Err(); err != nil {
+		return OutboxState{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.stateLocked(), nil
@@ -510,6 +606,9 @@ func (l *memoryLedger) stateLocked() OutboxState {
 
 func (l *memoryLedger) WaitOutbox(ctx context.Context, after uint64) error {
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		l.mu.Lock()
 		if l.out.last > after {
 			l.mu.Unlock()
@@ -528,7 +627,10 @@ func (l *memoryLedger) WaitOutbox(ctx context.Context, after uint64) error {
 	}
 }
 
-func (l *memoryLedger) Export(context.Context) (LedgerSnapshot, error) {
+func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return LedgerSnapshot{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// Records are immutable, so the snapshot shares them; taking them with
@@ -548,8 +650,12 @@ func (l *memoryLedger) Export(context.Context) (LedgerSnapshot, error) {
 	return snap, nil
 }
 
-func (l *memoryLedger) Restore(_ context.Context, snap LedgerSnapshot) error {
-	if err := snap.check(); err != nil {
+func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	snap, err := snap.ForRestore()
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -562,6 +668,7 @@ func (l *memoryLedger) Restore(_ context.Context, snap LedgerSnapshot) error {
 	for _, r := range snap.Revoked {
 		l.revoked[r.Subject] = r
 	}
+	l.revokeGen = uint64(len(l.revoked))
 	maps.Copy(l.consumers, snap.State.Consumers)
 	l.dropped, l.droppedTo = snap.State.Dropped, snap.State.DroppedThrough
 	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last}
@@ -573,6 +680,7 @@ func (l *memoryLedger) Restore(_ context.Context, snap LedgerSnapshot) error {
 	}
 	l.out.last = snap.State.Last
 	l.trimLocked()
+	l.wakeLocked()
 	return nil
 }
 
@@ -640,22 +748,87 @@ func (snap LedgerSnapshot) Upgrade() (LedgerSnapshot, error) {
 	return up, nil
 }
 
-// check validates a snapshot before anything of it is stored.
-func (snap LedgerSnapshot) check() error {
+// ForRestore validates snap and returns it as a ledger restores it: every
+// counter of Counters and of snap resumes RestoreCounterGap beyond the
+// snapshot's value. Every Restore uses it, so a ledger restored from a
+// snapshot older than its source never hands out a value the source handed
+// out after the export (see Ledger.Next).
+//
+// A snapshot is refused with ErrSnapshotInvalid, before anything of it is
+// stored, when it contradicts itself: a record without a revision, an
+// outbox that is not numbered consecutively up to its last number, a
+// consumer or a dropped range beyond that number, a record naming a session
+// generation, close epoch or request id its counters never handed out, a
+// revocation of no subject. A counter within RestoreCounterGap of its top is
+// refused with ErrCounterExhausted.
+func (snap LedgerSnapshot) ForRestore() (LedgerSnapshot, error) {
 	if snap.Schema != SchemaLedgerSnapshot {
-		return fmt.Errorf("%w: ledger snapshot schema %q, want %q (Upgrade it first)", ErrLedgerSchema, snap.Schema, SchemaLedgerSnapshot)
+		return LedgerSnapshot{}, fmt.Errorf("%w: ledger snapshot schema %q, want %q (Upgrade it first)", ErrLedgerSchema, snap.Schema, SchemaLedgerSnapshot)
+	}
+	invalid := func(format string, args ...any) (LedgerSnapshot, error) {
+		return LedgerSnapshot{}, fmt.Errorf("%w: "+format, append([]any{ErrSnapshotInvalid}, args...)...)
+	}
+	last := snap.State.Last
+	for i, e := range snap.Outbox {
+		if i > 0 && e.Seq != snap.Outbox[i-1].Seq+1 || e.Seq == 0 || e.Seq > last {
+			return invalid("outbox entry %d numbered %d out of order (last %d)", i, e.Seq, last)
+		}
+	}
+	// Entries before the first retained one may be gone (acknowledged or
+	// dropped); those after it up to Last must all be there, or a reader
+	// waits for entries that never come.
+	if n := len(snap.Outbox); n > 0 && snap.Outbox[n-1].Seq != last {
+		return invalid("outbox ends at %d, short of its last entry %d", snap.Outbox[n-1].Seq, last)
+	}
+	for name, pos := range snap.State.Consumers {
+		if pos > last {
+			return invalid("consumer %q at %d, beyond the last entry %d", name, pos, last)
+		}
+	}
+	if snap.State.DroppedThrough > last || snap.State.Dropped > snap.State.DroppedThrough {
+		return invalid("dropped %d through %d, last entry %d", snap.State.Dropped, snap.State.DroppedThrough, last)
+	}
+	named := func(c Counter, v uint64, what, key string) error {
+		if v > snap.Counters[c] {
+			return fmt.Errorf("%w: record %q names %s %d, beyond its counter %d", ErrSnapshotInvalid, key, what, v, snap.Counters[c])
+		}
+		return nil
 	}
 	for key, r := range snap.Records {
 		if r == nil || r.Revision == 0 {
-			return fmt.Errorf("mcpsync: ledger snapshot: record %q has no revision", key)
+			return invalid("record %q has no revision", key)
+		}
+		errs := []error{named(CounterCloseEpoch, r.CloseEpoch, "close epoch", key)}
+		if r.Sub != nil {
+			errs = append(errs, named(CounterSession, r.Sub.SessionGeneration, "session generation", key))
+		}
+		for _, t := range r.Tickets {
+			errs = append(errs, named(CounterSession, t.SessionGeneration, "session generation", key),
+				named(CounterRequest, t.RequestID, "request id", key))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return LedgerSnapshot{}, err
 		}
 	}
-	for i, e := range snap.Outbox {
-		if i > 0 && e.Seq != snap.Outbox[i-1].Seq+1 || e.Seq == 0 || e.Seq > snap.State.Last {
-			return fmt.Errorf("mcpsync: ledger snapshot: outbox entry %d numbered %d out of order (last %d)", i, e.Seq, snap.State.Last)
+	for _, r := range snap.Revoked {
+		if r.Subject == "" {
+			return invalid("a revocation of no subject")
 		}
 	}
-	return nil
+	out := snap
+	out.Counters = make(map[Counter]uint64, len(Counters))
+	for _, c := range Counters {
+		out.Counters[c] = 0
+	}
+	maps.Copy(out.Counters, snap.Counters)
+	for c, v := range out.Counters {
+		resumed, err := Reserve(c, v, RestoreCounterGap)
+		if err != nil {
+			return LedgerSnapshot{}, err
+		}
+		out.Counters[c] = resumed
+	}
+	return out, nil
 }
 
 // ExportLedger reads l into a snapshot, consistent across keys (see
@@ -665,10 +838,11 @@ func ExportLedger(ctx context.Context, l Ledger) (LedgerSnapshot, error) {
 }
 
 // RestoreLedger loads snap, of this schema or an older one, into the empty
-// ledger l, of any kind. An Engine opened on it continues generations, close
-// epochs, request ids and outbox numbers from where they were, and starts
-// with no live session: every ticket issued before the export is refused,
-// whatever it answers.
+// ledger l, of any kind. An Engine opened on it continues outbox numbers
+// from where they were and generations, close epochs and request ids
+// RestoreCounterGap beyond them (the ledger exported may have gone on), and
+// starts with no live session: every ticket issued before the export is
+// refused, whatever it answers.
 func RestoreLedger(ctx context.Context, l Ledger, snap LedgerSnapshot) error {
 	up, err := snap.Upgrade()
 	if err != nil {

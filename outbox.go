@@ -58,6 +58,12 @@ const DefaultConsumer = ""
 // before AckOutbox sees them again: delivery is at least once, and consumers
 // must treat an entry they already applied as done.
 //
+// When the retention bound dropped entries above that position (above
+// after and the default consumer's acknowledged one) it returns an
+// *OutboxGapError (ErrOutboxGap) naming them and no entries, as Consume
+// does: the consumer rebuilds what they would have told it and acknowledges
+// the gap's Through.
+//
 // A consumer resumes from OutboxCursor after a restart. Several consumers
 // use Consume and Acknowledge, each under its own name.
 func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
@@ -66,7 +72,18 @@ func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpsync: pull outbox: %w", err)
 	}
-	return e.ledger.Outbox(ctx, max64(after, st.Consumers[DefaultConsumer]), max)
+	pos := max64(after, st.Consumers[DefaultConsumer])
+	// Entries missing below First were either passed by every consumer
+	// (nothing lost) or dropped by the bound; only the latter reach above
+	// DroppedThrough's start, so a position below DroppedThrough lost some.
+	if pos < st.DroppedThrough && st.First > pos+1 {
+		return nil, &OutboxGapError{Consumer: DefaultConsumer, From: pos + 1, Through: st.First - 1}
+	}
+	entries, err := e.ledger.Outbox(ctx, pos, max)
+	if err != nil {
+		return nil, fmt.Errorf("mcpsync: pull outbox: %w", err)
+	}
+	return entries, nil
 }
 
 // AckOutbox acknowledges, for the default consumer, every entry numbered up
@@ -118,6 +135,12 @@ const consumeBatch = 256
 func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxEntry, error] {
 	return func(yield func(OutboxEntry, error) bool) {
 		fail := func(err error) { yield(OutboxEntry{}, err) }
+		// Checked here too, not only by the ledger: a cancelled Consume
+		// must not register its consumer, which would pin the outbox.
+		if err := ctx.Err(); err != nil {
+			fail(err)
+			return
+		}
 		if err := e.ledger.Ack(ctx, consumer, 0); err != nil {
 			fail(fmt.Errorf("mcpsync: register outbox consumer %q: %w", consumer, err))
 			return
@@ -128,6 +151,7 @@ func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxE
 			return
 		}
 		pos := st.Consumers[consumer]
+		missing := false // the last state read counted an entry Outbox missed
 		for {
 			batch, err := e.ledger.Outbox(ctx, pos, consumeBatch)
 			if err != nil {
@@ -145,6 +169,7 @@ func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxE
 					}
 					pos = en.Seq
 				}
+				missing = false
 				continue
 			}
 			if st, err = e.ledger.OutboxState(ctx); err != nil {
@@ -157,6 +182,19 @@ func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxE
 				fail(&OutboxGapError{Consumer: consumer, From: pos + 1, Through: st.First - 1})
 				return
 			}
+			if st.Last > pos {
+				// Entry pos+1 is retained: appended after Outbox was read,
+				// so read again. If a read after this state still misses
+				// it, the ledger counts an entry it has not got, and
+				// waiting would return at once, for ever.
+				if missing {
+					fail(fmt.Errorf("%w: outbox entry %d counted (first %d, last %d) but not returned", ErrLedgerCorrupt, pos+1, st.First, st.Last))
+					return
+				}
+				missing = true
+				continue
+			}
+			missing = false
 			if err := e.ledger.WaitOutbox(ctx, pos); err != nil {
 				fail(err)
 				return

@@ -372,7 +372,7 @@ func (s *Shadow) ObserveListing(cat Catalog, served []Descriptor, now time.Time)
 		Missing: []string{}, Extra: []string{}, ObservedAt: now,
 	}
 	var ce *CatalogError
-	if _, err := cat.Complete(now, s.engine.SessionGeneration()); errors.As(err, &ce) {
+	if err := cat.refusal(now, s.engine.SessionGeneration(), s.engine.id, true); errors.As(err, &ce) {
 		r.CompletenessRefusal = ce.Reason
 	}
 	if cat.Status == CatalogUnreconciled {

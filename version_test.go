@@ -174,6 +174,8 @@ func TestReceiptsGolden(t *testing.T) {
 		require.Equal(t, e.ID(), entries[i].Engine)
 		entries[i].Engine = "00000000-0000-4000-8000-000000000000"
 	}
+	require.Equal(t, e.ID(), sub.Capabilities.Engine)
+	sub.Capabilities.Engine = "00000000-0000-4000-8000-000000000000"
 
 	for name, v := range map[string]any{
 		"version_receipt.json":    accepted.Version,

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -81,8 +82,14 @@ type Ledger struct {
 	cacheMu sync.RWMutex // protects cache
 	cache   map[string]*mcpsync.Record
 
+	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
+	// counted at Open and raised after each commit that adds one. bbolt
+	// locks the file, so no other process adds one behind it, and an
+	// engine's accept reads it without a transaction.
+	revokeGen atomic.Uint64
+
 	mu       sync.Mutex    // protects appended
-	appended chan struct{} // closed, and replaced, after each commit that appends
+	appended chan struct{} // closed, and replaced, after each commit that appends (or restores)
 	closed   chan struct{} // closed by Close
 	once     sync.Once
 }
@@ -102,12 +109,14 @@ func Open(path string, opts *Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
+	var revoked int
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
+		revoked = tx.Bucket(bucketRevoked).Stats().KeyN
 		meta := tx.Bucket(bucketMeta)
 		switch got := meta.Get(keySchema); {
 		case got == nil:
@@ -121,10 +130,12 @@ func Open(path string, opts *Options) (*Ledger, error) {
 		db.Close()
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
-	return &Ledger{
+	l := &Ledger{
 		db: db, retain: o.Ledger.Retention(), cache: map[string]*mcpsync.Record{},
 		appended: make(chan struct{}), closed: make(chan struct{}),
-	}, nil
+	}
+	l.revokeGen.Store(uint64(revoked))
+	return l, nil
 }
 
 // Close closes the file; it is idempotent. Calls after it fail with
@@ -218,7 +229,7 @@ func encodeRecord(r *mcpsync.Record) ([]byte, error) {
 
 func decodeRecord(v []byte) (*mcpsync.Record, error) {
 	if len(v) < 8 {
-		return nil, fmt.Errorf("%w: record of %d bytes", mcpsync.ErrLedgerSchema, len(v))
+		return nil, fmt.Errorf("%w: record of %d bytes", mcpsync.ErrLedgerCorrupt, len(v))
 	}
 	return mcpsync.DecodeRecord(v[8:])
 }
@@ -281,12 +292,17 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		l.remember(key, next)
 	}
 	if first != 0 {
-		l.mu.Lock()
-		close(l.appended)
-		l.appended = make(chan struct{})
-		l.mu.Unlock()
+		l.wake()
 	}
 	return first, ok, nil
+}
+
+// wake wakes every WaitOutbox sleeping on the outbox, after a commit.
+func (l *Ledger) wake() {
+	l.mu.Lock()
+	close(l.appended)
+	l.appended = make(chan struct{})
+	l.mu.Unlock()
 }
 
 // trim deletes, at most trimStep at a time, the entries every consumer
@@ -389,8 +405,12 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 	err := l.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCounters)
 		last := u64(b.Get([]byte(c)))
+		reserved, err := mcpsync.Reserve(c, last, n)
+		if err != nil {
+			return err
+		}
 		first = last + 1
-		return b.Put([]byte(c), key64(last+n))
+		return b.Put([]byte(c), key64(reserved))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("boltledger: next %s: %w", c, err)
@@ -404,9 +424,29 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	if err != nil {
 		return err
 	}
-	return l.update(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRevoked).Put([]byte(r.Subject), b)
+	added := false
+	err = l.update(ctx, func(tx *bolt.Tx) error {
+		revoked := tx.Bucket(bucketRevoked)
+		added = revoked.Get([]byte(r.Subject)) == nil
+		return revoked.Put([]byte(r.Subject), b)
 	})
+	if err != nil {
+		return fmt.Errorf("boltledger: revoke %q: %w", r.Subject, err)
+	}
+	// Raised after the commit: an engine that sees the new value reads a
+	// revoked set that holds the subject.
+	if added {
+		l.revokeGen.Add(1)
+	}
+	return nil
+}
+
+// RevokedGeneration implements mcpsync.Ledger without a transaction.
+func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
+	if err := l.usable(ctx); err != nil {
+		return 0, err
+	}
+	return l.revokeGen.Load(), nil
 }
 
 // Revoked implements mcpsync.Ledger.
@@ -425,7 +465,7 @@ func readRevoked(tx *bolt.Tx) ([]mcpsync.RevokedSubject, error) {
 	err := tx.Bucket(bucketRevoked).ForEach(func(_, v []byte) error {
 		var r mcpsync.RevokedSubject
 		if err := json.Unmarshal(v, &r); err != nil {
-			return err
+			return fmt.Errorf("%w: decode revocation: %w", mcpsync.ErrLedgerCorrupt, err)
 		}
 		if r.Schema != mcpsync.SchemaRevokedSubject {
 			return fmt.Errorf("%w: revocation schema %q", mcpsync.ErrLedgerSchema, r.Schema)
@@ -577,10 +617,11 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 // Restore implements mcpsync.Ledger: one write transaction, into an empty
 // file.
 func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error {
-	if snap.Schema != mcpsync.SchemaLedgerSnapshot {
-		return fmt.Errorf("%w: ledger snapshot schema %q, want %q", mcpsync.ErrLedgerSchema, snap.Schema, mcpsync.SchemaLedgerSnapshot)
+	snap, err := snap.ForRestore()
+	if err != nil {
+		return fmt.Errorf("boltledger: restore: %w", err)
 	}
-	err := l.update(ctx, func(tx *bolt.Tx) error {
+	err = l.update(ctx, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if !bytes.Equal(name, bucketMeta) && firstKey(tx.Bucket(name).Cursor()) != nil {
 				return mcpsync.ErrLedgerNotEmpty
@@ -592,9 +633,6 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		}
 		records := tx.Bucket(bucketRecords)
 		for key, r := range snap.Records {
-			if r == nil || r.Revision == 0 {
-				return fmt.Errorf("record %q has no revision", key)
-			}
 			v, err := encodeRecord(r)
 			if err != nil {
 				return err
@@ -617,10 +655,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 				return err
 			}
 		}
-		for i, e := range snap.Outbox {
-			if e.Seq == 0 || e.Seq > snap.State.Last || i > 0 && e.Seq != snap.Outbox[i-1].Seq+1 {
-				return fmt.Errorf("outbox entry %d numbered %d out of order (last %d)", i, e.Seq, snap.State.Last)
-			}
+		for _, e := range snap.Outbox {
 			b, err := mcpsync.EncodeOutboxEntry(e)
 			if err != nil {
 				return err
@@ -647,5 +682,11 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	if err != nil && !errors.Is(err, mcpsync.ErrLedgerNotEmpty) {
 		return fmt.Errorf("boltledger: restore: %w", err)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// Into an empty ledger: every restored subject is new.
+	l.revokeGen.Add(uint64(len(snap.Revoked)))
+	l.wake()
+	return nil
 }

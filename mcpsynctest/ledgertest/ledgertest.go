@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -185,6 +186,14 @@ func testCounters(t *testing.T, open Opener) {
 	}
 	wg.Wait()
 	assert.Len(t, seen, workers*each)
+
+	last, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	require.NoError(t, err)
+	_, err = l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64)
+	require.ErrorIs(t, err, mcpsync.ErrCounterExhausted, "a reservation never wraps a counter")
+	next, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	require.NoError(t, err)
+	assert.Equal(t, last+1, next, "a refused reservation reserves nothing")
 }
 
 func testRevocations(t *testing.T, open Opener) {
@@ -192,11 +201,20 @@ func testRevocations(t *testing.T, open Opener) {
 	got, err := l.Revoked(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, got)
+	gen, err := l.RevokedGeneration(ctx)
+	require.NoError(t, err)
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	for _, s := range []string{"user:bob", "user:alice"} {
 		require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: s, At: at}))
+		moved, err := l.RevokedGeneration(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, moved, gen, "a new revoked subject moves the generation")
+		gen = moved
 	}
 	require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: "user:bob", At: at, Swept: true}))
+	still, err := l.RevokedGeneration(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, gen, still, "replacing a subject's record does not")
 	got, err = l.Revoked(ctx)
 	require.NoError(t, err)
 	require.Len(t, got, 2, "one record per subject")
@@ -354,13 +372,30 @@ func testExportRestore(t *testing.T, open Opener) {
 	require.NoError(t, mcpsync.RestoreLedger(ctx, into, decoded))
 	again, err := into.Export(ctx)
 	require.NoError(t, err)
-	assertSameSnapshot(t, snap, again)
+	// Every counter, also one the snapshot never used, resumes a gap
+	// beyond the snapshot: its source may have gone on after the export.
+	want := snap
+	want.Counters = map[mcpsync.Counter]uint64{}
+	for _, c := range mcpsync.Counters {
+		want.Counters[c] = snap.Counters[c] + mcpsync.RestoreCounterGap
+	}
+	assertSameSnapshot(t, want, again)
 	require.ErrorIs(t, into.Restore(ctx, decoded), mcpsync.ErrLedgerNotEmpty)
 
 	v, err := into.Next(ctx, mcpsync.CounterSession, 1)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(4), v, "counters continue")
+	assert.Equal(t, 3+mcpsync.RestoreCounterGap+1, v, "counters continue past the gap")
 	assert.Equal(t, uint64(4), write(t, into, "file:///b", 2, 1), "outbox numbering continues")
+
+	short := decoded
+	short.Outbox = decoded.Outbox[:len(decoded.Outbox)-1]
+	require.ErrorIs(t, mcpsync.RestoreLedger(ctx, open(t, nil), short), mcpsync.ErrSnapshotInvalid,
+		"an outbox short of its last number")
+	unnamed := decoded
+	unnamed.Counters = map[mcpsync.Counter]uint64{}
+	unnamed.Records = map[string]*mcpsync.Record{"file:///a": {Revision: 1, CloseEpoch: 7}}
+	require.ErrorIs(t, mcpsync.RestoreLedger(ctx, open(t, nil), unnamed), mcpsync.ErrSnapshotInvalid,
+		"a record naming a close epoch its counter never handed out")
 }
 
 func assertSameSnapshot(t *testing.T, want, got mcpsync.LedgerSnapshot) {
