@@ -40,7 +40,7 @@ import (
 // CURSOR_VERSION_UNSUPPORTED. It answers a longer cursor, whatever its
 // version, with CURSOR_INVALID, because it checks the length first: while
 // such a release still serves, a source without PositionResolver should keep
-// its positions under about 2,900 bytes.
+// its positions under about 2,900 bytes less the snapshot id.
 
 // CursorVersion is the newest cursor format this package writes; it reads
 // every version from 1 to CursorVersion.
