@@ -21,11 +21,26 @@ import (
 // the key id are authenticated together with the payload. The payload is a
 // compact binary encoding (see appendPayload); callers never parse it.
 //
-// Version 1 carries the position inline. Version 2 carries only its digest
-// (PositionDigest), which the source resolves in the cursor's snapshot
-// (PositionResolver), so that a long key never makes a cursor long. A
-// position that fits inline is still written as version 1, which every
-// release reads.
+// Version 1 carries the position inline, within the limits of the first
+// release: each string (snapshot id, sort value, id) at most 1,024 bytes and
+// the whole cursor at most 4,096 bytes. Those limits are part of the version:
+// a release that reads only version 1 refuses anything beyond them as
+// CURSOR_INVALID, the answer to a tampered cursor, so a cursor beyond them
+// must not say version 1.
+//
+// Version 2 carries, after the same head, either the digest of the position
+// (PositionDigest, exactly 32 bytes), which the source resolves in the
+// cursor's snapshot (PositionResolver) so that a long key never makes a
+// cursor long, or the position inline as in version 1 but beyond the version
+// 1 limits (up to MaxCursorPosition), for a source that cannot resolve. An
+// inline position beyond those limits is always longer than 32 bytes, so the
+// two forms never collide. A cursor within the version 1 limits is always
+// written as version 1, which every release reads; a release that reads only
+// version 1 answers a version 2 cursor of at most 4,096 bytes with
+// CURSOR_VERSION_UNSUPPORTED. It answers a longer cursor, whatever its
+// version, with CURSOR_INVALID, because it checks the length first: while
+// such a release still serves, a source without PositionResolver should keep
+// its positions under about 2,900 bytes less the snapshot id.
 
 // CursorVersion is the newest cursor format this package writes; it reads
 // every version from 1 to CursorVersion.
@@ -33,7 +48,9 @@ const CursorVersion = 2
 
 // Limits of what a cursor carries, checked on encode and decode alike, so
 // that every cursor this package writes can also be read back. Exceeding one
-// is a *CursorError with code CURSOR_TOO_LONG.
+// is a *CursorError with code CURSOR_TOO_LONG. A cursor carries times from
+// 1970 to 2^53 Unix milliseconds (beyond year 285,000); Encode refuses a
+// later one as CURSOR_INVALID, the answer Decode would give.
 const (
 	// MaxCursorPosition bounds a position carried inline: its sort values
 	// and id together, in bytes. It applies only to sources that do not
@@ -43,6 +60,17 @@ const (
 	// with, in bytes.
 	MaxCursorSnapshotID = 1024
 )
+
+// The limits of version 1, fixed by the first release that read it (see the
+// version comment above).
+const (
+	v1MaxCursorLen = 4096
+	v1MaxString    = 1024
+)
+
+// maxCursorMilli is the latest time a cursor carries, in Unix milliseconds:
+// far beyond any expiry, and it keeps time arithmetic exact.
+const maxCursorMilli = 1 << 53
 
 // minKeySecret is the shortest secret accepted: HMAC-SHA256 keys shorter than
 // the hash output weaken the MAC.
@@ -140,23 +168,28 @@ func validKeyID(id string) bool {
 }
 
 // Encode signs p with the current key and returns the cursor's wire form:
-// version 2 when p carries AfterDigest, else version 1. A payload beyond
+// version 1 when p carries a position within the version 1 limits, else
+// version 2 (a digest, or a longer position inline). A payload beyond
 // MaxCursorPosition or MaxCursorSnapshotID is a *CursorError with code
-// CURSOR_TOO_LONG.
+// CURSOR_TOO_LONG; a time beyond 2^53 Unix milliseconds is a *CursorError
+// with code CURSOR_INVALID.
 func (k *Keyring) Encode(p CursorPayload) (string, error) {
 	if err := checkPayloadLimits(p); err != nil {
 		return "", err
 	}
-	version := "v1."
 	payload := make([]byte, 0, 64)
 	if p.AfterDigest != (PositionDigest{}) {
-		version = "v2."
 		payload = appendDigestPayload(payload, p)
 	} else {
 		payload = appendPayload(payload, p)
 	}
+	// "v1." and "v2." are of one length, so n is the length of either.
+	n := len("v1.") + len(k.current) + 1 + cursorBase64.EncodedLen(len(payload)) + 1 + cursorBase64.EncodedLen(sha256.Size)
+	version := "v2."
+	if p.AfterDigest == (PositionDigest{}) && withinV1(p, n) {
+		version = "v1."
+	}
 	secret := k.keys[k.current]
-	n := len(version) + len(k.current) + 1 + cursorBase64.EncodedLen(len(payload)) + 1 + cursorBase64.EncodedLen(sha256.Size)
 	buf := make([]byte, 0, n)
 	buf = append(buf, version...)
 	buf = append(buf, k.current...)
@@ -179,7 +212,8 @@ func (k *Keyring) Encode(p CursorPayload) (string, error) {
 //  3. key id: unknown keys are CURSOR_INVALID (a rotated-out key and a forged
 //     id look the same, and neither proves anything);
 //  4. MAC over version, key id and payload (constant-time; else CURSOR_INVALID);
-//  5. payload decoding (else CURSOR_INVALID);
+//  5. payload decoding, and the version 1 limits: within them for version 1,
+//     beyond them for a version 2 inline position (else CURSOR_INVALID);
 //  6. query hash against want (else CURSOR_QUERY_MISMATCH);
 //  7. expiry against now (else CURSOR_EXPIRED).
 //
@@ -241,6 +275,12 @@ func (k *Keyring) Decode(cursor string, want QueryHash, now time.Time) (CursorPa
 		// leaked key, never a transport accident.
 		return CursorPayload{}, invalidCursor("%v", err)
 	}
+	// One form per payload, the one Encode writes, so that a version 1
+	// cursor means the same to every release that reads it. Versions 1 and
+	// 2 have prefixes of one length, so len(cursor) measures either.
+	if p.AfterDigest == (PositionDigest{}) && withinV1(p, len(cursor)) != (digits == "1") {
+		return CursorPayload{}, invalidCursor("version %s for a position of %d bytes in a cursor of %d bytes", digits, positionLen(p.After), len(cursor))
+	}
 	if p.Query != want {
 		return CursorPayload{}, &CursorError{Code: CursorQueryMismatch, Detail: "cursor belongs to another query"}
 	}
@@ -267,7 +307,28 @@ func checkPayloadLimits(p CursorPayload) error {
 	if p.IssuedAt.UnixMilli() < 0 || p.ExpiresAt.Before(p.IssuedAt) {
 		return errors.New("mcpsync: cursor: times must be after 1970 and expiry not before issue")
 	}
+	// Decode refuses these as CURSOR_INVALID; refusing them here keeps every
+	// cursor written readable, and says what is wrong before a walk relies
+	// on it.
+	if p.ExpiresAt.UnixMilli() > maxCursorMilli {
+		return &CursorError{Code: CursorInvalid, Detail: fmt.Sprintf("expiry %s beyond the latest time a cursor carries (2^53 Unix milliseconds)", p.ExpiresAt.UTC().Format(time.RFC3339))}
+	}
 	return nil
+}
+
+// withinV1 reports whether an inline position fits the limits of version 1
+// in a cursor of cursorLen bytes: a release that reads only version 1 reads
+// such a cursor and refuses any longer one as tampered.
+func withinV1(p CursorPayload, cursorLen int) bool {
+	if cursorLen > v1MaxCursorLen || len(p.SnapshotID) > v1MaxString || len(p.After.ID) > v1MaxString {
+		return false
+	}
+	for _, v := range p.After.Sort {
+		if len(v) > v1MaxString {
+			return false
+		}
+	}
+	return true
 }
 
 // checkCursorLimits refuses a snapshot id or an inline position of more
@@ -291,10 +352,11 @@ func positionLen(p Position) int {
 	return n
 }
 
-// appendPayload writes the binary payload: the 16-byte query hash, issued_at
-// and expires_at as uvarint Unix milliseconds, the snapshot id, the number of
-// sort values, each sort value, and the id; strings are uvarint length plus
-// bytes. The layout is fixed for version 1.
+// appendPayload writes the binary payload of an inline position: the 16-byte
+// query hash, issued_at and expires_at as uvarint Unix milliseconds, the
+// snapshot id, the number of sort values, each sort value, and the id;
+// strings are uvarint length plus bytes. The layout is fixed for version 1,
+// and version 2 uses it for positions beyond the version 1 limits.
 func appendPayload(b []byte, p CursorPayload) []byte {
 	b = appendPayloadHead(b, p)
 	b = binary.AppendUvarint(b, uint64(len(p.After.Sort)))
@@ -335,15 +397,21 @@ func parsePayload(version byte, b []byte) (CursorPayload, error) {
 	r := cursorPayloadReader{b: b[len(p.Query):]}
 	issued := r.uvarint()
 	expires := r.uvarint()
-	const maxMilli = 1 << 53 // far beyond year 200000, keeps time arithmetic exact
-	if issued > maxMilli || expires > maxMilli || expires < issued {
+	if issued > maxCursorMilli || expires > maxCursorMilli || expires < issued {
 		return p, errCursorPayload
 	}
 	p.IssuedAt = time.UnixMilli(int64(issued)).UTC()
 	p.ExpiresAt = time.UnixMilli(int64(expires)).UTC()
 	p.SnapshotID = r.str()
-	switch version {
-	case '1':
+	switch {
+	case version == '2' && len(r.b) == len(p.AfterDigest):
+		r.b = r.b[copy(p.AfterDigest[:], r.b):]
+		if p.AfterDigest == (PositionDigest{}) {
+			return CursorPayload{}, errCursorPayload
+		}
+	case version == '1' || version == '2':
+		// Inline; a version 2 inline position is beyond the version 1
+		// limits, hence never 32 bytes (Decode checks the limits).
 		n := r.uvarint()
 		if n > maxSortValues {
 			return p, errCursorPayload
@@ -355,14 +423,6 @@ func parsePayload(version byte, b []byte) (CursorPayload, error) {
 			}
 		}
 		p.After.ID = r.str()
-	case '2':
-		if len(r.b) != len(p.AfterDigest) {
-			return CursorPayload{}, errCursorPayload
-		}
-		r.b = r.b[copy(p.AfterDigest[:], r.b):]
-		if p.AfterDigest == (PositionDigest{}) {
-			return CursorPayload{}, errCursorPayload
-		}
 	default:
 		return CursorPayload{}, errCursorPayload
 	}

@@ -63,13 +63,18 @@ func FuzzParsePayload(f *testing.F) {
 	f.Add(byte('2'), appendDigestPayload(nil, p))
 	f.Add(byte('1'), []byte{})
 	f.Add(byte('2'), make([]byte, 16))
+	p = testPayload(f)
+	p.After.ID = string(make([]byte, v1MaxString+1))
+	f.Add(byte('2'), appendPayload(nil, p))
 	f.Fuzz(func(t *testing.T, version byte, raw []byte) {
 		p, err := parsePayload(version, raw)
 		if err != nil {
 			return
 		}
+		// Version 2 carries a digest or, beyond the version 1 limits, an
+		// inline position laid out as in version 1.
 		encode := appendPayload
-		if version == '2' {
+		if p.AfterDigest != (PositionDigest{}) {
 			encode = appendDigestPayload
 		}
 		again, err := parsePayload(version, encode(nil, p))

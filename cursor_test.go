@@ -415,6 +415,104 @@ func TestCursorDigestForm(t *testing.T) {
 	}
 }
 
+// Version 1 is written exactly within the limits the first release reads
+// (each string at most 1,024 bytes, the cursor at most 4,096), so that a
+// release that reads only version 1 either reads a cursor or answers
+// CURSOR_VERSION_UNSUPPORTED; beyond them the position goes inline under
+// version 2. Decode accepts each payload only in the form Encode writes.
+func TestCursorVersionOneLimits(t *testing.T) {
+	k := testKeyring(t, testKey)
+	// fill returns p with an id that makes its cursor exactly n bytes.
+	fill := func(p CursorPayload, n int) CursorPayload {
+		p.After.ID = ""
+		c, err := k.Encode(p)
+		require.NoError(t, err)
+		// Each 3 payload bytes are 4 cursor bytes; the id's length prefix
+		// grows from 1 to 2 bytes past 127.
+		p.After.ID = strings.Repeat("i", (n-len(c))*3/4-1)
+		return p
+	}
+	cases := []struct {
+		name    string
+		payload func() CursorPayload
+		version string
+	}{
+		{"id of 1,024 bytes", func() CursorPayload {
+			p := testPayload(t)
+			p.After.ID = strings.Repeat("i", v1MaxString)
+			return p
+		}, "v1."},
+		{"id of 1,025 bytes", func() CursorPayload {
+			p := testPayload(t)
+			p.After.ID = strings.Repeat("i", v1MaxString+1)
+			return p
+		}, "v2."},
+		{"sort value of 1,025 bytes", func() CursorPayload {
+			p := testPayload(t)
+			p.After.Sort = []string{strings.Repeat("s", v1MaxString+1)}
+			return p
+		}, "v2."},
+		{"cursor of 4,096 bytes", func() CursorPayload {
+			p := testPayload(t)
+			p.SnapshotID = strings.Repeat("s", v1MaxString)
+			p.After.Sort = []string{strings.Repeat("v", v1MaxString), strings.Repeat("w", 600)}
+			return fill(p, v1MaxCursorLen)
+		}, "v1."},
+		{"cursor of 4,097 bytes", func() CursorPayload {
+			p := testPayload(t)
+			p.SnapshotID = strings.Repeat("s", v1MaxString)
+			p.After.Sort = []string{strings.Repeat("v", v1MaxString), strings.Repeat("w", 600)}
+			q := fill(p, v1MaxCursorLen)
+			q.After.ID += "ii" // two bytes more are at least one more base64 byte
+			return q
+		}, "v2."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.payload()
+			c, err := k.Encode(p)
+			require.NoError(t, err)
+			require.True(t, strings.HasPrefix(c, tc.version), "%.3s cursor of %d bytes", c, len(c))
+			switch tc.name {
+			case "cursor of 4,096 bytes":
+				require.Len(t, c, v1MaxCursorLen)
+			case "cursor of 4,097 bytes":
+				require.Greater(t, len(c), v1MaxCursorLen)
+			}
+			got, err := k.Decode(c, p.Query, testT0)
+			require.NoError(t, err)
+			assert.Equal(t, p, got)
+
+			// The same payload under the other version is refused, though
+			// signed: one form per payload.
+			other := "v1"
+			if tc.version == "v1." {
+				other = "v2"
+			}
+			_, err = k.Decode(signRawVersion(testKey, other, appendPayload(nil, p)), p.Query, testT0)
+			requireCursorCode(t, err, CursorInvalid)
+		})
+	}
+}
+
+// Encode refuses a time that Decode would refuse, so that every cursor it
+// writes reads back; the paginator's own cursor never looks tampered.
+func TestCursorTimeBound(t *testing.T) {
+	k := testKeyring(t, testKey)
+	p := testPayload(t)
+	p.ExpiresAt = time.UnixMilli(maxCursorMilli).UTC()
+	c, err := k.Encode(p)
+	require.NoError(t, err, "the latest time a cursor carries")
+	got, err := k.Decode(c, p.Query, testT0)
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+
+	p.ExpiresAt = p.ExpiresAt.Add(time.Millisecond)
+	_, err = k.Encode(p)
+	requireCursorCode(t, err, CursorInvalid)
+	assert.Contains(t, err.Error(), "2^53")
+}
+
 func TestDigestPosition(t *testing.T) {
 	a := Position{Sort: []string{"ab"}, ID: "c"}
 	assert.Equal(t, DigestPosition(a), DigestPosition(Position{Sort: []string{"ab"}, ID: "c"}))

@@ -819,11 +819,11 @@ func (s *MemorySource[T]) ResolvePosition(ctx context.Context, snapshot string, 
 	byDigest, ok := v.digests[sig]
 	if !ok {
 		byDigest = make(map[PositionDigest]string)
+		// Every position, short ones too: the paginator looks up only long
+		// ones, but the PositionResolver contract is any item the snapshot
+		// holds, and another caller (or a later inline bound) may rely on it.
 		for id, it := range v.items {
-			// Short positions travel inline and are never looked up.
-			if p := s.Position(q, it); positionLen(p) > inlinePosition {
-				byDigest[DigestPosition(p)] = id
-			}
+			byDigest[DigestPosition(s.Position(q, it))] = id
 		}
 		v.digests[sig] = byDigest
 	}

@@ -883,6 +883,27 @@ func TestLongPositionAtPageBoundary(t *testing.T) {
 	})
 }
 
+// MemorySource resolves the digest of any position a snapshot holds, short
+// or long, as PositionResolver says; a digest the snapshot does not hold and
+// a snapshot no longer kept are CURSOR_EXPIRED.
+func TestMemorySourceResolvesEveryPosition(t *testing.T) {
+	src := ticketSource(t, 1)
+	short, long := ticketAt("T-1", 0), longTickets(1, 2000, false)[0]
+	snap := src.Put(short, long)
+	q := ticketQuery(2, ConsistencySnapshot)
+	for _, x := range []supportTicket{short, long} {
+		pos := ticketPosition(x)
+		got, err := src.ResolvePosition(context.Background(), snap, q, DigestPosition(pos))
+		require.NoError(t, err, "position of %d bytes", positionLen(pos))
+		assert.Equal(t, pos, got)
+	}
+	_, err := src.ResolvePosition(context.Background(), snap, q, DigestPosition(ticketPosition(ticketAt("T-2", 0))))
+	requireCursorCode(t, err, CursorExpired)
+	src.Put(ticketAt("T-3", 0)) // Retain 1: snap is no longer kept
+	_, err = src.ResolvePosition(context.Background(), snap, q, DigestPosition(ticketPosition(short)))
+	requireCursorCode(t, err, CursorExpired)
+}
+
 // longSnapshotSource names its states with ids no cursor can carry and
 // counts the pages it was asked for.
 type longSnapshotSource struct {
