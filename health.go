@@ -46,6 +46,9 @@ type Health struct {
 	// reads that got no answer.
 	Reconnects  uint64 `json:"reconnects"`
 	FailedReads uint64 `json:"failedReads"`
+	// Degraded is how long the connection has not been up, summed over
+	// every loss, the current one included.
+	Degraded time.Duration `json:"degradedNanos"`
 }
 
 // ReconnectPolicy says how a Client heals a lost session. The zero value
@@ -132,12 +135,19 @@ func (c *Client) Health() Health {
 	h := c.health
 	h.SessionGeneration = c.conn.gen
 	h.FailedReads = c.failedReads.Load()
+	if h.State == ConnectionHealing || h.State == ConnectionFailed {
+		h.Degraded += time.Since(h.Since)
+	}
 	return h
 }
 
 // setHealth moves the connection state; c.mu must be held.
 func (c *Client) setHealth(state ConnectionState, reason string) {
-	c.health.State, c.health.Reason, c.health.Since = state, reason, time.Now()
+	now := time.Now()
+	if was := c.health.State; was == ConnectionHealing || was == ConnectionFailed {
+		c.health.Degraded += now.Sub(c.health.Since)
+	}
+	c.health.State, c.health.Reason, c.health.Since = state, reason, now
 }
 
 // degradedReason says why key is not being kept fresh now, or "".

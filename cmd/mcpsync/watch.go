@@ -163,7 +163,6 @@ type watcher struct {
 
 	// Written by the watch loop only (observe).
 	health        mcpsync.Health
-	degraded      time.Duration // summed over the losses that healed
 	notifications map[string]notificationCount
 
 	mu sync.Mutex // protects the counters below
@@ -229,15 +228,7 @@ func (w *watcher) fail(err error) {
 func (w *watcher) observe() {
 	client := w.conn.client
 	h, prev := client.Health(), w.health
-	switch up := mcpsync.ConnectionUp; {
-	case prev.State == up && h.State != up:
-		w.health = h // Since is when the loss was seen
-	case prev.State != up && h.State == up:
-		w.degraded += h.Since.Sub(prev.Since)
-		w.health = h
-	case h.State == up:
-		w.health = h // a loss healed between two looks: its time is not known
-	}
+	w.health = h
 	if h.State == mcpsync.ConnectionUp && h.SessionGeneration != prev.SessionGeneration {
 		ses := newSessionEvent(client.Capabilities(), h.Reconnects, "reconnected")
 		w.p.emit(ses, ses.String())
@@ -259,11 +250,7 @@ func (w *watcher) observe() {
 // degradedFor is the time the session was not up, the current loss
 // included.
 func (w *watcher) degradedFor() time.Duration {
-	d := w.degraded
-	if w.health.State != mcpsync.ConnectionUp {
-		d += time.Since(w.health.Since)
-	}
-	return d
+	return w.conn.client.Health().Degraded
 }
 
 func (w *watcher) onTransition(t mcpsync.Transition) {
