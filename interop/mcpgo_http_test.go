@@ -175,7 +175,9 @@ func TestMCPGoHTTPLegacyOnlyServer(t *testing.T) {
 		t.Run("pin="+tc.pin, func(t *testing.T) {
 			t.Parallel()
 			hs := newMCPGoServer(t, legacyOnly)
-			c, outcomes := connect(t, httpDial(hs.URL, false), mcpsync.ClientOptions{ProtocolVersion: tc.pin})
+			// HTTPDialer opens the notification stream a legacy session
+			// needs; without it the subscription would poll, saying why.
+			c, outcomes := connect(t, mcpsync.HTTPDialer(hs.URL, nil), mcpsync.ClientOptions{ProtocolVersion: tc.pin})
 			assert.Equal(t, tc.want, c.Capabilities().ProtocolVersion)
 
 			sub, err := c.Subscribe(t.Context(), counterURI)
