@@ -180,11 +180,15 @@ func (m *Monitor) inspect(msg []byte) bool {
 		return false
 	}
 	switch {
-	case f.object && f.method:
-		return true // a notification or a request of the server
-	case !f.object || !f.answer:
+	case !f.object || f.duplicate || f.method == f.answer:
+		// Not an object; a member a decoder would take one of several
+		// spellings of; neither a request nor an answer; or both at once,
+		// which JSON-RPC does not have and mcp-go would route as a
+		// request of the server, leaving the request it answers waiting.
 		m.refuse(id, &MessageError{Fault: FaultMalformed, ID: string(f.id)})
 		return false
+	case f.method:
+		return true // a notification or a request of the server
 	}
 	m.mu.Lock()
 	c := m.pending[id]
