@@ -19,9 +19,13 @@ type Monitor struct {
 	report func(error) // told of every fault; runs on the transport's read loop
 	now    func() time.Time
 
-	mu       sync.Mutex // protects the fields below
-	pending  map[string]*call
-	late     [256]string // ids of requests that ended recently, a ring
+	mu      sync.Mutex // protects the fields below
+	pending map[string]*call
+	// issued is the highest number sent under each id prefix (see
+	// splitID); every id at or below it that is not in flight belongs to
+	// a request that ended, however long ago.
+	issued   map[string]uint64
+	late     [256]string // other ids of requests that ended recently, a ring
 	lateNext int
 	fatal    error     // set once the session cannot go on
 	window   time.Time // start of the current second of notifications
@@ -43,7 +47,7 @@ func NewMonitor(lim Limits, report func(error)) *Monitor {
 	if report == nil {
 		report = func(error) {}
 	}
-	return &Monitor{lim: lim, report: report, now: time.Now, pending: make(map[string]*call)}
+	return &Monitor{lim: lim, report: report, now: time.Now, pending: make(map[string]*call), issued: make(map[string]uint64)}
 }
 
 // Limits returns the limits the monitor applies.
@@ -84,14 +88,19 @@ func (m *Monitor) begin(ctx context.Context, id, method string) (context.Context
 		cancel(c.err)
 	} else {
 		m.pending[id] = c
+		if prefix, n, ok := splitID(id); ok {
+			m.issued[prefix] = max(m.issued[prefix], n)
+		}
 	}
 	m.mu.Unlock()
 	return ctx, func() error {
 		m.mu.Lock()
 		if m.pending[id] == c {
 			delete(m.pending, id)
-			m.late[m.lateNext] = id
-			m.lateNext = (m.lateNext + 1) % len(m.late)
+			if _, _, ok := splitID(id); !ok {
+				m.late[m.lateNext] = id
+				m.lateNext = (m.lateNext + 1) % len(m.late)
+			}
 		}
 		err := c.err
 		m.mu.Unlock()
@@ -217,7 +226,19 @@ func (m *Monitor) method(id string) string {
 	return ""
 }
 
+// isLateLocked reports whether id, not in flight, is of a request that
+// ended. The ids this library's requests carry are a fixed prefix and a
+// counter: mcp-go (v1.2.1) numbers its requests from an atomic counter
+// (client.go, requestID), its pings from its own; ours are
+// "mcpsync-ping-N". So an id at or below the highest of its prefix sent was
+// sent, and a late answer to it is told from an unknown id no matter how
+// many requests ended since. Ids of other shapes are remembered in a ring of
+// the last 256.
 func (m *Monitor) isLateLocked(id string) bool {
+	if prefix, n, ok := splitID(id); ok {
+		top, sent := m.issued[prefix]
+		return sent && n <= top
+	}
 	for _, l := range m.late {
 		if l == id {
 			return true
@@ -259,4 +280,22 @@ func (m *Monitor) Dropped() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.dropped
+}
+
+// splitID splits an id key (as idKey spells it) into a prefix and the
+// decimal counter that ends it, spelled canonically (no leading zeros,
+// below 2^63), as a counter prints. ok is false for an id of another shape.
+func splitID(id string) (prefix string, n uint64, ok bool) {
+	i := len(id)
+	for i > 0 && id[i-1] >= '0' && id[i-1] <= '9' {
+		i--
+	}
+	digits := id[i:]
+	if digits == "" || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return "", 0, false
+	}
+	for _, c := range digits {
+		n = n*10 + uint64(c-'0')
+	}
+	return id[:i], n, true
 }
