@@ -38,9 +38,11 @@ type Limits struct {
 	ScanTimeout time.Duration
 	// MaxMessageBytes bounds one JSON-RPC message on every transport the
 	// library builds (StdioDialer, StreamDialer, HTTPDialer): a stdio line,
-	// an HTTP body, an SSE event. A stdio line over it ends the session
-	// with a *FramingError, since the stream cannot be resynchronized.
-	// 0 means 32 MiB.
+	// an HTTP body, an SSE event. Framing does not count: a stdio line is
+	// measured without its "\n" or "\r\n", an HTTP JSON body without the
+	// whitespace that ends it, an SSE event by its data as its data lines
+	// join. A stdio line over it ends the session with a *FramingError,
+	// since the stream cannot be resynchronized. 0 means 32 MiB.
 	MaxMessageBytes int64
 	// MaxDepth bounds the JSON nesting of one message; 0 means 128.
 	MaxDepth int
@@ -126,13 +128,16 @@ type (
 	// LimitError is input over a limit: which one, its bound and what was
 	// observed. It matches ErrLimitExceeded and the sentinel of its limit.
 	LimitError = wire.LimitError
-	// MessageError is a message that is not JSON-RPC, or a response whose
-	// id matches no request in flight. A request it can be traced to fails
-	// with it; one that names no request fails every request in flight,
-	// since any of them may have been the one it answered.
+	// MessageError is a message that is not JSON-RPC (a method and a
+	// result at once among the ways), or a response whose id matches no
+	// request in flight (over HTTP: not the request whose response it is).
+	// A request it can be traced to fails with it; on stdio one that names
+	// no request fails every request in flight, since any of them may have
+	// been the one it answered.
 	MessageError = wire.MessageError
-	// FramingError ends a stdio session: a line over MaxMessageBytes (or a
-	// stream that broke mid-line) leaves no way to find the next message.
+	// FramingError ends a stdio session: a line over MaxMessageBytes, or a
+	// stream that broke mid-line (wrapping io.ErrUnexpectedEOF), leaves no
+	// way to find the next message.
 	FramingError = wire.FramingError
 	// DegradedError reports a session over MaxNotificationsPerSecond.
 	DegradedError = wire.DegradedError

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -9,36 +10,123 @@ import (
 // without decoding it: a message is refused before anything the size of its
 // contents is allocated, and one nested beyond every limit costs no stack.
 // They walk bytes iteratively and never fail; json.Valid judges validity.
+//
+// They must see a message as the decoders that run afterwards will, or a
+// respelled message passes a limit its decoded form breaks. Member names
+// are compared by keyIs: unescaped, and case-folded as encoding/json folds
+// them when it decodes into a struct (mcp-go's JSONRPCResponse, its list
+// results, our listResult). mcp-go's map lookups (a read's "contents",
+// "text", "blob") match exactly, a subset of that. Where a name occurs
+// more than once, a decoder keeps one of the values but parses them all,
+// so the sizes are summed over every member keyIs accepts; the frame's own
+// members (id, method, result, error) may occur only once.
 
 // frame is what the wire layer needs of one message.
 type frame struct {
-	depth  int    // deepest nesting of arrays and objects
-	object bool   // the message is a JSON object
-	id     []byte // raw top-level "id", nil when absent or null
-	method bool   // a top-level "method" is present
-	answer bool   // a top-level "result" or "error" is present
-	result []byte // raw top-level "result"
+	depth     int    // deepest nesting of arrays and objects
+	object    bool   // the message is a JSON object
+	id        []byte // raw top-level "id", nil when absent or null
+	method    bool   // a top-level "method" is present
+	answer    bool   // a top-level "result" or "error" is present
+	result    []byte // raw top-level "result"
+	duplicate bool   // one of the members above occurs twice
 }
 
 func scanFrame(b []byte) frame {
 	f := frame{depth: maxDepth(b)}
 	i := skipWS(b, 0)
 	f.object = i < len(b) && b[i] == '{'
+	var seen [4]bool // id, method, result, error
+	once := func(k int) {
+		f.duplicate = f.duplicate || seen[k]
+		seen[k] = true
+	}
 	fields(b, func(key, val []byte) {
-		switch string(key) {
-		case "id":
+		switch {
+		case keyIs(key, "id"):
+			once(0)
 			if string(val) != "null" {
 				f.id = val
 			}
-		case "method":
+		case keyIs(key, "method"):
+			once(1)
 			f.method = true
-		case "result":
+		case keyIs(key, "result"):
+			once(2)
 			f.answer, f.result = true, val
-		case "error":
+		case keyIs(key, "error"):
+			once(3)
 			f.answer = true
 		}
 	})
 	return f
+}
+
+// keyIs reports whether the raw member name key (unquoted, still escaped)
+// is want as encoding/json matches a struct field: unescaped, then compared
+// by Unicode simple case folding (bytes.EqualFold), under which "ſ" is "s"
+// and the Kelvin sign is "k". want is ASCII.
+func keyIs(key []byte, want string) bool {
+	// Every rune of want matches one rune of the name, and a rune is at
+	// most 12 bytes escaped (a surrogate pair), so a longer name is another.
+	if len(key) > 12*len(want) {
+		return false
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		return bytes.EqualFold(key, []byte(want))
+	}
+	var buf [12 * 16]byte
+	return bytes.EqualFold(unescape(buf[:0], key), []byte(want))
+}
+
+// unescape appends the JSON string body s, unescaped, to dst, as
+// encoding/json decodes it: a lone or mismatched surrogate becomes U+FFFD
+// and the escape after a mismatched one is decoded on its own.
+func unescape(dst, s []byte) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			dst = append(dst, s[i])
+			continue
+		}
+		i++
+		if i >= len(s) {
+			return dst
+		}
+		switch c := s[i]; c {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			if i+4 >= len(s) {
+				return dst
+			}
+			r := rune(hex4(s[i+1 : i+5]))
+			i += 4
+			if utf16.IsSurrogate(r) {
+				r2 := utf8.RuneError
+				if i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+					r2 = rune(hex4(s[i+3 : i+7]))
+				}
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r = d
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // '"', '\\', '/'
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }
 
 // maxDepth returns the deepest nesting of arrays and objects in b.
@@ -173,8 +261,21 @@ func strLen(s []byte) int64 {
 	s = s[1 : len(s)-1]
 	var n int64
 	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			n++
+		if c := s[i]; c < utf8.RuneSelf {
+			if c != '\\' {
+				n++
+				continue
+			}
+		} else {
+			// encoding/json turns each byte of invalid UTF-8 into U+FFFD,
+			// three bytes, so such a byte counts as three.
+			r, size := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				n += 3
+			} else {
+				n += int64(size)
+				i += size - 1
+			}
 			continue
 		}
 		if i+1 < len(s) && s[i+1] == 'u' && i+5 < len(s) {
@@ -227,24 +328,24 @@ func blobLen(s []byte) int64 {
 
 // measureRead returns the content items and decoded bytes of a
 // resources/read result.
-func measureRead(result []byte) (items int, bytes int64) {
+func measureRead(result []byte) (items int, size int64) {
 	fields(result, func(key, val []byte) {
-		if string(key) != "contents" {
+		if !keyIs(key, "contents") {
 			return
 		}
 		elems(val, func(item []byte) {
 			items++
 			fields(item, func(k, v []byte) {
-				switch string(k) {
-				case "text":
-					bytes += strLen(v)
-				case "blob":
-					bytes += blobLen(v)
+				switch {
+				case keyIs(k, "text"):
+					size += strLen(v)
+				case keyIs(k, "blob"):
+					size += blobLen(v)
 				}
 			})
 		})
 	})
-	return items, bytes
+	return items, size
 }
 
 // listKeys are the member of each list result that holds its items.
@@ -255,12 +356,13 @@ var listKeys = map[string]string{
 	"prompts/list":             "prompts",
 }
 
-// pageItems returns the items of a list result of method.
+// pageItems returns the items of a list result of method, summed over
+// every member a decoder may take for the list.
 func pageItems(method string, result []byte) int {
 	want := listKeys[method]
 	n := 0
 	fields(result, func(key, val []byte) {
-		if string(key) == want {
+		if keyIs(key, want) {
 			elems(val, func([]byte) { n++ })
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -19,9 +20,13 @@ type Monitor struct {
 	report func(error) // told of every fault; runs on the transport's read loop
 	now    func() time.Time
 
-	mu       sync.Mutex // protects the fields below
-	pending  map[string]*call
-	late     [256]string // ids of requests that ended recently, a ring
+	mu      sync.Mutex // protects the fields below
+	pending map[string]*call
+	// issued is the highest number sent under each id prefix (see
+	// splitID); every id at or below it that is not in flight belongs to
+	// a request that ended, however long ago.
+	issued   map[string]uint64
+	late     [256]string // other ids of requests that ended recently, a ring
 	lateNext int
 	fatal    error     // set once the session cannot go on
 	window   time.Time // start of the current second of notifications
@@ -43,7 +48,7 @@ func NewMonitor(lim Limits, report func(error)) *Monitor {
 	if report == nil {
 		report = func(error) {}
 	}
-	return &Monitor{lim: lim, report: report, now: time.Now, pending: make(map[string]*call)}
+	return &Monitor{lim: lim, report: report, now: time.Now, pending: make(map[string]*call), issued: make(map[string]uint64)}
 }
 
 // Limits returns the limits the monitor applies.
@@ -76,7 +81,7 @@ func (m *Monitor) Err() error {
 // wire layer fails the request; finish unregisters it and returns that
 // failure, if any.
 func (m *Monitor) begin(ctx context.Context, id, method string) (context.Context, func() error) {
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, ownerKey{}, id))
 	c := &call{method: method, cancel: cancel}
 	m.mu.Lock()
 	if m.fatal != nil {
@@ -84,20 +89,35 @@ func (m *Monitor) begin(ctx context.Context, id, method string) (context.Context
 		cancel(c.err)
 	} else {
 		m.pending[id] = c
+		if prefix, n, ok := splitID(id); ok {
+			m.issued[prefix] = max(m.issued[prefix], n)
+		}
 	}
 	m.mu.Unlock()
 	return ctx, func() error {
 		m.mu.Lock()
 		if m.pending[id] == c {
 			delete(m.pending, id)
-			m.late[m.lateNext] = id
-			m.lateNext = (m.lateNext + 1) % len(m.late)
+			if _, _, ok := splitID(id); !ok {
+				m.late[m.lateNext] = id
+				m.lateNext = (m.lateNext + 1) % len(m.late)
+			}
 		}
 		err := c.err
 		m.mu.Unlock()
 		cancel(nil)
 		return err
 	}
+}
+
+type ownerKey struct{}
+
+// ownerFrom returns the id of the request ctx was begun for: an HTTP
+// transport sends the request under this context, so its response is read
+// knowing which request it must answer.
+func ownerFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(ownerKey{}).(string)
+	return id, ok
 }
 
 // failLocked fails one request in flight with err.
@@ -131,11 +151,34 @@ func (m *Monitor) end(err error) {
 	m.report(err)
 }
 
-// refuse fails the request a refused message answered, or every request in
-// flight when the message names none, and reports err.
-func (m *Monitor) refuse(id string, err error) {
+// source says where a message came from, which decides what a refusal of
+// it fails.
+type source struct {
+	// http: the message came over HTTP, where every stream has one
+	// reader and a message on it concerns no other request.
+	http bool
+	// owner is the request whose response body or event stream carried the
+	// message (HTTP only; "" for a stream of no request, such as the
+	// standalone GET stream).
+	owner string
+}
+
+// stdioSource is the one stream of a stdio session, which every request
+// shares.
+var stdioSource = source{}
+
+// refuse fails the request a refused message concerns and reports err.
+// Over HTTP that is the request whose stream carried it, or none. On stdio
+// it is the request the message's id names, or every request in flight
+// when it names none, since any of them may have been the one it answered.
+func (m *Monitor) refuse(s source, id string, err error) {
 	m.mu.Lock()
-	if id == "" || !m.failLocked(id, err) {
+	switch {
+	case s.http:
+		if s.owner != "" {
+			m.failLocked(s.owner, err)
+		}
+	case id == "" || !m.failLocked(id, err):
 		m.failAllLocked(err)
 	}
 	m.mu.Unlock()
@@ -155,19 +198,35 @@ func idKey(raw []byte) string {
 	return id.String()
 }
 
-// inspect judges one message before mcp-go sees it, and reports whether it
-// may be delivered. A refused message fails the request it answered (or,
-// naming none, every request in flight) with an error naming the cause.
+// errSkip is the verdict on a message that is dropped without a fault: a
+// blank line, or the late answer to a request that gave up.
+var errSkip = errors.New("skip")
+
+// inspect judges one stdio message, and reports whether it may be delivered.
 func (m *Monitor) inspect(msg []byte) bool {
-	msg = bytes.TrimRight(msg, "\r\n")
+	return m.judge(stdioSource, bytes.TrimRight(msg, "\r\n")) == nil
+}
+
+// judge judges one message from s before mcp-go sees it: nil if it may be
+// delivered, errSkip if it is dropped quietly, or the error that refused
+// it, which has failed the request it concerns (see refuse) and been
+// reported. msg is the message without its framing.
+func (m *Monitor) judge(s source, msg []byte) error {
 	if len(bytes.TrimSpace(msg)) == 0 {
-		return false
+		return errSkip
 	}
 	f := scanFrame(msg)
 	id := idKey(f.id)
+	refuse := func(err error) error {
+		m.refuse(s, id, err)
+		return err
+	}
 	if m.lim.Depth > 0 && f.depth > m.lim.Depth {
-		m.refuse(id, &LimitError{Limit: LimitDepth, Max: int64(m.lim.Depth), Observed: int64(f.depth), Method: m.method(id)})
-		return false
+		method := m.method(id)
+		if s.owner != "" {
+			method = m.method(s.owner)
+		}
+		return refuse(&LimitError{Limit: LimitDepth, Max: int64(m.lim.Depth), Observed: int64(f.depth), Method: method})
 	}
 	if !json.Valid(msg) {
 		var v any
@@ -176,15 +235,26 @@ func (m *Monitor) inspect(msg []byte) bool {
 		if se, ok := err.(*json.SyntaxError); ok {
 			me.Offset = se.Offset
 		}
-		m.refuse(id, me)
-		return false
+		return refuse(me)
 	}
 	switch {
-	case f.object && f.method:
-		return true // a notification or a request of the server
-	case !f.object || !f.answer:
-		m.refuse(id, &MessageError{Fault: FaultMalformed, ID: string(f.id)})
-		return false
+	case !f.object || f.duplicate || f.method == f.answer:
+		// Not an object; a member a decoder would take one of several
+		// spellings of; neither a request nor an answer; or both at once,
+		// which JSON-RPC does not have and mcp-go would route as a
+		// request of the server, leaving the request it answers waiting.
+		return refuse(&MessageError{Fault: FaultMalformed, ID: string(f.id)})
+	case f.method:
+		return nil // a notification or a request of the server
+	}
+	if s.http {
+		// mcp-go (v1.2.1) takes whatever answer a response body or event
+		// stream carries as the answer to the request that opened it,
+		// whatever its id, so the id is checked here. A stream of no
+		// request carries no answers.
+		if s.owner == "" || id != s.owner {
+			return refuse(&MessageError{Fault: FaultUnknownID, ID: string(f.id)})
+		}
 	}
 	m.mu.Lock()
 	c := m.pending[id]
@@ -192,16 +262,14 @@ func (m *Monitor) inspect(msg []byte) bool {
 	m.mu.Unlock()
 	switch {
 	case late:
-		return false // the answer to a request that already gave up
+		return errSkip // the answer to a request that already gave up
 	case c == nil:
-		m.refuse("", &MessageError{Fault: FaultUnknownID, ID: string(f.id)})
-		return false
+		return refuse(&MessageError{Fault: FaultUnknownID, ID: string(f.id)})
 	}
 	if err := m.lim.checkResult(c.method, f.result); err != nil {
-		m.refuse(id, err)
-		return false
+		return refuse(err)
 	}
-	return true
+	return nil
 }
 
 func (m *Monitor) method(id string) string {
@@ -213,7 +281,19 @@ func (m *Monitor) method(id string) string {
 	return ""
 }
 
+// isLateLocked reports whether id, not in flight, is of a request that
+// ended. The ids this library's requests carry are a fixed prefix and a
+// counter: mcp-go (v1.2.1) numbers its requests from an atomic counter
+// (client.go, requestID), its pings from its own; ours are
+// "mcpsync-ping-N". So an id at or below the highest of its prefix sent was
+// sent, and a late answer to it is told from an unknown id no matter how
+// many requests ended since. Ids of other shapes are remembered in a ring of
+// the last 256.
 func (m *Monitor) isLateLocked(id string) bool {
+	if prefix, n, ok := splitID(id); ok {
+		top, sent := m.issued[prefix]
+		return sent && n <= top
+	}
 	for _, l := range m.late {
 		if l == id {
 			return true
@@ -255,4 +335,22 @@ func (m *Monitor) Dropped() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.dropped
+}
+
+// splitID splits an id key (as idKey spells it) into a prefix and the
+// decimal counter that ends it, spelled canonically (no leading zeros,
+// below 2^63), as a counter prints. ok is false for an id of another shape.
+func splitID(id string) (prefix string, n uint64, ok bool) {
+	i := len(id)
+	for i > 0 && id[i-1] >= '0' && id[i-1] <= '9' {
+		i--
+	}
+	digits := id[i:]
+	if digits == "" || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return "", 0, false
+	}
+	for _, c := range digits {
+		n = n*10 + uint64(c-'0')
+	}
+	return id[:i], n, true
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +19,13 @@ import (
 // lines the monitor lets through: mcp-go (v1.2.1) reads lines with
 // bufio.Reader.ReadString, which grows without bound on a line that never
 // ends, and drops what it cannot decode without a word.
+//
+// A line's message is the line without its terminator, "\n" or "\r\n": the
+// terminator is framing, and only the message counts toward MessageBytes.
 type framer struct {
 	src  *bufio.Reader
 	mon  *Monitor
-	line []byte // the line being read; at most MessageBytes+1 long
+	line []byte // the line being read; at most MessageBytes+2 long
 	out  []byte // the rest of the line mcp-go has not read yet
 	err  error
 }
@@ -42,6 +46,37 @@ func (f *framer) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// messageLen returns the length of the message in f.line followed by
+// chunk, which ends in "\n" when complete. An incomplete line is measured
+// as if the next byte ended it, the shortest message it can still become.
+func (f *framer) messageLen(chunk []byte, complete bool) int64 {
+	n := len(f.line) + len(chunk)
+	if complete {
+		n-- // the "\n"
+	}
+	if n > 0 {
+		last := n - 1
+		c := byte(0)
+		if last < len(f.line) {
+			c = f.line[last]
+		} else {
+			c = chunk[last-len(f.line)]
+		}
+		if c == '\r' {
+			n--
+		}
+	}
+	return int64(n)
+}
+
+// fail ends the session: a stream that passed a bound or broke off mid-line
+// cannot be resynchronized.
+func (f *framer) fail(err error) {
+	f.line = nil
+	f.err = &FramingError{Err: err}
+	f.mon.end(f.err)
+}
+
 // next reads one line and keeps it in out if the monitor lets it through.
 func (f *framer) next() {
 	// A large message is not kept pinned after it was delivered.
@@ -52,19 +87,20 @@ func (f *framer) next() {
 	limit := f.mon.lim.MessageBytes
 	for {
 		chunk, err := f.src.ReadSlice('\n')
-		n := int64(len(f.line) + len(chunk))
-		if limit > 0 && n > limit+1 { // +1: the newline is framing, not message
-			f.line = nil
-			f.err = &FramingError{Err: &LimitError{Limit: LimitMessageBytes, Max: limit, Observed: n}}
-			f.mon.end(f.err)
-			return
+		n := len(f.line) + len(chunk)
+		if limit > 0 && int64(n) > limit+1 {
+			// Past the bound with room for a "\r\n" terminator.
+			if m := f.messageLen(chunk, err == nil); m > limit {
+				f.fail(&LimitError{Limit: LimitMessageBytes, Max: limit, Observed: m})
+				return
+			}
 		}
-		if int(n) > cap(f.line) {
-			// Double, but never past the limit, so that the buffer and its
+		if n > cap(f.line) {
+			// Double, but never past the bound, so that the buffer and its
 			// predecessor stay within twice the limit.
-			size := max(2*cap(f.line), int(n), 64<<10)
+			size := max(2*cap(f.line), n, 64<<10)
 			if limit > 0 {
-				size = min(size, int(limit)+1)
+				size = min(size, int(limit)+2)
 			}
 			grown := make([]byte, len(f.line), size)
 			copy(grown, f.line)
@@ -75,10 +111,14 @@ func (f *framer) next() {
 			continue
 		}
 		if err != nil {
-			f.err = err
-			if len(f.line) > 0 && f.mon.inspect(f.line) {
-				f.out = f.line // the last line, without its newline
+			if err == io.EOF && len(bytes.TrimSpace(f.line)) > 0 {
+				// The server's output ended inside a message: what was sent
+				// cannot be told from what was lost. (Another read error
+				// comes of the transport closing, and says so itself.)
+				f.fail(io.ErrUnexpectedEOF)
+				return
 			}
+			f.err = err
 			return
 		}
 		break

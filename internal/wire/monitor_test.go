@@ -1,0 +1,60 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A late answer is told from an unknown id however many requests ended
+// since it was abandoned: it is dropped quietly, and the request in flight
+// goes on.
+func TestLateAnswerAfterManyRequests(t *testing.T) {
+	var faults []error
+	mon := NewMonitor(Limits{}, func(err error) { faults = append(faults, err) })
+	for i := 1; i <= 1000; i++ {
+		_, finish := mon.begin(context.Background(), fmt.Sprintf("int64:%d", i), "resources/read")
+		require.NoError(t, finish())
+	}
+	_, finish := mon.begin(context.Background(), "string:mcpsync-ping-1", "ping")
+	require.NoError(t, finish())
+	ctx, finish := mon.begin(context.Background(), "int64:1001", "resources/read")
+	defer finish()
+
+	for _, id := range []string{`1`, `500`, `1000`, `"mcpsync-ping-1"`} {
+		assert.False(t, mon.inspect([]byte(`{"jsonrpc":"2.0","id":`+id+`,"result":{}}`)), id)
+	}
+	assert.Empty(t, faults, "late answers are no fault")
+	assert.NoError(t, ctx.Err(), "the request in flight goes on")
+
+	for _, id := range []string{`1002`, `"mcpsync-ping-2"`, `"1"`, `-1`, `01`, `"other"`} {
+		assert.False(t, mon.inspect([]byte(`{"jsonrpc":"2.0","id":`+id+`,"result":{}}`)), id)
+	}
+	assert.Len(t, faults, 6, "each unknown id is a fault")
+	assert.ErrorIs(t, context.Cause(ctx), &MessageError{Fault: FaultUnknownID})
+}
+
+func TestSplitID(t *testing.T) {
+	for id, want := range map[string]struct {
+		prefix string
+		n      uint64
+		ok     bool
+	}{
+		"int64:17":                  {"int64:", 17, true},
+		"string:mcpsync-ping-3":     {"string:mcpsync-ping-", 3, true},
+		"int64:0":                   {"int64:", 0, true},
+		"int64:007":                 {"", 0, false},
+		"string:abc":                {"", 0, false},
+		"int64:1234567890123456789": {"", 0, false},
+	} {
+		prefix, n, ok := splitID(id)
+		assert.Equal(t, want.ok, ok, id)
+		if want.ok {
+			assert.Equal(t, want.prefix, prefix, id)
+			assert.Equal(t, want.n, n, id)
+		}
+	}
+}
