@@ -189,6 +189,10 @@ type Client struct {
 	reconnecting chan struct{}
 	health       Health            // protected by mu
 	failing      map[string]string // key -> why its reads fail; protected by mu
+	// endedBy is the error that ended the newest session lost on the
+	// client's side (a framing violation), kept for SessionErr once healing
+	// replaced it; protected by mu.
+	endedBy error
 	// resync marks keys a reconnect found held by someone else; the holder
 	// opens them in the current session before it lets go (settle).
 	resync      map[string]bool // protected by mu
@@ -1671,12 +1675,17 @@ func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
 }
 
 // SessionErr returns the error that ended the current session on the
-// client's side (a *FramingError), or nil while it can go on.
+// client's side (a *FramingError) or, once healing replaced that session,
+// the one that ended the newest session lost that way; nil when no session
+// ended so.
 func (c *Client) SessionErr() error {
 	c.mu.Lock()
-	conn := c.conn
+	conn, ended := c.conn, c.endedBy
 	c.mu.Unlock()
-	return conn.mon.Err()
+	if err := conn.mon.Err(); err != nil {
+		return err
+	}
+	return ended
 }
 
 // pages fetches list pages of kind on conn. The cursor goes out untouched;

@@ -170,6 +170,9 @@ func (c *Client) lose(conn *connection, err error) {
 		return
 	}
 	conn.lost = true
+	if fatal := conn.mon.Err(); fatal != nil {
+		c.endedBy = fatal
+	}
 	conn.stopHeartbeat()
 	state := ConnectionHealing
 	if c.opts.Reconnect.Disabled {
