@@ -240,17 +240,10 @@ func TestOldGenerationNeverOverwritesNew(t *testing.T) {
 	t.Run("subscription generation", func(t *testing.T) {
 		e := activeEngine(t, nil)
 		old := issue(t, e, mcpsync.TriggerInitial)
-		_, err := e.BeginClose(docURI)
-		require.NoError(t, err)
-		_, err = e.FinishClose(docURI, true)
-		require.NoError(t, err)
-		_, err = e.Subscribe(docURI, alice)
-		require.NoError(t, err)
-		_, err = e.Activate(docURI, mcpsync.ModePush)
-		require.NoError(t, err)
+		resubscribe(t, e)
 		fresh := issue(t, e, mcpsync.TriggerInitial)
 		require.Equal(t, old.ReadOrdinal, fresh.ReadOrdinal, "ordinals restart per generation")
-		_, err = e.AcceptResourceVersion(fresh, text(docURI, "new"))
+		_, err := e.AcceptResourceVersion(fresh, text(docURI, "new"))
 		require.NoError(t, err)
 
 		// Same ordinal, same URI, older (closed) generation: refused.
