@@ -17,6 +17,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"golang.org/x/time/rate"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
 )
@@ -134,6 +135,14 @@ type ClientOptions struct {
 	// Logger, if set, logs those failures and session changes; nil is
 	// silent.
 	Logger *slog.Logger
+	// MCPOptions are passed to mcp-go's client at every (re)connect: its
+	// sampling, roots or elicitation handlers, say. Session gives the live
+	// session to call tools on.
+	MCPOptions []mcpclient.ClientOption
+	// ReconnectReads bounds the rate of the reads a reconnect sends (one
+	// per subscription), so a restarted server is not stampeded; 0 means
+	// 100 per second, with bursts of 20.
+	ReconnectReads rate.Limit
 	// OnOutcome, if set, is told of every fenced read, outside every lock.
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
@@ -184,6 +193,8 @@ type Client struct {
 	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
 	// Subscribe that raced it.
 	keys keyLocks
+	// paced limits the rate of reads with trigger reconnect.
+	paced *rate.Limiter
 	// reconnecting serializes reconnects, the caller's and healing's; a
 	// semaphore, so that a caller waits no longer than its context.
 	reconnecting chan struct{}
@@ -240,7 +251,9 @@ type connection struct {
 	reconcile map[string]bool
 	want      []string      // URIs the next listen stream must carry
 	listen    *listenStream // the newest stream; nil when none is open
-	ends      int           // streams the server ended since one was acknowledged, for backoff
+	// ends paces the re-establishment of streams the server ended; nil
+	// again once a stream is acknowledged.
+	ends *backoff.ExponentialBackOff
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
@@ -392,6 +405,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	if o.PingTimeout <= 0 {
 		o.PingTimeout = 10 * time.Second
 	}
+	if o.ReconnectReads <= 0 {
+		o.ReconnectReads = 100
+	}
 	if o.Reconnect.Initial <= 0 {
 		o.Reconnect.Initial = 500 * time.Millisecond
 	}
@@ -423,6 +439,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch), failing: make(map[string]string), resync: make(map[string]bool),
 		reconnecting: make(chan struct{}, 1),
+		paced:        rate.NewLimiter(o.ReconnectReads, 20),
 		listChanged: map[string]*atomic.Uint64{
 			string(mcp.MethodResourcesList): {}, string(mcp.MethodResourcesTemplatesList): {},
 			string(mcp.MethodToolsList): {}, string(mcp.MethodPromptsList): {},
@@ -444,6 +461,17 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c.goAsync(c.pump)
 	c.startHeartbeat(conn)
 	return c, nil
+}
+
+// Session returns the mcp-go client of the current session, to call tools
+// or prompts on. It is replaced at every reconnect: take it again rather
+// than keep it.
+func (c *Client) Session() (*mcpclient.Client, error) {
+	conn, err := c.current()
+	if err != nil {
+		return nil, err
+	}
+	return conn.mc, nil
 }
 
 // Engine returns the engine that holds the local copy.
@@ -491,6 +519,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	if c.opts.ProtocolVersion != "" {
 		options = append(options, mcpclient.WithProtocolVersion(c.opts.ProtocolVersion))
 	}
+	options = append(options, c.opts.MCPOptions...)
 	wrapped := wire.New(tr, rpcError, mon, wireMethods...)
 	mc := mcpclient.NewClient(wrapped, options...)
 	conn := &connection{
@@ -980,7 +1009,7 @@ func (conn *connection) acknowledged(uris []string, streamID string) {
 	}
 	s.ackURIs = uris
 	close(s.acked)
-	conn.ends = 0
+	conn.ends = nil
 }
 
 func (conn *connection) stopListen() {
@@ -1201,7 +1230,7 @@ func (c *Client) dispatch(t Ticket) {
 	c.goAsync(func() {
 		var retry *backoff.ExponentialBackOff
 		for next := &t; next != nil; {
-			if !c.coalesce() {
+			if !c.coalesce() || (next.Trigger == TriggerReconnect && c.paced.Wait(c.ctx) != nil) {
 				_, _ = c.engine.Fail(*next) // closing: release the queue
 				return
 			}
@@ -1594,8 +1623,10 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 	}
 	stream.cancel()
 	conn.listen = nil
-	conn.ends++
-	delay := min(time.Second<<min(conn.ends-1, 16), c.opts.RevalidateEvery)
+	if conn.ends == nil {
+		conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
+	}
+	delay := conn.ends.NextBackOff()
 	conn.mu.Unlock()
 	if !c.wait(delay) {
 		return
