@@ -17,6 +17,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/time/rate"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
@@ -135,6 +136,10 @@ type ClientOptions struct {
 	// Logger, if set, logs those failures and session changes; nil is
 	// silent.
 	Logger *slog.Logger
+	// MeterProvider receives the client's metrics (see metrics.go); nil
+	// means none. The library depends on the OpenTelemetry metric API
+	// only: the caller brings the SDK.
+	MeterProvider metric.MeterProvider
 	// MCPOptions are passed to mcp-go's client at every (re)connect: its
 	// sampling, roots or elicitation handlers, say. Session gives the live
 	// session to call tools on.
@@ -192,7 +197,8 @@ type Client struct {
 	// keys serializes the subscribe, unsubscribe and resubscribe of one
 	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
 	// Subscribe that raced it.
-	keys keyLocks
+	keys    keyLocks
+	metrics *metrics // write-once at Connect
 	// paced limits the rate of reads with trigger reconnect.
 	paced *rate.Limiter
 	// reconnecting serializes reconnects, the caller's and healing's; a
@@ -448,6 +454,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	if err := c.initRollout(o.RefreshFraction); err != nil {
 		return nil, err
+	}
+	if c.metrics, err = newMetrics(c, o.MeterProvider); err != nil {
+		return nil, fmt.Errorf("mcpsync: metrics: %w", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
@@ -1311,12 +1320,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	case errors.As(err, &lim) && lim.Method == string(mcp.MethodResourcesRead):
 		result = limitResult(lim) // refused with a receipt; the session goes on
 	default:
+		c.metrics.read(t.Trigger, "FAILED")
 		c.failedRead(conn, t, err)
 		next, ferr := c.engine.Fail(t)
 		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	c.answered(t.URI)
 	out, err := c.engine.Complete(t, result)
+	c.metrics.read(t.Trigger, outcomeOf(out))
 	if c.opts.OnOutcome != nil {
 		c.opts.OnOutcome(out)
 	}
@@ -1436,6 +1447,7 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	}
 	c.conn = conn
 	c.health.Reconnects++
+	c.metrics.reconnects.Add(context.Background(), 1)
 	c.setHealth(ConnectionUp, "")
 	keys := slices.Collect(maps.Keys(c.watches))
 	c.mu.Unlock()
