@@ -198,7 +198,7 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 		return Outcome{}, fmt.Errorf("mcpsync: load %s: %w", t.URI, err)
 	}
 	if reason, ok := e.check(cur, t); !ok && reason != ReasonReconciliationRequired {
-		return e.refuse(cur, t, r, reason, "")
+		return e.refuse(cur, t, r, reason, "", nil)
 	}
 	var guardErr error
 	if r.err == nil && !r.notFound && e.guard != nil {
@@ -216,9 +216,10 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	var out Outcome
 	var reason StaleReason
 	var detail string
+	var cause error
 	var path transitions
 	next, seq, err := e.update(t.URI, func(cur *Record) (*Record, []OutboxEntry, error) {
-		out, reason, detail = Outcome{}, "", ""
+		out, reason, detail, cause = Outcome{}, "", "", nil
 		path.reset(cur)
 		if why, ok := e.check(cur, t); !ok {
 			reason = why
@@ -231,9 +232,9 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 			}
 			return nil, nil, nil
 		}
-		if why, what := e.checkContent(cur, t, r); why != "" {
+		if why, what, because := e.checkContent(cur, t, r); why != "" {
 			// The ticket is spent: settle it, change nothing else.
-			reason, detail = why, what
+			reason, detail, cause = why, what, because
 			next := cur.clone()
 			settle(next, &path, t.ReadOrdinal, false)
 			return next, nil, nil
@@ -246,7 +247,7 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	}
 	if reason != "" {
 		e.emit(t.URI, &path)
-		return e.refuse(next, t, r, reason, detail)
+		return e.refuse(next, t, r, reason, detail, cause)
 	}
 	e.emit(t.URI, &path)
 	if revoked, err := e.revokedSince(t); revoked || err != nil {
@@ -327,33 +328,34 @@ func holdsTicket(cur *Record, t Ticket) bool {
 
 // checkContent applies the rest of the fence rule once the ticket is known to
 // be good; a refusal here spends the ticket.
-func (e *Engine) checkContent(cur *Record, t Ticket, r ReadResult) (StaleReason, string) {
+// It returns the reason, a detail, and the cause to wrap, each said once:
+// a read prepared with its own refusal lends its reason, detail and cause.
+func (e *Engine) checkContent(cur *Record, t Ticket, r ReadResult) (StaleReason, string, error) {
 	if !cur.State.open() {
-		return ReasonNotActive, ""
+		return ReasonNotActive, "", nil
 	}
 	if e.isRevoked(t.Subject) {
-		return ReasonSubjectRevoked, ""
+		return ReasonSubjectRevoked, "", nil
 	}
 	if r.notFound {
-		return "", ""
+		return "", "", nil
 	}
 	if r.err == nil && len(r.keys) == 0 {
 		// The zero ReadResult: no contents were prepared at all.
-		return ReasonEmptyContents, "read returned no contents"
+		return ReasonEmptyContents, "read returned no contents", nil
 	}
 	if r.err != nil {
-		reason := ReasonInvalidContent
 		if re, ok := r.err.(*RefusalError); ok {
-			reason = re.Reason
+			return re.Reason, re.Detail, re.Err
 		}
-		return reason, r.err.Error()
+		return ReasonInvalidContent, "contents cannot be decoded", r.err
 	}
 	for _, k := range r.keys {
 		if k == t.URI {
-			return "", ""
+			return "", "", nil
 		}
 	}
-	return ReasonURIMismatch, fmt.Sprintf("contents name %q, read was of %q", r.keys[0], t.URI)
+	return ReasonURIMismatch, fmt.Sprintf("contents name %q, read was of %q", r.keys[0], t.URI), nil
 }
 
 // accept builds the record and outbox entries of a result that passed.
@@ -471,7 +473,7 @@ func settle(next *Record, path *transitions, ord uint64, passed bool) {
 }
 
 // refuse records and returns a stale receipt.
-func (e *Engine) refuse(cur *Record, t Ticket, r ReadResult, reason StaleReason, detail string) (Outcome, error) {
+func (e *Engine) refuse(cur *Record, t Ticket, r ReadResult, reason StaleReason, detail string, cause error) (Outcome, error) {
 	s := StaleReceipt{
 		Schema:                 SchemaStaleReceipt,
 		Reason:                 reason,
@@ -490,7 +492,7 @@ func (e *Engine) refuse(cur *Record, t Ticket, r ReadResult, reason StaleReason,
 	}
 	e.audit.record(&s)
 	if detail != "" {
-		return Outcome{Stale: s}, &RefusalError{Reason: reason, Detail: detail, Err: r.err}
+		return Outcome{Stale: s}, &RefusalError{Reason: reason, Detail: detail, Err: cause}
 	}
 	return Outcome{Stale: s}, refusal(reason)
 }

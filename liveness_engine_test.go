@@ -2,6 +2,7 @@ package mcpsync_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,4 +295,16 @@ func TestLivenessActivateChecksTheSession(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.PublishStalenessBound(docURI, time.Minute)
 	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition)
+}
+
+// A refusal says its text once: the reason, the detail and the cause, each
+// a single time (the command printed it two or three times).
+func TestRefusalSaysItsTextOnce(t *testing.T) {
+	e := activeEngine(t, nil)
+	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial),
+		mcpsync.NewReadResult([]mcpsync.Content{{URI: "no scheme", Text: "x"}}))
+	require.ErrorIs(t, err, mcpsync.ErrInvalidContent)
+	msg := err.Error()
+	assert.Equal(t, 1, strings.Count(msg, "refused"), msg)
+	assert.Equal(t, 1, strings.Count(msg, "content 0"), msg)
 }
