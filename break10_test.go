@@ -1,0 +1,292 @@
+package mcpsync_test
+
+// Break attempts on issue 10 (self-healing sessions), as a user would drive
+// them. Each test fails on the code it was written against; see the report
+// of break-10.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// b10Rig is a Client over an in-process mcpsynctest server whose dials can
+// be made to fail ("the server is down") and whose errors are recorded.
+type b10Rig struct {
+	srv *mcpsynctest.Server
+	c   *mcpsync.Client
+
+	mu     sync.Mutex
+	down   bool
+	dials  int
+	kit    *mcpsynctest.Transport
+	errs   []error
+	onErr  func(c *mcpsync.Client, err error)
+	closeF func() // wraps the next transports' Close, if set
+}
+
+func newB10Rig(t *testing.T, opts mcpsync.ClientOptions, uris ...string) *b10Rig {
+	t.Helper()
+	r := &b10Rig{srv: mcpsynctest.NewServer(nil)}
+	for _, u := range uris {
+		r.srv.Set(u, "text/markdown", "v1")
+	}
+	opts.Principal, opts.ProtocolVersion = alice, eras[0].version
+	opts.OnError = func(err error) {
+		r.mu.Lock()
+		r.errs = append(r.errs, err)
+		f, c := r.onErr, r.c
+		r.mu.Unlock()
+		if f != nil {
+			f(c, err)
+		}
+	}
+	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.dials++
+		if r.down {
+			return nil, errors.New("dial: connection refused (server down)")
+		}
+		kit := mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), int64(r.dials))
+		r.kit = kit
+		if r.closeF != nil {
+			return &slowClose{Transport: kit, before: r.closeF}, nil
+		}
+		return kit, nil
+	}, &opts)
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.c = c
+	r.mu.Unlock()
+	return r
+}
+
+// slowClose runs before when the transport is closed, then closes it.
+type slowClose struct {
+	*mcpsynctest.Transport
+	before func()
+}
+
+func (s *slowClose) Close() error {
+	s.before()
+	return s.Transport.Close()
+}
+
+func (r *b10Rig) setDown(down bool) {
+	r.mu.Lock()
+	r.down = down
+	r.mu.Unlock()
+}
+
+func (r *b10Rig) errors() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.errs...)
+}
+
+func (r *b10Rig) gaveUp() int {
+	n := 0
+	for _, err := range r.errors() {
+		if errors.Is(err, mcpsync.ErrReconnectGaveUp) {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *b10Rig) dropSession() {
+	r.mu.Lock()
+	kit := r.kit
+	r.mu.Unlock()
+	kit.DropSession()
+}
+
+// A natural OnError: once reconnecting gave up, the caller closes the
+// client (the copy can no longer be kept fresh). OnError is documented as
+// running outside every lock; but it runs on a goroutine of the client's
+// own wait group (heal), so Close waits for the very goroutine that calls
+// it and returns ErrCloseTimeout after CloseTimeout instead of nil.
+func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		closed := make(chan error, 1)
+		r := newB10Rig(t, mcpsync.ClientOptions{
+			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: time.Hour,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond},
+		}, faultURI)
+		r.mu.Lock()
+		r.onErr = func(c *mcpsync.Client, err error) {
+			if errors.Is(err, mcpsync.ErrReconnectGaveUp) {
+				start := time.Now()
+				cerr := c.Close()
+				if time.Since(start) > time.Second {
+					cerr = errors.Join(cerr, errors.New("Close blocked for "+time.Since(start).String()))
+				}
+				closed <- cerr
+			}
+		}
+		r.mu.Unlock()
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		r.setDown(true)
+		r.dropSession()
+		time.Sleep(30 * time.Second)
+		quiesce()
+		select {
+		case err := <-closed:
+			require.NoError(t, err, "Close called from OnError after ErrReconnectGaveUp")
+		default:
+			t.Fatalf("no ErrReconnectGaveUp within 30 s: %v (health %+v)", r.errors(), r.c.Health())
+		}
+		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+	})
+}
+
+// Give up, then the caller brings it back: ErrReconnectGaveUp exactly once,
+// Health FAILED and degraded while given up, Lookup says Degraded, strict
+// Lookup refuses past the bound, and a caller's Reconnect once the server is
+// back brings the session UP and re-reads the subscription (the text the
+// server changed to during the outage is served).
+func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newB10Rig(t, mcpsync.ClientOptions{
+			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: 10 * time.Second, Jitter: 0.1,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 3, Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond},
+		}, faultURI)
+		defer func() { require.NoError(t, r.c.Close()) }()
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		r.setDown(true)
+		r.dropSession()
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(5 * time.Second)
+		quiesce()
+		h := r.c.Health()
+		require.Equal(t, mcpsync.ConnectionFailed, h.State, "%+v; errors %v", h, r.errors())
+		require.Equal(t, 1, r.gaveUp(), "ErrReconnectGaveUp told once: %v", r.errors())
+		require.Greater(t, h.Degraded, 3*time.Second)
+		e, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		assert.NotEmpty(t, e.Degraded)
+
+		time.Sleep(20 * time.Second) // past the 11 s bound
+		quiesce()
+		require.Equal(t, 1, r.gaveUp(), "ErrReconnectGaveUp told once: %v", r.errors())
+		_, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.ErrorIs(t, err, mcpsync.ErrStale)
+
+		r.setDown(false)
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		quiesce()
+		time.Sleep(2 * time.Second)
+		quiesce()
+		h = r.c.Health()
+		assert.Equal(t, mcpsync.ConnectionUp, h.State, "%+v", h)
+		e, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.NoError(t, err)
+		assert.Equal(t, "v2", e.Contents[0].Text)
+		assert.Empty(t, e.Degraded)
+		assert.Equal(t, 1, r.gaveUp())
+	})
+}
+
+// Close while healing waits out a backoff: the client is CLOSED, and the
+// healing it ended is no failure the caller is told about. The lost
+// session's transport takes a while to close (a stdio server's graceful
+// shutdown does: seconds), and meanwhile the healing goroutine wakes, finds
+// the client closed, counts that as a failed attempt, and — at its last
+// attempt — moves Health from CLOSED to FAILED and reports
+// ErrReconnectGaveUp after Close.
+func TestCloseDuringHealingStaysClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var slow sync.Mutex // protects closing
+		closing := false
+		r := newB10Rig(t, mcpsync.ClientOptions{
+			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: time.Hour,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 400 * time.Millisecond, Max: 400 * time.Millisecond},
+		}, faultURI)
+		r.mu.Lock()
+		r.closeF = func() {
+			slow.Lock()
+			c := closing
+			slow.Unlock()
+			if c {
+				time.Sleep(3 * time.Second) // a server's graceful shutdown
+			}
+		}
+		r.mu.Unlock()
+		// A second session, whose transport has the slow close.
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		r.setDown(true)
+		r.dropSession()
+		// Wait until the loss was found and the first attempt failed.
+		for range 100 {
+			if len(r.errors()) >= 2 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.GreaterOrEqual(t, len(r.errors()), 2, "%v", r.errors())
+		before := len(r.errors())
+		slow.Lock()
+		closing = true
+		slow.Unlock()
+		require.NoError(t, r.c.Close())
+		quiesce()
+		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+		assert.Empty(t, r.errors()[before:], "errors told after Close was called")
+	})
+}
+
+// A stdio server started through a wrapper that leaves a helper behind
+// (a shell, npx, a server that forks a watcher) — the helper keeps the
+// server's stderr open. The server itself exits cleanly when its stdin
+// closes. Close must still be bounded (stdin, SIGTERM, SIGKILL, each
+// bounded) and return nil for the clean exit. The process transport waits
+// on exec.Cmd.Wait, which (with Stderr an io.Discard copy and no WaitDelay)
+// also waits for every holder of stderr to close it: Close first sees "no
+// exit", sends SIGTERM and SIGKILL to a process that is already gone, and
+// then blocks until the helper ends, returning "killed".
+func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
+	dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+		cmd := exec.Command("sh", "-c", `sleep 15 >/dev/null </dev/null & exec "$0" -test.run='^$'`, os.Args[0])
+		cmd.Env = append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
+		return cmd, nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Principal: "p"})
+	require.NoError(t, err)
+	_, err = c.Subscribe(ctx, docURI)
+	require.NoError(t, err)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		assert.NoError(t, err, "the server exited cleanly on stdin EOF")
+		assert.Less(t, took, 5*time.Second, "Close took %v", took)
+	case <-time.After(6 * time.Second):
+		t.Errorf("Close still running %v after it was called (stdin close + SIGTERM grace is 4 s)", time.Since(start))
+		err := <-done
+		t.Logf("Close returned after %v: %v", time.Since(start), err)
+	}
+}
