@@ -290,3 +290,44 @@ func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
 		t.Logf("Close returned after %v: %v", time.Since(start), err)
 	}
 }
+
+// OnError that reconnects on a lost session (a caller who wants a new
+// session now, say with fresh credentials). When the loss is the failure
+// of the caller's own Reconnect, OnError is called while that Reconnect
+// still holds the client's reconnect token: the inner Reconnect can only
+// wait until its context ends, and the caller's Reconnect returns only then.
+func TestReconnectFromOnErrorDuringAFailedReconnectDoesNotDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := make(chan error, 4)
+		r := newB10Rig(t, mcpsync.ClientOptions{
+			PingEvery: -1, RevalidateEvery: time.Hour,
+			Reconnect: mcpsync.ReconnectPolicy{Disabled: true},
+		}, faultURI)
+		defer func() { _ = r.c.Close() }()
+		r.mu.Lock()
+		r.onErr = func(c *mcpsync.Client, err error) {
+			var ce *mcpsync.ConnectionError
+			if errors.As(err, &ce) && ce.Attempt == 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				inner <- c.Reconnect(ctx)
+			}
+		}
+		r.mu.Unlock()
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		r.setDown(true)
+		start := time.Now()
+		err = r.c.Reconnect(t.Context())
+		took := time.Since(start)
+		require.Error(t, err, "the server is down")
+		select {
+		case ierr := <-inner:
+			assert.NotErrorIs(t, ierr, context.DeadlineExceeded, "OnError's Reconnect waited out its context")
+		default:
+			t.Fatal("OnError was not told of the loss")
+		}
+		assert.Less(t, took, time.Second, "the caller's failed Reconnect took %v", took)
+	})
+}
