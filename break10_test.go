@@ -322,6 +322,8 @@ func TestReconnectFromOnErrorDuringAFailedReconnectDoesNotDeadlock(t *testing.T)
 		err = r.c.Reconnect(t.Context())
 		took := time.Since(start)
 		require.Error(t, err, "the server is down")
+		// OnError runs on a goroutine of its own: let it run.
+		synctest.Wait()
 		select {
 		case ierr := <-inner:
 			assert.NotErrorIs(t, ierr, context.DeadlineExceeded, "OnError's Reconnect waited out its context")

@@ -131,7 +131,9 @@ type ClientOptions struct {
 	// OnError, if set, is told of every failure the client handles on its
 	// own: a *ReadError for a read that got no answer, a *ConnectionError
 	// for a lost session or a failed reconnect attempt, ErrReconnectGaveUp.
-	// It runs outside every lock and must not block for long.
+	// It runs on a goroutine of its own, one failure at a time and in
+	// order, outside every lock; it may call any method of the Client,
+	// Close and Reconnect included.
 	OnError func(error)
 	// Logger, if set, logs those failures and session changes; nil is
 	// silent.
@@ -199,6 +201,7 @@ type Client struct {
 	// Subscribe that raced it.
 	keys    keyLocks
 	metrics *metrics // write-once at Connect
+	errs    errorQueue
 	// paced limits the rate of reads with trigger reconnect.
 	paced *rate.Limiter
 	// reconnecting serializes reconnects, the caller's and healing's; a
@@ -460,6 +463,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
+	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
+	go c.deliverErrors() // outside wg: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
@@ -648,6 +653,12 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
+		if !c.errs.delivering.Load() {
+			// Failures told after the last goroutine ended reach OnError
+			// before Close returns; a Close from inside OnError does not
+			// wait for the goroutine it runs on.
+			<-c.errs.done
+		}
 		close(done)
 	}()
 	select {

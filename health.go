@@ -9,6 +9,8 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -124,7 +126,61 @@ func (c *Client) report(err error) {
 		c.opts.Logger.Warn("mcpsync", "err", err)
 	}
 	if c.opts.OnError != nil {
-		c.opts.OnError(err)
+		c.errs.push(err)
+	}
+}
+
+// errorQueue hands failures to OnError on a goroutine of its own, in order:
+// the goroutines that fail are the client's, which Close waits for and
+// which may hold the reconnect token, so a callback that calls Close or
+// Reconnect must not run on them.
+type errorQueue struct {
+	mu    sync.Mutex // protects items
+	items []error
+	ready chan struct{} // holds a token while items is non-empty
+	done  chan struct{} // closed when the delivering goroutine ends
+	// delivering is set while OnError runs: a Close from inside it does not
+	// wait for the goroutine it runs on.
+	delivering atomic.Bool
+}
+
+func (q *errorQueue) push(err error) {
+	q.mu.Lock()
+	q.items = append(q.items, err)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// deliverErrors runs OnError for every queued failure until the client
+// closes, then delivers what is left and ends.
+func (c *Client) deliverErrors() {
+	q := &c.errs
+	defer close(q.done)
+	for {
+		select {
+		case <-q.ready:
+		case <-c.ctx.Done():
+		}
+		q.mu.Lock()
+		items := q.items
+		q.items = nil
+		q.mu.Unlock()
+		for _, err := range items {
+			q.delivering.Store(true)
+			c.opts.OnError(err)
+			q.delivering.Store(false)
+		}
+		if c.ctx.Err() != nil {
+			q.mu.Lock()
+			empty := len(q.items) == 0
+			q.mu.Unlock()
+			if empty {
+				return
+			}
+		}
 	}
 }
 
@@ -197,11 +253,8 @@ func (c *Client) heal(lost *connection) {
 		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
 		err := c.reconnect(ctx, lost)
 		cancel()
-		if err == nil || errors.Is(err, errSuperseded) {
-			return
-		}
-		if c.ctx.Err() != nil {
-			return
+		if err == nil || errors.Is(err, errSuperseded) || errors.Is(err, ErrClientClosed) || c.isClosed() {
+			return // healed, healed by someone else, or closed: nothing failed
 		}
 		c.report(&ConnectionError{SessionGeneration: lost.gen, Attempt: attempt, Err: err})
 		if (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || (p.MaxElapsed > 0 && time.Since(start) >= p.MaxElapsed) {

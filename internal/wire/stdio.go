@@ -172,6 +172,11 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	if cmd.Stderr == nil {
 		cmd.Stderr = io.Discard
 	}
+	if cmd.WaitDelay == 0 {
+		// A helper the server started may hold its stderr after the server
+		// exited; Wait must report the exit, not wait for the helper.
+		cmd.WaitDelay = processGrace
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
