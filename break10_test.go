@@ -1,8 +1,7 @@
 package mcpsync_test
 
-// Break attempts on issue 10 (self-healing sessions), as a user would drive
-// them. Each test fails on the code it was written against; see the report
-// of break-10.
+// Healing as a user drives it: callbacks that close or reconnect, a close
+// during healing, a stdio server whose helper outlives it.
 
 import (
 	"context"

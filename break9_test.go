@@ -1,9 +1,8 @@
 package mcpsync_test
 
-// Independent review of issue 9 (liveness): each test drives a Client as a
-// user would into an interleaving of calls and faults, lets fake time pass
-// with the server quiet, and checks the progress counterpart of a safety
-// property. Each one fails on the code it was written against.
+// Liveness through the Client: each test drives a Client as a user would
+// into an interleaving of calls and faults, lets fake time pass with the
+// server quiet, and checks the progress counterpart of a safety property.
 
 import (
 	"context"

@@ -30,7 +30,7 @@ func resubscribe(t *testing.T, e *mcpsync.Engine) {
 	require.NoError(t, err)
 }
 
-// Finding 1: a queued, unsent read of an old generation or session must not
+// A queued, unsent read of an old generation or session must not
 // cover the new generation's read; coalescing merges pulses of one
 // (session, subscription generation, URI) only.
 func TestLivenessQueueKeyedByGeneration(t *testing.T) {
@@ -69,7 +69,7 @@ func TestLivenessQueueKeyedByGeneration(t *testing.T) {
 	}
 }
 
-// Finding 4: a pulse that arrives while the URI is at its read cap is
+// A pulse that arrives while the URI is at its read cap is
 // remembered (one dirty bit) and read once a read settles.
 func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
 	e := activeEngine(t, &mcpsync.Options{MaxReadsInFlight: 2})
@@ -90,7 +90,7 @@ func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
 	assert.Equal(t, "v2", served(t, e))
 }
 
-// Finding 8: observers run outside every lock, so an observer may call back
+// Observers run outside every lock, so an observer may call back
 // into the engine.
 func TestLivenessObserverMayCallTheEngine(t *testing.T) {
 	var e *mcpsync.Engine
@@ -130,7 +130,7 @@ func notFound(t *testing.T, e *mcpsync.Engine, body string) {
 	require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 }
 
-// Finding 9: a deleted-and-recreated resource that is still subscribed comes
+// A deleted-and-recreated resource that is still subscribed comes
 // back; a catalog confirms only a not-found it postdates.
 func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 	t.Run("pulse while tombstone pending", func(t *testing.T) {
@@ -193,7 +193,7 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 	})
 }
 
-// Finding 10: a ticket is a value a caller may store; its JSON round trip
+// A ticket is a value a caller may store; its JSON round trip
 // does not change what the fence or the queue does with it.
 func TestLivenessQueuedTicketSurvivesJSON(t *testing.T) {
 	e := activeEngine(t, nil)
@@ -212,7 +212,7 @@ func TestLivenessQueuedTicketSurvivesJSON(t *testing.T) {
 	assert.True(t, ok, "the round-tripped ticket left the URI processing forever")
 }
 
-// Finding 11: a panicking content guard is a refusal (quarantine with the
+// A panicking content guard is a refusal (quarantine with the
 // reason), never a crash or a stuck URI.
 func TestLivenessGuardPanicQuarantines(t *testing.T) {
 	e := activeEngine(t, &mcpsync.Options{Guard: func(uri string, contents []mcpsync.Content) error {
@@ -239,7 +239,7 @@ func TestLivenessGuardPanicQuarantines(t *testing.T) {
 	assert.Equal(t, "fine", served(t, e))
 }
 
-// Finding 12: a zero ReadResult is refused as EMPTY_CONTENTS, as documented.
+// A zero ReadResult is refused as EMPTY_CONTENTS, as documented.
 func TestLivenessZeroReadResultIsEmptyContents(t *testing.T) {
 	e := activeEngine(t, nil)
 	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.ReadResult{})
@@ -248,7 +248,7 @@ func TestLivenessZeroReadResultIsEmptyContents(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// Finding 13: the fence compares every identity field of a ticket with what
+// The fence compares every identity field of a ticket with what
 // it recorded at issue, and a derived artifact names the subject that read
 // its version.
 func TestLivenessTicketIdentityIsChecked(t *testing.T) {
@@ -279,7 +279,7 @@ func TestLivenessLateResultOfClosedGenerationSaysAfterClose(t *testing.T) {
 	}
 }
 
-// Finding 2, the engine's half: a subscription of a session that ended can
+// Subscribe racing Reconnect, the engine's half: a subscription of a session that ended can
 // be neither activated nor given a staleness bound, so it never looks live.
 func TestLivenessActivateChecksTheSession(t *testing.T) {
 	e := newEngine(t, nil)

@@ -194,7 +194,7 @@ func arrived(h *mcpsynctest.Hold) bool {
 	}
 }
 
-// Finding 1: a read queued (not yet sent) for the old session or the old
+// A read queued (not yet sent) for the old session or the old
 // subscription generation must not stand in for the read the new
 // generation asks for. The pulse lands first, its read waits out the
 // coalescing window, and the new generation opens inside that window.
@@ -224,7 +224,7 @@ func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
 	}
 }
 
-// Finding 2: a Subscribe whose server subscribe is in flight while the
+// A Subscribe whose server subscribe is in flight while the
 // client reconnects must not end in the dead session. The request is held
 // before the server sees it until the reconnect is done.
 func TestLivenessSubscribeRacingReconnect(t *testing.T) {
@@ -260,7 +260,7 @@ func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 	}
 }
 
-// Finding 3: an Unsubscribe that completes while a Reconnect is
+// An Unsubscribe that completes while a Reconnect is
 // re-establishing subscriptions stays done: the URI is not watched again.
 // The first resubscribe of the reconnect is held; the other URI is
 // unsubscribed meanwhile.
@@ -304,7 +304,7 @@ func TestLivenessUnsubscribeDuringReconnect(t *testing.T) {
 	}
 }
 
-// Finding 5 (2026-07-28): a change to an already subscribed URI while the
+// (2026-07-28) A change to an already subscribed URI while the
 // listen stream is being replaced must still reach the client. The new
 // stream's request is held before the server sees it, so the old stream is
 // gone and the new one not yet there when the resource changes; once the
@@ -332,7 +332,7 @@ func TestLivenessRelistenGap(t *testing.T) {
 	})
 }
 
-// Finding 6 (2026-07-28): Subscribe calls that run at once each get the
+// (2026-07-28) Subscribe calls that run at once each get the
 // acknowledgement of their own stream and end in push mode, and an
 // Unsubscribe takes its URI off the server's subscriptions.
 func TestLivenessConcurrentSubscribeModern(t *testing.T) {
@@ -366,7 +366,7 @@ func TestLivenessConcurrentSubscribeModern(t *testing.T) {
 	})
 }
 
-// Finding 7: a read triggered by a notification that fails (an error
+// A read triggered by a notification that fails (an error
 // answer, a broken transport, a timeout) is retried with backoff while the
 // subscription is open; revalidation is an hour away, so only a retry can
 // bring the new text within the 30 s the test waits.
