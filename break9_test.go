@@ -6,50 +6,16 @@ package mcpsync_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// break9Rig is a liveRig whose dialer can be made to fail, as a server that
-// is down for a moment does.
-func break9Rig(t *testing.T, srv *mcpsynctest.Server, version string, opts mcpsync.ClientOptions, failDial *atomic.Bool) *liveRig {
-	t.Helper()
-	r := &liveRig{srv: srv, version: version}
-	opts.Principal, opts.ProtocolVersion = alice, version
-	opts.OnOutcome = func(o mcpsync.Outcome) {
-		r.mu.Lock()
-		r.outcomes = append(r.outcomes, o)
-		r.mu.Unlock()
-	}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		if failDial != nil && failDial.Load() {
-			return nil, errors.New("connection refused (server restarting)")
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.dials++
-		kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), int64(r.dials))
-		if r.onDial != nil {
-			r.onDial(r.dials, kit)
-		}
-		r.kit = kit
-		return kit, nil
-	}, &opts)
-	require.NoError(t, err)
-	r.c = c
-	t.Cleanup(func() { _ = r.c.Close() })
-	return r
-}
 
 // A caller's Reconnect that cannot open a new session (the server is down
 // for a moment) has already closed the old one: the client is left with a
@@ -64,14 +30,15 @@ func TestBreak9FailedReconnectLeavesDeadSessionUp(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := mcpsynctest.NewServer(nil)
 				srv.Set(faultURI, "text/markdown", "v1")
-				var down atomic.Bool
-				r := break9Rig(t, srv, w.version, mcpsync.ClientOptions{RevalidateEvery: time.Hour}, &down)
+				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = r.c.Close() })
 				r.subscribeSettled(t, faultURI)
 
-				down.Store(true)
-				err := r.c.Reconnect(t.Context())
+				r.down.Store(true)
+				err = r.c.Reconnect(t.Context())
 				require.Error(t, err, "the server is down: Reconnect says so")
-				down.Store(false) // the server is back
+				r.down.Store(false) // the server is back
 
 				srv.Set(faultURI, "text/markdown", "v2")
 				time.Sleep(10 * time.Minute)
@@ -174,12 +141,10 @@ func TestBreak9LateUnsubscribeUndoesResubscribe(t *testing.T) {
 }
 
 // A subscribed resource is deleted and the tombstone confirmed by a proven
-// catalog. The caller then unsubscribes: BeginClose has no transition from
-// TOMBSTONED, so Unsubscribe fails after it dropped the caller's intent and
-// before it told the server. The server keeps the subscription, the
-// generation stays TOMBSTONED (which notifications still read), and when the
-// resource is recreated the unsubscribed URI comes back to life: ACTIVE,
-// served, subscribed on the server, against the caller's last word.
+// catalog; the caller then unsubscribes. A confirmed tombstone is still
+// subscribed on the server, so it must close like an open generation: the
+// server is told, and when the resource is recreated the unsubscribed URI
+// stays closed instead of coming back against the caller's last word.
 func TestBreak9UnsubscribeTombstonedURI(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
@@ -187,7 +152,9 @@ func TestBreak9UnsubscribeTombstonedURI(t *testing.T) {
 				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
 				srv.Set(faultURI, "text/markdown", "v1")
 				srv.Set(otherURI, "text/markdown", "v1")
-				r := break9Rig(t, srv, w.version, mcpsync.ClientOptions{RevalidateEvery: time.Hour}, nil)
+				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = r.c.Close() })
 				r.subscribeSettled(t, faultURI)
 				srv.Delete(faultURI)
 				time.Sleep(time.Second)

@@ -16,6 +16,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -40,6 +41,8 @@ type liveRig struct {
 	srv     *mcpsynctest.Server
 	c       *mcpsync.Client
 	version string
+	// down makes every dial fail, as a server that is down for a moment.
+	down atomic.Bool
 
 	mu       sync.Mutex // protects every field below
 	kit      *mcpsynctest.Transport
@@ -60,6 +63,9 @@ func newLiveRig(ctx context.Context, srv *mcpsynctest.Server, version string, se
 		r.mu.Unlock()
 	}
 	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
+		if r.down.Load() {
+			return nil, errors.New("connection refused (server restarting)")
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.dials++
