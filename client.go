@@ -162,6 +162,12 @@ type ClientOptions struct {
 	// *DegradedError. It runs on the transport's read loop and must not
 	// block or call the client.
 	OnFault func(error)
+	// NoResume leaves closed the subscriptions an earlier process left open
+	// in the engine's ledger. Without it, Connect resumes those of this
+	// client's principal and server: they are watched from the moment
+	// Connect returns, opened in the new session and re-read, and a fresh
+	// catalog confirms deletions that happened meanwhile (see resume.go).
+	NoResume bool
 	// RefreshFraction is the share of subscriptions the client refreshes,
 	// in [0, 1], chosen by a stable hash of the URI (SetRefreshFraction);
 	// nil means 1, every subscription. new(0.05) starts with 5%.
@@ -217,6 +223,9 @@ type Client struct {
 	// opens them in the current session before it lets go (settle).
 	resync      map[string]bool // protected by mu
 	failedReads atomic.Uint64
+	// progress wakes WaitForSync: a read settled, a watch ended or the
+	// connection changed state.
+	progress signal
 
 	scanner     *Scanner
 	notes       noteQueue
@@ -472,8 +481,18 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.conn = conn
 	c.health = Health{State: ConnectionUp, Since: time.Now()}
+	var resumed []string
+	if !o.NoResume {
+		if resumed, err = c.adopt(conn); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
 	c.goAsync(c.pump)
 	c.startHeartbeat(conn)
+	if len(resumed) > 0 {
+		c.goAsync(func() { c.resume(resumed) })
+	}
 	return c, nil
 }
 
@@ -1338,6 +1357,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	}
 	c.answered(t.URI)
 	out, err := c.engine.Complete(t, result)
+	c.progress.notify()
 	c.metrics.read(t.Trigger, outcomeOf(out))
 	if c.opts.OnOutcome != nil {
 		c.opts.OnOutcome(out)
@@ -1384,6 +1404,7 @@ func (c *Client) dropWatch(key string) {
 			w.stop()
 		}
 		delete(c.watches, key)
+		c.progress.notify()
 	}
 }
 

@@ -204,6 +204,7 @@ func (c *Client) setHealth(state ConnectionState, reason string) {
 		c.health.Degraded += now.Sub(c.health.Since)
 	}
 	c.health.State, c.health.Reason, c.health.Since = state, reason, now
+	c.progress.notify()
 }
 
 // degradedReason says why key is not being kept fresh now, or "".

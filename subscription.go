@@ -172,7 +172,11 @@ const (
 // SubscriptionInfo is the part of a subscription generation fixed when it
 // starts (and when it ends).
 type SubscriptionInfo struct {
-	URI               string            `json:"uri"`
+	URI string `json:"uri"`
+	// RawURI is the URI as the caller gave it, which reads send to the
+	// server; empty when it is URI itself. A subscription resumed after a
+	// restart reads what the caller asked for, not its normalized key.
+	RawURI            string            `json:"rawUri,omitempty"`
 	Principal         string            `json:"principal"`
 	Server            Implementation    `json:"server"`
 	SessionGeneration uint64            `json:"sessionGeneration"`
@@ -207,6 +211,7 @@ type Subscription struct {
 	Principal              string            `json:"principal"`
 	Server                 Implementation    `json:"server"`
 	URI                    string            `json:"uri"`
+	RawURI                 string            `json:"rawUri,omitempty"`
 	SessionGeneration      uint64            `json:"sessionGeneration"`
 	SessionID              string            `json:"sessionId,omitempty"`
 	Capabilities           CapabilityReceipt `json:"capabilities"`
@@ -229,7 +234,8 @@ func subscriptionOf(key string, r *Record) Subscription {
 	s := Subscription{Schema: SchemaSubscription, URI: key, State: r.State}
 	if r.Sub != nil {
 		i := r.Sub
-		s.Principal, s.Server, s.SessionGeneration, s.SessionID = i.Principal, i.Server, i.SessionGeneration, i.SessionID
+		s.RawURI, s.Principal, s.Server = i.RawURI, i.Principal, i.Server
+		s.SessionGeneration, s.SessionID = i.SessionGeneration, i.SessionID
 		s.Capabilities, s.SubscriptionGeneration, s.Mode, s.ModeReason = i.Capabilities, i.Generation, i.Mode, i.ModeReason
 		s.StalenessBoundMs = i.StalenessBound.Milliseconds()
 		s.StartedAt, s.EndedAt = i.StartedAt, i.EndedAt
@@ -358,8 +364,12 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 		}
 		// A new generation: its own state machine, its own fence. The version
 		// consumers see (Current) and the recorded artifacts carry over.
+		raw := rawURI
+		if raw == key {
+			raw = ""
+		}
 		next.Sub = &SubscriptionInfo{
-			URI: key, Principal: principal, Server: s.info.Capabilities.Server,
+			URI: key, RawURI: raw, Principal: principal, Server: s.info.Capabilities.Server,
 			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: s.info.Capabilities,
 			Generation: gen + 1, StartedAt: e.now(),
 		}

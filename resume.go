@@ -1,0 +1,175 @@
+package mcpsync
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Resuming after a restart, and waiting for the first reads.
+//
+// A worker on a durable ledger that restarts finds in it the subscriptions
+// its earlier process left open. Connect adopts them as the caller's intent
+// (they are watched from the moment Connect returns, so an Unsubscribe
+// cannot race them), opens each in the new session, a new subscription
+// generation whose fence starts afresh, and reads it with TriggerReconnect:
+// reads the earlier process issued can never pass, since every identity
+// they carry was allocated by the ledger and is never handed out again.
+//
+// A resource deleted while no process watched is found by that read (a
+// fenced not-found, TOMBSTONE_PENDING); once every resumed URI has had its
+// read, the client scans the server's resources and reconciles the catalog,
+// which confirms the tombstone when it may, under the deletion rules: a
+// catalog that began after the not-found and proves the URI absent.
+
+// adopt registers as watched every subscription an earlier session left open
+// in the engine's ledger for this client's principal and server, and returns
+// their keys. Subscriptions of another principal or another server are left
+// alone: reading them here would prove nothing about them.
+func (c *Client) adopt(conn *connection) ([]string, error) {
+	var keys []string
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for sub, err := range c.engine.ResumableSubscriptions() {
+		if err != nil {
+			return nil, fmt.Errorf("mcpsync: resume: %w", err)
+		}
+		if sub.Principal != c.opts.Principal || sub.Server.Name != conn.caps.Server.Name {
+			continue
+		}
+		if _, ok := c.watches[sub.URI]; ok {
+			continue
+		}
+		raw := sub.RawURI
+		if raw == "" {
+			raw = sub.URI
+		}
+		c.watches[sub.URI] = &watch{raw: raw}
+		keys = append(keys, sub.URI)
+	}
+	return keys, nil
+}
+
+// resume opens the adopted keys in the current session, waits for their
+// first reads and reconciles a fresh catalog of the server's resources, so
+// that a deletion during the downtime reaches the outbox.
+func (c *Client) resume(keys []string) {
+	for _, key := range keys {
+		if err := c.resubscribe(c.ctx, key); err != nil {
+			c.report(fmt.Errorf("mcpsync: resume %s: %w", key, err))
+		}
+	}
+	if c.opts.Logger != nil {
+		c.opts.Logger.Info("mcpsync: resumed subscriptions", "count", len(keys))
+	}
+	if err := c.waitSynced(c.ctx, keys); err != nil {
+		return // closing, or the session failed: nothing to reconcile on
+	}
+	missing := slices.ContainsFunc(keys, func(key string) bool {
+		sub, err := c.engine.Subscription(key)
+		return err == nil && (sub.State == StateTombstonePending || sub.State == StateReconciliationRequired)
+	})
+	conn, err := c.current()
+	if err != nil || !missing || !conn.caps.Resources {
+		return
+	}
+	cat, err := c.Scan(c.ctx, KindResources)
+	if err == nil {
+		_, err = c.Reconcile(cat)
+	}
+	if err != nil && c.ctx.Err() == nil {
+		c.report(fmt.Errorf("mcpsync: resume: reconcile: %w", err))
+	}
+}
+
+// WaitForSync returns once every URI watched when it was called has had a
+// read accepted in a subscription generation of the current session: a
+// first version, or a definite answer (not found, quarantined). A URI
+// unsubscribed meanwhile no longer counts. It returns ctx's error when ctx
+// ends first, ErrClientClosed when the client closes, and the reason when
+// healing gave up on the connection.
+func (c *Client) WaitForSync(ctx context.Context) error {
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.watches))
+	for key := range c.watches {
+		keys = append(keys, key)
+	}
+	c.mu.Unlock()
+	slices.Sort(keys)
+	return c.waitSynced(ctx, keys)
+}
+
+// waitSynced is WaitForSync for keys. It checks the keys in order and
+// remembers how far it got, so each key is found synced once: waiting costs
+// O(keys + wake-ups), not O(keys) per wake-up.
+func (c *Client) waitSynced(ctx context.Context, keys []string) error {
+	for {
+		wake := c.progress.wait()
+		c.mu.Lock()
+		closed, state, reason, gen := c.closed, c.health.State, c.health.Reason, c.conn.gen
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return ErrClientClosed
+		case state == ConnectionFailed:
+			return fmt.Errorf("%w: %s", ErrReconnectGaveUp, reason)
+		}
+		for len(keys) > 0 && c.synced(keys[0], gen) {
+			keys = keys[1:]
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// synced reports whether key is no longer watched or has had a read accepted
+// in its subscription generation of session gen.
+func (c *Client) synced(key string, gen uint64) bool {
+	c.mu.Lock()
+	_, watched := c.watches[key]
+	c.mu.Unlock()
+	if !watched {
+		return true
+	}
+	sub, err := c.engine.Subscription(key)
+	if err != nil || sub.SessionGeneration != gen {
+		return false
+	}
+	switch sub.State {
+	case StateTombstonePending, StateTombstoned, StateReconciliationRequired:
+		return true
+	}
+	return sub.State.open() && sub.Watermark > 0
+}
+
+// signal wakes every goroutine waiting for the next change; it allocates
+// only while someone waits.
+type signal struct {
+	mu sync.Mutex    // protects ch
+	ch chan struct{} // closed by the next notify; nil while nobody waits
+}
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) notify() {
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,177 @@
+package mcpsync_test
+
+// A worker restarted on its ledger: Connect resumes the subscriptions the
+// earlier process left open, reads them in a new generation, and a deletion
+// that happened while nothing watched reaches the outbox.
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+const (
+	// keptRaw is spelled the way its server spells it; its key is not.
+	keptRaw    = "FILE:///docs/kept.md"
+	changedURI = "file:///docs/changed.md"
+	goneURI    = "file:///docs/gone.md"
+)
+
+// engineOn is a new engine on ledger, as a restarted process builds it.
+func engineOn(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
+	t.Helper()
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+	require.NoError(t, err)
+	return e
+}
+
+// firstRun subscribes uris through a client on a new engine over ledger,
+// waits for their first versions and closes it, as a worker that stops.
+func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, ledger mcpsync.Ledger, uris ...string) {
+	t.Helper()
+	r, err := newLiveRig(t.Context(), srv, w.version, 1, mcpsync.ClientOptions{Engine: engineOn(t, ledger)})
+	require.NoError(t, err)
+	for _, u := range uris {
+		_, err := r.c.Subscribe(t.Context(), u)
+		require.NoError(t, err)
+	}
+	require.NoError(t, r.c.WaitForSync(t.Context()))
+	require.NoError(t, r.c.Close())
+}
+
+// tombstoneOf waits for the outbox entry that tombstones uri.
+func tombstoneOf(t *testing.T, e *mcpsync.Engine, uri string) mcpsync.OutboxEntry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	for entry, err := range e.Consume(ctx, "index") {
+		require.NoError(t, err, "no tombstone of %s reached the outbox", uri)
+		if entry.URI == uri && entry.Reason == mcpsync.InvalidateTombstoned {
+			return entry
+		}
+	}
+	t.Fatalf("the outbox ended without a tombstone of %s", uri)
+	return mcpsync.OutboxEntry{}
+}
+
+func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true})
+				for _, u := range []string{keptRaw, changedURI, goneURI} {
+					srv.Set(u, "text/markdown", "v1")
+				}
+				ledger := mcpsync.NewMemoryLedger(nil)
+				firstRun(t, srv, w, ledger, keptRaw, changedURI, goneURI)
+
+				// While no process watches: one resource changes, one goes.
+				srv.Set(changedURI, "text/markdown", "v2")
+				srv.Delete(goneURI)
+				readsBefore := srv.Reads(keptRaw)
+
+				e := engineOn(t, ledger)
+				r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				require.NoError(t, r.c.WaitForSync(t.Context()))
+
+				gen := e.SessionGeneration()
+				for _, u := range []string{keptRaw, changedURI} {
+					sub, err := e.Subscription(u)
+					require.NoError(t, err)
+					assert.Equal(t, gen, sub.SessionGeneration, "%s is open in the new session", u)
+					assert.Equal(t, mcpsync.StateActive, sub.State, u)
+				}
+				assert.Greater(t, srv.Reads(keptRaw), readsBefore, "resumed URIs are read again, as their server spells them")
+				text, err := r.served(changedURI)
+				require.NoError(t, err)
+				assert.Equal(t, "v2", text, "a change made during the downtime is read")
+				text, err = r.served(keptRaw)
+				require.NoError(t, err)
+				assert.Equal(t, "v1", text)
+
+				tomb := tombstoneOf(t, e, goneURI)
+				assert.Equal(t, goneURI, tomb.URI)
+				sub, err := e.Subscription(goneURI)
+				require.NoError(t, err)
+				assert.Equal(t, mcpsync.StateTombstoned, sub.State, "a deletion during the downtime is confirmed")
+			})
+		})
+	}
+}
+
+// Resuming is the ledger's intent for this client only: NoResume leaves
+// everything closed, and another principal's subscriptions are not opened
+// for this one.
+func TestConnectResumesOnlyItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := eras[0]
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(changedURI, "text/markdown", "v1")
+		ledger := mcpsync.NewMemoryLedger(nil)
+		firstRun(t, srv, w, ledger, changedURI)
+
+		for _, tc := range []struct {
+			name      string
+			principal string
+			noResume  bool
+		}{
+			{"NoResume", alice, true},
+			{"another principal", bob, false},
+		} {
+			e := engineOn(t, ledger)
+			reads := srv.Reads(changedURI)
+			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+				return srv.NewInProcessTransport(), nil
+			}, &mcpsync.ClientOptions{Engine: e, Principal: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
+			require.NoError(t, err)
+			quiesce()
+			require.NoError(t, c.WaitForSync(t.Context()), tc.name)
+			sub, err := e.Subscription(changedURI)
+			require.NoError(t, err)
+			assert.NotEqual(t, e.SessionGeneration(), sub.SessionGeneration, "%s: not opened in the new session", tc.name)
+			assert.Equal(t, reads, srv.Reads(changedURI), "%s: not read", tc.name)
+			require.NoError(t, c.Close())
+		}
+	})
+}
+
+// An Unsubscribe called as soon as Connect returns wins over the resume
+// under way: the URI ends closed, and the server keeps no subscription.
+func TestUnsubscribeRacingResumeWins(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(nil)
+				srv.Set(changedURI, "text/markdown", "v1")
+				ledger := mcpsync.NewMemoryLedger(nil)
+				firstRun(t, srv, w, ledger, changedURI)
+
+				e := engineOn(t, ledger)
+				r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				_, err = r.c.Unsubscribe(t.Context(), changedURI)
+				require.NoError(t, err)
+				quiesce()
+				time.Sleep(time.Hour)
+				quiesce()
+
+				sub, err := e.Subscription(changedURI)
+				require.NoError(t, err)
+				assert.NotEqual(t, mcpsync.StateActive, sub.State, "the Unsubscribe stands")
+				assert.False(t, srv.Subscribed(changedURI), "the server keeps no subscription")
+				require.NoError(t, r.c.WaitForSync(t.Context()))
+			})
+		})
+	}
+}
