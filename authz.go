@@ -2,6 +2,7 @@ package mcpsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -91,6 +92,10 @@ type RevocationReceipt struct {
 	At        time.Time         `json:"at"`
 	Versions  []ResourceVersion `json:"versions"`
 	Artifacts []DerivedArtifact `json:"artifacts"`
+	// Elsewhere lists URIs whose leases other workers hold: they are not
+	// swept here, and Lookup refuses the subject on them all the same;
+	// their owner sweeps each when it opens its next generation.
+	Elsewhere []string `json:"elsewhere,omitempty"`
 }
 
 // RevokeSubject makes every version read by subject unservable at once:
@@ -134,9 +139,18 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 	}
 	for _, key := range keys {
-		if err := e.revokeRecord(key, r.Subject, &rc); err != nil {
+		err := e.revokeRecord(key, r.Subject, &rc)
+		switch {
+		case errors.Is(err, ErrNotLeaseholder):
+			rc.Elsewhere = append(rc.Elsewhere, key)
+		case err != nil:
 			return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 		}
+	}
+	if len(rc.Elsewhere) > 0 {
+		// Not swept everywhere: every engine opened on the ledger tries
+		// again, and owners sweep their URIs as they open them.
+		return rc, nil
 	}
 	r.Swept = true
 	if err := e.ledger.Revoke(ctx, r); err != nil {
@@ -170,4 +184,32 @@ func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
 		return next, nil, nil
 	})
 	return err
+}
+
+// sweepOpened finishes, on a URI just opened in a new generation, the
+// revocations its record still carries: a sweep leaves alone the URIs other
+// workers hold (ErrNotLeaseholder), so whoever opens one next sweeps it.
+func (e *Engine) sweepOpened(ctx context.Context, key string, r *Record) error {
+	if err := e.syncRevoked(ctx); err != nil {
+		return err
+	}
+	var subjects []string
+	add := func(s string) {
+		if e.isRevoked(s) && !slices.Contains(subjects, s) {
+			subjects = append(subjects, s)
+		}
+	}
+	if c := r.Current; c != nil && c.Status != VersionRevoked {
+		add(c.Version.Subject)
+	}
+	for _, a := range r.Artifacts {
+		add(a.Version.Subject)
+	}
+	var rc RevocationReceipt
+	for _, s := range subjects {
+		if err := e.revokeRecord(key, s, &rc); err != nil {
+			return fmt.Errorf("mcpsync: revoke %q: %w", s, err)
+		}
+	}
+	return nil
 }

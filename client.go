@@ -1064,7 +1064,9 @@ func (conn *connection) stopListen() {
 // first (BeginClose), then the server is told. A lost or timed-out ack
 // leaves the generation UNSUBSCRIBE_UNKNOWN, silent and never reopened.
 // Cached content stays. Unsubscribe is idempotent, and final: a Reconnect
-// racing it does not bring the subscription back.
+// racing it does not bring the subscription back. On a ledger shared by
+// many workers, a URI whose lease another worker took is only let go: the
+// server is told, and the ledger row, that worker's now, is left alone.
 func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, error) {
 	key, err := normalizeKey(uri)
 	if err != nil {
@@ -1093,16 +1095,24 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	if before.CloseEpoch != 0 {
 		return before, nil
 	}
-	if _, err := c.engine.BeginClose(key); err != nil {
-		return Subscription{}, err
-	}
-	acked := true
 	// A legacy subscribe that failed may still have been recorded by the
 	// server (and its notifications keep coming), so the server is told
 	// whenever it can subscribe at all; a 2026-07-28 stream is told
 	// whenever it may carry the URI.
 	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
 		(conn.era == EraModern && conn.wants(raw))
+	if _, err := c.engine.BeginClose(key); err != nil {
+		if !errors.Is(err, ErrNotLeaseholder) {
+			return Subscription{}, err
+		}
+		// Another worker took the URI's lease: the ledger row is its
+		// own now, and this client only stops asking the server.
+		if tell {
+			_ = c.serverUnsubscribe(ctx, conn, raw)
+		}
+		return c.engine.Subscription(key)
+	}
+	acked := true
 	if tell && before.SessionGeneration == conn.gen {
 		if conn.era == EraLegacy && conn.deferUntilSettled(raw) {
 			// A subscribe the client gave up on may still reach the server

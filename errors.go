@@ -273,6 +273,11 @@ var (
 	// counter; a counter never wraps round, since that would hand out its
 	// values again.
 	ErrCounterExhausted = errors.New("mcpsync: ledger counter exhausted")
+	// ErrNotLeaseholder: the ledger refused a write because another worker
+	// holds the URI's lease (or took it since this worker did): the URI is
+	// that worker's now, and this one writes nothing more of it. Ledgers
+	// shared by many workers return errors that match it.
+	ErrNotLeaseholder = errors.New("mcpsync: another worker holds the URI's lease")
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
 	// (its retention bound); *OutboxGapError says which.
 	ErrOutboxGap = errors.New("mcpsync: outbox entries dropped before the consumer passed them")

@@ -386,6 +386,9 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 		return Subscription{}, err
 	}
 	e.emit(key, &path)
+	if err := e.sweepOpened(context.Background(), key, next); err != nil {
+		return subscriptionOf(key, next), err
+	}
 	return subscriptionOf(key, next), nil
 }
 

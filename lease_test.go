@@ -1,0 +1,125 @@
+package mcpsync_test
+
+// Many workers on one ledger: a write to a URI another worker holds is
+// refused by the ledger with ErrNotLeaseholder. The engine and the client
+// must go on around such URIs, and their owner must finish what was left.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// leasedLedger refuses writes to the keys another worker holds, as a shared
+// ledger with leases does.
+type leasedLedger struct {
+	mcpsync.Ledger
+	mu      sync.Mutex // protects foreign
+	foreign map[string]bool
+}
+
+func newLeasedLedger() *leasedLedger {
+	return &leasedLedger{Ledger: mcpsync.NewMemoryLedger(nil), foreign: map[string]bool{}}
+}
+
+func (l *leasedLedger) setForeign(key string, foreign bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.foreign[key] = foreign
+}
+
+func (l *leasedLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+	l.mu.Lock()
+	foreign := l.foreign[key]
+	l.mu.Unlock()
+	if foreign {
+		return 0, false, fmt.Errorf("leased ledger: %s: %w", key, mcpsync.ErrNotLeaseholder)
+	}
+	return l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
+}
+
+// A revocation sweeps the URIs this worker holds and leaves the others to
+// their owners, saying which; Lookup refuses the subject everywhere at once;
+// the worker that opens such a URI next sweeps it; an engine opened on the
+// ledger meanwhile is not stopped by the sweep it cannot finish.
+func TestRevocationAcrossLeases(t *testing.T) {
+	const other = "file:///docs/other.md"
+	l := newLeasedLedger()
+	clock := newClock()
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, Now: clock.now})
+	require.NoError(t, err)
+	beginSession(t, e)
+	for _, u := range []string{docURI, other} {
+		subscribeActive(t, e, u, alice)
+		tk, err := e.IssueTicket(u, mcpsync.TriggerNotification)
+		require.NoError(t, err)
+		_, err = e.AcceptResourceVersion(tk, text(u, "v1"))
+		require.NoError(t, err)
+	}
+	l.setForeign(other, true) // another worker took it
+
+	rc, err := e.RevokeSubject(alice)
+	require.NoError(t, err, "a URI held elsewhere does not fail the revocation")
+	assert.Equal(t, []string{other}, rc.Elsewhere)
+	assert.Len(t, rc.Versions, 1, "the URI held here is swept")
+	_, err = e.Lookup(alice, other)
+	require.ErrorIs(t, err, mcpsync.ErrRevoked, "refused everywhere at once")
+
+	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, Now: clock.now})
+	require.NoError(t, err, "a sweep this worker cannot finish does not stop it from starting")
+	beginSession(t, n)
+
+	l.setForeign(other, false) // the URI comes to this worker
+	_, err = n.Subscribe(other, bob)
+	require.NoError(t, err)
+	rec, err := l.Load(t.Context(), other)
+	require.NoError(t, err)
+	require.NotNil(t, rec.Current)
+	assert.Equal(t, mcpsync.VersionRevoked, rec.Current.Status, "the new owner sweeps it as it opens it")
+	entries, err := l.Outbox(t.Context(), 0, 0)
+	require.NoError(t, err)
+	revoked := 0
+	for _, en := range entries {
+		if en.Reason == mcpsync.InvalidateRevoked && en.URI == other {
+			revoked++
+		}
+	}
+	assert.Equal(t, 1, revoked, "its revocation is announced once")
+}
+
+// A worker that lost a URI's lease lets it go with Unsubscribe: no error,
+// the server is told, nothing is written.
+func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeasedLedger()
+		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		require.NoError(t, err)
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, eras[0].version, 1, mcpsync.ClientOptions{Engine: e})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r.subscribeSettled(t, docURI)
+		require.True(t, srv.Subscribed(docURI))
+		before, err := l.Load(t.Context(), docURI)
+		require.NoError(t, err)
+
+		l.setForeign(docURI, true)
+		_, err = r.c.Unsubscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		quiesce()
+		assert.False(t, srv.Subscribed(docURI), "the server is told")
+		after, err := l.Load(t.Context(), docURI)
+		require.NoError(t, err)
+		assert.Equal(t, before.Revision, after.Revision, "nothing is written to a row another worker holds")
+		require.NoError(t, r.c.WaitForSync(t.Context()), "a URI let go is not waited for")
+	})
+}
