@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/paging"
 )
 
 // How the lists are replaced. mcp-go v1.2.1 has no way to register a handler
@@ -58,14 +59,14 @@ const unreadableCursor = "!"
 // Orders of the lists: name, then the unique URI (or URI template), so that
 // equal names are ordered and never skipped across a page boundary.
 var (
-	resourceOrder = []mcpsync.SortField{{Name: "name"}, {Name: "uri"}}
-	templateOrder = []mcpsync.SortField{{Name: "name"}, {Name: "uriTemplate"}}
+	resourceOrder = []paging.SortField{{Name: "name"}, {Name: "uri"}}
+	templateOrder = []paging.SortField{{Name: "name"}, {Name: "uriTemplate"}}
 )
 
 // SnapshotListOptions configures SnapshotLists. Zero fields take the defaults.
 type SnapshotListOptions struct {
 	// Keyring signs and verifies list cursors. Required.
-	Keyring *mcpsync.Keyring
+	Keyring *paging.Keyring
 	// PageSize is the number of items per list page. Default 50.
 	PageSize int
 	// CursorTTL is how long a list cursor stays valid. Default 10 minutes.
@@ -78,7 +79,7 @@ type SnapshotListOptions struct {
 	MaxSnapshots int
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
-	// OnError is told of every refused list cursor (a *mcpsync.CursorError,
+	// OnError is told of every refused list cursor (a *paging.CursorError,
 	// which the client only sees as -32602) and of ErrServerPaginates. It runs
 	// on the request goroutine and must not block.
 	OnError func(ctx context.Context, method mcp.MCPMethod, err error)
@@ -121,18 +122,18 @@ func NewSnapshotLists(opts *SnapshotListOptions) (*SnapshotLists, error) {
 	}
 	l := &SnapshotLists{opts: o}
 	var err error
-	l.resources, err = newSnapshotList(o, mcp.MethodResourcesList, resourceOrder, func(r mcp.Resource) mcpsync.Position {
-		return mcpsync.Position{Sort: []string{r.Name}, ID: r.URI}
+	l.resources, err = newSnapshotList(o, mcp.MethodResourcesList, resourceOrder, func(r mcp.Resource) paging.Position {
+		return paging.Position{Sort: []string{r.Name}, ID: r.URI}
 	})
 	if err != nil {
 		return nil, err
 	}
-	l.templates, err = newSnapshotList(o, mcp.MethodResourcesTemplatesList, templateOrder, func(t mcp.ResourceTemplate) mcpsync.Position {
+	l.templates, err = newSnapshotList(o, mcp.MethodResourcesTemplatesList, templateOrder, func(t mcp.ResourceTemplate) paging.Position {
 		raw := ""
 		if t.URITemplate != nil && t.URITemplate.Template != nil {
 			raw = t.URITemplate.Raw()
 		}
-		return mcpsync.Position{Sort: []string{t.Name}, ID: raw}
+		return paging.Position{Sort: []string{t.Name}, ID: raw}
 	})
 	if err != nil {
 		return nil, err
@@ -194,7 +195,7 @@ type snapshotList[T any] struct {
 	pageSize  int
 	onError   func(context.Context, mcp.MCPMethod, error)
 	store     *snapshotStore[T]
-	paginator *mcpsync.Paginator[T]
+	paginator *paging.Paginator[T]
 	// pending carries a request's page (or its first-page mark) from the
 	// before hook to the after hook; keyed by the request pointer, which
 	// both hooks receive. Entries are removed by the after or error hook.
@@ -207,15 +208,15 @@ type snapshotList[T any] struct {
 
 type pendingPage[T any] struct {
 	first bool
-	env   *mcpsync.PageEnvelope[T]
+	env   *paging.PageEnvelope[T]
 }
 
-func newSnapshotList[T any](o SnapshotListOptions, method mcp.MCPMethod, order []mcpsync.SortField, pos func(T) mcpsync.Position) (*snapshotList[T], error) {
+func newSnapshotList[T any](o SnapshotListOptions, method mcp.MCPMethod, order []paging.SortField, pos func(T) paging.Position) (*snapshotList[T], error) {
 	store := &snapshotStore[T]{
 		max: o.MaxSnapshots, ttl: o.SnapshotTTL, clock: o.Clock, pos: pos, order: order,
 		byID: make(map[string]*list.Element), lru: list.New(),
 	}
-	p, err := mcpsync.NewPaginator[T](store, &mcpsync.PaginatorOptions{
+	p, err := paging.NewPaginator[T](store, &paging.PaginatorOptions{
 		Keyring:     o.Keyring,
 		CursorTTL:   o.CursorTTL,
 		MaxPageSize: max(o.PageSize, 1000),
@@ -230,17 +231,17 @@ func newSnapshotList[T any](o SnapshotListOptions, method mcp.MCPMethod, order [
 // query binds list cursors to the method and the session, so that a cursor
 // cannot carry one session's catalog (which may hold session resources) into
 // another.
-func (s *snapshotList[T]) query(ctx context.Context) mcpsync.Query {
+func (s *snapshotList[T]) query(ctx context.Context) paging.Query {
 	session := ""
 	if cs := server.ClientSessionFromContext(ctx); cs != nil {
 		session = cs.SessionID()
 	}
-	return mcpsync.Query{
+	return paging.Query{
 		Tool:        string(s.method),
 		Filter:      map[string]string{"session": session},
 		Sort:        s.store.order,
 		PageSize:    s.pageSize,
-		Consistency: mcpsync.ConsistencySnapshot,
+		Consistency: paging.ConsistencySnapshot,
 	}
 }
 
@@ -265,7 +266,7 @@ func (s *snapshotList[T]) before(ctx context.Context, req any, cursor *mcp.Curso
 		s.pending.Store(req, &pendingPage[T]{first: true})
 		return
 	}
-	env, err := s.paginator.Page(ctx, mcpsync.PageRequest{Query: s.query(ctx), Cursor: string(*cursor)})
+	env, err := s.paginator.Page(ctx, paging.PageRequest{Query: s.query(ctx), Cursor: string(*cursor)})
 	if err != nil {
 		s.report(ctx, err)
 		*cursor = unreadableCursor
@@ -291,7 +292,7 @@ func (s *snapshotList[T]) after(ctx context.Context, req any, items *[]T, pr *mc
 			return
 		}
 		var err error
-		env, err = s.paginator.Page(withLive(ctx, *items), mcpsync.PageRequest{Query: s.query(ctx)})
+		env, err = s.paginator.Page(withLive(ctx, *items), paging.PageRequest{Query: s.query(ctx)})
 		if err != nil {
 			s.report(ctx, err)
 			return
@@ -329,8 +330,8 @@ type snapshotStore[T any] struct {
 	max   int
 	ttl   time.Duration
 	clock func() time.Time
-	pos   func(T) mcpsync.Position
-	order []mcpsync.SortField
+	pos   func(T) paging.Position
+	order []paging.SortField
 
 	mu   sync.Mutex // protects byID and lru
 	byID map[string]*list.Element
@@ -340,11 +341,11 @@ type snapshotStore[T any] struct {
 type frozenList[T any] struct {
 	id      string
 	items   []T // sorted by order; read-only
-	pos     []mcpsync.Position
+	pos     []paging.Position
 	expires time.Time // protected by snapshotStore.mu
 
 	digestsOnce sync.Once
-	digests     map[mcpsync.PositionDigest]int // -> index into pos; built by digestsOnce
+	digests     map[paging.PositionDigest]int // -> index into pos; built by digestsOnce
 }
 
 // Snapshot freezes the live list in ctx.
@@ -354,17 +355,17 @@ func (s *snapshotStore[T]) Snapshot(ctx context.Context) (string, error) {
 		return "", errors.New("pagedserver: no live list to snapshot")
 	}
 	f := &frozenList[T]{items: slices.Clone(live)}
-	slices.SortFunc(f.items, func(a, b T) int { return mcpsync.ComparePositions(s.order, s.pos(a), s.pos(b)) })
+	slices.SortFunc(f.items, func(a, b T) int { return paging.ComparePositions(s.order, s.pos(a), s.pos(b)) })
 	// Two entries at one position (mcp-go keys resources by URI, so this
 	// only happens with templates of equal name and template) keep one.
 	f.items = slices.CompactFunc(f.items, func(a, b T) bool {
-		return mcpsync.ComparePositions(s.order, s.pos(a), s.pos(b)) == 0
+		return paging.ComparePositions(s.order, s.pos(a), s.pos(b)) == 0
 	})
-	f.pos = make([]mcpsync.Position, len(f.items))
+	f.pos = make([]paging.Position, len(f.items))
 	for i, it := range f.items {
 		f.pos[i] = s.pos(it)
 	}
-	d, err := mcpsync.ContentDigest(f.items)
+	d, err := paging.ContentDigest(f.items)
 	if err != nil {
 		return "", err
 	}
@@ -396,7 +397,7 @@ func (s *snapshotStore[T]) use(snapshot string) (*frozenList[T], error) {
 	s.expireLocked(now)
 	el, ok := s.byID[snapshot]
 	if !ok {
-		return nil, &mcpsync.CursorError{Code: mcpsync.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q no longer kept", snapshot)}
+		return nil, &paging.CursorError{Code: paging.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q no longer kept", snapshot)}
 	}
 	f := el.Value.(*frozenList[T])
 	f.expires = now.Add(s.ttl)
@@ -404,36 +405,36 @@ func (s *snapshotStore[T]) use(snapshot string) (*frozenList[T], error) {
 	return f, nil
 }
 
-// ResolvePosition implements mcpsync.PositionResolver, so that a cursor
+// ResolvePosition implements paging.PositionResolver, so that a cursor
 // after a long URI or name carries only its digest.
-func (s *snapshotStore[T]) ResolvePosition(_ context.Context, snapshot string, _ mcpsync.Query, d mcpsync.PositionDigest) (mcpsync.Position, error) {
+func (s *snapshotStore[T]) ResolvePosition(_ context.Context, snapshot string, _ paging.Query, d paging.PositionDigest) (paging.Position, error) {
 	f, err := s.use(snapshot)
 	if err != nil {
-		return mcpsync.Position{}, err
+		return paging.Position{}, err
 	}
 	f.digestsOnce.Do(func() {
-		f.digests = make(map[mcpsync.PositionDigest]int, len(f.pos))
+		f.digests = make(map[paging.PositionDigest]int, len(f.pos))
 		for i, p := range f.pos {
-			f.digests[mcpsync.DigestPosition(p)] = i
+			f.digests[paging.DigestPosition(p)] = i
 		}
 	})
 	i, ok := f.digests[d]
 	if !ok {
-		return mcpsync.Position{}, &mcpsync.CursorError{Code: mcpsync.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q holds no such position", snapshot)}
+		return paging.Position{}, &paging.CursorError{Code: paging.CursorExpired, Detail: fmt.Sprintf("catalog snapshot %q holds no such position", snapshot)}
 	}
 	return f.pos[i], nil
 }
 
-// Page implements mcpsync.KeysetSource over a frozen list.
-func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Query, after *mcpsync.Position, limit int) ([]T, error) {
+// Page implements paging.KeysetSource over a frozen list.
+func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q paging.Query, after *paging.Position, limit int) ([]T, error) {
 	f, err := s.use(snapshot)
 	if err != nil {
 		return nil, err
 	}
 	start := 0
 	if after != nil {
-		start, _ = slices.BinarySearchFunc(f.pos, *after, func(p, t mcpsync.Position) int {
-			if c := mcpsync.ComparePositions(q.Sort, p, t); c != 0 {
+		start, _ = slices.BinarySearchFunc(f.pos, *after, func(p, t paging.Position) int {
+			if c := paging.ComparePositions(q.Sort, p, t); c != 0 {
 				return c
 			}
 			return -1 // equal to the boundary: before it, strictly after is wanted
@@ -444,8 +445,8 @@ func (s *snapshotStore[T]) Page(_ context.Context, snapshot string, q mcpsync.Qu
 	return slices.Clone(f.items[start:end]), nil
 }
 
-// Position implements mcpsync.KeysetSource.
-func (s *snapshotStore[T]) Position(_ mcpsync.Query, item T) mcpsync.Position { return s.pos(item) }
+// Position implements paging.KeysetSource.
+func (s *snapshotStore[T]) Position(_ paging.Query, item T) paging.Position { return s.pos(item) }
 
 func (s *snapshotStore[T]) expireLocked(now time.Time) {
 	for el := s.lru.Back(); el != nil; {

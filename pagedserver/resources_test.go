@@ -18,10 +18,11 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/paging"
 )
 
 var (
-	testKey = mcpsync.CursorKey{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	testKey = paging.CursorKey{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
 	testT0  = time.Date(2026, 8, 25, 4, 0, 0, 0, time.UTC)
 )
 
@@ -42,8 +43,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func keyring(t testing.TB) *mcpsync.Keyring {
-	k, err := mcpsync.NewKeyring(testKey)
+func keyring(t testing.TB) *paging.Keyring {
+	k, err := paging.NewKeyring(testKey)
 	require.NoError(t, err)
 	return k
 }
@@ -220,21 +221,21 @@ func TestResourcesListRefusedCursors(t *testing.T) {
 	cases := []struct {
 		name   string
 		cursor func() mcp.Cursor
-		code   mcpsync.CursorErrorCode
+		code   paging.CursorErrorCode
 	}{
 		{"tampered", func() mcp.Cursor {
 			if next[len(next)-1] == 'A' {
 				return next[:len(next)-1] + "B"
 			}
 			return next[:len(next)-1] + "A"
-		}, mcpsync.CursorInvalid},
-		{"mcp-go style cursor", func() mcp.Cursor { return "ZG9jLTAx" }, mcpsync.CursorInvalid},
+		}, paging.CursorInvalid},
+		{"mcp-go style cursor", func() mcp.Cursor { return "ZG9jLTAx" }, paging.CursorInvalid},
 		{"templates cursor on resources", func() mcp.Cursor {
 			h.srv.AddResourceTemplate(mcp.NewResourceTemplate("file:///t/{id}", "t"), nil)
 			res, err := h.client.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{})
 			require.NoError(t, err)
 			return mcp.Cursor(signedFor(t, h, mcp.MethodResourcesTemplatesList, res))
-		}, mcpsync.CursorQueryMismatch},
+		}, paging.CursorQueryMismatch},
 		{"snapshot evicted", func() mcp.Cursor {
 			for i := range 2 { // two newer catalogs push the walk's snapshot out
 				h.srv.DeleteResources(fmt.Sprintf("file:///docs/%02d.txt", i))
@@ -242,13 +243,13 @@ func TestResourcesListRefusedCursors(t *testing.T) {
 				require.NoError(t, err)
 			}
 			return next
-		}, mcpsync.CursorExpired},
+		}, paging.CursorExpired},
 		{"expired", func() mcp.Cursor {
 			res, err := h.client.ListResourcesByPage(ctx, mcp.ListResourcesRequest{})
 			require.NoError(t, err)
 			h.clock.Advance(time.Minute)
 			return res.NextCursor
-		}, mcpsync.CursorExpired},
+		}, paging.CursorExpired},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,7 +261,7 @@ func TestResourcesListRefusedCursors(t *testing.T) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			require.Len(t, h.errs, 1)
-			require.ErrorIs(t, h.errs[0], &mcpsync.CursorError{Code: tc.code})
+			require.ErrorIs(t, h.errs[0], &paging.CursorError{Code: tc.code})
 		})
 	}
 	assert.Equal(t, 0, syncMapLen(&h.lists.resources.pending), "no request state left behind")
@@ -476,7 +477,7 @@ func TestResourcesListCursorBoundToSession(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	require.Len(t, h.errs, 1)
-	require.ErrorIs(t, h.errs[0], mcpsync.ErrCursorQueryMismatch)
+	require.ErrorIs(t, h.errs[0], paging.ErrCursorQueryMismatch)
 }
 
 // Sizes at the int limit: a list page size of math.MaxInt, and the store

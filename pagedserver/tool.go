@@ -10,7 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/paging"
 )
 
 // Names of the paging arguments of a paged tool, next to the tool's own.
@@ -28,13 +28,13 @@ const (
 
 // PageArguments are the paging arguments of one tools/call.
 type PageArguments struct {
-	Cursor         string            `json:"cursor,omitempty"`
-	After          *mcpsync.Position `json:"after,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Cursor         string           `json:"cursor,omitempty"`
+	After          *paging.Position `json:"after,omitempty"`
+	IdempotencyKey string           `json:"idempotency_key,omitempty"`
 }
 
 // PageArgumentsOf reads the paging arguments of req. Arguments of the wrong
-// type are an error matching mcpsync.ErrInvalidPageRequest.
+// type are an error matching paging.ErrInvalidPageRequest.
 func PageArgumentsOf(req mcp.CallToolRequest) (PageArguments, error) {
 	var a PageArguments
 	args := req.GetArguments()
@@ -48,14 +48,14 @@ func PageArgumentsOf(req mcp.CallToolRequest) (PageArguments, error) {
 		err = json.Unmarshal(b, &a)
 	}
 	if err != nil {
-		return PageArguments{}, fmt.Errorf("%w: paging arguments: %v", mcpsync.ErrInvalidPageRequest, err)
+		return PageArguments{}, fmt.Errorf("%w: paging arguments: %v", paging.ErrInvalidPageRequest, err)
 	}
 	return a, nil
 }
 
 // Request is the page request of a for query q.
-func (a PageArguments) Request(q mcpsync.Query) mcpsync.PageRequest {
-	return mcpsync.PageRequest{Query: q, Cursor: a.Cursor, After: a.After, IdempotencyKey: a.IdempotencyKey}
+func (a PageArguments) Request(q paging.Query) paging.PageRequest {
+	return paging.PageRequest{Query: q, Cursor: a.Cursor, After: a.After, IdempotencyKey: a.IdempotencyKey}
 }
 
 // ToolOptions declares the paging arguments in a tool's input schema.
@@ -69,7 +69,7 @@ func ToolOptions() []mcp.ToolOption {
 
 // ToolResult returns env as the structured content of a tool result, with
 // the same JSON as text for clients that read only text.
-func ToolResult[T any](env *mcpsync.PageEnvelope[T]) (*mcp.CallToolResult, error) {
+func ToolResult[T any](env *paging.PageEnvelope[T]) (*mcp.CallToolResult, error) {
 	b, err := json.Marshal(env)
 	if err != nil {
 		return nil, err
@@ -98,13 +98,13 @@ type ToolErrorDetail struct {
 // which the handler should return as a Go error instead.
 func ToolError(err error) *mcp.CallToolResult {
 	var d ToolErrorDetail
-	var ce *mcpsync.CursorError
+	var ce *paging.CursorError
 	switch {
 	case errors.As(err, &ce):
 		d = ToolErrorDetail{Code: string(ce.Code), Detail: ce.Detail}
-	case errors.Is(err, mcpsync.ErrInvalidPageRequest):
+	case errors.Is(err, paging.ErrInvalidPageRequest):
 		d = ToolErrorDetail{Code: CodeInvalidPageRequest, Detail: err.Error()}
-	case errors.Is(err, mcpsync.ErrIdempotencyConflict):
+	case errors.Is(err, paging.ErrIdempotencyConflict):
 		d = ToolErrorDetail{Code: CodeIdempotencyConflict, Detail: err.Error()}
 	default:
 		return nil
@@ -124,11 +124,11 @@ func ToolError(err error) *mcp.CallToolResult {
 }
 
 // QueryFunc builds the query of one tools/call from the tool's own arguments.
-type QueryFunc func(ctx context.Context, req mcp.CallToolRequest) (mcpsync.Query, error)
+type QueryFunc func(ctx context.Context, req mcp.CallToolRequest) (paging.Query, error)
 
 // Handler serves the pages of p as a tool. query builds the query from the
 // call; paging arguments are read with PageArgumentsOf.
-func Handler[T any](p *mcpsync.Paginator[T], query QueryFunc) server.ToolHandlerFunc {
+func Handler[T any](p *paging.Paginator[T], query QueryFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		q, err := query(ctx, req)
 		if err != nil {
@@ -160,11 +160,11 @@ type ToolCallError struct {
 func (e *ToolCallError) Error() string { return "pagedserver: tool error: " + e.Text }
 
 // DecodeToolResult reads the page envelope from a tool result. A tool error
-// with a cursor code becomes the matching *mcpsync.CursorError, so that a
+// with a cursor code becomes the matching *paging.CursorError, so that a
 // Walker can recover from CURSOR_EXPIRED; the other paging codes match
-// mcpsync.ErrInvalidPageRequest or mcpsync.ErrIdempotencyConflict; any other
+// paging.ErrInvalidPageRequest or paging.ErrIdempotencyConflict; any other
 // tool error is a *ToolCallError.
-func DecodeToolResult[T any](res *mcp.CallToolResult) (*mcpsync.PageEnvelope[T], error) {
+func DecodeToolResult[T any](res *mcp.CallToolResult) (*paging.PageEnvelope[T], error) {
 	if res == nil {
 		return nil, errors.New("pagedserver: no tool result")
 	}
@@ -178,15 +178,15 @@ func DecodeToolResult[T any](res *mcp.CallToolResult) (*mcpsync.PageEnvelope[T],
 	if res.IsError {
 		var body ToolErrorBody
 		if len(raw) > 0 && json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
-			switch code := mcpsync.CursorErrorCode(body.Error.Code); code {
-			case mcpsync.CursorInvalid, mcpsync.CursorExpired, mcpsync.CursorQueryMismatch, mcpsync.CursorVersionUnsupported, mcpsync.CursorTooLong:
-				return nil, &mcpsync.CursorError{Code: code, Detail: body.Error.Detail}
+			switch code := paging.CursorErrorCode(body.Error.Code); code {
+			case paging.CursorInvalid, paging.CursorExpired, paging.CursorQueryMismatch, paging.CursorVersionUnsupported, paging.CursorTooLong:
+				return nil, &paging.CursorError{Code: code, Detail: body.Error.Detail}
 			}
 			switch body.Error.Code {
 			case CodeInvalidPageRequest:
-				return nil, fmt.Errorf("%w: %s", mcpsync.ErrInvalidPageRequest, body.Error.Detail)
+				return nil, fmt.Errorf("%w: %s", paging.ErrInvalidPageRequest, body.Error.Detail)
 			case CodeIdempotencyConflict:
-				return nil, fmt.Errorf("%w: %s", mcpsync.ErrIdempotencyConflict, body.Error.Detail)
+				return nil, fmt.Errorf("%w: %s", paging.ErrIdempotencyConflict, body.Error.Detail)
 			}
 		}
 		return nil, &ToolCallError{Text: resultText(res)}
@@ -194,7 +194,7 @@ func DecodeToolResult[T any](res *mcp.CallToolResult) (*mcpsync.PageEnvelope[T],
 	if len(raw) == 0 {
 		return nil, errors.New("pagedserver: tool result without structured content")
 	}
-	var env mcpsync.PageEnvelope[T]
+	var env paging.PageEnvelope[T]
 	if err := json.Unmarshal(raw, &env); err != nil {
 		return nil, fmt.Errorf("pagedserver: page envelope: %w", err)
 	}
@@ -210,11 +210,11 @@ func resultText(res *mcp.CallToolResult) string {
 	return ""
 }
 
-// Fetcher returns the mcpsync.FetchPage of a paged tool called through c with
+// Fetcher returns the paging.FetchPage of a paged tool called through c with
 // the tool's own arguments args; the walker's paging arguments are added to
 // a copy of args on every call.
-func Fetcher[T any](c client.MCPClient, tool string, args map[string]any) mcpsync.FetchPage[T] {
-	return func(ctx context.Context, wr mcpsync.WalkRequest) (*mcpsync.PageEnvelope[T], error) {
+func Fetcher[T any](c client.MCPClient, tool string, args map[string]any) paging.FetchPage[T] {
+	return func(ctx context.Context, wr paging.WalkRequest) (*paging.PageEnvelope[T], error) {
 		a := make(map[string]any, len(args)+3)
 		for k, v := range args {
 			a[k] = v

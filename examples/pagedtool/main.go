@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/pagedserver"
+	"github.com/mcpsync/mcpsync/paging"
 )
 
 type ticket struct {
@@ -28,7 +29,7 @@ type ticket struct {
 	Title     string `json:"title"`
 }
 
-var order = []mcpsync.SortField{{Name: "updated_at", Desc: true}, {Name: "id", Desc: true}}
+var order = []paging.SortField{{Name: "updated_at", Desc: true}, {Name: "id", Desc: true}}
 
 // clock is the program's time: fixed, moved by hand, so runs are identical.
 type clock struct {
@@ -54,14 +55,14 @@ func run(ctx context.Context) error {
 	now := &clock{t: time.Date(2026, 8, 25, 4, 0, 0, 0, time.UTC)}
 	// A real server loads its secret from its key store; rotation adds the
 	// new key as current and keeps the old one as previous.
-	keys, err := mcpsync.NewKeyring(mcpsync.CursorKey{ID: "2026-08", Secret: []byte("example secret, 32 bytes or more!")})
+	keys, err := paging.NewKeyring(paging.CursorKey{ID: "2026-08", Secret: []byte("example secret, 32 bytes or more!")})
 	if err != nil {
 		return err
 	}
 
 	// The data: 12 tickets, three per minute, so equal timestamps straddle
 	// the page boundaries.
-	src, err := mcpsync.NewMemorySource(&mcpsync.MemorySourceOptions[ticket]{
+	src, err := paging.NewMemorySource(&paging.MemorySourceOptions[ticket]{
 		ID:        func(t ticket) string { return t.ID },
 		SortValue: func(t ticket, _ string) string { return t.UpdatedAt },
 		Retain:    100,
@@ -69,11 +70,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	at := func(m int) string { return mcpsync.SortTime(now.Now().Add(time.Duration(m) * time.Minute)) }
+	at := func(m int) string { return paging.SortTime(now.Now().Add(time.Duration(m) * time.Minute)) }
 	for i := range 12 {
 		src.Put(ticket{ID: fmt.Sprintf("T-%04d", 1000+i), UpdatedAt: at(i / 3), Title: fmt.Sprintf("ticket %d", i)})
 	}
-	pages, err := mcpsync.NewPaginator[ticket](src, &mcpsync.PaginatorOptions{Keyring: keys, CursorTTL: 10 * time.Minute, Clock: now.Now})
+	pages, err := paging.NewPaginator[ticket](src, &paging.PaginatorOptions{Keyring: keys, CursorTTL: 10 * time.Minute, Clock: now.Now})
 	if err != nil {
 		return err
 	}
@@ -87,10 +88,10 @@ func run(ctx context.Context) error {
 		mcp.WithDescription("Tickets, newest first, in pages."),
 		mcp.WithString("consistency", mcp.Enum("snapshot", "incremental")),
 	}, pagedserver.ToolOptions()...)...)
-	srv.AddTool(tool, pagedserver.Handler(pages, func(_ context.Context, req mcp.CallToolRequest) (mcpsync.Query, error) {
-		return mcpsync.Query{
+	srv.AddTool(tool, pagedserver.Handler(pages, func(_ context.Context, req mcp.CallToolRequest) (paging.Query, error) {
+		return paging.Query{
 			Tool: "search_tickets", Sort: order, PageSize: 5,
-			Consistency: mcpsync.Consistency(req.GetString("consistency", "snapshot")),
+			Consistency: paging.Consistency(req.GetString("consistency", "snapshot")),
 		}, nil
 	}))
 	for i := range 9 {
@@ -116,7 +117,7 @@ func run(ctx context.Context) error {
 	fmt.Println("== snapshot walk of search_tickets, with a new ticket and a delete between pages")
 	fetch := pagedserver.Fetcher[ticket](c, "search_tickets", map[string]any{"consistency": "snapshot"})
 	n := 0
-	w, err := mcpsync.NewWalker(func(ctx context.Context, r mcpsync.WalkRequest) (*mcpsync.PageEnvelope[ticket], error) {
+	w, err := paging.NewWalker(func(ctx context.Context, r paging.WalkRequest) (*paging.PageEnvelope[ticket], error) {
 		env, err := fetch(ctx, r)
 		if err == nil {
 			fp := env.Fingerprint
@@ -126,7 +127,7 @@ func run(ctx context.Context) error {
 			src.Delete(fmt.Sprintf("T-%04d", 1011-n))
 		}
 		return env, err
-	}, &mcpsync.WalkOptions[ticket]{Position: position, Order: order, CheckDigest: true})
+	}, &paging.WalkOptions[ticket]{Position: position, Order: order, CheckDigest: true})
 	if err != nil {
 		return err
 	}
@@ -138,9 +139,9 @@ func run(ctx context.Context) error {
 
 	fmt.Println("== an expired cursor: the caller chose incremental recovery")
 	expireOnce := true
-	w, err = mcpsync.NewWalker(func(ctx context.Context, r mcpsync.WalkRequest) (*mcpsync.PageEnvelope[ticket], error) {
+	w, err = paging.NewWalker(func(ctx context.Context, r paging.WalkRequest) (*paging.PageEnvelope[ticket], error) {
 		env, err := fetch(ctx, r)
-		var ce *mcpsync.CursorError
+		var ce *paging.CursorError
 		if errors.As(err, &ce) {
 			fmt.Printf("server refused the cursor: %s\n", ce.Code)
 		}
@@ -149,9 +150,9 @@ func run(ctx context.Context) error {
 			now.Advance(11 * time.Minute) // the agent paused longer than the cursor lives
 		}
 		return env, err
-	}, &mcpsync.WalkOptions[ticket]{
-		Position: position, Order: order, Recovery: mcpsync.RecoverIncremental,
-		OnRecovery: func(r mcpsync.CursorRecovery) {
+	}, &paging.WalkOptions[ticket]{
+		Position: position, Order: order, Recovery: paging.RecoverIncremental,
+		OnRecovery: func(r paging.CursorRecovery) {
 			fmt.Printf("recovery %s: reason %s, after %s, %d items kept\n", r.Mode, r.Reason, r.Boundary.ID, r.ItemsBefore)
 		},
 	})
@@ -165,8 +166,8 @@ func run(ctx context.Context) error {
 	fmt.Printf("read %d tickets, none twice: %t\n", len(got), unique(got))
 
 	fmt.Println("== a retried request with the same idempotency key")
-	call := func() (*mcpsync.PageEnvelope[ticket], error) {
-		return fetch(ctx, mcpsync.WalkRequest{IdempotencyKey: "retry-1"})
+	call := func() (*paging.PageEnvelope[ticket], error) {
+		return fetch(ctx, paging.WalkRequest{IdempotencyKey: "retry-1"})
 	}
 	a, err := call()
 	if err != nil {
@@ -202,11 +203,11 @@ func run(ctx context.Context) error {
 	return nil
 }
 
-func position(t ticket) mcpsync.Position {
-	return mcpsync.Position{Sort: []string{t.UpdatedAt}, ID: t.ID}
+func position(t ticket) paging.Position {
+	return paging.Position{Sort: []string{t.UpdatedAt}, ID: t.ID}
 }
 
-func drain(ctx context.Context, w *mcpsync.Walker[ticket]) ([]string, error) {
+func drain(ctx context.Context, w *paging.Walker[ticket]) ([]string, error) {
 	var got []string
 	for t, err := range w.All(ctx) {
 		if err != nil {
