@@ -1630,9 +1630,7 @@ func (c *Client) handle(n note) {
 	params := n.n.Params.AdditionalFields
 	switch n.n.Method {
 	case string(mcp.MethodNotificationResourceUpdated):
-		var updated mcp.ResourceUpdatedNotificationParams
-		decodeParams(params, &updated)
-		uri := updated.URI
+		uri := notifiedURI(params)
 		if n.gen != current.gen {
 			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
 			return
@@ -1878,16 +1876,40 @@ func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
 func streamIDOf(n mcp.JSONRPCNotification) string {
 	id, ok := n.Params.Meta[mcp.MetaKeySubscriptionID]
 	if !ok {
-		var m struct {
-			Meta map[string]any `json:"_meta"`
+		switch meta := n.Params.AdditionalFields["_meta"].(type) {
+		case nil:
+		case map[string]any:
+			id, ok = meta[mcp.MetaKeySubscriptionID]
+		default:
+			var m struct {
+				Meta map[string]any `json:"_meta"`
+			}
+			decodeParams(n.Params.AdditionalFields, &m)
+			id, ok = m.Meta[mcp.MetaKeySubscriptionID]
 		}
-		decodeParams(n.Params.AdditionalFields, &m)
-		id, ok = m.Meta[mcp.MetaKeySubscriptionID]
 	}
-	if !ok || id == nil {
+	switch id := id.(type) {
+	case nil:
+		return ""
+	case string:
+		return id
+	}
+	if !ok {
 		return ""
 	}
 	return fmt.Sprint(id)
+}
+
+// notifiedURI returns the uri of a resources/updated notification's
+// params. Off the wire it is a string; only other shapes (typed values an
+// in-process transport passes through) take the JSON round trip.
+func notifiedURI(params map[string]any) string {
+	if uri, ok := params["uri"].(string); ok {
+		return uri
+	}
+	var updated mcp.ResourceUpdatedNotificationParams
+	decodeParams(params, &updated)
+	return updated.URI
 }
 
 // currentStream reports whether id names the newest stream (or there is
