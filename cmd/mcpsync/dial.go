@@ -28,6 +28,9 @@ type common struct {
 	principal string
 	json      bool
 	limits    mcpsync.Limits
+	// ledger is --ledger, of the commands that sync; "" keeps the fence in
+	// memory, forgotten at exit.
+	ledger nonEmpty
 	// command is the server to run over stdio: everything after "--".
 	command []string
 }
@@ -46,6 +49,12 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.limits.MaxMessageBytes, "max-message-bytes", 0, "bound on one JSON-RPC message (0: 32 MiB)")
 	fs.IntVar(&c.limits.MaxDepth, "max-depth", 0, "bound on the JSON nesting of one message (0: 128)")
 	fs.IntVar(&c.limits.MaxNotificationsPerSecond, "max-notifications-per-second", 0, "notification rate beyond which a session is degraded (0: 10000)")
+}
+
+// registerLedger adds --ledger, for the commands whose engine may live in
+// a file (not the demo, which shows the library on its embedded default).
+func (c *common) registerLedger(fs *flag.FlagSet) {
+	fs.Var(&c.ledger, "ledger", "ledger `file` keeping the fence, versions, revocations and outbox across runs, created if missing (default: memory)")
 }
 
 // versionPin is the ClientOptions.ProtocolVersion of --protocol.

@@ -14,6 +14,10 @@
 // status: 0 on success, 1 on a runtime failure, 2 on a usage error, with a
 // one-line message on stderr.
 //
+// scan, read and watch keep their engine in memory unless --ledger names a
+// ledger file: then the fence, the versions, the revocations and the outbox
+// carry over from run to run. One process opens a ledger file at a time.
+//
 // Over streamable HTTP, revisions before 2026-07-28 deliver notifications
 // only on the standalone GET stream, and mcp-go opens that stream only on
 // connections it keeps on a legacy revision. A pinned legacy --protocol
@@ -76,6 +80,8 @@ common flags:
   --scan-timeout D   bound on a whole scan, every page included (default 5m)
   --principal P      subject every read is bound to (default "cli")
   --json             JSON lines on stdout instead of text
+  --ledger FILE      scan, read, watch: keep the fence, versions and outbox in
+                     this file across runs (default: memory, forgotten at exit)
 
 Run "mcpsync <command> -h" for the flags of a command.
 `

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -187,6 +188,10 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		{"demo", "extra"},
 		{"demo", "--resources", "2"},
 		{"demo", "--protocol", "latest"},
+		{"demo", "--ledger", "x.ledger"},
+		{"read", "--url", "http://127.0.0.1:1", "file:///a", "--ledger"},
+		{"scan", "--url", "http://127.0.0.1:1", "--ledger="},
+		{"watch", "--url", "http://127.0.0.1:1", "--all", "--ledger", ""},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			r := runCmd(t.Context(), args...)
@@ -215,6 +220,7 @@ func TestRuntimeFailuresExitOneWithOneLine(t *testing.T) {
 		"read invalid URI":  {"read", "--url", f.url, "::not a uri::"},
 		"no such command":   {"scan", "--", "/nonexistent/mcp-server"},
 		"watch closed port": {"watch", "--url", closedPort(t), "--all", "--duration", "1s"},
+		"ledger in no dir":  {"read", "--url", f.url, "--ledger", filepath.Join(t.TempDir(), "missing", "x.ledger"), "file:///docs/a.md"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := runCmd(t.Context(), args...)

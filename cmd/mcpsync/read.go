@@ -27,10 +27,11 @@ type contentItem struct {
 	Blob     string `json:"blob,omitempty"` // base64, as on the wire
 }
 
-func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var c common
 	fs := flag.NewFlagSet("read", flag.ContinueOnError)
 	c.register(fs)
+	c.registerLedger(fs)
 	positional, err := parse(fs, &c, args)
 	if err != nil {
 		return helpOrUsage(err, fs, "read [flags] URI (--url URL | -- command args...)", stdout)
@@ -45,7 +46,16 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := c.check(true); err != nil {
 		return err
 	}
-	conn, err := c.connect(ctx, mcpsync.ClientOptions{}, nil)
+	engine, closeLedger, err := c.newEngine(ctx, mcpsync.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := closeLedger(); err == nil {
+			err = cerr
+		}
+	}()
+	conn, err := c.connect(ctx, mcpsync.ClientOptions{Engine: engine}, nil)
 	if err != nil {
 		return err
 	}
@@ -54,9 +64,19 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// A one-shot read needs a ticket, and tickets belong to an open
 	// subscription generation. The generation is opened in the engine only,
 	// in poll mode, so the server is not asked to subscribe for one read.
-	engine := conn.client.Engine()
+	// It is closed again on the way out, or a ledger would keep it open for
+	// every later run that resumes subscriptions, unless an earlier run left
+	// the URI open: then read leaves it open too.
+	keep := leftOpen(engine, uri)
 	if _, err := engine.Subscribe(uri, c.principal); err != nil {
 		return fmt.Errorf("read %s: %w", uri, err)
+	}
+	if !keep {
+		defer func() {
+			if cerr := closeOneShot(engine, uri); err == nil && cerr != nil {
+				err = fmt.Errorf("read %s: close: %w", uri, cerr)
+			}
+		}()
 	}
 	if _, err := engine.Activate(uri, mcpsync.ModePoll); err != nil {
 		return fmt.Errorf("read %s: %w", uri, err)
@@ -100,4 +120,34 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		v.Version.Subject, v.Version.Server.Name, v.Version.Server.Version,
 		v.Version.SessionGeneration, v.Version.SubscriptionGeneration, v.Version.Bytes, text.String()))
 	return nil
+}
+
+// leftOpen reports whether an earlier session left uri subscribed in the
+// engine's ledger (a watch that was killed): what a restarted worker
+// subscribes again.
+func leftOpen(engine *mcpsync.Engine, uri string) bool {
+	sub, err := engine.Subscription(uri)
+	if err != nil {
+		return false // unknown, or not a URI: Subscribe says which
+	}
+	for open, err := range engine.ResumableSubscriptions() {
+		if err != nil {
+			return false
+		}
+		if open.URI == sub.URI {
+			return true
+		}
+	}
+	return false
+}
+
+// closeOneShot closes the generation read opened. No resources/unsubscribe
+// goes out, since none was sent to subscribe, so the close is acknowledged
+// at once; a result still in flight is refused as STALE_AFTER_CLOSE.
+func closeOneShot(engine *mcpsync.Engine, uri string) error {
+	if _, err := engine.BeginClose(uri); err != nil {
+		return err
+	}
+	_, err := engine.FinishClose(uri, true)
+	return err
 }

@@ -91,10 +91,11 @@ func (e scanEvent) String() string {
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var c common
 	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
 	c.register(fs)
+	c.registerLedger(fs)
 	templates := fs.Bool("templates", true, "scan resources/templates/list too")
 	positional, err := parse(fs, &c, args)
 	if err != nil {
@@ -106,7 +107,19 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := c.check(true); err != nil {
 		return err
 	}
-	conn, err := c.connect(ctx, mcpsync.ClientOptions{}, nil)
+	// A scan writes no record, but its session generation comes from the
+	// engine's ledger: with --ledger, each run's is above every earlier
+	// run's, as the receipts of a worker's scans must be.
+	engine, closeLedger, err := c.newEngine(ctx, mcpsync.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := closeLedger(); err == nil {
+			err = cerr
+		}
+	}()
+	conn, err := c.connect(ctx, mcpsync.ClientOptions{Engine: engine}, nil)
 	if err != nil {
 		return err
 	}

@@ -115,6 +115,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var uris uriList
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	c.register(fs)
+	c.registerLedger(fs)
 	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
 	all := fs.Bool("all", false, "scan resources and subscribe every listed URI")
 	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
@@ -169,7 +170,7 @@ type watcher struct {
 	outcomeCounts
 	invalidations int
 	tombstones    int
-	outbox        uint64 // last outbox entry pulled
+	outbox        uint64 // last outbox entry shown
 	// framingLosses counts sessions in a row ended by a framing violation
 	// with no read accepted between them.
 	framingLosses int
@@ -262,13 +263,28 @@ func (w *watcher) onTransition(t mcpsync.Transition) {
 	w.p.emit(ev, text)
 }
 
-func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOptions) error {
+func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOptions) (err error) {
 	started := time.Now()
-	engine, err := mcpsync.NewEngine(&mcpsync.Options{OnTransition: w.onTransition})
+	engine, closeLedger, err := w.c.newEngine(ctx, mcpsync.Options{OnTransition: w.onTransition})
 	if err != nil {
 		return err
 	}
+	// The ledger closes last: the final outbox pull and the summary read it.
+	defer func() {
+		if cerr := closeLedger(); err == nil {
+			err = cerr
+		}
+	}()
 	w.engine = engine
+	if w.c.ledger != "" {
+		// What earlier runs appended is for the ledger's consumers; watch
+		// shows what this run appends.
+		st, err := engine.OutboxState(ctx)
+		if err != nil {
+			return fmt.Errorf("ledger %s: %w", w.c.ledger, err)
+		}
+		w.outbox = st.Last
+	}
 	w.fatal = make(chan error, 1)
 	w.notifications = make(map[string]notificationCount)
 	opts.Engine, opts.OnOutcome, opts.OnError = engine, w.onOutcome, w.onError
@@ -460,12 +476,26 @@ func (w *watcher) rescan(ctx context.Context) {
 	}
 }
 
-// pullOutbox emits and acknowledges new outbox entries.
+// pullOutbox emits the outbox entries appended since the last pull. In
+// memory, watch is the outbox's one consumer and acknowledges them, so the
+// outbox does not grow. On a --ledger file it only shows them: they are
+// for the ledger's consumers, and an acknowledgement by watch would let the
+// ledger discard them before a consumer that registers later saw them.
 func (w *watcher) pullOutbox() {
 	w.mu.Lock()
 	after := w.outbox
 	w.mu.Unlock()
 	entries, err := w.engine.PullOutbox(after, 0)
+	if gap, ok := errors.AsType[*mcpsync.OutboxGapError](err); ok {
+		// The retention bound overtook the watch: say so once and go on
+		// after the entries lost, or every tick would say it again.
+		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+		after = gap.Through
+		w.mu.Lock()
+		w.outbox = after
+		w.mu.Unlock()
+		entries, err = w.engine.PullOutbox(after, 0)
+	}
 	if err != nil {
 		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
 		return
@@ -478,8 +508,10 @@ func (w *watcher) pullOutbox() {
 		w.p.emit(ev, ev.String())
 	}
 	last := entries[len(entries)-1].Seq
-	if err := w.engine.AckOutbox(last); err != nil {
-		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+	if w.c.ledger == "" {
+		if err := w.engine.AckOutbox(last); err != nil {
+			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
+)
+
+// nonEmpty is a flag value that must not be empty, such as a ledger's
+// path. Absent, it is "".
+type nonEmpty string
+
+func (s *nonEmpty) String() string { return string(*s) }
+
+func (s *nonEmpty) Set(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*s = nonEmpty(v)
+	return nil
+}
+
+// ledgerLockWait bounds the wait for a ledger file another process holds.
+// Its holder is another mcpsync, and a watch holds it for as long as it
+// runs: waiting longer would only delay the answer.
+const ledgerLockWait = time.Second
+
+// openLedger opens the ledger spec names and returns it with the function
+// that closes it. A spec is the path of a bolt ledger file; stores of other
+// kinds are told apart here, by the scheme of their URL, one case each.
+func openLedger(ctx context.Context, spec string) (mcpsync.Ledger, func() error, error) {
+	switch {
+	default:
+		return openBoltLedger(spec)
+	}
+}
+
+// openBoltLedger opens the bolt ledger file at path, creating it if missing.
+func openBoltLedger(path string) (mcpsync.Ledger, func() error, error) {
+	l, err := boltledger.Open(path, &boltledger.Options{Timeout: ledgerLockWait})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		// bbolt locks the file for one process at a time, readers too.
+		return nil, nil, fmt.Errorf("ledger %s is in use by another process (one process opens a ledger at a time)", path)
+	case err != nil:
+		return nil, nil, err
+	}
+	return l, l.Close, nil
+}
+
+// newEngine builds the engine a command syncs with: on the --ledger store
+// when one is given, so the fence, the versions, the revocations and the
+// outbox carry over to the next run; in memory otherwise. Call done once the
+// client is closed.
+func (c *common) newEngine(ctx context.Context, opts mcpsync.Options) (e *mcpsync.Engine, done func() error, err error) {
+	done = func() error { return nil }
+	if c.ledger != "" {
+		if opts.Ledger, done, err = openLedger(ctx, string(c.ledger)); err != nil {
+			return nil, nil, err
+		}
+	}
+	if e, err = mcpsync.NewEngine(&opts); err != nil {
+		_ = done()
+		if c.ledger != "" {
+			err = fmt.Errorf("ledger %s: %w", c.ledger, err)
+		}
+		return nil, nil, err
+	}
+	return e, done, nil
+}
