@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -12,8 +14,8 @@ import (
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
-// nonEmpty is a flag value that must not be empty, such as a ledger's
-// path. Absent, it is "".
+// nonEmpty is a flag value that must not be empty: a ledger's path, a
+// consumer's name. Absent, it is "".
 type nonEmpty string
 
 func (s *nonEmpty) String() string { return string(*s) }
@@ -26,6 +28,17 @@ func (s *nonEmpty) Set(v string) error {
 	return nil
 }
 
+// ledgerUse says what a command does with a ledger that is not there yet.
+type ledgerUse int
+
+const (
+	// createLedger: a command that syncs starts a new ledger.
+	createLedger ledgerUse = iota
+	// existingLedger: a command that inspects one has nothing to inspect,
+	// and creating an empty file would only hide a mistyped path.
+	existingLedger
+)
+
 // ledgerLockWait bounds the wait for a ledger file another process holds.
 // Its holder is another mcpsync, and a watch holds it for as long as it
 // runs: waiting longer would only delay the answer.
@@ -34,15 +47,21 @@ const ledgerLockWait = time.Second
 // openLedger opens the ledger spec names and returns it with the function
 // that closes it. A spec is the path of a bolt ledger file; stores of other
 // kinds are told apart here, by the scheme of their URL, one case each.
-func openLedger(ctx context.Context, spec string) (mcpsync.Ledger, func() error, error) {
+func openLedger(ctx context.Context, spec string, use ledgerUse) (mcpsync.Ledger, func() error, error) {
 	switch {
 	default:
-		return openBoltLedger(spec)
+		return openBoltLedger(spec, use)
 	}
 }
 
-// openBoltLedger opens the bolt ledger file at path, creating it if missing.
-func openBoltLedger(path string) (mcpsync.Ledger, func() error, error) {
+// openBoltLedger opens the bolt ledger file at path, creating it if missing
+// unless use says it must exist.
+func openBoltLedger(path string, use ledgerUse) (mcpsync.Ledger, func() error, error) {
+	if use == existingLedger {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("no ledger at %s", path)
+		}
+	}
 	l, err := boltledger.Open(path, &boltledger.Options{Timeout: ledgerLockWait})
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
@@ -61,7 +80,7 @@ func openBoltLedger(path string) (mcpsync.Ledger, func() error, error) {
 func (c *common) newEngine(ctx context.Context, opts mcpsync.Options) (e *mcpsync.Engine, done func() error, err error) {
 	done = func() error { return nil }
 	if c.ledger != "" {
-		if opts.Ledger, done, err = openLedger(ctx, string(c.ledger)); err != nil {
+		if opts.Ledger, done, err = openLedger(ctx, string(c.ledger), createLedger); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,6 +11,50 @@ import (
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
+
+// entriesOf decodes outbox --json output: every line must be an entry in
+// its stored form.
+func entriesOf(t *testing.T, out string) []mcpsync.OutboxEntry {
+	t.Helper()
+	var entries []mcpsync.OutboxEntry
+	for line := range strings.Lines(out) {
+		e, err := mcpsync.DecodeOutboxEntry([]byte(line))
+		require.NoError(t, err, "line %q", line)
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+func seqs(entries []mcpsync.OutboxEntry) []uint64 {
+	var out []uint64
+	for _, e := range entries {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+// outboxStep is one run of outbox --json on a ledger: what it is given,
+// its exit status, the entries it lists and what its stderr says.
+type outboxStep struct {
+	name   string
+	args   []string
+	code   int
+	listed []uint64
+	says   string
+}
+
+// runOutboxSteps runs the steps in order, each on what the one before left.
+func runOutboxSteps(t *testing.T, ledger string, steps []outboxStep) {
+	t.Helper()
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			r := runCmd(t.Context(), append([]string{"outbox", "--ledger", ledger, "--json"}, step.args...)...)
+			require.Equal(t, step.code, r.code, r)
+			assert.Equal(t, step.listed, seqs(entriesOf(t, r.stdout)))
+			assert.Contains(t, r.stderr, step.says)
+		})
+	}
+}
 
 // readVersion runs read --json on the ledger and returns its one event.
 func readVersion(t *testing.T, f fixture, ledger, uri string) map[string]any {
@@ -68,6 +113,51 @@ func TestReadWithLedgerCarriesOverToTheNextRun(t *testing.T) {
 	}
 }
 
+// outbox lists what the runs appended, in its stored form or as text, and
+// acknowledges it per consumer.
+func TestOutboxListsAndAcknowledgesPerConsumer(t *testing.T) {
+	f := newFixture(t, nil)
+	path := filepath.Join(t.TempDir(), "sync.ledger")
+	const uri = "file:///docs/a.md"
+	first := readVersion(t, f, path, uri)
+	f.srv.Set(uri, "text/markdown", "alpha 2")
+	second := readVersion(t, f, path, uri)
+
+	r := runCmd(t.Context(), "outbox", "--ledger", path, "--json")
+	require.Equal(t, exitOK, r.code, r)
+	entries := entriesOf(t, r.stdout)
+	require.Equal(t, []uint64{1, 2}, seqs(entries), r)
+	assert.Equal(t, first["digest"], entries[1].Previous.Digest)
+	assert.Equal(t, second["digest"], entries[1].Version.Digest)
+	assert.Contains(t, r.stderr, "listed 2 retained", "with --json the summary goes to stderr")
+
+	r = runCmd(t.Context(), "outbox", "--ledger", path)
+	require.Equal(t, exitOK, r.code, r)
+	assert.Contains(t, r.stdout, "invalidation "+uri+"  outbox #1  updated")
+	assert.Contains(t, r.stdout, "outbox #2")
+	assert.Contains(t, r.stdout, "summary      listed 2 retained; outbox last #2, first retained #1, dropped 0; consumers none")
+
+	runOutboxSteps(t, path, []outboxStep{
+		{"a new consumer has everything pending", []string{"--consumer", "indexer"}, exitOK, []uint64{1, 2}, `listed 2 for "indexer" (not registered`},
+		{"ack acknowledges what was listed", []string{"--consumer", "indexer", "--ack"}, exitOK, []uint64{1, 2}, `"indexer" acknowledged through #2`},
+		{"then nothing is pending", []string{"--consumer", "indexer"}, exitOK, nil, `listed 0 pending for "indexer" after #2`},
+		// Registered consumers pin what they have not passed; an
+		// unregistered one starts at the oldest entry still retained.
+		{"entries every registered consumer passed are gone", []string{"--consumer", "audit"}, exitOK, nil, `outbox last #2, first retained - (none)`},
+	})
+
+	// Two more runs number on; a second consumer keeps its own position.
+	for _, text := range []string{"alpha 3", "alpha 4"} {
+		f.srv.Set(uri, "text/markdown", text)
+		readVersion(t, f, path, uri)
+	}
+	runOutboxSteps(t, path, []outboxStep{
+		{"through bounds what is listed and acknowledged", []string{"--consumer", "audit", "--ack", "--through", "3"}, exitOK, []uint64{3}, `"audit" acknowledged through #3`},
+		{"the first consumer still has both", []string{"--consumer", "indexer"}, exitOK, []uint64{3, 4}, `consumers "audit" at #3 "indexer" at #2`},
+		{"the second resumes from its own position", []string{"--consumer", "audit"}, exitOK, []uint64{4}, `pending for "audit" after #3`},
+	})
+}
+
 // Each scan on a ledger runs in a session generation above every earlier
 // one, so scan receipts of successive runs never share one.
 func TestScanWithLedgerAllocatesSessionsFromIt(t *testing.T) {
@@ -107,11 +197,39 @@ func TestWatchWithLedgerCarriesVersionsOver(t *testing.T) {
 	assert.GreaterOrEqual(t, sum2["unchanged"], 3.0)
 	assert.EqualValues(t, 0, sum2["invalidations"])
 
-	st, err := openEngine(t, path).OutboxState(t.Context())
+	runOutboxSteps(t, path, []outboxStep{
+		{"a consumer finds them", []string{"--consumer", "indexer"}, exitOK, []uint64{1, 2, 3}, "first retained #1, dropped 0; consumers none"},
+	})
+}
+
+// A consumer the retention bound overtook is told which entries it lost,
+// with exit status 3, and --ack does not pass them unless told how far.
+func TestOutboxReportsLostEntries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "small.ledger")
+	l, err := boltledger.Open(path, &boltledger.Options{Ledger: &mcpsync.LedgerOptions{OutboxRetention: 2}})
 	require.NoError(t, err)
-	assert.Equal(t, uint64(3), st.Last)
-	assert.Equal(t, uint64(1), st.First, "nothing acknowledged, nothing discarded")
-	assert.Empty(t, st.Consumers)
+	ctx := t.Context()
+	require.NoError(t, l.Ack(ctx, "indexer", 0), "registered before any entry")
+	const key = "file:///docs/a.md"
+	for rev := uint64(1); rev <= 5; rev++ {
+		entry := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated, Subject: "cli"}
+		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, &mcpsync.Record{Revision: rev}, []mcpsync.OutboxEntry{entry})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	st, err := l.OutboxState(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), st.First, "entries 1 to 3 dropped")
+	require.NoError(t, l.Close())
+
+	runOutboxSteps(t, path, []outboxStep{
+		{"everything retained: the loss is shown, not an error", nil, exitOK, []uint64{4, 5}, `"indexer" at #0 (lost #1 to #3)`},
+		{"the consumer is told", []string{"--consumer", "indexer"}, exitOutboxGap, []uint64{4, 5}, "lost outbox entries #1 to #3"},
+		{"ack does not pass the loss", []string{"--consumer", "indexer", "--ack"}, exitOutboxGap, []uint64{4, 5}, "acknowledged nothing"},
+		{"still lost", []string{"--consumer", "indexer"}, exitOutboxGap, []uint64{4, 5}, "--ack --through 3"},
+		{"ack through the loss once rebuilt", []string{"--consumer", "indexer", "--ack", "--through", "3"}, exitOK, nil, `"indexer" acknowledged through #3`},
+		{"then what is retained is pending", []string{"--consumer", "indexer"}, exitOK, []uint64{4, 5}, `pending for "indexer" after #3`},
+	})
 }
 
 // bbolt locks a ledger file for one process: a command that finds it held
@@ -123,7 +241,8 @@ func TestLedgerInUseIsAClearError(t *testing.T) {
 	require.NoError(t, err)
 	defer held.Close()
 	for name, args := range map[string][]string{
-		"read": {"read", "--url", f.url, "--ledger", path, "file:///docs/a.md"},
+		"read":   {"read", "--url", f.url, "--ledger", path, "file:///docs/a.md"},
+		"outbox": {"outbox", "--ledger", path},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := runCmd(t.Context(), args...)

@@ -6,17 +6,20 @@
 //	mcpsync scan  [flags] (--url URL | -- command args...)
 //	mcpsync read  [flags] URI (--url URL | -- command args...)
 //	mcpsync watch [flags] [--uri U]... [--all] (--url URL | -- command args...)
+//	mcpsync outbox --ledger FILE [--consumer NAME] [--json] [--ack] [--through N]
 //	mcpsync demo  [flags]
 //
 // The server is given as --url (streamable HTTP) or as a command after "--"
 // (stdio), which mcpsync runs and ends. --json prints one JSON object per
 // line, each with an "event" field; the default is readable text. Exit
-// status: 0 on success, 1 on a runtime failure, 2 on a usage error, with a
-// one-line message on stderr.
+// status: 0 on success, 1 on a runtime failure, 2 on a usage error, 3 when
+// an outbox consumer lost entries to the retention bound, with a one-line
+// message on stderr.
 //
 // scan, read and watch keep their engine in memory unless --ledger names a
 // ledger file: then the fence, the versions, the revocations and the outbox
-// carry over from run to run. One process opens a ledger file at a time.
+// carry over from run to run, and outbox lists what is pending in it. One
+// process opens a ledger file at a time.
 //
 // Over streamable HTTP, revisions before 2026-07-28 deliver notifications
 // only on the standalone GET stream, and mcp-go opens that stream only on
@@ -41,6 +44,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 func main() {
@@ -62,6 +67,9 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitOutboxGap: the retention bound dropped outbox entries before the
+	// consumer passed them. A worker must know, so it is not 1.
+	exitOutboxGap = 3
 )
 
 const usage = `usage: mcpsync <command> [flags] (--url URL | -- command args...)
@@ -70,6 +78,7 @@ commands:
   scan    two-pass discovery of resources and templates; prints the catalog
   read    one fenced read of URI; prints the version receipt and the content
   watch   subscribe (or poll) and stream events until --duration or Ctrl-C
+  outbox  list what a ledger's outbox holds for a consumer; --ack acknowledges it
   demo    the library converging under injected faults, in process
 
 common flags:
@@ -82,6 +91,9 @@ common flags:
   --json             JSON lines on stdout instead of text
   --ledger FILE      scan, read, watch: keep the fence, versions and outbox in
                      this file across runs (default: memory, forgotten at exit)
+
+exit status: 0 success, 1 runtime failure, 2 usage error,
+  3 an outbox consumer lost entries to the retention bound (outbox)
 
 Run "mcpsync <command> -h" for the flags of a command.
 `
@@ -117,6 +129,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		fmt.Fprintf(stderr, "mcpsync: %s (run %q for usage)\n", oneLine(err.Error()), help)
 		return exitUsage
+	case errors.Is(err, mcpsync.ErrOutboxGap):
+		fmt.Fprintf(stderr, "mcpsync: %s\n", oneLine(err.Error()))
+		return exitOutboxGap
 	default:
 		fmt.Fprintf(stderr, "mcpsync: %s\n", oneLine(err.Error()))
 		return exitFailure
@@ -129,7 +144,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	name, rest := args[0], args[1:]
 	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"scan": runScan, "read": runRead, "watch": runWatch, "demo": runDemo,
+		"scan": runScan, "read": runRead, "watch": runWatch, "outbox": runOutbox, "demo": runDemo,
 	}
 	if cmd, ok := commands[name]; ok {
 		err := cmd(ctx, rest, stdout, stderr)

@@ -192,6 +192,14 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		{"read", "--url", "http://127.0.0.1:1", "file:///a", "--ledger"},
 		{"scan", "--url", "http://127.0.0.1:1", "--ledger="},
 		{"watch", "--url", "http://127.0.0.1:1", "--all", "--ledger", ""},
+		{"outbox"},
+		{"outbox", "--ledger"},
+		{"outbox", "--ledger", "x.ledger", "extra"},
+		{"outbox", "--ledger", "x.ledger", "--ack"},
+		{"outbox", "--ledger", "x.ledger", "--consumer", "", "--ack"},
+		{"outbox", "--ledger", "x.ledger", "--through", "-1"},
+		{"outbox", "--ledger", "x.ledger", "--url", "http://127.0.0.1:1"},
+		{"outbox", "--ledger", "x.ledger", "--", "node", "server.js"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			r := runCmd(t.Context(), args...)
@@ -204,7 +212,7 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"help"}, {"scan", "-h"}, {"read", "--help"}, {"watch", "-h"}, {"demo", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"help"}, {"scan", "-h"}, {"read", "--help"}, {"watch", "-h"}, {"outbox", "-h"}, {"demo", "-h"}} {
 		r := runCmd(t.Context(), args...)
 		assert.Equal(t, exitOK, r.code, r)
 		assert.Contains(t, r.stdout, "usage: mcpsync", r)
@@ -221,6 +229,7 @@ func TestRuntimeFailuresExitOneWithOneLine(t *testing.T) {
 		"no such command":   {"scan", "--", "/nonexistent/mcp-server"},
 		"watch closed port": {"watch", "--url", closedPort(t), "--all", "--duration", "1s"},
 		"ledger in no dir":  {"read", "--url", f.url, "--ledger", filepath.Join(t.TempDir(), "missing", "x.ledger"), "file:///docs/a.md"},
+		"outbox no ledger":  {"outbox", "--ledger", filepath.Join(t.TempDir(), "x.ledger")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := runCmd(t.Context(), args...)

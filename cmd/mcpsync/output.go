@@ -183,6 +183,9 @@ type outboxEvent struct {
 	Digest         string                     `json:"digest,omitempty"`
 	PreviousDigest string                     `json:"previousDigest,omitempty"`
 	Subject        string                     `json:"subject"`
+	// Artifact names the derived artifact a revocation is about, as
+	// "index/id"; empty otherwise.
+	Artifact string `json:"artifact,omitempty"`
 }
 
 func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
@@ -190,14 +193,22 @@ func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
 	if o.Reason == mcpsync.InvalidateTombstoned {
 		ev = "tombstone"
 	}
-	return outboxEvent{ev, o.Seq, o.URI, o.Reason, o.Version.Digest, o.Previous.Digest, o.Subject}
+	artifact := ""
+	if o.Artifact != nil {
+		artifact = o.Artifact.Index + "/" + o.Artifact.ArtifactID
+	}
+	return outboxEvent{ev, o.Seq, o.URI, o.Reason, o.Version.Digest, o.Previous.Digest, o.Subject, artifact}
 }
 
 func (e outboxEvent) String() string {
 	if e.Event == "tombstone" {
 		return fmt.Sprintf("tombstone    %s  outbox #%d  delete what %s fed", e.URI, e.Seq, short(e.PreviousDigest))
 	}
-	return fmt.Sprintf("invalidation %s  outbox #%d  %s  %s -> %s", e.URI, e.Seq, e.Reason, short(e.PreviousDigest), short(e.Digest))
+	s := fmt.Sprintf("invalidation %s  outbox #%d  %s  %s -> %s", e.URI, e.Seq, e.Reason, short(e.PreviousDigest), short(e.Digest))
+	if e.Artifact != "" {
+		s += "  artifact " + e.Artifact
+	}
+	return s
 }
 
 type errorEvent struct {
