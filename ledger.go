@@ -147,6 +147,18 @@ type OutboxState struct {
 	Consumers map[string]uint64 `json:"consumers"`
 }
 
+// Lost returns the entries above pos, the position of consumer, that the
+// retention bound dropped, or nil when it dropped none of them. Entries
+// missing below First were either passed by every consumer (nothing lost)
+// or dropped by the bound, and only the latter reach above DroppedThrough's
+// start, so a position below DroppedThrough lost some.
+func (s OutboxState) Lost(consumer string, pos uint64) *OutboxGapError {
+	if pos < s.DroppedThrough && s.First > pos+1 {
+		return &OutboxGapError{Consumer: consumer, From: pos + 1, Through: s.First - 1}
+	}
+	return nil
+}
+
 // DefaultOutboxRetention is how many entries a ledger keeps, at most, when
 // its options do not say.
 const DefaultOutboxRetention = 1 << 16

@@ -2,6 +2,7 @@ package mcpsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -50,7 +51,7 @@ type OutboxEntry struct {
 
 // DefaultConsumer is the outbox consumer PullOutbox, AckOutbox and
 // OutboxCursor act for.
-const DefaultConsumer = ""
+const DefaultConsumer = "default"
 
 // PullOutbox returns up to max outbox entries numbered above after, in order
 // (max <= 0: all), leaving out those the default consumer acknowledged.
@@ -73,11 +74,8 @@ func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 		return nil, fmt.Errorf("mcpsync: pull outbox: %w", err)
 	}
 	pos := max64(after, st.Consumers[DefaultConsumer])
-	// Entries missing below First were either passed by every consumer
-	// (nothing lost) or dropped by the bound; only the latter reach above
-	// DroppedThrough's start, so a position below DroppedThrough lost some.
-	if pos < st.DroppedThrough && st.First > pos+1 {
-		return nil, &OutboxGapError{Consumer: DefaultConsumer, From: pos + 1, Through: st.First - 1}
+	if gap := st.Lost(DefaultConsumer, pos); gap != nil {
+		return nil, gap
 	}
 	entries, err := e.ledger.Outbox(ctx, pos, max)
 	if err != nil {
@@ -107,6 +105,9 @@ func (e *Engine) OutboxCursor() (uint64, error) {
 // The ledger keeps an entry until every registered consumer acknowledged it
 // (or its retention bound drops it).
 func (e *Engine) Acknowledge(ctx context.Context, consumer string, seq uint64) error {
+	if consumer == "" {
+		return errNoConsumer
+	}
 	if err := e.ledger.Ack(ctx, consumer, seq); err != nil {
 		return fmt.Errorf("mcpsync: ack outbox for %q: %w", consumer, err)
 	}
@@ -118,6 +119,10 @@ func (e *Engine) Acknowledge(ctx context.Context, consumer string, seq uint64) e
 func (e *Engine) OutboxState(ctx context.Context) (OutboxState, error) {
 	return e.ledger.OutboxState(ctx)
 }
+
+// errNoConsumer: every outbox consumer has a name; DefaultConsumer is the
+// one PullOutbox and AckOutbox act for.
+var errNoConsumer = errors.New("mcpsync: outbox consumer needs a name")
 
 // consumeBatch is how many entries Consume reads from the ledger at once.
 const consumeBatch = 256
@@ -135,6 +140,10 @@ const consumeBatch = 256
 func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxEntry, error] {
 	return func(yield func(OutboxEntry, error) bool) {
 		fail := func(err error) { yield(OutboxEntry{}, err) }
+		if consumer == "" {
+			fail(errNoConsumer)
+			return
+		}
 		// Checked here too, not only by the ledger: a cancelled Consume
 		// must not register its consumer, which would pin the outbox.
 		if err := ctx.Err(); err != nil {

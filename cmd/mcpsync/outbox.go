@@ -34,16 +34,6 @@ func (e *lostEntriesError) Error() string {
 
 func (e *lostEntriesError) Unwrap() error { return e.gap }
 
-// lostBy returns the entries above pos that the retention bound dropped,
-// as PullOutbox tells them: missing below the first retained entry, and not
-// all passed by every consumer. nil when none are.
-func lostBy(st mcpsync.OutboxState, consumer string, pos uint64) *mcpsync.OutboxGapError {
-	if pos < st.DroppedThrough && st.First > pos+1 {
-		return &mcpsync.OutboxGapError{Consumer: consumer, From: pos + 1, Through: st.First - 1}
-	}
-	return nil
-}
-
 func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var spec, consumer nonEmpty
 	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)
@@ -91,7 +81,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 	}
 	var gap *mcpsync.OutboxGapError
 	if registered {
-		gap = lostBy(st, string(consumer), pos)
+		gap = st.Lost(string(consumer), pos)
 	}
 
 	out := listing{json: *jsonLines, w: stdout}
@@ -217,7 +207,7 @@ func outboxSummary(st mcpsync.OutboxState, consumer nonEmpty, registered bool, p
 	for _, name := range slices.Sorted(maps.Keys(st.Consumers)) {
 		p := st.Consumers[name]
 		fmt.Fprintf(&b, " %q at #%d", name, p)
-		if gap := lostBy(st, name, p); gap != nil {
+		if gap := st.Lost(name, p); gap != nil {
 			fmt.Fprintf(&b, " (lost #%d to #%d)", gap.From, gap.Through)
 		}
 	}

@@ -231,9 +231,11 @@ func testConsumers(t *testing.T, open Opener) {
 	}
 	require.NoError(t, l.Ack(ctx, "index", 2))
 	require.NoError(t, l.Ack(ctx, "cache", 3))
+	require.NoError(t, l.Ack(ctx, mcpsync.DefaultConsumer, 3), "the engine's default consumer")
+	require.NoError(t, l.Ack(ctx, mcpsync.DefaultConsumer, 4))
 	st, err := l.OutboxState(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"index": 2, "cache": 3}, st.Consumers)
+	assert.Equal(t, map[string]uint64{"index": 2, "cache": 3, mcpsync.DefaultConsumer: 4}, st.Consumers)
 	assert.Equal(t, uint64(4), st.Last)
 	assert.Equal(t, uint64(3), st.First, "entries every consumer passed are gone")
 	entries, err := l.Outbox(ctx, 0, 0)
@@ -245,7 +247,7 @@ func testConsumers(t *testing.T, open Opener) {
 	require.NoError(t, l.Ack(ctx, "cache", 99), "beyond the newest entry stops at it")
 	st, err = l.OutboxState(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"index": 2, "cache": 4}, st.Consumers)
+	assert.Equal(t, map[string]uint64{"index": 2, "cache": 4, mcpsync.DefaultConsumer: 4}, st.Consumers)
 
 	require.NoError(t, l.Ack(ctx, "late", 0))
 	st, err = l.OutboxState(ctx)
