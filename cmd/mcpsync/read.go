@@ -55,7 +55,8 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			err = cerr
 		}
 	}()
-	conn, err := c.connect(ctx, mcpsync.ClientOptions{Engine: engine}, nil)
+	// One-shot: what an earlier watch left open is for the next watch to resume.
+	conn, err := c.connect(ctx, mcpsync.ClientOptions{Engine: engine, NoResume: true}, nil)
 	if err != nil {
 		return err
 	}
