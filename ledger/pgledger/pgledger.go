@@ -1,0 +1,517 @@
+// Package pgledger is an mcpsync.Ledger on PostgreSQL, shared by every
+// worker that opens it.
+//
+// Every decision of the fence is one PostgreSQL transaction: the record, the
+// outbox entries it appends and their numbering commit together or not at
+// all, in one round trip (the schema's compare_and_swap function). Outbox
+// numbers come from a one-row counter updated in that transaction, so they
+// are consecutive and unique across every process appending, and counters
+// (Next) are rows updated in place, so no two workers are ever handed the
+// same identity. A connection killed mid-transaction leaves nothing behind:
+// PostgreSQL rolls it back, and the pool replaces the connection on the
+// next call.
+//
+// Several ledgers share a database, each in a PostgreSQL schema of its own
+// (Options.Schema), which Open creates and migrates: the migrations are
+// embedded, versioned, recorded in the schema's schema_migrations table and
+// applied under an advisory lock, so workers opening the ledger at once
+// apply each of them once. A schema migrated by a newer release is refused.
+//
+// WaitOutbox sleeps on LISTEN: every appending transaction notifies the
+// schema's channel as it commits, so a waiter in any process wakes on an
+// append in any other. RevokedGeneration reads one row per call: a value
+// cached from notifications could lag a revocation another process already
+// committed and returned from, and an engine must never miss that.
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// DefaultSchema is the PostgreSQL schema a ledger lives in when its options
+// name none.
+const DefaultSchema = "mcpsync"
+
+// trimStep bounds how many outbox entries one transaction deletes, so that
+// a writer never pays for a long backlog at once; the rest go with the next
+// writes.
+const trimStep = 1024
+
+// rangeStep is how many records Range reads per query: fn runs between
+// queries, outside any transaction.
+const rangeStep = 256
+
+// Options configure Open and New; nil means defaults.
+type Options struct {
+	// Ledger sets the outbox's retention bound. Every ledger opened on one
+	// schema should set the same.
+	Ledger *mcpsync.LedgerOptions
+	// Schema is the PostgreSQL schema holding the ledger's tables: a
+	// lower-case identifier; "" means DefaultSchema.
+	Schema string
+}
+
+// Ledger is an mcpsync.Ledger stored in a PostgreSQL schema. It is safe for
+// concurrent use, and any number of Ledgers, in any number of processes,
+// may be opened on one schema.
+type Ledger struct {
+	pool    *pgxpool.Pool
+	ownPool bool // Close closes pool
+	names   names
+	q       queries
+	retain  int64
+
+	wait waiter
+
+	closed chan struct{} // closed by Close
+	once   sync.Once
+}
+
+var _ mcpsync.Ledger = (*Ledger)(nil)
+
+// Open connects to the database connString names (a PostgreSQL URL or
+// key=value string, as pgxpool.ParseConfig reads it), creates or migrates
+// the ledger's schema and returns the ledger, which owns its connection
+// pool: Close closes it. ctx bounds the connecting and migrating.
+func Open(ctx context.Context, connString string, opts *Options) (*Ledger, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: %w", err)
+	}
+	l, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	l.ownPool = true
+	return l, nil
+}
+
+// New returns the ledger in the schema opts names, over the caller's pool,
+// creating or migrating the schema. Close leaves the pool open. WaitOutbox
+// listens on a connection of its own, made with the pool's configuration.
+func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	n, err := newNames(o.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, pool, n); err != nil {
+		return nil, fmt.Errorf("pgledger: migrate schema %s: %w", n.schema, err)
+	}
+	l := &Ledger{
+		pool: pool, names: n, q: newQueries(n), retain: int64(o.Ledger.Retention()),
+		closed: make(chan struct{}),
+	}
+	l.wait.init(l)
+	return l, nil
+}
+
+// Close stops the ledger: calls after it fail with mcpsync.ErrLedgerClosed,
+// waiters in WaitOutbox return it, and the listening connection (and the
+// pool, when Open made it) is closed once the calls in progress end. It is
+// idempotent and returns nil; the error is there so that a Ledger is an
+// io.Closer.
+func (l *Ledger) Close() error {
+	l.once.Do(func() {
+		close(l.closed)
+		l.wait.stop()
+		if l.ownPool {
+			l.pool.Close()
+		}
+	})
+	return nil
+}
+
+// Schema returns the PostgreSQL schema the ledger lives in.
+func (l *Ledger) Schema() string { return l.names.schema }
+
+// Pool returns the ledger's connection pool.
+func (l *Ledger) Pool() *pgxpool.Pool { return l.pool }
+
+func (l *Ledger) usable(ctx context.Context) error {
+	select {
+	case <-l.closed:
+		return mcpsync.ErrLedgerClosed
+	default:
+	}
+	return ctx.Err()
+}
+
+// queries are the ledger's statements in its schema, expanded once.
+type queries struct {
+	load, cas, rangeFirst, rangeAfter                 string
+	next, counter, revokeAdd, revokeReplace, revGen   string
+	raiseRevGen                                       string
+	revoked, outbox, ack, state, last, trim, counters string
+}
+
+func newQueries(n names) queries {
+	return queries{
+		load:       n.expand(`SELECT revision, record FROM {{schema}}.records WHERE key = $1`),
+		cas:        n.expand(`SELECT {{schema}}.compare_and_swap($1, $2, $3, $4, $5, $6, $7, $8)`),
+		rangeFirst: n.expand(`SELECT key, revision, record FROM {{schema}}.records ORDER BY key LIMIT $1`),
+		rangeAfter: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key > $2 ORDER BY key LIMIT $1`),
+		// A counter's row is made by its first reservation; the WHERE
+		// refuses a reservation past the top, returning no row.
+		next: n.expand(`INSERT INTO {{schema}}.counters AS c (name, last) VALUES ($1, $2::text::numeric)
+			ON CONFLICT (name) DO UPDATE SET last = c.last + excluded.last WHERE c.last <= $3::text::numeric
+			RETURNING last::text`),
+		counter:       n.expand(`SELECT last::text FROM {{schema}}.counters WHERE name = $1`),
+		counters:      n.expand(`SELECT name, last::text FROM {{schema}}.counters`),
+		revokeAdd:     n.expand(`INSERT INTO {{schema}}.revoked (subject, revocation) VALUES ($1, $2) ON CONFLICT (subject) DO NOTHING`),
+		revokeReplace: n.expand(`UPDATE {{schema}}.revoked SET revocation = $2 WHERE subject = $1`),
+		revGen:        n.expand(`SELECT generation FROM {{schema}}.revocation_meta`),
+		raiseRevGen:   n.expand(`UPDATE {{schema}}.revocation_meta SET generation = generation + 1`),
+		revoked:       n.expand(`SELECT revocation FROM {{schema}}.revoked ORDER BY subject`),
+		outbox:        n.expand(`SELECT seq, entry FROM {{schema}}.outbox WHERE seq > $1 ORDER BY seq LIMIT $2`),
+		ack:           n.expand(`SELECT {{schema}}.ack($1, $2, $3, $4)`),
+		// One statement, one snapshot: the extent and the positions agree.
+		state: n.expand(`SELECT last, first, dropped, dropped_through,
+			ARRAY(SELECT name FROM {{schema}}.consumers ORDER BY name),
+			ARRAY(SELECT position FROM {{schema}}.consumers ORDER BY name)
+			FROM {{schema}}.outbox_meta`),
+		last: n.expand(`SELECT last FROM {{schema}}.outbox_meta`),
+		trim: n.expand(`SELECT {{schema}}.trim_outbox($1, $2)`),
+	}
+}
+
+// stored turns a number of the ledger into a bigint column's value.
+func stored(v uint64, what string) (int64, error) {
+	if v > math.MaxInt64 {
+		return 0, fmt.Errorf("pgledger: %s %d beyond what PostgreSQL's bigint holds", what, v)
+	}
+	return int64(v), nil
+}
+
+func decodeRecord(key string, rev int64, b []byte) (*mcpsync.Record, error) {
+	r, err := mcpsync.DecodeRecord(b)
+	if err != nil {
+		return nil, fmt.Errorf("record %q: %w", key, err)
+	}
+	if r.Revision != uint64(rev) {
+		return nil, fmt.Errorf("%w: record %q stored at revision %d says %d", mcpsync.ErrLedgerCorrupt, key, rev, r.Revision)
+	}
+	return r, nil
+}
+
+// encodeEntry is an entry's stored form: its number is the row's seq.
+func encodeEntry(e mcpsync.OutboxEntry) ([]byte, error) {
+	e.Seq = 0
+	return mcpsync.EncodeOutboxEntry(e)
+}
+
+func decodeEntry(seq int64, b []byte) (mcpsync.OutboxEntry, error) {
+	e, err := mcpsync.DecodeOutboxEntry(b)
+	if err != nil {
+		return mcpsync.OutboxEntry{}, fmt.Errorf("outbox entry %d: %w", seq, err)
+	}
+	e.Seq = uint64(seq)
+	return e, nil
+}
+
+// Load implements mcpsync.Ledger.
+func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	var rev int64
+	var b []byte
+	err := l.pool.QueryRow(ctx, l.q.load, key).Scan(&rev, &b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: load %s: %w", key, err)
+	}
+	r, err := decodeRecord(key, rev, b)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: load: %w", err)
+	}
+	return r, nil
+}
+
+// CompareAndSwap implements mcpsync.Ledger in one statement: the revision
+// check, the record, its outbox entries, their numbering, the trim and the
+// notification of waiters commit together.
+func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+	if next == nil || next.Revision != prev+1 {
+		return 0, false, fmt.Errorf("pgledger: %s: revision must go from %d to %d", key, prev, prev+1)
+	}
+	if err := l.usable(ctx); err != nil {
+		return 0, false, err
+	}
+	p, err := stored(prev, "revision")
+	if err != nil || prev == math.MaxInt64 {
+		return 0, false, fmt.Errorf("pgledger: %s: revision %d beyond what PostgreSQL's bigint holds", key, prev+1)
+	}
+	rec, err := mcpsync.EncodeRecord(next)
+	if err != nil {
+		return 0, false, err
+	}
+	bodies := make([][]byte, len(entries))
+	for i, e := range entries {
+		if bodies[i], err = encodeEntry(e); err != nil {
+			return 0, false, err
+		}
+	}
+	var first *int64
+	// The last two arguments, a lease's owner and epoch, are for fenced
+	// writers; NULL writes unfenced.
+	err = l.pool.QueryRow(ctx, l.q.cas, key, p, rec, bodies, l.retain, trimStep, nil, nil).Scan(&first)
+	if err != nil {
+		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, err)
+	}
+	if first == nil {
+		return 0, false, nil
+	}
+	return uint64(*first), true, nil
+}
+
+// Range implements mcpsync.Ledger. It reads rangeStep records per query and
+// calls fn between queries.
+func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
+	var after *string
+	for {
+		if err := l.usable(ctx); err != nil {
+			return err
+		}
+		var rows pgx.Rows
+		var err error
+		if after == nil {
+			rows, err = l.pool.Query(ctx, l.q.rangeFirst, rangeStep)
+		} else {
+			rows, err = l.pool.Query(ctx, l.q.rangeAfter, rangeStep, *after)
+		}
+		if err != nil {
+			return fmt.Errorf("pgledger: range: %w", err)
+		}
+		var keys []string
+		var recs []*mcpsync.Record
+		var key string
+		var rev int64
+		var b []byte
+		_, err = pgx.ForEachRow(rows, []any{&key, &rev, &b}, func() error {
+			r, err := decodeRecord(key, rev, b)
+			keys, recs = append(keys, key), append(recs, r)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("pgledger: range: %w", err)
+		}
+		for i, k := range keys {
+			if !fn(k, recs[i]) {
+				return nil
+			}
+		}
+		if len(keys) < rangeStep {
+			return nil
+		}
+		after = &keys[len(keys)-1]
+	}
+}
+
+// Next implements mcpsync.Ledger: one statement reserves the values, so
+// every worker on the schema draws from the same counter.
+func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64, error) {
+	if n == 0 {
+		return 0, fmt.Errorf("pgledger: reserve 0 values of %s", c)
+	}
+	if err := l.usable(ctx); err != nil {
+		return 0, err
+	}
+	num := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	var last string
+	err := l.pool.QueryRow(ctx, l.q.next, string(c), num(n), num(math.MaxUint64-n)).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Refused as past the top: say how far it is.
+		if err = l.pool.QueryRow(ctx, l.q.counter, string(c)).Scan(&last); err == nil {
+			var held uint64
+			if held, err = strconv.ParseUint(last, 10, 64); err == nil {
+				_, err = mcpsync.Reserve(c, held, n)
+			}
+		}
+		return 0, fmt.Errorf("pgledger: next %s: %w", c, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgledger: next %s: %w", c, err)
+	}
+	v, err := strconv.ParseUint(last, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("pgledger: next %s: %w: %w", c, mcpsync.ErrLedgerCorrupt, err)
+	}
+	return v - n + 1, nil
+}
+
+// Revoke implements mcpsync.Ledger: a new subject raises the generation in
+// the transaction that stores it.
+func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	b, err := encodeRevoked(r)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, l.q.revokeAdd, r.Subject, b)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			_, err = tx.Exec(ctx, l.q.revokeReplace, r.Subject, b)
+			return err
+		}
+		_, err = tx.Exec(ctx, l.q.raiseRevGen)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgledger: revoke %q: %w", r.Subject, err)
+	}
+	return nil
+}
+
+// RevokedGeneration implements mcpsync.Ledger with a one-row read. Nothing
+// cheaper is exact: once another process's Revoke has returned, an engine
+// here must see the subject, and only the database knows it at once.
+func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
+	if err := l.usable(ctx); err != nil {
+		return 0, err
+	}
+	var gen int64
+	if err := l.pool.QueryRow(ctx, l.q.revGen).Scan(&gen); err != nil {
+		return 0, fmt.Errorf("pgledger: revoked generation: %w", err)
+	}
+	return uint64(gen), nil
+}
+
+// Revoked implements mcpsync.Ledger.
+func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	out, err := readRevoked(ctx, l.pool, l.q.revoked)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: revoked: %w", err)
+	}
+	return out, nil
+}
+
+// querier is what reads need: the pool, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func readRevoked(ctx context.Context, q querier, sql string) ([]mcpsync.RevokedSubject, error) {
+	rows, err := q.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	out := []mcpsync.RevokedSubject{}
+	var b []byte
+	_, err = pgx.ForEachRow(rows, []any{&b}, func() error {
+		r, err := decodeRevoked(b)
+		out = append(out, r)
+		return err
+	})
+	return out, err
+}
+
+// Outbox implements mcpsync.Ledger.
+func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.OutboxEntry, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	if after >= math.MaxInt64 {
+		return nil, nil
+	}
+	var limit *int
+	if max > 0 {
+		limit = &max
+	}
+	out, err := readOutbox(ctx, l.pool, l.q.outbox, int64(after), limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: outbox: %w", err)
+	}
+	return out, nil
+}
+
+func readOutbox(ctx context.Context, q querier, sql string, after int64, limit *int) ([]mcpsync.OutboxEntry, error) {
+	rows, err := q.Query(ctx, sql, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []mcpsync.OutboxEntry
+	var seq int64
+	var b []byte
+	_, err = pgx.ForEachRow(rows, []any{&seq, &b}, func() error {
+		e, err := decodeEntry(seq, b)
+		out = append(out, e)
+		return err
+	})
+	return out, err
+}
+
+// Ack implements mcpsync.Ledger in one statement (the schema's ack
+// function), which trims what every consumer passed.
+func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	// Positions stop at the newest entry, which a bigint holds.
+	s := int64(min(seq, math.MaxInt64))
+	if _, err := l.pool.Exec(ctx, l.q.ack, consumer, s, l.retain, trimStep); err != nil {
+		return fmt.Errorf("pgledger: ack %q: %w", consumer, err)
+	}
+	return nil
+}
+
+// OutboxState implements mcpsync.Ledger in one statement.
+func (l *Ledger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
+	if err := l.usable(ctx); err != nil {
+		return mcpsync.OutboxState{}, err
+	}
+	st, err := readState(ctx, l.pool, l.q.state)
+	if err != nil {
+		return mcpsync.OutboxState{}, fmt.Errorf("pgledger: outbox state: %w", err)
+	}
+	return st, nil
+}
+
+func readState(ctx context.Context, q querier, sql string) (mcpsync.OutboxState, error) {
+	var last, first, dropped, through int64
+	var names []string
+	var positions []int64
+	if err := q.QueryRow(ctx, sql).Scan(&last, &first, &dropped, &through, &names, &positions); err != nil {
+		return mcpsync.OutboxState{}, err
+	}
+	st := mcpsync.OutboxState{
+		Last: uint64(last), First: uint64(first), Dropped: uint64(dropped), DroppedThrough: uint64(through),
+		Consumers: make(map[string]uint64, len(names)),
+	}
+	for i, name := range names {
+		st.Consumers[name] = uint64(positions[i])
+	}
+	return st, nil
+}
