@@ -1,0 +1,174 @@
+package pgledger_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/pgledger"
+	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
+)
+
+// benchRecord is a record as the fence stores one: a version with its
+// contents.
+func benchRecord(key string, rev uint64) *mcpsync.Record {
+	r := record(key, rev)
+	r.Current = &mcpsync.StoredVersion{
+		Version: mcpsync.ResourceVersion{
+			Schema: mcpsync.SchemaResourceVersion, URI: key, ReadOrdinal: rev, Subject: "user:alice",
+			Digest: "sha256:" + strings.Repeat("0f", 32),
+		},
+		Contents: []mcpsync.Content{{URI: key, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", rev)}},
+		Status:   mcpsync.VersionServed,
+	}
+	return r
+}
+
+// BenchmarkAccept compares the ledger's CompareAndSwap of one record with
+// one outbox entry - revision check, record, numbering, entry, trim and
+// notification in one transaction - with a bare transaction over the same
+// pool doing the least an accept needs: a one-row UPDATE guarded by the
+// revision and an INSERT of the entry, of the same sizes. Both commit with
+// the server's durability settings; run with -count to interleave them.
+func BenchmarkAccept(b *testing.B) {
+	conn, schema := pgtest.Schema(b)
+	l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	const key = "file:///docs/a.md"
+	rec, _ := mcpsync.EncodeRecord(benchRecord(key, 1))
+	ent, _ := mcpsync.EncodeOutboxEntry(entry(key, 1))
+	bare := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	if _, err := l.Pool().Exec(ctx, fmt.Sprintf(`
+		CREATE TABLE %s (key text PRIMARY KEY, revision bigint NOT NULL, record bytea NOT NULL);
+		CREATE TABLE %s (seq bigint PRIMARY KEY, entry bytea NOT NULL);
+		INSERT INTO %[1]s VALUES ('%[3]s', 0, '')`, bare("bare_records"), bare("bare_outbox"), key)); err != nil {
+		b.Fatal(err)
+	}
+	update := "UPDATE " + bare("bare_records") + " SET revision = $2, record = $3 WHERE key = $1 AND revision = $4"
+	insert := "INSERT INTO " + bare("bare_outbox") + " (seq, entry) VALUES ($1, $2)"
+	var bareRev, rev uint64
+	doBare := func(b *testing.B) {
+		bareRev++
+		err := pgx.BeginFunc(ctx, l.Pool(), func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, update, key, bareRev, rec, bareRev-1)
+			if err != nil || tag.RowsAffected() != 1 {
+				return fmt.Errorf("update: %v, %d rows", err, tag.RowsAffected())
+			}
+			_, err = tx.Exec(ctx, insert, bareRev, ent)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	doLedger := func(b *testing.B) {
+		rev++
+		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, benchRecord(key, rev), []mcpsync.OutboxEntry{entry(key, rev)})
+		if err != nil || !ok {
+			b.Fatal("not stored", err)
+		}
+	}
+
+	b.Run("bare", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			doBare(b)
+		}
+	})
+	b.Run("ledger", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			doLedger(b)
+		}
+	})
+	// Go runs each sub-benchmark's -count repetitions back to back; this
+	// one alternates the two, one of each per iteration, so that both meet
+	// the same load on the server and the same state of its files.
+	b.Run("interleaved", func(b *testing.B) {
+		var bareTime, ledgerTime time.Duration
+		n := 0
+		for b.Loop() {
+			start := time.Now()
+			doBare(b)
+			mid := time.Now()
+			doLedger(b)
+			bareTime, ledgerTime, n = bareTime+mid.Sub(start), ledgerTime+time.Since(mid), n+1
+		}
+		b.ReportMetric(float64(bareTime.Nanoseconds())/float64(n), "bare-ns/op")
+		b.ReportMetric(float64(ledgerTime.Nanoseconds())/float64(n), "ledger-ns/op")
+		b.ReportMetric(float64(ledgerTime)/float64(bareTime), "ledger/bare")
+	})
+}
+
+// BenchmarkRevokedGeneration is the read every accept and lookup makes
+// twice: one row, one round trip.
+func BenchmarkRevokedGeneration(b *testing.B) {
+	conn, schema := pgtest.Schema(b)
+	l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.RevokedGeneration(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAcceptWorkers measures accepted versions per second (accepts/s)
+// with 1, 2 and 3 ledgers, each with its own pool as a worker process has,
+// writing distinct keys at once into one schema. Every append takes the
+// outbox numbering's row until it commits, so appends are serialized: the
+// figure shows what that costs as workers are added.
+func BenchmarkAcceptWorkers(b *testing.B) {
+	for _, n := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			conn, schema := pgtest.Schema(b)
+			ls := make([]*pgledger.Ledger, n)
+			for i := range ls {
+				l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+				ls[i] = l
+			}
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var failed atomic.Value
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for w, l := range ls {
+				wg.Go(func() {
+					key := fmt.Sprintf("file:///docs/worker-%d.md", w)
+					for rev := uint64(1); left.Add(-1) >= 0; rev++ {
+						_, ok, err := l.CompareAndSwap(ctx, key, rev-1, benchRecord(key, rev), []mcpsync.OutboxEntry{entry(key, rev)})
+						if err != nil || !ok {
+							failed.Store(fmt.Sprint("not stored: ", err))
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if msg := failed.Load(); msg != nil {
+				b.Fatal(msg)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "accepts/s")
+		})
+	}
+}
