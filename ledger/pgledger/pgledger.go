@@ -59,6 +59,9 @@ type Options struct {
 	// Schema is the PostgreSQL schema holding the ledger's tables: a
 	// lower-case identifier; "" means DefaultSchema.
 	Schema string
+	// Leases, when set, fences every CompareAndSwap with the lease of its
+	// key, held by this worker (see Acquire).
+	Leases *LeaseOptions
 }
 
 // Ledger is an mcpsync.Ledger stored in a PostgreSQL schema. It is safe for
@@ -71,7 +74,8 @@ type Ledger struct {
 	q       queries
 	retain  int64
 
-	wait waiter
+	leases *leases // nil unless Options.Leases fences writes
+	wait   waiter
 
 	closed chan struct{} // closed by Close
 	once   sync.Once
@@ -123,6 +127,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 		pool: pool, names: n, q: newQueries(n), retain: int64(o.Ledger.Retention()),
 		closed: make(chan struct{}),
 	}
+	if o.Leases != nil {
+		if l.leases, err = newLeases(*o.Leases); err != nil {
+			return nil, err
+		}
+	}
 	l.wait.init(l)
 	return l, nil
 }
@@ -164,10 +173,12 @@ type queries struct {
 	next, counter, revokeAdd, revokeReplace, revGen   string
 	raiseRevGen                                       string
 	revoked, outbox, ack, state, last, trim, counters string
+	acquire, renew, heartbeat, release, members       string
+	leave                                             string
 }
 
 func newQueries(n names) queries {
-	return queries{
+	q := queries{
 		load:       n.expand(`SELECT revision, record FROM {{schema}}.records WHERE key = $1`),
 		cas:        n.expand(`SELECT {{schema}}.compare_and_swap($1, $2, $3, $4, $5, $6, $7, $8)`),
 		rangeFirst: n.expand(`SELECT key, revision, record FROM {{schema}}.records ORDER BY key LIMIT $1`),
@@ -194,6 +205,8 @@ func newQueries(n names) queries {
 		last: n.expand(`SELECT last FROM {{schema}}.outbox_meta`),
 		trim: n.expand(`SELECT {{schema}}.trim_outbox($1, $2)`),
 	}
+	leaseQueries(n, &q)
+	return q
 }
 
 // stored turns a number of the ledger into a bigint column's value.
@@ -253,7 +266,9 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 
 // CompareAndSwap implements mcpsync.Ledger in one statement: the revision
 // check, the record, its outbox entries, their numbering, the trim and the
-// notification of waiters commit together.
+// notification of waiters commit together. On a fenced ledger it also
+// requires this worker's lease of key (a *LeaseError otherwise, matching
+// ErrNotLeaseholder).
 func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
 	if next == nil || next.Revision != prev+1 {
 		return 0, false, fmt.Errorf("pgledger: %s: revision must go from %d to %d", key, prev, prev+1)
@@ -275,12 +290,14 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 			return 0, false, err
 		}
 	}
-	var first *int64
-	// The last two arguments, a lease's owner and epoch, are for fenced
-	// writers; NULL writes unfenced.
-	err = l.pool.QueryRow(ctx, l.q.cas, key, p, rec, bodies, l.retain, trimStep, nil, nil).Scan(&first)
+	owner, epoch, err := l.fence(key)
 	if err != nil {
-		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, err)
+		return 0, false, err
+	}
+	var first *int64
+	err = l.pool.QueryRow(ctx, l.q.cas, key, p, rec, bodies, l.retain, trimStep, owner, epoch).Scan(&first)
+	if err != nil {
+		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, l.fenceError(key, epoch, err))
 	}
 	if first == nil {
 		return 0, false, nil

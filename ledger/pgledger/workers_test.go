@@ -348,3 +348,5 @@ func TestListenerKilled(t *testing.T) {
 		t.Fatal("WaitOutbox did not wake after its listening connection was killed")
 	}
 }
+
+func schemaTable(schema, table string) string { return pgx.Identifier{schema, table}.Sanitize() }

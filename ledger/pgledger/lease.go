@@ -1,0 +1,362 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Lease errors.
+var (
+	// ErrNotLeaseholder: a fenced CompareAndSwap of a key whose lease this
+	// worker does not hold at the epoch it took it with. Nothing was
+	// written. Every such refusal is a *LeaseError.
+	ErrNotLeaseholder = errors.New("pgledger: not the leaseholder")
+	// ErrLeaseHeld: Acquire of a lease another worker holds and has not let
+	// expire.
+	ErrLeaseHeld = errors.New("pgledger: lease held by another worker")
+)
+
+// fencedSQLState is the SQLSTATE compare_and_swap raises when the lease
+// check fails.
+const fencedSQLState = "MCF01"
+
+// DefaultLeaseTTL is how long a lease and a membership last without Renew
+// when LeaseOptions does not say.
+const DefaultLeaseTTL = 15 * time.Second
+
+// LeaseOptions make a ledger fenced: every CompareAndSwap of a key requires,
+// in its transaction, that this worker holds the key's lease at the epoch
+// Acquire took it with.
+type LeaseOptions struct {
+	// Worker is this worker's identity; the zero UUID means a new random
+	// one. Two ledgers must never share one.
+	Worker uuid.UUID
+	// TTL is how long a lease (and this worker's membership) lasts past
+	// the last Acquire or Renew; 0 means DefaultLeaseTTL. Only other
+	// workers read it: an expired lease still lets its holder write until
+	// another worker takes it.
+	TTL time.Duration
+}
+
+// LeaseError is a write refused by the fence: Worker did not hold the lease
+// of Key at Epoch (0: it never took it).
+type LeaseError struct {
+	Key    string
+	Worker uuid.UUID
+	Epoch  uint64
+}
+
+func (e *LeaseError) Error() string {
+	if e.Epoch == 0 {
+		return fmt.Sprintf("pgledger: %s: worker %s holds no lease of it", e.Key, e.Worker)
+	}
+	return fmt.Sprintf("pgledger: %s: lease taken from worker %s (epoch %d)", e.Key, e.Worker, e.Epoch)
+}
+
+// Is makes every LeaseError match ErrNotLeaseholder.
+func (e *LeaseError) Is(target error) bool { return target == ErrNotLeaseholder }
+
+// leases is a fenced ledger's side: the leases this worker took.
+type leases struct {
+	worker uuid.UUID
+	ttl    time.Duration
+
+	mu    sync.Mutex        // protects owned
+	owned map[string]uint64 // key -> the epoch this worker took it at
+}
+
+func newLeases(o LeaseOptions) (*leases, error) {
+	if o.Worker == uuid.Nil {
+		id, err := uuid.NewRandom()
+		if err != nil {
+			return nil, fmt.Errorf("pgledger: worker identity: %w", err)
+		}
+		o.Worker = id
+	}
+	if o.TTL < 0 {
+		return nil, errors.New("pgledger: negative lease TTL")
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultLeaseTTL
+	}
+	return &leases{worker: o.Worker, ttl: o.TTL, owned: map[string]uint64{}}, nil
+}
+
+func (s *leases) epoch(key string) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.owned[key]
+	return e, ok
+}
+
+// lose forgets key's lease if it is still held at epoch.
+func (s *leases) lose(key string, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owned[key] == epoch {
+		delete(s.owned, key)
+	}
+}
+
+// fence returns the lease owner and epoch a CompareAndSwap of key passes to
+// compare_and_swap: NULLs on an unfenced ledger.
+func (l *Ledger) fence(key string) (any, any, error) {
+	if l.leases == nil {
+		return nil, nil, nil
+	}
+	epoch, ok := l.leases.epoch(key)
+	if !ok {
+		return nil, nil, &LeaseError{Key: key, Worker: l.leases.worker}
+	}
+	return l.leases.worker, int64(epoch), nil
+}
+
+// fenceError turns compare_and_swap's lease refusal into a *LeaseError,
+// and forgets the lease: another worker took it.
+func (l *Ledger) fenceError(key string, epoch any, err error) error {
+	var pgErr *pgconn.PgError
+	if l.leases == nil || !errors.As(err, &pgErr) || pgErr.Code != fencedSQLState {
+		return err
+	}
+	e := uint64(epoch.(int64))
+	l.leases.lose(key, e)
+	return &LeaseError{Key: key, Worker: l.leases.worker, Epoch: e}
+}
+
+func (l *Ledger) leasing() (*leases, error) {
+	if l.leases == nil {
+		return nil, errors.New("pgledger: ledger opened without LeaseOptions")
+	}
+	return l.leases, nil
+}
+
+// Worker returns the identity this ledger's leases are held under, or the
+// zero UUID when it is not fenced.
+func (l *Ledger) Worker() uuid.UUID {
+	if l.leases == nil {
+		return uuid.Nil
+	}
+	return l.leases.worker
+}
+
+// Acquire takes the lease of key for TTL and returns its epoch. A lease
+// nobody holds starts at epoch 1; one that expired, or that was released,
+// is taken at its epoch plus one, which fences every write its previous
+// holder still has in flight or will attempt: the database's clock decides
+// expiry, and the epoch decides writes. Acquiring a lease this worker holds
+// extends it and keeps its epoch. A lease another worker holds and has not
+// let expire is refused with ErrLeaseHeld.
+func (l *Ledger) Acquire(ctx context.Context, key string) (uint64, error) {
+	s, err := l.leasing()
+	if err != nil {
+		return 0, err
+	}
+	if err := l.usable(ctx); err != nil {
+		return 0, err
+	}
+	var held any // the epoch this worker holds key at, if it does
+	if e, ok := s.epoch(key); ok {
+		held = int64(e)
+	}
+	var epoch int64
+	err = l.pool.QueryRow(ctx, l.q.acquire, key, s.worker, s.ttl.Microseconds(), held).Scan(&epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %s", ErrLeaseHeld, key)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgledger: acquire %s: %w", key, err)
+	}
+	s.mu.Lock()
+	s.owned[key] = uint64(epoch)
+	s.mu.Unlock()
+	return uint64(epoch), nil
+}
+
+// Renew extends every lease this worker holds and its membership (see
+// Members) by TTL, and returns the keys whose leases another worker took
+// since, which it no longer holds. A worker renews well within TTL; one
+// that does not (paused, partitioned) may lose its leases, and then its
+// writes to those keys are refused.
+func (l *Ledger) Renew(ctx context.Context) (lost []string, err error) {
+	s, err := l.leasing()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	owned := maps.Clone(s.owned)
+	s.mu.Unlock()
+	keys := make([]string, 0, len(owned))
+	epochs := make([]int64, 0, len(owned))
+	for k, e := range owned {
+		keys, epochs = append(keys, k), append(epochs, int64(e))
+	}
+	renewed := map[string]bool{}
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		clear(renewed)
+		if _, err := tx.Exec(ctx, l.q.heartbeat, s.worker); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, l.q.renew, s.worker, s.ttl.Microseconds(), keys, epochs)
+		if err != nil {
+			return err
+		}
+		var key string
+		_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
+			renewed[key] = true
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: renew: %w", err)
+	}
+	for k, e := range owned {
+		if !renewed[k] {
+			s.lose(k, e)
+			lost = append(lost, k)
+		}
+	}
+	return lost, nil
+}
+
+// Release gives up the lease of key: it expires at once, and the next
+// worker to acquire it raises its epoch. Writes of key are refused from
+// now on.
+func (l *Ledger) Release(ctx context.Context, key string) error {
+	s, err := l.leasing()
+	if err != nil {
+		return err
+	}
+	e, ok := s.epoch(key)
+	if !ok {
+		return nil
+	}
+	s.lose(key, e)
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	if _, err := l.pool.Exec(ctx, l.q.release, key, s.worker, int64(e)); err != nil {
+		return fmt.Errorf("pgledger: release %s: %w", key, err)
+	}
+	return nil
+}
+
+// Owned returns the leases this worker holds, as far as it knows: key to
+// epoch. A lease another worker took shows as lost at the next Renew or
+// refused write.
+func (l *Ledger) Owned() map[string]uint64 {
+	if l.leases == nil {
+		return map[string]uint64{}
+	}
+	l.leases.mu.Lock()
+	defer l.leases.mu.Unlock()
+	return maps.Clone(l.leases.owned)
+}
+
+// Members returns the workers whose membership has not expired (their
+// last Renew was within their TTL, as this worker's TTL counts it), in UUID
+// order.
+func (l *Ledger) Members(ctx context.Context) ([]uuid.UUID, error) {
+	s, err := l.leasing()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := l.pool.Query(ctx, l.q.members, s.ttl.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: members: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: members: %w", err)
+	}
+	return out, nil
+}
+
+// Leave ends this worker's membership at once, so that the others
+// reassign its keys without waiting for it to expire. Its leases are not
+// released: the workers that take them over raise their epochs.
+func (l *Ledger) Leave(ctx context.Context) error {
+	s, err := l.leasing()
+	if err != nil {
+		return err
+	}
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	if _, err := l.pool.Exec(ctx, l.q.leave, s.worker); err != nil {
+		return fmt.Errorf("pgledger: leave: %w", err)
+	}
+	return nil
+}
+
+// Assign returns the member that should hold key's lease: the one with the
+// highest rendezvous score for it. When a member joins, only the keys it
+// now scores highest for move (to it); when one leaves, only its keys move.
+// It returns false when there is no member.
+func Assign(key string, members []uuid.UUID) (uuid.UUID, bool) {
+	var best uuid.UUID
+	var top uint64
+	found := false
+	for _, m := range members {
+		if s := rendezvous(m, key); !found || s > top || s == top && string(m[:]) > string(best[:]) {
+			best, top, found = m, s, true
+		}
+	}
+	return best, found
+}
+
+// rendezvous scores worker for key: FNV-1a of both, then a 64-bit
+// finalizer so that close inputs spread over the whole range.
+func rendezvous(worker uuid.UUID, key string) uint64 {
+	h := fnv.New64a()
+	h.Write(worker[:])
+	h.Write([]byte(key))
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// leaseQueries are the lease statements in the ledger's schema.
+func leaseQueries(n names, q *queries) {
+	// A lease is taken when nobody holds it, when it expired, or when this
+	// worker holds it at $4 (then it keeps its epoch). The WHERE refuses
+	// anything else, returning no row.
+	q.acquire = n.expand(`INSERT INTO {{schema}}.leases AS l (key, owner, epoch, expires_at)
+		VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
+		ON CONFLICT (key) DO UPDATE SET
+			owner = excluded.owner,
+			epoch = CASE WHEN l.owner = excluded.owner AND l.epoch = $4 THEN l.epoch ELSE l.epoch + 1 END,
+			expires_at = excluded.expires_at
+		WHERE (l.owner = excluded.owner AND l.epoch = $4) OR l.expires_at <= now()
+		RETURNING epoch`)
+	q.renew = n.expand(`UPDATE {{schema}}.leases AS l SET expires_at = now() + $2 * interval '1 microsecond'
+		FROM unnest($3::text[], $4::bigint[]) AS h (key, epoch)
+		WHERE l.key = h.key AND l.epoch = h.epoch AND l.owner = $1
+		RETURNING l.key`)
+	q.heartbeat = n.expand(`INSERT INTO {{schema}}.members (worker, heartbeat_at) VALUES ($1, now())
+		ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now()`)
+	q.release = n.expand(`UPDATE {{schema}}.leases SET expires_at = '-infinity'
+		WHERE key = $1 AND owner = $2 AND epoch = $3`)
+	q.members = n.expand(`SELECT worker FROM {{schema}}.members
+		WHERE heartbeat_at > now() - $1 * interval '1 microsecond' ORDER BY worker`)
+	q.leave = n.expand(`DELETE FROM {{schema}}.members WHERE worker = $1`)
+}
