@@ -22,6 +22,13 @@
 // append in any other. RevokedGeneration reads one row per call: a value
 // cached from notifications could lag a revocation another process already
 // committed and returned from, and an engine must never miss that.
+//
+// Workers that split keys among themselves open the ledger with
+// LeaseOptions: every CompareAndSwap of a key then also requires, in its
+// transaction, that this worker holds the key's lease at the epoch it took
+// it with (Acquire). A worker whose lease was taken over - paused,
+// partitioned, presumed dead - can no longer write the key, however late
+// its write arrives: the fence, not timing, decides.
 package pgledger
 
 import (
