@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -318,6 +319,28 @@ func Assign(key string, members []uuid.UUID) (uuid.UUID, bool) {
 		}
 	}
 	return best, found
+}
+
+// Assigned returns the keys, of those given, that Assign gives this worker
+// among the live Members: the leases it should hold. A worker acquires
+// those it does not hold and releases those it holds and is no longer
+// assigned.
+func (l *Ledger) Assigned(ctx context.Context, keys []string) ([]string, error) {
+	members, err := l.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Until its first Renew a worker is not a member, yet it is live.
+	if !slices.Contains(members, l.leases.worker) {
+		members = append(members, l.leases.worker)
+	}
+	var mine []string
+	for _, k := range keys {
+		if m, _ := Assign(k, members); m == l.leases.worker {
+			mine = append(mine, k)
+		}
+	}
+	return mine, nil
 }
 
 // rendezvous scores worker for key: FNV-1a of both, then a 64-bit

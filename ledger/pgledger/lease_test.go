@@ -165,10 +165,26 @@ func TestMembers(t *testing.T) {
 	want := []uuid.UUID{a.Worker(), b.Worker()}
 	slices.SortFunc(want, func(x, y uuid.UUID) int { return slices.Compare(x[:], y[:]) })
 	assert.Equal(t, want, members)
+
+	keys := make([]string, 100)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("file:///docs/%d.md", i)
+	}
+	mineA, err := a.Assigned(ctx, keys)
+	require.NoError(t, err)
+	mineB, err := b.Assigned(ctx, keys)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, keys, append(slices.Clone(mineA), mineB...), "every key to exactly one member")
+	assert.NotEmpty(t, mineA)
+	assert.NotEmpty(t, mineB)
+
 	require.NoError(t, b.Leave(ctx))
 	members, err = a.Members(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []uuid.UUID{a.Worker()}, members)
+	mineA, err = a.Assigned(ctx, keys)
+	require.NoError(t, err)
+	assert.Equal(t, keys, mineA, "the keys of a member that left go to those left")
 }
 
 // Rendezvous assignment moves few keys when membership changes: a member
