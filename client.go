@@ -130,7 +130,9 @@ type ClientOptions struct {
 	PingEvery, PingTimeout time.Duration
 	// OnError, if set, is told of every failure the client handles on its
 	// own: a *ReadError for a read that got no answer, a *ConnectionError
-	// for a lost session or a failed reconnect attempt, ErrReconnectGaveUp.
+	// for a lost session or a failed reconnect attempt, ErrReconnectGaveUp,
+	// and, on a ledger shared by many workers, a read or notification of a
+	// URI another worker took (ErrNotLeaseholder).
 	// It runs on a goroutine of its own, one failure at a time and in
 	// order, outside every lock; it may call any method of the Client,
 	// Close and Reconnect included.
@@ -1248,6 +1250,8 @@ func (c *Client) request(key string, trigger Trigger) {
 	switch {
 	case err == nil && ok:
 		c.dispatch(t)
+	case errors.Is(err, ErrNotLeaseholder):
+		c.report(err) // another worker holds key; its shard lets it go
 	case err != nil && c.behind(key):
 		// The caller watches key but its subscription belongs to a session
 		// that is gone: whatever left it there, the next tick of its own
@@ -1367,6 +1371,9 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	}
 	c.answered(t.URI)
 	out, err := c.engine.Complete(t, result)
+	if errors.Is(err, ErrNotLeaseholder) {
+		c.report(err) // refused by the ledger: another worker took key
+	}
 	c.progress.notify()
 	c.metrics.read(t.Trigger, outcomeOf(out))
 	if c.opts.OnOutcome != nil {
@@ -1648,6 +1655,9 @@ func (c *Client) handle(n note) {
 		t, ok, err := c.engine.Notify(uri)
 		switch {
 		case err != nil:
+			if errors.Is(err, ErrNotLeaseholder) {
+				c.report(err)
+			}
 			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
 		case ok:
 			c.dispatch(t)

@@ -247,6 +247,11 @@ func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry
 	return nil, 0, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
 }
 
+// NormalizeURI returns the key uri is stored under: the form every
+// method of the engine turns a URI into before it touches the ledger, and
+// the key of a lease on a shared ledger.
+func NormalizeURI(uri string) (string, error) { return normalizeKey(uri) }
+
 func normalizeKey(raw string) (string, error) {
 	key, err := uri.Normalize(raw)
 	if err != nil {

@@ -13,14 +13,18 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // Lease errors.
 var (
 	// ErrNotLeaseholder: a fenced CompareAndSwap of a key whose lease this
 	// worker does not hold at the epoch it took it with. Nothing was
-	// written. Every such refusal is a *LeaseError.
-	ErrNotLeaseholder = errors.New("pgledger: not the leaseholder")
+	// written. Every such refusal is a *LeaseError. It is the engine's
+	// mcpsync.ErrNotLeaseholder, on which the engine and the client let
+	// such a URI go.
+	ErrNotLeaseholder = mcpsync.ErrNotLeaseholder
 	// ErrLeaseHeld: Acquire of a lease another worker holds and has not let
 	// expire.
 	ErrLeaseHeld = errors.New("pgledger: lease held by another worker")

@@ -1,0 +1,281 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// Shard keeps one worker's share of a set of URIs: the workers sharing a
+// fenced ledger split the URIs by rendezvous hashing over the live members
+// (Assign), and each keeps the ones assigned to it subscribed through its
+// Client. Every round it renews its leases and membership, lets go of the
+// URIs whose leases another worker took (the ledger already refuses its
+// writes to them) or that are now assigned elsewhere, and takes the ones
+// assigned to it whose leases are free or expired: Acquire raises the
+// epoch, then Subscribe opens a new subscription generation and reads it.
+//
+// A worker that dies stops renewing: once its membership and leases
+// expire (LeaseOptions.TTL), the next round of each other worker assigns
+// its URIs anew and takes them, so a URI is taken over within TTL plus one
+// round and one read. A worker that was paused past its TTL finds, when it
+// resumes, its writes refused and its leases gone, and lets them go.
+type Shard struct {
+	ledger *Ledger
+	client *mcpsync.Client
+	opts   ShardOptions
+
+	mu  sync.Mutex        // protects raw
+	raw map[string]string // key -> the URI as the source spelled it
+}
+
+// ShardOptions configure a Shard.
+type ShardOptions struct {
+	// URIs returns the URIs to split between the workers; it is called
+	// every Rescan (a scan of the server's resources, say, or a fixed list).
+	URIs func(ctx context.Context) ([]string, error)
+	// Rescan is how often URIs is called again; 0 means one minute.
+	Rescan time.Duration
+	// Every is the interval of the rounds that take over the URIs of
+	// workers that died; 0 means 500 ms. Leases and membership are renewed
+	// every third of the TTL, apart from the rounds.
+	Every time.Duration
+	// OnError, if set, is told of every failure of a round; the round goes
+	// on with the next URI, and the next round tries again.
+	OnError func(error)
+	// OnChange, if set, is told of every URI taken (owned true) or let go.
+	OnChange func(uri string, owned bool)
+}
+
+// NewShard returns the Shard of ledger's worker, keeping what it is
+// assigned subscribed through c. The ledger must be fenced (opened with
+// LeaseOptions), and c must not resume subscriptions on its own
+// (ClientOptions.NoResume): what a worker keeps is decided here.
+func NewShard(ledger *Ledger, c *mcpsync.Client, opts *ShardOptions) (*Shard, error) {
+	if _, err := ledger.leasing(); err != nil {
+		return nil, err
+	}
+	var o ShardOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.URIs == nil {
+		return nil, errors.New("pgledger: ShardOptions.URIs is required")
+	}
+	if o.Rescan <= 0 {
+		o.Rescan = time.Minute
+	}
+	if o.Every <= 0 {
+		o.Every = 500 * time.Millisecond
+	}
+	return &Shard{ledger: ledger, client: c, opts: o, raw: map[string]string{}}, nil
+}
+
+// Run keeps the shard until ctx ends; then it lets every URI go (so other
+// workers take them without waiting for the TTL), leaves the membership and
+// returns ctx's error. Leases and membership are renewed on a goroutine of
+// their own, every third of the TTL, so that no round, however much it has
+// to take, lets them expire.
+func (s *Shard) Run(ctx context.Context) error {
+	renewed := make(chan []string, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rctx, stopRenew := context.WithCancel(ctx)
+	defer stopRenew()
+	wg.Go(func() { s.renew(rctx, renewed) })
+
+	var lost []string
+	rescan := time.Time{}
+	ticker := time.NewTicker(s.opts.Every)
+	defer ticker.Stop()
+	for {
+		if time.Since(rescan) >= s.opts.Rescan {
+			if err := s.refresh(ctx); err != nil {
+				s.report(err)
+			} else {
+				rescan = time.Now()
+			}
+		}
+		s.round(ctx, lost)
+		lost = nil
+		select {
+		case <-ticker.C:
+		case lost = <-renewed:
+		case <-ctx.Done():
+			stopRenew()
+			wg.Wait()
+			s.stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// renew renews leases and membership every third of the TTL until ctx
+// ends, handing the keys it lost to the rounds.
+func (s *Shard) renew(ctx context.Context, lost chan<- []string) {
+	ticker := time.NewTicker(s.ledger.leases.ttl / 3)
+	defer ticker.Stop()
+	var pending []string
+	for {
+		keys, err := s.ledger.Renew(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.report(err)
+		case len(keys) > 0:
+			pending = append(pending, keys...)
+		}
+		if len(pending) > 0 {
+			select {
+			case lost <- pending:
+				pending = nil
+			default: // the round has not taken the last batch yet
+			}
+		}
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// stop lets every URI go and leaves, on a context of its own: ctx ended.
+func (s *Shard) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for key := range s.ledger.Owned() {
+		s.letGo(ctx, key, true)
+	}
+	if err := s.ledger.Leave(ctx); err != nil {
+		s.report(err)
+	}
+}
+
+// refresh reads the URIs to split again.
+func (s *Shard) refresh(ctx context.Context) error {
+	uris, err := s.opts.URIs(ctx)
+	if err != nil {
+		return fmt.Errorf("pgledger: shard: list URIs: %w", err)
+	}
+	raw := make(map[string]string, len(uris))
+	for _, u := range uris {
+		key, err := mcpsync.NormalizeURI(u)
+		if err != nil {
+			s.report(fmt.Errorf("pgledger: shard: %w", err))
+			continue
+		}
+		raw[key] = u
+	}
+	s.mu.Lock()
+	s.raw = raw
+	s.mu.Unlock()
+	return nil
+}
+
+// takeAtOnce bounds the URIs a round takes concurrently: a takeover of a
+// dead worker's share waits on a subscribe and a read per URI.
+const takeAtOnce = 64
+
+// round lets go of the lost keys and of those assigned elsewhere, and takes
+// those assigned to this worker whose leases are free or expired.
+func (s *Shard) round(ctx context.Context, lost []string) {
+	for _, key := range lost {
+		s.letGo(ctx, key, false)
+	}
+	members, err := s.ledger.Members(ctx)
+	if err != nil {
+		s.report(err)
+		return
+	}
+	me := s.ledger.Worker()
+	if !slices.Contains(members, me) {
+		return // not a member until the next renewal says so
+	}
+	s.mu.Lock()
+	raw := s.raw
+	s.mu.Unlock()
+	owned := s.ledger.Owned()
+	for key := range owned {
+		if _, listed := raw[key]; !listed || s.assigned(key, members) != me {
+			s.letGo(ctx, key, true)
+		}
+	}
+	sem := make(chan struct{}, takeAtOnce)
+	var wg sync.WaitGroup
+	for key, u := range raw {
+		if _, ok := owned[key]; ok || s.assigned(key, members) != me {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.take(ctx, key, u)
+		})
+	}
+	wg.Wait()
+}
+
+func (s *Shard) assigned(key string, members []uuid.UUID) uuid.UUID {
+	m, _ := Assign(key, members)
+	return m
+}
+
+// take acquires key's lease and subscribes it. A lease another worker
+// still holds is left for a later round: that worker lets it go at its
+// next round, or stops renewing it.
+func (s *Shard) take(ctx context.Context, key, raw string) {
+	if _, err := s.ledger.Acquire(ctx, key); err != nil {
+		if !errors.Is(err, ErrLeaseHeld) {
+			s.report(err)
+		}
+		return
+	}
+	if _, err := s.client.Subscribe(ctx, raw); err != nil {
+		s.report(fmt.Errorf("pgledger: shard: subscribe %s: %w", raw, err))
+		// Hand it back, so the lease does not outlive a URI nobody reads.
+		if err := s.ledger.Release(ctx, key); err != nil {
+			s.report(err)
+		}
+		return
+	}
+	if s.opts.OnChange != nil {
+		s.opts.OnChange(key, true)
+	}
+}
+
+// letGo unsubscribes key and, when this worker still holds its lease,
+// releases it. Unsubscribe closes the generation while the lease still
+// fences it; a URI whose lease was taken is only let go (the client writes
+// nothing to a row another worker holds).
+func (s *Shard) letGo(ctx context.Context, key string, release bool) {
+	s.mu.Lock()
+	raw, ok := s.raw[key]
+	s.mu.Unlock()
+	if !ok {
+		raw = key
+	}
+	if _, err := s.client.Unsubscribe(ctx, raw); err != nil && !errors.Is(err, mcpsync.ErrUnknownURI) {
+		s.report(fmt.Errorf("pgledger: shard: unsubscribe %s: %w", raw, err))
+	}
+	if release {
+		if err := s.ledger.Release(ctx, key); err != nil {
+			s.report(err)
+		}
+	}
+	if s.opts.OnChange != nil {
+		s.opts.OnChange(key, false)
+	}
+}
+
+func (s *Shard) report(err error) {
+	if s.opts.OnError != nil && err != nil {
+		s.opts.OnError(err)
+	}
+}
