@@ -156,6 +156,12 @@ type ClientOptions struct {
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
+	// Deletion says which evidence confirms a deletion when Reconcile hands
+	// a catalog to the engine (deletion.go). The zero value,
+	// DeletionDefault, corroborates where the server cannot prove (it did
+	// not negotiate the snapshot extension) and waits for proof where it
+	// can; DeletionProvenOnly never corroborates.
+	Deletion DeletionPolicy
 	// Limits bound what a server can make the client spend; nil means the
 	// defaults (Limits).
 	Limits *Limits
@@ -381,6 +387,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, fmt.Errorf("mcpsync: Jitter %v is outside [0, 1)", o.Jitter)
 	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0:
 		return nil, errors.New("mcpsync: negative interval")
+	case !o.Deletion.valid():
+		return nil, fmt.Errorf("mcpsync: unknown deletion policy %q", o.Deletion)
 	}
 	if o.Engine == nil {
 		e, err := NewEngine(nil)
@@ -1869,10 +1877,11 @@ func pageFromRaw(kind ListKind, raw json.RawMessage) (Page, error) {
 	return p, nil
 }
 
-// Reconcile hands a resources catalog's verdicts to the engine
-// (Catalog.Reconcile) and sends the reconcile reads it asks for.
+// Reconcile hands a resources catalog's verdicts to the engine under the
+// client's deletion policy (Catalog.ReconcileWith) and sends the reads it
+// asks for.
 func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
-	rec, err := cat.Reconcile(c.engine)
+	rec, err := cat.ReconcileWith(c.engine, c.opts.Deletion)
 	for _, t := range rec.Tickets {
 		c.dispatch(t)
 	}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The snapshot extension of resources/list, opt-in for servers that can bind
@@ -345,7 +347,10 @@ type PageReceipt struct {
 // listing. Cursors are kept only as digests: they are opaque and bound to
 // their session, so nothing persisted may carry one.
 type ScanReceipt struct {
-	Schema            string   `json:"schema"`
+	Schema string `json:"schema"`
+	// ID names the pass (a random UUID), for the deletion evidence that
+	// rests on it.
+	ID                string   `json:"id"`
 	Kind              ListKind `json:"kind"`
 	Era               Era      `json:"era"`
 	SessionGeneration uint64   `json:"sessionGeneration"`
@@ -537,68 +542,144 @@ type Reconciliation struct {
 	// Tombstoned are the URIs a proven catalog does not list, confirmed
 	// deleted.
 	Tombstoned []string `json:"tombstoned"`
-	// Deferred are the URIs the catalog does not list but cannot prove
-	// absent; they stay as they are (a TOMBSTONE_PENDING resource is not
-	// served) until a proven catalog decides.
+	// Receipts are the tombstone receipts of Tombstoned, in the same order.
+	Receipts []TombstoneReceipt `json:"receipts,omitempty"`
+	// Corroborating are the TOMBSTONE_PENDING URIs an unproven catalog does
+	// not list, under a DeletionPolicy that lets it corroborate: each was
+	// sent a second read (among Tickets, or queued behind a read in
+	// flight), whose not-found confirms the deletion (deletion.go).
+	Corroborating []string `json:"corroborating,omitempty"`
+	// Missing are the open subscriptions the catalog does not list; each
+	// was sent a reconcile read, whose not-found takes the fenced path.
+	Missing []string `json:"missing,omitempty"`
+	// Deferred are the URIs the catalog does not list but that it can
+	// neither prove absent nor corroborate; they stay as they are (a
+	// TOMBSTONE_PENDING resource is not served) until a later catalog
+	// decides.
 	Deferred []string `json:"deferred"`
 }
 
-// Reconcile hands the catalog's verdicts to the engine for every URI in
-// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.Reconcile), and
-// returns the reconcile reads to send.
+// Reconcile is ReconcileWith under DeletionDefault: an unproven catalog
+// corroborates deletions where its session cannot prove them.
+func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
+	return c.ReconcileWith(e, DeletionDefault)
+}
+
+// ReconcileWith hands the catalog's verdicts to the engine for every URI in
+// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.Reconcile), for
+// every open subscription, and for every URI whose deletion is being
+// corroborated, and returns the reads to send.
 //
 // A "present" verdict may come from an unproven catalog: it only returns the
-// URI to ACTIVE with a read, and that read goes through the fence, so a
-// resource that is really gone comes back to TOMBSTONE_PENDING. An "absent"
-// verdict confirms a tombstone and sends deletions downstream; it is a claim
-// that the enumeration is complete, which only a proven, fresh catalog can
-// make (the same rule as Complete). From an unproven or stale catalog absent
-// URIs are Deferred. Any catalog of another session generation or of
-// another engine, and an unreconciled one, is refused with a *CatalogError.
-func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
+// URI to ACTIVE with a read (or ends a corroboration), and that read goes
+// through the fence, so a resource that is really gone comes back to
+// TOMBSTONE_PENDING. An "absent" verdict confirms a tombstone and sends
+// deletions downstream; it is a claim that the enumeration is complete,
+// which only a proven, fresh catalog can make (the same rule as Complete).
+// A fresh SNAPSHOT_UNPROVEN catalog that does not list a TOMBSTONE_PENDING
+// URI starts a corroboration instead, where policy allows
+// (Engine.Corroborate): the second read it sends confirms the deletion if
+// it says not found again. Otherwise absent URIs are Deferred. An open
+// subscription the catalog does not list is read again (Missing). Any
+// catalog of another session generation or of another engine, and an
+// unreconciled one, is refused with a *CatalogError.
+func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation, error) {
 	var out Reconciliation
 	if c.Kind != KindResources {
 		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
+	}
+	if !policy.valid() {
+		return out, fmt.Errorf("mcpsync: unknown deletion policy %q", policy)
 	}
 	gen := e.SessionGeneration()
 	if err := c.refusal(e.now(), gen, e.id, false); err != nil {
 		return out, err
 	}
 	canProveAbsence := c.refusal(e.now(), gen, e.id, true) == nil
+	scan, canCorroborate := c.absenceScan(e.now(), policy)
 	// Collect first: the verdicts write to the ledger being ranged over.
-	var pending []string
+	type verdict struct {
+		key   string
+		state SubscriptionState
+	}
+	var pending []verdict
 	for sub, err := range e.Subscriptions() {
 		if err != nil {
 			return out, err
 		}
-		if sub.State == StateTombstonePending || sub.State == StateReconciliationRequired {
-			pending = append(pending, sub.URI)
+		switch {
+		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
+			sub.State.open() && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
+			sub.Corroboration != nil:
+			pending = append(pending, verdict{sub.URI, sub.State})
 		}
 	}
 	var errs []error
-	for _, key := range pending {
+	for _, v := range pending {
+		key := v.key
 		present := c.lists(key)
-		if !present && !canProveAbsence {
+		var tk Ticket
+		var ok bool
+		var rc *TombstoneReceipt
+		var err error
+		switch {
+		case present || canProveAbsence:
+			ev := DeletionEvidence{Kind: EvidenceProven, SnapshotID: c.SnapshotID}
+			if n := len(c.Scans); n > 0 {
+				ev.Scans = []string{c.Scans[n-1].ID}
+			}
+			tk, ok, rc, err = e.reconcile(key, present, c.MeasuredAt, ev)
+		case v.state.open():
+			tk, ok, err = e.enqueue(key, TriggerReconcile)
+		case canCorroborate && v.state == StateTombstonePending:
+			tk, ok, err = e.Corroborate(key, scan)
+		default:
 			out.Deferred = append(out.Deferred, key)
 			continue
 		}
-		tk, ok, err := e.Reconcile(key, present, c.MeasuredAt)
 		switch {
 		case errors.Is(err, ErrEvidenceTooOld):
 			// Measured before the not-found: the next scan decides.
 			out.Deferred = append(out.Deferred, key)
+			continue
+		case isTransitionError(err) || errors.Is(err, ErrUnknownURI):
+			continue // it moved on meanwhile (closed, another session)
 		case err != nil:
 			errs = append(errs, err)
+			continue
 		case present:
-			out.Present = append(out.Present, key)
-			if ok {
-				out.Tickets = append(out.Tickets, tk)
+			if v.state == StateTombstonePending || v.state == StateReconciliationRequired {
+				out.Present = append(out.Present, key)
 			}
-		default:
+		case rc != nil:
 			out.Tombstoned = append(out.Tombstoned, key)
+			out.Receipts = append(out.Receipts, *rc)
+		case v.state.open():
+			out.Missing = append(out.Missing, key)
+		case v.state == StateTombstonePending && !canProveAbsence:
+			out.Corroborating = append(out.Corroborating, key)
+		}
+		if ok {
+			out.Tickets = append(out.Tickets, tk)
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// absenceScan returns the passes of an unproven catalog as the evidence of
+// a corroboration, and whether policy lets the catalog corroborate at now:
+// it must be SNAPSHOT_UNPROVEN (two identical clean passes, the last two
+// receipts) and fresh.
+func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (AbsenceScan, bool) {
+	n := len(c.Scans)
+	if c.Status != CatalogSnapshotUnproven || n < 2 || !now.Before(c.StaleAfter) {
+		return AbsenceScan{}, false
+	}
+	a, b := c.Scans[n-2], c.Scans[n-1]
+	if !policy.corroborates(b.SnapshotNegotiated) {
+		return AbsenceScan{}, false
+	}
+	return AbsenceScan{Scans: []string{a.ID, b.ID}, StartedAt: a.StartedAt, EndedAt: b.EndedAt}, true
 }
 
 // Scan lists kind completely over pages and says how far the result may be
@@ -743,7 +824,7 @@ func waitBackoff(ctx context.Context, d time.Duration) error {
 // *PassError, or ctx's error.
 func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
 	r := ScanReceipt{
-		Schema: SchemaDiscoveryScan, Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
+		Schema: SchemaDiscoveryScan, ID: uuid.NewString(), Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
 		SnapshotNegotiated: receipt.SnapshotList, StartedAt: s.opts.Now(), Pages: []PageReceipt{},
 	}
 	before := listChanged()

@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"testing"
@@ -23,7 +24,7 @@ type scanRig struct {
 	c   *mcpsync.Client
 }
 
-func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions) *scanRig {
+func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions, policy ...mcpsync.DeletionPolicy) *scanRig {
 	t.Helper()
 	r := &scanRig{srv: mcpsynctest.NewServer(srvOpts)}
 	for i := range 5 {
@@ -32,7 +33,7 @@ func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions) *sca
 	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
 		return r.kit, nil
-	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: w.version,
+	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: w.version, Deletion: cmp.Or(policy...),
 		Scanner: &mcpsync.ScannerOptions{MaxAttempts: 3, BackoffBase: 1, BackoffMax: 1}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
@@ -165,20 +166,31 @@ func TestSnapshotProvenEndToEnd(t *testing.T) {
 }
 
 // A deleted resource: its read says not found (TOMBSTONE_PENDING, nothing
-// written downstream); an unproven catalog cannot confirm the deletion, a
-// proven one does, with one outbox entry.
-func TestTombstoneConfirmedOnlyByAProvenCatalog(t *testing.T) {
+// written downstream). A proven catalog confirms the deletion, with one
+// outbox entry naming the proof. Without proof, an unproven catalog can
+// only corroborate it, where the policy allows: the second read it sends
+// says not found again, and that confirms it, naming both passes and both
+// reads; under DeletionProvenOnly the URI is deferred and stays pending.
+func TestTombstoneConfirmedByProofOrCorroboration(t *testing.T) {
 	for _, w := range eras {
-		for _, proven := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/proven=%v", w.name, proven), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) { tombstoneThroughCatalog(t, w, proven) })
+		for _, tc := range []struct {
+			name   string
+			proven bool
+			policy mcpsync.DeletionPolicy
+		}{
+			{"proven", true, mcpsync.DeletionDefault},
+			{"unproven/proven only", false, mcpsync.DeletionProvenOnly},
+			{"unproven/corroborated", false, mcpsync.DeletionDefault},
+		} {
+			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { tombstoneThroughCatalog(t, w, tc.proven, tc.policy) })
 			})
 		}
 	}
 }
 
-func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool) {
-	r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: proven, SuppressListChanged: true})
+func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool, policy mcpsync.DeletionPolicy) {
+	r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: proven, SuppressListChanged: true}, policy)
 	const gone = "file:///docs/4.md"
 	_, err := r.c.Subscribe(t.Context(), gone)
 	require.NoError(t, err)
@@ -188,6 +200,7 @@ func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool) {
 	sub, err := r.c.Engine().Subscription(gone)
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+	first := sub.Watermark
 	before, err := r.c.Engine().PullOutbox(0, 0)
 	require.NoError(t, err)
 
@@ -195,18 +208,39 @@ func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool) {
 	require.NoError(t, err)
 	rec, err := r.c.Reconcile(cat)
 	require.NoError(t, err)
+	quiesce() // the reads Reconcile sent
 	sub, err = r.c.Engine().Subscription(gone)
 	require.NoError(t, err)
 	after, err := r.c.Engine().PullOutbox(0, 0)
 	require.NoError(t, err)
-	if !proven {
+	switch {
+	case proven:
+		assert.Equal(t, []string{gone}, rec.Tombstoned)
+		require.Len(t, rec.Receipts, 1)
+		assert.Equal(t, mcpsync.EvidenceProven, rec.Receipts[0].Evidence.Kind)
+		assert.Equal(t, cat.SnapshotID, rec.Receipts[0].Evidence.SnapshotID)
+	case policy == mcpsync.DeletionProvenOnly:
 		assert.Equal(t, []string{gone}, rec.Deferred)
 		assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
 		assert.Equal(t, before, after, "no tombstone from an unproven catalog")
 		return
+	default:
+		assert.Equal(t, []string{gone}, rec.Corroborating)
+		assert.Empty(t, rec.Tombstoned)
 	}
-	assert.Equal(t, []string{gone}, rec.Tombstoned)
 	assert.Equal(t, mcpsync.StateTombstoned, sub.State)
 	require.Len(t, after, len(before)+1)
-	assert.Equal(t, mcpsync.InvalidateTombstoned, after[len(after)-1].Reason)
+	last := after[len(after)-1]
+	assert.Equal(t, mcpsync.InvalidateTombstoned, last.Reason)
+	require.NotNil(t, last.Evidence)
+	if proven {
+		assert.Equal(t, rec.Receipts[0].Evidence, *last.Evidence)
+		return
+	}
+	n := len(cat.Scans)
+	assert.Equal(t, mcpsync.DeletionEvidence{
+		Kind: mcpsync.EvidenceCorroborated, Scans: []string{cat.Scans[n-2].ID, cat.Scans[n-1].ID},
+		Reads: []uint64{first, sub.Watermark},
+	}, *last.Evidence)
+	assert.Greater(t, sub.Watermark, first)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -972,17 +973,32 @@ func TestCatalogReconcile(t *testing.T) {
 		name     string
 		caps     mcpsync.CapabilityReceipt // SnapshotList: PROVEN, else UNPROVEN
 		maxTries int                       // 0: a scan that succeeds; -1: one that cannot
+		noIDs    bool                      // the pages carry no snapshot id
 		age      time.Duration             // how long after the scan the engine reconciles
 		otherGen bool
+		policy   mcpsync.DeletionPolicy
 		err      error
 		want     verdicts
 		deferred []string
+		// corroborating: absent URIs sent the second read of a
+		// corroboration, as well as the present one its reconcile read.
+		corroborating []string
 	}{
 		{name: "proven and fresh: present and absent verdicts", caps: capsSnapshot,
 			want: verdicts{mcpsync.StateTombstoned, mcpsync.StateReadPending, mcpsync.StateActive}},
-		{name: "unproven: only present verdicts", caps: capsPlain,
+		{name: "unproven, proven only: only present verdicts", caps: capsPlain, policy: mcpsync.DeletionProvenOnly,
 			want:     verdicts{mcpsync.StateTombstonePending, mcpsync.StateReadPending, mcpsync.StateActive},
 			deferred: []string{gone}},
+		{name: "unproven, no snapshot extension: absent URIs corroborated", caps: capsPlain,
+			want:          verdicts{mcpsync.StateReadPending, mcpsync.StateReadPending, mcpsync.StateActive},
+			corroborating: []string{gone}},
+		{name: "unproven, snapshot extension negotiated: no corroboration by default", caps: capsSnapshot, noIDs: true,
+			want:     verdicts{mcpsync.StateTombstonePending, mcpsync.StateReadPending, mcpsync.StateActive},
+			deferred: []string{gone}},
+		{name: "unproven, snapshot extension negotiated, corroborated policy", caps: capsSnapshot, noIDs: true,
+			policy:        mcpsync.DeletionCorroborated,
+			want:          verdicts{mcpsync.StateReadPending, mcpsync.StateReadPending, mcpsync.StateActive},
+			corroborating: []string{gone}},
 		{name: "proven but stale: only present verdicts", caps: capsSnapshot, age: 2 * time.Minute,
 			want:     verdicts{mcpsync.StateTombstonePending, mcpsync.StateReadPending, mcpsync.StateActive},
 			deferred: []string{gone}},
@@ -1003,8 +1019,13 @@ func TestCatalogReconcile(t *testing.T) {
 
 			caps := tc.caps
 			caps.SessionGeneration = e.SessionGeneration()
-			l := newFakeListing(mcpsync.KindResources, 1, back, active)
+			l := newFakeListing(mcpsync.KindResources, 1, active, back) // sorted by key
 			l.snapshot = func(int) string { return "snap-1" }
+			if tc.noIDs {
+				// Negotiated, but the pages carry no id: the proof fails,
+				// two identical passes make the catalog UNPROVEN.
+				l.snapshot = func(int) string { return "" }
+			}
 			opts := &mcpsync.ScannerOptions{Now: clock.now, StaleAfter: time.Minute}
 			if tc.maxTries < 0 {
 				opts.MaxAttempts = 1
@@ -1027,7 +1048,7 @@ func TestCatalogReconcile(t *testing.T) {
 			}
 			clock.t = clock.t.Add(tc.age)
 
-			rec, err := c.Reconcile(e)
+			rec, err := c.ReconcileWith(e, tc.policy)
 			state := func(uri string) mcpsync.SubscriptionState {
 				sub, err := e.Subscription(uri)
 				require.NoError(t, err)
@@ -1041,12 +1062,18 @@ func TestCatalogReconcile(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, []string{back}, rec.Present)
-			require.Len(t, rec.Tickets, 1)
+			require.Len(t, rec.Tickets, 1+len(tc.corroborating))
 			assert.Equal(t, back, rec.Tickets[0].URI)
-			assert.Equal(t, mcpsync.TriggerReconcile, rec.Tickets[0].Trigger)
+			for _, tk := range rec.Tickets {
+				assert.Equal(t, mcpsync.TriggerReconcile, tk.Trigger)
+			}
 			assert.Equal(t, tc.deferred, rec.Deferred)
+			assert.Equal(t, tc.corroborating, rec.Corroborating)
 			if tc.want.gone == mcpsync.StateTombstoned {
 				assert.Equal(t, []string{gone}, rec.Tombstoned)
+				require.Len(t, rec.Receipts, 1)
+				assert.Equal(t, mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceProven, SnapshotID: "snap-1", Scans: []string{c.Scans[len(c.Scans)-1].ID}},
+					rec.Receipts[0].Evidence)
 			} else {
 				assert.Empty(t, rec.Tombstoned)
 				_, err := e.Lookup(alice, gone)
@@ -1095,6 +1122,11 @@ func TestScanReceiptGolden(t *testing.T) {
 	c, err := runScan(t, s, mcpsync.KindResources, mcpsync.EraLegacy, capsPlain, l.page, nil)
 	require.NoError(t, err)
 	require.Len(t, c.Scans, 3)
+	// Pass ids are random; the golden file pins where they go.
+	for i := range c.Scans {
+		require.NotEmpty(t, c.Scans[i].ID)
+		c.Scans[i].ID = "00000000-0000-4000-8000-00000000000" + strconv.Itoa(i)
+	}
 	for name, v := range map[string]any{
 		"scan_receipt.json": c.Scans[0],
 		"scan_catalog.json": c,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -162,6 +163,9 @@ type Outcome struct {
 	Accepted bool
 	Version  VersionReceipt
 	Stale    StaleReceipt
+	// Tombstone is set when the read confirmed a deletion (a corroborated
+	// one: Decision TOMBSTONED).
+	Tombstone *TombstoneReceipt
 	// FollowUp is the coalesced read to send next, if notifications arrived
 	// while this one was in flight (set by Complete only).
 	FollowUp *Ticket
@@ -182,7 +186,8 @@ type Outcome struct {
 // Then, in that same step, it raises the watermark to t.ReadOrdinal, settles
 // every ticket at or below it, stores the version and appends its outbox
 // entry. A not-found result passes the same checks and moves the subscription
-// to TOMBSTONE_PENDING, for list reconciliation to confirm. Content refused by
+// to TOMBSTONE_PENDING, for list reconciliation to confirm; one that finishes
+// a corroboration (deletion.go) confirms the tombstone itself. Content refused by
 // the content guard passes the fence but is quarantined: it raises the
 // watermark (it is the newest state known) and is never served.
 //
@@ -233,10 +238,12 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 			return nil, nil, nil
 		}
 		if why, what, because := e.checkContent(cur, t, r); why != "" {
-			// The ticket is spent: settle it, change nothing else.
+			// The ticket is spent: settle it, change nothing else. A read
+			// that did not say not found ends a corroboration.
 			reason, detail, cause = why, what, because
 			next := cur.clone()
 			settle(next, &path, t.ReadOrdinal, false)
+			next.Corroboration = nil
 			return next, nil, nil
 		}
 		return e.accept(cur, t, r, guardErr, &out, &path)
@@ -256,6 +263,9 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	out.Accepted = true
 	if seq != 0 {
 		out.Version.OutboxSeq = seq
+		if out.Tombstone != nil {
+			out.Tombstone.OutboxSeq = seq
+		}
 	}
 	return out, nil
 }
@@ -385,6 +395,9 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 		out.Version.PreviousDigest = prev.Digest
 	}
 	entry := OutboxEntry{Schema: SchemaInvalidation, URI: t.URI, Version: v, Previous: prev, Subject: t.Subject, At: now}
+	if !r.notFound {
+		next.Corroboration = nil // the server has it
+	}
 
 	switch {
 	case r.notFound && cur.Current != nil && cur.Current.Status == VersionTombstoned:
@@ -397,11 +410,31 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 		return next, nil, nil
 
 	case r.notFound:
+		if ev, ok := corroboratedBy(cur, t); ok {
+			// The second not-found, issued after a clean scan that began
+			// after the first one and did not list the URI.
+			out.Version.Decision = DecisionTombstoned
+			if err := path.move(next, evCorroborated); err != nil {
+				return nil, nil, err
+			}
+			next.NotFoundAt, next.NotFoundOrdinal = now, t.ReadOrdinal
+			entries, rc := e.tombstone(t.URI, cur, next, ev)
+			out.Tombstone = &rc
+			return next, entries, nil
+		}
 		out.Version.Decision = DecisionTombstonePending
+		next.NotFoundAt, next.NotFoundOrdinal = now, t.ReadOrdinal
+		if keepsCorroboration(cur, t) && slices.ContainsFunc(cur.Tickets, func(held Ticket) bool { return held.ReadOrdinal > t.ReadOrdinal }) {
+			// An answer older than the corroboration's second read, which
+			// is still out: that read decides, so the state stays open
+			// for it.
+			settle(next, path, t.ReadOrdinal, true)
+			return next, nil, nil
+		}
 		if err := path.move(next, evNotFound); err != nil {
 			return nil, nil, err
 		}
-		next.NotFoundAt = now
+		next.Corroboration = nil
 		settle(next, path, t.ReadOrdinal, true)
 		// A revoked version stays revoked: no later state may make it
 		// servable, or make a revocation look undone.
@@ -509,6 +542,7 @@ func (e *Engine) AbandonRead(t Ticket) error {
 		}
 		next := cur.clone()
 		settle(next, &path, t.ReadOrdinal, false)
+		next.Corroboration = nil // no answer: not the second not-found
 		return next, nil, nil
 	})
 	if err == nil {
@@ -580,6 +614,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 		next.CloseOrdinal = cur.LastIssued
 		next.CloseEpoch = epoch
 		next.ClosedGeneration = cur.Sub.Generation
+		next.Corroboration = nil
 		return next, nil, nil
 	})
 	if err != nil {
@@ -601,7 +636,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 
 // confirmTombstone is list reconciliation's verdict "absent" on a
 // TOMBSTONE_PENDING (or RECONCILIATION_REQUIRED) subscription, from evidence
-// gathered since the time given: the tombstone and its outbox entry are
+// ev gathered since the time given: the tombstone and its outbox entry are
 // written in one step. Evidence older than the not-found it would confirm
 // proves nothing about it (the resource may have come back in between) and
 // is refused with ErrEvidenceTooOld. It refuses once the close began, like
@@ -609,7 +644,8 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 //
 // The subscription stays open on the server: a later pulse or revalidation
 // reads it again, and a read that finds it brings the URI back.
-func (e *Engine) confirmTombstone(key string, since time.Time, path *transitions) (uint64, error) {
+func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEvidence, path *transitions) (TombstoneReceipt, error) {
+	var rc TombstoneReceipt
 	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
@@ -623,21 +659,38 @@ func (e *Engine) confirmTombstone(key string, since time.Time, path *transitions
 		if err := path.move(next, evAbsent); err != nil {
 			return nil, nil, err
 		}
-		next.Tickets = nil
-		// Nothing to tell consumers about a version they were already told
-		// to delete (tombstoned by an earlier generation, or revoked).
-		if cur.Current == nil || cur.Current.Status == VersionTombstoned || cur.Current.Status == VersionRevoked {
-			return next, nil, nil
-		}
-		sv := *cur.Current
-		sv.Status, sv.Contents = VersionTombstoned, nil
-		next.Current = &sv
-		return next, []OutboxEntry{{
-			Schema: SchemaInvalidation, URI: key, Reason: InvalidateTombstoned,
-			Previous: cur.Current.Version, Subject: cur.Current.Version.Subject, At: e.now(),
-		}}, nil
+		var entries []OutboxEntry
+		entries, rc = e.tombstone(key, cur, next, ev)
+		return next, entries, nil
 	})
-	return seq, err
+	if err != nil {
+		return TombstoneReceipt{}, err
+	}
+	rc.OutboxSeq = seq
+	return rc, nil
+}
+
+// tombstone writes into next, already moved to TOMBSTONED, the confirmed
+// deletion of cur on evidence ev, and returns the outbox entry to append
+// with it (none for a version consumers were already told to delete:
+// tombstoned by an earlier generation, or revoked) and its receipt.
+func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence) ([]OutboxEntry, TombstoneReceipt) {
+	now := e.now()
+	next.Tickets, next.Corroboration = nil, nil
+	rc := TombstoneReceipt{
+		Schema: SchemaTombstoneReceipt, URI: key, SessionGeneration: cur.Sub.SessionGeneration,
+		SubscriptionGeneration: cur.Sub.Generation, Evidence: ev, NotFoundAt: cur.NotFoundAt, At: now,
+	}
+	if cur.Current == nil || cur.Current.Status == VersionTombstoned || cur.Current.Status == VersionRevoked {
+		return nil, rc
+	}
+	sv := *cur.Current
+	sv.Status, sv.Contents = VersionTombstoned, nil
+	next.Current = &sv
+	return []OutboxEntry{{
+		Schema: SchemaInvalidation, URI: key, Reason: InvalidateTombstoned,
+		Previous: cur.Current.Version, Subject: cur.Current.Version.Subject, Evidence: &ev, At: now,
+	}}, rc
 }
 
 // revokeRecord marks the URI's current version unservable if subject read

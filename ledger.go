@@ -216,6 +216,12 @@ type Record struct {
 	// NotFoundAt is when the newest fenced not-found was accepted; only
 	// evidence gathered since then may confirm its tombstone.
 	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
+	// NotFoundOrdinal is the read ordinal of that not-found.
+	NotFoundOrdinal uint64 `json:"notFoundOrdinal,omitempty"`
+	// Corroboration is the deletion evidence gathered since that not-found
+	// short of proof, waiting for a second not-found (deletion.go); nil
+	// when none is under way.
+	Corroboration *Corroboration `json:"corroboration,omitempty"`
 	// Tickets are issued and unsettled, each above Watermark, ascending.
 	Tickets []Ticket `json:"tickets,omitempty"`
 

@@ -44,7 +44,10 @@ type OutboxEntry struct {
 	Subject string `json:"subject"`
 	// Artifact is set on revocations of a derived artifact, nil otherwise.
 	Artifact *DerivedArtifact `json:"artifact,omitempty"`
-	At       time.Time        `json:"at"`
+	// Evidence is set on tombstones: what confirmed the deletion, proven or
+	// corroborated (deletion.go), so an index may treat them differently.
+	Evidence *DeletionEvidence `json:"evidence,omitempty"`
+	At       time.Time         `json:"at"`
 	// Engine is the ID of the engine that wrote the entry.
 	Engine string `json:"engine,omitempty"`
 }

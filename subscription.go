@@ -17,6 +17,10 @@ import (
 //	ACTIVE (read says not found, fence passed) -> TOMBSTONE_PENDING -> TOMBSTONED | ACTIVE
 //	any read or write whose identity is unknown -> RECONCILIATION_REQUIRED
 //
+// A proven catalog confirms a TOMBSTONE_PENDING subscription directly; a
+// corroborated deletion goes TOMBSTONE_PENDING -> READ_PENDING (the second
+// read) -> TOMBSTONED (deletion.go).
+//
 // ACTIVE and its read sub-states (UPDATE_SEEN, READ_PENDING,
 // VERSION_ACCEPTED) are "open": only an open subscription is issued reads and
 // only its results can pass the fence.
@@ -71,6 +75,7 @@ const (
 	evAbsent          = "reconcile absent"
 	evIdentityUnknown = "identity unknown"
 	evStillAbsent     = "still absent"
+	evCorroborated    = "corroborated absent"
 )
 
 // transitionTable lists every allowed state change: event -> from -> to.
@@ -112,6 +117,9 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 	evPresent:      {StateTombstonePending: StateActive, StateReconciliationRequired: StateActive},
 	evAbsent:       {StateTombstonePending: StateTombstoned, StateReconciliationRequired: StateTombstoned},
 	evStillAbsent:  {StateReadPending: StateTombstoned, StateVersionAccepted: StateTombstoned},
+	// The second not-found of a corroboration (deletion.go) confirms the
+	// tombstone in the step that accepts it.
+	evCorroborated: {StateReadPending: StateTombstoned, StateVersionAccepted: StateTombstoned},
 	evIdentityUnknown: {
 		StateActive: StateReconciliationRequired, StateUpdateSeen: StateReconciliationRequired,
 		StateReadPending: StateReconciliationRequired, StateVersionAccepted: StateReconciliationRequired,
@@ -228,6 +236,11 @@ type Subscription struct {
 	Watermark              uint64            `json:"watermark"`
 	CloseOrdinal           uint64            `json:"closeOrdinal,omitempty"`
 	CloseEpoch             uint64            `json:"closeEpoch,omitempty"`
+	// NotFoundAt is when the newest fenced not-found was accepted.
+	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
+	// Corroboration is the deletion evidence gathered short of proof,
+	// waiting for a second not-found (deletion.go).
+	Corroboration *Corroboration `json:"corroboration,omitempty"`
 }
 
 func subscriptionOf(key string, r *Record) Subscription {
@@ -242,6 +255,7 @@ func subscriptionOf(key string, r *Record) Subscription {
 	}
 	s.LastNotificationSeq, s.LastAcceptedDigest = r.LastNotificationSeq, r.LastAcceptedDigest
 	s.LastIssuedOrdinal, s.Watermark, s.CloseOrdinal, s.CloseEpoch = r.LastIssued, r.Watermark, r.CloseOrdinal, r.CloseEpoch
+	s.NotFoundAt, s.Corroboration = r.NotFoundAt, r.Corroboration
 	return s
 }
 
@@ -375,6 +389,7 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 		}
 		next.State = StateDiscovered
 		next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
+		next.Corroboration = nil
 		openFence(next)
 		path.gen = gen + 1
 		if err := path.move(next, evSubscribe); err != nil {
@@ -553,6 +568,9 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		}
 		next := cur.clone()
 		next.LastNotificationSeq++
+		// The server says the resource changed: whatever a scan saw
+		// before, only a read after this pulse can tell.
+		next.Corroboration = nil
 		if len(next.Tickets) == 0 {
 			if err := path.move(next, evNotify); err != nil {
 				return nil, nil, err
@@ -598,48 +616,74 @@ func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 // (a list scan) gathered since the time given. For a TOMBSTONE_PENDING or
 // RECONCILIATION_REQUIRED subscription, present returns it to ACTIVE with a
 // reconcile read to send; absent confirms the tombstone (TOMBSTONED, one
-// outbox entry), but only when the evidence began after the not-found it
-// confirms (ErrEvidenceTooOld otherwise: the resource may have been created
-// again in between). For an open subscription, absent asks for a reconcile
-// read, whose not-found will take the fenced path; present needs nothing.
-// Closed or closing generations are left alone: their fence is frozen.
+// outbox entry with proven evidence), but only when the evidence began after
+// the not-found it confirms (ErrEvidenceTooOld otherwise: the resource may
+// have been created again in between). Absent is a claim of proof: only a
+// fresh SNAPSHOT_PROVEN catalog may make it (Catalog.Reconcile); evidence
+// short of proof goes to Corroborate. For an open subscription, absent asks
+// for a reconcile read, whose not-found will take the fenced path; present
+// needs nothing but ends a corroboration under way. Closed or closing
+// generations are left alone: their fence is frozen.
 func (e *Engine) Reconcile(rawURI string, present bool, since time.Time) (Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Ticket{}, false, err
 	}
+	t, ok, _, err := e.reconcile(key, present, since, DeletionEvidence{Kind: EvidenceProven})
+	return t, ok, err
+}
+
+// reconcile is Reconcile of a key, with the evidence an absent verdict
+// confirms a tombstone on; it also returns the tombstone's receipt.
+func (e *Engine) reconcile(key string, present bool, since time.Time, ev DeletionEvidence) (Ticket, bool, *TombstoneReceipt, error) {
 	r, err := e.ledger.Load(context.Background(), key)
 	if err != nil {
-		return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
+		return Ticket{}, false, nil, fmt.Errorf("mcpsync: load %s: %w", key, err)
 	}
 	if r == nil || r.Sub == nil {
-		return Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		return Ticket{}, false, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 	}
 	var path transitions
 	switch {
 	case r.State == StateTombstonePending || r.State == StateReconciliationRequired:
 		if !present {
-			_, err := e.confirmTombstone(key, since, &path)
-			if err == nil {
-				e.emit(key, &path)
+			rc, err := e.confirmTombstone(key, since, ev, &path)
+			if err != nil {
+				return Ticket{}, false, nil, err
 			}
-			return Ticket{}, false, err
+			e.emit(key, &path)
+			return Ticket{}, false, &rc, nil
 		}
 		// Reads issued before the not-found may still be in flight; their
 		// answers are reads of this generation like any other.
 		if _, err := e.step(key, evPresent, func(next *Record, path *transitions) error {
+			next.Corroboration = nil
 			if len(next.Tickets) > 0 {
 				return path.move(next, evReadsInFlight)
 			}
 			return nil
 		}); err != nil {
-			return Ticket{}, false, err
+			return Ticket{}, false, nil, err
 		}
-		return e.enqueue(key, TriggerReconcile)
+		t, ok, err := e.enqueue(key, TriggerReconcile)
+		return t, ok, nil, err
 	case r.State.open() && !present:
-		return e.enqueue(key, TriggerReconcile)
+		t, ok, err := e.enqueue(key, TriggerReconcile)
+		return t, ok, nil, err
+	case present && r.Corroboration != nil:
+		// Listed again while the second read is out: that read can no
+		// longer finish the corroboration.
+		_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+			if cur == nil || cur.Corroboration == nil {
+				return nil, nil, nil
+			}
+			next := cur.clone()
+			next.Corroboration = nil
+			return next, nil, nil
+		})
+		return Ticket{}, false, nil, err
 	}
-	return Ticket{}, false, nil
+	return Ticket{}, false, nil, nil
 }
 
 // readQueue coalesces reads the way client-go's workqueue coalesces keys:

@@ -1,0 +1,211 @@
+package mcpsync
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Deletion evidence: what confirms a tombstone.
+//
+// A fenced not-found makes a subscription TOMBSTONE_PENDING; a read alone
+// never confirms a deletion, since a server that failed for a moment, or a
+// resource deleted and created again, answers not found too. Two kinds of
+// evidence confirm it, each gathered after the not-found:
+//
+//   - proven: a SNAPSHOT_PROVEN catalog that does not list the URI. Only a
+//     server that negotiated the snapshot extension can give one.
+//   - corroborated: a clean two-pass scan (SNAPSHOT_UNPROVEN: both passes
+//     identical, no list_changed, no fault) that began after the not-found
+//     and does not list the URI, and then a second fenced read of the same
+//     subscription generation, issued after that scan ended, that is again
+//     not found. This is what every server without the extension can give.
+//
+// The corroboration is a small state machine kept in the ledger record
+// (Record.Corroboration), so it survives a restart: Engine.Corroborate
+// records the scan and asks for the second read; the fence confirms the
+// tombstone when that read says not found. Anything else on the way (the
+// URI listed, a pulse, a read that finds content, a read that fails or is
+// refused) clears it and leaves the URI on, or returns it to, the live path.
+
+// DeletionPolicy says which evidence may confirm a deletion.
+type DeletionPolicy string
+
+// Deletion policies.
+const (
+	// DeletionDefault: corroborated evidence where the session cannot prove
+	// (the server did not negotiate the snapshot extension), proven evidence
+	// only where it can.
+	DeletionDefault DeletionPolicy = ""
+	// DeletionProvenOnly: only a SNAPSHOT_PROVEN catalog confirms a
+	// deletion. Against a server without the snapshot extension, deleted
+	// resources stay TOMBSTONE_PENDING (not served, not announced).
+	DeletionProvenOnly DeletionPolicy = "proven"
+	// DeletionCorroborated: proven or corroborated evidence, whatever the
+	// server negotiated.
+	DeletionCorroborated DeletionPolicy = "corroborated"
+)
+
+func (p DeletionPolicy) valid() bool {
+	return p == DeletionDefault || p == DeletionProvenOnly || p == DeletionCorroborated
+}
+
+// corroborates reports whether the policy lets an unproven catalog begin a
+// corroboration, for a session that negotiated the snapshot extension or not.
+func (p DeletionPolicy) corroborates(snapshotNegotiated bool) bool {
+	switch p {
+	case DeletionCorroborated:
+		return true
+	case DeletionDefault:
+		return !snapshotNegotiated
+	}
+	return false
+}
+
+// EvidenceKind names the evidence that confirmed a tombstone.
+type EvidenceKind string
+
+// Evidence kinds.
+const (
+	EvidenceProven       EvidenceKind = "proven"
+	EvidenceCorroborated EvidenceKind = "corroborated"
+)
+
+// DeletionEvidence is what confirmed a tombstone, so that an index can treat
+// a proven deletion and a corroborated one differently.
+type DeletionEvidence struct {
+	Kind EvidenceKind `json:"kind"`
+	// SnapshotID is the proven catalog's snapshot id.
+	SnapshotID string `json:"snapshotId,omitempty"`
+	// Scans are the ids of the scan receipts the evidence rests on: the
+	// proven pass, or passes A and B of a corroborating scan.
+	Scans []string `json:"scans,omitempty"`
+	// Reads are the read ordinals of the first and the second not-found
+	// of a corroborated deletion.
+	Reads []uint64 `json:"reads,omitempty"`
+}
+
+// SchemaTombstoneReceipt is the schema of tombstone receipts.
+const SchemaTombstoneReceipt = "tombstoneReceipt.v1"
+
+// TombstoneReceipt records a confirmed deletion and the evidence for it.
+type TombstoneReceipt struct {
+	Schema                 string           `json:"schema"`
+	URI                    string           `json:"uri"`
+	SessionGeneration      uint64           `json:"sessionGeneration"`
+	SubscriptionGeneration uint64           `json:"subscriptionGeneration"`
+	Evidence               DeletionEvidence `json:"evidence"`
+	// NotFoundAt is when the newest not-found before the confirmation was
+	// accepted.
+	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
+	// OutboxSeq is the tombstoned outbox entry written with it; 0 when there
+	// was no version to tell consumers about.
+	OutboxSeq uint64    `json:"outboxSeq,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// Corroboration is a corroboration under way: a clean two-pass scan that
+// began after the URI's not-found and did not list it, waiting for the
+// second not-found.
+type Corroboration struct {
+	// SubscriptionGeneration is the generation whose not-found it
+	// corroborates; a read of any other generation cannot finish it.
+	SubscriptionGeneration uint64 `json:"subscriptionGeneration"`
+	// FirstRead is the read ordinal of that not-found.
+	FirstRead uint64 `json:"firstRead"`
+	// Scans are the ids of passes A and B.
+	Scans         []string  `json:"scans"`
+	ScanStartedAt time.Time `json:"scanStartedAt"`
+	ScanEndedAt   time.Time `json:"scanEndedAt"`
+	// After is the last read ordinal issued when the scan was recorded, which
+	// was after it ended: only a read above it was issued after the scan.
+	After uint64 `json:"after"`
+}
+
+// AbsenceScan is a clean two-pass scan of the current session that did not
+// list a URI, as Engine.Corroborate takes it.
+type AbsenceScan struct {
+	// Scans are the ids of the two passes (ScanReceipt.ID).
+	Scans []string
+	// StartedAt is when the first pass began; EndedAt when the second ended.
+	StartedAt, EndedAt time.Time
+}
+
+// Corroborate records that a clean two-pass scan did not list the URI, and
+// returns the read that may confirm its deletion (ok: send it; not ok: a
+// read of the URI is in flight and the queue issues it when that one ends).
+//
+// For a TOMBSTONE_PENDING subscription, a scan that began at or after its
+// newest fenced not-found starts a corroboration (ErrEvidenceTooOld for an
+// older one); the reconcile read it asks for, issued after the scan ended,
+// confirms the tombstone with corroborated evidence if it says not found
+// again. For an open subscription the scan asks for a reconcile read, whose
+// not-found takes the fenced path. Other states are left alone.
+//
+// Corroborate does not check the scan: Catalog.Reconcile (under a
+// DeletionPolicy that allows it) hands it only the passes of a fresh
+// SNAPSHOT_UNPROVEN catalog of the current session.
+func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Ticket{}, false, err
+	}
+	read := false
+	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		read = false
+		switch {
+		case cur == nil || cur.Sub == nil:
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		case cur.Sub.SessionGeneration != e.sessionGeneration():
+			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: "corroborate (session ended)"}
+		case cur.State.open():
+			read = true
+			return nil, nil, nil
+		case cur.State != StateTombstonePending:
+			return nil, nil, nil
+		case scan.StartedAt.Before(cur.NotFoundAt):
+			return nil, nil, fmt.Errorf("%w: %s was not found at %s, the scan began at %s",
+				ErrEvidenceTooOld, key, cur.NotFoundAt.Format(time.RFC3339Nano), scan.StartedAt.Format(time.RFC3339Nano))
+		}
+		next := cur.clone()
+		next.Corroboration = &Corroboration{
+			SubscriptionGeneration: cur.Sub.Generation, FirstRead: cur.NotFoundOrdinal,
+			Scans: slices.Clone(scan.Scans), ScanStartedAt: scan.StartedAt, ScanEndedAt: scan.EndedAt,
+			After: cur.LastIssued,
+		}
+		read = true
+		return next, nil, nil
+	})
+	if err != nil || !read {
+		return Ticket{}, false, err
+	}
+	return e.enqueue(key, TriggerReconcile)
+}
+
+// corroboratedBy returns the evidence with which not-found read t finishes
+// cur's corroboration: a read of the corroborated generation, issued after
+// the scan ended, with no newer read of the URI still in flight (whose
+// answer would be newer than this one).
+func corroboratedBy(cur *Record, t Ticket) (DeletionEvidence, bool) {
+	c := cur.Corroboration
+	if c == nil || c.SubscriptionGeneration != t.SubscriptionGeneration || t.ReadOrdinal <= c.After || t.IssuedAt.Before(c.ScanEndedAt) {
+		return DeletionEvidence{}, false
+	}
+	for _, held := range cur.Tickets {
+		if held.ReadOrdinal > t.ReadOrdinal {
+			return DeletionEvidence{}, false
+		}
+	}
+	return DeletionEvidence{
+		Kind: EvidenceCorroborated, Scans: slices.Clone(c.Scans), Reads: []uint64{c.FirstRead, t.ReadOrdinal},
+	}, true
+}
+
+// keepsCorroboration reports whether a not-found that does not finish cur's
+// corroboration may leave it standing: one of a read issued before the scan
+// was recorded says nothing the scan did not already know (the fence keeps
+// it only while the second read is still out).
+func keepsCorroboration(cur *Record, t Ticket) bool {
+	c := cur.Corroboration
+	return c != nil && c.SubscriptionGeneration == t.SubscriptionGeneration && t.ReadOrdinal <= c.After
+}

@@ -1,0 +1,261 @@
+package mcpsync_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// pendingEngine returns an engine whose docURI served "v1" (ordinal 1) and
+// then read not found (ordinal 2): TOMBSTONE_PENDING, one second later.
+func pendingEngine(t *testing.T) (*mcpsync.Engine, *fixedClock) {
+	t.Helper()
+	clock := newClock()
+	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	require.NoError(t, err)
+	clock.t = clock.t.Add(time.Second)
+	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+	return e, clock
+}
+
+// scanAfter is a clean two-pass scan that began a second after now and
+// took a second; the clock is left at its end.
+func scanAfter(clock *fixedClock) mcpsync.AbsenceScan {
+	start := clock.t.Add(time.Second)
+	clock.t = start.Add(time.Second)
+	return mcpsync.AbsenceScan{Scans: []string{"scan-a", "scan-b"}, StartedAt: start, EndedAt: clock.t}
+}
+
+func state(t *testing.T, e *mcpsync.Engine) mcpsync.Subscription {
+	t.Helper()
+	sub, err := e.Subscription(docURI)
+	require.NoError(t, err)
+	return sub
+}
+
+// corroborate records scan and returns the second read it asks for.
+func corroborate(t *testing.T, e *mcpsync.Engine, scan mcpsync.AbsenceScan) mcpsync.Ticket {
+	t.Helper()
+	tk, ok, err := e.Corroborate(docURI, scan)
+	require.NoError(t, err)
+	require.True(t, ok, "the second read goes out")
+	require.Equal(t, mcpsync.TriggerReconcile, tk.Trigger)
+	return tk
+}
+
+// The corroborated path, step by step: a scan that began after the
+// not-found and did not list the URI is recorded and asks for a second read;
+// that read, not found again, confirms the tombstone with both scans and
+// both reads named, in the receipt and in the outbox entry.
+func TestCorroboratedTombstone(t *testing.T) {
+	e, clock := pendingEngine(t)
+	before := len(outbox(t, e))
+	second := corroborate(t, e, scanAfter(clock))
+	sub := state(t, e)
+	assert.Equal(t, mcpsync.StateReadPending, sub.State)
+	require.NotNil(t, sub.Corroboration)
+	assert.Equal(t, uint64(2), sub.Corroboration.FirstRead)
+	assert.Equal(t, []string{"scan-a", "scan-b"}, sub.Corroboration.Scans)
+	_, err := e.Lookup(alice, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrTombstonePending, "still not served while corroborating")
+
+	out, err := e.Complete(second, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.True(t, out.Accepted)
+	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision)
+	want := mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceCorroborated, Scans: []string{"scan-a", "scan-b"}, Reads: []uint64{2, 3}}
+	require.NotNil(t, out.Tombstone)
+	assert.Equal(t, want, out.Tombstone.Evidence)
+	sub = state(t, e)
+	assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+	assert.Nil(t, sub.Corroboration)
+	_, err = e.Lookup(alice, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+	entries := outbox(t, e)
+	require.Len(t, entries, before+1)
+	last := entries[len(entries)-1]
+	assert.Equal(t, mcpsync.InvalidateTombstoned, last.Reason)
+	assert.Equal(t, uint64(1), last.Previous.ReadOrdinal, "the entry deletes what v1 fed")
+	require.NotNil(t, last.Evidence)
+	assert.Equal(t, want, *last.Evidence)
+	assert.Equal(t, last.Seq, out.Tombstone.OutboxSeq)
+}
+
+// Every way back to the live path: a corroboration under way ends, and the
+// second not-found (if any) only makes the URI TOMBSTONE_PENDING again.
+func TestCorroborationEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// between runs after the second read was issued; it returns the
+		// ticket to answer not found, if any.
+		between   func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket
+		wantState mcpsync.SubscriptionState
+	}{
+		{name: "the second read finds it", wantState: mcpsync.StateActive,
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				out, err := e.Complete(second, text(docURI, "v2"))
+				require.NoError(t, err)
+				assert.Equal(t, mcpsync.DecisionAccepted, out.Version.Decision)
+				assert.Equal(t, "v2", served(t, e))
+				return nil
+			}},
+		{name: "a pulse", wantState: mcpsync.StateReadPending, // its follow-up read is out
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				_, _, err := e.Notify(docURI)
+				require.NoError(t, err)
+				return &second
+			}},
+		{name: "a scan lists it", wantState: mcpsync.StateTombstonePending,
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				_, _, err := e.Reconcile(docURI, true, time.Time{})
+				require.NoError(t, err)
+				return &second
+			}},
+		{name: "the second read gets no answer", wantState: mcpsync.StateActive,
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				_, err := e.Fail(second)
+				require.NoError(t, err)
+				return nil
+			}},
+		{name: "the second read is refused", wantState: mcpsync.StateActive,
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				_, err := e.Complete(second, mcpsync.NewReadResult(nil))
+				require.ErrorIs(t, err, mcpsync.ErrEmptyContents)
+				return nil
+			}},
+		{name: "a newer read is in flight", wantState: mcpsync.StateTombstonePending,
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				_ = issue(t, e, mcpsync.TriggerRevalidate) // its answer would be newer
+				return &second
+			}},
+		{name: "the close begins", wantState: mcpsync.StateUnsubscribing,
+			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+				_, err := e.BeginClose(docURI)
+				require.NoError(t, err)
+				return &second
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, clock := pendingEngine(t)
+			before := len(outbox(t, e))
+			second := corroborate(t, e, scanAfter(clock))
+			if tk := tc.between(t, e, second); tk != nil {
+				out, _ := e.Complete(*tk, mcpsync.NotFoundResult())
+				assert.NotEqual(t, mcpsync.DecisionTombstoned, out.Version.Decision)
+				assert.Nil(t, out.Tombstone)
+			}
+			sub := state(t, e)
+			assert.Equal(t, tc.wantState, sub.State)
+			assert.Nil(t, sub.Corroboration)
+			for _, en := range outbox(t, e)[before:] {
+				assert.NotEqual(t, mcpsync.InvalidateTombstoned, en.Reason)
+			}
+		})
+	}
+}
+
+// A scan that began before the not-found cannot corroborate it: the
+// resource may have been created again and deleted since.
+func TestCorroborationNeedsAScanAfterTheNotFound(t *testing.T) {
+	e, clock := pendingEngine(t)
+	scan := mcpsync.AbsenceScan{Scans: []string{"a", "b"}, StartedAt: clock.t.Add(-time.Millisecond), EndedAt: clock.t.Add(time.Second)}
+	_, ok, err := e.Corroborate(docURI, scan)
+	require.ErrorIs(t, err, mcpsync.ErrEvidenceTooOld)
+	assert.False(t, ok)
+	sub := state(t, e)
+	assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+	assert.Nil(t, sub.Corroboration)
+}
+
+// A not-found of a read issued before the scan was recorded says nothing
+// new: it confirms nothing and leaves the corroboration, and the state open,
+// for the second read, which decides.
+func TestCorroborationNeedsAReadAfterTheScan(t *testing.T) {
+	clock := newClock()
+	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	first, early := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
+	_, err := e.Complete(first, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.StateTombstonePending, state(t, e).State)
+	second := corroborate(t, e, scanAfter(clock))
+	assert.Greater(t, second.ReadOrdinal, early.ReadOrdinal)
+
+	out, err := e.Complete(early, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+	assert.Nil(t, out.Tombstone)
+	sub := state(t, e)
+	assert.Equal(t, mcpsync.StateReadPending, sub.State)
+	require.NotNil(t, sub.Corroboration, "an older not-found leaves it standing")
+
+	out, err = e.Complete(second, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.NotNil(t, out.Tombstone)
+	assert.Equal(t, []uint64{first.ReadOrdinal, second.ReadOrdinal}, out.Tombstone.Evidence.Reads)
+}
+
+// An open subscription the scan does not list gets a reconcile read; a
+// corroboration starts only from a fenced not-found.
+func TestCorroborateOpenSubscriptionReads(t *testing.T) {
+	e := activeEngine(t, nil)
+	tk, ok, err := e.Corroborate(docURI, mcpsync.AbsenceScan{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, mcpsync.TriggerReconcile, tk.Trigger)
+	assert.Nil(t, state(t, e).Corroboration)
+}
+
+// The corroboration is ledger state: it is stored with the record, in the
+// record's own form.
+func TestCorroborationIsStored(t *testing.T) {
+	e, clock := pendingEngine(t)
+	corroborate(t, e, scanAfter(clock))
+	r, err := e.Ledger().Load(t.Context(), docURI)
+	require.NoError(t, err)
+	require.NotNil(t, r.Corroboration)
+	b, err := mcpsync.EncodeRecord(r)
+	require.NoError(t, err)
+	back, err := mcpsync.DecodeRecord(b)
+	require.NoError(t, err)
+	assert.Equal(t, r.Corroboration, back.Corroboration)
+	assert.Equal(t, r.NotFoundOrdinal, back.NotFoundOrdinal)
+}
+
+// Golden files pin the JSON of a corroborated tombstone's receipt and
+// outbox entry.
+func TestTombstoneReceiptGolden(t *testing.T) {
+	e, clock := pendingEngine(t)
+	second := corroborate(t, e, scanAfter(clock))
+	out, err := e.Complete(second, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	entries := outbox(t, e)
+	entry := entries[len(entries)-1]
+	require.Equal(t, e.ID(), entry.Engine)
+	entry.Engine = "00000000-0000-4000-8000-000000000000"
+	for name, v := range map[string]any{
+		"tombstone_receipt.json": out.Tombstone,
+		"outbox_tombstone.json":  entry,
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := json.MarshalIndent(v, "", "  ")
+			require.NoError(t, err)
+			path := filepath.Join("testdata", "golden", name)
+			if *update {
+				require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run go test -run TestTombstoneReceiptGolden -update")
+			assert.JSONEq(t, string(want), string(got))
+		})
+	}
+}
