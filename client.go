@@ -1755,10 +1755,17 @@ func decodeParams(params map[string]any, dst any) {
 // says: two identical clean passes at least, or one pass with snapshot proof
 // where the server negotiated the snapshot extension. list_changed
 // notifications seen during a pass force another.
+//
+// A server that declares no resources capability has no resources or
+// templates to list: Scan of those kinds returns ErrNoResources and an
+// empty catalog, without asking.
 func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
 	conn, err := c.current()
 	if err != nil {
 		return Catalog{}, err
+	}
+	if (kind == KindResources || kind == KindResourceTemplates) && !conn.caps.Resources {
+		return Catalog{}, fmt.Errorf("%w (%s %s)", ErrNoResources, conn.caps.Server.Name, conn.caps.Server.Version)
 	}
 	method := kind.Method()
 	timeout := c.opts.Limits.ScanTimeout

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -243,4 +244,27 @@ func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool, policy mcpsync
 		Reads: []uint64{first, sub.Watermark},
 	}, *last.Evidence)
 	assert.Greater(t, sub.Watermark, first)
+}
+
+// A server that declares no resources capability is told apart from a
+// listing that failed: Scan says the server lists no resources
+// (ErrNoResources) instead of an unreconciled scan of a method it does not
+// have (-32601).
+func TestScanOfAServerWithoutResources(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			bare := server.NewMCPServer("bare", "1.0.0", server.WithToolCapabilities(false))
+			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+				return transport.NewInProcessTransport(bare), nil
+			}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: w.version})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c.Close()) })
+			require.False(t, c.Capabilities().Resources)
+			for _, kind := range []mcpsync.ListKind{mcpsync.KindResources, mcpsync.KindResourceTemplates} {
+				_, err := c.Scan(t.Context(), kind)
+				require.ErrorIs(t, err, mcpsync.ErrNoResources)
+				assert.NotErrorIs(t, err, mcpsync.ErrScanUnreconciled)
+			}
+		})
+	}
 }

@@ -123,6 +123,9 @@ var (
 	// ErrReconnectGaveUp: a lost session could not be replaced within the
 	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
 	ErrReconnectGaveUp = errors.New("mcpsync: reconnecting gave up")
+	// ErrNoResources: the server declares no resources capability, so it
+	// lists no resources (or templates) and has none to read.
+	ErrNoResources = errors.New("mcpsync: this server lists no resources")
 	// ErrClientClosed: the Client was closed.
 	ErrClientClosed = errors.New("mcpsync: client closed")
 	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of
