@@ -234,6 +234,10 @@ type Client struct {
 	// progress wakes WaitForSync: a read settled, a watch ended or the
 	// connection changed state.
 	progress signal
+	// listChanges wakes a kept scan: a list_changed arrived.
+	listChanges signal
+	// keepStop ends the kept scan running (KeepScanning); protected by mu.
+	keepStop context.CancelFunc
 
 	scanner     *Scanner
 	notes       noteQueue
@@ -729,6 +733,14 @@ func (c *Client) current() (*connection, error) {
 // arrive anyway still trigger fenced reads. Every open subscription also gets
 // a jittered revalidation read, and its staleness bound is published on it.
 //
+// The first read is sent before Subscribe returns, bounded by ctx (and
+// RequestTimeout), so that its answer is in the subscription returned: a
+// version, or, when the server has no such resource, TOMBSTONE_PENDING and
+// an error matching ErrNotFound. The subscription stays open then (a
+// resource created later is read when the server says so, or at the next
+// revalidation); Unsubscribe it if it is not wanted. A first read that gets
+// no answer is tried again in the background, as every read is.
+//
 // The subscription is the caller's until Unsubscribe: a Reconnect, even one
 // racing this call, re-establishes it in the new session.
 func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error) {
@@ -754,7 +766,7 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	var sub Subscription
 	err = c.settle(key, unlock, func(conn *connection) error {
 		sub, err = c.subscribe(ctx, conn, key, TriggerInitial)
-		if err != nil && !had {
+		if err != nil && !had && !errors.Is(err, ErrNotFound) {
 			c.mu.Lock()
 			if c.conn == conn {
 				c.dropWatch(key) // never opened: no intent left behind
@@ -852,8 +864,16 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 		return Subscription{}, err
 	}
 	c.startWatch(key, interval, trig)
-	c.request(key, trigger)
-	return c.engine.Subscription(raw)
+	if trigger != TriggerInitial {
+		c.request(key, trigger)
+		return c.engine.Subscription(raw)
+	}
+	notFound := c.readNow(ctx, key)
+	sub, err = c.engine.Subscription(raw)
+	if err == nil && notFound {
+		err = fmt.Errorf("%w: %s", ErrNotFound, raw)
+	}
+	return sub, err
 }
 
 // serverSubscribe asks the server for notifications on raw: resources/subscribe
@@ -1288,20 +1308,15 @@ func (c *Client) behind(key string) bool {
 // that asked for it is not lost; the read of a session that is gone is not
 // (the new session reads everything again).
 func (c *Client) dispatch(t Ticket) {
-	c.goAsync(func() {
-		var retry *backoff.ExponentialBackOff
-		for next := &t; next != nil; {
-			if !c.coalesce() || (next.Trigger == TriggerReconnect && c.paced.Wait(c.ctx) != nil) {
-				_, _ = c.engine.Fail(*next) // closing: release the queue
-				return
-			}
-			failed := *next
-			out, err := c.read(c.ctx, failed)
-			next = out.FollowUp
-			if next != nil || !errors.Is(err, errReadFailed) {
-				retry = nil
-				continue
-			}
+	c.goAsync(func() { c.drive(&t, nil) })
+}
+
+// drive sends next and its follow-ups; failed, if set, is a read that got
+// no answer, asked for again after the backoff.
+func (c *Client) drive(next, failed *Ticket) {
+	var retry *backoff.ExponentialBackOff
+	for next != nil || failed != nil {
+		if failed != nil {
 			if retry == nil {
 				retry = &backoff.ExponentialBackOff{
 					InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
@@ -1311,11 +1326,46 @@ func (c *Client) dispatch(t Ticket) {
 			if !c.wait(retry.NextBackOff()) {
 				return
 			}
-			if tk, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger); err == nil && ok {
-				next = &tk
+			tk, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
+			if failed = nil; err != nil || !ok {
+				return
 			}
+			next = &tk
 		}
-	})
+		if !c.coalesce() || (next.Trigger == TriggerReconnect && c.paced.Wait(c.ctx) != nil) {
+			_, _ = c.engine.Fail(*next) // closing: release the queue
+			return
+		}
+		sent := *next
+		out, err := c.read(c.ctx, sent)
+		if next = out.FollowUp; next != nil || !errors.Is(err, errReadFailed) {
+			retry = nil
+			continue
+		}
+		failed = &sent
+	}
+}
+
+// readNow sends key's initial read on the caller's goroutine, bounded by
+// ctx, and reports whether the server said it has no such resource. Its
+// follow-ups, and its retries if it got no answer, go on in the background
+// like those of any queued read.
+func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
+	if c.skipRefresh(key, TriggerInitial) {
+		return false // outside the refresh fraction (rollout.go)
+	}
+	t, ok, err := c.engine.RequestRead(key, TriggerInitial)
+	if err != nil || !ok {
+		return false
+	}
+	out, err := c.read(ctx, t)
+	switch {
+	case out.FollowUp != nil:
+		c.dispatch(*out.FollowUp)
+	case errors.Is(err, errReadFailed):
+		c.goAsync(func() { c.drive(nil, &t) })
+	}
+	return out.Accepted && (out.Version.Decision == DecisionTombstonePending || out.Version.Decision == DecisionTombstoned)
 }
 
 // wait waits d, and reports false when the client closes meanwhile.
@@ -1568,6 +1618,7 @@ func (c *Client) countListChanged(method string) {
 		// One notification covers resources and their templates.
 		c.listChanged[string(mcp.MethodResourcesList)].Add(1)
 		c.listChanged[string(mcp.MethodResourcesTemplatesList)].Add(1)
+		c.listChanges.notify()
 	case string(mcp.MethodNotificationToolsListChanged):
 		c.listChanged[string(mcp.MethodToolsList)].Add(1)
 	case string(mcp.MethodNotificationPromptsListChanged):

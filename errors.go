@@ -123,6 +123,9 @@ var (
 	// ErrReconnectGaveUp: a lost session could not be replaced within the
 	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
 	ErrReconnectGaveUp = errors.New("mcpsync: reconnecting gave up")
+	// ErrNotFound: the server has no resource of the URI: its read said
+	// not found (Client.Subscribe).
+	ErrNotFound = errors.New("mcpsync: the server has no such resource")
 	// ErrNoResources: the server declares no resources capability, so it
 	// lists no resources (or templates) and has none to read.
 	ErrNoResources = errors.New("mcpsync: this server lists no resources")

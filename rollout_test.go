@@ -136,7 +136,10 @@ func TestRefreshFractionDisabledSubscriptionGetsNoReads(t *testing.T) {
 					assert.Equal(t, mcpsync.ModePush, sub.Mode, u)
 				}
 				quiesce()
-				assert.Equal(t, 1, r.srv.Reads(faultURI))
+				// In 2026-07-28 the second Subscribe replaces the listen
+				// stream, and the URI it carries over is read again.
+				initial := r.srv.Reads(faultURI)
+				assert.Positive(t, initial)
 				assert.Equal(t, 0, r.srv.Reads(offURI), "no initial read")
 				assert.True(t, r.srv.Subscribed(offURI), "still subscribed at the server")
 				sub, err := r.c.Engine().Subscription(offURI)
@@ -147,13 +150,13 @@ func TestRefreshFractionDisabledSubscriptionGetsNoReads(t *testing.T) {
 				r.srv.Set(faultURI, "text/markdown", "v2")
 				r.srv.Set(offURI, "text/markdown", "v2")
 				quiesce()
-				assert.Equal(t, 2, r.srv.Reads(faultURI))
+				assert.Equal(t, initial+1, r.srv.Reads(faultURI))
 				assert.Equal(t, "v2", r.served())
 				assert.Equal(t, 0, r.srv.Reads(offURI), "no read for a notification")
 
 				time.Sleep(2 * time.Minute)
 				quiesce()
-				assert.Greater(t, r.srv.Reads(faultURI), 2, "revalidated")
+				assert.Greater(t, r.srv.Reads(faultURI), initial+1, "revalidated")
 				assert.Equal(t, 0, r.srv.Reads(offURI), "no revalidation read")
 				_, err = r.c.Lookup(offURI)
 				require.ErrorIs(t, err, mcpsync.ErrNoVersion)

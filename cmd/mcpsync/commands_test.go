@@ -167,7 +167,12 @@ func TestWatchFollowsChangesUntilInterrupted(t *testing.T) {
 			out.waitFor(t, "initial version of a", version("file:///docs/a.md", "ACCEPTED", "initial"))
 			out.waitFor(t, "initial version of b", version("file:///docs/b.md", "ACCEPTED", "initial"))
 			f.srv.Set("file:///docs/a.md", "text/markdown", "alpha 2")
-			out.waitFor(t, "the notified version", version("file:///docs/a.md", "ACCEPTED", "notification"))
+			// In 2026-07-28, b's Subscribe replaced the listen stream and a,
+			// carried over, is read again: a notification that arrives before
+			// that read goes out is covered by it.
+			out.waitFor(t, "the notified version", func(ev map[string]any) bool {
+				return version("file:///docs/a.md", "ACCEPTED", "notification")(ev) || version("file:///docs/a.md", "ACCEPTED", "revalidate")(ev)
+			})
 			out.waitFor(t, "its invalidation", func(ev map[string]any) bool {
 				return ev["event"] == "invalidation" && ev["uri"] == "file:///docs/a.md" && ev["reason"] == "updated" && ev["previousDigest"] != nil
 			})

@@ -1,0 +1,226 @@
+package mcpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Discovery that keeps going.
+//
+// Many servers never send list_changed, and deletions are only confirmed by
+// scans (deletion.go), so a client that scans once, or only when told,
+// keeps deleted resources pending for ever and never sees new ones. A kept
+// scan lists the server's resources again at each catalog's NextReviewAt
+// (ScannerOptions.ReviewAfter after it was measured) and whenever a
+// list_changed arrives, reconciles every catalog under the client's
+// DeletionPolicy, and, when asked, subscribes what appeared.
+
+// KeepScanOptions configure Client.KeepScanning. The zero value (or nil)
+// means defaults.
+type KeepScanOptions struct {
+	// Subscribe subscribes every resource a scan lists that the client does
+	// not watch yet.
+	Subscribe bool
+	// OnScan, if set, is told of every scan once it is reconciled, on the
+	// scanning goroutine: the next scan waits for it. It may call any
+	// method of the Client but Close.
+	OnScan func(ScanReport)
+}
+
+// ScanReport is what one kept scan found and did.
+type ScanReport struct {
+	Catalog        Catalog
+	Reconciliation Reconciliation
+	// Subscribed are the subscriptions opened for resources the scan
+	// listed and the client did not watch (KeepScanOptions.Subscribe).
+	Subscribed []Subscription
+	// Err is why the scan, its reconciliation or a subscribe failed.
+	Err error
+}
+
+// listChangedGap is the least time between the end of a scan and a scan a
+// list_changed asks for: a server that keeps announcing changes is listed
+// about once a second, not continuously.
+const listChangedGap = time.Second
+
+// KeepScanning starts a kept scan of the server's resources on the client's
+// goroutines: one scan now, then one at each catalog's NextReviewAt and one
+// soon after every list_changed. Each catalog is reconciled (Reconcile),
+// which reads open subscriptions the listing lost and confirms or
+// corroborates the deletions of pending ones; a scan that lost an open
+// subscription whose read then says not found is followed by another at
+// once, so that a deleted resource is confirmed within about one review
+// interval of the first scan that misses it. Failures go to OnError (as
+// well as OnScan); a scan while the session is lost is skipped.
+//
+// It returns ErrNoResources for a server that declares no resources, and
+// ErrClientClosed once the client is closed. stop ends the kept scan;
+// Close ends it too. Calling KeepScanning again replaces the kept scan
+// running.
+func (c *Client) KeepScanning(opts *KeepScanOptions) (stop func(), err error) {
+	var o KeepScanOptions
+	if opts != nil {
+		o = *opts
+	}
+	conn, err := c.current()
+	if err != nil {
+		return nil, err
+	}
+	if !conn.caps.Resources {
+		return nil, fmt.Errorf("%w (%s %s)", ErrNoResources, conn.caps.Server.Name, conn.caps.Server.Version)
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	if c.keepStop != nil {
+		c.keepStop()
+	}
+	c.keepStop = cancel
+	c.mu.Unlock()
+	if !c.goAsync(func() { c.keepScanning(ctx, o) }) {
+		cancel()
+		return nil, ErrClientClosed
+	}
+	return cancel, nil
+}
+
+// keepScanning is the loop of a kept scan; it returns when ctx ends.
+func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions) {
+	method := string(mcp.MethodResourcesList)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	next := time.Now()
+	var ended time.Time
+	seen := c.ListChanged(method)
+	for {
+		wake := c.listChanges.wait()
+		if c.ListChanged(method) != seen {
+			next = minTime(next, ended.Add(listChangedGap))
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+			continue
+		case <-timer.C:
+		}
+		seen = c.ListChanged(method)
+		rep, due := c.keptScan(ctx, o)
+		ended = time.Now()
+		next = due
+		if ctx.Err() != nil {
+			return
+		}
+		if rep.Err != nil && !errors.Is(rep.Err, ErrClientClosed) {
+			c.report(fmt.Errorf("mcpsync: kept scan: %w", rep.Err))
+		}
+		if o.OnScan != nil {
+			o.OnScan(rep)
+		}
+	}
+}
+
+// keptScan runs one scan of a kept scan and returns its report and when
+// the next scan is due.
+func (c *Client) keptScan(ctx context.Context, o KeepScanOptions) (ScanReport, time.Time) {
+	review := time.Now().Add(c.scanner.opts.ReviewAfter)
+	if c.Health().State != ConnectionUp {
+		// Healing is under way and says so; the next session is scanned.
+		return ScanReport{}, time.Now().Add(c.scanner.opts.BackoffMax)
+	}
+	var rep ScanReport
+	rep.Catalog, rep.Err = c.Scan(ctx, KindResources)
+	if rep.Err != nil {
+		if !rep.Catalog.NextReviewAt.IsZero() {
+			review = rep.Catalog.NextReviewAt
+		}
+		return rep, review
+	}
+	review = rep.Catalog.NextReviewAt
+	var errs []error
+	var err error
+	if rep.Reconciliation, err = c.Reconcile(rep.Catalog); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Subscribe {
+		for d := range rep.Catalog.Items() {
+			if c.watched(d.URI) {
+				continue
+			}
+			sub, err := c.Subscribe(ctx, d.URI)
+			switch {
+			case err == nil || errors.Is(err, ErrNotFound):
+				// Listed, then gone before its first read: it is
+				// subscribed, pending, and the next scans settle it.
+				rep.Subscribed = append(rep.Subscribed, sub)
+			case ctx.Err() == nil:
+				errs = append(errs, fmt.Errorf("subscribe %s: %w", d.URI, err))
+			}
+		}
+	}
+	rep.Err = errors.Join(errs...)
+	if c.lostMissing(ctx, rep.Reconciliation.Missing) {
+		return rep, time.Now() // the scan that may corroborate, now
+	}
+	return rep, review
+}
+
+// watched reports whether the caller watches uri.
+func (c *Client) watched(uri string) bool {
+	key, err := normalizeKey(uri)
+	if err != nil {
+		return true // nothing a Subscribe could open
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.watches[key]
+	return ok
+}
+
+// lostMissing waits, at most RequestTimeout, for the reconcile reads of the
+// open subscriptions a scan no longer listed, and reports whether any of
+// them said not found: then a scan begun now may corroborate the deletion.
+// A URI that is only unlisted (a resource of a template, say) reads as
+// present and asks for nothing more.
+func (c *Client) lostMissing(ctx context.Context, keys []string) bool {
+	if len(keys) == 0 {
+		return false
+	}
+	timer := time.NewTimer(c.opts.RequestTimeout + max(c.opts.CoalesceWindow, 0))
+	defer timer.Stop()
+	for {
+		wake := c.progress.wait()
+		pending, lost := false, false
+		for _, key := range keys {
+			sub, err := c.engine.Subscription(key)
+			switch {
+			case err != nil:
+			case sub.State == StateTombstonePending:
+				lost = true
+			case sub.State == StateReadPending || sub.State == StateUpdateSeen:
+				pending = true
+			}
+		}
+		if !pending {
+			return lost
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return lost
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,284 @@
+package mcpsync_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// keptReview is the review interval of the kept scans below: a scan every
+// ten seconds of fake time.
+const keptReview = 10 * time.Second
+
+// keptRig is a Client over an mcpsynctest server without the snapshot
+// extension, as every third-party server is, that sends no list_changed.
+type keptRig struct {
+	srv *mcpsynctest.Server
+	c   *mcpsync.Client
+	kit *mcpsynctest.Transport
+
+	mu      sync.Mutex
+	scans   []mcpsync.ScanReport
+	errs    []error
+	started time.Time
+}
+
+func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
+	t.Helper()
+	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
+	for _, u := range uris {
+		r.srv.Set(u, "text/plain", "v1 of "+u)
+	}
+	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
+		return r.kit, nil
+	}, &mcpsync.ClientOptions{
+		Principal: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second,
+		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
+		OnError: func(err error) {
+			r.mu.Lock()
+			r.errs = append(r.errs, err)
+			r.mu.Unlock()
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	r.c = c
+	require.False(t, c.Capabilities().SnapshotList)
+	return r
+}
+
+func (r *keptRig) keep(t *testing.T, subscribe bool) {
+	t.Helper()
+	_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: subscribe, OnScan: func(rep mcpsync.ScanReport) {
+		r.mu.Lock()
+		r.scans = append(r.scans, rep)
+		r.mu.Unlock()
+	}})
+	require.NoError(t, err)
+	quiesce()
+}
+
+// tombstones returns the tombstoned outbox entries of uri.
+func (r *keptRig) tombstones(t *testing.T, uri string) []mcpsync.OutboxEntry {
+	t.Helper()
+	entries, err := r.c.Engine().PullOutbox(0, 0)
+	require.NoError(t, err)
+	return slices.DeleteFunc(entries, func(en mcpsync.OutboxEntry) bool {
+		return en.URI != uri || en.Reason != mcpsync.InvalidateTombstoned
+	})
+}
+
+// waitTombstone lets fake time run, a second at a time, up to limit, until
+// uri's deletion is confirmed, and returns how long that took.
+func (r *keptRig) waitTombstone(t *testing.T, uri string, limit time.Duration) (time.Duration, mcpsync.OutboxEntry) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) <= limit {
+		if ts := r.tombstones(t, uri); len(ts) > 0 {
+			require.Len(t, ts, 1)
+			return time.Since(start), ts[0]
+		}
+		time.Sleep(time.Second)
+		quiesce()
+	}
+	sub, _ := r.c.Engine().Subscription(uri)
+	require.FailNow(t, "no tombstone", "%s after %v: %s", uri, limit, sub.State)
+	return 0, mcpsync.OutboxEntry{}
+}
+
+// A resource deleted on a server that can prove nothing is tombstoned by
+// the kept scan within two scan intervals, whether or not its deletion was
+// notified, and its outbox entry names corroborated evidence.
+func TestKeptScanTombstonesDeletionsWithinTwoIntervals(t *testing.T) {
+	const gone, kept = "file:///docs/gone.md", "file:///docs/kept.md"
+	for _, w := range eras {
+		for _, notified := range []bool{true, false} {
+			name := w.name + "/notified"
+			if !notified {
+				name = w.name + "/not notified"
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := newKeptRig(t, w, gone, kept)
+					for _, u := range []string{gone, kept} {
+						_, err := r.c.Subscribe(t.Context(), u)
+						require.NoError(t, err)
+					}
+					r.keep(t, false)
+					time.Sleep(keptReview / 3) // mid-interval
+					if !notified {
+						r.kit.DropNext(gone, 1)
+					}
+					r.srv.Delete(gone)
+					took, entry := r.waitTombstone(t, gone, 2*keptReview)
+					assert.LessOrEqual(t, took, 2*keptReview)
+					require.NotNil(t, entry.Evidence)
+					assert.Equal(t, mcpsync.EvidenceCorroborated, entry.Evidence.Kind)
+					assert.Len(t, entry.Evidence.Scans, 2)
+					require.Len(t, entry.Evidence.Reads, 2)
+					assert.Less(t, entry.Evidence.Reads[0], entry.Evidence.Reads[1])
+					_, err := r.c.Lookup(gone)
+					require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+					assert.Empty(t, r.tombstones(t, kept))
+					_, err = r.c.Lookup(kept)
+					require.NoError(t, err)
+
+					// Still watched: created again, it comes back.
+					r.srv.Set(gone, "text/plain", "v2")
+					quiesce()
+					entryBack, err := r.c.Lookup(gone)
+					require.NoError(t, err)
+					assert.Equal(t, "v2", entryBack.Contents[0].Text)
+				})
+			})
+		}
+	}
+}
+
+// A resource deleted and created again between any two steps of a
+// corroboration is never tombstoned: between the not-found and the scan,
+// between the scan's two passes, and between the scan and the second read.
+// Each recreation is left unnotified, so only the evidence can tell.
+func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
+	const doc = "file:///docs/doc.md"
+	for _, w := range eras {
+		for _, between := range []string{"not-found and scan", "the two passes", "scan and second read"} {
+			t.Run(w.name+"/"+between, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := newKeptRig(t, w, doc, "file:///docs/other.md")
+					_, err := r.c.Subscribe(t.Context(), doc)
+					require.NoError(t, err)
+					r.keep(t, false)
+					recreate := func() {
+						r.kit.DropNext(doc, 1)
+						r.srv.Recreate(doc, "v2")
+					}
+					r.srv.Delete(doc) // notified: the first not-found
+					quiesce()
+					sub, err := r.c.Engine().Subscription(doc)
+					require.NoError(t, err)
+					require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+					switch between {
+					case "not-found and scan":
+						recreate()
+					case "the two passes":
+						// The listing fits one page: the hook runs once a
+						// pass has its page, so the first call ends pass A.
+						var once sync.Once
+						r.srv.OnPage(func(kind string, _ int) {
+							if kind == mcpsynctest.KindResources {
+								once.Do(recreate)
+							}
+						})
+					case "scan and second read":
+						h := r.kit.HoldNextRequest(string(mcp.MethodResourcesRead), doc)
+						time.Sleep(keptReview)
+						quiesce()
+						<-h.Arrived()
+						recreate()
+						h.Release()
+					}
+					for range 3 * int(keptReview/time.Second) {
+						time.Sleep(time.Second)
+						quiesce()
+					}
+					assert.Empty(t, r.tombstones(t, doc), "tombstoned while the server has it")
+					entry, err := r.c.Lookup(doc)
+					require.NoError(t, err)
+					assert.Equal(t, "v2", entry.Contents[0].Text)
+				})
+			})
+		}
+	}
+}
+
+// With Subscribe, a kept scan subscribes what appeared on the server since
+// the last one, without a list_changed.
+func TestKeptScanSubscribesWhatAppeared(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const first, later = "file:///docs/first.md", "file:///docs/later.md"
+				r := newKeptRig(t, w, first)
+				r.keep(t, true)
+				_, err := r.c.Lookup(first)
+				require.NoError(t, err, "subscribed by the first scan")
+				r.srv.Set(later, "text/plain", "new")
+				time.Sleep(keptReview)
+				quiesce()
+				entry, err := r.c.Lookup(later)
+				require.NoError(t, err, "subscribed by the next scan")
+				assert.Equal(t, "new", entry.Contents[0].Text)
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				require.GreaterOrEqual(t, len(r.scans), 2)
+				assert.Empty(t, r.errs)
+				var subscribed []string
+				for _, rep := range r.scans {
+					for _, s := range rep.Subscribed {
+						subscribed = append(subscribed, s.URI)
+					}
+				}
+				assert.Equal(t, []string{first, later}, subscribed)
+			})
+		})
+	}
+}
+
+// A kept scan of a server that lists no resources is refused at once, and
+// one stops at Close with the rest of the client (goleak checks).
+func TestKeptScanRefusalsAndClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newKeptRig(t, eras[0], "file:///docs/a.md")
+		stop, err := r.c.KeepScanning(nil)
+		require.NoError(t, err)
+		quiesce()
+		stop()
+		stop()
+		require.NoError(t, r.c.Close())
+		_, err = r.c.KeepScanning(nil)
+		require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+	})
+}
+
+// A Subscribe to a URI the server does not have says so: the error matches
+// ErrNotFound and the subscription is TOMBSTONE_PENDING, not a silent "not
+// synced yet". It stays watched, so the resource is read once it exists.
+func TestSubscribeToAMissingResource(t *testing.T) {
+	const missing = "file:///docs/missing.md"
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newKeptRig(t, w, "file:///docs/a.md")
+				sub, err := r.c.Subscribe(t.Context(), missing)
+				require.ErrorIs(t, err, mcpsync.ErrNotFound)
+				assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+				assert.Equal(t, uint64(1), sub.SubscriptionGeneration)
+
+				sub, err = r.c.Subscribe(t.Context(), "file:///docs/a.md")
+				require.NoError(t, err, "a resource the server has")
+				assert.Positive(t, sub.Watermark, "its first read is in the subscription returned")
+
+				r.srv.Set(missing, "text/plain", "here now")
+				quiesce()
+				entry, err := r.c.Lookup(missing)
+				require.NoError(t, err)
+				assert.Equal(t, "here now", entry.Contents[0].Text)
+				assert.False(t, errors.Is(err, mcpsync.ErrNotFound))
+			})
+		})
+	}
+}
