@@ -25,6 +25,9 @@ type KeepScanOptions struct {
 	// Subscribe subscribes every resource a scan lists that the client does
 	// not watch yet.
 	Subscribe bool
+	// After delays the first scan until then, for a caller that has just
+	// scanned (the NextReviewAt of its catalog); zero means now.
+	After time.Time
 	// OnScan, if set, is told of every scan once it is reconciled, on the
 	// scanning goroutine: the next scan waits for it. It may call any
 	// method of the Client but Close.
@@ -48,7 +51,7 @@ type ScanReport struct {
 const listChangedGap = time.Second
 
 // KeepScanning starts a kept scan of the server's resources on the client's
-// goroutines: one scan now, then one at each catalog's NextReviewAt and one
+// goroutines: one scan now (or at After), then one at each catalog's NextReviewAt and one
 // soon after every list_changed. Each catalog is reconciled (Reconcile),
 // which reads open subscriptions the listing lost and confirms or
 // corroborates the deletions of pending ones; a scan that lost an open
@@ -92,7 +95,7 @@ func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions) {
 	method := string(mcp.MethodResourcesList)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	next := time.Now()
+	next := o.After
 	var ended time.Time
 	seen := c.ListChanged(method)
 	for {

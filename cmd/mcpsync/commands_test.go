@@ -297,3 +297,37 @@ func TestDemoJSONLines(t *testing.T) {
 		assert.Equal(t, true, c["ok"], c)
 	}
 }
+
+// watch --all keeps scanning every --rescan: against a server without the
+// snapshot extension that sends no list_changed, a deleted resource is
+// tombstoned with corroborated evidence, and one created later is
+// subscribed.
+func TestWatchAllKeepsScanning(t *testing.T) {
+	f := newFixture(t, &mcpsynctest.ServerOptions{SuppressListChanged: true})
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	out := newLineWriter()
+	done := make(chan int, 1)
+	go func() {
+		var stderr strings.Builder
+		done <- run(ctx, []string{"watch", "--url", f.url, "--json", "--all", "--rescan", "200ms"}, strings.NewReader(""), out, &stderr)
+	}()
+	subscribed := func(uri string) func(map[string]any) bool {
+		return func(ev map[string]any) bool { return ev["event"] == "subscribed" && ev["uri"] == uri }
+	}
+	out.waitFor(t, "b subscribed", subscribed("file:///docs/b.md"))
+	f.srv.Delete("file:///docs/b.md")
+	out.waitFor(t, "b's corroborated tombstone", func(ev map[string]any) bool {
+		evidence, _ := ev["evidence"].(map[string]any)
+		return ev["event"] == "tombstone" && ev["uri"] == "file:///docs/b.md" && evidence["kind"] == "corroborated"
+	})
+	f.srv.Set("file:///docs/d.md", "text/plain", "delta")
+	out.waitFor(t, "d subscribed by a later scan", subscribed("file:///docs/d.md"))
+	interrupt()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, out.String())
+	case <-t.Context().Done():
+		require.FailNow(t, "watch did not stop")
+	}
+}

@@ -30,6 +30,12 @@
 // subscribes. Either way revalidation reads (--revalidate) bound how stale
 // the copy may get when notifications are lost.
 //
+// watch keeps scanning the server's resources, every --rescan and after each
+// list_changed: that is how deletions are confirmed against servers that
+// cannot prove a listing complete (corroborated: two clean passes without
+// the URI, then a second read that is still not found), and, with --all, how
+// resources created later are subscribed.
+//
 // The demo needs no server and no network: it runs an in-process server
 // from mcpsynctest, injects faults under --seed and exits 1 unless the
 // local copy ends equal to the server's content.
@@ -77,7 +83,8 @@ const usage = `usage: mcpsync <command> [flags] (--url URL | -- command args...)
 commands:
   scan    two-pass discovery of resources and templates; prints the catalog
   read    one fenced read of URI; prints the version receipt and the content
-  watch   subscribe (or poll) and stream events until --duration or Ctrl-C
+  watch   subscribe (or poll), keep scanning (--rescan) and stream events
+          until --duration or Ctrl-C
   outbox  list what a ledger's outbox holds for a consumer; --ack acknowledges it
   demo    the library converging under injected faults, in process
 

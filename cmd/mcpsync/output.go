@@ -186,6 +186,8 @@ type outboxEvent struct {
 	// Artifact names the derived artifact a revocation is about, as
 	// "index/id"; empty otherwise.
 	Artifact string `json:"artifact,omitempty"`
+	// Evidence is what confirmed a tombstone: proven or corroborated.
+	Evidence *mcpsync.DeletionEvidence `json:"evidence,omitempty"`
 }
 
 func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
@@ -197,12 +199,16 @@ func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
 	if o.Artifact != nil {
 		artifact = o.Artifact.Index + "/" + o.Artifact.ArtifactID
 	}
-	return outboxEvent{ev, o.Seq, o.URI, o.Reason, o.Version.Digest, o.Previous.Digest, o.Subject, artifact}
+	return outboxEvent{ev, o.Seq, o.URI, o.Reason, o.Version.Digest, o.Previous.Digest, o.Subject, artifact, o.Evidence}
 }
 
 func (e outboxEvent) String() string {
 	if e.Event == "tombstone" {
-		return fmt.Sprintf("tombstone    %s  outbox #%d  delete what %s fed", e.URI, e.Seq, short(e.PreviousDigest))
+		how := ""
+		if e.Evidence != nil {
+			how = "  " + string(e.Evidence.Kind)
+		}
+		return fmt.Sprintf("tombstone    %s  outbox #%d  delete what %s fed%s", e.URI, e.Seq, short(e.PreviousDigest), how)
 	}
 	s := fmt.Sprintf("invalidation %s  outbox #%d  %s  %s -> %s", e.URI, e.Seq, e.Reason, short(e.PreviousDigest), short(e.Digest))
 	if e.Artifact != "" {

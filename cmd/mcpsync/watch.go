@@ -117,7 +117,8 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.register(fs)
 	c.registerLedger(fs)
 	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
-	all := fs.Bool("all", false, "scan resources and subscribe every listed URI")
+	all := fs.Bool("all", false, "scan resources and subscribe every listed URI, and what later scans list")
+	rescan := fs.Duration("rescan", 0, "interval of the kept scan of resources, which confirms deletions (0: the library's, half of its 5m staleness bound)")
 	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
 	revalidate := fs.Duration("revalidate", 0, "revalidation read interval of every subscription (0: the library's 5m)")
 	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe (0: the library's 30s)")
@@ -133,8 +134,14 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("watch takes URIs as --uri, got %q", positional[0])
 	case len(uris) == 0 && !*all:
 		return usagef("watch needs --uri U (repeatable) or --all")
-	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0:
-		return usagef("--duration, --revalidate, --poll, --ping-every and the --reconnect flags must not be negative")
+	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0 || *rescan < 0:
+		return usagef("--duration, --revalidate, --poll, --ping-every, --rescan and the --reconnect flags must not be negative")
+	}
+	var scanner *mcpsync.ScannerOptions
+	if *rescan > 0 {
+		// A catalog is reviewed every --rescan; it stays fresh for twice
+		// that, at least the library's 5 minutes.
+		scanner = &mcpsync.ScannerOptions{ReviewAfter: *rescan, StaleAfter: max(2**rescan, 5*time.Minute)}
 	}
 	if err := c.check(true); err != nil {
 		return err
@@ -145,6 +152,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// A ping gets the heartbeat interval to answer, at most --timeout.
 		PingTimeout: min(*pingEvery, c.timeout),
 		Reconnect:   mcpsync.ReconnectPolicy{MaxAttempts: *attempts, MaxElapsed: *maxElapsed},
+		Scanner:     scanner,
 	})
 }
 
@@ -156,7 +164,6 @@ type watcher struct {
 
 	conn   *connection
 	engine *mcpsync.Engine
-	subs   []string // URIs watch subscribed, in order
 
 	// fatal receives the one failure that ends the watch: reconnecting gave
 	// up, or a framing violation ends every session the server gives.
@@ -166,7 +173,8 @@ type watcher struct {
 	health        mcpsync.Health
 	notifications map[string]notificationCount
 
-	mu sync.Mutex // protects the counters below
+	mu   sync.Mutex // protects subs and the counters below
+	subs []string   // URIs watch subscribed, in order
 	outcomeCounts
 	invalidations int
 	tombstones    int
@@ -319,8 +327,9 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 	// Ctrl-C cancelled ctx; unsubscribing still gets --timeout of its own.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.c.timeout)
 	defer cancel()
-	w.p.progress("unsubscribing %d URI(s)…", len(w.subs))
-	for _, uri := range w.subs {
+	subs := w.subscribed()
+	w.p.progress("unsubscribing %d URI(s)…", len(subs))
+	for _, uri := range subs {
 		if _, uerr := client.Unsubscribe(sctx, uri); uerr != nil {
 			w.p.emit(newErrorEvent(uerr), newErrorEvent(uerr).String())
 		}
@@ -341,9 +350,12 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 }
 
 // watch subscribes and streams events until the duration ends or ctx is
-// cancelled; it reports whether it was interrupted.
+// cancelled; it reports whether it was interrupted. A kept scan of the
+// server's resources runs all along (when the server lists any): it
+// confirms deletions, and with --all subscribes what appears.
 func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 	client := w.conn.client
+	var next time.Time
 	if w.all {
 		cat, err := w.scan(ctx)
 		if ctx.Err() != nil {
@@ -355,11 +367,19 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 		for d := range cat.Items() {
 			uris = append(uris, d.URI)
 		}
+		next = cat.NextReviewAt
 	}
 	if err := w.subscribe(ctx, uris); ctx.Err() != nil {
 		return true, nil
 	} else if err != nil {
 		return false, err
+	}
+	if client.Capabilities().Resources {
+		stop, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: w.all, After: next, OnScan: w.onScan})
+		if err != nil {
+			return false, err
+		}
+		defer stop()
 	}
 	var end <-chan time.Time
 	if w.duration > 0 {
@@ -369,8 +389,6 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	listChanged := client.ListChanged("resources/list")
-	var lastScan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -383,20 +401,30 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 		}
 		w.observe()
 		w.pullOutbox()
-		// A changed listing, or a subscription waiting for list
-		// reconciliation, calls for a scan; at most one a second.
-		seen := client.ListChanged("resources/list")
-		if (seen != listChanged || w.waiting()) && time.Since(lastScan) > time.Second {
-			listChanged, lastScan = seen, time.Now()
-			w.rescan(ctx)
-		}
 		w.mu.Lock()
-		accepted, stale := w.accepted, 0
+		accepted, stale, n := w.accepted, 0, len(w.subs)
 		w.mu.Unlock()
 		for _, n := range w.engine.StaleCounts() {
 			stale += int(n)
 		}
-		w.p.progress("watching %d URI(s): %d versions accepted, %d stale receipts", len(w.subs), accepted, stale)
+		w.p.progress("watching %d URI(s): %d versions accepted, %d stale receipts", n, accepted, stale)
+	}
+}
+
+// onScan reports what a kept scan found and did; its failures reach
+// onError as well, where they are reported.
+func (w *watcher) onScan(rep mcpsync.ScanReport) {
+	if rep.Catalog.Schema != "" {
+		ev := newScanEvent(rep.Catalog)
+		w.p.emit(ev, ev.summaryLine())
+	}
+	rec := rep.Reconciliation
+	if len(rec.Present)+len(rec.Tombstoned)+len(rec.Corroborating)+len(rec.Missing)+len(rec.Deferred) > 0 {
+		w.p.text("reconcile    present %v  tombstoned %v  corroborating %v  missing %v  deferred %v",
+			rec.Present, rec.Tombstoned, rec.Corroborating, rec.Missing, rec.Deferred)
+	}
+	for _, sub := range rep.Subscribed {
+		w.subscribed1(sub)
 	}
 }
 
@@ -418,62 +446,46 @@ func (w *watcher) scan(ctx context.Context) (mcpsync.Catalog, error) {
 func (w *watcher) subscribe(ctx context.Context, uris []string) error {
 	var failed []error
 	for _, uri := range uris {
-		if slices.Contains(w.subs, uri) {
+		if slices.Contains(w.subscribed(), uri) {
 			continue
 		}
 		sub, err := w.conn.client.Subscribe(ctx, uri)
 		if err != nil {
 			err = fmt.Errorf("subscribe %s: %w", uri, err)
 			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
-			failed = append(failed, err)
-			continue
+			if !errors.Is(err, mcpsync.ErrNotFound) {
+				failed = append(failed, err)
+				continue
+			}
+			// Not there yet: subscribed all the same, and read once it is.
 		}
-		w.subs = append(w.subs, uri)
-		bound := time.Duration(sub.StalenessBoundMs) * time.Millisecond
-		w.p.emit(subscribedEvent{"subscribed", sub.URI, sub.Mode, sub.SubscriptionGeneration, sub.StalenessBoundMs},
-			fmt.Sprintf("subscribed   %s  %s  generation %d  staleness bound %v", sub.URI, sub.Mode, sub.SubscriptionGeneration, bound))
+		w.subscribed1(sub)
 	}
-	if len(w.subs) == 0 && len(failed) > 0 {
+	if len(w.subscribed()) == 0 && len(failed) > 0 {
 		return errors.Join(failed...)
 	}
 	return nil
 }
 
-// waiting reports whether a subscription waits for list reconciliation.
-func (w *watcher) waiting() bool {
-	for sub, err := range w.engine.Subscriptions() {
-		if err == nil && (sub.State == mcpsync.StateTombstonePending || sub.State == mcpsync.StateReconciliationRequired) {
-			return true
-		}
-	}
-	return false
+// subscribed returns the URIs watch subscribed.
+func (w *watcher) subscribed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.subs)
 }
 
-// rescan lists resources again, reconciles pending tombstones and, with
-// --all, subscribes URIs that appeared. Failures are events, not the end of
-// the watch.
-func (w *watcher) rescan(ctx context.Context) {
-	cat, err := w.scan(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
-		}
-		return
+// subscribed1 records and reports one subscription watch opened.
+func (w *watcher) subscribed1(sub mcpsync.Subscription) {
+	uri := sub.URI
+	if sub.RawURI != "" {
+		uri = sub.RawURI
 	}
-	rec, err := w.conn.client.Reconcile(cat)
-	if err != nil {
-		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
-	}
-	if len(rec.Present)+len(rec.Tombstoned)+len(rec.Deferred) > 0 {
-		w.p.text("reconcile    present %v  tombstoned %v  deferred %v", rec.Present, rec.Tombstoned, rec.Deferred)
-	}
-	if w.all {
-		var fresh []string
-		for d := range cat.Items() {
-			fresh = append(fresh, d.URI)
-		}
-		_ = w.subscribe(ctx, fresh)
-	}
+	w.mu.Lock()
+	w.subs = append(w.subs, uri)
+	w.mu.Unlock()
+	bound := time.Duration(sub.StalenessBoundMs) * time.Millisecond
+	w.p.emit(subscribedEvent{"subscribed", sub.URI, sub.Mode, sub.SubscriptionGeneration, sub.StalenessBoundMs},
+		fmt.Sprintf("subscribed   %s  %s  generation %d  staleness bound %v", sub.URI, sub.Mode, sub.SubscriptionGeneration, bound))
 }
 
 // pullOutbox emits the outbox entries appended since the last pull. In
@@ -528,7 +540,7 @@ func (w *watcher) pullOutbox() {
 func (w *watcher) summary(elapsed time.Duration, interrupted bool) watchSummary {
 	s := watchSummary{
 		Event: "summary", ElapsedMs: elapsed.Milliseconds(), Interrupted: interrupted,
-		Subscriptions: len(w.subs), StaleByReason: w.engine.StaleCounts(),
+		Subscriptions: len(w.subscribed()), StaleByReason: w.engine.StaleCounts(),
 	}
 	for _, n := range w.notifications {
 		s.Notifications += n.carried + n.seq
