@@ -28,9 +28,15 @@ import (
 // deletions and recreations, notification faults, failed and timed-out
 // reads and, in 2026-07-28, listen streams the server ends. Then the
 // faults stop, the server goes quiet, and fake time runs past the published
-// staleness bound of every open subscription. The progress property must
-// hold (see requireProgress and requireStaysClosed), and all along no
-// served or accepted version goes back.
+// staleness bound of every open subscription and two intervals of the kept
+// scan. The progress property must hold (see requireProgress and
+// requireStaysClosed), and all along no served or accepted version goes
+// back and no resource is tombstoned while the server has it.
+//
+// The server has no snapshot extension, as no third-party server does, and
+// the client keeps scanning (KeepScanning) under the default deletion
+// policy, so every deletion it confirms is corroborated: a resource the
+// server deleted is tombstoned once the faults stop.
 //
 // A check costs a whole client session, about a hundred times an engine
 // model check, so the test runs RAPID_CHECKS/20 of them when RAPID_CHECKS is
@@ -63,7 +69,7 @@ func TestModelClientProgress(t *testing.T) {
 			m.checkAccepted(rt)
 			for _, u := range clientModelURIs {
 				switch lc := m.last[u]; {
-				case lc == nil || lc.err != nil:
+				case lc == nil || lc.err != nil && !errors.Is(lc.err, mcpsync.ErrNotFound):
 					// Never asked for, or the caller was told it failed.
 				case lc.op == opSubscribe:
 					m.requireProgress(rt, u)
@@ -92,6 +98,8 @@ const (
 	clientModelRevalidate = 2 * time.Second
 	clientModelTimeout    = time.Second
 	clientModelJitter     = 0.2
+	// clientModelReview is the interval of the kept scan.
+	clientModelReview = 2 * time.Second
 )
 
 const (
@@ -117,6 +125,8 @@ type clientModel struct {
 	served map[string]servedAt // newest version each URI was served at
 	// quietAt is the number of outcomes reported when the faults stopped.
 	quietAt int
+	// outSeq is the last outbox entry checked for late tombstones.
+	outSeq uint64
 }
 
 type servedAt struct {
@@ -137,6 +147,10 @@ func newClientModel(rt *rapid.T) *clientModel {
 		// The default window, or one long enough for a reconnect or a
 		// resubscribe to land inside it.
 		CoalesceWindow: rapid.SampledFrom([]time.Duration{0, time.Second}).Draw(rt, "coalescing window"),
+		Scanner: &mcpsync.ScannerOptions{
+			ReviewAfter: clientModelReview, StaleAfter: 2 * clientModelReview,
+			BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		},
 	}
 	r, err := newLiveRig(context.Background(), srv, version, rapid.Int64().Draw(rt, "kit seed"), opts)
 	require.NoError(rt, err)
@@ -158,6 +172,8 @@ func newClientModel(rt *rapid.T) *clientModel {
 			m.subscribe(u)
 		}
 	}
+	_, err = r.c.KeepScanning(nil)
+	require.NoError(rt, err)
 	synctest.Wait()
 	return m
 }
@@ -344,18 +360,22 @@ func (m *clientModel) quiet() {
 			bound = max(bound, time.Duration(sub.StalenessBoundMs)*time.Millisecond)
 		}
 	}
-	wait := bound + clientModelTimeout + 2*time.Second
+	// A deletion is confirmed by the second kept scan after the faults
+	// stop at the latest, and its second read.
+	wait := max(bound, 2*clientModelReview) + clientModelTimeout + 2*time.Second
 	m.logf("quiet: faults healed, %s of fake time", wait)
 	time.Sleep(wait)
 	synctest.Wait()
 }
 
 // The progress property for a URI whose last call was a successful
-// Subscribe, once the server is quiet. While the server has the resource:
-// the subscription is open (ACTIVE or a read sub-state) in the current
-// session generation and Lookup serves exactly the server's text. Once the
-// server deleted it: the subscription is TOMBSTONE_PENDING, TOMBSTONED or
-// open in the current session, and Lookup serves nothing. Otherwise the URI
+// Subscribe (or one that said the server has no such resource), once the
+// server is quiet. While the server has the resource: the subscription is
+// open (ACTIVE or a read sub-state) in the current session generation and
+// Lookup serves exactly the server's text. Once the server deleted it: the
+// subscription is TOMBSTONED in the current session (or reading the
+// tombstone again), its deletion confirmed by the kept scan, and Lookup
+// serves nothing. Otherwise the URI
 // must be visibly failing, which only counts when Lookup serves nothing:
 // Lookup refuses with a reason of its own (revoked, forbidden,
 // quarantined), or the fence refused a read of the current generation
@@ -380,8 +400,9 @@ func (m *clientModel) requireProgress(rt *rapid.T, u string) {
 		fail("stuck, subscribed in an older session")
 	case exists && !openState(sub.State):
 		fail("stuck, the server has the resource but the subscription is not open")
-	case !exists && !openState(sub.State) && sub.State != mcpsync.StateTombstonePending && sub.State != mcpsync.StateTombstoned:
-		fail("stuck, the resource is gone but the subscription is neither open nor a tombstone")
+	case !exists && sub.State != mcpsync.StateTombstoned && (!openState(sub.State) || sub.TombstonedAt.IsZero()):
+		// Open with TombstonedAt set: a read of the tombstone in flight.
+		fail("stuck, the resource is gone but its deletion is not confirmed")
 	case exists && lerr != nil && !m.visiblyFailing(u, sub, lerr):
 		fail("stuck, the server has the resource and nothing is served, with no reason given")
 	}
@@ -419,9 +440,28 @@ func (m *clientModel) lastWord(u string) string {
 }
 
 // checkSafety: what Lookup serves never goes back, neither in the fence's
-// order nor in the server's versions.
+// order nor in the server's versions; and no deletion is confirmed while the
+// server has the resource. It runs between steps, when the client has done
+// all it can (synctest.Wait): the server changes only within a step, before
+// the client acts on it, so a tombstone written during a step after which
+// the server has the resource rests on no read of this step (each found
+// it), and is a resource deleted and recreated around the evidence.
 func (m *clientModel) checkSafety(rt *rapid.T) {
 	rt.Helper()
+	entries, err := m.r.c.Engine().PullOutbox(m.outSeq, 0)
+	require.NoError(rt, err)
+	for _, en := range entries {
+		m.outSeq = en.Seq
+		if en.Reason != mcpsync.InvalidateTombstoned {
+			continue
+		}
+		if _, exists := m.r.srv.Text(en.URI); exists {
+			rt.Fatalf("safety: %s tombstoned (outbox entry %d, evidence %+v) while the server has it\nschedule:%s", en.URI, en.Seq, en.Evidence, m.schedule())
+		}
+		if en.Evidence == nil || en.Evidence.Kind != mcpsync.EvidenceCorroborated || len(en.Evidence.Reads) != 2 || len(en.Evidence.Scans) != 2 {
+			rt.Fatalf("safety: %s tombstoned with evidence %+v; only corroboration is possible here\nschedule:%s", en.URI, en.Evidence, m.schedule())
+		}
+	}
 	for _, u := range clientModelURIs {
 		entry, err := m.r.c.Lookup(u)
 		if err != nil {

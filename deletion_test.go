@@ -259,3 +259,29 @@ func TestTombstoneReceiptGolden(t *testing.T) {
 		})
 	}
 }
+
+// A confirmed tombstone stands when it is read again, also for a URI that
+// never had a version: otherwise every revalidation would make it pending,
+// and every scan confirm it again.
+func TestTombstoneWithoutAVersionStands(t *testing.T) {
+	clock := newClock()
+	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	out, err := e.Complete(corroborate(t, e, scanAfter(clock)), mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.NotNil(t, out.Tombstone)
+	assert.Zero(t, out.Tombstone.OutboxSeq, "no version to tell consumers about")
+	require.False(t, state(t, e).TombstonedAt.IsZero())
+
+	out, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerRevalidate), mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision)
+	assert.Equal(t, mcpsync.StateTombstoned, state(t, e).State)
+
+	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerRevalidate), text(docURI, "back"))
+	require.NoError(t, err)
+	sub := state(t, e)
+	assert.True(t, sub.TombstonedAt.IsZero(), "found again")
+	assert.Equal(t, "back", served(t, e))
+}

@@ -396,12 +396,15 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 	}
 	entry := OutboxEntry{Schema: SchemaInvalidation, URI: t.URI, Version: v, Previous: prev, Subject: t.Subject, At: now}
 	if !r.notFound {
-		next.Corroboration = nil // the server has it
+		// The server has it.
+		next.Corroboration, next.TombstonedAt = nil, time.Time{}
 	}
 
 	switch {
-	case r.notFound && cur.Current != nil && cur.Current.Status == VersionTombstoned:
-		// Still gone: the confirmed tombstone stands, announced once.
+	case r.notFound && (!cur.TombstonedAt.IsZero() || cur.Current != nil && cur.Current.Status == VersionTombstoned):
+		// Still gone: the confirmed tombstone stands, announced once. It
+		// stands for a URI that never had a version, or whose version
+		// was revoked, as well.
 		out.Version.Decision = DecisionTombstoned
 		if err := path.move(next, evStillAbsent); err != nil {
 			return nil, nil, err
@@ -676,7 +679,7 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 // tombstoned by an earlier generation, or revoked) and its receipt.
 func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence) ([]OutboxEntry, TombstoneReceipt) {
 	now := e.now()
-	next.Tickets, next.Corroboration = nil, nil
+	next.Tickets, next.Corroboration, next.TombstonedAt = nil, nil, now
 	rc := TombstoneReceipt{
 		Schema: SchemaTombstoneReceipt, URI: key, SessionGeneration: cur.Sub.SessionGeneration,
 		SubscriptionGeneration: cur.Sub.Generation, Evidence: ev, NotFoundAt: cur.NotFoundAt, At: now,

@@ -216,6 +216,10 @@ type Record struct {
 	// NotFoundAt is when the newest fenced not-found was accepted; only
 	// evidence gathered since then may confirm its tombstone.
 	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
+	// TombstonedAt is when the URI's deletion was last confirmed; zero once
+	// a read found it again. A not-found while it is set is the tombstone
+	// standing, whatever version (if any) it deleted.
+	TombstonedAt time.Time `json:"tombstonedAt,omitzero"`
 	// NotFoundOrdinal is the read ordinal of that not-found.
 	NotFoundOrdinal uint64 `json:"notFoundOrdinal,omitempty"`
 	// Corroboration is the deletion evidence gathered since that not-found

@@ -165,6 +165,9 @@ type uriModel struct {
 	closeBegunGens map[uint64]bool
 
 	current *modelVersion
+	// tombstoned: a deletion was confirmed and no read found the resource
+	// since, so a not-found keeps the tombstone even without a version.
+	tombstoned bool
 	// lastPass is the newest result that passed the fence, of any decision;
 	// newestChange the newest that replaced the current version.
 	lastPass     *mcpsync.VersionReceipt
@@ -738,7 +741,7 @@ func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, b
 	}
 	switch kind {
 	case resultNotFound:
-		if c := u.current; c != nil && c.status == mcpsync.VersionTombstoned {
+		if c := u.current; u.tombstoned || c != nil && c.status == mcpsync.VersionTombstoned {
 			return "", mcpsync.DecisionTombstoned
 		}
 		return "", mcpsync.DecisionTombstonePending
@@ -783,6 +786,10 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	u.lastPass = &mcpsync.VersionReceipt{Decision: d.wantDecision, Version: mcpsync.ResourceVersion{
 		Digest: digest, Subject: t.Subject, SubscriptionGeneration: pos.gen, ReadOrdinal: pos.ord,
 	}}
+	switch d.wantDecision {
+	case mcpsync.DecisionAccepted, mcpsync.DecisionUnchanged, mcpsync.DecisionQuarantined:
+		u.tombstoned = false
+	}
 	switch d.wantDecision {
 	case mcpsync.DecisionTombstoned:
 		u.phase, u.held = phaseTombstoned, nil
@@ -833,7 +840,7 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 	case (u.phase == phaseTombstonePending || u.phase == phaseReconciling) && !present:
 		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
 		require.False(rt, ok)
-		u.phase, u.held = phaseTombstoned, nil
+		u.phase, u.held, u.tombstoned = phaseTombstoned, nil, true
 		if c := u.current; c != nil && c.status != mcpsync.VersionTombstoned && c.status != mcpsync.VersionRevoked {
 			m.want(entryKey{u.key, mcpsync.InvalidateTombstoned, c.subject, fencePos{}})
 			c.status = mcpsync.VersionTombstoned

@@ -238,6 +238,9 @@ type Subscription struct {
 	CloseEpoch             uint64            `json:"closeEpoch,omitempty"`
 	// NotFoundAt is when the newest fenced not-found was accepted.
 	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
+	// TombstonedAt is when the URI's deletion was last confirmed, zero once
+	// a read found it again: a read of the tombstone in flight leaves it.
+	TombstonedAt time.Time `json:"tombstonedAt,omitzero"`
 	// Corroboration is the deletion evidence gathered short of proof,
 	// waiting for a second not-found (deletion.go).
 	Corroboration *Corroboration `json:"corroboration,omitempty"`
@@ -255,7 +258,7 @@ func subscriptionOf(key string, r *Record) Subscription {
 	}
 	s.LastNotificationSeq, s.LastAcceptedDigest = r.LastNotificationSeq, r.LastAcceptedDigest
 	s.LastIssuedOrdinal, s.Watermark, s.CloseOrdinal, s.CloseEpoch = r.LastIssued, r.Watermark, r.CloseOrdinal, r.CloseEpoch
-	s.NotFoundAt, s.Corroboration = r.NotFoundAt, r.Corroboration
+	s.NotFoundAt, s.TombstonedAt, s.Corroboration = r.NotFoundAt, r.TombstonedAt, r.Corroboration
 	return s
 }
 
