@@ -537,7 +537,8 @@ type Reconciliation struct {
 	// ACTIVE (none for a URI whose read is already in flight: it was marked
 	// dirty instead).
 	Tickets []Ticket `json:"tickets"`
-	// Present are the URIs the catalog lists, restored to ACTIVE.
+	// Present are the URIs the catalog lists, restored to ACTIVE, or
+	// TOMBSTONED ones it lists again, read to bring them back.
 	Present []string `json:"present"`
 	// Tombstoned are the URIs a proven catalog does not list, confirmed
 	// deleted.
@@ -580,7 +581,8 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // URI starts a corroboration instead, where policy allows
 // (Engine.Corroborate): the second read it sends confirms the deletion if
 // it says not found again. Otherwise absent URIs are Deferred. An open
-// subscription the catalog does not list is read again (Missing). Any
+// subscription the catalog does not list is read again (Missing), and so is
+// a TOMBSTONED one that it lists (created again). Any
 // catalog of another session generation or of another engine, and an
 // unreconciled one, is refused with a *CatalogError.
 func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation, error) {
@@ -609,7 +611,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 		}
 		switch {
 		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
-			sub.State.open() && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
+			(sub.State.open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
 			sub.Corroboration != nil:
 			pending = append(pending, verdict{sub.URI, sub.State})
 		}
@@ -623,6 +625,8 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 		var rc *TombstoneReceipt
 		var err error
 		switch {
+		case v.state == StateTombstoned && !present:
+			continue // still gone
 		case present || canProveAbsence:
 			ev := DeletionEvidence{Kind: EvidenceProven, SnapshotID: c.SnapshotID}
 			if n := len(c.Scans); n > 0 {
@@ -648,7 +652,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 			errs = append(errs, err)
 			continue
 		case present:
-			if v.state == StateTombstonePending || v.state == StateReconciliationRequired {
+			if v.state == StateTombstonePending || v.state == StateReconciliationRequired || v.state == StateTombstoned {
 				out.Present = append(out.Present, key)
 			}
 		case rc != nil:

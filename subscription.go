@@ -626,7 +626,9 @@ func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 // short of proof goes to Corroborate. For an open subscription, absent asks
 // for a reconcile read, whose not-found will take the fenced path; present
 // needs nothing but ends a corroboration under way. Closed or closing
-// generations are left alone: their fence is frozen.
+// generations are left alone: their fence is frozen. A TOMBSTONED URI of
+// the current session that is present again is read (its read brings it
+// back).
 func (e *Engine) Reconcile(rawURI string, present bool, since time.Time) (Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
@@ -671,6 +673,11 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 		t, ok, err := e.enqueue(key, TriggerReconcile)
 		return t, ok, nil, err
 	case r.State.open() && !present:
+		t, ok, err := e.enqueue(key, TriggerReconcile)
+		return t, ok, nil, err
+	case r.State == StateTombstoned && present && r.Sub.SessionGeneration == e.sessionGeneration():
+		// Listed again: created since its deletion was confirmed, and a
+		// read brings it back sooner than the next revalidation.
 		t, ok, err := e.enqueue(key, TriggerReconcile)
 		return t, ok, nil, err
 	case present && r.Corroboration != nil:

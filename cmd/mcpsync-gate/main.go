@@ -22,6 +22,9 @@
 //     subscriptions that are stuck or silently stale.
 //   - amplification and convergence (freshness.go): a Client over
 //     mcpsynctest under duplicated, dropped and reordered notifications.
+//   - deletions (deletions.go): a Client that keeps scanning a server
+//     without the snapshot extension; deletions are corroborated within two
+//     scan intervals, and a resource created again is never tombstoned.
 //   - healing (healing.go): a Client whose server dies again and again;
 //     how long until every subscription is validated again, and whether
 //     any lookup served a copy past its bound meanwhile.
@@ -77,6 +80,7 @@ type config struct {
 	memSubs       int
 	healRestarts  int
 	healURIs      int
+	delResources  int
 }
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
@@ -103,11 +107,13 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.ampChanges, c.convResources, c.catalogScans = 30, 100, 40
 		c.revSubjects, c.revURIs, c.memSubs = 50, 500, 10_000
 		c.healRestarts, c.healURIs = 20, 10
+		c.delResources = 12
 	} else {
 		c.orderings = cmp.Or(c.orderings, 100_000)
 		c.ampChanges, c.convResources, c.catalogScans = 200, 1_000, 200
 		c.revSubjects, c.revURIs, c.memSubs = 200, 5_000, 100_000
 		c.healRestarts, c.healURIs = 100, 50
+		c.delResources = 60
 	}
 	return c, nil
 }
@@ -162,6 +168,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			s, err := runConvergence(ctx, p, cfg.seed, cfg.convResources)
 			return []figure{convergenceFigure(s)}, s, err
 		}},
+		{"deletions", func() ([]figure, any, error) {
+			s, err := runDeletions(ctx, p, cfg.seed, cfg.delResources)
+			return deletionFigures(s), s, err
+		}},
 		{"revocation", func() ([]figure, any, error) {
 			s, err := runRevocation(cfg.seed, cfg.revSubjects, cfg.revURIs)
 			return []figure{revocationFigure(s)}, s, err
@@ -187,7 +197,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rep.Durations["total"] = time.Since(begin).Round(time.Millisecond).String()
 	// Printed in a fixed order, catalogs first.
 	failed := false
-	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "healing", "revocation", "memory"} {
+	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "deletions", "healing", "revocation", "memory"} {
 		for _, f := range byStep[name] {
 			fmt.Fprintln(stdout, f.line())
 			rep.Figures = append(rep.Figures, f)

@@ -78,6 +78,7 @@ func TestRunShort(t *testing.T) {
 		"orderings_version_regressions", "orderings_late_tombstones", "orderings_outbox_after_closed",
 		"orderings_stuck_subscriptions", "orderings_silently_stale",
 		"read_amplification", "convergence_within_60s", "heal_p99_seconds", "served_past_bound",
+		"corroborated_tombstone_seconds", "corroborated_late_tombstones", "corroborated_recreations_stuck",
 		"revocation_p99_seconds", "memory_bytes_per_subscription",
 	} {
 		assert.True(t, names[name], "figure %s is missing", name)
@@ -105,6 +106,12 @@ func TestTimedScenariosInVirtualTime(t *testing.T) {
 		require.NoError(t, err)
 		cats, err := runCatalogs(t.Context(), p, 1, 24)
 		require.NoError(t, err)
+		dels, err := runDeletions(t.Context(), p, 1, 24)
+		require.NoError(t, err)
+		t.Logf("deletions %+v", dels)
+		// A recreated resource may be tombstoned before it is created again.
+		assert.GreaterOrEqual(t, dels.Tombstoned, dels.Deleted, "every deletion confirmed")
+		assert.NotZero(t, dels.Unnotified)
 		t.Logf("amplification %+v", amp)
 		t.Logf("convergence %+v", conv)
 		t.Logf("catalogs %+v", cats)
@@ -115,7 +122,7 @@ func TestTimedScenariosInVirtualTime(t *testing.T) {
 		assert.Less(t, conv.PulsesSeen, conv.Changes, "notifications were dropped")
 		assert.NotZero(t, cats.ByStatus[mcpsync.CatalogSnapshotUnproven])
 		assert.NotZero(t, cats.ByStatus[mcpsync.CatalogSnapshotProven])
-		requireFigures(t, append(catalogFigures(cats), amplificationFigure(amp), convergenceFigure(conv)))
+		requireFigures(t, append(append(catalogFigures(cats), amplificationFigure(amp), convergenceFigure(conv)), deletionFigures(dels)...))
 	})
 }
 
