@@ -207,7 +207,12 @@ func TestEverythingReads(t *testing.T) {
 			}
 
 			_, err := c.Subscribe(t.Context(), tc.missing)
-			require.NoError(t, err)
+			if tc.tombstoneable {
+				// Subscribe's first read says the server has no such resource.
+				require.ErrorIs(t, err, mcpsync.ErrNotFound)
+			} else {
+				require.NoError(t, err)
+			}
 			if tc.tombstoneable {
 				out := await(t, outcomes, "of the missing URI", decided(mcpsync.DecisionTombstonePending, mcpsync.TriggerInitial))
 				assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
