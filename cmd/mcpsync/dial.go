@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"io"
 	"net/http"
 	"os/exec"
@@ -31,6 +32,9 @@ type common struct {
 	// ledger is --ledger, of the commands that sync; "" keeps the fence in
 	// memory, forgotten at exit.
 	ledger nonEmpty
+	// shared is the --ledger opened, when it is a PostgreSQL ledger that
+	// many workers share: watch splits URIs through it, read leases its URI.
+	shared *pgledger.Ledger
 	// command is the server to run over stdio: everything after "--".
 	command []string
 }
@@ -54,7 +58,7 @@ func (c *common) register(fs *flag.FlagSet) {
 // registerLedger adds --ledger, for the commands whose engine may live in
 // a file (not the demo, which shows the library on its embedded default).
 func (c *common) registerLedger(fs *flag.FlagSet) {
-	fs.Var(&c.ledger, "ledger", "ledger `file` keeping the fence, versions, revocations and outbox across runs, created if missing (default: memory)")
+	fs.Var(&c.ledger, "ledger", "ledger keeping the fence, versions, revocations and outbox across runs: a `file` (created if missing) or a postgres:// URL shared by many workers (default: memory)")
 }
 
 // versionPin is the ClientOptions.ProtocolVersion of --protocol.

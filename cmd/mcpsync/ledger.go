@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	neturl "net/url"
 	"os"
+	"strings"
 	"time"
 
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
+	"github.com/mcpsync/mcpsync/ledger/pgledger"
 )
 
 // nonEmpty is a flag value that must not be empty: a ledger's path, a
@@ -49,9 +52,44 @@ const ledgerLockWait = time.Second
 // kinds are told apart here, by the scheme of their URL, one case each.
 func openLedger(ctx context.Context, spec string, use ledgerUse) (mcpsync.Ledger, func() error, error) {
 	switch {
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		l, err := openSharedLedger(ctx, spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Close, nil
 	default:
 		return openBoltLedger(spec, use)
 	}
+}
+
+// openSharedLedger opens the PostgreSQL ledger at url, fenced by leases:
+// many workers share it, and each writes only the URIs whose leases it
+// holds.
+func openSharedLedger(ctx context.Context, url string) (*pgledger.Ledger, error) {
+	opts := &pgledger.Options{Leases: &pgledger.LeaseOptions{}}
+	// ?schema=NAME picks the PostgreSQL schema of the ledger (default
+	// "mcpsync"); it is the command's, not the server's, parameter.
+	if u, err := neturl.Parse(url); err == nil && u.Query().Has("schema") {
+		q := u.Query()
+		opts.Schema = q.Get("schema")
+		q.Del("schema")
+		u.RawQuery = q.Encode()
+		url = u.String()
+	}
+	l, err := pgledger.Open(ctx, url, opts)
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: %w", redact(url), err)
+	}
+	return l, nil
+}
+
+// redact drops the password of a connection URL, for messages.
+func redact(url string) string {
+	if u, err := neturl.Parse(url); err == nil {
+		return u.Redacted()
+	}
+	return "postgres://…"
 }
 
 // openBoltLedger opens the bolt ledger file at path, creating it if missing
@@ -83,6 +121,7 @@ func (c *common) newEngine(ctx context.Context, opts mcpsync.Options) (e *mcpsyn
 		if opts.Ledger, done, err = openLedger(ctx, string(c.ledger), createLedger); err != nil {
 			return nil, nil, err
 		}
+		c.shared, _ = opts.Ledger.(*pgledger.Ledger)
 	}
 	if e, err = mcpsync.NewEngine(&opts); err != nil {
 		_ = done()

@@ -68,6 +68,18 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	// It is closed again on the way out, or a ledger would keep it open for
 	// every later run that resumes subscriptions, unless an earlier run left
 	// the URI open: then read leaves it open too.
+	if c.shared != nil {
+		// A shared ledger fences writes by lease: read takes the URI's for
+		// its one read, and a worker that holds it answers for it instead.
+		key, err := mcpsync.NormalizeURI(uri)
+		if err != nil {
+			return err
+		}
+		if _, err := c.shared.Acquire(ctx, key); err != nil {
+			return fmt.Errorf("read %s: %w", uri, err)
+		}
+		defer func() { _ = c.shared.Release(context.WithoutCancel(ctx), key) }()
+	}
 	keep := leftOpen(engine, uri)
 	if _, err := engine.Subscribe(uri, c.principal); err != nil {
 		return fmt.Errorf("read %s: %w", uri, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/pgledger"
 )
 
 // uriList collects a repeatable --uri flag.
@@ -296,6 +297,8 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 	w.fatal = make(chan error, 1)
 	w.notifications = make(map[string]notificationCount)
 	opts.Engine, opts.OnOutcome, opts.OnError = engine, w.onOutcome, w.onError
+	// On a shared ledger the shard decides what this worker watches.
+	opts.NoResume = w.c.shared != nil
 	// Close ends a stdio server within --timeout, however it takes its end.
 	opts.CloseTimeout = w.c.timeout
 	listen := false
@@ -369,13 +372,19 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 		}
 		next = cat.NextReviewAt
 	}
-	if err := w.subscribe(ctx, uris); ctx.Err() != nil {
+	if w.c.shared != nil {
+		stop, err := w.shard(ctx, uris)
+		if err != nil {
+			return false, err
+		}
+		defer stop()
+	} else if err := w.subscribe(ctx, uris); ctx.Err() != nil {
 		return true, nil
 	} else if err != nil {
 		return false, err
 	}
 	if client.Capabilities().Resources {
-		stop, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: w.all, After: next, OnScan: w.onScan})
+		stop, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: w.all && w.c.shared == nil, After: next, OnScan: w.onScan})
 		if err != nil {
 			return false, err
 		}
@@ -409,6 +418,54 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 		}
 		w.p.progress("watching %d URI(s): %d versions accepted, %d stale receipts", n, accepted, stale)
 	}
+}
+
+// shard splits the URIs (with --all, every URI the server lists, scanned
+// again each minute) between the workers sharing the PostgreSQL ledger, and
+// keeps this worker's share subscribed until stop, which lets it go.
+func (w *watcher) shard(ctx context.Context, uris []string) (stop func(), err error) {
+	list := func(ctx context.Context) ([]string, error) {
+		if !w.all {
+			return uris, nil
+		}
+		cat, err := w.conn.client.Scan(ctx, mcpsync.KindResources)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for d := range cat.Items() {
+			out = append(out, d.URI)
+		}
+		return out, nil
+	}
+	s, err := pgledger.NewShard(w.c.shared, w.conn.client, &pgledger.ShardOptions{
+		URIs:    list,
+		OnError: w.onError,
+		OnChange: func(uri string, owned bool) {
+			ev := shardEvent{Event: "released", URI: uri, Worker: w.c.shared.Worker().String()}
+			if owned {
+				ev.Event = "took"
+			}
+			w.p.emit(ev, fmt.Sprintf("%-12s %s  worker %s", ev.Event, uri, ev.Worker))
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(sctx)
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// shardEvent says this worker took a URI's lease or let it go.
+type shardEvent struct {
+	Event  string `json:"event"`
+	URI    string `json:"uri"`
+	Worker string `json:"worker"`
 }
 
 // onScan reports what a kept scan found and did; its failures reach
