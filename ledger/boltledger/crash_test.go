@@ -2,9 +2,11 @@ package boltledger_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -146,84 +148,198 @@ func TestCrashConsistency(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	kills := 20
-	if v, err := strconv.Atoi(os.Getenv(envKills)); err == nil && v > 0 {
-		kills = v
-	}
+	kills := crashKills(20)
 	path := filepath.Join(t.TempDir(), "worker.db")
 	rng := rand.New(rand.NewPCG(15, uint64(time.Now().UnixNano())))
-	c := crashChecker{current: map[string]mcpsync.ResourceVersion{}, tickets: map[uint64]bool{}, revoked: map[string]bool{}}
+	c := newCrashChecker(crashURIs)
 	for run := range kills {
 		steps := 1 + rng.IntN(60)
-		ev := runWorker(t, path, run, steps)
+		w := startWorker(t, "TestCrashWorker", envWorkerLedger+"="+path, envWorkerRun+"="+strconv.Itoa(run))
+		ev := w.kill(t, w.await(t, fmt.Sprintf("run %d", run), steps))
 		t.Logf("run %d: killed after %q", run, ev[len(ev)-1])
 		c.events(t, ev)
 		c.check(t, path)
 	}
 }
 
-// runWorker starts the worker, kills it after it announced steps lines (or
-// after a deadline), and returns what it announced.
-func runWorker(t *testing.T, path string, run, steps int) []string {
+// crashKills is how many times a crash test kills its worker: def, or
+// MCPSYNC_CRASH_KILLS when it is set.
+func crashKills(def int) int {
+	if v, err := strconv.Atoi(os.Getenv(envKills)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// workerDeadline bounds every wait of the parent on its worker.
+const workerDeadline = 30 * time.Second
+
+// worker is a child process running one of this package's worker tests (the
+// os/exec TestHelperProcess pattern). It reads its stdin until the parent
+// closes it, and announces on stdout, one line each, the steps that
+// committed.
+type worker struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr bytes.Buffer  // read only once the process was waited for
+	lines  chan string   // closed at the end of stdout
+	done   chan struct{} // closed when nobody reads lines any more
+	waited bool
+}
+
+// startWorker runs the test named test in a child process with env added to
+// the parent's environment. The child is killed and waited for when the test
+// ends, whatever happened.
+func startWorker(t *testing.T, test string, env ...string) *worker {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashWorker$")
-	cmd.Env = append(os.Environ(), envWorkerLedger+"="+path, envWorkerRun+"="+strconv.Itoa(run))
-	stdout, err := cmd.StdoutPipe()
+	w := &worker{lines: make(chan string), done: make(chan struct{})}
+	w.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	w.cmd.Env = append(os.Environ(), env...)
+	w.cmd.Stderr = &w.stderr
+	stdout, err := w.cmd.StdoutPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	lines := make(chan string)
+	w.stdin, err = w.cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, w.cmd.Start())
+	eof := make(chan struct{})
 	go func() {
-		defer close(lines)
+		defer close(eof)
+		defer close(w.lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- sc.Text()
+			select {
+			case w.lines <- sc.Text():
+			case <-w.done:
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
 		}
 	}()
-	deadline := time.NewTimer(20 * time.Second)
+	t.Cleanup(func() {
+		if w.waited {
+			return
+		}
+		_ = w.cmd.Process.Kill()
+		close(w.done)
+		<-eof
+		_ = w.cmd.Wait()
+	})
+	return w
+}
+
+// await returns the first n lines the worker announces. It fails the test
+// when the worker reports an error, exits, or takes longer than
+// workerDeadline; label names the run in those messages.
+func (w *worker) await(t *testing.T, label string, n int) []string {
+	t.Helper()
+	return w.awaitUntil(t, label, func(got []string) bool { return len(got) >= n })
+}
+
+// awaitLine returns what the worker announced up to and including line.
+func (w *worker) awaitLine(t *testing.T, label, line string) []string {
+	t.Helper()
+	return w.awaitUntil(t, label, func(got []string) bool { return len(got) > 0 && got[len(got)-1] == line })
+}
+
+func (w *worker) awaitUntil(t *testing.T, label string, enough func([]string) bool) []string {
+	t.Helper()
+	deadline := time.NewTimer(workerDeadline)
 	defer deadline.Stop()
 	var got []string
-	for len(got) < steps {
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s announced:\n%s", label, strings.Join(got, "\n"))
+		}
+	}()
+	for !enough(got) {
 		select {
-		case line, ok := <-lines:
+		case line, ok := <-w.lines:
 			if !ok {
-				t.Fatalf("run %d: the worker exited on its own: %v", run, got)
+				err := w.cmd.Wait()
+				w.waited = true
+				t.Fatalf("%s: the worker exited on its own (%v) after %q\n%s", label, err, got, w.stderr.String())
 			}
-			require.False(t, strings.HasPrefix(line, "error"), "run %d: %s", run, line)
+			require.False(t, strings.HasPrefix(line, "error"), "%s: %s", label, line)
 			got = append(got, line)
 		case <-deadline.C:
-			t.Fatalf("run %d: %d of %d steps before the deadline", run, len(got), steps)
+			t.Fatalf("%s: still waiting after %v; the worker announced %d lines, the last %q", label, workerDeadline, len(got), last(got))
 		}
 	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	// Drain what it printed before it died: those steps committed too.
-	for line := range lines {
-		got = append(got, line)
-	}
-	err = cmd.Wait()
-	killed = true
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "run %d", run)
 	return got
 }
 
+// kill kills the worker with SIGKILL and returns got with what it announced
+// before it died: those steps committed too.
+func (w *worker) kill(t *testing.T, got []string) []string {
+	t.Helper()
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
+	for line := range w.lines {
+		got = append(got, line)
+	}
+	err := w.cmd.Wait()
+	w.waited = true
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "the worker was killed")
+	return got
+}
+
+// stop closes the worker's stdin, which asks it to finish cleanly, and
+// returns got with what it announced until it exited. The worker must exit
+// with status 0 within workerDeadline.
+func (w *worker) stop(t *testing.T, label string, got []string) []string {
+	t.Helper()
+	require.NoError(t, w.stdin.Close())
+	deadline := time.NewTimer(workerDeadline)
+	defer deadline.Stop()
+	for open := true; open; {
+		select {
+		case line, ok := <-w.lines:
+			if open = ok; ok {
+				require.False(t, strings.HasPrefix(line, "error"), "%s: %s", label, line)
+				got = append(got, line)
+			}
+		case <-deadline.C:
+			t.Fatalf("%s: the worker did not stop within %v; it announced %q last", label, workerDeadline, last(got))
+		}
+	}
+	err := w.cmd.Wait()
+	w.waited = true
+	require.NoError(t, err, "%s: the worker's exit; it announced %q last\n%s", label, last(got), w.stderr.String())
+	return got
+}
+
+func last(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
+}
+
+// crashChecker holds what a crash test learned from its worker's
+// announcements and from the ledger after earlier kills, and checks each
+// kill's ledger against it.
 type crashChecker struct {
-	session uint64
+	uris    []string                           // every URI the worker touches
+	session uint64                             // newest session generation announced
 	current map[string]mcpsync.ResourceVersion // newest version seen per URI
 	tickets map[uint64]bool                    // request ids handed out
 	revoked map[string]bool                    // revocations that returned
+}
+
+func newCrashChecker(uris []string) *crashChecker {
+	return &crashChecker{
+		uris: uris, current: map[string]mcpsync.ResourceVersion{},
+		tickets: map[uint64]bool{}, revoked: map[string]bool{},
+	}
 }
 
 func (c *crashChecker) events(t *testing.T, lines []string) {
 	t.Helper()
 	for _, line := range lines {
 		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
 		switch f[0] {
 		case "session":
 			gen, _ := strconv.ParseUint(f[1], 10, 64)
@@ -239,7 +355,8 @@ func (c *crashChecker) events(t *testing.T, lines []string) {
 	}
 }
 
-func (c *crashChecker) check(t *testing.T, path string) {
+// check opens the ledger at path, checks it and returns its export.
+func (c *crashChecker) check(t *testing.T, path string) mcpsync.LedgerSnapshot {
 	t.Helper()
 	ctx := context.Background()
 	l, err := boltledger.Open(path, nil)
@@ -285,12 +402,13 @@ func (c *crashChecker) check(t *testing.T, path string) {
 	}
 	for s := range c.revoked {
 		require.True(t, revoked[s], "revocation of %s lost", s)
-		for _, uri := range crashURIs {
+		for _, uri := range c.uris {
 			_, err := e.Lookup(s, uri)
 			assert.Error(t, err, "%s served to revoked %s", uri, s)
 		}
 	}
 	assert.GreaterOrEqual(t, snap.Counters[mcpsync.CounterSession], c.session)
+	return snap
 }
 
 func firstSeq(entries []mcpsync.OutboxEntry, last uint64) uint64 {
