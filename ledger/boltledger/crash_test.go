@@ -322,13 +322,18 @@ type crashChecker struct {
 	uris    []string                           // every URI the worker touches
 	session uint64                             // newest session generation announced
 	current map[string]mcpsync.ResourceVersion // newest version seen per URI
+	fences  map[string]fence                   // newest fence seen per URI
 	tickets map[uint64]bool                    // request ids handed out
 	revoked map[string]bool                    // revocations that returned
 }
 
+// fence is the part of a record that must only move forward: the
+// subscription generation, and within it the ordinals handed out and passed.
+type fence struct{ gen, issued, watermark uint64 }
+
 func newCrashChecker(uris []string) *crashChecker {
 	return &crashChecker{
-		uris: uris, current: map[string]mcpsync.ResourceVersion{},
+		uris: uris, current: map[string]mcpsync.ResourceVersion{}, fences: map[string]fence{},
 		tickets: map[uint64]bool{}, revoked: map[string]bool{},
 	}
 }
@@ -371,13 +376,29 @@ func (c *crashChecker) check(t *testing.T, path string) mcpsync.LedgerSnapshot {
 	entries := snap.Outbox
 	require.Equal(t, snap.State.First, firstSeq(entries, snap.State.Last), "entries are retained from First")
 	lastVersion := map[string]mcpsync.ResourceVersion{}
+	tombstoned := map[string]uint64{} // URI -> its tombstone entry, until a newer version
 	for i, en := range entries {
 		require.Equal(t, snap.State.First+uint64(i), en.Seq, "no entry lost or numbered twice")
 		if en.Version.Schema != "" {
 			lastVersion[en.URI] = en.Version
+			delete(tombstoned, en.URI)
+		}
+		if en.Reason == mcpsync.InvalidateTombstoned {
+			require.Zero(t, tombstoned[en.URI], "%s: tombstoned by entries %d and %d with no version between", en.URI, tombstoned[en.URI], en.Seq)
+			tombstoned[en.URI] = en.Seq
 		}
 	}
 	for key, r := range snap.Records {
+		if r.Sub != nil {
+			f := fence{r.Sub.Generation, r.LastIssued, r.Watermark}
+			prev := c.fences[key]
+			require.GreaterOrEqual(t, f.gen, prev.gen, "%s: subscription generation reused", key)
+			if f.gen == prev.gen {
+				require.GreaterOrEqual(t, f.issued, prev.issued, "%s: read ordinal reused in generation %d", key, f.gen)
+				require.GreaterOrEqual(t, f.watermark, prev.watermark, "%s: watermark went back in generation %d", key, f.gen)
+			}
+			c.fences[key] = f
+		}
 		if r.Current == nil {
 			continue
 		}
