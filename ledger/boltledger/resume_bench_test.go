@@ -54,7 +54,7 @@ func BenchmarkRestartResumed(b *testing.B) {
 	dir := b.TempDir()
 	stopped := ""
 	subscribeAll := func(b *testing.B, path string) {
-		w := startWorker(b, srv, path)
+		w := startBenchWorker(b, srv, path)
 		for _, u := range uris {
 			if _, err := w.client.Subscribe(b.Context(), u); err != nil {
 				b.Fatal(err)
@@ -90,7 +90,7 @@ func BenchmarkRestartResumed(b *testing.B) {
 			path := filepath.Join(b.TempDir(), fmt.Sprintf("restart-%d.db", run))
 			copyFile(b, stopped, path)
 			b.StartTimer()
-			w := startWorker(b, srv, path)
+			w := startBenchWorker(b, srv, path)
 			if err := w.client.WaitForSync(b.Context()); err != nil {
 				b.Fatal(err)
 			}
@@ -111,17 +111,17 @@ func reportPerURI(b *testing.B, n int) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "us/uri")
 }
 
-// worker is a process's worth of mcpsync on a bolt ledger: the file, an
+// benchWorker is a process's worth of mcpsync on a bolt ledger: the file, an
 // engine on it and a client of the test server.
-type worker struct {
+type benchWorker struct {
 	ledger *boltledger.Ledger
 	engine *mcpsync.Engine
 	client *mcpsync.Client
 }
 
-// startWorker opens the ledger at path, builds an engine on it and connects,
+// startBenchWorker opens the ledger at path, builds an engine on it and connects,
 // as a worker does when it starts.
-func startWorker(b *testing.B, srv *mcpsynctest.Server, path string) *worker {
+func startBenchWorker(b *testing.B, srv *mcpsynctest.Server, path string) *benchWorker {
 	b.Helper()
 	l, err := boltledger.Open(path, nil)
 	if err != nil {
@@ -140,10 +140,10 @@ func startWorker(b *testing.B, srv *mcpsynctest.Server, path string) *worker {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &worker{ledger: l, engine: e, client: c}
+	return &benchWorker{ledger: l, engine: e, client: c}
 }
 
-func (w *worker) close(b *testing.B) {
+func (w *benchWorker) close(b *testing.B) {
 	b.Helper()
 	if err := w.client.Close(); err != nil {
 		b.Fatal(err)
@@ -155,7 +155,7 @@ func (w *worker) close(b *testing.B) {
 
 // mustHaveResumed checks that WaitForSync waited for what is measured: every
 // URI open in the new session with a read accepted in it.
-func (w *worker) mustHaveResumed(b *testing.B, uris []string) {
+func (w *benchWorker) mustHaveResumed(b *testing.B, uris []string) {
 	b.Helper()
 	gen := w.engine.SessionGeneration()
 	for _, u := range uris {
