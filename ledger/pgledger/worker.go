@@ -32,8 +32,13 @@ type Shard struct {
 	client *mcpsync.Client
 	opts   ShardOptions
 
-	mu  sync.Mutex        // protects raw
+	mu  sync.Mutex        // protects raw and held
 	raw map[string]string // key -> the URI as the source spelled it
+	// held is what this shard subscribed and has not let go. The ledger
+	// forgets a lease the moment a write is refused for it, so Renew never
+	// reports that one lost: every round lets go of what is held here and
+	// no longer owned there.
+	held map[string]bool
 }
 
 // ShardOptions configure a Shard.
@@ -75,7 +80,7 @@ func NewShard(ledger *Ledger, c *mcpsync.Client, opts *ShardOptions) (*Shard, er
 	if o.Every <= 0 {
 		o.Every = 500 * time.Millisecond
 	}
-	return &Shard{ledger: ledger, client: c, opts: o, raw: map[string]string{}}, nil
+	return &Shard{ledger: ledger, client: c, opts: o, raw: map[string]string{}, held: map[string]bool{}}, nil
 }
 
 // Run keeps the shard until ctx ends; then it lets every URI go (so other
@@ -150,7 +155,13 @@ func (s *Shard) renew(ctx context.Context, lost chan<- []string) {
 func (s *Shard) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for key := range s.ledger.Owned() {
+	owned := s.ledger.Owned()
+	s.mu.Lock()
+	for key := range s.held {
+		owned[key] = 0 // let go too; Release does nothing without the lease
+	}
+	s.mu.Unlock()
+	for key := range owned {
 		s.letGo(ctx, key, true)
 	}
 	if err := s.ledger.Leave(ctx); err != nil {
@@ -186,6 +197,14 @@ const takeAtOnce = 64
 // round lets go of the lost keys and of those assigned elsewhere, and takes
 // those assigned to this worker whose leases are free or expired.
 func (s *Shard) round(ctx context.Context, lost []string) {
+	owned := s.ledger.Owned()
+	s.mu.Lock()
+	for key := range s.held {
+		if _, ok := owned[key]; !ok && !slices.Contains(lost, key) {
+			lost = append(lost, key)
+		}
+	}
+	s.mu.Unlock()
 	for _, key := range lost {
 		s.letGo(ctx, key, false)
 	}
@@ -201,7 +220,7 @@ func (s *Shard) round(ctx context.Context, lost []string) {
 	s.mu.Lock()
 	raw := s.raw
 	s.mu.Unlock()
-	owned := s.ledger.Owned()
+	owned = s.ledger.Owned()
 	for key := range owned {
 		if _, listed := raw[key]; !listed || s.assigned(key, members) != me {
 			s.letGo(ctx, key, true)
@@ -245,6 +264,9 @@ func (s *Shard) take(ctx context.Context, key, raw string) {
 		}
 		return
 	}
+	s.mu.Lock()
+	s.held[key] = true
+	s.mu.Unlock()
 	if s.opts.OnChange != nil {
 		s.opts.OnChange(key, true)
 	}
@@ -257,6 +279,7 @@ func (s *Shard) take(ctx context.Context, key, raw string) {
 func (s *Shard) letGo(ctx context.Context, key string, release bool) {
 	s.mu.Lock()
 	raw, ok := s.raw[key]
+	delete(s.held, key)
 	s.mu.Unlock()
 	if !ok {
 		raw = key
