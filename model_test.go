@@ -850,6 +850,9 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 		m.enqueued(rt, u, t, ok, err, "Reconcile present")
 	case u.phase == phaseOpen && !present:
 		m.enqueued(rt, u, t, ok, err, "Reconcile absent on an open subscription")
+	case u.phase == phaseTombstoned && present && u.session == m.session:
+		// Listed again after its deletion was confirmed: read it back.
+		m.enqueued(rt, u, t, ok, err, "Reconcile present on a tombstoned subscription")
 	default:
 		require.NoError(rt, err, "Reconcile with nothing to do")
 		require.False(rt, ok)

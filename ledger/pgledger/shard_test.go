@@ -325,7 +325,15 @@ func TestManyWorkers(t *testing.T) {
 	a, b, c := procs[0], procs[1], procs[2]
 	before := owners(t, db, schema)
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
-	took := eventually(t, shardTTL+10*time.Second, "the killed worker's URIs taken over", func() bool {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range procs {
+				errs := p.said("shard-error")
+				t.Logf("%s: %d shard errors, e.g. %q", p.name, len(errs), errs[:min(3, len(errs))])
+			}
+		}
+	})
+	took := eventually(t, shardTTL+60*time.Second, "the killed worker's URIs taken over", func() bool {
 		for key, o := range owners(t, db, schema) {
 			if o == a.worker {
 				return false
@@ -351,14 +359,14 @@ func TestManyWorkers(t *testing.T) {
 	// A worker paused past its TTL: the other takes its URIs; resumed, it
 	// is refused and lets them go.
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGSTOP))
-	eventually(t, shardTTL+10*time.Second, "the paused worker's URIs taken over", func() bool {
+	eventually(t, shardTTL+60*time.Second, "the paused worker's URIs taken over", func() bool {
 		count := split()
 		return count[c.worker] == n
 	})
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGUSR1))
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGCONT))
-	eventually(t, 30*time.Second, "the resumed worker let go of what it lost and took its share again", balanced(members[1:]))
-	eventually(t, 30*time.Second, "the resumed worker probed what it lost", func() bool { return len(b.said("probed")) > 0 })
+	eventually(t, 60*time.Second, "the resumed worker let go of what it lost and took its share again", balanced(members[1:]))
+	eventually(t, 60*time.Second, "the resumed worker probed what it lost", func() bool { return len(b.said("probed")) > 0 })
 	refused := b.said("refused")
 	t.Logf("the resumed worker was refused %d times, e.g. %q", len(refused), first(refused))
 	assert.NotEmpty(t, refused, "the resumed worker tried to write what it lost, and was refused")
