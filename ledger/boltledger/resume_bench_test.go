@@ -18,7 +18,8 @@ import (
 
 // resumeURIs is how many URIs BenchmarkRestartResumed resumes. Each run
 // of each side takes tens of seconds at 10,000 (every URI costs a few
-// fsync'd writes), so -count=6 takes several minutes; -short resumes 1,000.
+// fsync'd writes), so -count=6 takes about ten minutes on two cores;
+// -short resumes 1,000.
 const resumeURIs = 10_000
 
 // BenchmarkRestartResumed measures a worker restarted on its bolt ledger
@@ -34,8 +35,10 @@ const resumeURIs = 10_000
 // would swamp what is measured here.
 //
 // ReconnectReads is rate.Inf in both: the pacing of reconnect reads is a
-// policy, not a cost. At the default, 100 reads a second, the reads of
-// 10,000 resumed URIs take 100 s on top of what this measures.
+// policy, not a cost. At the default, 100 reads a second (bursts of 20),
+// the reads of 10,000 resumed URIs alone take 100 s: they overlap the
+// resubscribing, so a restart at the defaults takes about the larger of
+// the two.
 func BenchmarkRestartResumed(b *testing.B) {
 	n := resumeURIs
 	if testing.Short() {
