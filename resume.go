@@ -2,6 +2,7 @@ package mcpsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -63,25 +64,38 @@ func (c *Client) resume(keys []string) {
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: resumed subscriptions", "count", len(keys))
 	}
-	if err := c.waitSynced(c.ctx, keys); err != nil {
-		return // closing, or the session failed: nothing to reconcile on
-	}
-	missing := slices.ContainsFunc(keys, func(key string) bool {
-		sub, err := c.engine.Subscription(key)
-		return err == nil && (sub.State == StateTombstonePending || sub.State == StateReconciliationRequired)
-	})
-	conn, err := c.current()
-	if err != nil || !missing || !conn.caps.Resources {
-		return
-	}
-	cat, err := c.Scan(c.ctx, KindResources)
-	if err == nil {
-		_, err = c.Reconcile(cat)
-	}
-	if err != nil && c.ctx.Err() == nil {
-		c.report(fmt.Errorf("mcpsync: resume: reconcile: %w", err))
+	// A deleted URI may still be between reads when its first read settled
+	// (a 2026-07-28 relisten re-reads what it carried), or its newest
+	// not-found may postdate the scan: each round scans again until no
+	// resumed URI waits for evidence, a few rounds at most.
+	for range resumeScans {
+		if err := c.waitSynced(c.ctx, keys); err != nil {
+			return // closing, or the session failed: nothing to reconcile on
+		}
+		missing := slices.ContainsFunc(keys, func(key string) bool {
+			sub, err := c.engine.Subscription(key)
+			return err == nil && (sub.State == StateTombstonePending || sub.State == StateReconciliationRequired)
+		})
+		conn, err := c.current()
+		if err != nil || !missing || !conn.caps.Resources {
+			return
+		}
+		cat, err := c.Scan(c.ctx, KindResources)
+		if err == nil {
+			_, err = c.Reconcile(cat)
+		}
+		if err != nil && c.ctx.Err() == nil && !errors.Is(err, ErrIllegalTransition) {
+			c.report(fmt.Errorf("mcpsync: resume: reconcile: %w", err))
+		}
+		if !c.wait(c.opts.RetryInitial) {
+			return
+		}
 	}
 }
+
+// resumeScans bounds the catalogs a resume reconciles; later deletions are
+// the kept scan's (KeepScanning).
+const resumeScans = 5
 
 // WaitForSync returns once every URI watched when it was called has had a
 // read accepted in a subscription generation of the current session: a

@@ -262,7 +262,10 @@ func (w *resumer) subscribe(ctx context.Context, want func(string) bool) error {
 		if !want(uri) {
 			continue
 		}
-		if _, err := w.c.Subscribe(ctx, uri); err != nil {
+		// A resource deleted during the downtime is subscribed all the
+		// same: Subscribe says it is not there, and the subscription stays
+		// open to pick it up when it is back.
+		if _, err := w.c.Subscribe(ctx, uri); err != nil && !errors.Is(err, mcpsync.ErrNotFound) {
 			return fmt.Errorf("subscribe %s: %w", uri, err)
 		}
 		w.say("subscribed %s %s", w.principal, uri)
