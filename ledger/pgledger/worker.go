@@ -190,9 +190,10 @@ func (s *Shard) refresh(ctx context.Context) error {
 	return nil
 }
 
-// takeAtOnce bounds the URIs a round takes concurrently: a takeover of a
+// takeAtOnce bounds the URIs a round takes concurrently (below the pool's
+// connections, which renewal needs too): a takeover of a
 // dead worker's share waits on a subscribe and a read per URI.
-const takeAtOnce = 64
+const takeAtOnce = 4
 
 // round lets go of the lost keys and of those assigned elsewhere, and takes
 // those assigned to this worker whose leases are free or expired.
@@ -206,6 +207,9 @@ func (s *Shard) round(ctx context.Context, lost []string) {
 	}
 	s.mu.Unlock()
 	for _, key := range lost {
+		if _, ok := owned[key]; ok {
+			continue // reported lost by an older renewal, and taken again since
+		}
 		s.letGo(ctx, key, false)
 	}
 	members, err := s.ledger.Members(ctx)
