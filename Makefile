@@ -3,11 +3,16 @@ GO ?= go
 RAPID_CHECKS ?= 2000
 export RAPID_CHECKS
 
-.PHONY: test test-long test-crash lint cover bench examples gate gate-long
+.PHONY: test test-long test-crash test-workers lint cover bench examples gate gate-long
 
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# Three worker processes on one PostgreSQL database, without the race
+# detector (it measures takeovers in real time); CI runs it after make test.
+test-workers:
+	$(GO) test -count=1 -run TestManyWorkers ./ledger/pgledger/
 
 test-long:
 	RAPID_CHECKS=100000 $(GO) test -count=1 -run 'Model' -timeout 60m ./...

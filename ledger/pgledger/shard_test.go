@@ -256,6 +256,9 @@ func TestManyWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
+	if raceDetector {
+		t.Skip("three race-instrumented workers on two cores miss every lease; make test-workers runs it")
+	}
 	conn, schema := pgtest.Schema(t)
 	ctx := t.Context()
 	ledger, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pgledger_test
+
+const raceDetector = false
