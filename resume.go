@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Resuming after a restart, and waiting for the first reads.
@@ -66,9 +68,11 @@ func (c *Client) resume(keys []string) {
 	}
 	// A deleted URI may still be between reads when its first read settled
 	// (a 2026-07-28 relisten re-reads what it carried), or its newest
-	// not-found may postdate the scan: each round scans again until no
-	// resumed URI waits for evidence, a few rounds at most.
-	for range resumeScans {
+	// not-found may postdate the scan: each round scans again, after a
+	// growing pause, until no resumed URI waits for evidence.
+	pause := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
+		Multiplier: 2, MaxInterval: c.opts.RetryMax}
+	for {
 		if err := c.waitSynced(c.ctx, keys); err != nil {
 			return // closing, or the session failed: nothing to reconcile on
 		}
@@ -87,15 +91,11 @@ func (c *Client) resume(keys []string) {
 		if err != nil && c.ctx.Err() == nil && !errors.Is(err, ErrIllegalTransition) {
 			c.report(fmt.Errorf("mcpsync: resume: reconcile: %w", err))
 		}
-		if !c.wait(c.opts.RetryInitial) {
+		if !c.wait(pause.NextBackOff()) {
 			return
 		}
 	}
 }
-
-// resumeScans bounds the catalogs a resume reconciles; later deletions are
-// the kept scan's (KeepScanning).
-const resumeScans = 5
 
 // WaitForSync returns once every URI watched when it was called has had a
 // read accepted in a subscription generation of the current session: a
