@@ -20,7 +20,7 @@ test-long:
 # The bolt ledger's crash test at full strength: a worker killed with SIGKILL
 # at 200 random points (make test kills it 20 times).
 test-crash:
-	MCPSYNC_CRASH_KILLS=200 $(GO) test -count=1 -run TestCrashConsistency ./ledger/boltledger/
+	MCPSYNC_CRASH_KILLS=200 $(GO) test -count=1 -run '^TestCrash(Consistency|Resume)$$' ./ledger/boltledger/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
