@@ -523,14 +523,21 @@ func (d *demo) converge(ctx context.Context) (time.Duration, error) {
 // reconcile scans when a subscription waits for list reconciliation and
 // hands the catalog to the client; it reports whether none is waiting.
 func (d *demo) reconcile(ctx context.Context) bool {
-	waiting := false
+	waiting, settled := false, true
 	for sub, err := range d.engine.Subscriptions() {
-		if err == nil && (sub.State == mcpsync.StateTombstonePending || sub.State == mcpsync.StateReconciliationRequired) {
+		if err != nil {
+			continue
+		}
+		if sub.State == mcpsync.StateTombstonePending || sub.State == mcpsync.StateReconciliationRequired {
 			waiting = true
+		}
+		// A deleted resource between reads is not yet confirmed either.
+		if _, ok := d.srv.Text(sub.URI); !ok && sub.CloseEpoch == 0 && sub.State != mcpsync.StateTombstoned {
+			settled = false
 		}
 	}
 	if !waiting {
-		return true
+		return settled
 	}
 	cat, err := d.client.Scan(ctx, mcpsync.KindResources)
 	if err != nil {
