@@ -31,16 +31,21 @@ import (
 // their keys. Subscriptions of another principal or another server are left
 // alone: reading them here would prove nothing about them.
 func (c *Client) adopt(conn *connection) ([]string, error) {
-	var keys []string
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// The ledger is read first: a durable one does I/O, and c.mu is never
+	// held across it.
+	var open []Subscription
 	for sub, err := range c.engine.ResumableSubscriptions() {
 		if err != nil {
 			return nil, fmt.Errorf("mcpsync: resume: %w", err)
 		}
-		if sub.Principal != c.opts.Principal || sub.Server.Name != conn.caps.Server.Name {
-			continue
+		if sub.Principal == c.opts.Principal && sub.Server.Name == conn.caps.Server.Name {
+			open = append(open, sub)
 		}
+	}
+	var keys []string
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sub := range open {
 		if _, ok := c.watches[sub.URI]; ok {
 			continue
 		}
