@@ -177,11 +177,13 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	go func() {
 		resp, err := t.inner.SendRequest(ctx, request)
 		late := !state.CompareAndSwap(pending, answered)
-		if !late {
-			done <- answer{resp, err}
-		}
+		// Settled before the caller has the answer: whatever the caller does
+		// next (an unsubscribe after its subscribe) must find it settled.
 		if settled != nil {
 			settled(late)
+		}
+		if !late {
+			done <- answer{resp, err}
 		}
 	}()
 	select {
