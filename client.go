@@ -34,9 +34,12 @@ type CapabilityReceipt struct {
 	Schema          string         `json:"schema"`
 	ProtocolVersion string         `json:"protocolVersion"`
 	Server          Implementation `json:"server"`
-	Resources       bool           `json:"resources"`
-	Subscribe       bool           `json:"subscribe"`
-	ListChanged     bool           `json:"listChanged"`
+	// ServerID names the deployment of the server (ClientOptions.ServerID);
+	// a restart resumes only the subscriptions opened with the same one.
+	ServerID    string `json:"serverId,omitempty"`
+	Resources   bool   `json:"resources"`
+	Subscribe   bool   `json:"subscribe"`
+	ListChanged bool   `json:"listChanged"`
 	// SnapshotList is set when the server declared the snapshot extension
 	// (SnapshotCapability).
 	SnapshotList      bool      `json:"snapshotList"`
@@ -90,6 +93,15 @@ type ClientOptions struct {
 	Engine *Engine
 	// Principal is the subject every read of this client is bound to.
 	Principal string
+	// ServerID names the server deployment this client talks to (its URL,
+	// say). It is recorded on every subscription the client opens, and a
+	// restart resumes only the subscriptions opened with the same
+	// ServerID and Principal. Empty means the name the server reports,
+	// which is enough while a ledger serves one deployment of each server
+	// product; set it when one ledger is shared by workers of two
+	// deployments of the same server, or each would resume, and tombstone,
+	// the other's resources.
+	ServerID string
 	// ClientInfo introduces the client to servers; zero means "mcpsync".
 	ClientInfo Implementation
 	// ProtocolVersion pins a protocol revision ("2025-06-18", "2025-11-25",
@@ -607,6 +619,10 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	caps := CapabilityReceipt{
 		ProtocolVersion: version,
 		Server:          Implementation{Name: res.ServerInfo.Name, Version: res.ServerInfo.Version},
+		ServerID:        c.opts.ServerID,
+	}
+	if caps.ServerID == "" {
+		caps.ServerID = res.ServerInfo.Name
 	}
 	if r := res.Capabilities.Resources; r != nil {
 		caps.Resources, caps.Subscribe, caps.ListChanged = true, r.Subscribe, r.ListChanged
@@ -1425,6 +1441,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		c.metrics.read(t.Trigger, "FAILED")
 		c.failedRead(conn, t, err)
 		next, ferr := c.engine.Fail(t)
+		c.progress.notify()
 		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	c.answered(t.URI)

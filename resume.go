@@ -27,7 +27,7 @@ import (
 // catalog that began after the not-found and proves the URI absent.
 
 // adopt registers as watched every subscription an earlier session left open
-// in the engine's ledger for this client's principal and server, and returns
+// in the engine's ledger for this client's principal and ServerID, and returns
 // their keys. Subscriptions of another principal or another server are left
 // alone: reading them here would prove nothing about them.
 func (c *Client) adopt(conn *connection) ([]string, error) {
@@ -38,7 +38,7 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mcpsync: resume: %w", err)
 		}
-		if sub.Principal == c.opts.Principal && sub.Server.Name == conn.caps.Server.Name {
+		if sub.Principal == c.opts.Principal && serverOf(sub) == conn.caps.ServerID {
 			open = append(open, sub)
 		}
 	}
@@ -59,6 +59,15 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 	return keys, nil
 }
 
+// serverOf is the ServerID sub was opened with: the server's name for a
+// subscription recorded before ServerID was.
+func serverOf(sub Subscription) string {
+	if sub.Capabilities.ServerID != "" {
+		return sub.Capabilities.ServerID
+	}
+	return sub.Server.Name
+}
+
 // resume opens the adopted keys in the current session, waits for their
 // first reads and reconciles a fresh catalog of the server's resources, so
 // that a deletion during the downtime reaches the outbox.
@@ -71,20 +80,22 @@ func (c *Client) resume(keys []string) {
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: resumed subscriptions", "count", len(keys))
 	}
-	// A deleted URI may still be between reads when its first read settled
-	// (a 2026-07-28 relisten re-reads what it carried), or its newest
-	// not-found may postdate the scan: each round scans again, after a
-	// growing pause, until no resumed URI waits for evidence.
+	// Each round waits until every resumed URI settled (a 2026-07-28
+	// relisten re-reads what it carried, so a URI found not-found may be
+	// read again; deciding on it mid-read would miss its deletion), then
+	// scans and reconciles if one of them waits for evidence. Its newest
+	// not-found may postdate the scan, so rounds go on, after a growing
+	// pause, until none waits.
 	pause := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
 		Multiplier: 2, MaxInterval: c.opts.RetryMax}
 	for {
 		if err := c.waitSynced(c.ctx, keys); err != nil {
 			return // closing, or the session failed: nothing to reconcile on
 		}
-		missing := slices.ContainsFunc(keys, func(key string) bool {
-			sub, err := c.engine.Subscription(key)
-			return err == nil && (sub.State == StateTombstonePending || sub.State == StateReconciliationRequired)
-		})
+		missing, err := c.awaitEvidence(c.ctx, keys)
+		if err != nil {
+			return
+		}
 		conn, err := c.current()
 		if err != nil || !missing || !conn.caps.Resources {
 			return
@@ -98,6 +109,42 @@ func (c *Client) resume(keys []string) {
 		}
 		if !c.wait(pause.NextBackOff()) {
 			return
+		}
+	}
+}
+
+// awaitEvidence waits until it has seen each of keys settled, not between
+// a read and its answer, and reports whether one of them waits for deletion
+// evidence (TOMBSTONE_PENDING, RECONCILIATION_REQUIRED) when it was seen.
+// A URI no longer watched is settled.
+func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error) {
+	keys = slices.Clone(keys)
+	missing := false
+	for {
+		wake := c.progress.wait()
+		keys = slices.DeleteFunc(keys, func(key string) bool {
+			c.mu.Lock()
+			_, watched := c.watches[key]
+			c.mu.Unlock()
+			sub, err := c.engine.Subscription(key)
+			if !watched || err != nil {
+				return true
+			}
+			switch sub.State {
+			case StateDiscovered, StateSubscribing, StateUpdateSeen, StateReadPending:
+				return false
+			case StateTombstonePending, StateReconciliationRequired:
+				missing = true
+			}
+			return true
+		})
+		if len(keys) == 0 {
+			return missing, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false, ctx.Err()
 		}
 	}
 }

@@ -175,3 +175,63 @@ func TestUnsubscribeRacingResumeWins(t *testing.T) {
 		})
 	}
 }
+
+// Two deployments of one server product (the same name) behind one shared
+// ledger: each worker resumes only the subscriptions it opened on its own
+// server. Resuming the other's would read them where they do not exist,
+// and tombstone resources that are alive on the server that has them.
+func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const east, west = "file:///east/a.md", "file:///west/b.md"
+				servers := map[string]*mcpsynctest.Server{}
+				for id, uri := range map[string]string{"east": east, "west": west} {
+					srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true})
+					srv.Set(uri, "text/markdown", "v1 "+id)
+					servers[id] = srv
+				}
+				ledger := mcpsync.NewMemoryLedger(nil)
+				run := func(seed int64) map[string]*liveRig {
+					rigs := map[string]*liveRig{}
+					for _, id := range []string{"east", "west"} {
+						r, err := newLiveRig(t.Context(), servers[id], w.version, seed,
+							mcpsync.ClientOptions{Engine: engineOn(t, ledger), ServerID: id})
+						require.NoError(t, err)
+						t.Cleanup(func() { _ = r.c.Close() }) // a second Close is a no-op
+						rigs[id] = r
+					}
+					return rigs
+				}
+				first := run(1)
+				for id, uri := range map[string]string{"east": east, "west": west} {
+					_, err := first[id].c.Subscribe(t.Context(), uri)
+					require.NoError(t, err)
+					require.NoError(t, first[id].c.WaitForSync(t.Context()))
+				}
+				for _, r := range first {
+					require.NoError(t, r.c.Close())
+				}
+
+				second := run(2)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+				defer cancel()
+				for id, r := range second {
+					require.NoError(t, r.c.WaitForSync(ctx), "the %s worker syncs", id)
+				}
+				quiesce()
+				time.Sleep(time.Hour) // every resume's reconcile rounds end
+				quiesce()
+				for id, uri := range map[string]string{"east": east, "west": west} {
+					sub, err := second[id].c.Engine().Subscription(uri)
+					require.NoError(t, err)
+					assert.Equal(t, mcpsync.StateActive, sub.State, "%s stays alive: its server has it", uri)
+					assert.Equal(t, id, sub.Capabilities.ServerID, "%s is resumed by the worker of its server", uri)
+					text, err := second[id].served(uri)
+					require.NoError(t, err)
+					assert.Equal(t, "v1 "+id, text)
+				}
+			})
+		})
+	}
+}

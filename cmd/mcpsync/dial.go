@@ -218,6 +218,12 @@ func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen
 	opts.ProtocolVersion = c.versionPin()
 	opts.RequestTimeout = c.timeout
 	opts.Limits = &c.limits
+	// The server is named by where it is reached: a restart on a shared
+	// ledger resumes only what was opened on the same server.
+	opts.ServerID = c.url
+	if opts.ServerID == "" {
+		opts.ServerID = strings.Join(c.command, " ")
+	}
 	err := conn.bounded(ctx, c.timeout, "connect", func(cctx context.Context) error {
 		client, err := mcpsync.Connect(cctx, c.dialer(listen, &http.Client{Transport: conn.http}), &opts)
 		conn.client = client
