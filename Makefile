@@ -17,8 +17,9 @@ test-workers:
 test-long:
 	RAPID_CHECKS=100000 $(GO) test -count=1 -run 'Model' -timeout 60m ./...
 
-# The bolt ledger's crash test at full strength: a worker killed with SIGKILL
-# at 200 random points (make test kills it 20 times).
+# The bolt ledger's crash tests at full strength: a worker killed with
+# SIGKILL at 200 random points, once with a fresh client each run and once
+# resuming what the last run left open (make test kills each 20 times).
 test-crash:
 	MCPSYNC_CRASH_KILLS=200 $(GO) test -count=1 -run '^TestCrash(Consistency|Resume)$$' ./ledger/boltledger/
 

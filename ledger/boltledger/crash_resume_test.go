@@ -573,13 +573,6 @@ func TestCrashResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	if os.Getenv(envKills) == "" {
-		// Open: now and then a deletion made during the downtime stays
-		// TOMBSTONE_PENDING after the resume's reconciling (about one kill
-		// in a hundred under load). Until that is fixed the test runs only
-		// when asked for, and fails when it finds it.
-		t.Skip("a resume bug is open (a downtime deletion can stay TOMBSTONE_PENDING); set MCPSYNC_CRASH_KILLS to run it")
-	}
 	kills := crashKills(20)
 	dir := t.TempDir()
 	ledgerPath, statePath := filepath.Join(dir, "worker.db"), filepath.Join(dir, "server.json")
