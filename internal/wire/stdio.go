@@ -261,7 +261,9 @@ func (p *process) Close() error {
 			}
 		}
 		if wait() {
-			if p.waitErr != nil {
+			// ErrWaitDelay is a clean exit whose stderr a helper still
+			// held when WaitDelay ran out: Wait returns it for status 0.
+			if p.waitErr != nil && !errors.Is(p.waitErr, exec.ErrWaitDelay) {
 				err = errors.Join(err, p.exitErr())
 			}
 			return
