@@ -293,13 +293,18 @@ func RequireFresh() LookupOption { return func(o *lookupOptions) { o.fresh = tru
 // Lookup returns the current version of a URI if, and only if, it may be
 // served to subject: it passed the fence and the content guard, it was read
 // by subject, that subject is not revoked, and no newer read said the
-// resource is gone. Otherwise it returns ErrNoVersion, ErrRevoked,
+// resource is gone. Otherwise it returns ErrInvalidURI for a URI that is no
+// URI, ErrUnknownURI for one never subscribed, ErrNoVersion, ErrRevoked,
 // ErrForbidden, ErrQuarantined, ErrTombstonePending or ErrTombstoned; with
-// RequireFresh, also ErrStale.
+// RequireFresh, also ErrStale. RefusalOf names each.
 func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, error) {
 	var o lookupOptions
 	for _, opt := range opts {
 		opt(&o)
+	}
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Entry{}, err
 	}
 	if err := e.syncRevoked(context.Background()); err != nil {
 		return Entry{}, err
@@ -307,15 +312,13 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
 	}
-	key, err := normalizeKey(rawURI)
-	if err != nil {
-		return Entry{}, err
-	}
 	r, err := e.ledger.Load(context.Background(), key)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Entry{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
-	}
-	if r == nil || r.Current == nil {
+	case r == nil:
+		return Entry{}, fmt.Errorf("%w: %s was never subscribed", ErrUnknownURI, key)
+	case r.Current == nil:
 		return Entry{}, ErrNoVersion
 	}
 	c := r.Current

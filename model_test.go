@@ -1128,6 +1128,8 @@ func invLookupAgreesWithModel(rt *rapid.T, m *modelMachine) {
 			switch {
 			case m.revoked[s]:
 				want = mcpsync.ErrRevoked
+			case c == nil && m.uris[key].gen == 0:
+				want = mcpsync.ErrUnknownURI // never subscribed: no record
 			case c == nil:
 				want = mcpsync.ErrNoVersion
 			case c.status == mcpsync.VersionRevoked || m.revoked[c.subject]:

@@ -200,6 +200,9 @@ const (
 	LookupQuarantined      LookupRefusal = "QUARANTINED"
 	LookupTombstonePending LookupRefusal = "TOMBSTONE_PENDING"
 	LookupTombstoned       LookupRefusal = "TOMBSTONED"
+	LookupStale            LookupRefusal = "STALE"
+	LookupUnknownURI       LookupRefusal = "UNKNOWN_URI"
+	LookupInvalidURI       LookupRefusal = "INVALID_URI"
 )
 
 var lookupRefusals = []struct {
@@ -208,7 +211,21 @@ var lookupRefusals = []struct {
 }{
 	{ErrNoVersion, LookupNoVersion}, {ErrRevoked, LookupRevoked}, {ErrForbidden, LookupForbidden},
 	{ErrQuarantined, LookupQuarantined}, {ErrTombstonePending, LookupTombstonePending},
-	{ErrTombstoned, LookupTombstoned},
+	{ErrTombstoned, LookupTombstoned}, {ErrStale, LookupStale}, {ErrUnknownURI, LookupUnknownURI},
+	{ErrInvalidURI, LookupInvalidURI},
+}
+
+// RefusalOf names the refusal an error of Lookup stands for, so a caller
+// can switch on one value (and log it) instead of on a chain of errors.Is.
+// It reports false for any other error: a ledger that failed, a closed
+// client.
+func RefusalOf(err error) (LookupRefusal, bool) {
+	for _, l := range lookupRefusals {
+		if errors.Is(err, l.err) {
+			return l.reason, true
+		}
+	}
+	return "", false
 }
 
 // ShadowReport compares one response of a caller's read path with the fence.
@@ -299,9 +316,11 @@ func (s *Shadow) Observe(uri string, served []Content, servedAt time.Time) (Shad
 	if r.Verdict == "" {
 		entry, err := s.engine.Lookup(s.principal, key)
 		if err != nil {
-			if r.Refusal = refusalOf(err); r.Refusal == "" {
+			refusal, ok := RefusalOf(err)
+			if !ok {
 				return ShadowReport{}, err
 			}
+			r.Refusal = refusal
 			r.Verdict = VerdictWouldRefuse
 		} else {
 			v := entry.Version
@@ -318,15 +337,6 @@ func (s *Shadow) Observe(uri string, served []Content, servedAt time.Time) (Shad
 	s.counts[r.Verdict]++
 	s.mu.Unlock()
 	return r, nil
-}
-
-func refusalOf(err error) LookupRefusal {
-	for _, l := range lookupRefusals {
-		if errors.Is(err, l.err) {
-			return l.reason
-		}
-	}
-	return ""
 }
 
 // Counts returns how many observations got each verdict.

@@ -144,7 +144,7 @@ func TestURIEncodingConfusion(t *testing.T) {
 
 	// Different resources never share a key: %2F is not a path separator.
 	_, err = e.Lookup(alice, "file:///docs%2FRésumé.md")
-	require.ErrorIs(t, err, mcpsync.ErrNoVersion)
+	require.ErrorIs(t, err, mcpsync.ErrUnknownURI)
 }
 
 // Golden files pin the JSON of every receipt.

@@ -177,27 +177,6 @@ type prompt struct {
 	text             string
 }
 
-// leftOut says why Lookup refused a resource; false for an error that is
-// not a refusal (a broken ledger), which must fail the prompt instead.
-func leftOut(err error) (string, bool) {
-	for _, r := range []struct {
-		err  error
-		name string
-	}{
-		{mcpsync.ErrRevoked, "revoked"},
-		{mcpsync.ErrForbidden, "read by another principal"},
-		{mcpsync.ErrQuarantined, "quarantined by the content guard"},
-		{mcpsync.ErrTombstonePending, "not found, tombstone pending"},
-		{mcpsync.ErrTombstoned, "tombstoned"},
-		{mcpsync.ErrNoVersion, "no accepted version"},
-	} {
-		if errors.Is(err, r.err) {
-			return r.name, true
-		}
-	}
-	return "", false
-}
-
 // assemble builds requester's prompt from c. Whether a version may be
 // served is decided by Lookup alone; the runtime never falls back to older
 // text, so a refused resource is simply not in the prompt.
@@ -209,7 +188,9 @@ func assemble(requester string, c *cache) (prompt, error) {
 		for _, uri := range src.uris {
 			entry, err := engine.Lookup(requester, uri)
 			if err != nil {
-				why, ok := leftOut(err)
+				// A refusal leaves the resource out; anything else (a
+				// broken ledger) fails the prompt.
+				why, ok := mcpsync.RefusalOf(err)
 				if !ok {
 					return p, err
 				}
