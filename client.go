@@ -498,11 +498,18 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
+	// One Client drives an engine: two would each open, read and close
+	// the same keys in sessions of their own, and fence each other out.
+	if !o.Engine.driver.CompareAndSwap(nil, c) {
+		c.cancel()
+		return nil, ErrEngineInUse
+	}
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
 	go c.deliverErrors() // outside wg: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
+		o.Engine.driver.CompareAndSwap(c, nil)
 		return nil, err
 	}
 	c.conn = conn
@@ -702,6 +709,9 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
+		// The engine is free for another Client once nothing of this one
+		// runs.
+		c.engine.driver.CompareAndSwap(c, nil)
 		if !c.errs.delivering.Load() {
 			// Failures told after the last goroutine ended reach OnError
 			// before Close returns; a Close from inside OnError does not

@@ -74,6 +74,9 @@ type Engine struct {
 
 	queue readQueue
 	audit auditLog
+
+	// driver is the Client that drives the engine, nil while none does.
+	driver atomic.Pointer[Client]
 }
 
 type session struct {

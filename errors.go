@@ -99,6 +99,9 @@ var (
 	ErrForbidden = errors.New("mcpsync: version bound to another subject")
 	// ErrUnknownURI: no subscription or discovery record exists for the URI.
 	ErrUnknownURI = errors.New("mcpsync: unknown resource URI")
+	// ErrEngineInUse: Connect was given an Engine that another Client,
+	// not yet closed, drives. An engine has one Client at a time.
+	ErrEngineInUse = errors.New("mcpsync: engine driven by another client")
 	// ErrInvalidURI: the URI cannot be normalized into a key.
 	ErrInvalidURI = errors.New("mcpsync: invalid resource URI")
 	// ErrUnknownVersion: a derived artifact names a version the ledger never accepted.
