@@ -26,63 +26,109 @@ type DerivedArtifact struct {
 	RecordedAt time.Time       `json:"recordedAt"`
 }
 
-// RecordDerived records a derived artifact. The version must be one the
-// fence accepted for that URI: the current version, or an older one (a
-// consumer may finish deriving after a newer version arrived; the outbox has
-// already told it to re-derive). Recording the same (Index, ArtifactID) again
-// replaces the earlier record. A version of a revoked subject is refused with
-// ErrRevoked: the consumer must delete the artifact instead.
-func (e *Engine) RecordDerived(a DerivedArtifact) error {
-	if a.Index == "" || a.ArtifactID == "" {
-		return fmt.Errorf("mcpsync: derived artifact needs an index and an id")
-	}
-	key, err := normalizeKey(a.Version.URI)
-	if err != nil {
-		return err
-	}
-	a.Schema, a.Version.URI = SchemaDerivedArtifact, key
-	if a.RecordedAt.IsZero() {
-		a.RecordedAt = e.now()
+// RecordDerived records derived artifacts. Each version must be one the
+// fence accepted for its URI: the current version, or an older one (a
+// consumer may finish deriving after a newer version arrived; the outbox
+// has already told it to re-derive). Recording the same (Index, ArtifactID)
+// again replaces the earlier record. A version of a revoked subject is
+// refused with ErrRevoked: the consumer must delete the artifact instead.
+//
+// The artifacts of one URI are recorded in one ledger write, all or none,
+// so recording the chunks of a document at once costs O(1) per chunk;
+// a call per chunk rewrites the URI's list each time. Artifacts of several
+// URIs are recorded URI by URI: an error names the URI that failed, and
+// the URIs before it are recorded.
+func (e *Engine) RecordDerived(artifacts ...DerivedArtifact) error {
+	var keys []string
+	byKey := map[string][]DerivedArtifact{}
+	for _, a := range artifacts {
+		if a.Index == "" || a.ArtifactID == "" {
+			return fmt.Errorf("mcpsync: derived artifact needs an index and an id")
+		}
+		key, err := normalizeKey(a.Version.URI)
+		if err != nil {
+			return err
+		}
+		a.Schema, a.Version.URI = SchemaDerivedArtifact, key
+		if a.RecordedAt.IsZero() {
+			a.RecordedAt = e.now()
+		}
+		if _, ok := byKey[key]; !ok {
+			keys = append(keys, key)
+		}
+		byKey[key] = append(byKey[key], a)
 	}
 	if err := e.syncRevoked(context.Background()); err != nil {
 		return err
 	}
 	e.revokeMu.RLock()
 	defer e.revokeMu.RUnlock()
-	if e.isRevoked(a.Version.Subject) {
-		return fmt.Errorf("%w: subject %q", ErrRevoked, a.Version.Subject)
+	for _, key := range keys {
+		for _, a := range byKey[key] {
+			if e.isRevoked(a.Version.Subject) {
+				return fmt.Errorf("%w: subject %q", ErrRevoked, a.Version.Subject)
+			}
+		}
+		if err := e.recordDerived(key, byKey[key]); err != nil {
+			return err
+		}
 	}
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	return nil
+}
+
+// recordDerived records the artifacts of key in one write.
+func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
+	type id struct{ index, artifact string }
+	latest := make(map[id]int, len(artifacts)) // the last of each id wins
+	for i, a := range artifacts {
+		latest[id{a.Index, a.ArtifactID}] = i
+	}
+	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
 		if cur == nil || cur.Current == nil {
 			return nil, nil, fmt.Errorf("%w: %s has no accepted version", ErrUnknownVersion, key)
 		}
 		c := cur.Current.Version
-		switch {
-		case cur.Current.Status == VersionQuarantined && !c.After(a.Version) && !a.Version.After(c):
-			return nil, nil, fmt.Errorf("%w: %s ordinal %d was quarantined", ErrQuarantined, key, c.ReadOrdinal)
-		case a.Version.After(c):
-			return nil, nil, fmt.Errorf("%w: %s generation %d ordinal %d is newer than the current version",
-				ErrUnknownVersion, key, a.Version.SubscriptionGeneration, a.Version.ReadOrdinal)
-		case !c.After(a.Version) && a.Version.Digest != c.Digest:
-			return nil, nil, fmt.Errorf("%w: %s digest %s differs from the version accepted at that ordinal",
-				ErrUnknownVersion, key, a.Version.Digest)
-		case a.Version.SubscriptionGeneration == c.SubscriptionGeneration && a.Version.Subject != c.Subject:
-			// One generation reads for one principal: an artifact named for
-			// another would escape that principal's revocation.
-			return nil, nil, fmt.Errorf("%w: %s generation %d was read by %q, not %q",
-				ErrUnknownVersion, key, c.SubscriptionGeneration, c.Subject, a.Version.Subject)
+		for _, a := range artifacts {
+			if err := derivableFrom(key, cur.Current.Status, c, a.Version); err != nil {
+				return nil, nil, err
+			}
 		}
 		next := cur.clone()
-		next.Artifacts = make([]DerivedArtifact, 0, len(cur.Artifacts)+1)
+		next.Artifacts = make([]DerivedArtifact, 0, len(cur.Artifacts)+len(latest))
 		for _, held := range cur.Artifacts {
-			if held.Index != a.Index || held.ArtifactID != a.ArtifactID {
+			if _, replaced := latest[id{held.Index, held.ArtifactID}]; !replaced {
 				next.Artifacts = append(next.Artifacts, held)
 			}
 		}
-		next.Artifacts = append(next.Artifacts, a)
+		for i, a := range artifacts {
+			if latest[id{a.Index, a.ArtifactID}] == i {
+				next.Artifacts = append(next.Artifacts, a)
+			}
+		}
 		return next, nil, nil
 	})
 	return err
+}
+
+// derivableFrom refuses an artifact's version v unless the fence accepted
+// it for key, whose current version is c with status.
+func derivableFrom(key string, status VersionStatus, c, v ResourceVersion) error {
+	switch {
+	case status == VersionQuarantined && !c.After(v) && !v.After(c):
+		return fmt.Errorf("%w: %s ordinal %d was quarantined", ErrQuarantined, key, c.ReadOrdinal)
+	case v.After(c):
+		return fmt.Errorf("%w: %s generation %d ordinal %d is newer than the current version",
+			ErrUnknownVersion, key, v.SubscriptionGeneration, v.ReadOrdinal)
+	case !c.After(v) && v.Digest != c.Digest:
+		return fmt.Errorf("%w: %s digest %s differs from the version accepted at that ordinal",
+			ErrUnknownVersion, key, v.Digest)
+	case v.SubscriptionGeneration == c.SubscriptionGeneration && v.Subject != c.Subject:
+		// One generation reads for one principal: an artifact named for
+		// another would escape that principal's revocation.
+		return fmt.Errorf("%w: %s generation %d was read by %q, not %q",
+			ErrUnknownVersion, key, c.SubscriptionGeneration, c.Subject, v.Subject)
+	}
+	return nil
 }
 
 // RevocationReceipt lists everything one revocation invalidated.

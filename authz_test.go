@@ -2,6 +2,7 @@ package mcpsync_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,4 +160,37 @@ func TestForgetDerived(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rc.Artifacts, 1)
 	assert.Equal(t, "chunk-0", rc.Artifacts[0].ArtifactID)
+}
+
+// The chunks of one document are recorded in one call: one write, all or
+// none, and the last record of an (Index, ArtifactID) wins.
+func TestRecordDerivedRecordsABatchAtOnce(t *testing.T) {
+	e := activeEngine(t, nil)
+	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	require.NoError(t, err)
+	v1 := out.Version.Version
+	forged := v1
+	forged.Digest = "sha256:00"
+	at := func(s int) time.Time { return time.Unix(int64(s), 0).UTC() }
+
+	err = e.RecordDerived(
+		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1},
+		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: forged},
+	)
+	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion)
+	require.NoError(t, e.RecordDerived(
+		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1, RecordedAt: at(1)},
+		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1, RecordedAt: at(2)},
+		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1, RecordedAt: at(3)},
+	))
+	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1, RecordedAt: at(4)}))
+
+	rc, err := e.RevokeSubject(v1.Subject)
+	require.NoError(t, err)
+	got := map[string]time.Time{}
+	for _, a := range rc.Artifacts {
+		got[a.ArtifactID] = a.RecordedAt
+	}
+	assert.Equal(t, map[string]time.Time{"a": at(3), "b": at(4)}, got,
+		"nothing of the refused batch; the last record of each id")
 }
