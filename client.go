@@ -1116,6 +1116,22 @@ func (conn *connection) stopListen() {
 	}
 }
 
+// Forget unsubscribes uri when it is subscribed, then evicts its version
+// and the artifacts derived from it (Engine.Forget): Lookup no longer
+// serves it, and consumers are told to delete what it fed. A Subscribe
+// racing it wins: the URI is then open, and Forget returns the
+// *TransitionError that says so.
+func (c *Client) Forget(ctx context.Context, uri string) error {
+	_, uerr := c.Unsubscribe(ctx, uri)
+	if err := c.engine.Forget(uri); err != nil {
+		if uerr != nil && !errors.Is(uerr, ErrUnknownURI) {
+			return errors.Join(uerr, err)
+		}
+		return err
+	}
+	return nil
+}
+
 // Unsubscribe closes the URI's subscription generation: the fence is frozen
 // first (BeginClose), then the server is told. A lost or timed-out ack
 // leaves the generation UNSUBSCRIBE_UNKNOWN, silent and never reopened.

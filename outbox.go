@@ -26,6 +26,9 @@ const (
 	// InvalidateQuarantined: the newest content was refused by the content
 	// guard; Previous is no longer current and must not be served.
 	InvalidateQuarantined InvalidationReason = "quarantined"
+	// InvalidateForgotten: the URI was unsubscribed and its version
+	// forgotten (Engine.Forget); delete what Previous fed.
+	InvalidateForgotten InvalidationReason = "forgotten"
 )
 
 // OutboxEntry is one change for downstream consumers. It is written in the

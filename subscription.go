@@ -76,6 +76,7 @@ const (
 	evIdentityUnknown = "identity unknown"
 	evStillAbsent     = "still absent"
 	evCorroborated    = "corroborated absent"
+	evForget          = "forget"
 )
 
 // transitionTable lists every allowed state change: event -> from -> to.
@@ -477,6 +478,42 @@ func (e *Engine) FinishClose(rawURI string, acked bool) (Subscription, error) {
 // was reconciled on the same session. (Ending the session closes it too.)
 func (e *Engine) ResolveUnsubscribe(rawURI string) (Subscription, error) {
 	return e.step(rawURI, evResolveClose, e.ended)
+}
+
+// Forget evicts the URI's version and the artifacts derived from it once
+// its subscription is closed (or closing: the fence already refuses every
+// result of that generation), so Lookup no longer serves text nothing keeps
+// fresh. Its outbox entry (InvalidateForgotten) tells consumers to delete
+// what that version fed. The record stays: its fence and generations are
+// never reused. An open subscription is refused with a *TransitionError
+// (Unsubscribe first, or use Client.Forget); a URI with no record is
+// ErrUnknownURI. Forgetting twice does nothing the second time.
+func (e *Engine) Forget(rawURI string) error {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return err
+	}
+	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		switch {
+		case cur == nil:
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		case cur.Sub != nil && cur.CloseEpoch == 0:
+			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evForget}
+		case cur.Current == nil && len(cur.Artifacts) == 0:
+			return nil, nil, nil
+		}
+		next := cur.clone()
+		next.Current, next.Artifacts = nil, nil
+		c := cur.Current
+		if c == nil || c.Status == VersionTombstoned || c.Status == VersionRevoked {
+			return next, nil, nil // consumers were told to delete it already
+		}
+		return next, []OutboxEntry{{
+			Schema: SchemaInvalidation, URI: key, Reason: InvalidateForgotten,
+			Previous: c.Version, Subject: c.Version.Subject, At: e.now(),
+		}}, nil
+	})
+	return err
 }
 
 // ended stamps the end of a generation.
