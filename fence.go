@@ -158,7 +158,10 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey) (Ticket, err
 }
 
 // Outcome is what the fence did with one read result: exactly one of Version
-// (the result passed) or Stale (it was refused) is set.
+// (the result passed) or Stale (it was refused) is set. Accepted says the
+// result passed the fence, which a not-found or quarantined result does
+// too; Decision says what passing meant, and Changed picks out the one
+// decision that gives consumers new text.
 type Outcome struct {
 	Accepted bool
 	Version  VersionReceipt
@@ -170,6 +173,20 @@ type Outcome struct {
 	// while this one was in flight (set by Complete only).
 	FollowUp *Ticket
 }
+
+// Decision is what the fence decided for a result that passed: ACCEPTED
+// (new content), UNCHANGED, TOMBSTONE_PENDING, TOMBSTONED or QUARANTINED;
+// "" for a refused result (Stale says why).
+func (o Outcome) Decision() Decision {
+	if !o.Accepted {
+		return ""
+	}
+	return o.Version.Decision
+}
+
+// Changed reports whether the read made new content current: the outcome
+// a cache or an index acts on.
+func (o Outcome) Changed() bool { return o.Decision() == DecisionAccepted }
 
 // AcceptResourceVersion is the single acceptance point: the only code that
 // makes a read result visible. It accepts the result of ticket t only if, in

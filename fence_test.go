@@ -532,3 +532,31 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 		})
 	}
 }
+
+// Outcome tells the decisions apart at a glance: Accepted is true for all
+// that passed, Changed only for new content.
+func TestOutcomeSaysWhatPassingMeant(t *testing.T) {
+	e := activeEngine(t, nil)
+	accept := func(r mcpsync.ReadResult) mcpsync.Outcome {
+		out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), r)
+		require.NoError(t, err)
+		return out
+	}
+	out := accept(text(docURI, "v1"))
+	assert.Equal(t, mcpsync.DecisionAccepted, out.Decision())
+	assert.True(t, out.Changed())
+	out = accept(text(docURI, "v1"))
+	assert.Equal(t, mcpsync.DecisionUnchanged, out.Decision())
+	assert.False(t, out.Changed())
+	out = accept(mcpsync.NotFoundResult())
+	assert.True(t, out.Accepted)
+	assert.Equal(t, mcpsync.DecisionTombstonePending, out.Decision())
+	assert.False(t, out.Changed())
+
+	stale := issue(t, e, mcpsync.TriggerNotification)
+	accept(text(docURI, "v2"))
+	out, err := e.AcceptResourceVersion(stale, text(docURI, "old"))
+	require.Error(t, err)
+	assert.Empty(t, out.Decision())
+	assert.False(t, out.Changed())
+}
