@@ -135,6 +135,19 @@ func TestWatchForADurationEndsWithSummary(t *testing.T) {
 	assert.Contains(t, sum, "readsPerNotification")
 }
 
+// watch takes the URIs to subscribe as arguments, as read does, and as
+// --uri too.
+func TestWatchTakesURIsAsArguments(t *testing.T) {
+	f := newFixture(t, nil)
+	r := runCmd(t.Context(), "watch", "--url", f.url, "--json", "file:///docs/a.md", "--uri", "file:///docs/b.md", "--duration", "300ms")
+	require.Equal(t, exitOK, r.code, r)
+	var subscribed []any
+	for _, ev := range ofKind(events(t, r.stdout), "subscribed") {
+		subscribed = append(subscribed, ev["uri"])
+	}
+	assert.ElementsMatch(t, []any{"file:///docs/a.md", "file:///docs/b.md"}, subscribed)
+}
+
 // TestWatchFollowsChangesUntilInterrupted edits and deletes resources while
 // watch runs, over both eras, and stops it as Ctrl-C would.
 func TestWatchFollowsChangesUntilInterrupted(t *testing.T) {

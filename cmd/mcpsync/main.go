@@ -5,7 +5,7 @@
 //
 //	mcpsync scan  [flags] (--url URL | -- command args...)
 //	mcpsync read  [flags] URI (--url URL | -- command args...)
-//	mcpsync watch [flags] [--uri U]... [--all] (--url URL | -- command args...)
+//	mcpsync watch [flags] [URI...] [--all] (--url URL | -- command args...)
 //	mcpsync outbox --ledger FILE [--consumer NAME] [--json] [--ack] [--through N]
 //	mcpsync demo  [flags]
 //

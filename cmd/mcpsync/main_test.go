@@ -179,7 +179,7 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		{"read", "--url", "http://127.0.0.1:1", "file:///a", "file:///b"},
 		{"read", "file:///a"},
 		{"watch", "--url", "http://127.0.0.1:1"},
-		{"watch", "--url", "http://127.0.0.1:1", "--all", "file:///a"},
+		{"watch", "--url", "http://127.0.0.1:1", "file:///a", ""},
 		{"watch", "--url", "http://127.0.0.1:1", "--all", "--duration", "-1s"},
 		{"watch", "--url", "http://127.0.0.1:1", "--uri", ""},
 		{"watch", "--all"},

@@ -128,13 +128,17 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxElapsed := fs.Duration("reconnect-max-elapsed", 0, "time after a loss at which watch gives up reconnecting (0: no limit)")
 	positional, err := parse(fs, &c, args)
 	if err != nil {
-		return helpOrUsage(err, fs, "watch [flags] [--uri U]... [--all] (--url URL | -- command args...)", stdout)
+		return helpOrUsage(err, fs, "watch [flags] [URI...] [--all] (--url URL | -- command args...)", stdout)
+	}
+	// URIs are arguments, as read takes its one; --uri says the same.
+	for _, u := range positional {
+		if err := uris.Set(u); err != nil {
+			return usagef("watch: %v", err)
+		}
 	}
 	switch {
-	case len(positional) > 0:
-		return usagef("watch takes URIs as --uri, got %q", positional[0])
 	case len(uris) == 0 && !*all:
-		return usagef("watch needs --uri U (repeatable) or --all")
+		return usagef("watch needs URIs (arguments or --uri U) or --all")
 	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0 || *rescan < 0:
 		return usagef("--duration, --revalidate, --poll, --ping-every, --rescan and the --reconnect flags must not be negative")
 	}
