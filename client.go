@@ -164,7 +164,13 @@ type ClientOptions struct {
 	// per subscription), so a restarted server is not stampeded; 0 means
 	// 100 per second, with bursts of 20.
 	ReconnectReads rate.Limit
-	// OnOutcome, if set, is told of every fenced read, outside every lock.
+	// OnOutcome, if set, is told of every fenced read, outside every lock,
+	// on the goroutine that read: Outcome.Changed says the read made new
+	// content current. When reads of one URI overlap, their outcomes may
+	// arrive here out of order (the fence accepted them in order, and
+	// refused the older of two that crossed); treat an outcome as a
+	// wake-up and Lookup the URI, or follow the outbox (Engine.Consume),
+	// which is in order per URI.
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
