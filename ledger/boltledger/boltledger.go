@@ -25,6 +25,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,29 +125,8 @@ func Open(path string, opts *Options) (*Ledger, error) {
 	if o.Timeout == 0 {
 		o.Timeout = time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.Timeout})
+	db, revoked, err := openFile(path, o.Timeout)
 	if err != nil {
-		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
-	}
-	var revoked int
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		revoked = tx.Bucket(bucketRevoked).Stats().KeyN
-		meta := tx.Bucket(bucketMeta)
-		switch got := meta.Get(keySchema); {
-		case got == nil:
-			return meta.Put(keySchema, []byte(Schema))
-		case string(got) != Schema:
-			return fmt.Errorf("%w: file schema %q, want %q", mcpsync.ErrLedgerSchema, got, Schema)
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
 	l := &Ledger{
@@ -154,6 +135,97 @@ func Open(path string, opts *Options) (*Ledger, error) {
 	}
 	l.revokeGen.Store(uint64(revoked))
 	return l, nil
+}
+
+// openFile opens the bbolt file at path and checks it is a ledger whose
+// identity counters can be trusted: a new file becomes one; a file of
+// another program, one cut short or one whose counters or positions are not
+// 8 bytes is refused (ErrLedgerSchema, ErrLedgerCorrupt). bbolt maps the
+// file, so reading a page past the end of a truncated one faults: that
+// fault is a panic here, not the process's death.
+func openFile(path string, timeout time.Duration) (db *bolt.DB, revoked int, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				_ = db.Close()
+			}
+			db, err = nil, fmt.Errorf("%w: reading the file faulted (%v): is it cut short?", mcpsync.ErrLedgerCorrupt, r)
+		}
+	}()
+	if db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout}); err != nil {
+		return nil, 0, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := checkFile(tx); err != nil {
+			return err
+		}
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		revoked = tx.Bucket(bucketRevoked).Stats().KeyN
+		meta := tx.Bucket(bucketMeta)
+		if meta.Get(keySchema) == nil {
+			return meta.Put(keySchema, []byte(Schema))
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, 0, err
+	}
+	return db, revoked, nil
+}
+
+// checkFile refuses a file that is not a ledger of this schema, or whose
+// size, counters or positions say it is damaged. A file with no buckets at
+// all is a new ledger.
+func checkFile(tx *bolt.Tx) error {
+	if info, err := os.Stat(tx.DB().Path()); err == nil && info.Size() < tx.Size() {
+		return fmt.Errorf("%w: the file has %d bytes, its pages need %d: it was cut short", mcpsync.ErrLedgerCorrupt, info.Size(), tx.Size())
+	}
+	meta := tx.Bucket(bucketMeta)
+	var schema []byte
+	if meta != nil {
+		schema = meta.Get(keySchema)
+	}
+	first, _ := tx.Cursor().First()
+	switch {
+	case schema == nil && first != nil:
+		return fmt.Errorf("%w: a bbolt file with no ledger schema (bucket %q): not a ledger", mcpsync.ErrLedgerSchema, first)
+	case schema == nil:
+		return nil // new
+	case string(schema) != Schema:
+		return fmt.Errorf("%w: file schema %q, want %q", mcpsync.ErrLedgerSchema, schema, Schema)
+	}
+	// Identities are allocated from these: a value that is not 8 bytes
+	// would read as 0 and hand them out again.
+	for _, b := range []*bolt.Bucket{tx.Bucket(bucketCounters), tx.Bucket(bucketConsumers)} {
+		if b == nil {
+			continue
+		}
+		if err := b.ForEach(func(k, v []byte) error { return check64(string(k), v) }); err != nil {
+			return err
+		}
+	}
+	for _, k := range [][]byte{keyDropped, keyDroppedThrough} {
+		if v := meta.Get(k); v != nil {
+			if err := check64(string(k), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// check64 refuses a stored counter or position that is not 8 bytes.
+func check64(name string, v []byte) error {
+	if len(v) != 8 {
+		return fmt.Errorf("%w: %s is %d bytes, not 8", mcpsync.ErrLedgerCorrupt, name, len(v))
+	}
+	return nil
 }
 
 // Close closes the file; it is idempotent. Calls after it fail with
@@ -436,7 +508,13 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 	var first uint64
 	err := l.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCounters)
-		last := u64(b.Get([]byte(c)))
+		v := b.Get([]byte(c))
+		if v != nil {
+			if err := check64(string(c), v); err != nil {
+				return err
+			}
+		}
+		last := u64(v)
 		reserved, err := mcpsync.Reserve(c, last, n)
 		if err != nil {
 			return err
