@@ -265,7 +265,9 @@ func TestWatchExitsNonZeroOnFramingViolation(t *testing.T) {
 	sum := evs[len(evs)-1]
 	require.Equal(t, "summary", sum["event"])
 	assert.EqualValues(t, framingLossesToGiveUp-1, sum["reconnects"])
-	assert.EqualValues(t, framingLossesToGiveUp, sum["failedReads"])
+	// One failed read per session at least; a retry may fail too before
+	// the loss of its session is seen.
+	assert.GreaterOrEqual(t, sum["failedReads"], float64(framingLossesToGiveUp))
 }
 
 func TestDemoConverges(t *testing.T) {
