@@ -510,12 +510,13 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		c.cancel()
 		return nil, ErrEngineInUse
 	}
+	drivenEngines.Store(o.Engine.id, struct{}{})
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
 	go c.deliverErrors() // outside wg: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
-		o.Engine.driver.CompareAndSwap(c, nil)
+		c.release()
 		return nil, err
 	}
 	c.conn = conn
@@ -717,7 +718,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		c.wg.Wait()
 		// The engine is free for another Client once nothing of this one
 		// runs.
-		c.engine.driver.CompareAndSwap(c, nil)
+		c.release()
 		if !c.errs.delivering.Load() {
 			// Failures told after the last goroutine ended reach OnError
 			// before Close returns; a Close from inside OnError does not
@@ -731,6 +732,18 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
+	}
+}
+
+// drivenEngines holds the ID of every engine of this process a Client
+// drives. The subscriptions of a driven engine's sessions are live: a
+// client of another engine on the same ledger does not resume them.
+var drivenEngines sync.Map
+
+// release frees the engine for another Client.
+func (c *Client) release() {
+	if c.engine.driver.CompareAndSwap(c, nil) {
+		drivenEngines.Delete(c.engine.id)
 	}
 }
 

@@ -118,6 +118,12 @@ const (
 // taken from may have started one after the export.
 var Counters = []Counter{CounterSession, CounterCloseEpoch, CounterRequest}
 
+// OutboxNumbering names the outbox's numbering in the ErrCounterExhausted
+// of an append that would wrap it. It is no identity counter (not in
+// Counters, not allocated by Next): entries are numbered as they are
+// appended.
+const OutboxNumbering Counter = "outbox"
+
 // SchemaRevokedSubject is the schema of stored revocations.
 const SchemaRevokedSubject = "revokedSubject.v1"
 
@@ -432,6 +438,9 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	if l.records[key].revision() != prev {
 		return 0, false, nil
 	}
+	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
+		return 0, false, err
+	}
 	l.records[key] = next
 	if len(entries) == 0 {
 		return 0, true, nil
@@ -735,7 +744,7 @@ type LedgerSnapshot struct {
 // Upgrade returns snap in the current schema. A v1 snapshot has no
 // counters: they are recovered from the records (the highest close epoch,
 // request id and session generation any of them names), its one consumer
-// becomes the default consumer "", and its outbox numbering continues.
+// becomes DefaultConsumer, and its outbox numbering continues.
 func (snap LedgerSnapshot) Upgrade() (LedgerSnapshot, error) {
 	switch snap.Schema {
 	case SchemaLedgerSnapshot:
@@ -765,7 +774,7 @@ func (snap LedgerSnapshot) Upgrade() (LedgerSnapshot, error) {
 	if n := len(snap.Outbox); n > 0 {
 		last = snap.Outbox[n-1].Seq
 	}
-	up.State = OutboxState{Last: last, First: snap.Acked + 1, Consumers: map[string]uint64{"": snap.Acked}}
+	up.State = OutboxState{Last: last, First: snap.Acked + 1, Consumers: map[string]uint64{DefaultConsumer: snap.Acked}}
 	up.Acked = 0
 	return up, nil
 }
@@ -781,7 +790,9 @@ func (snap LedgerSnapshot) Upgrade() (LedgerSnapshot, error) {
 // outbox that is not numbered consecutively up to its last number, a
 // consumer or a dropped range beyond that number, a record naming a session
 // generation, close epoch or request id its counters never handed out, a
-// revocation of no subject. A counter within RestoreCounterGap of its top is
+// revocation of no subject, entries missing before the first retained one
+// that a consumer had not passed and the retention bound did not drop. A
+// counter or an outbox numbering within RestoreCounterGap of its top is
 // refused with ErrCounterExhausted.
 func (snap LedgerSnapshot) ForRestore() (LedgerSnapshot, error) {
 	if snap.Schema != SchemaLedgerSnapshot {
@@ -809,6 +820,22 @@ func (snap LedgerSnapshot) ForRestore() (LedgerSnapshot, error) {
 	}
 	if snap.State.DroppedThrough > last || snap.State.Dropped > snap.State.DroppedThrough {
 		return invalid("dropped %d through %d, last entry %d", snap.State.Dropped, snap.State.DroppedThrough, last)
+	}
+	// An entry before the first retained one is gone because every
+	// consumer passed it or the retention bound dropped it (and said so);
+	// any other gap is a loss nobody would be told of.
+	gone := last
+	if len(snap.Outbox) > 0 {
+		gone = snap.Outbox[0].Seq - 1
+	}
+	for name, pos := range snap.State.Consumers {
+		if pos < gone && snap.State.DroppedThrough < gone {
+			return invalid("entries %d through %d are missing: consumer %q had not passed them, and none were dropped past %d",
+				pos+1, gone, name, snap.State.DroppedThrough)
+		}
+	}
+	if _, err := Reserve(OutboxNumbering, last, RestoreCounterGap); err != nil {
+		return LedgerSnapshot{}, err
 	}
 	named := func(c Counter, v uint64, what, key string) error {
 		if v > snap.Counters[c] {

@@ -29,7 +29,10 @@ import (
 // adopt registers as watched every subscription an earlier session left open
 // in the engine's ledger for this client's principal and ServerID, and returns
 // their keys. Subscriptions of another principal or another server are left
-// alone: reading them here would prove nothing about them.
+// alone: reading them here would prove nothing about them. So are those of
+// a session whose engine a live Client of this process drives: they are
+// not left open, they are kept. (Processes sharing a ledger split it with
+// leases: pgledger.Shard.)
 func (c *Client) adopt(conn *connection) ([]string, error) {
 	// The ledger is read first: a durable one does I/O, and c.mu is never
 	// held across it.
@@ -38,9 +41,15 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mcpsync: resume: %w", err)
 		}
-		if sub.Principal == c.opts.Principal && serverOf(sub) == conn.caps.ServerID {
-			open = append(open, sub)
+		if sub.Principal != c.opts.Principal || serverOf(sub) != conn.caps.ServerID {
+			continue
 		}
+		if e := sub.Capabilities.Engine; e != c.engine.id {
+			if _, live := drivenEngines.Load(e); live {
+				continue // another engine's client of this process keeps it
+			}
+		}
+		open = append(open, sub)
 	}
 	var keys []string
 	c.mu.Lock()
