@@ -37,11 +37,16 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 	// The ledger is read first: a durable one does I/O, and c.mu is never
 	// held across it.
 	var open []Subscription
+	others := map[string]int{} // subscriptions of this principal on other servers
 	for sub, err := range c.engine.ResumableSubscriptions() {
 		if err != nil {
 			return nil, fmt.Errorf("mcpsync: resume: %w", err)
 		}
-		if sub.Principal != c.opts.Principal || serverOf(sub) != conn.caps.ServerID {
+		if sub.Principal != c.opts.Principal {
+			continue
+		}
+		if id := serverOf(sub); id != conn.caps.ServerID {
+			others[id]++
 			continue
 		}
 		if e := sub.Capabilities.Engine; e != c.engine.id {
@@ -50,6 +55,12 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 			}
 		}
 		open = append(open, sub)
+	}
+	if len(others) > 0 && c.opts.Logger != nil {
+		// A server that renamed itself, or a ServerID that changed, leaves
+		// its subscriptions unresumed: say so rather than stay silent.
+		c.opts.Logger.Warn("mcpsync: subscriptions left open for other servers are not resumed",
+			"server", conn.caps.ServerID, "others", others)
 	}
 	var keys []string
 	c.mu.Lock()
