@@ -390,9 +390,8 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 	for _, p := range procs {
 		out.say("   %s holds %s", p.name, topicsOf(heldBy(ls, p.worker)))
 	}
-	out.say("   From here on, the workers' lines follow their names: what each takes (a lease, then a")
-	out.say("   subscription and a read) and what it indexes. All of them read the one outbox, and the")
-	out.say("   first to apply an entry indexes it.")
+	out.say("   Below, lines \"w1 | …\" are the workers' own: what each takes (a lease, then a subscription")
+	out.say("   and a read) and what it indexes. All read the one outbox; the first to apply an entry indexes it.")
 	out.show(true)
 
 	out.say("\n2. A document of each worker changes.")
