@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/crashtest"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -41,7 +42,7 @@ const (
 	indexConsumer = "index"
 	auditConsumer = "audit"
 	// workerWait bounds each wait of the worker on its client; shorter than
-	// workerDeadline, so the worker says what it waited for before the
+	// crashtest.Deadline, so the worker says what it waited for before the
 	// parent gives up on it.
 	workerWait = 10 * time.Second
 )
@@ -258,7 +259,7 @@ func (w *resumer) connect(ctx context.Context, legacy bool) error {
 
 // subscribe subscribes the URIs that want says, announcing each.
 func (w *resumer) subscribe(ctx context.Context, want func(string) bool) error {
-	for _, uri := range crashURIs {
+	for _, uri := range crashtest.URIs {
 		if !want(uri) {
 			continue
 		}
@@ -344,7 +345,7 @@ func (w *resumer) work(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		uri := crashURIs[rng.IntN(len(crashURIs))]
+		uri := crashtest.URIs[rng.IntN(len(crashtest.URIs))]
 		_, present := w.srv.Text(uri)
 		var err error
 		switch op := rng.IntN(30); {
@@ -573,7 +574,7 @@ func TestCrashResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	kills := crashKills(20)
+	kills := crashtest.Kills(20)
 	dir := t.TempDir()
 	ledgerPath, statePath := filepath.Join(dir, "worker.db"), filepath.Join(dir, "server.json")
 	rng := rand.New(rand.NewPCG(16, uint64(time.Now().UnixNano())))
@@ -584,10 +585,10 @@ func TestCrashResume(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	state := serverState{Resources: map[string]string{}}
-	for _, uri := range crashURIs {
+	for _, uri := range crashtest.URIs {
 		state.Resources[uri] = "first text of " + uri
 	}
-	c := newCrashChecker(crashURIs)
+	c := crashtest.NewChecker(crashtest.URIs)
 	r := resumeChecker{subscribed: map[string]map[string]bool{}}
 	var prev mcpsync.LedgerSnapshot
 	for run := range kills + 1 {
@@ -597,22 +598,22 @@ func TestCrashResume(t *testing.T) {
 		}
 		writeServerState(t, statePath, state)
 		label := fmt.Sprintf("run %d", run)
-		w := startWorker(t, "TestCrashResumeWorker",
+		w := crashtest.Start(t, "TestCrashResumeWorker",
 			envResumeLedger+"="+ledgerPath, envResumeServer+"="+statePath, envResumeRun+"="+strconv.Itoa(run))
 		var ev []string
 		if run < kills {
-			ev = w.kill(t, w.await(t, label, 1+rng.IntN(90)))
-			t.Logf("%s: killed after %q", label, last(ev))
+			ev = w.Kill(t, w.Await(t, label, 1+rng.IntN(90)))
+			t.Logf("%s: killed after %q", label, crashtest.Last(ev))
 		} else {
 			// The last run is asked to stop once it reconciled: it must
 			// exit cleanly, with none of its goroutines left (TestMain).
-			ev = w.stop(t, label, w.awaitLine(t, label, "reconciled"))
+			ev = w.Stop(t, label, w.AwaitLine(t, label, "reconciled"))
 			require.Contains(t, ev, "stopped", "%s: a clean stop", label)
 		}
 		a := parseResumeRun(ev)
-		r.announced(t, label, a, c.revoked)
-		c.events(t, ev)
-		snap := c.check(t, ledgerPath)
+		r.announced(t, label, a, c.Revoked())
+		c.Events(t, ev)
+		snap := checkFile(t, c, ledgerPath)
 		r.check(t, label, a, before, state, prev, snap)
 		prev = snap
 	}
