@@ -17,11 +17,12 @@ test-workers:
 test-long:
 	RAPID_CHECKS=100000 $(GO) test -count=1 -run 'Model' -timeout 60m ./...
 
-# The bolt ledger's crash tests at full strength: a worker killed with
-# SIGKILL at 200 random points, once with a fresh client each run and once
-# resuming what the last run left open (make test kills each 20 times).
+# The ledgers' crash tests at full strength: a worker interrupted at 200
+# random points, with SIGKILL or, on PostgreSQL, by terminating its
+# connections; on the bolt ledger once with a fresh client each run and
+# once resuming what the last run left open (make test: 20 each).
 test-crash:
-	MCPSYNC_CRASH_KILLS=200 $(GO) test -count=1 -run '^TestCrash(Consistency|Resume)$$' ./ledger/boltledger/
+	MCPSYNC_CRASH_KILLS=200 $(GO) test -count=1 -run '^TestCrash(Consistency|Resume)$$' ./ledger/boltledger/ ./ledger/pgledger/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -22,6 +22,7 @@ type Checker struct {
 	fences  map[string]fence                   // newest fence seen per URI
 	tickets map[uint64]bool                    // request ids handed out
 	revoked map[string]bool                    // revocations that returned
+	lost    int                                // calls whose connection died, survived
 }
 
 // fence is the part of a record that must only move forward: the
@@ -56,6 +57,8 @@ func (c *Checker) Events(t *testing.T, lines []string) {
 			c.tickets[id] = true
 		case "revoked":
 			c.revoked[f[1]] = true
+		case "lost":
+			c.lost++
 		}
 	}
 }
