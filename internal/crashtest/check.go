@@ -39,7 +39,7 @@ func NewChecker(uris []string) *Checker {
 
 // Events takes in lines the worker announced, each once, in order: a
 // session generation or request id announced twice fails t.
-func (c *Checker) Events(t *testing.T, lines []string) {
+func (c *Checker) Events(t testing.TB, lines []string) {
 	t.Helper()
 	for _, line := range lines {
 		f := strings.Fields(line)
@@ -70,7 +70,7 @@ func (c *Checker) Revoked() map[string]bool { return c.revoked }
 // Check checks l, the ledger of a worker that is no longer running, and
 // returns its export. Every revocation in it was swept: opening an engine on
 // it, as Check does, finishes a sweep the kill cut short.
-func (c *Checker) Check(t *testing.T, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
+func (c *Checker) Check(t testing.TB, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
 	t.Helper()
 	return c.check(t, l, true)
 }
@@ -79,12 +79,12 @@ func (c *Checker) Check(t *testing.T, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
 // export: everything Check checks but that every revocation was swept, since
 // the worker may be sweeping one (or revoking a subject again) as the
 // ledger is exported.
-func (c *Checker) CheckRunning(t *testing.T, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
+func (c *Checker) CheckRunning(t testing.TB, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
 	t.Helper()
 	return c.check(t, l, false)
 }
 
-func (c *Checker) check(t *testing.T, l mcpsync.Ledger, stopped bool) mcpsync.LedgerSnapshot {
+func (c *Checker) check(t testing.TB, l mcpsync.Ledger, stopped bool) mcpsync.LedgerSnapshot {
 	t.Helper()
 	// Opening an engine finishes a revocation sweep the kill cut short.
 	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
