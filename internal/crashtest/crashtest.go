@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -61,8 +62,8 @@ type Test struct {
 // announced steps, and checks the ledger after each interruption against
 // what the worker announced and what earlier checks saw. Without Terminate
 // every interruption kills the worker, and the next run starts on the same
-// ledger; with it, about half of them terminate its connections instead,
-// the first always, the last never.
+// ledger; with it, about half of them terminate its connections instead:
+// never the last, and otherwise always the first.
 func (ct Test) Run(t *testing.T, kills int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(15, uint64(time.Now().UnixNano())))
@@ -79,7 +80,7 @@ func (ct Test) Run(t *testing.T, kills int) {
 	terminations := 0
 	for run, k := 0, 0; k < kills; run++ {
 		label := fmt.Sprintf("run %d", run)
-		w := Start(t, ct.Worker, append(ct.Env, envRun+"="+strconv.Itoa(run))...)
+		w := Start(t, ct.Worker, slices.Concat(ct.Env, []string{envRun + "=" + strconv.Itoa(run)})...)
 		for killed := false; !killed; {
 			k++
 			ev := w.Await(t, label, 1+rng.IntN(60))
