@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -126,16 +127,27 @@ func step(e *mcpsync.Engine, rng *rand.Rand, subject func(int) string, run, n in
 		}
 		return read(e, uri, mcpsync.NotFoundResult())
 	case op <= 4:
-		if entry, err := e.Lookup(subject(i), uri); err == nil {
-			if err := e.RecordDerived(mcpsync.DerivedArtifact{Index: "chunks", ArtifactID: fmt.Sprintf("%d-%d", run, n), Version: entry.Version}); err != nil && !errors.Is(err, mcpsync.ErrRevoked) {
-				return err
+		entry, err := e.Lookup(subject(i), uri)
+		if err != nil {
+			if slices.ContainsFunc(unservable, func(u error) bool { return errors.Is(err, u) }) {
+				return nil // nothing to derive from
 			}
+			return err
+		}
+		if err := e.RecordDerived(mcpsync.DerivedArtifact{Index: "chunks", ArtifactID: fmt.Sprintf("%d-%d", run, n), Version: entry.Version}); err != nil && !errors.Is(err, mcpsync.ErrRevoked) {
+			return err
 		}
 	default:
 		body := fmt.Sprintf("run %d step %d", run, n)
 		return read(e, uri, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: body}}))
 	}
 	return nil
+}
+
+// unservable are Lookup's answers for a version it may not serve.
+var unservable = []error{
+	mcpsync.ErrNoVersion, mcpsync.ErrRevoked, mcpsync.ErrForbidden, mcpsync.ErrQuarantined,
+	mcpsync.ErrTombstonePending, mcpsync.ErrTombstoned,
 }
 
 // read issues a ticket and hands the fence its result; refusals are part of
