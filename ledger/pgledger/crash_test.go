@@ -41,7 +41,8 @@ func TestCrashWorker(t *testing.T) {
 // connectionLost reports whether err says that the connection of a call
 // died under it: the server terminated its backend (SQLSTATE class 57P,
 // operator intervention, or 08, connection exception) or the socket went
-// away. Whatever the call wrote was rolled back, unless it had committed.
+// away. What the call wrote committed whole or not at all; it cannot tell
+// which.
 func connectionLost(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
