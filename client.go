@@ -784,7 +784,8 @@ func (c *Client) current() (*connection, error) {
 // an error matching ErrNotFound. The subscription stays open then (a
 // resource created later is read when the server says so, or at the next
 // revalidation); Unsubscribe it if it is not wanted. A first read that gets
-// no answer is tried again in the background, as every read is.
+// no answer is tried again in the background, as every read is. A client
+// whose principal is revoked subscribes nothing: ErrRevoked.
 //
 // The subscription is the caller's until Unsubscribe: a Reconnect, even one
 // racing this call, re-establishes it in the new session.
@@ -792,6 +793,9 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	key, err := normalizeKey(uri)
 	if err != nil {
 		return Subscription{}, err
+	}
+	if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
+		return Subscription{}, err // no read of the principal will ever pass the fence
 	}
 	unlock, err := c.keys.lock(ctx, key)
 	if err != nil {

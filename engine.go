@@ -352,6 +352,18 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	return entry, nil
 }
 
+// refuseRevoked returns an error matching ErrRevoked when the ledger holds
+// subject revoked: nothing read for it can ever pass the fence.
+func (e *Engine) refuseRevoked(subject string) error {
+	if err := e.syncRevoked(context.Background()); err != nil {
+		return err
+	}
+	if e.isRevoked(subject) {
+		return fmt.Errorf("%w: subject %q", ErrRevoked, subject)
+	}
+	return nil
+}
+
 func (e *Engine) isRevoked(subject string) bool {
 	_, ok := (*e.revoked.Load())[subject]
 	return ok

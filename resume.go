@@ -92,6 +92,10 @@ func serverOf(sub Subscription) string {
 // first reads and reconciles a fresh catalog of the server's resources, so
 // that a deletion during the downtime reaches the outbox.
 func (c *Client) resume(keys []string) {
+	if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
+		c.report(fmt.Errorf("mcpsync: resume: %w", err)) // WaitForSync says so too
+		return
+	}
 	for _, key := range keys {
 		if err := c.resubscribe(c.ctx, key); err != nil {
 			c.report(fmt.Errorf("mcpsync: resume %s: %w", key, err))
@@ -173,8 +177,9 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // read accepted in a subscription generation of the current session: a
 // first version, or a definite answer (not found, quarantined). A URI
 // unsubscribed meanwhile no longer counts. It returns ctx's error when ctx
-// ends first, ErrClientClosed when the client closes, and the reason when
-// healing gave up on the connection.
+// ends first, ErrClientClosed when the client closes, the reason when
+// healing gave up on the connection, and ErrRevoked once the client's
+// principal is revoked.
 func (c *Client) WaitForSync(ctx context.Context) error {
 	c.mu.Lock()
 	keys := make([]string, 0, len(c.watches))
@@ -200,6 +205,9 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 			return ErrClientClosed
 		case state == ConnectionFailed:
 			return fmt.Errorf("%w: %s", ErrReconnectGaveUp, reason)
+		}
+		if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
+			return err // no read of the principal will ever pass the fence
 		}
 		for len(keys) > 0 && c.synced(keys[0], gen) {
 			keys = keys[1:]
