@@ -102,22 +102,14 @@ func (s *mcpServer) set(uri, text string) {
 	s.srv.Set(uri, "text/markdown", text)
 }
 
-func run(ctx context.Context, w io.Writer) error {
-	dir, err := os.MkdirTemp("", "ragworker")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+// serveDocs starts the run's two servers, each with its documents.
+func serveDocs() ([]*mcpServer, error) {
 	var servers []*mcpServer
-	defer func() {
-		for _, s := range servers {
-			_ = s.http.Close()
-		}
-	}()
 	for _, cred := range []struct{ server, principal string }{{"hr", hrSync}, {"eng", engSync}} {
 		s, err := serve(cred.server, cred.principal)
 		if err != nil {
-			return err
+			closeAll(servers)
+			return nil, err
 		}
 		servers = append(servers, s)
 	}
@@ -127,6 +119,27 @@ func run(ctx context.Context, w io.Writer) error {
 	eng.set(runbook, "Restart the ingest service with make restart.\nPage the on-call engineer after two failures.")
 	eng.set(design, "The search index is sharded by tenant.")
 	eng.set(legacy, "The previous pipeline ran nightly from cron.")
+	return servers, nil
+}
+
+func closeAll(servers []*mcpServer) {
+	for _, s := range servers {
+		_ = s.http.Close()
+	}
+}
+
+func run(ctx context.Context, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "ragworker")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	servers, err := serveDocs()
+	if err != nil {
+		return err
+	}
+	defer closeAll(servers)
+	eng := servers[1]
 	cfg := config{Ledger: filepath.Join(dir, "worker.ledger"), Index: filepath.Join(dir, "index.json")}
 	for _, s := range servers {
 		cfg.Sources = append(cfg.Sources, source{Name: s.name, URL: s.url, Principal: s.principal})
@@ -146,7 +159,7 @@ func run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintln(w, "\n2. The worker is killed while it waits for changes.")
+	fmt.Fprintln(w, "\n2. The worker is killed (SIGKILL) while it waits for changes.")
 	first.kill()
 	fmt.Fprintf(w, "   worker 1: %v\n", first.err)
 

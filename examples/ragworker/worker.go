@@ -105,8 +105,8 @@ func work(ctx context.Context, cfg config, lg *logger) (err error) {
 	}
 	for _, src := range cfg.Sources {
 		if at, ok := revoked[src.Principal]; ok {
-			// The ledger refuses the subject anyway; not connecting spares
-			// the server reads whose answers could never be served.
+			// Its client would say so too (WaitForSync: ErrRevoked); asking
+			// first keeps the worker up for the other sources.
 			lg.printf("%s: %s was revoked at %s: not synced", src.Name, src.Principal, at.Format(time.TimeOnly))
 			continue
 		}
