@@ -49,8 +49,7 @@ func quickStart(ctx context.Context, dial mcpsync.Dialer, rebuildPrompt func(uri
 		Principal: "user:alice",
 		// Every fenced read, on the read's goroutine: do not block here.
 		OnOutcome: func(o mcpsync.Outcome) {
-			gone := o.Decision() == mcpsync.DecisionQuarantined || o.Decision() == mcpsync.DecisionTombstonePending
-			if o.Changed() || gone { // new text, or text taken away
+			if o.Changed() || o.Withdrawn() { // new text, or text taken away
 				rebuildPrompt(o.Version.Version.URI)
 			}
 		},

@@ -184,9 +184,20 @@ func (o Outcome) Decision() Decision {
 	return o.Version.Decision
 }
 
-// Changed reports whether the read made new content current: the outcome
-// a cache or an index acts on.
+// Changed reports whether the read made new content current.
 func (o Outcome) Changed() bool { return o.Decision() == DecisionAccepted }
+
+// Withdrawn reports whether the read took text away: its newest content
+// was quarantined, or the resource was not found (TOMBSTONE_PENDING, or a
+// deletion it confirmed). Lookup no longer serves the URI's version. A
+// cache that keeps prompts rebuilds on Changed or Withdrawn.
+func (o Outcome) Withdrawn() bool {
+	switch o.Decision() {
+	case DecisionQuarantined, DecisionTombstonePending, DecisionTombstoned:
+		return true
+	}
+	return false
+}
 
 // AcceptResourceVersion is the single acceptance point: the only code that
 // makes a read result visible. It accepts the result of ticket t only if, in

@@ -545,13 +545,16 @@ func TestOutcomeSaysWhatPassingMeant(t *testing.T) {
 	out := accept(text(docURI, "v1"))
 	assert.Equal(t, mcpsync.DecisionAccepted, out.Decision())
 	assert.True(t, out.Changed())
+	assert.False(t, out.Withdrawn())
 	out = accept(text(docURI, "v1"))
 	assert.Equal(t, mcpsync.DecisionUnchanged, out.Decision())
 	assert.False(t, out.Changed())
+	assert.False(t, out.Withdrawn())
 	out = accept(mcpsync.NotFoundResult())
 	assert.True(t, out.Accepted)
 	assert.Equal(t, mcpsync.DecisionTombstonePending, out.Decision())
 	assert.False(t, out.Changed())
+	assert.True(t, out.Withdrawn(), "a not-found takes the text away")
 
 	stale := issue(t, e, mcpsync.TriggerNotification)
 	accept(text(docURI, "v2"))
@@ -559,4 +562,5 @@ func TestOutcomeSaysWhatPassingMeant(t *testing.T) {
 	require.Error(t, err)
 	assert.Empty(t, out.Decision())
 	assert.False(t, out.Changed())
+	assert.False(t, out.Withdrawn())
 }

@@ -184,15 +184,10 @@ func (c *cache) close() {
 }
 
 // rebuilds reports whether a fenced read changes what a prompt may hold:
-// new text (Changed), or text taken away (quarantined, not found). An
-// UNCHANGED revalidation or a refused read leaves the prompt as it is.
-func rebuilds(o mcpsync.Outcome) bool {
-	switch o.Decision() {
-	case mcpsync.DecisionQuarantined, mcpsync.DecisionTombstonePending, mcpsync.DecisionTombstoned:
-		return true
-	}
-	return o.Changed()
-}
+// new text (Changed), or text taken away (Withdrawn: quarantined, not
+// found). An UNCHANGED revalidation or a refused read leaves the prompt as
+// it is.
+func rebuilds(o mcpsync.Outcome) bool { return o.Changed() || o.Withdrawn() }
 
 // event is the runtime's reaction to the next fenced read of src: it
 // reports it and rebuilds the prompt when the read changed what it may
