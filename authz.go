@@ -140,7 +140,9 @@ type RevocationReceipt struct {
 	Artifacts []DerivedArtifact `json:"artifacts"`
 	// Elsewhere lists URIs whose leases other workers hold: they are not
 	// swept here, and Lookup refuses the subject on them all the same;
-	// their owner sweeps each when it opens its next generation.
+	// their owner sweeps each at its next read of it (a read of a revoked
+	// subject's generation is refused, and sweeps), or when it opens its
+	// next generation.
 	Elsewhere []string `json:"elsewhere,omitempty"`
 }
 

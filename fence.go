@@ -282,7 +282,15 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	}
 	if reason != "" {
 		e.emit(t.URI, &path)
-		return e.refuse(next, t, r, reason, detail, cause)
+		out, err := e.refuse(next, t, r, reason, detail, cause)
+		if reason == ReasonSubjectRevoked && next != nil {
+			// A revocation made through another worker left this URI to
+			// its owner: the owner's next read of it sweeps it.
+			if serr := e.sweepOpened(context.Background(), t.URI, next); serr != nil && !errors.Is(serr, ErrNotLeaseholder) {
+				err = errors.Join(err, serr)
+			}
+		}
+		return out, err
 	}
 	e.emit(t.URI, &path)
 	if revoked, err := e.revokedSince(t); revoked || err != nil {

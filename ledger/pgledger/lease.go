@@ -104,6 +104,15 @@ func (s *leases) epoch(key string) (uint64, bool) {
 }
 
 // lose forgets key's lease if it is still held at epoch.
+// keep records key as held at epoch again, unless it was taken since.
+func (s *leases) keep(key string, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.owned[key]; !ok {
+		s.owned[key] = epoch
+	}
+}
+
 func (s *leases) lose(key string, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,14 +257,20 @@ func (l *Ledger) Release(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
+	// Forgotten first, so no write of this worker's starts on it meanwhile;
+	// kept again if the release did not reach the database, so that a retry
+	// releases it and this worker may still write, and take it again.
 	s.lose(key, e)
-	if err := l.usable(ctx); err != nil {
-		return err
+	err = l.usable(ctx)
+	if err == nil {
+		if _, err = l.pool.Exec(ctx, l.q.release, key, s.worker, int64(e)); err != nil {
+			err = fmt.Errorf("pgledger: release %s: %w", key, err)
+		}
 	}
-	if _, err := l.pool.Exec(ctx, l.q.release, key, s.worker, int64(e)); err != nil {
-		return fmt.Errorf("pgledger: release %s: %w", key, err)
+	if err != nil {
+		s.keep(key, e)
 	}
-	return nil
+	return err
 }
 
 // Owned returns the leases this worker holds, as far as it knows: key to

@@ -116,10 +116,13 @@ func (w *waiter) run() {
 // listen connects, listens, and announces every notification until the
 // connection fails or Close; it reports whether the LISTEN took effect.
 func (w *waiter) listen() bool {
-	conn, err := pgx.ConnectConfig(w.ctx, w.l.pool.Config().ConnConfig)
+	// The connection is made by the pool, with its hooks (BeforeConnect
+	// sets credentials that rotate, say), and then is the listener's own.
+	pc, err := w.l.pool.Acquire(w.ctx)
 	if err != nil {
 		return false
 	}
+	conn := pc.Hijack()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -143,9 +146,10 @@ func (w *waiter) listen() bool {
 }
 
 // WaitOutbox implements mcpsync.Ledger: it sleeps until a notification
-// announces an entry above after, reading the outbox only once per LISTEN
-// in force (so an append that committed before the wait started returns at
-// once, and one after it is announced). It never polls.
+// announces an entry above after, reading the outbox when it starts and
+// once per LISTEN in force (so an append that committed before the wait
+// started returns at once, even while no LISTEN can be made, and one after
+// it is announced). It never polls.
 func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 	if err := l.usable(ctx); err != nil {
 		return err
@@ -153,6 +157,7 @@ func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 	w := &l.wait
 	w.ensure()
 	var checked uint64 // the session whose LISTEN was in force at the last read
+	first := true
 	for {
 		w.mu.Lock()
 		wake, ready, session, seen := w.wake, w.ready, w.session, w.seen
@@ -160,7 +165,8 @@ func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 		if seen > after {
 			return nil
 		}
-		if ready && session != checked {
+		if first || ready && session != checked {
+			first = false
 			var last int64
 			if err := l.pool.QueryRow(ctx, l.q.last).Scan(&last); err != nil {
 				if err := l.usable(ctx); err != nil {
@@ -171,7 +177,9 @@ func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 			if uint64(last) > after {
 				return nil
 			}
-			checked = session
+			if ready {
+				checked = session
+			}
 		}
 		select {
 		case <-wake:
