@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -168,6 +169,9 @@ type uriModel struct {
 	// tombstoned: a deletion was confirmed and no read found the resource
 	// since, so a not-found keeps the tombstone even without a version.
 	tombstoned bool
+	// notFoundAt is when the newest not-found passed the fence, of any
+	// generation; only evidence gathered since may confirm its tombstone.
+	notFoundAt time.Time
 	// lastPass is the newest result that passed the fence, of any decision;
 	// newestChange the newest that replaced the current version.
 	lastPass     *mcpsync.VersionReceipt
@@ -262,6 +266,9 @@ type delivery struct {
 
 type modelMachine struct {
 	e *mcpsync.Engine
+	// clock is the engine's clock; it moves only on a tick, so that many
+	// steps share one instant, as they may on a coarse clock.
+	clock *fixedClock
 
 	session uint64 // newest session generation begun (0: none yet)
 	uris    map[string]*uriModel
@@ -278,8 +285,9 @@ type modelMachine struct {
 }
 
 func newModelMachine(rt *rapid.T) *modelMachine {
+	clock := newClock()
 	e, err := mcpsync.NewEngine(&mcpsync.Options{
-		Now:              newClock().now,
+		Now:              clock.now,
 		MaxReadsInFlight: modelMaxReads,
 		Guard: func(_ string, contents []mcpsync.Content) error {
 			for _, c := range contents {
@@ -293,6 +301,7 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 	require.NoError(rt, err)
 	m := &modelMachine{
 		e:         e,
+		clock:     clock,
 		uris:      make(map[string]*uriModel),
 		revoked:   make(map[string]bool),
 		wantCount: make(map[mcpsync.InvalidationReason]int),
@@ -354,6 +363,7 @@ func (m *modelMachine) actions() map[string]func(*rapid.T) {
 		{"recordDerived", 1, m.recordDerived},
 		{"beginSession", 1, m.beginSession},
 		{"ackOutbox", 1, m.ackOutbox},
+		{"tick", 2, m.tick},
 	}
 	actions := map[string]func(*rapid.T){"": m.check}
 	for _, a := range table {
@@ -538,6 +548,7 @@ func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, queued
 	require.Equal(rt, u.session, t.SessionGeneration, "ticket session generation")
 	require.Equal(rt, u.lastIssued+1, t.ReadOrdinal, "ticket ordinal is the next one")
 	require.Equal(rt, u.principal, t.Subject, "ticket subject is the principal")
+	require.Equal(rt, m.clock.t, t.IssuedAt, "ticket issued now")
 	u.lastIssued = t.ReadOrdinal
 	u.held = append(u.held, t)
 	u.phase = phaseOpen // a read returns a pending or confirmed tombstone to the live path
@@ -795,6 +806,7 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 		u.phase, u.held = phaseTombstoned, nil
 	case mcpsync.DecisionTombstonePending:
 		u.phase = phaseTombstonePending
+		u.notFoundAt = m.clock.t
 		if u.current != nil && u.current.status != mcpsync.VersionRevoked {
 			u.current.status = mcpsync.VersionTombstonePending
 		}
@@ -833,10 +845,20 @@ func (m *modelMachine) fail(rt *rapid.T) {
 func (m *modelMachine) reconcile(rt *rapid.T) {
 	u := m.drawURI(rt)
 	present := rapid.Bool().Draw(rt, "present")
-	t, ok, err := m.e.Reconcile(u.key, present, newClock().t)
+	// Evidence gathered now, or (now and then) evidence older than the
+	// newest not-found, which confirms nothing.
+	since := m.clock.t
+	tooOld := !u.notFoundAt.IsZero() && rapid.IntRange(0, 4).Draw(rt, "evidence (0: older than the not-found)") == 0
+	if tooOld {
+		since = u.notFoundAt.Add(-time.Second)
+	}
+	t, ok, err := m.e.Reconcile(u.key, present, since)
 	switch {
 	case u.gen == 0:
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Reconcile")
+	case (u.phase == phaseTombstonePending || u.phase == phaseReconciling) && !present && tooOld:
+		requireRefusal(rt, err, mcpsync.ErrEvidenceTooOld, "Reconcile absent on evidence older than the not-found")
+		require.False(rt, ok)
 	case (u.phase == phaseTombstonePending || u.phase == phaseReconciling) && !present:
 		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
 		require.False(rt, ok)
@@ -919,6 +941,12 @@ func (m *modelMachine) recordDerived(rt *rapid.T) {
 		return held.index == a.index && held.id == a.id
 	})
 	u.artifacts = append(u.artifacts, a)
+}
+
+// tick moves the clock on: what happens after it happens later than
+// everything before it.
+func (m *modelMachine) tick(*rapid.T) {
+	m.clock.t = m.clock.t.Add(time.Second)
 }
 
 func (m *modelMachine) ackOutbox(rt *rapid.T) {
@@ -1174,6 +1202,8 @@ func invStateAgreesWithModel(rt *rapid.T, m *modelMachine) {
 		require.Equal(rt, u.lastIssued, sub.LastIssuedOrdinal, "%s: last issued ordinal", sub.URI)
 		require.Equal(rt, u.watermark, sub.Watermark, "%s: watermark", sub.URI)
 		require.Equal(rt, u.closeBegun, sub.CloseEpoch != 0, "%s: close epoch", sub.URI)
+		require.Equal(rt, u.notFoundAt, sub.NotFoundAt, "%s: when the newest not-found passed", sub.URI)
+		require.Equal(rt, u.tombstoned, !sub.TombstonedAt.IsZero(), "%s: deletion confirmed and not found since", sub.URI)
 		if u.closeBegun {
 			require.Equal(rt, u.closeOrdinal, sub.CloseOrdinal, "%s: close ordinal", sub.URI)
 		}
