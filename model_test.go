@@ -16,12 +16,12 @@ import (
 
 // TestModelInterleavings drives random interleavings of subscriptions,
 // notifications, reads completed in any order, closes, reconciliation,
-// revocation, derived artifacts, new sessions and outbox acks against the
-// engine and against a reference model of the fence, and checks after every
-// step that versions only move forward, that nothing passes a closing or
-// older-session fence, that the outbox holds exactly the entries the model
-// allows, and that Lookup never serves revoked, stale or withdrawn content.
-// RAPID_CHECKS sets the number of interleavings.
+// corroborated deletions, revocation, derived artifacts, new sessions and
+// outbox acks against the engine and against a reference model of the
+// fence, and checks after every step that versions only move forward, that
+// nothing passes a closing or older-session fence, that the outbox holds
+// exactly the entries the model allows and that Lookup never serves revoked,
+// stale or withdrawn content. RAPID_CHECKS sets the number of interleavings.
 func TestModelInterleavings(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelMachine(rt)
@@ -44,10 +44,11 @@ var (
 	// Repeating a body gives UNCHANGED, switching gives ACCEPTED, and the
 	// poison body is QUARANTINED; "one" is listed twice so repeats are common.
 	modelBodies = []string{"one", "one", "two", modelPoison}
-	// Content is listed three times so that most results carry content.
+	// Content is listed three times so that most results carry content;
+	// not-found twice, so that deletions are common enough to confirm.
 	modelResultKinds = []resultKind{
 		resultContent, resultContent, resultContent,
-		resultNotFound, resultEmpty, resultWrongURI, resultBadURI,
+		resultNotFound, resultNotFound, resultEmpty, resultWrongURI, resultBadURI,
 	}
 	modelTriggers = []mcpsync.Trigger{
 		mcpsync.TriggerInitial, mcpsync.TriggerRevalidate, mcpsync.TriggerPoll,
@@ -172,6 +173,10 @@ type uriModel struct {
 	// notFoundAt is when the newest not-found passed the fence, of any
 	// generation; only evidence gathered since may confirm its tombstone.
 	notFoundAt time.Time
+	// notFoundOrd is the read ordinal of that not-found.
+	notFoundOrd uint64
+	// corr is the corroboration under way, nil when none is.
+	corr *modelCorroboration
 	// lastPass is the newest result that passed the fence, of any decision;
 	// newestChange the newest that replaced the current version.
 	lastPass     *mcpsync.VersionReceipt
@@ -189,6 +194,46 @@ type uriModel struct {
 	passedPos     fencePos
 	seenGen       uint64
 	seenWatermark uint64
+}
+
+// modelCorroboration is what the model expects Subscription.Corroboration
+// to hold: a clean scan that began after the not-found of read firstRead
+// and did not list the URI, waiting for a second not-found of generation
+// gen above after, the last ordinal issued when the scan was recorded.
+type modelCorroboration struct {
+	gen, firstRead, after uint64
+	scans                 []string
+	startedAt, endedAt    time.Time
+}
+
+// holdsNewer reports whether a read newer than ordinal ord is unsettled.
+func (u *uriModel) holdsNewer(ord uint64) bool {
+	return slices.ContainsFunc(u.held, func(h mcpsync.Ticket) bool { return h.ReadOrdinal > ord })
+}
+
+// stillAbsent: a deletion was confirmed and nothing found the resource
+// since, so a not-found only says the tombstone stands.
+func (u *uriModel) stillAbsent() bool {
+	return u.tombstoned || u.current != nil && u.current.status == mcpsync.VersionTombstoned
+}
+
+// corroboratedBy reports whether the not-found of held ticket t finishes the
+// corroboration under way: a read of its generation issued after the scan
+// was recorded and after it ended, with no newer read unsettled (whose
+// answer would be newer than this one).
+func (u *uriModel) corroboratedBy(t mcpsync.Ticket) bool {
+	c := u.corr
+	return c != nil && c.gen == t.SubscriptionGeneration && t.ReadOrdinal > c.after &&
+		!t.IssuedAt.Before(c.endedAt) && !u.holdsNewer(t.ReadOrdinal)
+}
+
+// keepsCorroboration reports whether the not-found of held ticket t, which
+// does not finish the corroboration, leaves it standing: t was issued
+// before the scan was recorded and the second read is still out, so that
+// read decides and the subscription stays open for it.
+func (u *uriModel) keepsCorroboration(t mcpsync.Ticket) bool {
+	c := u.corr
+	return c != nil && c.gen == t.SubscriptionGeneration && t.ReadOrdinal <= c.after && u.holdsNewer(t.ReadOrdinal)
 }
 
 // queueItem is the read queue's identity of a URI's reads.
@@ -243,11 +288,13 @@ type entryKey struct {
 	reason  mcpsync.InvalidationReason
 	subject string
 	pos     fencePos
+	// evidence is the kind of evidence a tombstoned entry names.
+	evidence mcpsync.EvidenceKind
 }
 
 func compareEntryKeys(a, b entryKey) int {
 	return cmp.Or(cmp.Compare(a.uri, b.uri), cmp.Compare(a.reason, b.reason), cmp.Compare(a.subject, b.subject),
-		cmp.Compare(a.pos.gen, b.pos.gen), cmp.Compare(a.pos.ord, b.pos.ord))
+		cmp.Compare(a.pos.gen, b.pos.gen), cmp.Compare(a.pos.ord, b.pos.ord), cmp.Compare(a.evidence, b.evidence))
 }
 
 // delivery is one read result handed to the fence and what came back.
@@ -262,6 +309,11 @@ type delivery struct {
 	oldSession   bool
 	wantReason   mcpsync.StaleReason // "" when the model says it passes
 	wantDecision mcpsync.Decision
+	// corroborated: the model says the not-found confirms the tombstone,
+	// with these reads as evidence.
+	corroborated bool
+	wantReads    []uint64
+	wantScans    []string
 }
 
 type modelMachine struct {
@@ -274,6 +326,7 @@ type modelMachine struct {
 	uris    map[string]*uriModel
 	revoked map[string]bool
 
+	scans     int // scans handed to Corroborate, to name them
 	inflight  []flight
 	answered  []flight // already answered or abandoned, for duplicate delivery
 	versions  []mcpsync.ResourceVersion
@@ -327,9 +380,28 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 			require.NoError(rt, err)
 			u := m.uris[key]
 			u.gen, u.session, u.principal, u.phase = 1, m.session, who, phaseOpen
+			if rapid.IntRange(0, 3).Draw(rt, "start "+key+" (0: deleted)") == 0 {
+				// Read, or not, and then deleted: the deletion evidence
+				// paths start with a tombstone pending.
+				if rapid.Bool().Draw(rt, "read before the deletion") {
+					m.startRead(rt, u, resultContent)
+				}
+				m.startRead(rt, u, resultNotFound)
+			}
 		}
 	}
 	return m
+}
+
+// startRead reads u once, before the random steps, with a result of kind.
+func (m *modelMachine) startRead(rt *rapid.T, u *uriModel, kind resultKind) {
+	t, err := m.e.IssueTicket(u.key, mcpsync.TriggerInitial)
+	require.NoError(rt, err)
+	m.issued(rt, u, t, false)
+	f := m.inflight[len(m.inflight)-1]
+	m.inflight = m.inflight[:len(m.inflight)-1]
+	m.answered = append(m.answered, f)
+	m.deliverResult(rt, f, kind, modelBodies[0], false)
 }
 
 func (m *modelMachine) want(k entryKey) {
@@ -359,6 +431,7 @@ func (m *modelMachine) actions() map[string]func(*rapid.T) {
 		{"finishClose", 2, m.finishClose},
 		{"resolveUnsubscribe", 1, m.resolveUnsubscribe},
 		{"reconcile", 3, m.reconcile},
+		{"corroborate", 3, m.corroborate},
 		{"revokeSubject", 1, m.revokeSubject},
 		{"recordDerived", 1, m.recordDerived},
 		{"beginSession", 1, m.beginSession},
@@ -425,6 +498,7 @@ func (m *modelMachine) subscribe(rt *rapid.T) {
 		u.gen++
 		u.session, u.principal, u.phase = m.session, who, phaseSubscribing
 		u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
+		u.corr = nil
 	}
 	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Subscribe: generation")
 }
@@ -460,6 +534,7 @@ func (m *modelMachine) beginClose(rt *rapid.T) {
 		// closes like an open generation.
 		u.phase, u.closeBegun, u.closeOrdinal = phaseClosing, true, u.lastIssued
 		u.closeBegunGens[u.gen] = true
+		u.corr = nil
 	}
 	requireRefusal(rt, err, want, "BeginClose")
 	if want == nil {
@@ -634,6 +709,9 @@ func (m *modelMachine) notify(rt *rapid.T) {
 		if len(u.held) == 0 {
 			u.phase = phaseOpen // UPDATE_SEEN
 		}
+		// The server says it changed: only a read after the pulse can tell
+		// whether it is gone.
+		u.corr = nil
 		m.enqueued(rt, u, t, ok, err, "Notify")
 	}
 }
@@ -701,15 +779,31 @@ func (m *modelMachine) deliverForged(rt *rapid.T) {
 // AcceptResourceVersion (either is allowed for any ticket), and checks the
 // outcome at once.
 func (m *modelMachine) deliver(rt *rapid.T, f flight, mayComplete bool) {
+	u := m.uris[f.t.URI]
+	kind := rapid.SampledFrom(modelResultKinds).Draw(rt, "result")
+	if c := u.corr; c != nil && c.gen == f.t.SubscriptionGeneration && rapid.Bool().Draw(rt, "still gone while corroborating") {
+		// Most resources a clean scan missed are gone: keep the answers
+		// that decide a corroboration common.
+		kind = resultNotFound
+	}
+	body := rapid.SampledFrom(modelBodies).Draw(rt, "body")
+	viaComplete := mayComplete && rapid.Bool().Draw(rt, "via Complete")
+	m.deliverResult(rt, f, kind, body, viaComplete)
+}
+
+// deliverResult hands the fence a result of kind for f's ticket and checks
+// the outcome at once.
+func (m *modelMachine) deliverResult(rt *rapid.T, f flight, kind resultKind, body string, viaComplete bool) {
 	t := f.t
 	u := m.uris[t.URI]
-	kind := rapid.SampledFrom(modelResultKinds).Draw(rt, "result")
-	body := rapid.SampledFrom(modelBodies).Draw(rt, "body")
 	res := modelResult(t.URI, kind, body)
 	d := delivery{t: t, kind: kind, closeBegun: u.closeBegunGens[t.SubscriptionGeneration], oldSession: t.SessionGeneration < m.session}
 	d.wantReason, d.wantDecision = m.predict(u, t, kind, body, res.Digest())
+	if d.wantReason == "" && kind == resultNotFound && !u.stillAbsent() && u.corroboratedBy(t) {
+		d.corroborated = true
+		d.wantReads, d.wantScans = []uint64{u.corr.firstRead, t.ReadOrdinal}, u.corr.scans
+	}
 
-	viaComplete := mayComplete && rapid.Bool().Draw(rt, "via Complete")
 	if viaComplete {
 		d.out, d.err = m.e.Complete(t, res)
 	} else {
@@ -752,7 +846,7 @@ func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, b
 	}
 	switch kind {
 	case resultNotFound:
-		if c := u.current; u.tombstoned || c != nil && c.status == mcpsync.VersionTombstoned {
+		if u.stillAbsent() || u.corroboratedBy(t) {
 			return "", mcpsync.DecisionTombstoned
 		}
 		return "", mcpsync.DecisionTombstonePending
@@ -784,13 +878,16 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 		return
 	case mcpsync.ReasonNotActive, mcpsync.ReasonSubjectRevoked, mcpsync.ReasonEmptyContents,
 		mcpsync.ReasonInvalidContent, mcpsync.ReasonURIMismatch:
-		// The ticket is spent.
+		// The ticket is spent, and a read that was refused is not the
+		// second not-found of a corroboration.
 		u.settle(t.ReadOrdinal, false)
+		u.corr = nil
 		return
 	case "":
 	default:
 		return
 	}
+	keep := d.kind == resultNotFound && u.keepsCorroboration(t)
 	u.watermark = t.ReadOrdinal
 	u.settle(t.ReadOrdinal, true)
 	pos := fencePos{t.SubscriptionGeneration, t.ReadOrdinal}
@@ -799,25 +896,46 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	}}
 	switch d.wantDecision {
 	case mcpsync.DecisionAccepted, mcpsync.DecisionUnchanged, mcpsync.DecisionQuarantined:
-		u.tombstoned = false
+		// The server has it.
+		u.tombstoned, u.corr = false, nil
 	}
-	switch d.wantDecision {
-	case mcpsync.DecisionTombstoned:
+	switch {
+	case d.corroborated:
+		// The second not-found: the tombstone is confirmed in this step.
+		u.notFoundAt, u.notFoundOrd = m.clock.t, t.ReadOrdinal
+		u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
+		m.tombstone(u, mcpsync.EvidenceCorroborated)
+	case d.wantDecision == mcpsync.DecisionTombstoned:
+		// Still gone: the confirmed tombstone stands.
 		u.phase, u.held = phaseTombstoned, nil
-	case mcpsync.DecisionTombstonePending:
-		u.phase = phaseTombstonePending
-		u.notFoundAt = m.clock.t
+	case d.wantDecision == mcpsync.DecisionTombstonePending && keep:
+		// A read older than the corroboration's second read, which is
+		// still out: that read decides, so the subscription stays open.
+		u.notFoundAt, u.notFoundOrd = m.clock.t, t.ReadOrdinal
+	case d.wantDecision == mcpsync.DecisionTombstonePending:
+		u.phase, u.corr = phaseTombstonePending, nil
+		u.notFoundAt, u.notFoundOrd = m.clock.t, t.ReadOrdinal
 		if u.current != nil && u.current.status != mcpsync.VersionRevoked {
 			u.current.status = mcpsync.VersionTombstonePending
 		}
-	case mcpsync.DecisionQuarantined:
+	case d.wantDecision == mcpsync.DecisionQuarantined:
 		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: mcpsync.VersionQuarantined}
 		u.newestChange = pos
-		m.want(entryKey{u.key, mcpsync.InvalidateQuarantined, t.Subject, pos})
-	case mcpsync.DecisionAccepted:
+		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateQuarantined, subject: t.Subject, pos: pos})
+	case d.wantDecision == mcpsync.DecisionAccepted:
 		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: mcpsync.VersionServed}
 		u.newestChange = pos
-		m.want(entryKey{u.key, mcpsync.InvalidateUpdated, t.Subject, pos})
+		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateUpdated, subject: t.Subject, pos: pos})
+	}
+}
+
+// tombstone confirms u's deletion on evidence of kind ev: consumers are told
+// to delete the current version, unless they already were (tombstoned
+// before, or revoked).
+func (m *modelMachine) tombstone(u *uriModel, ev mcpsync.EvidenceKind) {
+	if c := u.current; c != nil && c.status != mcpsync.VersionTombstoned && c.status != mcpsync.VersionRevoked {
+		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateTombstoned, subject: c.subject, evidence: ev})
+		c.status = mcpsync.VersionTombstoned
 	}
 }
 
@@ -827,7 +945,9 @@ func (m *modelMachine) fail(rt *rapid.T) {
 	m.answered = append(m.answered, f)
 	u := m.uris[f.t.URI]
 	if u.holds(f.t) && u.gen == f.t.SubscriptionGeneration {
+		// No answer: not the second not-found of a corroboration.
 		u.settle(f.t.ReadOrdinal, false)
+		u.corr = nil
 	}
 	if rapid.Bool().Draw(rt, "via Fail") {
 		follow, err := m.e.Fail(f.t)
@@ -862,13 +982,10 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 	case (u.phase == phaseTombstonePending || u.phase == phaseReconciling) && !present:
 		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
 		require.False(rt, ok)
-		u.phase, u.held, u.tombstoned = phaseTombstoned, nil, true
-		if c := u.current; c != nil && c.status != mcpsync.VersionTombstoned && c.status != mcpsync.VersionRevoked {
-			m.want(entryKey{u.key, mcpsync.InvalidateTombstoned, c.subject, fencePos{}})
-			c.status = mcpsync.VersionTombstoned
-		}
+		u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
+		m.tombstone(u, mcpsync.EvidenceProven)
 	case u.phase == phaseTombstonePending || u.phase == phaseReconciling:
-		u.phase = phaseOpen
+		u.phase, u.corr = phaseOpen, nil
 		m.enqueued(rt, u, t, ok, err, "Reconcile present")
 	case u.phase == phaseOpen && !present:
 		m.enqueued(rt, u, t, ok, err, "Reconcile absent on an open subscription")
@@ -878,9 +995,79 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 	default:
 		require.NoError(rt, err, "Reconcile with nothing to do")
 		require.False(rt, ok)
+		if present {
+			// Listed again while the second read is out: that read can no
+			// longer finish the corroboration.
+			u.corr = nil
+		}
 	}
 	if ok {
 		require.Equal(rt, mcpsync.TriggerReconcile, t.Trigger, "Reconcile: trigger")
+	}
+}
+
+// corroborate hands the engine a clean two-pass scan that did not list the
+// URI: most often one that began after the URI's newest not-found, now and
+// then one that began before it. Now and then the scan ends a little after
+// now, as one stamped by a clock ahead of the engine's would: only reads
+// issued after that end may corroborate.
+func (m *modelMachine) corroborate(rt *rapid.T) {
+	u := m.drawURI(rt)
+	var pending []string
+	for _, key := range modelURIs {
+		if m.uris[key].phase == phaseTombstonePending {
+			pending = append(pending, key)
+		}
+	}
+	if len(pending) > 0 && rapid.IntRange(0, 3).Draw(rt, "corroborate (0: any URI)") != 0 {
+		// A scan matters most where a tombstone is pending.
+		u = m.uris[rapid.SampledFrom(pending).Draw(rt, "pending uri")]
+	}
+	now := m.clock.t
+	var start time.Time
+	switch {
+	case !u.notFoundAt.IsZero() && rapid.IntRange(0, 4).Draw(rt, "scan (0: began before the not-found)") == 0:
+		start = u.notFoundAt.Add(-time.Second)
+	case !u.notFoundAt.IsZero():
+		after := int(now.Sub(u.notFoundAt) / time.Second)
+		start = u.notFoundAt.Add(time.Duration(rapid.IntRange(0, after).Draw(rt, "scan began, seconds after the not-found")) * time.Second)
+	default:
+		start = now.Add(-time.Duration(rapid.IntRange(0, 2).Draw(rt, "scan began, seconds ago")) * time.Second)
+	}
+	took := int(now.Sub(start) / time.Second)
+	end := start.Add(time.Duration(rapid.IntRange(0, took).Draw(rt, "scan took, seconds")) * time.Second)
+	if rapid.IntRange(0, 3).Draw(rt, "scan end (0: ahead of the engine's clock)") == 0 {
+		end = now.Add(time.Second)
+	}
+	n := m.scans
+	m.scans++
+	scan := mcpsync.AbsenceScan{Scans: []string{fmt.Sprintf("scan-%d-a", n), fmt.Sprintf("scan-%d-b", n)}, StartedAt: start, EndedAt: end}
+
+	t, ok, err := m.e.Corroborate(u.key, scan)
+	switch {
+	case u.gen == 0:
+		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Corroborate")
+	case u.session != m.session:
+		requireRefusal(rt, err, mcpsync.ErrIllegalTransition, "Corroborate in an ended session")
+	case u.phase == phaseOpen:
+		// Not listed while open: a reconcile read, whose not-found takes
+		// the fenced path.
+		m.enqueued(rt, u, t, ok, err, "Corroborate on an open subscription")
+	case u.phase != phaseTombstonePending:
+		require.NoError(rt, err, "Corroborate with nothing to do")
+		require.False(rt, ok)
+	case start.Before(u.notFoundAt):
+		requireRefusal(rt, err, mcpsync.ErrEvidenceTooOld, "Corroborate on a scan older than the not-found")
+		require.False(rt, ok)
+	default:
+		u.corr = &modelCorroboration{
+			gen: u.gen, firstRead: u.notFoundOrd, after: u.lastIssued,
+			scans: scan.Scans, startedAt: start, endedAt: end,
+		}
+		m.enqueued(rt, u, t, ok, err, "Corroborate on a pending tombstone")
+	}
+	if ok {
+		require.Equal(rt, mcpsync.TriggerReconcile, t.Trigger, "Corroborate: trigger")
 	}
 }
 
@@ -894,14 +1081,14 @@ func (m *modelMachine) revokeSubject(rt *rapid.T) {
 		u := m.uris[key]
 		if c := u.current; c != nil && c.subject == s && c.status != mcpsync.VersionRevoked {
 			c.status = mcpsync.VersionRevoked
-			m.want(entryKey{key, mcpsync.InvalidateRevoked, s, fencePos{}})
+			m.want(entryKey{uri: key, reason: mcpsync.InvalidateRevoked, subject: s})
 			n++
 		}
 		u.artifacts = slices.DeleteFunc(u.artifacts, func(a modelArtifact) bool {
 			if a.subject != s {
 				return false
 			}
-			m.want(entryKey{key, mcpsync.InvalidateRevoked, s, fencePos{}})
+			m.want(entryKey{uri: key, reason: mcpsync.InvalidateRevoked, subject: s})
 			n++
 			return true
 		})
@@ -1039,6 +1226,17 @@ func invFenceAgreesWithModel(rt *rapid.T, d delivery) {
 		require.Equal(rt, d.t.Subject, v.Version.Subject, "a version is bound to the subject that read it")
 		require.Equal(rt, d.t.RequestID, v.RequestID)
 		require.Equal(rt, fencePos{d.t.SubscriptionGeneration, d.t.ReadOrdinal}, posOf(v.Version))
+		if !d.corroborated {
+			require.Nil(rt, d.out.Tombstone, "fence rule: only the second not-found of a corroboration confirms a tombstone")
+			return
+		}
+		rc := d.out.Tombstone
+		require.NotNil(rt, rc, "fence rule: the second not-found of a corroboration confirms the tombstone")
+		require.Equal(rt, mcpsync.SchemaTombstoneReceipt, rc.Schema)
+		require.Equal(rt, mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceCorroborated, Scans: d.wantScans, Reads: d.wantReads},
+			rc.Evidence, "fence rule: the tombstone names both scans and both reads")
+		require.Equal(rt, fencePos{d.t.SubscriptionGeneration, 0}, fencePos{rc.SubscriptionGeneration, 0})
+		require.Equal(rt, v.OutboxSeq, rc.OutboxSeq, "the receipt names the outbox entry written with it")
 		return
 	}
 	var re *mcpsync.RefusalError
@@ -1052,7 +1250,8 @@ func invFenceAgreesWithModel(rt *rapid.T, d delivery) {
 
 // Invariant 3: the outbox holds exactly the entries the model allows: updated
 // and quarantined ones from results that passed an open generation's fence,
-// tombstoned ones from Reconcile(absent) on a pending tombstone, revoked ones
+// tombstoned ones from Reconcile(absent) on a pending tombstone (proven) or
+// from the second not-found of a corroboration (corroborated), revoked ones
 // from RevokeSubject. Entries are numbered consecutively and stay until
 // acknowledged.
 func invOutboxOnlyFromOpenGenerations(rt *rapid.T, m *modelMachine) {
@@ -1069,6 +1268,10 @@ func invOutboxOnlyFromOpenGenerations(rt *rapid.T, m *modelMachine) {
 		if en.Reason == mcpsync.InvalidateUpdated || en.Reason == mcpsync.InvalidateQuarantined {
 			k.pos = posOf(en.Version)
 			m.versions = append(m.versions, en.Version)
+		}
+		if en.Reason == mcpsync.InvalidateTombstoned {
+			require.NotNil(rt, en.Evidence, "invariant 3 (outbox): a tombstoned entry names its evidence")
+			k.evidence = en.Evidence.Kind
 		}
 		got = append(got, k)
 	}
@@ -1204,6 +1407,14 @@ func invStateAgreesWithModel(rt *rapid.T, m *modelMachine) {
 		require.Equal(rt, u.closeBegun, sub.CloseEpoch != 0, "%s: close epoch", sub.URI)
 		require.Equal(rt, u.notFoundAt, sub.NotFoundAt, "%s: when the newest not-found passed", sub.URI)
 		require.Equal(rt, u.tombstoned, !sub.TombstonedAt.IsZero(), "%s: deletion confirmed and not found since", sub.URI)
+		var want *mcpsync.Corroboration
+		if c := u.corr; c != nil {
+			want = &mcpsync.Corroboration{
+				SubscriptionGeneration: c.gen, FirstRead: c.firstRead, Scans: c.scans,
+				ScanStartedAt: c.startedAt, ScanEndedAt: c.endedAt, After: c.after,
+			}
+		}
+		require.Equal(rt, want, sub.Corroboration, "%s: corroboration under way", sub.URI)
 		if u.closeBegun {
 			require.Equal(rt, u.closeOrdinal, sub.CloseOrdinal, "%s: close ordinal", sub.URI)
 		}
