@@ -20,8 +20,9 @@ import (
 // outbox acks against the engine and against a reference model of the
 // fence, and checks after every step that versions only move forward, that
 // nothing passes a closing or older-session fence, that the outbox holds
-// exactly the entries the model allows and that Lookup never serves revoked,
-// stale or withdrawn content. RAPID_CHECKS sets the number of interleavings.
+// exactly the entries the model allows, that Lookup never serves revoked,
+// stale or withdrawn content, and that a deletion is corroborated only on
+// the steps DESIGN.md names. RAPID_CHECKS sets the number of interleavings.
 func TestModelInterleavings(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelMachine(rt)
@@ -177,6 +178,9 @@ type uriModel struct {
 	notFoundOrd uint64
 	// corr is the corroboration under way, nil when none is.
 	corr *modelCorroboration
+	// trail records what the server said of the URI, for the safety
+	// invariant of corroborated tombstones.
+	trail deletionTrail
 	// lastPass is the newest result that passed the fence, of any decision;
 	// newestChange the newest that replaced the current version.
 	lastPass     *mcpsync.VersionReceipt
@@ -204,6 +208,31 @@ type modelCorroboration struct {
 	gen, firstRead, after uint64
 	scans                 []string
 	startedAt, endedAt    time.Time
+}
+
+// deletionTrail is the model's own record of the steps a corroborated
+// deletion rests on, kept apart from its prediction of the engine's state.
+type deletionTrail struct {
+	// notFound holds every not-found that passed the fence.
+	notFound map[fencePos]trailMark
+	// scans are the clean scans handed to Corroborate, none listing the URI.
+	scans []trailScan
+	// live is the step of the newest sign that the server has the URI: a
+	// pulse, a listing, or content in the answer to an unsettled read.
+	live int
+}
+
+type trailMark struct {
+	step int
+	at   time.Time
+}
+
+type trailScan struct {
+	step int // when it was handed to Corroborate
+	// gen and lastIssued are the URI's generation and last issued ordinal
+	// then: a read of gen above lastIssued was issued after it.
+	gen, lastIssued    uint64
+	startedAt, endedAt time.Time
 }
 
 // holdsNewer reports whether a read newer than ordinal ord is unsettled.
@@ -326,6 +355,7 @@ type modelMachine struct {
 	uris    map[string]*uriModel
 	revoked map[string]bool
 
+	step      int // actions taken
 	scans     int // scans handed to Corroborate, to name them
 	inflight  []flight
 	answered  []flight // already answered or abandoned, for duplicate delivery
@@ -440,8 +470,12 @@ func (m *modelMachine) actions() map[string]func(*rapid.T) {
 	}
 	actions := map[string]func(*rapid.T){"": m.check}
 	for _, a := range table {
+		step := func(rt *rapid.T) {
+			m.step++
+			a.action(rt)
+		}
 		for i := range a.weight {
-			actions[fmt.Sprintf("%s#%d", a.name, i+1)] = a.action
+			actions[fmt.Sprintf("%s#%d", a.name, i+1)] = step
 		}
 	}
 	return actions
@@ -699,6 +733,7 @@ func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *mcpsync.
 
 func (m *modelMachine) notify(rt *rapid.T) {
 	u := m.drawURI(rt)
+	u.trail.live = m.step
 	t, ok, err := m.e.Notify(u.key)
 	switch {
 	case u.gen == 0:
@@ -812,7 +847,17 @@ func (m *modelMachine) deliverResult(rt *rapid.T, f flight, kind resultKind, bod
 	invNoVersionRegression(rt, u, d)
 	invNoAcceptanceAfterClose(rt, d)
 	invOldSessionNeverPasses(rt, d)
+	invCorroboratedTombstoneSound(rt, u, d)
 	invFenceAgreesWithModel(rt, d)
+	switch {
+	case d.wantReason == "" && kind == resultNotFound:
+		if u.trail.notFound == nil {
+			u.trail.notFound = make(map[fencePos]trailMark)
+		}
+		u.trail.notFound[fencePos{t.SubscriptionGeneration, t.ReadOrdinal}] = trailMark{m.step, m.clock.t}
+	case kind == resultContent && u.holds(t) && u.gen == t.SubscriptionGeneration:
+		u.trail.live = m.step
+	}
 	m.apply(u, d, body, res.Digest())
 	if viaComplete {
 		m.done(rt, u, f, d.out.FollowUp)
@@ -973,6 +1018,9 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 		since = u.notFoundAt.Add(-time.Second)
 	}
 	t, ok, err := m.e.Reconcile(u.key, present, since)
+	if present {
+		u.trail.live = m.step
+	}
 	switch {
 	case u.gen == 0:
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Reconcile")
@@ -1044,6 +1092,7 @@ func (m *modelMachine) corroborate(rt *rapid.T) {
 	scan := mcpsync.AbsenceScan{Scans: []string{fmt.Sprintf("scan-%d-a", n), fmt.Sprintf("scan-%d-b", n)}, StartedAt: start, EndedAt: end}
 
 	t, ok, err := m.e.Corroborate(u.key, scan)
+	u.trail.scans = append(u.trail.scans, trailScan{step: m.step, gen: u.gen, lastIssued: u.lastIssued, startedAt: start, endedAt: end})
 	switch {
 	case u.gen == 0:
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, "Corroborate")
@@ -1195,6 +1244,55 @@ func invNoAcceptanceAfterClose(rt *rapid.T, d delivery) {
 		rt.Fatalf("invariant 2 (no acceptance after close): %s result of %s generation %d ordinal %d after BeginClose: accepted=%v decision=%s stale=%q err=%v",
 			d.kind, d.t.URI, d.t.SubscriptionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
 	}
+}
+
+// Invariant 7: a deletion that was only corroborated, never proven, is
+// confirmed only on the steps of DESIGN.md, as the model recorded them: a
+// not-found of the generation passed the fence; later a clean scan that
+// began after it and did not list the URI was handed to Corroborate; the
+// confirming read, of the same generation, was issued after that and after
+// the scan ended, and says not found again; since the scan was handed over,
+// no pulse, listing or answer with content said the server has the URI;
+// and no newer read is out, whose answer would be newer. A resource deleted
+// and created again between any two of these steps is never tombstoned: the
+// scan would list it, the read would find it, or its pulse would come.
+// (A sign of life before the scan was handed over is older than the read
+// that confirms, which was issued after it.)
+func invCorroboratedTombstoneSound(rt *rapid.T, u *uriModel, d delivery) {
+	rt.Helper()
+	rc := d.out.Tombstone
+	if rc == nil {
+		return
+	}
+	t := d.t
+	fail := func(why string) {
+		rt.Helper()
+		rt.Fatalf("invariant 7 (corroborated tombstones are sound): %s gen %d ordinal %d confirmed a tombstone on %+v, but %s",
+			u.key, t.SubscriptionGeneration, t.ReadOrdinal, rc.Evidence, why)
+	}
+	ev := rc.Evidence
+	switch {
+	case ev.Kind != mcpsync.EvidenceCorroborated:
+		fail("a read can only corroborate")
+	case len(ev.Reads) != 2 || ev.Reads[1] != t.ReadOrdinal || rc.SubscriptionGeneration != t.SubscriptionGeneration:
+		fail("the evidence does not name the confirming read as the second")
+	case !u.holds(t) || u.gen != t.SubscriptionGeneration:
+		fail("the confirming read was not an unsettled read of the current generation")
+	case u.holdsNewer(t.ReadOrdinal):
+		fail("a newer read is still out")
+	}
+	first, ok := u.trail.notFound[fencePos{t.SubscriptionGeneration, ev.Reads[0]}]
+	if !ok {
+		fail("its first read never passed the fence as not found")
+	}
+	for _, s := range u.trail.scans {
+		if s.gen == t.SubscriptionGeneration && s.step > first.step && !s.startedAt.Before(first.at) &&
+			t.ReadOrdinal > s.lastIssued && !t.IssuedAt.Before(s.endedAt) && u.trail.live < s.step {
+			return
+		}
+	}
+	fail(fmt.Sprintf("no scan began after the first not-found (step %d, %s) and before the confirming read (issued %s) with no sign of life since (step %d); scans %+v",
+		first.step, first.at.Format(time.TimeOnly), t.IssuedAt.Format(time.TimeOnly), u.trail.live, u.trail.scans))
 }
 
 // Invariant 6: a ticket of an older session generation never passes.
