@@ -411,25 +411,39 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 			u := m.uris[key]
 			u.gen, u.session, u.principal, u.phase = 1, m.session, who, phaseOpen
 			if rapid.IntRange(0, 3).Draw(rt, "start "+key+" (0: deleted)") == 0 {
-				// Read, or not, and then deleted: the deletion evidence
-				// paths start with a tombstone pending.
-				if rapid.Bool().Draw(rt, "read before the deletion") {
-					m.startRead(rt, u, resultContent)
-				}
-				m.startRead(rt, u, resultNotFound)
+				m.startDeleted(rt, u)
 			}
 		}
 	}
 	return m
 }
 
-// startRead reads u once, before the random steps, with a result of kind.
-func (m *modelMachine) startRead(rt *rapid.T, u *uriModel, kind resultKind) {
+// startDeleted reads u, or not, and then sees it deleted, before the random
+// steps: the deletion evidence paths start from a pending tombstone. Now
+// and then a read sent after the one that says not found is still out.
+func (m *modelMachine) startDeleted(rt *rapid.T, u *uriModel) {
+	if rapid.Bool().Draw(rt, "read before the deletion") {
+		m.startRead(rt, m.startIssue(rt, u), resultContent)
+	}
+	gone := m.startIssue(rt, u)
+	if rapid.Bool().Draw(rt, "a newer read out") {
+		m.startIssue(rt, u)
+	}
+	m.startRead(rt, gone, resultNotFound)
+}
+
+// startIssue issues a read of u outside the read queue.
+func (m *modelMachine) startIssue(rt *rapid.T, u *uriModel) flight {
 	t, err := m.e.IssueTicket(u.key, mcpsync.TriggerInitial)
 	require.NoError(rt, err)
 	m.issued(rt, u, t, false)
-	f := m.inflight[len(m.inflight)-1]
-	m.inflight = m.inflight[:len(m.inflight)-1]
+	return m.inflight[len(m.inflight)-1]
+}
+
+// startRead answers f with a result of kind.
+func (m *modelMachine) startRead(rt *rapid.T, f flight, kind resultKind) {
+	i := slices.IndexFunc(m.inflight, func(g flight) bool { return g.t.RequestID == f.t.RequestID })
+	m.inflight = slices.Delete(m.inflight, i, i+1)
 	m.answered = append(m.answered, f)
 	m.deliverResult(rt, f, kind, modelBodies[0], false)
 }
