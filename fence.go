@@ -267,11 +267,16 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 		}
 		if why, what, because := e.checkContent(cur, t, r); why != "" {
 			// The ticket is spent: settle it, change nothing else. A read
-			// that did not say not found ends a corroboration.
+			// that did not say not found ends a corroboration; a not-found
+			// refused only because the subscription is no longer open (a
+			// read sent before the not-found that made it pending) says
+			// nothing the corroboration did not know, and leaves it.
 			reason, detail, cause = why, what, because
 			next := cur.clone()
 			settle(next, &path, t.ReadOrdinal, false)
-			next.Corroboration = nil
+			if !(why == ReasonNotActive && r.notFound) {
+				next.Corroboration = nil
+			}
 			return next, nil, nil
 		}
 		return e.accept(cur, t, r, guardErr, &out, &path)

@@ -938,9 +938,13 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	case mcpsync.ReasonNotActive, mcpsync.ReasonSubjectRevoked, mcpsync.ReasonEmptyContents,
 		mcpsync.ReasonInvalidContent, mcpsync.ReasonURIMismatch:
 		// The ticket is spent, and a read that was refused is not the
-		// second not-found of a corroboration.
+		// second not-found of a corroboration; one that was not found,
+		// refused only because the subscription is no longer open, leaves
+		// the corroboration standing.
 		u.settle(t.ReadOrdinal, false)
-		u.corr = nil
+		if !(d.wantReason == mcpsync.ReasonNotActive && d.kind == resultNotFound) {
+			u.corr = nil
+		}
 		return
 	case "":
 	default:
