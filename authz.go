@@ -72,6 +72,21 @@ func (e *Engine) RecordDerived(artifacts ...DerivedArtifact) error {
 		if err := e.recordDerived(key, byKey[key]); err != nil {
 			return err
 		}
+		// A revocation through another engine may have swept key between
+		// the check above and the write: this engine sweeps it itself, so
+		// the artifacts are announced, and refuses them.
+		if err := e.syncRevoked(context.Background()); err != nil {
+			return err
+		}
+		for _, a := range byKey[key] {
+			if e.isRevoked(a.Version.Subject) {
+				var rc RevocationReceipt
+				if err := e.revokeRecord(key, a.Version.Subject, &rc); err != nil && !errors.Is(err, ErrNotLeaseholder) {
+					return err
+				}
+				return fmt.Errorf("%w: subject %q", ErrRevoked, a.Version.Subject)
+			}
+		}
 	}
 	return nil
 }
@@ -91,6 +106,9 @@ func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
 		for _, a := range artifacts {
 			if err := derivableFrom(key, cur.Current.Status, c, a.Version); err != nil {
 				return nil, nil, err
+			}
+			if cur.Current.Status == VersionRevoked && a.Version.Subject == c.Subject {
+				return nil, nil, fmt.Errorf("%w: subject %q", ErrRevoked, a.Version.Subject)
 			}
 		}
 		next := cur.clone()

@@ -39,7 +39,8 @@ func TestBreak19PanickingOnOutcomeInSubscribeWedgesTheURI(t *testing.T) {
 			defer func() { _ = recover() }()
 			_, _ = c.Subscribe(t.Context(), docURI)
 		}()
-		require.True(t, panicked.Load(), "the observer ran in Subscribe")
+		synctest.Wait() // OnOutcome runs on the client's delivering goroutine
+		require.True(t, panicked.Load(), "the observer ran, and panicked")
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()

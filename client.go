@@ -165,12 +165,14 @@ type ClientOptions struct {
 	// 100 per second, with bursts of 20.
 	ReconnectReads rate.Limit
 	// OnOutcome, if set, is told of every fenced read, outside every lock,
-	// on the goroutine that read: Outcome.Changed says the read made new
-	// content current. When reads of one URI overlap, their outcomes may
-	// arrive here out of order (the fence accepted them in order, and
-	// refused the older of two that crossed); treat an outcome as a
-	// wake-up and Lookup the URI, or follow the outbox (Engine.Consume),
-	// which is in order per URI.
+	// on the goroutine that delivers OnError too, one call at a time, in
+	// the order the reads ended: Outcome.Changed says the read made new
+	// content current. It may call Close. When reads of one URI overlap,
+	// their outcomes may still arrive out of order (the fence accepted
+	// them in order, and refused the older of two that crossed); treat an
+	// outcome as a wake-up and Lookup the URI, or follow the outbox
+	// (Engine.Consume), which is in order per URI. A panic in it is
+	// recovered and reported to OnError.
 	OnOutcome func(Outcome)
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
@@ -241,6 +243,11 @@ type Client struct {
 	reconnecting chan struct{}
 	health       Health            // protected by mu
 	failing      map[string]string // key -> why its reads fail; protected by mu
+	// refused holds, per key, the fence's refusal of its last answered
+	// read when the server's answer itself was refused (another URI, bad
+	// or empty contents): WaitForSync reports it rather than wait on a
+	// server that keeps answering so. Protected by mu.
+	refused map[string]error
 	// endedBy is the error that ended the newest session lost on the
 	// client's side (a framing violation), kept for SessionErr once healing
 	// replaced it; protected by mu.
@@ -488,6 +495,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch), failing: make(map[string]string), resync: make(map[string]bool),
+		refused:      make(map[string]error),
 		reconnecting: make(chan struct{}, 1),
 		paced:        rate.NewLimiter(o.ReconnectReads, 20),
 		listChanged: map[string]*atomic.Uint64{
@@ -1495,13 +1503,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	}
 	c.answered(t.URI)
 	out, err := c.engine.Complete(t, result)
+	c.noteRefusal(t.URI, out, err)
 	if errors.Is(err, ErrNotLeaseholder) {
 		c.report(err) // refused by the ledger: another worker took key
 	}
 	c.progress.notify()
 	c.metrics.read(t.Trigger, outcomeOf(out))
 	if c.opts.OnOutcome != nil {
-		c.opts.OnOutcome(out)
+		c.errs.pushOutcome(out)
 	}
 	return out, err
 }

@@ -130,13 +130,14 @@ func (c *Client) report(err error) {
 	}
 }
 
-// errorQueue hands failures to OnError on a goroutine of its own, in order:
-// the goroutines that fail are the client's, which Close waits for and
-// which may hold the reconnect token, so a callback that calls Close or
-// Reconnect must not run on them.
+// errorQueue hands failures to OnError, and outcomes to OnOutcome, on a
+// goroutine of its own, in order: the goroutines that fail or read are the
+// client's, which Close waits for and which may hold the reconnect token
+// or a URI's lock, so a callback that calls Close or Reconnect, or panics,
+// must not run on them.
 type errorQueue struct {
 	mu    sync.Mutex // protects items
-	items []error
+	items []event
 	ready chan struct{} // holds a token while items is non-empty
 	done  chan struct{} // closed when the delivering goroutine ends
 	// delivering is set while OnError runs: a Close from inside it does not
@@ -144,9 +145,19 @@ type errorQueue struct {
 	delivering atomic.Bool
 }
 
-func (q *errorQueue) push(err error) {
+// event is one callback to make: OnError with err, or OnOutcome with out.
+type event struct {
+	err error
+	out *Outcome
+}
+
+func (q *errorQueue) push(err error) { q.add(event{err: err}) }
+
+func (q *errorQueue) pushOutcome(out Outcome) { q.add(event{out: &out}) }
+
+func (q *errorQueue) add(ev event) {
 	q.mu.Lock()
-	q.items = append(q.items, err)
+	q.items = append(q.items, ev)
 	q.mu.Unlock()
 	select {
 	case q.ready <- struct{}{}:
@@ -168,9 +179,9 @@ func (c *Client) deliverErrors() {
 		items := q.items
 		q.items = nil
 		q.mu.Unlock()
-		for _, err := range items {
+		for _, ev := range items {
 			q.delivering.Store(true)
-			c.opts.OnError(err)
+			c.deliver(ev)
 			q.delivering.Store(false)
 		}
 		if c.ctx.Err() != nil {
@@ -182,6 +193,27 @@ func (c *Client) deliverErrors() {
 			}
 		}
 	}
+}
+
+// deliver makes one callback; a panic in OnOutcome is reported to
+// OnError, one in OnError is logged.
+func (c *Client) deliver(ev event) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("mcpsync: a callback panicked: %v", p)
+			if c.opts.Logger != nil {
+				c.opts.Logger.Error("mcpsync", "err", err)
+			}
+			if ev.out != nil && c.opts.OnError != nil {
+				c.deliver(event{err: err})
+			}
+		}
+	}()
+	if ev.out != nil {
+		c.opts.OnOutcome(*ev.out)
+		return
+	}
+	c.opts.OnError(ev.err)
 }
 
 // Health returns the state of the client's connection.

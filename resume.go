@@ -191,10 +191,24 @@ func (c *Client) WaitForSync(ctx context.Context) error {
 	return c.waitSynced(ctx, keys)
 }
 
+// noteRefusal remembers, or forgets, that key's last answered read was
+// refused for what the server answered.
+func (c *Client) noteRefusal(key string, out Outcome, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case out.Accepted:
+		delete(c.refused, key)
+	case errors.Is(err, ErrURIMismatch), errors.Is(err, ErrInvalidContent), errors.Is(err, ErrEmptyContents):
+		c.refused[key] = err
+	}
+}
+
 // waitSynced is WaitForSync for keys. It checks the keys in order and
 // remembers how far it got, so each key is found synced once: waiting costs
 // O(keys + wake-ups), not O(keys) per wake-up.
 func (c *Client) waitSynced(ctx context.Context, keys []string) error {
+	var refusals []error
 	for {
 		wake := c.progress.wait()
 		c.mu.Lock()
@@ -209,11 +223,18 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 		if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
 			return err // no read of the principal will ever pass the fence
 		}
-		for len(keys) > 0 && c.synced(keys[0], gen) {
+		for len(keys) > 0 {
+			ok, refused := c.synced(keys[0], gen)
+			if !ok {
+				break
+			}
+			if refused != nil {
+				refusals = append(refusals, fmt.Errorf("mcpsync: %s: %w", keys[0], refused))
+			}
 			keys = keys[1:]
 		}
 		if len(keys) == 0 {
-			return nil
+			return errors.Join(refusals...)
 		}
 		select {
 		case <-wake:
@@ -223,24 +244,29 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 	}
 }
 
-// synced reports whether key is no longer watched or has had a read accepted
-// in its subscription generation of session gen.
-func (c *Client) synced(key string, gen uint64) bool {
+// synced reports whether key is no longer watched or has had a read
+// accepted in its subscription generation of session gen, or its last
+// read's answer was refused (which it returns).
+func (c *Client) synced(key string, gen uint64) (bool, error) {
 	c.mu.Lock()
 	_, watched := c.watches[key]
+	refused := c.refused[key]
 	c.mu.Unlock()
 	if !watched {
-		return true
+		return true, nil
 	}
 	sub, err := c.engine.Subscription(key)
 	if err != nil || sub.SessionGeneration != gen {
-		return false
+		return false, nil
 	}
 	switch sub.State {
 	case StateTombstonePending, StateTombstoned, StateReconciliationRequired:
-		return true
+		return true, nil
 	}
-	return sub.State.open() && sub.Watermark > 0
+	if sub.State.open() && sub.Watermark > 0 {
+		return true, nil
+	}
+	return refused != nil, refused
 }
 
 // signal wakes every goroutine waiting for the next change; it allocates

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/mcpsync/mcpsync"
@@ -53,7 +54,7 @@ const ledgerLockWait = time.Second
 func openLedger(ctx context.Context, spec string, use ledgerUse) (mcpsync.Ledger, func() error, error) {
 	switch {
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		l, err := openSharedLedger(ctx, spec)
+		l, err := openSharedLedger(ctx, spec, use)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -66,22 +67,53 @@ func openLedger(ctx context.Context, spec string, use ledgerUse) (mcpsync.Ledger
 // openSharedLedger opens the PostgreSQL ledger at url, fenced by leases:
 // many workers share it, and each writes only the URIs whose leases it
 // holds.
-func openSharedLedger(ctx context.Context, url string) (*pgledger.Ledger, error) {
+func openSharedLedger(ctx context.Context, url string, use ledgerUse) (*pgledger.Ledger, error) {
 	opts := &pgledger.Options{Leases: &pgledger.LeaseOptions{}}
 	// ?schema=NAME picks the PostgreSQL schema of the ledger (default
 	// "mcpsync"); it is the command's, not the server's, parameter.
 	if u, err := neturl.Parse(url); err == nil && u.Query().Has("schema") {
 		q := u.Query()
 		opts.Schema = q.Get("schema")
+		if opts.Schema == "" {
+			// An unset variable, most likely: the default schema is shared
+			// by every deployment that names none.
+			return nil, usagef("?schema= names no schema")
+		}
 		q.Del("schema")
 		u.RawQuery = q.Encode()
 		url = u.String()
+	}
+	if use == existingLedger {
+		if err := ledgerSchemaExists(ctx, url, opts.Schema); err != nil {
+			return nil, err
+		}
 	}
 	l, err := pgledger.Open(ctx, url, opts)
 	if err != nil {
 		return nil, fmt.Errorf("ledger %s: %w", redact(url), err)
 	}
 	return l, nil
+}
+
+// ledgerSchemaExists refuses a schema with no ledger: a command that inspects a
+// ledger creates none (a mistyped name would show an empty outbox).
+func ledgerSchemaExists(ctx context.Context, url, schema string) error {
+	if schema == "" {
+		schema = pgledger.DefaultSchema
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("ledger %s: %w", redact(url), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)", schema).Scan(&exists); err != nil {
+		return fmt.Errorf("ledger %s: %w", redact(url), err)
+	}
+	if !exists {
+		return fmt.Errorf("no ledger at %s (schema %s)", redact(url), schema)
+	}
+	return nil
 }
 
 // redact drops the password of a connection URL, for messages.

@@ -130,12 +130,27 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return helpOrUsage(err, fs, "watch [flags] [URI...] [--all] (--url URL | -- command args...)", stdout)
 	}
-	// URIs are arguments, as read takes its one; --uri says the same.
+	// URIs are arguments, as read takes its one; --uri says the same. Each
+	// must be a URI, and two spellings of one (one key) are one
+	// subscription.
 	for _, u := range positional {
 		if err := uris.Set(u); err != nil {
 			return usagef("watch: %v", err)
 		}
 	}
+	seen := map[string]bool{}
+	var unique uriList
+	for _, u := range uris {
+		key, err := mcpsync.NormalizeURI(u)
+		if err != nil {
+			return usagef("watch: %v", err)
+		}
+		if !seen[key] {
+			seen[key] = true
+			unique = append(unique, u)
+		}
+	}
+	uris = unique
 	switch {
 	case len(uris) == 0 && !*all:
 		return usagef("watch needs URIs (arguments or --uri U) or --all")
