@@ -141,8 +141,8 @@ func derivableFrom(key string, status VersionStatus, c, v ResourceVersion) error
 		return fmt.Errorf("%w: %s digest %s differs from the version accepted at that ordinal",
 			ErrUnknownVersion, key, v.Digest)
 	case v.SubscriptionGeneration == c.SubscriptionGeneration && v.Subject != c.Subject:
-		// One generation reads for one principal: an artifact named for
-		// another would escape that principal's revocation.
+		// One generation reads for one subject: an artifact named for
+		// another would escape that subject's revocation.
 		return fmt.Errorf("%w: %s generation %d was read by %q, not %q",
 			ErrUnknownVersion, key, c.SubscriptionGeneration, c.Subject, v.Subject)
 	}

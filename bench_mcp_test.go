@@ -32,7 +32,7 @@ func syncClient(b *testing.B, srv *mcpsynctest.Server) *mcpsync.Client {
 	b.Helper()
 	c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
 		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25"})
+	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func BenchmarkDiscovery(b *testing.B) {
 		}
 	})
 	b.Run("mcpsync-two-pass", func(b *testing.B) {
-		c, err := mcpsync.Connect(b.Context(), dial, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25"})
+		c, err := mcpsync.Connect(b.Context(), dial, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 		if err != nil {
 			b.Fatal(err)
 		}

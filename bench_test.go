@@ -189,7 +189,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 				t := pending[len(pending)-1]
 				pending = pending[:len(pending)-1]
 				e.Sending(t)
-				out, err := e.Complete(t, byURI[t.URI])
+				out, err := e.FinishRead(t, byURI[t.URI])
 				reads++
 				if err != nil {
 					b.Fatal(err)

@@ -42,7 +42,7 @@ func newB10Rig(t *testing.T, opts mcpsync.ClientOptions, uris ...string) *b10Rig
 	for _, u := range uris {
 		r.srv.Set(u, "text/markdown", "v1")
 	}
-	opts.Principal, opts.ProtocolVersion = alice, eras[0].version
+	opts.Subject, opts.ProtocolVersion = alice, eras[0].version
 	opts.OnError = func(err error) {
 		r.mu.Lock()
 		r.errs = append(r.errs, err)
@@ -271,7 +271,7 @@ func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	c, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Principal: "p"})
+	c, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Subject: "p"})
 	require.NoError(t, err)
 	_, err = c.Subscribe(ctx, docURI)
 	require.NoError(t, err)

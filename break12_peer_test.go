@@ -77,7 +77,7 @@ func b12Dialer(t *testing.T, answer func(p *b12Peer, req b12Req)) mcpsync.Dialer
 
 func b12Connect(t *testing.T, dial mcpsync.Dialer, o mcpsync.ClientOptions) *mcpsync.Client {
 	t.Helper()
-	o.Principal = "b12"
+	o.Subject = "b12"
 	if o.ProtocolVersion == "" {
 		o.ProtocolVersion = "2025-11-25"
 	}

@@ -41,7 +41,7 @@ func TestBreak15RollbackHandsOutCountersTheLiveLedgerAlreadyUsed(t *testing.T) {
 	}
 }
 
-// The reused session generation is not only a number: Catalog.Complete and
+// The reused session generation is not only a number: Catalog.Proven and
 // Catalog.Reconcile bind a catalog to its session by the generation alone, so
 // after a rollback a SNAPSHOT_PROVEN catalog the live engine measured passes
 // as evidence in the restored engine's session, and confirms a deletion
@@ -96,7 +96,7 @@ func TestBreak15RollbackLetsTheLiveEnginesCatalogProveAbsenceInTheRestoredEngine
 	assert.NotEqual(t, live.SessionGeneration(), restored.SessionGeneration(),
 		"the restored engine's session generation was already the live engine's")
 
-	_, err = catalog.Complete(clock, restored.SessionGeneration())
+	_, err = catalog.Proven(clock, restored.SessionGeneration())
 	assert.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven,
 		"a catalog the live engine measured vouches for the restored engine's session")
 

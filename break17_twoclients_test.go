@@ -36,7 +36,7 @@ func TestBreak17SecondClientStealsALiveClientsSubscriptionForEver(t *testing.T) 
 			require.NoError(t, err)
 			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Engine: e, Principal: alice})
+			}, &mcpsync.ClientOptions{Engine: e, Subject: alice})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
 			return c, e

@@ -28,7 +28,7 @@ func revokedWorker(t *testing.T, srv *mcpsynctest.Server, doc string) *mcpsync.C
 	t.Helper()
 	ledger := mcpsync.NewMemoryLedger(nil)
 	dial := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
-	first, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Principal: alice})
+	first, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Subject: alice})
 	require.NoError(t, err)
 	_, err = first.Subscribe(t.Context(), doc)
 	require.NoError(t, err)
@@ -38,7 +38,7 @@ func revokedWorker(t *testing.T, srv *mcpsynctest.Server, doc string) *mcpsync.C
 	_, err = engineOn(t, ledger).RevokeSubject(alice)
 	require.NoError(t, err)
 
-	c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Principal: alice})
+	c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Subject: alice})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -26,7 +26,7 @@ func TestBreak19CloseFromOnOutcomeTimesOut(t *testing.T) {
 		subscribed := make(chan struct{})
 		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 			return srv.NewInProcessTransport(), nil
-		}, &mcpsync.ClientOptions{Principal: alice, OnOutcome: func(o mcpsync.Outcome) {
+		}, &mcpsync.ClientOptions{Subject: alice, OnOutcome: func(o mcpsync.Outcome) {
 			select {
 			case <-subscribed:
 			default:

@@ -35,11 +35,11 @@ func TestBreak19ConnectCancelledMidHandshakeFreesTheEngine(t *testing.T) {
 			return kit, nil
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		_, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Engine: e, Principal: alice})
+		_, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Engine: e, Subject: alice})
 		cancel()
 		require.Error(t, err)
 		hold = false
-		c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Principal: alice})
+		c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice})
 		require.NoError(t, err, "a Connect cancelled mid-handshake left the engine in use")
 		require.NoError(t, c.Close())
 	})

@@ -30,7 +30,7 @@ func TestBreak19WaitForSyncHangsOnAServerThatAnswersForAnotherURI(t *testing.T) 
 			})
 		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 			return transport.NewInProcessTransport(srv), nil
-		}, &mcpsync.ClientOptions{Principal: alice})
+		}, &mcpsync.ClientOptions{Subject: alice})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, c.Close()) }()
 

@@ -27,7 +27,7 @@ func TestBreak19PanickingOnOutcomeInSubscribeWedgesTheURI(t *testing.T) {
 		var panicked atomic.Bool
 		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 			return srv.NewInProcessTransport(), nil
-		}, &mcpsync.ClientOptions{Principal: alice, OnOutcome: func(mcpsync.Outcome) {
+		}, &mcpsync.ClientOptions{Subject: alice, OnOutcome: func(mcpsync.Outcome) {
 			if panicked.CompareAndSwap(false, true) {
 				panic("bug in the caller's prompt cache")
 			}

@@ -84,19 +84,21 @@ func EraOf(protocolVersion string) Era {
 type Dialer func(ctx context.Context) (transport.Interface, error)
 
 // ClientOptions configure a Client. The zero value (or nil) means defaults;
-// Principal is the one field without a default.
+// Subject is the one field without a default.
 type ClientOptions struct {
 	// Engine keeps the local copy; nil means a new engine with default
 	// options. The Client reports every queued read it sends (Sending), so
 	// it turns Options.ConfirmSends on for the engine it drives; a caller
 	// that also issues queued reads on that engine must report them too.
 	Engine *Engine
-	// Principal is the subject every read of this client is bound to.
-	Principal string
+	// Subject is the authorization subject (a user, a service account)
+	// every read of this client is bound to: Lookup serves its versions to
+	// it alone, and RevokeSubject revokes them.
+	Subject string
 	// ServerID names the server deployment this client talks to (its URL,
 	// say). It is recorded on every subscription the client opens, and a
 	// restart resumes only the subscriptions opened with the same
-	// ServerID and Principal. Empty means the name the server reports,
+	// ServerID and Subject. Empty means the name the server reports,
 	// which is enough while a ledger serves one deployment of each server
 	// product; set it when one ledger is shared by workers of two
 	// deployments of the same server, or each would resume, and tombstone,
@@ -192,7 +194,7 @@ type ClientOptions struct {
 	OnFault func(error)
 	// NoResume leaves closed the subscriptions an earlier process left open
 	// in the engine's ledger. Without it, Connect resumes those of this
-	// client's principal and server: they are watched from the moment
+	// client's subject and server: they are watched from the moment
 	// Connect returns, opened in the new session and re-read, and a fresh
 	// catalog confirms deletions that happened meanwhile (see resume.go).
 	NoResume bool
@@ -410,8 +412,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		o = *opts
 	}
 	switch {
-	case o.Principal == "":
-		return nil, fmt.Errorf("%w: ClientOptions.Principal is required", ErrInvalidSubject)
+	case o.Subject == "":
+		return nil, fmt.Errorf("%w: ClientOptions.Subject is required", ErrInvalidSubject)
 	case o.Jitter < 0 || o.Jitter >= 1:
 		return nil, fmt.Errorf("mcpsync: Jitter %v is outside [0, 1)", o.Jitter)
 	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0:
@@ -793,7 +795,7 @@ func (c *Client) current() (*connection, error) {
 // resource created later is read when the server says so, or at the next
 // revalidation); Unsubscribe it if it is not wanted. A first read that gets
 // no answer is tried again in the background, as every read is. A client
-// whose principal is revoked subscribes nothing: ErrRevoked.
+// whose subject is revoked subscribes nothing: ErrRevoked.
 //
 // The subscription is the caller's until Unsubscribe: a Reconnect, even one
 // racing this call, re-establishes it in the new session.
@@ -802,8 +804,8 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	if err != nil {
 		return Subscription{}, err
 	}
-	if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
-		return Subscription{}, err // no read of the principal will ever pass the fence
+	if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
+		return Subscription{}, err // no read of the subject will ever pass the fence
 	}
 	unlock, err := c.keys.lock(ctx, key)
 	if err != nil {
@@ -882,7 +884,7 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 		return c.engine.Subscription(key) // unsubscribed meanwhile
 	}
 	raw := w.raw
-	sub, err := c.engine.Subscribe(raw, c.opts.Principal)
+	sub, err := c.engine.Subscribe(raw, c.opts.Subject)
 	if err != nil || sub.SessionGeneration != conn.gen {
 		return sub, err
 	}
@@ -1324,12 +1326,12 @@ func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
 }
 
 // Lookup returns the current version of uri if it may be served to the
-// client's principal (Engine.Lookup).
+// client's subject (Engine.Lookup).
 //
 // The entry's Degraded says why the copy is not being kept fresh now, if it
 // is not: the session is lost, or the URI's reads keep failing.
 func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
-	entry, err := c.engine.Lookup(c.opts.Principal, uri, opts...)
+	entry, err := c.engine.Lookup(c.opts.Subject, uri, opts...)
 	if err == nil {
 		entry.Degraded = c.degradedReason(entry.Version.URI)
 		if age := time.Since(entry.ValidatedAt); entry.Degraded == "" && entry.StalenessBound > 0 && age > entry.StalenessBound {
@@ -1502,7 +1504,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	c.answered(t.URI)
-	out, err := c.engine.Complete(t, result)
+	out, err := c.engine.FinishRead(t, result)
 	c.noteRefusal(t.URI, out, err)
 	if errors.Is(err, ErrNotLeaseholder) {
 		c.report(err) // refused by the ledger: another worker took key

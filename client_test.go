@@ -82,7 +82,7 @@ func TestClientFollowsUpdates(t *testing.T) {
 			d := newDocServer("v1")
 			outcomes := make(chan mcpsync.Outcome, 16)
 			c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{
-				Principal: alice, ProtocolVersion: version,
+				Subject: alice, ProtocolVersion: version,
 				OnOutcome: func(o mcpsync.Outcome) { outcomes <- o },
 			})
 			require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestClientPollsWithoutSubscribeCapability(t *testing.T) {
 		d.srv = server.NewMCPServer("no-subscribe", "1.0.0", server.WithResourceCapabilities(false, false))
 		d.srv.AddResource(mcp.NewResource(docURI, "a"), d.read)
 		c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{
-			Principal: alice, ProtocolVersion: "2025-11-25", PollEvery: 30 * time.Second, Jitter: 0.1, Seed: 7,
+			Subject: alice, ProtocolVersion: "2025-11-25", PollEvery: 30 * time.Second, Jitter: 0.1, Seed: 7,
 		})
 		require.NoError(t, err)
 		defer c.Close()
@@ -148,7 +148,7 @@ func lookupText(t *testing.T, c *mcpsync.Client) string {
 func connectDoc(t *testing.T, d *docServer, version string, outcomes chan mcpsync.Outcome) *mcpsync.Client {
 	t.Helper()
 	c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{
-		Principal: alice, ProtocolVersion: version,
+		Subject: alice, ProtocolVersion: version,
 		OnOutcome: func(o mcpsync.Outcome) {
 			if outcomes != nil {
 				outcomes <- o
@@ -283,7 +283,7 @@ func TestClientScansToolsAndPrompts(t *testing.T) {
 	assert.Len(t, prompts.Descriptors, 1)
 
 	require.NoError(t, c.Reconnect(t.Context()))
-	_, err = tools.Complete(tools.MeasuredAt, c.Engine().SessionGeneration())
+	_, err = tools.Proven(tools.MeasuredAt, c.Engine().SessionGeneration())
 	require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven, "a catalog of an older session is refused")
 }
 
@@ -322,7 +322,7 @@ func TestClientOutlivesConnectContext(t *testing.T) {
 	outcomes := make(chan mcpsync.Outcome, 4)
 	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
 		return transport.NewStdio(os.Args[0], []string{docServerEnv + "=1"}, "-test.run=^$"), nil
-	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
 	require.NoError(t, err)
 	defer c.Close()
 	cancel()
@@ -340,7 +340,7 @@ func TestClientAbsorbsDuplicatesOnACallersEngine(t *testing.T) {
 		e, err := mcpsync.NewEngine(nil)
 		require.NoError(t, err)
 		d := newDocServer("v1")
-		c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25", Engine: e})
+		c, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", Engine: e})
 		require.NoError(t, err)
 		defer c.Close()
 		_, err = c.Subscribe(t.Context(), docURI)

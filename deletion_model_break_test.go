@@ -39,12 +39,12 @@ func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
 	require.NotNil(t, state(t, e).Corroboration)
 
 	// The read in flight, sent before the scan: not found either.
-	out, _ = e.Complete(queued, mcpsync.NotFoundResult())
+	out, _ = e.FinishRead(queued, mcpsync.NotFoundResult())
 	require.NotNil(t, out.FollowUp, "the second read")
 	second := *out.FollowUp
 	assert.NotNil(t, state(t, e).Corroboration, "an answer older than the scan, not found, says nothing the scan did not know")
 
-	out, err = e.Complete(second, mcpsync.NotFoundResult())
+	out, err = e.FinishRead(second, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Decision(), "the second not-found, issued after the scan, confirms the deletion")
 	assert.NotNil(t, out.Tombstone)

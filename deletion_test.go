@@ -69,7 +69,7 @@ func TestCorroboratedTombstone(t *testing.T) {
 	_, err := e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrTombstonePending, "still not served while corroborating")
 
-	out, err := e.Complete(second, mcpsync.NotFoundResult())
+	out, err := e.FinishRead(second, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	require.True(t, out.Accepted)
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision)
@@ -103,7 +103,7 @@ func TestCorroborationEnds(t *testing.T) {
 	}{
 		{name: "the second read finds it", wantState: mcpsync.StateActive,
 			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
-				out, err := e.Complete(second, text(docURI, "v2"))
+				out, err := e.FinishRead(second, text(docURI, "v2"))
 				require.NoError(t, err)
 				assert.Equal(t, mcpsync.DecisionAccepted, out.Version.Decision)
 				assert.Equal(t, "v2", served(t, e))
@@ -117,7 +117,7 @@ func TestCorroborationEnds(t *testing.T) {
 			}},
 		{name: "a scan lists it", wantState: mcpsync.StateTombstonePending,
 			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
-				_, _, err := e.Reconcile(docURI, true, time.Time{})
+				_, _, err := e.ApplyListing(docURI, true, time.Time{})
 				require.NoError(t, err)
 				return &second
 			}},
@@ -129,7 +129,7 @@ func TestCorroborationEnds(t *testing.T) {
 			}},
 		{name: "the second read is refused", wantState: mcpsync.StateActive,
 			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
-				_, err := e.Complete(second, mcpsync.NewReadResult(nil))
+				_, err := e.FinishRead(second, mcpsync.NewReadResult(nil))
 				require.ErrorIs(t, err, mcpsync.ErrEmptyContents)
 				return nil
 			}},
@@ -150,7 +150,7 @@ func TestCorroborationEnds(t *testing.T) {
 			before := len(outbox(t, e))
 			second := corroborate(t, e, scanAfter(clock))
 			if tk := tc.between(t, e, second); tk != nil {
-				out, _ := e.Complete(*tk, mcpsync.NotFoundResult())
+				out, _ := e.FinishRead(*tk, mcpsync.NotFoundResult())
 				assert.NotEqual(t, mcpsync.DecisionTombstoned, out.Version.Decision)
 				assert.Nil(t, out.Tombstone)
 			}
@@ -184,13 +184,13 @@ func TestCorroborationNeedsAReadAfterTheScan(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
 	first, early := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
-	_, err := e.Complete(first, mcpsync.NotFoundResult())
+	_, err := e.FinishRead(first, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.StateTombstonePending, state(t, e).State)
 	second := corroborate(t, e, scanAfter(clock))
 	assert.Greater(t, second.ReadOrdinal, early.ReadOrdinal)
 
-	out, err := e.Complete(early, mcpsync.NotFoundResult())
+	out, err := e.FinishRead(early, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 	assert.Nil(t, out.Tombstone)
@@ -198,7 +198,7 @@ func TestCorroborationNeedsAReadAfterTheScan(t *testing.T) {
 	assert.Equal(t, mcpsync.StateReadPending, sub.State)
 	require.NotNil(t, sub.Corroboration, "an older not-found leaves it standing")
 
-	out, err = e.Complete(second, mcpsync.NotFoundResult())
+	out, err = e.FinishRead(second, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	require.NotNil(t, out.Tombstone)
 	assert.Equal(t, []uint64{first.ReadOrdinal, second.ReadOrdinal}, out.Tombstone.Evidence.Reads)
@@ -236,7 +236,7 @@ func TestCorroborationIsStored(t *testing.T) {
 func TestTombstoneReceiptGolden(t *testing.T) {
 	e, clock := pendingEngine(t)
 	second := corroborate(t, e, scanAfter(clock))
-	out, err := e.Complete(second, mcpsync.NotFoundResult())
+	out, err := e.FinishRead(second, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	entries := outbox(t, e)
 	entry := entries[len(entries)-1]
@@ -268,7 +268,7 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
 	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.NotFoundResult())
 	require.NoError(t, err)
-	out, err := e.Complete(corroborate(t, e, scanAfter(clock)), mcpsync.NotFoundResult())
+	out, err := e.FinishRead(corroborate(t, e, scanAfter(clock)), mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	require.NotNil(t, out.Tombstone)
 	assert.Zero(t, out.Tombstone.OutboxSeq, "no version to tell consumers about")

@@ -486,24 +486,24 @@ func (e *CatalogError) Error() string {
 // Is makes every CatalogError match ErrSnapshotUnproven.
 func (e *CatalogError) Is(target error) bool { return target == ErrSnapshotUnproven }
 
-// Complete returns the listed items for a task that needs all of them
+// Proven returns the listed items for a task that needs all of them
 // (revocation sweeps, cleanup), and refuses with a *CatalogError (matching
 // ErrSnapshotUnproven) anything but a SNAPSHOT_PROVEN catalog of session
 // generation sessionGen that is not stale at now.
 //
-// Complete knows the session by its generation only; CompleteIn also
+// Proven knows the session by its generation only; ProvenIn also
 // refuses a catalog of another engine (CatalogReasonOtherEngine).
-func (c Catalog) Complete(now time.Time, sessionGen uint64) ([]Descriptor, error) {
+func (c Catalog) Proven(now time.Time, sessionGen uint64) ([]Descriptor, error) {
 	if err := c.refusal(now, sessionGen, "", true); err != nil {
 		return nil, err
 	}
 	return slices.Clone(c.Descriptors), nil
 }
 
-// CompleteIn is Complete for e's current session, at e's clock: it also
+// ProvenIn is Complete for e's current session, at e's clock: it also
 // refuses, with CatalogReasonOtherEngine, a catalog listed in a session of
 // another engine.
-func (c Catalog) CompleteIn(e *Engine) ([]Descriptor, error) {
+func (c Catalog) ProvenIn(e *Engine) ([]Descriptor, error) {
 	if err := c.refusal(e.now(), e.SessionGeneration(), e.id, true); err != nil {
 		return nil, err
 	}
@@ -567,7 +567,7 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 }
 
 // ReconcileWith hands the catalog's verdicts to the engine for every URI in
-// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.Reconcile), for
+// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.ApplyListing), for
 // every open subscription, and for every URI whose deletion is being
 // corroborated, and returns the reads to send.
 //

@@ -34,7 +34,7 @@ func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions, poli
 	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
 		return r.kit, nil
-	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: w.version, Deletion: cmp.Or(policy...),
+	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: w.version, Deletion: cmp.Or(policy...),
 		Scanner: &mcpsync.ScannerOptions{MaxAttempts: 3, BackoffBase: 1, BackoffMax: 1}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
@@ -86,7 +86,7 @@ func TestFaultMultiPageChangeWithLostNotification(t *testing.T) {
 			assert.ElementsMatch(t, []string{
 				"file:///docs/0.md", "file:///docs/1.md", "file:///docs/2.md", "file:///docs/3.md", "file:///docs/4.md",
 			}, uriSet(cat))
-			_, err = cat.Complete(cat.MeasuredAt, r.c.Engine().SessionGeneration())
+			_, err = cat.Proven(cat.MeasuredAt, r.c.Engine().SessionGeneration())
 			require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven, "UNPROVEN is not a snapshot")
 		})
 	}
@@ -104,7 +104,7 @@ func TestFaultCyclicCursor(t *testing.T) {
 			assert.Empty(t, uriSet(cat))
 			require.NotEmpty(t, cat.Scans)
 			assert.NotEmpty(t, cat.Scans[0].Faults, "the receipt records the cycle")
-			_, err = cat.Complete(time.Now(), r.c.Engine().SessionGeneration())
+			_, err = cat.Proven(time.Now(), r.c.Engine().SessionGeneration())
 			require.Error(t, err)
 		})
 	}
@@ -133,7 +133,7 @@ func TestFaultForgedSnapshotID(t *testing.T) {
 					forged += len(s.SnapshotFaults)
 				}
 				assert.NotZero(t, forged)
-				_, err = cat.Complete(cat.MeasuredAt, r.c.Engine().SessionGeneration())
+				_, err = cat.Proven(cat.MeasuredAt, r.c.Engine().SessionGeneration())
 				require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
 			})
 		}
@@ -159,7 +159,7 @@ func TestSnapshotProvenEndToEnd(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, mcpsync.CatalogSnapshotProven, cat.Status)
 			assert.Len(t, uriSet(cat), 5, "the set as of the snapshot")
-			items, err := cat.Complete(cat.MeasuredAt, r.c.Engine().SessionGeneration())
+			items, err := cat.Proven(cat.MeasuredAt, r.c.Engine().SessionGeneration())
 			require.NoError(t, err)
 			assert.Len(t, items, 5)
 		})
@@ -256,7 +256,7 @@ func TestScanOfAServerWithoutResources(t *testing.T) {
 			bare := server.NewMCPServer("bare", "1.0.0", server.WithToolCapabilities(false))
 			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 				return transport.NewInProcessTransport(bare), nil
-			}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: w.version})
+			}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: w.version})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, c.Close()) })
 			require.False(t, c.Capabilities().Resources)

@@ -204,7 +204,7 @@ func requireUnreconciled(t *testing.T, c mcpsync.Catalog, err error, cause error
 	assert.Empty(t, catalogKeys(c))
 	assert.Empty(t, c.SetDigest)
 	assert.Equal(t, c.MeasuredAt, c.StaleAfter, "an unreconciled catalog is stale at once")
-	_, cerr := c.Complete(c.MeasuredAt.Add(-time.Hour), c.SessionGeneration)
+	_, cerr := c.Proven(c.MeasuredAt.Add(-time.Hour), c.SessionGeneration)
 	require.ErrorIs(t, cerr, mcpsync.ErrSnapshotUnproven)
 }
 
@@ -360,7 +360,7 @@ func TestForgedSnapshotID(t *testing.T) {
 				}
 				assert.Equal(t, tc.pages, pages)
 			}
-			_, err = c.Complete(c.MeasuredAt, c.SessionGeneration)
+			_, err = c.Proven(c.MeasuredAt, c.SessionGeneration)
 			require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
 		})
 	}
@@ -386,7 +386,7 @@ func TestSnapshotProvenOnlyWithCapabilityAndOneID(t *testing.T) {
 	assert.Equal(t, c.MeasuredAt.Add(time.Minute), c.StaleAfter)
 	assert.Equal(t, c.MeasuredAt.Add(20*time.Second), c.NextReviewAt)
 
-	items, err := c.Complete(c.MeasuredAt, capsSnapshot.SessionGeneration)
+	items, err := c.Proven(c.MeasuredAt, capsSnapshot.SessionGeneration)
 	require.NoError(t, err)
 	assert.Equal(t, c.Descriptors, items)
 
@@ -433,7 +433,7 @@ func TestTwoIdenticalPassesAreOnlyUnproven(t *testing.T) {
 	assert.Equal(t, c.MeasuredAt.Add(5*time.Minute), c.NextReviewAt)
 	assert.Equal(t, []string{"file:///a", "file:///b", "file:///c"}, catalogKeys(c))
 
-	items, err := c.Complete(clock.t, capsPlain.SessionGeneration)
+	items, err := c.Proven(clock.t, capsPlain.SessionGeneration)
 	require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
 	assert.Nil(t, items)
 	ce, ok := errors.AsType[*mcpsync.CatalogError](err)
@@ -784,7 +784,7 @@ func TestScanOlderSessionCatalogRefused(t *testing.T) {
 		{"stale", clock.t.Add(time.Minute), 1, mcpsync.CatalogReasonStale},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			items, err := c.Complete(tc.now, tc.gen)
+			items, err := c.Proven(tc.now, tc.gen)
 			if tc.reason == "" {
 				require.NoError(t, err)
 				assert.Len(t, items, 3)
@@ -825,7 +825,7 @@ func TestScanKinds(t *testing.T) {
 			for d := range c.Items() {
 				assert.Equal(t, tc.kind, d.Kind)
 			}
-			_, err = c.Complete(c.MeasuredAt, 2)
+			_, err = c.Proven(c.MeasuredAt, 2)
 			require.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven, "generation isolation holds for every kind")
 
 			// The same generation rules, the same two-pass rule.
@@ -1170,10 +1170,10 @@ func TestCatalogOfAnotherEngineIsRefused(t *testing.T) {
 	require.Equal(t, mcpsync.CatalogSnapshotProven, c.Status)
 	assert.Equal(t, engines[0].ID(), c.Engine)
 
-	_, err = c.CompleteIn(engines[0])
+	_, err = c.ProvenIn(engines[0])
 	require.NoError(t, err, "its own engine")
 	var ce *mcpsync.CatalogError
-	_, err = c.CompleteIn(engines[1])
+	_, err = c.ProvenIn(engines[1])
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, mcpsync.CatalogReasonOtherEngine, ce.Reason)
 	assert.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)

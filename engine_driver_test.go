@@ -22,7 +22,7 @@ func TestConnectRefusesAnEngineAnotherClientDrives(t *testing.T) {
 		srv.Set(docURI, "text/plain", "v1")
 		e := newEngine(t, nil)
 		connect := func(dial mcpsync.Dialer) (*mcpsync.Client, error) {
-			return mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Principal: alice})
+			return mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice})
 		}
 		inProcess := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
 

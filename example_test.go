@@ -62,9 +62,9 @@ func ExampleEngine_Notify() {
 	}
 	fmt.Println("send while in flight:", send)
 
-	out, _ := e.Complete(first, note("v1"))
+	out, _ := e.FinishRead(first, note("v1"))
 	fmt.Println("follow-up:", out.FollowUp.Trigger)
-	out, _ = e.Complete(*out.FollowUp, note("v2"))
+	out, _ = e.FinishRead(*out.FollowUp, note("v2"))
 	fmt.Println("follow-up after that:", out.FollowUp != nil)
 	// Output:
 	// send first read: true
@@ -95,7 +95,7 @@ func ExampleConnect() {
 	outcomes := make(chan mcpsync.Outcome, 1)
 	client, err := mcpsync.Connect(context.Background(), func(context.Context) (transport.Interface, error) {
 		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Principal: "user:alice", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	}, &mcpsync.ClientOptions{Subject: "user:alice", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
 	if err != nil {
 		panic(err)
 	}
@@ -122,7 +122,7 @@ func ExampleClient_Scan() {
 	}
 	client, err := mcpsync.Connect(context.Background(), func(context.Context) (transport.Interface, error) {
 		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Principal: "user:alice"})
+	}, &mcpsync.ClientOptions{Subject: "user:alice"})
 	if err != nil {
 		panic(err)
 	}
@@ -130,7 +130,7 @@ func ExampleClient_Scan() {
 
 	catalog, _ := client.Scan(context.Background(), mcpsync.KindResources)
 	fmt.Println(catalog.Status, len(catalog.Descriptors), "items in", len(catalog.Scans), "passes")
-	_, err = catalog.Complete(catalog.MeasuredAt, client.Engine().SessionGeneration())
+	_, err = catalog.Proven(catalog.MeasuredAt, client.Engine().SessionGeneration())
 	fmt.Println(errors.Is(err, mcpsync.ErrSnapshotUnproven))
 	// Output:
 	// SNAPSHOT_UNPROVEN 3 items in 2 passes

@@ -46,7 +46,7 @@ func Example_quickStart() {
 func quickStart(ctx context.Context, dial mcpsync.Dialer, rebuildPrompt func(uri string),
 	addToPrompt func(mcpsync.Entry), reindex func(mcpsync.OutboxEntry) error) error {
 	client, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{
-		Principal: "user:alice",
+		Subject: "user:alice",
 		// Every fenced read, on the read's goroutine: do not block here.
 		OnOutcome: func(o mcpsync.Outcome) {
 			if o.Changed() || o.Withdrawn() { // new text, or text taken away

@@ -67,7 +67,7 @@ func newRig(t *testing.T, w wiring, opts *mcpsync.ClientOptions) *rig {
 	if opts != nil {
 		o = *opts
 	}
-	o.Principal, o.ProtocolVersion, o.Seed = alice, w.version, 1
+	o.Subject, o.ProtocolVersion, o.Seed = alice, w.version, 1
 	o.OnOutcome = func(out mcpsync.Outcome) { r.outcomes <- out }
 	c, err := mcpsync.Connect(t.Context(), func(ctx context.Context) (transport.Interface, error) {
 		inner, err := dial()
@@ -422,7 +422,7 @@ func TestFaultSubscribeFailsAfterRecording(t *testing.T) {
 	outcomes := make(chan mcpsync.Outcome, 16)
 	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
 	require.NoError(t, err)
 	defer c.Close()
 	sub, err := c.Subscribe(t.Context(), faultURI)

@@ -144,7 +144,7 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey) (Ticket, err
 			ReadOrdinal:            next.LastIssued,
 			RequestID:              id,
 			Trigger:                trigger,
-			Subject:                cur.Sub.Principal,
+			Subject:                cur.Sub.Subject,
 			IssuedAt:               e.now(),
 		}
 		next.Tickets = append(cur.Tickets[:len(cur.Tickets):len(cur.Tickets)], t)

@@ -396,7 +396,7 @@ func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
 		require.ErrorIs(t, err, mcpsync.ErrTombstonePending)
 		require.Len(t, outbox(t, e), 1, "the tombstone waits for reconciliation")
 
-		reread, ok, err := e.Reconcile(docURI, present, newClock().t)
+		reread, ok, err := e.ApplyListing(docURI, present, newClock().t)
 		require.NoError(t, err)
 		sub, err = e.Subscription(docURI)
 		require.NoError(t, err)
@@ -404,7 +404,7 @@ func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
 			require.True(t, ok)
 			assert.Equal(t, mcpsync.TriggerReconcile, reread.Trigger)
 			assert.Equal(t, mcpsync.StateReadPending, sub.State)
-			_, err = e.Complete(reread, text(docURI, "v2"))
+			_, err = e.FinishRead(reread, text(docURI, "v2"))
 			require.NoError(t, err)
 			assert.Equal(t, "v2", served(t, e))
 			continue

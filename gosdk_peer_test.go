@@ -92,7 +92,7 @@ func TestOfficialGoSDKServerPeer(t *testing.T) {
 			s := newSDKServer(t, "v1")
 			outcomes := make(chan mcpsync.Outcome, 16)
 			c, err := mcpsync.Connect(t.Context(), s.dial(version), &mcpsync.ClientOptions{
-				Principal: alice, ProtocolVersion: version,
+				Subject: alice, ProtocolVersion: version,
 				OnOutcome: func(o mcpsync.Outcome) { outcomes <- o },
 			})
 			require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestHealDoesNotWaitForTheLostServersShutdown(t *testing.T) {
 	})
 	healed := make(chan mcpsync.ResourceVersion, 16)
 	opts := &mcpsync.ClientOptions{
-		Principal: "p", PingEvery: 100 * time.Millisecond, PingTimeout: 200 * time.Millisecond,
+		Subject: "p", PingEvery: 100 * time.Millisecond, PingTimeout: 200 * time.Millisecond,
 		Reconnect: mcpsync.ReconnectPolicy{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond},
 		OnOutcome: func(o mcpsync.Outcome) {
 			if o.Accepted && o.Version.Version.SessionGeneration > 1 {

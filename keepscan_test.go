@@ -45,7 +45,7 @@ func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
 		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
 		return r.kit, nil
 	}, &mcpsync.ClientOptions{
-		Principal: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second,
+		Subject: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second,
 		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
 		OnError: func(err error) {
 			r.mu.Lock()

@@ -142,12 +142,12 @@ func TestCatalogOfAnEarlierEngineIsNotComplete(t *testing.T) {
 		Schema: mcpsync.SchemaCatalog, Kind: mcpsync.KindResources, Status: mcpsync.CatalogSnapshotProven,
 		SessionGeneration: e.SessionGeneration(), MeasuredAt: clock.now(), StaleAfter: clock.now().Add(time.Hour),
 	}
-	_, err := cat.Complete(clock.now(), e.SessionGeneration())
+	_, err := cat.Proven(clock.now(), e.SessionGeneration())
 	require.NoError(t, err, "complete in the session that measured it")
 
 	n := reopened(t, e, clock.now)
 	beginSession(t, n)
-	_, err = cat.Complete(clock.now(), n.SessionGeneration())
+	_, err = cat.Proven(clock.now(), n.SessionGeneration())
 	var ce *mcpsync.CatalogError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, mcpsync.CatalogReasonOtherSession, ce.Reason)
@@ -331,7 +331,7 @@ func TestResumableSubscriptions(t *testing.T) {
 	var got []string
 	for sub, err := range n.ResumableSubscriptions() {
 		require.NoError(t, err)
-		got = append(got, sub.URI+" "+sub.Principal)
+		got = append(got, sub.URI+" "+sub.Subject)
 	}
 	assert.Equal(t, []string{"file:///docs/a.md " + alice, "file:///docs/b.md " + bob}, got)
 

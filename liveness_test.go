@@ -56,7 +56,7 @@ type liveRig struct {
 // with seed+n.
 func newLiveRig(ctx context.Context, srv *mcpsynctest.Server, version string, seed int64, opts mcpsync.ClientOptions) (*liveRig, error) {
 	r := &liveRig{srv: srv, version: version}
-	opts.Principal, opts.ProtocolVersion = alice, version
+	opts.Subject, opts.ProtocolVersion = alice, version
 	opts.OnOutcome = func(o mcpsync.Outcome) {
 		r.mu.Lock()
 		r.outcomes = append(r.outcomes, o)
@@ -461,7 +461,7 @@ func TestLivenessListChangedDuringPassB(t *testing.T) {
 				}
 			}
 			c, err := mcpsync.Connect(t.Context(), mcpsync.StreamDialer(scriptedServer(t, serve)), &mcpsync.ClientOptions{
-				Principal: alice, ProtocolVersion: "2025-11-25", PingEvery: -1,
+				Subject: alice, ProtocolVersion: "2025-11-25", PingEvery: -1,
 			})
 			require.NoError(t, err)
 			defer c.Close()

@@ -94,7 +94,7 @@ func (c *Client) validationAge() time.Duration {
 	c.mu.Unlock()
 	var oldest time.Duration
 	for _, key := range keys {
-		if entry, err := c.engine.Lookup(c.opts.Principal, key); err == nil && !entry.ValidatedAt.IsZero() {
+		if entry, err := c.engine.Lookup(c.opts.Subject, key); err == nil && !entry.ValidatedAt.IsZero() {
 			oldest = max(oldest, time.Since(entry.ValidatedAt))
 		}
 	}

@@ -854,7 +854,7 @@ func (m *modelMachine) deliverResult(rt *rapid.T, f flight, kind resultKind, bod
 	}
 
 	if viaComplete {
-		d.out, d.err = m.e.Complete(t, res)
+		d.out, d.err = m.e.FinishRead(t, res)
 	} else {
 		d.out, d.err = m.e.AcceptResourceVersion(t, res)
 	}
@@ -1035,7 +1035,7 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 	if tooOld {
 		since = u.notFoundAt.Add(-time.Second)
 	}
-	t, ok, err := m.e.Reconcile(u.key, present, since)
+	t, ok, err := m.e.ApplyListing(u.key, present, since)
 	if present {
 		u.trail.live = m.step
 	}
@@ -1516,7 +1516,7 @@ func invStateAgreesWithModel(rt *rapid.T, m *modelMachine) {
 		require.True(rt, ok, "Subscriptions: unexpected URI %s", sub.URI)
 		require.Equal(rt, u.gen, sub.SubscriptionGeneration, "%s: subscription generation", sub.URI)
 		require.Equal(rt, u.session, sub.SessionGeneration, "%s: session generation", sub.URI)
-		require.Equal(rt, u.principal, sub.Principal, "%s: principal", sub.URI)
+		require.Equal(rt, u.principal, sub.Subject, "%s: principal", sub.URI)
 		require.Equal(rt, u.phase, phaseOf(sub.State), "%s: state %s", sub.URI, sub.State)
 		require.Equal(rt, u.lastIssued, sub.LastIssuedOrdinal, "%s: last issued ordinal", sub.URI)
 		require.Equal(rt, u.watermark, sub.Watermark, "%s: watermark", sub.URI)

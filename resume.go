@@ -27,8 +27,8 @@ import (
 // catalog that began after the not-found and proves the URI absent.
 
 // adopt registers as watched every subscription an earlier session left open
-// in the engine's ledger for this client's principal and ServerID, and returns
-// their keys. Subscriptions of another principal or another server are left
+// in the engine's ledger for this client's subject and ServerID, and returns
+// their keys. Subscriptions of another subject or another server are left
 // alone: reading them here would prove nothing about them. So are those of
 // a session whose engine a live Client of this process drives: they are
 // not left open, they are kept. (Processes sharing a ledger split it with
@@ -37,12 +37,12 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 	// The ledger is read first: a durable one does I/O, and c.mu is never
 	// held across it.
 	var open []Subscription
-	others := map[string]int{} // subscriptions of this principal on other servers
+	others := map[string]int{} // subscriptions of this subject on other servers
 	for sub, err := range c.engine.ResumableSubscriptions() {
 		if err != nil {
 			return nil, fmt.Errorf("mcpsync: resume: %w", err)
 		}
-		if sub.Principal != c.opts.Principal {
+		if sub.Subject != c.opts.Subject {
 			continue
 		}
 		if id := serverOf(sub); id != conn.caps.ServerID {
@@ -92,7 +92,7 @@ func serverOf(sub Subscription) string {
 // first reads and reconciles a fresh catalog of the server's resources, so
 // that a deletion during the downtime reaches the outbox.
 func (c *Client) resume(keys []string) {
-	if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
+	if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
 		c.report(fmt.Errorf("mcpsync: resume: %w", err)) // WaitForSync says so too
 		return
 	}
@@ -179,7 +179,7 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // unsubscribed meanwhile no longer counts. It returns ctx's error when ctx
 // ends first, ErrClientClosed when the client closes, the reason when
 // healing gave up on the connection, and ErrRevoked once the client's
-// principal is revoked.
+// subject is revoked.
 func (c *Client) WaitForSync(ctx context.Context) error {
 	c.mu.Lock()
 	keys := make([]string, 0, len(c.watches))
@@ -220,8 +220,8 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 		case state == ConnectionFailed:
 			return fmt.Errorf("%w: %s", ErrReconnectGaveUp, reason)
 		}
-		if err := c.engine.refuseRevoked(c.opts.Principal); err != nil {
-			return err // no read of the principal will ever pass the fence
+		if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
+			return err // no read of the subject will ever pass the fence
 		}
 		for len(keys) > 0 {
 			ok, refused := c.synced(keys[0], gen)

@@ -132,7 +132,7 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 			reads := srv.Reads(changedURI)
 			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Engine: e, Principal: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
+			}, &mcpsync.ClientOptions{Engine: e, Subject: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
 			require.NoError(t, err)
 			quiesce()
 			require.NoError(t, c.WaitForSync(t.Context()), tc.name)

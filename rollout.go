@@ -182,7 +182,7 @@ const (
 	// VerdictDiffers: the fence would serve content with another digest.
 	VerdictDiffers ShadowVerdict = "DIFFERS"
 	// VerdictWouldRefuse: the fence has no version it may serve to the
-	// principal; the report's Refusal says why.
+	// subject; the report's Refusal says why.
 	VerdictWouldRefuse ShadowVerdict = "WOULD_REFUSE"
 	// VerdictNotSynced: the engine holds no subscription of the URI that is
 	// not closing or closed, so it keeps no view to compare with.
@@ -264,27 +264,27 @@ type ShadowReport struct {
 // writes a version, watermark, tombstone, receipt or outbox entry (the
 // fence alone does). It is safe for concurrent use.
 type Shadow struct {
-	engine    *Engine
-	principal string
+	engine  *Engine
+	subject string
 
 	mu     sync.Mutex // protects counts
 	counts map[ShadowVerdict]uint64
 }
 
-// NewShadow returns a Shadow comparing with what e would serve to principal
+// NewShadow returns a Shadow comparing with what e would serve to subject
 // (the subject the caller's path serves, and its Client reads as).
-func NewShadow(e *Engine, principal string) (*Shadow, error) {
+func NewShadow(e *Engine, subject string) (*Shadow, error) {
 	if e == nil {
 		return nil, errors.New("mcpsync: NewShadow needs an engine")
 	}
-	if principal == "" {
-		return nil, fmt.Errorf("%w: empty principal", ErrInvalidSubject)
+	if subject == "" {
+		return nil, fmt.Errorf("%w: empty subject", ErrInvalidSubject)
 	}
-	return &Shadow{engine: e, principal: principal, counts: make(map[ShadowVerdict]uint64)}, nil
+	return &Shadow{engine: e, subject: subject, counts: make(map[ShadowVerdict]uint64)}, nil
 }
 
 // Observe compares what the caller's read path served for uri at servedAt
-// with what the fence would serve now (Engine.Lookup for the principal), by
+// with what the fence would serve now (Engine.Lookup for the subject), by
 // content digest (NewReadResult's, so served must carry the contents as
 // read, URIs included), and counts the verdict. The two paths read at
 // different moments, so a DIFFERS right after a change is expected; its rate
@@ -295,7 +295,7 @@ func (s *Shadow) Observe(uri string, served []Content, servedAt time.Time) (Shad
 	if err != nil {
 		return ShadowReport{}, err
 	}
-	r := ShadowReport{Schema: SchemaShadowReport, URI: key, Subject: s.principal, ServedAt: servedAt, ObservedAt: s.engine.now()}
+	r := ShadowReport{Schema: SchemaShadowReport, URI: key, Subject: s.subject, ServedAt: servedAt, ObservedAt: s.engine.now()}
 	res := NewReadResult(served)
 	r.ServedDigest = res.Digest()
 	if err := res.Err(); err != nil {
@@ -314,7 +314,7 @@ func (s *Shadow) Observe(uri string, served []Content, servedAt time.Time) (Shad
 		}
 	}
 	if r.Verdict == "" {
-		entry, err := s.engine.Lookup(s.principal, key)
+		entry, err := s.engine.Lookup(s.subject, key)
 		if err != nil {
 			refusal, ok := RefusalOf(err)
 			if !ok {
@@ -363,7 +363,7 @@ type ListingShadowReport struct {
 	Verdict       ShadowVerdict `json:"verdict"`
 	CatalogStatus CatalogStatus `json:"catalogStatus"`
 	// CompletenessRefusal says why a task that needs a complete
-	// enumeration would refuse the catalog now (Catalog.Complete); "" when
+	// enumeration would refuse the catalog now (Catalog.Proven); "" when
 	// it would accept it.
 	CompletenessRefusal CatalogRefusalReason `json:"completenessRefusal,omitempty"`
 	// Missing are keys the caller listed and the catalog does not; Extra

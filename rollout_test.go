@@ -111,7 +111,7 @@ func TestSetRefreshFractionRejectsOutOfRange(t *testing.T) {
 	for _, f := range []float64{-0.01, 1.01, math.NaN(), math.Inf(1)} {
 		require.Error(t, c.SetRefreshFraction(f), "%v", f)
 		assert.Equal(t, 1.0, c.Rollout().RefreshFraction, "a refused fraction changes nothing")
-		_, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{Principal: alice, RefreshFraction: &f})
+		_, err := mcpsync.Connect(t.Context(), d.dial, &mcpsync.ClientOptions{Subject: alice, RefreshFraction: &f})
 		require.Error(t, err, "Connect refuses RefreshFraction %v", f)
 	}
 	for _, f := range []float64{0, 0.05, 1} {
@@ -277,7 +277,7 @@ func TestShadowVerdicts(t *testing.T) {
 			setup: func(t *testing.T, e *mcpsync.Engine) {
 				withV1(t, e)
 				readNotFound(t, e)
-				_, _, err := e.Reconcile(docURI, false, newClock().t)
+				_, _, err := e.ApplyListing(docURI, false, newClock().t)
 				require.NoError(t, err)
 			}},
 		{name: "revoked", served: "v1", verdict: mcpsync.VerdictWouldRefuse, refusal: mcpsync.LookupRevoked,
@@ -476,7 +476,7 @@ func TestShadowListing(t *testing.T) {
 			}
 			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Principal: alice, ProtocolVersion: "2025-11-25"})
+			}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 			require.NoError(t, err)
 			defer c.Close()
 			cat, err := c.Scan(t.Context(), mcpsync.KindResources)

@@ -185,8 +185,10 @@ type SubscriptionInfo struct {
 	// RawURI is the URI as the caller gave it, which reads send to the
 	// server; empty when it is URI itself. A subscription resumed after a
 	// restart reads what the caller asked for, not its normalized key.
-	RawURI            string            `json:"rawUri,omitempty"`
-	Principal         string            `json:"principal"`
+	RawURI string `json:"rawUri,omitempty"`
+	// Subject is stored as "principal", the name resourceSubscription.v1
+	// gives it.
+	Subject           string            `json:"principal"`
 	Server            Implementation    `json:"server"`
 	SessionGeneration uint64            `json:"sessionGeneration"`
 	SessionID         string            `json:"sessionId,omitempty"`
@@ -217,7 +219,7 @@ const SchemaSubscription = "resourceSubscription.v1"
 // Subscription is the ledger row of one subscription generation of a URI.
 type Subscription struct {
 	Schema                 string            `json:"schema"`
-	Principal              string            `json:"principal"`
+	Subject                string            `json:"principal"` // resourceSubscription.v1's name
 	Server                 Implementation    `json:"server"`
 	URI                    string            `json:"uri"`
 	RawURI                 string            `json:"rawUri,omitempty"`
@@ -251,7 +253,7 @@ func subscriptionOf(key string, r *Record) Subscription {
 	s := Subscription{Schema: SchemaSubscription, URI: key, State: r.State}
 	if r.Sub != nil {
 		i := r.Sub
-		s.RawURI, s.Principal, s.Server = i.RawURI, i.Principal, i.Server
+		s.RawURI, s.Subject, s.Server = i.RawURI, i.Subject, i.Server
 		s.SessionGeneration, s.SessionID = i.SessionGeneration, i.SessionID
 		s.Capabilities, s.SubscriptionGeneration, s.Mode, s.ModeReason = i.Capabilities, i.Generation, i.Mode, i.ModeReason
 		s.StalenessBoundMs = i.StalenessBound.Milliseconds()
@@ -295,7 +297,7 @@ func (e *Engine) Subscriptions() iter.Seq2[Subscription, error] {
 // subscription an earlier session left open (ACTIVE or a read sub-state,
 // SUBSCRIBING, TOMBSTONE_PENDING, TOMBSTONED or RECONCILIATION_REQUIRED):
 // what a worker restarted on a durable ledger subscribes again, for the same
-// principal, in its new session, and re-reads with TriggerReconnect. Closing
+// subject, in its new session, and re-reads with TriggerReconnect. Closing
 // and closed generations are left alone; they are never reopened. It stops
 // at the first error of the ledger, yielding it.
 func (e *Engine) ResumableSubscriptions() iter.Seq2[Subscription, error] {
@@ -336,23 +338,23 @@ func (e *Engine) Discover(rawURI string) error {
 	return err
 }
 
-// Subscribe opens a new subscription generation of the URI for principal,
+// Subscribe opens a new subscription generation of the URI for subject,
 // in the current session: the state becomes SUBSCRIBING and the fence starts
 // afresh (ordinals from 1, watermark 0). Call it before sending
 // resources/subscribe (or subscriptions/listen); call Activate when the server
 // confirms, and BeginClose if it cannot.
 //
 // A URI whose generation is already open in this session for the same
-// principal keeps it (Subscribe is idempotent). A generation that is closing
+// subject keeps it (Subscribe is idempotent). A generation that is closing
 // must finish closing first. A closed, tombstoned or unknown-outcome
 // generation is never reopened: the new generation replaces it.
-func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
+func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Subscription{}, err
 	}
-	if principal == "" {
-		return Subscription{}, fmt.Errorf("%w: empty principal for %s", ErrInvalidSubject, key)
+	if subject == "" {
+		return Subscription{}, fmt.Errorf("%w: empty subject for %s", ErrInvalidSubject, key)
 	}
 	s := e.session.Load()
 	if !s.live {
@@ -372,8 +374,8 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 					case cur.State == StateUnsubscribing:
 						return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
 					case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
-						if cur.Sub.Principal != principal {
-							return nil, nil, fmt.Errorf("%w: %s is subscribed for another principal", ErrForbidden, key)
+						if cur.Sub.Subject != subject {
+							return nil, nil, fmt.Errorf("%w: %s is subscribed for another subject", ErrForbidden, key)
 						}
 						return nil, nil, nil // already subscribed
 					}
@@ -387,7 +389,7 @@ func (e *Engine) Subscribe(rawURI, principal string) (Subscription, error) {
 			raw = ""
 		}
 		next.Sub = &SubscriptionInfo{
-			URI: key, RawURI: raw, Principal: principal, Server: s.info.Capabilities.Server,
+			URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
 			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: s.info.Capabilities,
 			Generation: gen + 1, StartedAt: e.now(),
 		}
@@ -636,10 +638,10 @@ func (e *Engine) RequestRead(rawURI string, trigger Trigger) (Ticket, bool, erro
 	return e.enqueue(key, trigger)
 }
 
-// Complete hands the result of a ticket to the fence (AcceptResourceVersion)
+// FinishRead hands the result of a ticket to the fence (AcceptResourceVersion)
 // and ends the read: if the URI became dirty while it was in flight, the
 // outcome carries the one follow-up read to send.
-func (e *Engine) Complete(t Ticket, r ReadResult) (Outcome, error) {
+func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
 	out, err := e.AcceptResourceVersion(t, r)
 	out.FollowUp = e.done(t)
 	return out, err
@@ -652,21 +654,21 @@ func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 	return e.done(t), err
 }
 
-// Reconcile applies list reconciliation's verdict on a URI, from evidence
+// ApplyListing applies list reconciliation's verdict on a URI, from evidence
 // (a list scan) gathered since the time given. For a TOMBSTONE_PENDING or
 // RECONCILIATION_REQUIRED subscription, present returns it to ACTIVE with a
 // reconcile read to send; absent confirms the tombstone (TOMBSTONED, one
 // outbox entry with proven evidence), but only when the evidence began after
 // the not-found it confirms (ErrEvidenceTooOld otherwise: the resource may
 // have been created again in between). Absent is a claim of proof: only a
-// fresh SNAPSHOT_PROVEN catalog may make it (Catalog.Reconcile); evidence
+// fresh SNAPSHOT_PROVEN catalog may make it (Catalog.ApplyListing); evidence
 // short of proof goes to Corroborate. For an open subscription, absent asks
 // for a reconcile read, whose not-found will take the fenced path; present
 // needs nothing but ends a corroboration under way. Closed or closing
 // generations are left alone: their fence is frozen. A TOMBSTONED URI of
 // the current session that is present again is read (its read brings it
 // back).
-func (e *Engine) Reconcile(rawURI string, present bool, since time.Time) (Ticket, bool, error) {
+func (e *Engine) ApplyListing(rawURI string, present bool, since time.Time) (Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Ticket{}, false, err

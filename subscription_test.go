@@ -38,7 +38,7 @@ func TestStateMachineHappyPath(t *testing.T) {
 	tk, ok, err := e.Notify(docURI)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = e.Complete(tk, text(docURI, "v1"))
+	_, err = e.FinishRead(tk, text(docURI, "v1"))
 	require.NoError(t, err)
 	_, err = e.BeginClose(docURI)
 	require.NoError(t, err)
@@ -184,12 +184,12 @@ func TestNotificationsCoalesce(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok, "a read is already in flight")
 	}
-	out, err := e.Complete(first, text(docURI, "v1"))
+	out, err := e.FinishRead(first, text(docURI, "v1"))
 	require.NoError(t, err)
 	require.NotNil(t, out.FollowUp, "the pulses that arrived meanwhile get one read")
 	assert.Equal(t, mcpsync.TriggerNotification, out.FollowUp.Trigger)
 
-	out, err = e.Complete(*out.FollowUp, text(docURI, "v2"))
+	out, err = e.FinishRead(*out.FollowUp, text(docURI, "v2"))
 	require.NoError(t, err)
 	assert.Nil(t, out.FollowUp, "nothing arrived during the follow-up")
 	sub, err := e.Subscription(docURI)
@@ -262,10 +262,10 @@ func TestUnknownIdentityRequiresReconciliation(t *testing.T) {
 	_, err = e.AcceptResourceVersion(tk, text(docURI, "real"))
 	require.ErrorIs(t, err, mcpsync.ErrNotActive, "nothing passes until reconciliation")
 
-	reread, ok, err := e.Reconcile(docURI, true, newClock().t)
+	reread, ok, err := e.ApplyListing(docURI, true, newClock().t)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = e.Complete(reread, text(docURI, "real"))
+	_, err = e.FinishRead(reread, text(docURI, "real"))
 	require.NoError(t, err)
 	assert.Equal(t, "real", served(t, e))
 }
@@ -298,13 +298,13 @@ func TestPulsesBeforeTheSendAreCovered(t *testing.T) {
 				require.NoError(t, err)
 			}
 			e.Sending(first)
-			out, err := e.Complete(first, text(docURI, "v1"))
+			out, err := e.FinishRead(first, text(docURI, "v1"))
 			require.NoError(t, err)
 			if confirm {
 				assert.Nil(t, out.FollowUp, "covered by the read that followed them")
 			} else {
 				require.NotNil(t, out.FollowUp)
-				_, err = e.Complete(*out.FollowUp, text(docURI, "v1"))
+				_, err = e.FinishRead(*out.FollowUp, text(docURI, "v1"))
 				require.NoError(t, err)
 			}
 
@@ -314,7 +314,7 @@ func TestPulsesBeforeTheSendAreCovered(t *testing.T) {
 			e.Sending(second)
 			_, _, err = e.Notify(docURI) // after the send: may announce a change the read missed
 			require.NoError(t, err)
-			out, err = e.Complete(second, text(docURI, "v2"))
+			out, err = e.FinishRead(second, text(docURI, "v2"))
 			require.NoError(t, err)
 			require.NotNil(t, out.FollowUp, "a pulse after the send earns a follow-up")
 		})

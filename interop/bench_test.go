@@ -35,7 +35,7 @@ func BenchmarkFirstVersion(b *testing.B) {
 				s := &stdioServer{command: node, args: []string{entry, "stdio"}}
 				ctx, cancel := context.WithTimeout(b.Context(), bound)
 				c, err := mcpsync.Connect(ctx, s.dial, &mcpsync.ClientOptions{
-					Principal: alice, ProtocolVersion: pin, RevalidateEvery: time.Hour,
+					Subject: alice, ProtocolVersion: pin, RevalidateEvery: time.Hour,
 					OnOutcome: func(o mcpsync.Outcome) { first <- o },
 				})
 				if err != nil {

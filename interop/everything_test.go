@@ -112,7 +112,7 @@ func TestEverythingPaginatedScan(t *testing.T) {
 	assert.Equal(t, cat.Scans[0].Pages, cat.Scans[1].Pages, "same cursors, same pages")
 	assert.True(t, cat.MeasuredAt.Before(cat.NextReviewAt))
 
-	_, err = cat.Complete(cat.MeasuredAt, c.Engine().SessionGeneration())
+	_, err = cat.Proven(cat.MeasuredAt, c.Engine().SessionGeneration())
 	assert.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
 
 	// One page, no nextCursor: the same verdict from the current release.
@@ -123,7 +123,7 @@ func TestEverythingPaginatedScan(t *testing.T) {
 	assert.Equal(t, mcpsync.CatalogSnapshotUnproven, cat2.Status)
 	assert.Len(t, cat2.Descriptors, 7)
 	assert.Len(t, cat2.Scans[0].Pages, 1)
-	_, err = cat2.Complete(cat2.MeasuredAt, c2.Engine().SessionGeneration())
+	_, err = cat2.Proven(cat2.MeasuredAt, c2.Engine().SessionGeneration())
 	assert.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
 }
 

@@ -58,7 +58,7 @@ func runMCPGoServer() int {
 // heartbeat takes to find a hung server (PingEvery + PingTimeout).
 func healOptions() mcpsync.ClientOptions {
 	return mcpsync.ClientOptions{
-		Principal:       "heal",
+		Subject:         "heal",
 		RevalidateEvery: time.Second,
 		PingEvery:       100 * time.Millisecond,
 		PingTimeout:     200 * time.Millisecond,

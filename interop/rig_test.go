@@ -69,7 +69,7 @@ func (s *stdioServer) callTool(t *testing.T, name string, args map[string]any) {
 func connect(t *testing.T, dial mcpsync.Dialer, opts mcpsync.ClientOptions) (*mcpsync.Client, chan mcpsync.Outcome) {
 	t.Helper()
 	outcomes := make(chan mcpsync.Outcome, 256)
-	opts.Principal, opts.Seed = alice, 1
+	opts.Subject, opts.Seed = alice, 1
 	if opts.RequestTimeout == 0 {
 		opts.RequestTimeout = bound
 	}

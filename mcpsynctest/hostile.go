@@ -257,8 +257,8 @@ func (sc Scenario) Run(t *testing.T, opts *mcpsync.ClientOptions) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Principal == "" {
-		o.Principal = "hostile-test"
+	if o.Subject == "" {
+		o.Subject = "hostile-test"
 	}
 	if o.ProtocolVersion == "" {
 		o.ProtocolVersion = "2025-11-25"

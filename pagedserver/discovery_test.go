@@ -31,7 +31,7 @@ func TestDiscoveryProvesSnapshotLists(t *testing.T) {
 			}
 			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 				return &afterFirstList{Interface: transport.NewInProcessTransport(srv), do: churn}, nil
-			}, &mcpsync.ClientOptions{Principal: "user:alice", ProtocolVersion: version})
+			}, &mcpsync.ClientOptions{Subject: "user:alice", ProtocolVersion: version})
 			require.NoError(t, err)
 			defer c.Close()
 			require.True(t, c.Capabilities().SnapshotList, "the extension is negotiated")
@@ -56,7 +56,7 @@ func TestDiscoveryProvesSnapshotLists(t *testing.T) {
 			assert.Equal(t, mcpsync.CatalogSnapshotProven, second.Status)
 			assert.NotEqual(t, first.SnapshotID, second.SnapshotID)
 			assert.Len(t, second.Descriptors, 11)
-			items, err := second.Complete(second.MeasuredAt, c.Engine().SessionGeneration())
+			items, err := second.Proven(second.MeasuredAt, c.Engine().SessionGeneration())
 			require.NoError(t, err)
 			assert.Len(t, items, 11)
 		})

@@ -26,7 +26,7 @@ type catalogStats struct {
 	// reconciliation their status claims, plus UNRECONCILED catalogs that
 	// Reconcile accepted.
 	AcceptedWithoutReconciliation int `json:"acceptedWithoutReconciliation"`
-	// UnprovenConsumed: successful Catalog.Complete calls on catalogs that
+	// UnprovenConsumed: successful Catalog.Proven calls on catalogs that
 	// are not SNAPSHOT_PROVEN, plus tombstones that Reconcile confirmed
 	// from such a catalog (a completeness claim).
 	UnprovenConsumed int `json:"unprovenConsumed"`
@@ -233,7 +233,7 @@ func (st *catalogStats) judge(cr *catalogRig, cat mcpsync.Catalog, seen []string
 		}
 	}
 	proven := earned && cat.Status == mcpsync.CatalogSnapshotProven
-	_, err := cat.Complete(time.Now(), c.Engine().SessionGeneration())
+	_, err := cat.Proven(time.Now(), c.Engine().SessionGeneration())
 	switch {
 	case err == nil && proven:
 		st.ProvenConsumed++

@@ -299,7 +299,7 @@ func (h *harness) settle() error {
 			var ok bool
 			var err error
 			if sub.State == mcpsync.StateTombstonePending {
-				t, ok, err = h.e.Reconcile(u.key, u.exists, time.Now())
+				t, ok, err = h.e.ApplyListing(u.key, u.exists, time.Now())
 			} else {
 				t, ok, err = h.e.RequestRead(u.key, mcpsync.TriggerRevalidate)
 			}
@@ -316,7 +316,7 @@ func (h *harness) settle() error {
 		if !live {
 			continue
 		}
-		entry, err := h.e.Lookup(sub.Principal, u.key)
+		entry, err := h.e.Lookup(sub.Subject, u.key)
 		var servedVer uint64
 		if err == nil && len(entry.Contents) > 0 {
 			_, _ = fmt.Sscanf(strings.TrimPrefix(entry.Contents[0].Text, u.key+" "), "v%d", &servedVer)
@@ -355,7 +355,7 @@ func (h *harness) live(u *resource) (mcpsync.Subscription, bool) {
 	default:
 		return sub, false
 	}
-	if _, err := h.e.Lookup(sub.Principal, u.key); errors.Is(err, mcpsync.ErrRevoked) {
+	if _, err := h.e.Lookup(sub.Subject, u.key); errors.Is(err, mcpsync.ErrRevoked) {
 		return sub, false
 	}
 	return sub, true
@@ -433,7 +433,7 @@ func (h *harness) deliver(f flight) {
 		}
 	}
 	before, _ := h.e.Subscription(f.t.URI)
-	out, _ := h.e.Complete(f.t, h.result(f))
+	out, _ := h.e.FinishRead(f.t, h.result(f))
 	if out.Accepted {
 		h.c.accepted(f.t.URI, fencePos{f.t.SubscriptionGeneration, f.t.ReadOrdinal}, f.serverVer, closed,
 			out.Version.Decision == mcpsync.DecisionTombstonePending)
@@ -504,7 +504,7 @@ func (h *harness) step() error {
 		_, _ = h.e.ResolveUnsubscribe(h.pick().key)
 	case w < 47: // list reconciliation's verdict: the server's truth
 		u := h.pick()
-		if t, ok, err := h.e.Reconcile(u.key, u.exists, time.Now()); err == nil && ok {
+		if t, ok, err := h.e.ApplyListing(u.key, u.exists, time.Now()); err == nil && ok {
 			h.sent(t)
 		}
 	case w < 48:

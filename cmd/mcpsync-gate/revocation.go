@@ -85,7 +85,7 @@ func runRevocation(seed uint64, subjects, uris int) (revocationStats, error) {
 				if err != nil {
 					return st, err
 				}
-				out, err := e.Complete(t, revocationContent(keys[i], g*revVersions+v))
+				out, err := e.FinishRead(t, revocationContent(keys[i], g*revVersions+v))
 				if err != nil {
 					return st, err
 				}
@@ -127,7 +127,7 @@ func runRevocation(seed uint64, subjects, uris int) (revocationStats, error) {
 				key := keys[n%len(keys)]
 				n++
 				if t, ok, err := e.RequestRead(key, mcpsync.TriggerRevalidate); err == nil && ok {
-					if out, _ := e.Complete(t, revocationContent(key, 1000+n)); out.Accepted {
+					if out, _ := e.FinishRead(t, revocationContent(key, 1000+n)); out.Accepted {
 						loadAccepted++
 					}
 				}

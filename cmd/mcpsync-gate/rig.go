@@ -91,7 +91,7 @@ type rig struct {
 
 func newRig(ctx context.Context, srv *mcpsynctest.Server, seed uint64, opts mcpsync.ClientOptions) (*rig, error) {
 	r := &rig{srv: srv}
-	opts.Principal = gatePrincipal
+	opts.Subject = gatePrincipal
 	if opts.ProtocolVersion == "" {
 		// 2025-11-25: one resources/subscribe per URI, where 2026-07-28
 		// re-sends the whole filter with every new URI.

@@ -253,7 +253,7 @@ func (d *demo) catalogs(ctx context.Context) error {
 		if err == nil {
 			ev := newScanEvent(cat)
 			d.p.emit(ev, ev.summaryLine())
-			_, cerr := cat.Complete(time.Now(), client.Engine().SessionGeneration())
+			_, cerr := cat.Proven(time.Now(), client.Engine().SessionGeneration())
 			verdict := "complete: may confirm deletions"
 			if errors.Is(cerr, mcpsync.ErrSnapshotUnproven) {
 				verdict = "refused for completeness tasks: " + strings.TrimPrefix(cerr.Error(), "mcpsync: ")
@@ -274,7 +274,7 @@ func (d *demo) connect(ctx context.Context, s *mcpsynctest.Server, opts *mcpsync
 	if opts != nil {
 		o = *opts
 	}
-	o.Principal, o.ProtocolVersion, o.RequestTimeout = d.c.principal, d.c.versionPin(), d.c.timeout
+	o.Subject, o.ProtocolVersion, o.RequestTimeout = d.c.principal, d.c.versionPin(), d.c.timeout
 	dial := func(context.Context) (transport.Interface, error) {
 		kit := mcpsynctest.NewTransport(s.NewInProcessTransport(), d.seed)
 		d.mu.Lock()

@@ -43,7 +43,8 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "", "streamable HTTP endpoint of the server")
 	fs.StringVar(&c.protocol, "protocol", "auto", "protocol revision: "+strings.Join(protocols, "|"))
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on connecting, on every request and on closing the server (a whole scan: --scan-timeout)")
-	fs.StringVar(&c.principal, "principal", "cli", "subject every read is bound to")
+	fs.StringVar(&c.principal, "subject", "cli", "authorization subject every read is bound to")
+	fs.StringVar(&c.principal, "principal", "cli", "the former name of --subject")
 	fs.BoolVar(&c.json, "json", false, "JSON lines on stdout instead of text")
 	fs.Int64Var(&c.limits.MaxReadBytes, "max-read-bytes", 0, "bound on the decoded bytes of one read (0: 16 MiB)")
 	fs.IntVar(&c.limits.MaxReadItems, "max-read-items", 0, "bound on the content items of one read (0: 10000)")
@@ -78,7 +79,7 @@ func (c *common) check(needServer bool) error {
 	case c.timeout <= 0:
 		return usagef("--timeout must be positive")
 	case c.principal == "":
-		return usagef("--principal must not be empty")
+		return usagef("--subject must not be empty")
 	case !needServer && (c.url != "" || len(c.command) > 0):
 		return usagef("this command runs its own server: give neither --url nor a command")
 	case !needServer:
@@ -214,7 +215,7 @@ func (c *connection) bounded(ctx context.Context, timeout time.Duration, what st
 func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen *bool) (*connection, error) {
 	conn := &connection{http: http.DefaultTransport.(*http.Transport).Clone()}
 	conn.ctx, conn.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	opts.Principal = c.principal
+	opts.Subject = c.principal
 	opts.ProtocolVersion = c.versionPin()
 	opts.RequestTimeout = c.timeout
 	opts.Limits = &c.limits

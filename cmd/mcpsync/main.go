@@ -94,7 +94,7 @@ common flags:
   --protocol V       auto|2025-06-18|2025-11-25|2026-07-28 (default auto)
   --timeout D        bound on connecting, every request and closing (default 30s)
   --scan-timeout D   bound on a whole scan, every page included (default 5m)
-  --principal P      subject every read is bound to (default "cli")
+  --subject S        authorization subject every read is bound to (default "cli")
   --json             JSON lines on stdout instead of text
   --ledger FILE      scan, read, watch: keep the fence, versions and outbox in
                      this file across runs (default: memory, forgotten at exit)

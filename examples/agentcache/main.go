@@ -124,7 +124,7 @@ func connect(ctx context.Context, principal string, s *server, uris ...string) (
 		src.kit = mcpsynctest.NewTransport(s.srv.NewInProcessTransport(), seed)
 		return src.kit, nil
 	}, &mcpsync.ClientOptions{
-		Engine: engine, Principal: principal, ProtocolVersion: protocol,
+		Engine: engine, Subject: principal, ProtocolVersion: protocol,
 		RevalidateEvery: 2 * time.Minute, PollEvery: 30 * time.Second, Jitter: 0.1, Seed: seed,
 		OnOutcome: func(o mcpsync.Outcome) { src.outcomes <- o },
 	})

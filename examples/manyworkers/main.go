@@ -109,7 +109,7 @@ func work(ctx context.Context, conn, schema, url string, ttl time.Duration) erro
 		return err
 	}
 	client, err := mcpsync.Connect(ctx, mcpsync.HTTPDialer(url, nil), &mcpsync.ClientOptions{
-		Engine: engine, Principal: principal,
+		Engine: engine, Subject: principal,
 		// The shard decides what this worker subscribes, a reconnect not.
 		NoResume: true,
 		OnError:  func(err error) { say("error: %v", err) },

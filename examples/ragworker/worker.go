@@ -155,7 +155,7 @@ func (wk *worker) sync(ctx context.Context, src source) (*mcpsync.Client, error)
 		wk.log.printf("%s: resuming %d subscription(s) the last process left open", src.Name, n)
 	}
 	c, err := mcpsync.Connect(ctx, mcpsync.HTTPDialer(src.URL, nil), &mcpsync.ClientOptions{
-		Engine: engine, Principal: src.Principal, ServerID: src.URL,
+		Engine: engine, Subject: src.Principal, ServerID: src.URL,
 		OnOutcome: func(o mcpsync.Outcome) { wk.fenced(src, o) },
 		OnError:   func(err error) { log.Printf("%s: %v", src.Name, err) },
 	})
@@ -197,7 +197,7 @@ func waitFirstScan(ctx context.Context, scanned <-chan struct{}) error {
 func (wk *worker) resumable(e *mcpsync.Engine, src source) int {
 	n := 0
 	for sub, err := range e.ResumableSubscriptions() {
-		if err == nil && sub.Principal == src.Principal && sub.Capabilities.ServerID == src.URL {
+		if err == nil && sub.Subject == src.Principal && sub.Capabilities.ServerID == src.URL {
 			n++
 		}
 	}
@@ -369,8 +369,8 @@ func servable(e *mcpsync.Engine) (map[string]served, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := served{principal: sub.Principal}
-		entry, err := e.Lookup(sub.Principal, sub.URI)
+		s := served{principal: sub.Subject}
+		entry, err := e.Lookup(sub.Subject, sub.URI)
 		if why, ok := mcpsync.RefusalOf(err); ok {
 			s.refusal = why
 		} else if err != nil {

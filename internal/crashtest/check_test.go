@@ -55,7 +55,7 @@ func history(t *testing.T) (mcpsync.Ledger, []string) {
 	read(docA, text(docA, "a2"))
 	read(docB, text(docB, "b1"))
 	read(docB, mcpsync.NotFoundResult())
-	_, _, err = e.Reconcile(docB, false, time.Now())
+	_, _, err = e.ApplyListing(docB, false, time.Now())
 	require.NoError(t, err)
 	_, err = e.RevokeSubject(carol)
 	require.NoError(t, err)

@@ -119,7 +119,7 @@ func step(e *mcpsync.Engine, rng *rand.Rand, subject func(int) string, run, n in
 			return err
 		}
 		if sub.State == mcpsync.StateTombstonePending {
-			if _, _, err := e.Reconcile(uri, false, time.Now()); err != nil {
+			if _, _, err := e.ApplyListing(uri, false, time.Now()); err != nil {
 				return err
 			}
 			fmt.Printf("tombstoned %s\n", uri)

@@ -177,7 +177,7 @@ func resumeWorker(ctx context.Context, fail context.CancelCauseFunc, ledgerPath,
 		if err != nil {
 			return err
 		}
-		if sub.Principal == w.principal {
+		if sub.Subject == w.principal {
 			resumed = append(resumed, sub.URI)
 		}
 	}
@@ -245,7 +245,7 @@ func (w *resumer) connect(ctx context.Context, legacy bool) error {
 	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
 		return srv.NewInProcessTransport(), nil
 	}, &mcpsync.ClientOptions{
-		Engine: w.e, Principal: w.principal, ProtocolVersion: version, Seed: uint64(w.run) + 1,
+		Engine: w.e, Subject: w.principal, ProtocolVersion: version, Seed: uint64(w.run) + 1,
 		OnOutcome: w.outcome,
 		OnError:   func(err error) { w.say("client %q", err.Error()) },
 	})

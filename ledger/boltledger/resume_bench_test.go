@@ -137,7 +137,7 @@ func startBenchWorker(b *testing.B, srv *mcpsynctest.Server, path string) *bench
 	c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
 		return srv.NewInProcessTransport(), nil
 	}, &mcpsync.ClientOptions{
-		Engine: e, Principal: "svc:indexer", ProtocolVersion: "2025-11-25",
+		Engine: e, Subject: "svc:indexer", ProtocolVersion: "2025-11-25",
 		ReconnectReads: rate.Inf,
 	})
 	if err != nil {

@@ -65,7 +65,7 @@ func TestBreak15ShardNeverLetsGoAURIWhoseLeaseWasLostByARefusedRead(t *testing.T
 	var mu sync.Mutex
 	refused, dropped := 0, 0
 	c, err := mcpsync.Connect(ctx, mcpsync.HTTPDialer(hs.URL, nil), &mcpsync.ClientOptions{
-		Engine: e, Principal: "user:indexer", NoResume: true, ProtocolVersion: "2025-11-25",
+		Engine: e, Subject: "user:indexer", NoResume: true, ProtocolVersion: "2025-11-25",
 		CoalesceWindow: -1, PingEvery: -1,
 		OnError: func(err error) {
 			if errors.Is(err, mcpsync.ErrNotLeaseholder) {

@@ -81,7 +81,7 @@ func shardWorker(conn, schema, url string) error {
 	}
 	say("worker %s engine %s", l.Worker(), e.ID())
 	c, err := mcpsync.Connect(ctx, mcpsync.HTTPDialer(url, nil), &mcpsync.ClientOptions{
-		Engine: e, Principal: "user:indexer", NoResume: true, ProtocolVersion: "2025-11-25",
+		Engine: e, Subject: "user:indexer", NoResume: true, ProtocolVersion: "2025-11-25",
 		CoalesceWindow: -1, ReconnectReads: 1e6, PingEvery: -1,
 		// The staleness bound: a notification lost while a worker was
 		// paused is caught by the next revalidation.
