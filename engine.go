@@ -227,6 +227,11 @@ func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry
 	// Engine calls take no context yet; a ledger write is one short
 	// transaction.
 	ctx := context.Background()
+	if f, ok := e.ledger.(Fenced); ok {
+		if err := f.Fenced(key); err != nil {
+			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
+		}
+	}
 	for range casAttempts {
 		cur, err := e.ledger.Load(ctx, key)
 		if err != nil {

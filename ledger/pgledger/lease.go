@@ -134,6 +134,13 @@ func (l *Ledger) fence(key string) (any, any, error) {
 	return l.leases.worker, int64(epoch), nil
 }
 
+// Fenced implements mcpsync.Fenced: a *LeaseError when this ledger is
+// fenced and this worker holds no lease of key.
+func (l *Ledger) Fenced(key string) error {
+	_, _, err := l.fence(key)
+	return err
+}
+
 // fenceError turns compare_and_swap's lease refusal into a *LeaseError,
 // and forgets the lease: another worker took it.
 func (l *Ledger) fenceError(key string, epoch any, err error) error {
@@ -170,29 +177,52 @@ func (l *Ledger) Worker() uuid.UUID {
 // extends it and keeps its epoch. A lease another worker holds and has not
 // let expire is refused with ErrLeaseHeld.
 func (l *Ledger) Acquire(ctx context.Context, key string) (uint64, error) {
-	s, err := l.leasing()
+	taken, err := l.AcquireAll(ctx, []string{key})
 	if err != nil {
 		return 0, err
 	}
-	if err := l.usable(ctx); err != nil {
-		return 0, err
-	}
-	var held any // the epoch this worker holds key at, if it does
-	if e, ok := s.epoch(key); ok {
-		held = int64(e)
-	}
-	var epoch int64
-	err = l.pool.QueryRow(ctx, l.q.acquire, key, s.worker, s.ttl.Microseconds(), held).Scan(&epoch)
-	if errors.Is(err, pgx.ErrNoRows) {
+	epoch, ok := taken[key]
+	if !ok {
 		return 0, fmt.Errorf("%w: %s", ErrLeaseHeld, key)
 	}
+	return epoch, nil
+}
+
+// AcquireAll is Acquire of every key in one statement: it returns the
+// epochs of the leases it took or extended, and leaves out those another
+// worker holds.
+func (l *Ledger) AcquireAll(ctx context.Context, keys []string) (map[string]uint64, error) {
+	s, err := l.leasing()
 	if err != nil {
-		return 0, fmt.Errorf("pgledger: acquire %s: %w", key, err)
+		return nil, err
+	}
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	held := make([]int64, len(keys)) // 0, which no epoch is, where not held
+	for i, k := range keys {
+		if e, ok := s.epoch(k); ok {
+			held[i] = int64(e)
+		}
+	}
+	rows, err := l.control.Query(ctx, l.q.acquire, keys, s.worker, s.ttl.Microseconds(), held)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: acquire: %w", err)
+	}
+	taken := make(map[string]uint64, len(keys))
+	var key string
+	var epoch int64
+	_, err = pgx.ForEachRow(rows, []any{&key, &epoch}, func() error {
+		taken[key] = uint64(epoch)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: acquire: %w", err)
 	}
 	s.mu.Lock()
-	s.owned[key] = uint64(epoch)
+	maps.Copy(s.owned, taken)
 	s.mu.Unlock()
-	return uint64(epoch), nil
+	return taken, nil
 }
 
 // Renew extends every lease this worker holds and its membership (see
@@ -217,7 +247,7 @@ func (l *Ledger) Renew(ctx context.Context) (lost []string, err error) {
 		keys, epochs = append(keys, k), append(epochs, int64(e))
 	}
 	renewed := map[string]bool{}
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, l.control, func(tx pgx.Tx) error {
 		clear(renewed)
 		if _, err := tx.Exec(ctx, l.q.heartbeat, s.worker); err != nil {
 			return err
@@ -249,26 +279,43 @@ func (l *Ledger) Renew(ctx context.Context) (lost []string, err error) {
 // worker to acquire it raises its epoch. Writes of key are refused from
 // now on.
 func (l *Ledger) Release(ctx context.Context, key string) error {
+	return l.ReleaseAll(ctx, []string{key})
+}
+
+// ReleaseAll is Release of every key in one statement; keys this worker
+// does not hold are passed over.
+func (l *Ledger) ReleaseAll(ctx context.Context, keys []string) error {
 	s, err := l.leasing()
 	if err != nil {
 		return err
 	}
-	e, ok := s.epoch(key)
-	if !ok {
+	var names []string
+	var epochs []int64
+	for _, k := range keys {
+		if e, ok := s.epoch(k); ok && !slices.Contains(names, k) {
+			names, epochs = append(names, k), append(epochs, int64(e))
+		}
+	}
+	if len(names) == 0 {
 		return nil
 	}
-	// Forgotten first, so no write of this worker's starts on it meanwhile;
-	// kept again if the release did not reach the database, so that a retry
-	// releases it and this worker may still write, and take it again.
-	s.lose(key, e)
+	// Forgotten first, so no write of this worker's starts on them
+	// meanwhile; kept again if the release did not reach the database, so
+	// that a retry releases them and this worker may still write, and take
+	// them again.
+	for i, k := range names {
+		s.lose(k, uint64(epochs[i]))
+	}
 	err = l.usable(ctx)
 	if err == nil {
-		if _, err = l.pool.Exec(ctx, l.q.release, key, s.worker, int64(e)); err != nil {
-			err = fmt.Errorf("pgledger: release %s: %w", key, err)
+		if _, err = l.control.Exec(ctx, l.q.release, names, s.worker, epochs); err != nil {
+			err = fmt.Errorf("pgledger: release: %w", err)
 		}
 	}
 	if err != nil {
-		s.keep(key, e)
+		for i, k := range names {
+			s.keep(k, uint64(epochs[i]))
+		}
 	}
 	return err
 }
@@ -296,7 +343,7 @@ func (l *Ledger) Members(ctx context.Context) ([]uuid.UUID, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := l.pool.Query(ctx, l.q.members, s.ttl.Microseconds())
+	rows, err := l.control.Query(ctx, l.q.members, s.ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: members: %w", err)
 	}
@@ -318,7 +365,7 @@ func (l *Ledger) Leave(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
-	if _, err := l.pool.Exec(ctx, l.q.leave, s.worker); err != nil {
+	if _, err := l.control.Exec(ctx, l.q.leave, s.worker); err != nil {
 		return fmt.Errorf("pgledger: leave: %w", err)
 	}
 	return nil
@@ -382,22 +429,35 @@ func leaseQueries(n names, q *queries) {
 	// A lease is taken when nobody holds it, when it expired, or when this
 	// worker holds it at $4 (then it keeps its epoch). The WHERE refuses
 	// anything else, returning no row.
-	q.acquire = n.expand(`INSERT INTO {{schema}}.leases AS l (key, owner, epoch, expires_at)
-		VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
-		ON CONFLICT (key) DO UPDATE SET
-			owner = excluded.owner,
-			epoch = CASE WHEN l.owner = excluded.owner AND l.epoch = $4 THEN l.epoch ELSE l.epoch + 1 END,
-			expires_at = excluded.expires_at
-		WHERE (l.owner = excluded.owner AND l.epoch = $4) OR l.expires_at <= now()
-		RETURNING epoch`)
+	// A lease is taken when nobody holds it, when it expired, or when this
+	// worker holds it at the epoch given for it (then it keeps its epoch);
+	// anything else returns no row for its key. A key inserted by another
+	// worker since this statement's snapshot is left to that worker.
+	q.acquire = n.expand(`WITH h AS (SELECT * FROM unnest($1::text[], $4::bigint[]) AS h (key, held)),
+		taken AS (
+			UPDATE {{schema}}.leases AS l SET
+				owner = $2,
+				epoch = CASE WHEN l.owner = $2 AND l.epoch = h.held THEN l.epoch ELSE l.epoch + 1 END,
+				expires_at = now() + $3 * interval '1 microsecond'
+			FROM h
+			WHERE l.key = h.key AND ((l.owner = $2 AND l.epoch = h.held) OR l.expires_at <= now())
+			RETURNING l.key, l.epoch),
+		fresh AS (
+			INSERT INTO {{schema}}.leases (key, owner, epoch, expires_at)
+			SELECT h.key, $2, 1, now() + $3 * interval '1 microsecond' FROM h
+			WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.leases AS l WHERE l.key = h.key)
+			ON CONFLICT (key) DO NOTHING
+			RETURNING key, epoch)
+		SELECT key, epoch FROM taken UNION ALL SELECT key, epoch FROM fresh`)
 	q.renew = n.expand(`UPDATE {{schema}}.leases AS l SET expires_at = now() + $2 * interval '1 microsecond'
 		FROM unnest($3::text[], $4::bigint[]) AS h (key, epoch)
 		WHERE l.key = h.key AND l.epoch = h.epoch AND l.owner = $1
 		RETURNING l.key`)
 	q.heartbeat = n.expand(`INSERT INTO {{schema}}.members (worker, heartbeat_at) VALUES ($1, now())
 		ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now()`)
-	q.release = n.expand(`UPDATE {{schema}}.leases SET expires_at = '-infinity'
-		WHERE key = $1 AND owner = $2 AND epoch = $3`)
+	q.release = n.expand(`UPDATE {{schema}}.leases AS l SET expires_at = '-infinity'
+		FROM unnest($1::text[], $3::bigint[]) AS h (key, epoch)
+		WHERE l.key = h.key AND l.owner = $2 AND l.epoch = h.epoch`)
 	q.members = n.expand(`SELECT worker FROM {{schema}}.members
 		WHERE heartbeat_at > now() - $1 * interval '1 microsecond' ORDER BY worker`)
 	q.leave = n.expand(`DELETE FROM {{schema}}.members WHERE worker = $1`)

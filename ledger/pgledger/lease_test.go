@@ -226,3 +226,52 @@ func TestAssignMovesFewKeys(t *testing.T) {
 	_, ok := pgledger.Assign("file:///a", nil)
 	assert.False(t, ok)
 }
+
+// AcquireAll takes, in one statement, what is free, expired or already
+// this worker's (keeping its epoch), and leaves out what another worker
+// holds; ReleaseAll hands back what it holds at the epochs it took.
+func TestLeaseAcquireAllAndReleaseAll(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	a, b := fenced(t, conn, schema, time.Minute), fenced(t, conn, schema, time.Minute)
+	_, err := b.Acquire(ctx, "file:///held")
+	require.NoError(t, err)
+	first, err := a.AcquireAll(ctx, []string{"file:///x", "file:///y"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"file:///x": 1, "file:///y": 1}, first)
+
+	got, err := a.AcquireAll(ctx, []string{"file:///x", "file:///held", "file:///z", "file:///z"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"file:///x": 1, "file:///z": 1}, got,
+		"its own lease keeps its epoch; another worker's is left out")
+	assert.Equal(t, map[string]uint64{"file:///x": 1, "file:///y": 1, "file:///z": 1}, a.Owned())
+
+	require.NoError(t, a.ReleaseAll(ctx, []string{"file:///x", "file:///y", "file:///held"}))
+	assert.Equal(t, map[string]uint64{"file:///z": 1}, a.Owned())
+	_, _, err = write(a, "file:///x", 1)
+	require.ErrorIs(t, err, pgledger.ErrNotLeaseholder, "a released lease fences its old holder")
+	require.ErrorIs(t, a.Fenced("file:///x"), pgledger.ErrNotLeaseholder)
+	require.NoError(t, a.Fenced("file:///z"))
+
+	taken, err := b.AcquireAll(ctx, []string{"file:///x", "file:///y", "file:///z"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"file:///x": 2, "file:///y": 2}, taken,
+		"released leases are taken at their epoch plus one; the one still held is not")
+	_, held := b.Owned()["file:///held"]
+	assert.True(t, held, "releasing a key this worker does not hold touches nothing")
+}
+
+// An engine on a fenced ledger gives up a write of a key whose lease its
+// worker does not hold before it loads anything: a worker that handed a
+// key over is not kept waiting for connections to learn it is refused.
+func TestEngineRefusesUnleasedKeyWithoutRoundTrip(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	l := fenced(t, conn, schema, time.Minute)
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	l.Pool().Close() // any round trip now fails with "closed pool"
+	_, err = e.Subscribe("file:///a", "user:a")
+	var lerr *pgledger.LeaseError
+	require.ErrorAs(t, err, &lerr, "refused by the lease, not by the closed pool")
+}

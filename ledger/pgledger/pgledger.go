@@ -54,6 +54,10 @@ const DefaultSchema = "mcpsync"
 // writes.
 const trimStep = 1024
 
+// controlConns is the size of a fenced ledger's pool for lease statements:
+// renewal, and a round's bulk acquire or release, at once.
+const controlConns = 2
+
 // rangeStep is how many records Range reads per query: fn runs between
 // queries, outside any transaction.
 const rangeStep = 256
@@ -77,6 +81,11 @@ type Options struct {
 type Ledger struct {
 	pool    *pgxpool.Pool
 	ownPool bool // Close closes pool
+	// control runs the lease statements apart from pool, so that a worker
+	// whose reads and writes queue for pool's connections still renews,
+	// takes and hands over its leases on time. nil unless leases is set;
+	// Close closes it.
+	control *pgxpool.Pool
 	names   names
 	q       queries
 	retain  int64
@@ -138,6 +147,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 		if l.leases, err = newLeases(*o.Leases); err != nil {
 			return nil, err
 		}
+		cfg := pool.Config()
+		cfg.MaxConns, cfg.MinConns = controlConns, 0
+		if l.control, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("pgledger: lease connections: %w", err)
+		}
 	}
 	l.wait.init(l)
 	return l, nil
@@ -152,6 +166,9 @@ func (l *Ledger) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
 		l.wait.stop()
+		if l.control != nil {
+			l.control.Close()
+		}
 		if l.ownPool {
 			l.pool.Close()
 		}
