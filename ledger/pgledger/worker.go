@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -161,9 +162,7 @@ func (s *Shard) stop() {
 		owned[key] = 0 // let go too; Release does nothing without the lease
 	}
 	s.mu.Unlock()
-	for key := range owned {
-		s.letGo(ctx, key, true)
-	}
+	s.letGoAll(ctx, slices.Collect(maps.Keys(owned)), true)
 	if err := s.ledger.Leave(ctx); err != nil {
 		s.report(err)
 	}
@@ -190,10 +189,13 @@ func (s *Shard) refresh(ctx context.Context) error {
 	return nil
 }
 
-// takeAtOnce bounds the URIs a round takes concurrently (below the pool's
-// connections, which renewal needs too): a takeover of a
-// dead worker's share waits on a subscribe and a read per URI.
-const takeAtOnce = 4
+// atOnce bounds the URIs a round subscribes or unsubscribes concurrently:
+// each waits on a read or a write of the ledger, over the pool's
+// connections.
+const atOnce = 8
+
+// takeChunk is how many leases a round acquires at once.
+const takeChunk = 4 * atOnce
 
 // round lets go of the lost keys and of those assigned elsewhere, and takes
 // those assigned to this worker whose leases are free or expired.
@@ -206,43 +208,101 @@ func (s *Shard) round(ctx context.Context, lost []string) {
 		}
 	}
 	s.mu.Unlock()
+	var gone []string // taken by another worker: only let go
 	for _, key := range lost {
-		if _, ok := owned[key]; ok {
-			continue // reported lost by an older renewal, and taken again since
-		}
-		s.letGo(ctx, key, false)
+		if _, ok := owned[key]; !ok {
+			gone = append(gone, key)
+		} // else reported lost by an older renewal, and taken again since
 	}
 	members, err := s.ledger.Members(ctx)
 	if err != nil {
 		s.report(err)
+		s.letGoAll(ctx, gone, false)
 		return
 	}
 	me := s.ledger.Worker()
 	if !slices.Contains(members, me) {
+		s.letGoAll(ctx, gone, false)
 		return // not a member until the next renewal says so
 	}
 	s.mu.Lock()
 	raw := s.raw
 	s.mu.Unlock()
 	owned = s.ledger.Owned()
+	var moved, unlisted []string
 	for key := range owned {
-		if _, listed := raw[key]; !listed || s.assigned(key, members) != me {
-			s.letGo(ctx, key, true)
+		switch {
+		case !has(raw, key):
+			unlisted = append(unlisted, key)
+		case s.assigned(key, members) != me:
+			moved = append(moved, key)
 		}
 	}
-	sem := make(chan struct{}, takeAtOnce)
-	var wg sync.WaitGroup
-	for key, u := range raw {
-		if _, ok := owned[key]; ok || s.assigned(key, members) != me {
-			continue
+	// A key assigned to another worker is handed over first, all in one
+	// statement, so that worker takes it at its next round however long
+	// the unsubscribes take; this worker's writes of it are refused from
+	// the release on. A key nobody lists any more is closed first, while
+	// the lease still fences it, and released after: nobody takes it over.
+	if err := s.ledger.ReleaseAll(ctx, moved); err != nil {
+		s.report(err)
+		moved = nil // still held: the next round tries again
+	}
+	s.letGoAll(ctx, append(gone, moved...), false)
+	s.letGoAll(ctx, unlisted, true)
+
+	// Wanted: what is assigned here and not subscribed, whether its lease
+	// is free or still this worker's (a subscribe that failed, and whose
+	// release failed too, leaves the lease held and the URI unread).
+	var want []string
+	s.mu.Lock()
+	for key := range raw {
+		if !s.held[key] && s.assigned(key, members) == me {
+			want = append(want, key)
 		}
+	}
+	s.mu.Unlock()
+	// Taken a chunk at a time, with the membership read again between
+	// chunks: a worker that joins meanwhile is not kept waiting until all
+	// the rest is taken (the first worker up would otherwise take every
+	// key before the others joined).
+	for chunk := range slices.Chunk(want, takeChunk) {
+		// Leases another worker still holds are left out: that worker
+		// lets them go at its next round, or stops renewing them.
+		taken, err := s.ledger.AcquireAll(ctx, chunk)
+		if err != nil {
+			s.report(err)
+			return
+		}
+		s.each(slices.Collect(maps.Keys(taken)), func(key string) { s.take(ctx, key, raw[key]) })
+		now, err := s.ledger.Members(ctx)
+		if err != nil || !slices.Equal(now, members) {
+			return // the next round assigns anew
+		}
+	}
+}
+
+// letGoAll lets every key go, atOnce at a time.
+func (s *Shard) letGoAll(ctx context.Context, keys []string, release bool) {
+	s.each(keys, func(key string) { s.letGo(ctx, key, release) })
+}
+
+// each runs fn for every key, atOnce at a time, and returns when all ran.
+func (s *Shard) each(keys []string, fn func(key string)) {
+	sem := make(chan struct{}, atOnce)
+	var wg sync.WaitGroup
+	for _, key := range keys {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.take(ctx, key, u)
+			fn(key)
 		})
 	}
 	wg.Wait()
+}
+
+func has(m map[string]string, key string) bool {
+	_, ok := m[key]
+	return ok
 }
 
 func (s *Shard) assigned(key string, members []uuid.UUID) uuid.UUID {
@@ -250,19 +310,12 @@ func (s *Shard) assigned(key string, members []uuid.UUID) uuid.UUID {
 	return m
 }
 
-// take acquires key's lease and subscribes it. A lease another worker
-// still holds is left for a later round: that worker lets it go at its
-// next round, or stops renewing it.
+// take subscribes key, whose lease this worker just took. A subscribe that
+// fails hands the lease back, so that it does not outlive a URI nobody
+// reads; a later round tries again.
 func (s *Shard) take(ctx context.Context, key, raw string) {
-	if _, err := s.ledger.Acquire(ctx, key); err != nil {
-		if !errors.Is(err, ErrLeaseHeld) {
-			s.report(err)
-		}
-		return
-	}
 	if _, err := s.client.Subscribe(ctx, raw); err != nil {
 		s.report(fmt.Errorf("pgledger: shard: subscribe %s: %w", raw, err))
-		// Hand it back, so the lease does not outlive a URI nobody reads.
 		if err := s.ledger.Release(ctx, key); err != nil {
 			s.report(err)
 		}
