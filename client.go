@@ -904,21 +904,17 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 			mode = ModePush
 		}
 	}
-	if _, err := c.engine.activate(raw, mode, reason); err != nil {
-		if errors.Is(err, ErrIllegalTransition) {
-			return c.engine.Subscription(raw) // its session ended meanwhile
-		}
-		return Subscription{}, err
-	}
 	interval := c.opts.RevalidateEvery
 	trig := TriggerRevalidate
 	if mode == ModePoll {
 		interval, trig = c.opts.PollEvery, TriggerPoll
 	}
+	// Activated with its staleness bound in one write: how old the copy
+	// may get before the next revalidation (or poll) catches a change.
 	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
-	if _, err := c.engine.PublishStalenessBound(raw, bound); err != nil {
+	if _, err := c.engine.activate(raw, mode, reason, bound); err != nil {
 		if errors.Is(err, ErrIllegalTransition) {
-			return c.engine.Subscription(raw)
+			return c.engine.Subscription(raw) // its session ended meanwhile
 		}
 		return Subscription{}, err
 	}

@@ -417,11 +417,13 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 // (SUBSCRIBING -> ACTIVE). mode is ModePush when the server will notify,
 // ModePoll when it cannot (no subscribe capability, or the subscribe failed).
 func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, error) {
-	return e.activate(rawURI, mode, "")
+	return e.activate(rawURI, mode, "", 0)
 }
 
-// activate is Activate with the reason a subscription polls.
-func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string) (Subscription, error) {
+// activate is Activate with the reason a subscription polls and, when
+// bound is positive, its staleness bound (PublishStalenessBound), in one
+// write.
+func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string, bound time.Duration) (Subscription, error) {
 	if mode != ModePush && mode != ModePoll {
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
@@ -433,6 +435,9 @@ func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string) (
 		}
 		info := *next.Sub
 		info.Mode, info.ModeReason = mode, reason
+		if bound > 0 {
+			info.StalenessBound = bound // as PublishStalenessBound would
+		}
 		next.Sub = &info
 		return nil
 	})
