@@ -203,32 +203,10 @@ func (p *proc) stop() {
 	_ = p.cmd.Wait()
 }
 
-// lease is a row of the ledger's lease table.
-type lease struct {
-	owner uuid.UUID
-	epoch int64
-	live  bool // not expired
-}
-
 // view is how the demonstration sees the workers' work: in the database.
 type view struct {
 	db     *pgx.Conn
 	schema string
-}
-
-func (s view) leases(ctx context.Context) (map[string]lease, error) {
-	rows, err := s.db.Query(ctx, "SELECT key, owner, epoch, expires_at > now() FROM "+pgx.Identifier{s.schema, "leases"}.Sanitize())
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]lease{}
-	var key string
-	var l lease
-	_, err = pgx.ForEachRow(rows, []any{&key, &l.owner, &l.epoch, &l.live}, func() error {
-		out[key] = l
-		return nil
-	})
-	return out, err
 }
 
 // indexed returns the index: URI to text.
@@ -360,7 +338,7 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 	// it, which said it took it, and the index holds the server's text.
 	settled := func(members []uuid.UUID) func() (bool, error) {
 		return func() (bool, error) {
-			ls, err := st.leases(ctx)
+			ls, err := ledger.Leases(ctx)
 			if err != nil {
 				return false, err
 			}
@@ -371,7 +349,7 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 			for _, u := range uris {
 				want, _ := srv.Text(u)
 				owner, _ := pgledger.Assign(u, members)
-				if !ls[u].live || ls[u].owner != owner || out.holder(u) != name[owner] || ix[u] != want {
+				if !ls[u].Live || ls[u].Owner != owner || out.holder(u) != name[owner] || ix[u] != want {
 					return false, nil
 				}
 			}
@@ -382,7 +360,7 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 	if err != nil {
 		return err
 	}
-	ls, err := st.leases(ctx)
+	ls, err := ledger.Leases(ctx)
 	if err != nil {
 		return err
 	}
@@ -418,12 +396,12 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 	if err != nil {
 		return err
 	}
-	after, err := st.leases(ctx)
+	after, err := ledger.Leases(ctx)
 	if err != nil {
 		return err
 	}
 	for _, u := range lost {
-		out.say("   %-10s %s at lease epoch %d -> %s at epoch %d", topic(u), victim.name, ls[u].epoch, name[after[u].owner], after[u].epoch)
+		out.say("   %-10s %s at lease epoch %d -> %s at epoch %d", topic(u), victim.name, ls[u].Epoch, name[after[u].Owner], after[u].Epoch)
 	}
 	out.say("   taken over and indexed %v after the kill (lease TTL %v)", took.Round(100*time.Millisecond), demoTTL)
 
@@ -435,12 +413,12 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 
 	out.say("\n5. Checks.")
 	errs := []error{checkCopies(ctx, st, ledger, srv, uris), checkOutbox(ctx, audit, changes)}
-	if ls, err = st.leases(ctx); err != nil {
+	if ls, err = ledger.Leases(ctx); err != nil {
 		return err
 	}
 	for u, l := range ls {
-		if l.owner == victim.worker || !slices.Contains(survivors, l.owner) || !l.live {
-			errs = append(errs, fmt.Errorf("%s is leased to %s (live %v) after the takeover", u, name[l.owner], l.live))
+		if l.Owner == victim.worker || !slices.Contains(survivors, l.Owner) || !l.Live {
+			errs = append(errs, fmt.Errorf("%s is leased to %s (live %v) after the takeover", u, name[l.Owner], l.Live))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -517,10 +495,10 @@ func checkOutbox(ctx context.Context, audit *mcpsync.Engine, changes []change) e
 }
 
 // heldBy returns the URIs worker holds a live lease of, in order.
-func heldBy(ls map[string]lease, worker uuid.UUID) []string {
+func heldBy(ls map[string]pgledger.Lease, worker uuid.UUID) []string {
 	var out []string
 	for u, l := range ls {
-		if l.live && l.owner == worker {
+		if l.Live && l.Owner == worker {
 			out = append(out, u)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/mcpsync/mcpsync"
 )
@@ -332,6 +333,45 @@ func (l *Ledger) Owned() map[string]uint64 {
 	return maps.Clone(l.leases.owned)
 }
 
+// Lease is a key's lease as the database holds it.
+type Lease struct {
+	Owner     uuid.UUID
+	Epoch     uint64
+	ExpiresAt time.Time // -infinity once released: the zero time
+	// Live says the lease had not expired, by the database's clock, when
+	// it was read: its owner may write the key.
+	Live bool
+}
+
+// Leases returns every key's lease, fenced ledger or not: who holds what,
+// for operators and tests.
+func (l *Ledger) Leases(ctx context.Context) (map[string]Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := l.pool.Query(ctx, l.q.leases)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: leases: %w", err)
+	}
+	out := map[string]Lease{}
+	var key string
+	var epoch int64
+	var expires pgtype.Timestamptz
+	var ls Lease
+	_, err = pgx.ForEachRow(rows, []any{&key, &ls.Owner, &epoch, &expires, &ls.Live}, func() error {
+		ls.Epoch, ls.ExpiresAt = uint64(epoch), time.Time{}
+		if expires.InfinityModifier == pgtype.Finite {
+			ls.ExpiresAt = expires.Time
+		}
+		out[key] = ls
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: leases: %w", err)
+	}
+	return out, nil
+}
+
 // Members returns the workers whose membership has not expired (their
 // last Renew was within their TTL, as this worker's TTL counts it), in UUID
 // order.
@@ -460,5 +500,6 @@ func leaseQueries(n names, q *queries) {
 		WHERE l.key = h.key AND l.owner = $2 AND l.epoch = h.epoch`)
 	q.members = n.expand(`SELECT worker FROM {{schema}}.members
 		WHERE heartbeat_at > now() - $1 * interval '1 microsecond' ORDER BY worker`)
+	q.leases = n.expand(`SELECT key, owner, epoch, expires_at, expires_at > now() FROM {{schema}}.leases`)
 	q.leave = n.expand(`DELETE FROM {{schema}}.members WHERE worker = $1`)
 }

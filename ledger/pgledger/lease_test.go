@@ -258,6 +258,17 @@ func TestLeaseAcquireAllAndReleaseAll(t *testing.T) {
 		"released leases are taken at their epoch plus one; the one still held is not")
 	_, held := b.Owned()["file:///held"]
 	assert.True(t, held, "releasing a key this worker does not hold touches nothing")
+
+	leases, err := a.Leases(ctx)
+	require.NoError(t, err)
+	assert.Len(t, leases, 4)
+	assert.Equal(t, pgledger.Lease{Owner: b.Worker(), Epoch: 2, ExpiresAt: leases["file:///x"].ExpiresAt, Live: true}, leases["file:///x"])
+	assert.Equal(t, a.Worker(), leases["file:///z"].Owner)
+	assert.True(t, leases["file:///z"].Live)
+	require.NoError(t, a.ReleaseAll(ctx, []string{"file:///z"}))
+	leases, err = b.Leases(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, pgledger.Lease{Owner: a.Worker(), Epoch: 1}, leases["file:///z"], "released: expired at -infinity, not live")
 }
 
 // An engine on a fenced ledger gives up a write of a key whose lease its

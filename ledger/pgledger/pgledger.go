@@ -198,7 +198,7 @@ type queries struct {
 	raiseRevGen                                       string
 	revoked, outbox, ack, state, last, trim, counters string
 	acquire, renew, heartbeat, release, members       string
-	leave                                             string
+	leave, leases                                     string
 }
 
 func newQueries(n names) queries {

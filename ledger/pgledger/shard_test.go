@@ -240,20 +240,17 @@ func (p *shardProc) said(prefix string) []string {
 	return out
 }
 
-// owners reads the lease table: key -> owner, for leases not expired.
-func owners(t testing.TB, db *pgx.Conn, schema string) map[string]uuid.UUID {
+// owners returns who holds each key's lease, of the leases not expired.
+func owners(t testing.TB, l *pgledger.Ledger) map[string]uuid.UUID {
 	t.Helper()
-	rows, err := db.Query(context.Background(),
-		"SELECT key, owner FROM "+pgx.Identifier{schema, "leases"}.Sanitize()+" WHERE expires_at > now()")
+	leases, err := l.Leases(context.Background())
 	require.NoError(t, err)
 	out := map[string]uuid.UUID{}
-	var key string
-	var owner uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&key, &owner}, func() error {
-		out[key] = owner
-		return nil
-	})
-	require.NoError(t, err)
+	for key, ls := range leases {
+		if ls.Live {
+			out[key] = ls.Owner
+		}
+	}
 	return out
 }
 
@@ -323,7 +320,7 @@ func TestManyWorkers(t *testing.T) {
 			return
 		}
 		count := map[string]int{}
-		for _, o := range owners(t, db, schema) {
+		for _, o := range owners(t, ledger) {
 			count[worker[o].nameOr("none")]++
 		}
 		t.Logf("leases held: %v", count)
@@ -340,7 +337,7 @@ func TestManyWorkers(t *testing.T) {
 	})
 	split := func() map[uuid.UUID]int {
 		count := map[uuid.UUID]int{}
-		for _, o := range owners(t, db, schema) {
+		for _, o := range owners(t, ledger) {
 			count[o]++
 		}
 		return count
@@ -348,7 +345,7 @@ func TestManyWorkers(t *testing.T) {
 	members := []uuid.UUID{procs[0].worker, procs[1].worker, procs[2].worker}
 	balanced := func(members []uuid.UUID) func() bool {
 		return func() bool {
-			own := owners(t, db, schema)
+			own := owners(t, ledger)
 			for _, u := range uris {
 				if want, _ := pgledger.Assign(u, members); own[u] != want {
 					return false
@@ -378,7 +375,7 @@ func TestManyWorkers(t *testing.T) {
 	// A worker killed: every URI it held is taken by a live worker and
 	// read again (BenchmarkTakeover measures how soon).
 	a, b, c := procs[0], procs[1], procs[2]
-	before := owners(t, db, schema)
+	before := owners(t, ledger)
 	var held []string
 	for key, o := range before {
 		if o == a.worker {
@@ -397,14 +394,14 @@ func TestManyWorkers(t *testing.T) {
 		}
 		return true
 	})
-	now := owners(t, db, schema)
+	now := owners(t, ledger)
 	require.Len(t, now, n, "every URI has a live lease")
 	for key, o := range now {
 		require.NotEqual(t, a.worker, o, "%s still leased to the killed worker", key)
 	}
 	t.Logf("takeover after SIGKILL: %v (TTL %v); split %v", took, shardTTL, split())
 	moved := 0
-	for key, o := range owners(t, db, schema) {
+	for key, o := range owners(t, ledger) {
 		if before[key] != o {
 			moved++
 			assert.Equal(t, a.worker, before[key], "%s moved from a live worker when another died", key)
@@ -442,7 +439,7 @@ func TestManyWorkers(t *testing.T) {
 	// Convergence: every URI reaches the server's text.
 	behind := func() []string {
 		var out []string
-		own := owners(t, db, schema)
+		own := owners(t, ledger)
 		for _, u := range uris {
 			r, err := ledger.Load(ctx, u)
 			want, _ := srv.Text(u)

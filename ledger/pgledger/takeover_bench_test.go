@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/require"
 
@@ -38,9 +37,9 @@ func BenchmarkTakeover(b *testing.B) {
 	}
 	conn, schema := pgtest.Schema(b)
 	ctx := b.Context()
-	db, err := pgx.Connect(ctx, conn)
+	ledger, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
 	require.NoError(b, err)
-	b.Cleanup(func() { db.Close(ctx) })
+	b.Cleanup(func() { ledger.Close() })
 
 	const n = 1000
 	srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{PageSize: 200})
@@ -75,7 +74,7 @@ func BenchmarkTakeover(b *testing.B) {
 		for i, p := range live {
 			members[i] = p.worker
 		}
-		own := owners(b, db, schema)
+		own := owners(b, ledger)
 		for _, u := range uris {
 			if want, _ := pgledger.Assign(u, members); own[u] != want {
 				return false
@@ -91,7 +90,7 @@ func BenchmarkTakeover(b *testing.B) {
 			eventually(b, time.Minute, "every URI owned by the worker it is assigned to", balanced)
 			victim := live[kill%len(live)]
 			var held []string
-			for key, o := range owners(b, db, schema) {
+			for key, o := range owners(b, ledger) {
 				if o == victim.worker {
 					held = append(held, key)
 				}
