@@ -224,6 +224,13 @@ const casAttempts = 100
 // fn must depend only on the record it is given; it returns a nil record to
 // write nothing. update returns the record as stored afterwards.
 func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
+	return e.updateFrom(key, nil, false, fn)
+}
+
+// updateFrom is update starting from cur, the record as the caller just
+// loaded it, when loaded: one round trip fewer, and when another writer got
+// there since, the compare-and-swap says so and the next attempt loads.
+func (e *Engine) updateFrom(key string, cur *Record, loaded bool, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
 	// Engine calls take no context yet; a ledger write is one short
 	// transaction.
 	ctx := context.Background()
@@ -233,10 +240,13 @@ func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry
 		}
 	}
 	for range casAttempts {
-		cur, err := e.ledger.Load(ctx, key)
-		if err != nil {
-			return nil, 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
+		if !loaded {
+			var err error
+			if cur, err = e.ledger.Load(ctx, key); err != nil {
+				return nil, 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
+			}
 		}
+		loaded = false
 		next, entries, err := fn(cur)
 		if err != nil || next == nil {
 			return cur, 0, err

@@ -96,7 +96,7 @@ func (e *Engine) IssueTicket(rawURI string, trigger Trigger) (Ticket, error) {
 	if err != nil {
 		return Ticket{}, err
 	}
-	return e.issue(key, trigger, nil)
+	return e.issue(key, trigger, nil, nil)
 }
 
 // errGenerationMoved: the queue asked for a read of a generation that is no
@@ -105,11 +105,11 @@ var errGenerationMoved = errors.New("mcpsync: subscription generation moved on")
 
 // issue hands out a ticket of the URI's current generation, or, with want
 // set, of that generation only (errGenerationMoved otherwise).
-func (e *Engine) issue(key string, trigger Trigger, want *queueKey) (Ticket, error) {
+func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Record) (Ticket, error) {
 	var t Ticket
 	var path transitions
 	var id uint64
-	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err := e.updateFrom(key, loaded, loaded != nil, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -251,7 +251,7 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 	var detail string
 	var cause error
 	var path transitions
-	next, seq, err := e.update(t.URI, func(cur *Record) (*Record, []OutboxEntry, error) {
+	next, seq, err := e.updateFrom(t.URI, cur, true, func(cur *Record) (*Record, []OutboxEntry, error) {
 		out, reason, detail, cause = Outcome{}, "", "", nil
 		path.reset(cur)
 		if why, ok := e.check(cur, t); !ok {

@@ -815,7 +815,7 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 		delete(q.dirty, qk) // the read about to be issued covers a waiting one
 		q.processing[qk] = queuedRead{unsent: q.confirmSends}
 		q.mu.Unlock()
-		t, ok, err := e.issueQueued(qk, trigger)
+		t, ok, err := e.issueQueued(qk, trigger, cur)
 		if errors.Is(err, errGenerationMoved) {
 			continue // a new generation opened meanwhile: ask for its read
 		}
@@ -843,9 +843,9 @@ func (e *Engine) Sending(t Ticket) {
 // stops processing but stays dirty, to be read when a read of the URI
 // settles; on any other failure its pending pulse is dropped, since a
 // generation that cannot be read has nothing to refresh.
-func (e *Engine) issueQueued(qk queueKey, trigger Trigger) (Ticket, bool, error) {
+func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *Record) (Ticket, bool, error) {
 	q := &e.queue
-	t, err := e.issue(qk.uri, trigger, &qk)
+	t, err := e.issue(qk.uri, trigger, &qk, loaded)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
@@ -887,7 +887,7 @@ func (e *Engine) done(t Ticket) *Ticket {
 	delete(q.dirty, qk)
 	q.processing[qk] = queuedRead{unsent: q.confirmSends}
 	q.mu.Unlock()
-	next, ok, _ := e.issueQueued(qk, trigger)
+	next, ok, _ := e.issueQueued(qk, trigger, nil)
 	if !ok {
 		return nil
 	}
