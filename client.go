@@ -256,7 +256,13 @@ type Client struct {
 	endedBy error
 	// resync marks keys a reconnect found held by someone else; the holder
 	// opens them in the current session before it lets go (settle).
-	resync      map[string]bool // protected by mu
+	resync map[string]bool // protected by mu
+	// abandoned holds, by key, the generation (session and subscription)
+	// an Unsubscribe let go of without closing it: the URI's lease had
+	// moved, so the close could not be written. Should the lease come
+	// back within the session, Subscribe closes that generation and opens
+	// a new one, rather than take it for one still kept. Protected by mu.
+	abandoned   map[string][2]uint64
 	failedReads atomic.Uint64
 	// progress wakes WaitForSync: a read settled, a watch ended or the
 	// connection changed state.
@@ -497,6 +503,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch), failing: make(map[string]string), resync: make(map[string]bool),
+		abandoned:    make(map[string][2]uint64),
 		refused:      make(map[string]error),
 		reconnecting: make(chan struct{}, 1),
 		paced:        rate.NewLimiter(o.ReconnectReads, 20),
@@ -885,6 +892,9 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	}
 	raw := w.raw
 	sub, err := c.engine.Subscribe(raw, c.opts.Subject)
+	if err == nil && sub.State != StateSubscribing && c.wasAbandoned(key, sub) {
+		sub, err = c.reopenAbandoned(key, raw)
+	}
 	if err != nil || sub.SessionGeneration != conn.gen {
 		return sub, err
 	}
@@ -929,6 +939,29 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 		err = fmt.Errorf("%w: %s", ErrNotFound, raw)
 	}
 	return sub, err
+}
+
+// wasAbandoned reports whether sub is the generation an Unsubscribe let go
+// of without closing it (its lease had moved), and forgets it.
+func (c *Client) wasAbandoned(key string, sub Subscription) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, ok := c.abandoned[key]
+	delete(c.abandoned, key)
+	return ok && gen == [2]uint64{sub.SessionGeneration, sub.SubscriptionGeneration}
+}
+
+// reopenAbandoned closes key's abandoned generation, now that its lease is back
+// (the server was told to stop when it was let go), and opens a new one:
+// a lease taken opens a new generation, and nothing keeps the old one.
+func (c *Client) reopenAbandoned(key, raw string) (Subscription, error) {
+	if _, err := c.engine.BeginClose(key); err != nil {
+		return Subscription{}, err
+	}
+	if _, err := c.engine.FinishClose(key, true); err != nil {
+		return Subscription{}, err
+	}
+	return c.engine.Subscribe(raw, c.opts.Subject)
 }
 
 // serverSubscribe asks the server for notifications on raw: resources/subscribe
@@ -1211,6 +1244,9 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 		if tell {
 			_ = c.serverUnsubscribe(ctx, conn, raw)
 		}
+		c.mu.Lock()
+		c.abandoned[key] = [2]uint64{before.SessionGeneration, before.SubscriptionGeneration}
+		c.mu.Unlock()
 		return c.engine.Subscription(key)
 	}
 	acked := true
