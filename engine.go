@@ -234,11 +234,6 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, fn func(cur *R
 	// Engine calls take no context yet; a ledger write is one short
 	// transaction.
 	ctx := context.Background()
-	if f, ok := e.ledger.(Fenced); ok {
-		if err := f.Fenced(key); err != nil {
-			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
-		}
-	}
 	for range casAttempts {
 		if !loaded {
 			var err error

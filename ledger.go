@@ -103,16 +103,6 @@ type Ledger interface {
 // nothing but numbers, of which a counter has 2^64.
 const RestoreCounterGap uint64 = 1 << 32
 
-// Fenced is implemented by a ledger that fences each key's writes with a
-// lease (ledger/pgledger opened with leases). Fenced(key) returns an error
-// matching ErrNotLeaseholder when this process holds no lease of key, so
-// that every CompareAndSwap of it would be refused: the engine asks before
-// it loads a record to change, and gives up without a round trip. nil
-// promises nothing; the write is still fenced.
-type Fenced interface {
-	Fenced(key string) error
-}
-
 // Counter names a sequence a ledger allocates from.
 type Counter string
 

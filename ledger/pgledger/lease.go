@@ -135,13 +135,6 @@ func (l *Ledger) fence(key string) (any, any, error) {
 	return l.leases.worker, int64(epoch), nil
 }
 
-// Fenced implements mcpsync.Fenced: a *LeaseError when this ledger is
-// fenced and this worker holds no lease of key.
-func (l *Ledger) Fenced(key string) error {
-	_, _, err := l.fence(key)
-	return err
-}
-
 // fenceError turns compare_and_swap's lease refusal into a *LeaseError,
 // and forgets the lease: another worker took it.
 func (l *Ledger) fenceError(key string, epoch any, err error) error {
