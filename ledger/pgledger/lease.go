@@ -76,8 +76,14 @@ type leases struct {
 	worker uuid.UUID
 	ttl    time.Duration
 
-	mu    sync.Mutex        // protects owned
+	mu    sync.Mutex        // protects owned, acquiring and dropped
 	owned map[string]uint64 // key -> the epoch this worker took it at
+	// acquiring counts, by key, the AcquireAll calls in flight; dropped
+	// marks the keys among them that were released or lost meanwhile,
+	// whose acquisition is then not recorded: which statement the
+	// database ran last is unknown, and a lease believed held must be.
+	acquiring map[string]int
+	dropped   map[string]bool
 }
 
 func newLeases(o LeaseOptions) (*leases, error) {
@@ -94,7 +100,8 @@ func newLeases(o LeaseOptions) (*leases, error) {
 	if o.TTL == 0 {
 		o.TTL = DefaultLeaseTTL
 	}
-	return &leases{worker: o.Worker, ttl: o.TTL, owned: map[string]uint64{}}, nil
+	return &leases{worker: o.Worker, ttl: o.TTL, owned: map[string]uint64{},
+		acquiring: map[string]int{}, dropped: map[string]bool{}}, nil
 }
 
 func (s *leases) epoch(key string) (uint64, bool) {
@@ -119,6 +126,9 @@ func (s *leases) lose(key string, epoch uint64) {
 	defer s.mu.Unlock()
 	if s.owned[key] == epoch {
 		delete(s.owned, key)
+	}
+	if s.acquiring[key] > 0 {
+		s.dropped[key] = true
 	}
 }
 
@@ -194,11 +204,22 @@ func (l *Ledger) AcquireAll(ctx context.Context, keys []string) (map[string]uint
 		return nil, err
 	}
 	held := make([]int64, len(keys)) // 0, which no epoch is, where not held
+	s.mu.Lock()
 	for i, k := range keys {
-		if e, ok := s.epoch(k); ok {
-			held[i] = int64(e)
-		}
+		held[i] = int64(s.owned[k])
+		s.acquiring[k]++
 	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, k := range keys {
+			if s.acquiring[k]--; s.acquiring[k] == 0 {
+				delete(s.acquiring, k)
+				delete(s.dropped, k)
+			}
+		}
+	}()
 	rows, err := l.control.Query(ctx, l.q.acquire, keys, s.worker, s.ttl.Microseconds(), held)
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: acquire: %w", err)
@@ -214,7 +235,13 @@ func (l *Ledger) AcquireAll(ctx context.Context, keys []string) (map[string]uint
 		return nil, fmt.Errorf("pgledger: acquire: %w", err)
 	}
 	s.mu.Lock()
-	maps.Copy(s.owned, taken)
+	for k, e := range taken {
+		// Released or lost meanwhile: as if this acquire came first, it
+		// returns the lease, which is not believed held.
+		if !s.dropped[k] {
+			s.owned[k] = e
+		}
+	}
 	s.mu.Unlock()
 	return taken, nil
 }
