@@ -111,7 +111,6 @@ func (s *leases) epoch(key string) (uint64, bool) {
 	return e, ok
 }
 
-// lose forgets key's lease if it is still held at epoch.
 // keep records key as held at epoch again, unless it was taken since.
 func (s *leases) keep(key string, epoch uint64) {
 	s.mu.Lock()
@@ -121,9 +120,14 @@ func (s *leases) keep(key string, epoch uint64) {
 	}
 }
 
+// lose forgets key's lease if it is still held at epoch.
 func (s *leases) lose(key string, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.loseLocked(key, epoch)
+}
+
+func (s *leases) loseLocked(key string, epoch uint64) {
 	if s.owned[key] == epoch {
 		delete(s.owned, key)
 	}
@@ -287,9 +291,13 @@ func (l *Ledger) Renew(ctx context.Context) (lost []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: renew: %w", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for k, e := range owned {
-		if !renewed[k] {
-			s.lose(k, e)
+		// Lost only if still held as when the renewal began: one released
+		// meanwhile was let go here, not taken.
+		if !renewed[k] && s.owned[k] == e {
+			s.loseLocked(k, e)
 			lost = append(lost, k)
 		}
 	}
@@ -509,9 +517,11 @@ func leaseQueries(n names, q *queries) {
 			ON CONFLICT (key) DO NOTHING
 			RETURNING key, epoch)
 		SELECT key, epoch FROM taken UNION ALL SELECT key, epoch FROM fresh`)
+	// A released lease stays released: a renewal that began before the
+	// release must not extend it.
 	q.renew = n.expand(`UPDATE {{schema}}.leases AS l SET expires_at = now() + $2 * interval '1 microsecond'
 		FROM unnest($3::text[], $4::bigint[]) AS h (key, epoch)
-		WHERE l.key = h.key AND l.epoch = h.epoch AND l.owner = $1
+		WHERE l.key = h.key AND l.epoch = h.epoch AND l.owner = $1 AND l.expires_at > '-infinity'
 		RETURNING l.key`)
 	q.heartbeat = n.expand(`INSERT INTO {{schema}}.members (worker, heartbeat_at) VALUES ($1, now())
 		ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now()`)
