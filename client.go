@@ -266,6 +266,9 @@ type Client struct {
 	// keepStop ends the kept scan running (KeepScanning); protected by mu.
 	keepStop context.CancelFunc
 
+	// sched holds the next revalidation or poll read of every watch; one
+	// goroutine (runSchedule) sends them.
+	sched       schedule
 	scanner     *Scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
@@ -314,11 +317,10 @@ type connection struct {
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
-// spelled it (servers may be picky) and the timer loop of its reads, once
-// started.
+// spelled it (servers may be picky). Its periodic reads are in
+// Client.sched.
 type watch struct {
-	raw  string
-	stop context.CancelFunc // nil until the timer loop starts
+	raw string
 }
 
 // keyLocks is a mutex per key, dropped when nobody holds or waits for it.
@@ -514,6 +516,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
+	c.sched.init()
 	// One Client drives an engine: two would each open, read and close
 	// the same keys in sessions of their own, and fence each other out.
 	if !o.Engine.driver.CompareAndSwap(nil, c) {
@@ -539,6 +542,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		}
 	}
 	c.goAsync(c.pump)
+	c.goAsync(c.runSchedule)
 	c.startHeartbeat(conn)
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })
@@ -1517,44 +1521,22 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	return out, err
 }
 
-// startWatch runs the jittered revalidation (or poll) loop of a watched
-// URI, replacing the loop it had.
+// startWatch schedules the jittered revalidation (or poll) reads of a
+// watched URI, replacing the ones it had.
 func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
-	ctx, stop := context.WithCancel(c.ctx)
+	first := c.jittered(interval)
 	c.mu.Lock()
-	w := c.watches[key]
-	if w == nil {
-		c.mu.Unlock()
-		stop()
-		return
+	defer c.mu.Unlock()
+	if c.watches[key] != nil && !c.closed {
+		c.sched.set(key, first, interval, trigger)
 	}
-	if w.stop != nil {
-		w.stop()
-	}
-	w.stop = stop
-	c.mu.Unlock()
-	c.goAsync(func() {
-		timer := time.NewTimer(c.jittered(interval))
-		defer timer.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-				c.request(key, trigger)
-				timer.Reset(c.jittered(interval))
-			}
-		}
-	})
 }
 
-// dropWatch forgets the caller's intent for key and stops its loop; c.mu
-// must be held.
+// dropWatch forgets the caller's intent for key and stops its periodic
+// reads; c.mu must be held.
 func (c *Client) dropWatch(key string) {
-	if w := c.watches[key]; w != nil {
-		if w.stop != nil {
-			w.stop()
-		}
+	if c.watches[key] != nil {
+		c.sched.remove(key)
 		delete(c.watches, key)
 		c.progress.notify()
 	}
