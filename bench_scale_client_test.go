@@ -121,7 +121,7 @@ func BenchmarkSubscribeMany(b *testing.B) {
 	for _, era := range scaleEras {
 		b.Run(fmt.Sprintf("n=%d/%s", n, era.name), func(b *testing.B) {
 			var total time.Duration
-			ops := 0
+			ops, calls := 0, 0
 			for b.Loop() {
 				b.StopTimer()
 				srv, uris := scaleServer(n)
@@ -130,6 +130,7 @@ func BenchmarkSubscribeMany(b *testing.B) {
 				start := time.Now()
 				subscribeAll(b, c, uris)
 				total += time.Since(start)
+				calls += srv.SubscribeCalls()
 				ops++
 				b.StopTimer()
 				if err := c.Close(); err != nil {
@@ -139,6 +140,9 @@ func BenchmarkSubscribeMany(b *testing.B) {
 			}
 			per := total / time.Duration(ops)
 			b.ReportMetric(float64(per.Microseconds())/float64(n), "µs/subscription")
+			// resources/subscribe calls (legacy) or subscriptions/listen
+			// streams (2026-07-28) the server received: batching shows here.
+			b.ReportMetric(float64(calls)/float64(ops), "subscribe-requests")
 			if era.version == scaleEras[0].version {
 				legacy = append(legacy, per)
 			} else if len(legacy) > 0 {

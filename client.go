@@ -309,8 +309,16 @@ type connection struct {
 	// right once their requests are all settled: one was abandoned, or an
 	// unsubscribe had to wait for them.
 	reconcile map[string]bool
-	want      []string      // URIs the next listen stream must carry
-	listen    *listenStream // the newest stream; nil when none is open
+	want      []string        // URIs the next listen stream must carry, in the order wanted
+	wanted    map[string]bool // the same URIs, to look one up
+	listen    *listenStream   // the newest stream; nil when none is open
+	// gap holds URIs carried from one acknowledged stream to its
+	// replacement: a change in between may have been notified to neither,
+	// so each is read again once replacements pause (readAfterGap).
+	gap       map[string]bool
+	gapReader bool      // a readAfterGap is under way for this connection
+	gapSince  time.Time // the oldest replacement whose gap is unread
+	gapLast   time.Time // the newest one
 	// ends paces the re-establishment of streams the server ended; nil
 	// again once a stream is acknowledged.
 	ends *backoff.ExponentialBackOff
@@ -981,6 +989,18 @@ type listenStream struct {
 	id      string
 	acked   chan struct{} // closed at the stream's acknowledgement
 	ackURIs []string      // the URIs it acknowledged, once acked is closed
+	// carries and ackSet are uris and ackURIs as sets; ackSet is written
+	// with ackURIs.
+	carries map[string]bool
+	ackSet  map[string]bool
+}
+
+func setOf(uris []string) map[string]bool {
+	m := make(map[string]bool, len(uris))
+	for _, u := range uris {
+		m[u] = true
+	}
+	return m
 }
 
 func (s *listenStream) isAcked() bool {
@@ -1035,12 +1055,17 @@ func (conn *connection) deferUntilSettled(raw string) bool {
 func (conn *connection) setWanted(raw string, wanted bool) {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	had := slices.Contains(conn.want, raw)
+	if conn.wanted == nil {
+		conn.wanted = make(map[string]bool)
+	}
+	had := conn.wanted[raw]
 	switch {
 	case wanted && !had:
 		conn.want = append(conn.want, raw)
+		conn.wanted[raw] = true
 	case !wanted && had:
 		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
+		delete(conn.wanted, raw)
 	}
 }
 
@@ -1062,7 +1087,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	defer func() { <-conn.relisten }()
 	conn.mu.Lock()
 	old := conn.listen
-	if old != nil && old.isAcked() && slices.Contains(old.ackURIs, raw) == add && (add || !slices.Contains(old.uris, raw)) {
+	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries[raw]) {
 		conn.mu.Unlock()
 		return nil
 	}
@@ -1080,7 +1105,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		return nil
 	}
 	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{})}
+	stream := &listenStream{cancel: cancel, uris: uris, carries: setOf(uris), acked: make(chan struct{})}
 	conn.listen = stream
 	conn.mu.Unlock()
 
@@ -1113,21 +1138,99 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		return ctx.Err()
 	}
 	if old != nil && old.isAcked() {
-		for _, u := range old.ackURIs {
-			if slices.Contains(stream.ackURIs, u) {
-				if key, err := normalizeKey(u); err == nil {
-					c.request(key, TriggerRevalidate)
-				}
-			}
-		}
+		c.gapped(conn, old, stream)
 	}
-	if slices.Contains(stream.ackURIs, raw) != add {
+	if stream.ackSet[raw] != add {
 		if add {
 			return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
 		}
 		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
 	}
 	return nil
+}
+
+// Replacements of a listen stream come in bursts (a caller subscribing a
+// catalog): the URIs carried across them are read again once
+// relistenQuiet passes without one, or relistenQuietMax after the first
+// unread gap, whichever is sooner, each once however many gaps it crossed.
+const (
+	relistenQuiet    = time.Second
+	relistenQuietMax = 10 * time.Second
+)
+
+// gapped notes the URIs stream carries over from old, which it replaced:
+// mcp-go (v1.2.1) ends the old stream before it sends the new one, so a
+// change in between reaches neither, and each of them is read again
+// (readAfterGap). Reading them at every replacement would make a burst of
+// n Subscribes cost O(n²) reads.
+func (c *Client) gapped(conn *connection, old, stream *listenStream) {
+	now := time.Now()
+	conn.mu.Lock()
+	if conn.gap == nil {
+		conn.gap = make(map[string]bool)
+	}
+	for _, u := range old.ackURIs {
+		if stream.ackSet[u] {
+			conn.gap[u] = true
+		}
+	}
+	if len(conn.gap) == 0 {
+		conn.mu.Unlock()
+		return
+	}
+	if conn.gapSince.IsZero() {
+		conn.gapSince = now
+	}
+	conn.gapLast = now
+	start := !conn.gapReader
+	conn.gapReader = true
+	conn.mu.Unlock()
+	if start && !c.goAsync(func() { c.readAfterGap(conn) }) {
+		conn.mu.Lock()
+		conn.gapReader = false
+		conn.mu.Unlock()
+	}
+}
+
+// readAfterGap waits for the replacements of conn's listen stream to
+// pause, then reads every URI carried across a replacement that the
+// current stream still carries.
+func (c *Client) readAfterGap(conn *connection) {
+	for {
+		conn.mu.Lock()
+		due := conn.gapLast.Add(relistenQuiet)
+		if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
+			due = latest
+		}
+		wait := time.Until(due)
+		var uris []string
+		if wait <= 0 {
+			cur := conn.listen
+			for u := range conn.gap {
+				if cur != nil && cur.isAcked() && cur.ackSet[u] {
+					uris = append(uris, u)
+				}
+			}
+			conn.gap, conn.gapSince, conn.gapLast, conn.gapReader = nil, time.Time{}, time.Time{}, false
+		}
+		conn.mu.Unlock()
+		if wait > 0 {
+			if !c.wait(wait) {
+				return
+			}
+			continue
+		}
+		if now, err := c.current(); err != nil || now != conn {
+			return // closed, or a new session reads everything again
+		}
+		slices.Sort(uris)
+		for _, u := range uris {
+			if key, err := normalizeKey(u); err == nil {
+				c.request(key, TriggerRevalidate)
+			}
+		}
+		return
+	}
 }
 
 // acknowledged records a notifications/subscriptions/acknowledged for the
@@ -1139,7 +1242,7 @@ func (conn *connection) acknowledged(uris []string, streamID string) {
 	if s == nil || s.isAcked() || (streamID != "" && s.id != "" && streamID != s.id) {
 		return
 	}
-	s.ackURIs = uris
+	s.ackURIs, s.ackSet = uris, setOf(uris)
 	close(s.acked)
 	conn.ends = nil
 }
@@ -1310,7 +1413,7 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 func (conn *connection) wants(raw string) bool {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	return slices.Contains(conn.want, raw) || (conn.listen != nil && slices.Contains(conn.listen.uris, raw))
+	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries[raw])
 }
 
 // Read sends one fenced read of a subscribed URI now, outside the
@@ -1434,8 +1537,15 @@ func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
 		return false // outside the refresh fraction (rollout.go)
 	}
 	t, ok, err := c.engine.RequestRead(key, TriggerInitial)
-	if err != nil || !ok {
+	if err != nil {
 		return false
+	}
+	if !ok {
+		// A read was already queued or in flight (a notification, a read
+		// after a stream replacement): the request is covered by it or by
+		// its follow-up, which Subscribe waits for, so that it returns
+		// with the first read settled.
+		return c.awaitRead(ctx, key)
 	}
 	out, err := c.read(ctx, t)
 	switch {
@@ -1445,6 +1555,33 @@ func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
 		c.goAsync(func() { c.drive(nil, &t) })
 	}
 	return out.Accepted && (out.Version.Decision == DecisionTombstonePending || out.Version.Decision == DecisionTombstoned)
+}
+
+// awaitRead waits, bounded by ctx and RequestTimeout, until key has no
+// read queued or in flight, and reports whether the server said it has no
+// such resource.
+func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	for {
+		wake := c.progress.wait()
+		sub, err := c.engine.Subscription(key)
+		if err != nil {
+			return false
+		}
+		switch sub.State {
+		case StateUpdateSeen, StateReadPending:
+		default:
+			return sub.State == StateTombstonePending || sub.State == StateTombstoned
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+	}
 }
 
 // wait waits d, and reports false when the client closes meanwhile.
