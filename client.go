@@ -989,10 +989,20 @@ type listenStream struct {
 	id      string
 	acked   chan struct{} // closed at the stream's acknowledgement
 	ackURIs []string      // the URIs it acknowledged, once acked is closed
-	// carries and ackSet are uris and ackURIs as sets; ackSet is written
-	// with ackURIs.
-	carries map[string]bool
+	// carried is uris as a set, built when first asked for (carries);
+	// ackSet is ackURIs as a set, written with it. Both are protected by
+	// connection.mu.
+	carried map[string]bool
 	ackSet  map[string]bool
+}
+
+// carries reports whether the stream's filter names raw; connection.mu
+// must be held.
+func (s *listenStream) carries(raw string) bool {
+	if s.carried == nil {
+		s.carried = setOf(s.uris)
+	}
+	return s.carried[raw]
 }
 
 func setOf(uris []string) map[string]bool {
@@ -1087,7 +1097,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	defer func() { <-conn.relisten }()
 	conn.mu.Lock()
 	old := conn.listen
-	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries[raw]) {
+	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries(raw)) {
 		conn.mu.Unlock()
 		return nil
 	}
@@ -1105,7 +1115,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		return nil
 	}
 	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: uris, carries: setOf(uris), acked: make(chan struct{})}
+	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{})}
 	conn.listen = stream
 	conn.mu.Unlock()
 
@@ -1413,7 +1423,7 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 func (conn *connection) wants(raw string) bool {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries[raw])
+	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries(raw))
 }
 
 // Read sends one fenced read of a subscribed URI now, outside the
@@ -1918,11 +1928,7 @@ func (c *Client) handle(n note) {
 			c.dispatch(t)
 		}
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
-		var ack struct {
-			Notifications mcp.SubscriptionFilter `json:"notifications"`
-		}
-		decodeParams(params, &ack)
-		n.conn.acknowledged(ack.Notifications.ResourceSubscriptions, streamIDOf(n.n))
+		n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
 	}
 }
 
@@ -1984,6 +1990,43 @@ func (c *Client) reopen(conn *connection, key string) {
 		_, err := c.subscribe(c.ctx, now, key, TriggerReconnect)
 		return err
 	})
+}
+
+// acknowledgedURIs returns the resource URIs a subscriptions/acknowledged
+// notification names. It carries every URI of the stream, so the common
+// shapes (mcp-go's in-process Go value, a decoded JSON array) are read
+// without the JSON round trip of decodeParams.
+func acknowledgedURIs(params map[string]any) []string {
+	switch f := params["notifications"].(type) {
+	case mcp.SubscriptionFilter:
+		return f.ResourceSubscriptions
+	case map[string]any:
+		if uris, ok := stringList(f["resourceSubscriptions"]); ok {
+			return uris
+		}
+	}
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	decodeParams(params, &ack)
+	return ack.Notifications.ResourceSubscriptions
+}
+
+// stringList returns v as a []string if it is a JSON array of strings.
+func stringList(v any) ([]string, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 // decodeParams reads notification params into dst through JSON. mcp-go's
