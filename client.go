@@ -1264,12 +1264,13 @@ func (c *Client) readAfterGap(conn *connection) {
 // gather holds a stream replacement that follows another within its window
 // back while Subscribes and Unsubscribes keep arriving, so that one stream
 // carries them all: it returns once a tick passes without a change to the
-// wanted URIs, or at the end of the window, CoalesceWindow or four times
-// what the last stream took to be acknowledged, whichever is longer. A
-// stream carries every URI, so each replacement costs O(n), and a burst of
-// n Subscribes, replaced one window at a time, spends about a fifth of its
-// time on replacements at most. A replacement after a quiet spell goes at
-// once. It reports false when ctx ends first.
+// wanted URIs, or at the end of the window: CoalesceWindow or four times
+// what the last stream took to be acknowledged, whichever is longer, and
+// never more than a tenth of RequestTimeout. A stream carries every URI,
+// so each replacement costs O(n), and a burst of n Subscribes, replaced
+// one window at a time, spends about a fifth of its time on replacements
+// at most. A replacement after a quiet spell goes at once. It reports
+// false when ctx ends first.
 func (c *Client) gather(ctx context.Context, conn *connection) bool {
 	if c.opts.CoalesceWindow <= 0 {
 		return ctx.Err() == nil
@@ -1278,6 +1279,8 @@ func (c *Client) gather(ctx context.Context, conn *connection) bool {
 	conn.mu.Lock()
 	edits, window, last := conn.wantEdits, max(c.opts.CoalesceWindow, 4*conn.listenTook), conn.listenAcked
 	conn.mu.Unlock()
+	// Callers queued behind this one wait within their RequestTimeout.
+	window = min(window, c.opts.RequestTimeout/10)
 	if last.IsZero() || time.Since(last) >= window {
 		return ctx.Err() == nil
 	}
