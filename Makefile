@@ -3,7 +3,7 @@ GO ?= go
 RAPID_CHECKS ?= 2000
 export RAPID_CHECKS
 
-.PHONY: test test-long test-crash test-workers lint cover bench examples gate gate-long
+.PHONY: test test-long test-crash test-workers lint cover bench bench-scale examples gate gate-long
 
 test:
 	$(GO) vet ./...
@@ -37,6 +37,12 @@ cover:
 bench:
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkTakeover$$' -benchmem -count=6 $$($(GO) list ./... | grep -v /interop)
 	$(GO) test -run '^$$' -bench '^BenchmarkTakeover$$' -benchtime 1x ./ledger/pgledger/
+
+# The scale figures at 10,000 subscriptions (make bench runs them at 1,000):
+# each era's time, the 2026-07-28/legacy ratio, and bytes and goroutines
+# per subscription.
+bench-scale:
+	MCPSYNC_SCALE_N=10000 $(GO) test -run '^$$' -bench 'SubscribeMany|SubscriptionMemory' -benchtime 1x -count 5 -timeout 60m .
 
 bench-interop:
 	$(GO) test -run '^$$' -bench FirstVersion -count=6 ./interop/

@@ -272,6 +272,9 @@ type Client struct {
 	// keepStop ends the kept scan running (KeepScanning); protected by mu.
 	keepStop context.CancelFunc
 
+	// sched holds the next revalidation or poll read of every watch; one
+	// goroutine (runSchedule) sends them.
+	sched       schedule
 	scanner     *Scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
@@ -312,19 +315,31 @@ type connection struct {
 	// right once their requests are all settled: one was abandoned, or an
 	// unsubscribe had to wait for them.
 	reconcile map[string]bool
-	want      []string      // URIs the next listen stream must carry
-	listen    *listenStream // the newest stream; nil when none is open
+	want      []string        // URIs the next listen stream must carry, in the order wanted
+	wanted    map[string]bool // the same URIs, to look one up
+	wantEdits uint64          // changes to want so far
+	// listenAcked is when the newest acknowledged stream was acknowledged,
+	// listenTook how long it took from request to acknowledgement.
+	listenAcked time.Time
+	listenTook  time.Duration
+	listen      *listenStream // the newest stream; nil when none is open
+	// gap holds URIs carried from one acknowledged stream to its
+	// replacement: a change in between may have been notified to neither,
+	// so each is read again once replacements pause (readAfterGap).
+	gap       map[string]bool
+	gapReader bool      // a readAfterGap is under way for this connection
+	gapSince  time.Time // the oldest replacement whose gap is unread
+	gapLast   time.Time // the newest one
 	// ends paces the re-establishment of streams the server ended; nil
 	// again once a stream is acknowledged.
 	ends *backoff.ExponentialBackOff
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
-// spelled it (servers may be picky) and the timer loop of its reads, once
-// started.
+// spelled it (servers may be picky). Its periodic reads are in
+// Client.sched.
 type watch struct {
-	raw  string
-	stop context.CancelFunc // nil until the timer loop starts
+	raw string
 }
 
 // keyLocks is a mutex per key, dropped when nobody holds or waits for it.
@@ -521,6 +536,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
+	c.sched.init()
 	// One Client drives an engine: two would each open, read and close
 	// the same keys in sessions of their own, and fence each other out.
 	if !o.Engine.driver.CompareAndSwap(nil, c) {
@@ -546,6 +562,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		}
 	}
 	c.goAsync(c.pump)
+	c.goAsync(c.runSchedule)
 	c.startHeartbeat(conn)
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })
@@ -1006,6 +1023,28 @@ type listenStream struct {
 	id      string
 	acked   chan struct{} // closed at the stream's acknowledgement
 	ackURIs []string      // the URIs it acknowledged, once acked is closed
+	// carried is uris as a set, built when first asked for (carries);
+	// ackSet is ackURIs as a set, written with it. Both are protected by
+	// connection.mu.
+	carried map[string]bool
+	ackSet  map[string]bool
+}
+
+// carries reports whether the stream's filter names raw; connection.mu
+// must be held.
+func (s *listenStream) carries(raw string) bool {
+	if s.carried == nil {
+		s.carried = setOf(s.uris)
+	}
+	return s.carried[raw]
+}
+
+func setOf(uris []string) map[string]bool {
+	m := make(map[string]bool, len(uris))
+	for _, u := range uris {
+		m[u] = true
+	}
+	return m
 }
 
 func (s *listenStream) isAcked() bool {
@@ -1060,12 +1099,19 @@ func (conn *connection) deferUntilSettled(raw string) bool {
 func (conn *connection) setWanted(raw string, wanted bool) {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	had := slices.Contains(conn.want, raw)
+	if conn.wanted == nil {
+		conn.wanted = make(map[string]bool)
+	}
+	had := conn.wanted[raw]
 	switch {
 	case wanted && !had:
 		conn.want = append(conn.want, raw)
+		conn.wanted[raw] = true
+		conn.wantEdits++
 	case !wanted && had:
 		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
+		delete(conn.wanted, raw)
+		conn.wantEdits++
 	}
 }
 
@@ -1087,7 +1133,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	defer func() { <-conn.relisten }()
 	conn.mu.Lock()
 	old := conn.listen
-	if old != nil && old.isAcked() && slices.Contains(old.ackURIs, raw) == add && (add || !slices.Contains(old.uris, raw)) {
+	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries(raw)) {
 		conn.mu.Unlock()
 		return nil
 	}
@@ -1095,6 +1141,12 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		conn.mu.Unlock()
 		return nil
 	}
+	conn.mu.Unlock()
+	if !c.gather(ctx, conn) {
+		return ctx.Err()
+	}
+	conn.mu.Lock()
+	old = conn.listen
 	uris := slices.Clone(conn.want)
 	if old != nil {
 		old.cancel()
@@ -1127,8 +1179,13 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		cancel()
 		return ErrClientClosed
 	}
+	sent := time.Now()
 	select {
 	case <-stream.acked:
+		conn.mu.Lock()
+		conn.listenAcked = time.Now()
+		conn.listenTook = conn.listenAcked.Sub(sent)
+		conn.mu.Unlock()
 	case err := <-ended:
 		if err == nil {
 			err = errors.New("mcpsync: listen stream ended before it was acknowledged")
@@ -1138,21 +1195,144 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		return ctx.Err()
 	}
 	if old != nil && old.isAcked() {
-		for _, u := range old.ackURIs {
-			if slices.Contains(stream.ackURIs, u) {
-				if key, err := normalizeKey(u); err == nil {
-					c.request(key, TriggerRevalidate)
-				}
-			}
-		}
+		c.gapped(conn, old, stream)
 	}
-	if slices.Contains(stream.ackURIs, raw) != add {
+	if stream.ackSet[raw] != add {
 		if add {
 			return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
 		}
 		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
 	}
 	return nil
+}
+
+// Replacements of a listen stream come in bursts (a caller subscribing a
+// catalog): the URIs carried across them are read again once
+// relistenQuiet passes without one, or relistenQuietMax after the first
+// unread gap, whichever is sooner, each once however many gaps it crossed.
+const (
+	relistenQuiet    = time.Second
+	relistenQuietMax = 10 * time.Second
+)
+
+// gapped notes the URIs stream carries over from old, which it replaced:
+// mcp-go (v1.2.1) ends the old stream before it sends the new one, so a
+// change in between reaches neither, and each of them is read again
+// (readAfterGap). Reading them at every replacement would make a burst of
+// n Subscribes cost O(n²) reads.
+func (c *Client) gapped(conn *connection, old, stream *listenStream) {
+	now := time.Now()
+	conn.mu.Lock()
+	if conn.gap == nil {
+		conn.gap = make(map[string]bool)
+	}
+	for _, u := range old.ackURIs {
+		if stream.ackSet[u] {
+			conn.gap[u] = true
+		}
+	}
+	if len(conn.gap) == 0 {
+		conn.mu.Unlock()
+		return
+	}
+	if conn.gapSince.IsZero() {
+		conn.gapSince = now
+	}
+	conn.gapLast = now
+	start := !conn.gapReader
+	conn.gapReader = true
+	conn.mu.Unlock()
+	if start && !c.goAsync(func() { c.readAfterGap(conn) }) {
+		conn.mu.Lock()
+		conn.gapReader = false
+		conn.mu.Unlock()
+	}
+}
+
+// readAfterGap waits for the replacements of conn's listen stream to
+// pause, then reads every URI carried across a replacement that the
+// current stream still carries.
+func (c *Client) readAfterGap(conn *connection) {
+	for {
+		conn.mu.Lock()
+		due := conn.gapLast.Add(relistenQuiet)
+		if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
+			due = latest
+		}
+		wait := time.Until(due)
+		var uris []string
+		if wait <= 0 {
+			cur := conn.listen
+			for u := range conn.gap {
+				if cur != nil && cur.isAcked() && cur.ackSet[u] {
+					uris = append(uris, u)
+				}
+			}
+			conn.gap, conn.gapSince, conn.gapLast, conn.gapReader = nil, time.Time{}, time.Time{}, false
+		}
+		conn.mu.Unlock()
+		if wait > 0 {
+			if !c.wait(wait) {
+				return
+			}
+			continue
+		}
+		if now, err := c.current(); err != nil || now != conn {
+			return // closed, or a new session reads everything again
+		}
+		slices.Sort(uris)
+		for _, u := range uris {
+			if key, err := normalizeKey(u); err == nil {
+				c.request(key, TriggerRevalidate)
+			}
+		}
+		return
+	}
+}
+
+// gather holds a stream replacement that follows another within its window
+// back while Subscribes and Unsubscribes keep arriving, so that one stream
+// carries them all: it returns once a tick passes without a change to the
+// wanted URIs, or at the end of the window: CoalesceWindow or four times
+// what the last stream took to be acknowledged, whichever is longer, and
+// never more than a tenth of RequestTimeout. A stream carries every URI,
+// so each replacement costs O(n), and a burst of n Subscribes, replaced
+// one window at a time, spends about a fifth of its time on replacements
+// at most. A replacement after a quiet spell goes at once. It reports
+// false when ctx ends first.
+func (c *Client) gather(ctx context.Context, conn *connection) bool {
+	if c.opts.CoalesceWindow <= 0 {
+		return ctx.Err() == nil
+	}
+	tick := max(c.opts.CoalesceWindow/10, time.Millisecond)
+	conn.mu.Lock()
+	edits, window, last := conn.wantEdits, max(c.opts.CoalesceWindow, 4*conn.listenTook), conn.listenAcked
+	conn.mu.Unlock()
+	// Callers queued behind this one wait within their RequestTimeout.
+	window = min(window, c.opts.RequestTimeout/10)
+	if last.IsZero() || time.Since(last) >= window {
+		return ctx.Err() == nil
+	}
+	deadline := time.Now().Add(window)
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+		conn.mu.Lock()
+		now := conn.wantEdits
+		conn.mu.Unlock()
+		if now == edits || !time.Now().Before(deadline) {
+			return true
+		}
+		edits = now
+		timer.Reset(tick)
+	}
 }
 
 // acknowledged records a notifications/subscriptions/acknowledged for the
@@ -1164,7 +1344,7 @@ func (conn *connection) acknowledged(uris []string, streamID string) {
 	if s == nil || s.isAcked() || (streamID != "" && s.id != "" && streamID != s.id) {
 		return
 	}
-	s.ackURIs = uris
+	s.ackURIs, s.ackSet = uris, setOf(uris)
 	close(s.acked)
 	conn.ends = nil
 }
@@ -1338,7 +1518,7 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 func (conn *connection) wants(raw string) bool {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	return slices.Contains(conn.want, raw) || (conn.listen != nil && slices.Contains(conn.listen.uris, raw))
+	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries(raw))
 }
 
 // Read sends one fenced read of a subscribed URI now, outside the
@@ -1462,8 +1642,15 @@ func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
 		return false // outside the refresh fraction (rollout.go)
 	}
 	t, ok, err := c.engine.RequestRead(key, TriggerInitial)
-	if err != nil || !ok {
+	if err != nil {
 		return false
+	}
+	if !ok {
+		// A read was already queued or in flight (a notification, a read
+		// after a stream replacement): the request is covered by it or by
+		// its follow-up, which Subscribe waits for, so that it returns
+		// with the first read settled.
+		return c.awaitRead(ctx, key)
 	}
 	out, err := c.read(ctx, t)
 	switch {
@@ -1473,6 +1660,33 @@ func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
 		c.goAsync(func() { c.drive(nil, &t) })
 	}
 	return out.Accepted && (out.Version.Decision == DecisionTombstonePending || out.Version.Decision == DecisionTombstoned)
+}
+
+// awaitRead waits, bounded by ctx and RequestTimeout, until key has no
+// read queued or in flight, and reports whether the server said it has no
+// such resource.
+func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	for {
+		wake := c.progress.wait()
+		sub, err := c.engine.Subscription(key)
+		if err != nil {
+			return false
+		}
+		switch sub.State {
+		case StateUpdateSeen, StateReadPending:
+		default:
+			return sub.State == StateTombstonePending || sub.State == StateTombstoned
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+	}
 }
 
 // wait waits d, and reports false when the client closes meanwhile.
@@ -1549,44 +1763,22 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	return out, err
 }
 
-// startWatch runs the jittered revalidation (or poll) loop of a watched
-// URI, replacing the loop it had.
+// startWatch schedules the jittered revalidation (or poll) reads of a
+// watched URI, replacing the ones it had.
 func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
-	ctx, stop := context.WithCancel(c.ctx)
+	first := c.jittered(interval)
 	c.mu.Lock()
-	w := c.watches[key]
-	if w == nil {
-		c.mu.Unlock()
-		stop()
-		return
+	defer c.mu.Unlock()
+	if c.watches[key] != nil && !c.closed {
+		c.sched.set(key, first, interval, trigger)
 	}
-	if w.stop != nil {
-		w.stop()
-	}
-	w.stop = stop
-	c.mu.Unlock()
-	c.goAsync(func() {
-		timer := time.NewTimer(c.jittered(interval))
-		defer timer.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-				c.request(key, trigger)
-				timer.Reset(c.jittered(interval))
-			}
-		}
-	})
 }
 
-// dropWatch forgets the caller's intent for key and stops its loop; c.mu
-// must be held.
+// dropWatch forgets the caller's intent for key and stops its periodic
+// reads; c.mu must be held.
 func (c *Client) dropWatch(key string) {
-	if w := c.watches[key]; w != nil {
-		if w.stop != nil {
-			w.stop()
-		}
+	if c.watches[key] != nil {
+		c.sched.remove(key)
 		delete(c.watches, key)
 		c.progress.notify()
 	}
@@ -1831,11 +2023,7 @@ func (c *Client) handle(n note) {
 			c.dispatch(t)
 		}
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
-		var ack struct {
-			Notifications mcp.SubscriptionFilter `json:"notifications"`
-		}
-		decodeParams(params, &ack)
-		n.conn.acknowledged(ack.Notifications.ResourceSubscriptions, streamIDOf(n.n))
+		n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
 	}
 }
 
@@ -1897,6 +2085,43 @@ func (c *Client) reopen(conn *connection, key string) {
 		_, err := c.subscribe(c.ctx, now, key, TriggerReconnect)
 		return err
 	})
+}
+
+// acknowledgedURIs returns the resource URIs a subscriptions/acknowledged
+// notification names. It carries every URI of the stream, so the common
+// shapes (mcp-go's in-process Go value, a decoded JSON array) are read
+// without the JSON round trip of decodeParams.
+func acknowledgedURIs(params map[string]any) []string {
+	switch f := params["notifications"].(type) {
+	case mcp.SubscriptionFilter:
+		return f.ResourceSubscriptions
+	case map[string]any:
+		if uris, ok := stringList(f["resourceSubscriptions"]); ok {
+			return uris
+		}
+	}
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	decodeParams(params, &ack)
+	return ack.Notifications.ResourceSubscriptions
+}
+
+// stringList returns v as a []string if it is a JSON array of strings.
+func stringList(v any) ([]string, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 // decodeParams reads notification params into dst through JSON. mcp-go's

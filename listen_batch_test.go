@@ -1,0 +1,141 @@
+package mcpsync_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// (2026-07-28) Subscribes and Unsubscribes that arrive while a listen
+// stream is being replaced are all carried by the one stream that follows
+// it: each Subscribe returns in push mode with its first version, each
+// Unsubscribe leaves its URI off the server's subscriptions, and no URI
+// is lost or kept by the merge. A URI carried across the replacements and
+// changed while no stream was open is read once afterwards, not once per
+// replacement.
+func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var kept, dropped, added []string
+		for i := range 5 {
+			kept = append(kept, fmt.Sprintf("file:///batch/kept%d.md", i))
+			dropped = append(dropped, fmt.Sprintf("file:///batch/dropped%d.md", i))
+		}
+		for i := range 20 {
+			added = append(added, fmt.Sprintf("file:///batch/added%02d.md", i))
+		}
+		all := append(append(append([]string{}, kept...), dropped...), added...)
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, all...)
+		for _, u := range append(append([]string{}, kept...), dropped...) {
+			_, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+		}
+		time.Sleep(time.Minute) // every read after a replacement is done
+		quiesce()
+		listens, reads := r.srv.SubscribeCalls(), map[string]int{}
+		for _, u := range kept {
+			reads[u] = r.srv.Reads(u)
+		}
+
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		var wg sync.WaitGroup
+		subs := make([]mcpsync.Subscription, len(added))
+		subErrs := make([]error, len(added))
+		wg.Go(func() { subs[0], subErrs[0] = r.c.Subscribe(context.Background(), added[0]) })
+		synctest.Wait()
+		require.True(t, arrived(hold), "the first replacement is held")
+		r.srv.Set(kept[0], "text/markdown", "v2") // while no stream carries it
+		for i := 1; i < len(added); i++ {
+			wg.Go(func() { subs[i], subErrs[i] = r.c.Subscribe(context.Background(), added[i]) })
+		}
+		unsubs := make([]mcpsync.Subscription, len(dropped))
+		unsubErrs := make([]error, len(dropped))
+		for i := range dropped {
+			wg.Go(func() { unsubs[i], unsubErrs[i] = r.c.Unsubscribe(context.Background(), dropped[i]) })
+		}
+		synctest.Wait()
+		hold.Release()
+		wg.Wait()
+		for i, u := range added {
+			require.NoError(t, subErrs[i], u)
+			assert.Equal(t, mcpsync.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
+			assert.True(t, openState(subs[i].State), "%s is %s", u, subs[i].State)
+			_, err := r.c.Lookup(u)
+			assert.NoError(t, err, "%s has its first version", u)
+		}
+		for i, u := range dropped {
+			require.NoError(t, unsubErrs[i], u)
+			assert.Equal(t, mcpsync.StateClosed, unsubs[i].State, u)
+		}
+		time.Sleep(time.Minute)
+		quiesce()
+		for _, u := range append(append([]string{}, kept...), added...) {
+			assert.True(t, r.srv.Subscribed(u), "%s is on the stream", u)
+		}
+		for _, u := range dropped {
+			assert.False(t, r.srv.Subscribed(u), "%s is off the stream", u)
+		}
+		assert.LessOrEqual(t, r.srv.SubscribeCalls()-listens, 2,
+			"the held stream, then one stream for everything that arrived meanwhile")
+		for _, u := range kept {
+			assert.LessOrEqual(t, r.srv.Reads(u)-reads[u], 1, "%s is read once after the replacements", u)
+		}
+		r.requireConverged(t, kept[0], "changed while no stream was open")
+	})
+}
+
+// noAck is a transport whose server never acknowledges a listen stream.
+type noAck struct{ transport.Interface }
+
+func (n noAck) SetNotificationHandler(h func(mcp.JSONRPCNotification)) {
+	n.Interface.SetNotificationHandler(func(m mcp.JSONRPCNotification) {
+		if m.Method != mcp.MethodNotificationSubscriptionsAcknowledged {
+			h(m)
+		}
+	})
+}
+
+// (2026-07-28) Against a server that never acknowledges a listen stream,
+// Subscribes that queue behind one another each still return within
+// RequestTimeout, each with its first version and in poll mode saying why.
+func TestListenNeverAcknowledged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcpsynctest.NewServer(nil)
+		uris := []string{"file:///mute/a.md", "file:///mute/b.md", "file:///mute/c.md"}
+		for _, u := range uris {
+			srv.Set(u, "text/markdown", "v1")
+		}
+		const timeout = 5 * time.Second
+		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+			return noAck{srv.NewInProcessTransport()}, nil
+		}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2026-07-28", RequestTimeout: timeout})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+		start := time.Now()
+		var wg sync.WaitGroup
+		subs := make([]mcpsync.Subscription, len(uris))
+		errs := make([]error, len(uris))
+		for i, u := range uris {
+			wg.Go(func() { subs[i], errs[i] = c.Subscribe(t.Context(), u) })
+		}
+		wg.Wait()
+		assert.LessOrEqual(t, time.Since(start), 2*timeout, "each waits at most its own timeout and its read")
+		for i, u := range uris {
+			require.NoError(t, errs[i], u)
+			assert.Equal(t, mcpsync.ModePoll, subs[i].Mode, u)
+			assert.Contains(t, subs[i].ModeReason, "subscribe failed", u)
+			_, err := c.Lookup(u)
+			assert.NoError(t, err, "%s has its first version", u)
+		}
+	})
+}
