@@ -110,6 +110,7 @@ func (s *schedule) reschedule(e *dueEntry, after time.Duration) {
 func (c *Client) runSchedule() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	inflight := make(chan struct{}, scheduleAtOnce)
 	for {
 		at, ok := c.sched.next()
 		timer.Stop()
@@ -126,11 +127,27 @@ func (c *Client) runSchedule() {
 		case <-fire:
 		}
 		for _, e := range c.sched.takeDue(time.Now()) {
-			c.request(e.key, e.trigger)
+			// Requested scheduleAtOnce at a time, off this goroutine: a
+			// request waits on the ledger (round trips on a shared one),
+			// and a slow one must not hold back the others due.
+			select {
+			case inflight <- struct{}{}:
+			case <-c.ctx.Done():
+				return
+			}
+			if !c.goAsync(func() {
+				defer func() { <-inflight }()
+				c.request(e.key, e.trigger)
+			}) {
+				return // closed
+			}
 			c.sched.reschedule(e, c.jittered(e.interval))
 		}
 	}
 }
+
+// scheduleAtOnce bounds the periodic read requests in flight.
+const scheduleAtOnce = 16
 
 // dueHeap orders entries by due time.
 type dueHeap []*dueEntry
