@@ -1,0 +1,171 @@
+package mcpsync_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// scaleSizes are the ledger sizes the scale benchmarks run at: 1k and 100k
+// by default; MCPSYNC_BENCH_1M=1 adds 1M URIs, whose setup alone takes
+// seconds and which a plain make bench leaves out.
+func scaleSizes() []int {
+	sizes := []int{1_000, 100_000}
+	if os.Getenv("MCPSYNC_BENCH_1M") != "" {
+		sizes = append(sizes, 1_000_000)
+	}
+	return sizes
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1_000_000:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1_000:
+		return fmt.Sprintf("%dk", n/1_000)
+	}
+	return fmt.Sprint(n)
+}
+
+// scaleLedger returns a memory ledger holding n discovered URIs, and an
+// engine on it in a live session with docURI subscribed by alice and ACTIVE.
+func scaleLedger(b *testing.B, n int) (mcpsync.Ledger, *mcpsync.Engine) {
+	b.Helper()
+	l := mcpsync.NewMemoryLedger(nil)
+	e := activeEngine(b, &mcpsync.Options{Ledger: l})
+	for i := range n {
+		if err := e.Discover(fmt.Sprintf("file:///scale/%07d.md", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return l, e
+}
+
+// acceptLoop issues and accepts reads of docURI on e until stop is closed,
+// recording the worst issue+accept latency seen since the last take.
+type acceptLoop struct {
+	worst atomic.Int64
+	n     atomic.Int64
+	stop  chan struct{}
+	done  sync.WaitGroup
+}
+
+func startAcceptLoop(b *testing.B, e *mcpsync.Engine) *acceptLoop {
+	results := []mcpsync.ReadResult{text(docURI, "version A"), text(docURI, "version B")}
+	a := &acceptLoop{stop: make(chan struct{})}
+	a.done.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-a.stop:
+				return
+			default:
+			}
+			start := time.Now()
+			tk, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			out, err := e.AcceptResourceVersion(tk, results[i&1])
+			d := time.Since(start).Nanoseconds()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for w := a.worst.Load(); d > w && !a.worst.CompareAndSwap(w, d); w = a.worst.Load() {
+			}
+			a.n.Add(1)
+			if i%1024 == 1023 {
+				_ = e.AckOutbox(out.Version.OutboxSeq)
+			}
+		}
+	})
+	return a
+}
+
+// take returns the worst latency since the last take and resets it.
+func (a *acceptLoop) take() int64 { return a.worst.Swap(0) }
+
+func (a *acceptLoop) close() {
+	close(a.stop)
+	a.done.Wait()
+}
+
+// BenchmarkStall measures how long one read's issue+accept can be held up
+// by work over the whole ledger: an accept loop runs on docURI while, on the
+// same memory ledger of n URIs, another engine walks the subscriptions,
+// exports the ledger, begins a session (a reconnect) or revokes a subject
+// that read nothing. stall-p99-ns is the 99th percentile, over the
+// operations run, of the worst issue+accept latency during each;
+// ns/op is the operation itself. baseline=idle is the same loop with no
+// operation running: each "operation" spins for a millisecond without
+// touching the ledger, so its stall is what the machine alone costs.
+func BenchmarkStall(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range scaleSizes() {
+		l, hot := scaleLedger(b, n)
+		other, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := other.BeginSession(mcpsync.SessionInfo{}); err != nil {
+			b.Fatal(err)
+		}
+		revokes := 0
+		ops := []struct {
+			name string
+			op   func() error
+		}{
+			{"baseline=idle", func() error {
+				for start := time.Now(); time.Since(start) < time.Millisecond; {
+				}
+				return nil
+			}},
+			{"Subscriptions", func() error {
+				for _, err := range other.Subscriptions() {
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			}},
+			{"ExportLedger", func() error {
+				_, err := mcpsync.ExportLedger(ctx, l)
+				return err
+			}},
+			{"BeginSession", func() error {
+				_, err := other.BeginSession(mcpsync.SessionInfo{})
+				return err
+			}},
+			{"RevokeSubject", func() error {
+				revokes++
+				_, err := other.RevokeSubject(fmt.Sprintf("user:nobody-%d", revokes))
+				return err
+			}},
+		}
+		for _, op := range ops {
+			b.Run(fmt.Sprintf("uris=%s/%s", sizeName(n), op.name), func(b *testing.B) {
+				loop := startAcceptLoop(b, hot)
+				defer loop.close()
+				var stalls []int64
+				for b.Loop() {
+					loop.take()
+					if err := op.op(); err != nil {
+						b.Fatal(err)
+					}
+					stalls = append(stalls, loop.take())
+				}
+				slices.Sort(stalls)
+				b.ReportMetric(float64(stalls[(len(stalls)-1)*99/100]), "stall-p99-ns")
+				b.ReportMetric(float64(stalls[len(stalls)-1]), "stall-max-ns")
+			})
+		}
+	}
+}
