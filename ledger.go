@@ -42,7 +42,9 @@ type Ledger interface {
 	// writes nothing and returns ok == false.
 	CompareAndSwap(ctx context.Context, key string, prev uint64, next *Record, entries []OutboxEntry) (firstSeq uint64, ok bool, err error)
 	// Range calls fn for every record, in key order, until fn returns false.
-	// fn may call back into the ledger.
+	// fn may call back into the ledger. Range is no snapshot: a record
+	// written during the walk may be seen before or after the write, and a
+	// key added during it may be missed; Export reads one instant.
 	Range(ctx context.Context, fn func(key string, r *Record) bool) error
 
 	// Next reserves n consecutive values of counter and returns the first.
@@ -448,7 +450,7 @@ func (o *outboxLog) discardThrough(seq uint64) {
 }
 
 // ledgerChunk is how many keys Range and Export read under the lock at once.
-var ledgerChunk = 256
+var ledgerChunk = 1024
 
 // keyBlock is the most keys one block of a keyIndex holds.
 const keyBlock = 512
