@@ -383,14 +383,20 @@ const outboxChunk = 256
 // outboxLog holds the retained entries, numbered consecutively from first
 // to last: entry seq lives at chunks[0][off+seq-first], counting on.
 //
-// An entry is written once, when appended, and never changed: a chunk is
-// released whole, never cleared or reused, so a copy of the log (view)
-// reads the entries it holds without the lock while appends go on.
+// An entry is written once, when appended, and never changed while a view
+// exists: a chunk is released whole, and cleared for reuse only when no
+// view (a copy of the log an export reads without the lock while appends
+// go on) can hold it.
 type outboxLog struct {
 	chunks [][]OutboxEntry // every chunk but the last is full
 	off    int             // entries of chunks[0] already discarded
 	first  uint64          // number of the oldest retained entry
 	last   uint64          // number of the newest entry ever appended
+	// views counts the views in use; while there are none, a released
+	// chunk is kept (cleared) in spare for the next append, so a consumer
+	// keeping up costs no allocation per chunk.
+	views int
+	spare []OutboxEntry
 }
 
 func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
@@ -398,7 +404,12 @@ func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
 func (o *outboxLog) append(e OutboxEntry) {
 	n := len(o.chunks)
 	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
-		o.chunks = append(o.chunks, make([]OutboxEntry, 0, outboxChunk))
+		c := o.spare
+		if c == nil {
+			c = make([]OutboxEntry, 0, outboxChunk)
+		}
+		o.spare = nil
+		o.chunks = append(o.chunks, c)
 		n++
 	}
 	o.chunks[n-1] = append(o.chunks[n-1], e)
@@ -413,12 +424,17 @@ func (o *outboxLog) at(seq uint64) OutboxEntry {
 
 // view returns a copy of the log that stays as it is while o goes on: it
 // shares the chunks, whose entries never change, and copies only the list
-// of them.
+// of them. The caller calls unview when done with it.
 func (o *outboxLog) view() outboxLog {
+	o.views++
+	o.spare = nil
 	v := *o
 	v.chunks = slices.Clone(o.chunks)
+	v.views, v.spare = 0, nil
 	return v
 }
+
+func (o *outboxLog) unview() { o.views-- }
 
 // entries returns every retained entry, in order.
 func (o *outboxLog) entries() []OutboxEntry {
@@ -440,6 +456,10 @@ func (o *outboxLog) discardThrough(seq uint64) {
 	}
 	i := uint64(o.off) + seq - o.first + 1 // the new first entry, counted from chunks[0]
 	whole := int(i / outboxChunk)
+	if whole > 0 && o.views == 0 && o.spare == nil {
+		o.spare = o.chunks[0][:0]
+		clear(o.spare[:outboxChunk])
+	}
 	clear(o.chunks[:whole])
 	o.chunks = o.chunks[whole:]
 	o.off = int(i % outboxChunk)
@@ -934,6 +954,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 	defer func() {
 		l.mu.Lock()
 		delete(l.exports, v)
+		l.out.unview()
 		l.mu.Unlock()
 	}()
 	snap.Revoked = sortRevoked(revoked)
@@ -993,7 +1014,7 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 	l.revokeGen = uint64(len(l.revoked))
 	maps.Copy(l.consumers, snap.State.Consumers)
 	l.dropped, l.droppedTo = snap.State.Dropped, snap.State.DroppedThrough
-	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last}
+	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last, views: l.out.views}
 	if len(snap.Outbox) > 0 {
 		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
 	}
