@@ -197,11 +197,8 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt, error) {
 	rc := RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: r.Subject, At: r.At,
 		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
-	var keys []string
-	if err := e.ledger.Range(ctx, func(key string, _ *Record) bool {
-		keys = append(keys, key)
-		return true
-	}); err != nil {
+	keys, err := e.subjectKeys(ctx, r.Subject)
+	if err != nil {
 		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 	}
 	for _, key := range keys {
@@ -223,6 +220,21 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
 	}
 	return rc, nil
+}
+
+// subjectKeys returns, in key order, the keys whose record a revocation of
+// subject may change: from the ledger's index when it keeps one, or else
+// every key.
+func (e *Engine) subjectKeys(ctx context.Context, subject string) ([]string, error) {
+	if x, ok := e.ledger.(ledgerIndex); ok {
+		return x.subjectKeys(ctx, subject)
+	}
+	var keys []string
+	err := e.ledger.Range(ctx, func(key string, _ *Record) bool {
+		keys = append(keys, key)
+		return true
+	})
+	return keys, err
 }
 
 // ForgetDerived drops the record of artifact (index, artifactID) derived from

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +64,7 @@ type Engine struct {
 	// subject. Once RevokeSubject holds it, no such write is half done, so
 	// its sweep of the ledger sees every version the subject will ever have.
 	revokeMu sync.RWMutex
-	revoked  atomic.Pointer[map[string]struct{}] // replaced, never modified; only grows
+	revoked  sync.Map // subject → struct{}; only grows
 	// revokedGen is the ledger's RevokedGeneration that revoked reflects:
 	// when the ledger's moves on (another engine on the same ledger
 	// revoked a subject), the set is read again (syncRevoked).
@@ -128,7 +127,6 @@ func NewEngine(opts *Options) (*Engine, error) {
 	// ledger remembers all belong to older generations.
 	e.session.Store(&session{})
 	ctx := context.Background()
-	e.revoked.Store(&map[string]struct{}{})
 	revoked, err := e.loadRevoked(ctx)
 	if err != nil {
 		return nil, err
@@ -375,23 +373,15 @@ func (e *Engine) refuseRevoked(subject string) error {
 }
 
 func (e *Engine) isRevoked(subject string) bool {
-	_, ok := (*e.revoked.Load())[subject]
+	_, ok := e.revoked.Load(subject)
 	return ok
 }
 
-// addRevoked adds subjects to the cached revoked set. The set only grows,
-// and a concurrent reload and RevokeSubject must both keep what the other
-// added, hence the swap loop.
+// addRevoked adds subjects to the cached revoked set, which only grows: a
+// revocation costs the subjects it adds, not the set.
 func (e *Engine) addRevoked(subjects ...string) {
-	for {
-		cur := e.revoked.Load()
-		next := maps.Clone(*cur)
-		for _, s := range subjects {
-			next[s] = struct{}{}
-		}
-		if e.revoked.CompareAndSwap(cur, &next) {
-			return
-		}
+	for _, s := range subjects {
+		e.revoked.Store(s, struct{}{})
 	}
 }
 
@@ -407,8 +397,26 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 	if gen == e.revokedGen.Load() {
 		return nil
 	}
+	if x, ok := e.ledger.(ledgerIndex); ok {
+		return e.loadRevokedAfter(ctx, x)
+	}
 	_, err = e.loadRevoked(ctx)
 	return err
+}
+
+// loadRevokedAfter adds to the cache the subjects that joined the ledger's
+// revoked set since the generation it reflects: the ones it lacks, and no
+// others.
+func (e *Engine) loadRevokedAfter(ctx context.Context, x ledgerIndex) error {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	subjects, gen, err := x.revokedAfter(ctx, e.revokedGen.Load())
+	if err != nil {
+		return fmt.Errorf("mcpsync: read revocations: %w", err)
+	}
+	e.addRevoked(subjects...)
+	e.revokedGen.Store(gen)
+	return nil
 }
 
 // loadRevoked reads the ledger's revoked set into the cache and returns it.

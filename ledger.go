@@ -8,6 +8,8 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -40,7 +42,9 @@ type Ledger interface {
 	// writes nothing and returns ok == false.
 	CompareAndSwap(ctx context.Context, key string, prev uint64, next *Record, entries []OutboxEntry) (firstSeq uint64, ok bool, err error)
 	// Range calls fn for every record, in key order, until fn returns false.
-	// fn may call back into the ledger.
+	// fn may call back into the ledger. Range is no snapshot: a record
+	// written during the walk may be seen before or after the write, and a
+	// key added during it may be missed; Export reads one instant.
 	Range(ctx context.Context, fn func(key string, r *Record) bool) error
 
 	// Next reserves n consecutive values of counter and returns the first.
@@ -333,15 +337,32 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 		consumers: make(map[string]uint64),
 		retain:    opts.Retention(),
 		out:       outboxLog{first: 1},
+		exports:   make(map[*exportView]struct{}),
+		bySubject: make(map[string]map[string]struct{}),
+		unknown:   make(map[string]struct{}),
 	}
 }
 
+// No method of the memory ledger holds its lock for work proportional to the
+// whole ledger: Range and Export visit the keys in chunks of ledgerChunk,
+// releasing the lock between chunks, and the passes the engine makes over
+// every record (a revocation's sweep, a new session's end of unknown
+// closes) read indexes kept up to date by each write instead (ledgerIndex).
 type memoryLedger struct {
 	mu        sync.Mutex         // protects every field below
 	records   map[string]*Record // records are never modified once stored
+	keys      keyIndex           // the keys of records, in order
 	counters  map[Counter]uint64 // last value handed out
 	revoked   map[string]RevokedSubject
-	revokeGen uint64 // RevokedGeneration: subjects that joined revoked
+	revokeGen uint64   // RevokedGeneration: subjects that joined revoked
+	joined    []string // revoked subjects in the order they joined; len == revokeGen
+	// exports are the exports in progress; each keeps the record, as of
+	// its instant, of every key written since.
+	exports map[*exportView]struct{}
+	// bySubject maps a subject to the keys whose record a revocation of it
+	// changes (subjectsOf); unknown holds the keys in UNSUBSCRIBE_UNKNOWN.
+	bySubject map[string]map[string]struct{}
+	unknown   map[string]struct{}
 	out       outboxLog
 	consumers map[string]uint64 // acknowledged position of each consumer
 	retain    uint64            // entries kept at most
@@ -361,11 +382,21 @@ const outboxChunk = 256
 
 // outboxLog holds the retained entries, numbered consecutively from first
 // to last: entry seq lives at chunks[0][off+seq-first], counting on.
+//
+// An entry is written once, when appended, and never changed while a view
+// exists: a chunk is released whole, and cleared for reuse only when no
+// view (a copy of the log an export reads without the lock while appends
+// go on) can hold it.
 type outboxLog struct {
 	chunks [][]OutboxEntry // every chunk but the last is full
 	off    int             // entries of chunks[0] already discarded
 	first  uint64          // number of the oldest retained entry
 	last   uint64          // number of the newest entry ever appended
+	// views counts the views in use; while there are none, a released
+	// chunk is kept (cleared) in spare for the next append, so a consumer
+	// keeping up costs no allocation per chunk.
+	views int
+	spare []OutboxEntry
 }
 
 func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
@@ -373,7 +404,12 @@ func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
 func (o *outboxLog) append(e OutboxEntry) {
 	n := len(o.chunks)
 	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
-		o.chunks = append(o.chunks, make([]OutboxEntry, 0, outboxChunk))
+		c := o.spare
+		if c == nil {
+			c = make([]OutboxEntry, 0, outboxChunk)
+		}
+		o.spare = nil
+		o.chunks = append(o.chunks, c)
 		n++
 	}
 	o.chunks[n-1] = append(o.chunks[n-1], e)
@@ -386,33 +422,256 @@ func (o *outboxLog) at(seq uint64) OutboxEntry {
 	return o.chunks[i/outboxChunk][i%outboxChunk]
 }
 
-// discardThrough drops every entry numbered up to seq. Whole chunks are
-// released; the first chunk's leading entries are cleared so they hold no
-// memory either.
+// view returns a copy of the log that stays as it is while o goes on: it
+// shares the chunks, whose entries never change, and copies only the list
+// of them. The caller calls unview when done with it.
+func (o *outboxLog) view() outboxLog {
+	o.views++
+	o.spare = nil
+	v := *o
+	v.chunks = slices.Clone(o.chunks)
+	v.views, v.spare = 0, nil
+	return v
+}
+
+func (o *outboxLog) unview() { o.views-- }
+
+// entries returns every retained entry, in order.
+func (o *outboxLog) entries() []OutboxEntry {
+	out := make([]OutboxEntry, 0, o.len())
+	for seq := o.first; seq <= o.last; seq++ {
+		out = append(out, o.at(seq))
+	}
+	return out
+}
+
+// discardThrough drops every entry numbered up to seq, releasing each chunk
+// whose entries are all dropped. It costs one step per chunk released, not
+// per entry; the list of chunks is copied only when most of its room is
+// unused, so a backlog once acknowledged does not keep its length.
 func (o *outboxLog) discardThrough(seq uint64) {
-	if seq > o.last {
-		seq = o.last
+	seq = min(seq, o.last)
+	if seq < o.first {
+		return
 	}
-	for o.first <= seq {
-		room := uint64(len(o.chunks[0]) - o.off) // retained entries in chunks[0]
-		if n := seq - o.first + 1; n < room {
-			clear(o.chunks[0][o.off : o.off+int(n)])
-			o.off += int(n)
-			o.first += n
-			return
-		}
-		o.first += room
-		if len(o.chunks[0]) < outboxChunk {
-			// The chunk being appended to: keep it, empty.
-			clear(o.chunks[0])
-			o.chunks[0] = o.chunks[0][:0]
-			o.off = 0
-			continue
-		}
-		o.chunks[0] = nil
-		o.chunks = o.chunks[1:]
-		o.off = 0
+	i := uint64(o.off) + seq - o.first + 1 // the new first entry, counted from chunks[0]
+	whole := int(i / outboxChunk)
+	if whole > 0 && o.views == 0 && o.spare == nil {
+		o.spare = o.chunks[0][:0]
+		clear(o.spare[:outboxChunk])
 	}
+	clear(o.chunks[:whole])
+	o.chunks = o.chunks[whole:]
+	o.off = int(i % outboxChunk)
+	o.first = seq + 1
+	if c := cap(o.chunks); c > 64 && c > 4*len(o.chunks) {
+		o.chunks = slices.Clone(o.chunks)
+	}
+}
+
+// ledgerChunk is how many keys Range and Export read under the lock at once.
+var ledgerChunk = 1024
+
+// keyBlock is the most keys one block of a keyIndex holds.
+const keyBlock = 512
+
+// keyIndex holds a set of keys in order, in blocks of at most keyBlock
+// keys, so that adding a key moves at most a block's keys and the list of
+// blocks, never every key.
+type keyIndex struct {
+	blocks [][]string // each sorted and not empty; every key of one below every key of the next
+}
+
+// add adds k, which must not be in x.
+func (x *keyIndex) add(k string) {
+	if len(x.blocks) == 0 {
+		x.blocks = [][]string{{k}}
+		return
+	}
+	i := sort.Search(len(x.blocks), func(i int) bool {
+		b := x.blocks[i]
+		return b[len(b)-1] >= k
+	})
+	if i == len(x.blocks) {
+		i--
+	}
+	b := x.blocks[i]
+	j, _ := slices.BinarySearch(b, k)
+	b = slices.Insert(b, j, k)
+	if len(b) <= keyBlock {
+		x.blocks[i] = b
+		return
+	}
+	half := len(b) / 2
+	x.blocks[i] = slices.Clip(b[:half])
+	x.blocks = slices.Insert(x.blocks, i+1, slices.Clone(b[half:]))
+}
+
+// after appends to dst, in order, up to max keys above k (every key from
+// the first when from is false) and returns it.
+func (x *keyIndex) after(dst []string, k string, from bool, max int) []string {
+	i, j := 0, 0
+	if from {
+		i = sort.Search(len(x.blocks), func(i int) bool {
+			b := x.blocks[i]
+			return b[len(b)-1] > k
+		})
+		if i < len(x.blocks) {
+			b := x.blocks[i]
+			j = sort.Search(len(b), func(j int) bool { return b[j] > k })
+		}
+	}
+	for ; i < len(x.blocks) && len(dst) < max; i, j = i+1, 0 {
+		b := x.blocks[i][j:]
+		dst = append(dst, b[:min(len(b), max-len(dst))]...)
+	}
+	return dst
+}
+
+// exportView is an export in progress: the record, as of the export's
+// instant, of every key written since (nil for a key that had none).
+type exportView struct {
+	before map[string]*Record
+}
+
+// storeLocked stores r under key, keeping what the exports in progress and
+// the indexes need.
+func (l *memoryLedger) storeLocked(key string, r *Record) {
+	old, known := l.records[key]
+	for v := range l.exports {
+		if _, kept := v.before[key]; !kept {
+			v.before[key] = old
+		}
+	}
+	if !known {
+		l.keys.add(key)
+	}
+	l.records[key] = r
+	l.indexLocked(key, old, r)
+}
+
+// indexLocked moves key in the indexes from where old put it to where r
+// puts it.
+func (l *memoryLedger) indexLocked(key string, old, r *Record) {
+	if r.State == StateUnsubscribeUnknown {
+		l.unknown[key] = struct{}{}
+	} else if old != nil && old.State == StateUnsubscribeUnknown {
+		delete(l.unknown, key)
+	}
+	if sameSubjects(old, r) {
+		return
+	}
+	was, is := subjectsOf(old), subjectsOf(r)
+	for _, s := range was {
+		if !slices.Contains(is, s) {
+			keys := l.bySubject[s]
+			delete(keys, key)
+			if len(keys) == 0 {
+				delete(l.bySubject, s)
+			}
+		}
+	}
+	for _, s := range is {
+		keys := l.bySubject[s]
+		if keys == nil {
+			keys = make(map[string]struct{})
+			l.bySubject[s] = keys
+		}
+		keys[key] = struct{}{}
+	}
+}
+
+// subjectsOf returns the subjects a revocation of which changes r (see
+// revokeRecord): the subject of its current version, unless that version is
+// revoked already, and those of its derived artifacts.
+func subjectsOf(r *Record) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	if c := r.Current; c != nil && c.Status != VersionRevoked {
+		out = append(out, c.Version.Subject)
+	}
+	for _, a := range r.Artifacts {
+		if !slices.Contains(out, a.Version.Subject) {
+			out = append(out, a.Version.Subject)
+		}
+	}
+	return out
+}
+
+// sameSubjects reports, cheaply, that a and b certainly have the same
+// subjectsOf: most writes (an issue, an accept) keep the artifacts of the
+// record they replace, and so its list.
+func sameSubjects(a, b *Record) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ca, cb := a.Current, b.Current
+	switch {
+	case (ca == nil) != (cb == nil):
+		return false
+	case ca != nil && (ca.Version.Subject != cb.Version.Subject || (ca.Status == VersionRevoked) != (cb.Status == VersionRevoked)):
+		return false
+	}
+	return len(a.Artifacts) == len(b.Artifacts) && (len(a.Artifacts) == 0 || &a.Artifacts[0] == &b.Artifacts[0])
+}
+
+// ledgerIndex is implemented by ledgers that find, without reading every
+// record, the records the engine's passes over the whole ledger are
+// looking for. The engine falls back to Range on a ledger without it.
+type ledgerIndex interface {
+	// subjectKeys returns, in key order, every key whose record a
+	// revocation of subject changes: its current version was read by
+	// subject and is not revoked, or an artifact derived from a version
+	// subject read is recorded on it.
+	subjectKeys(ctx context.Context, subject string) ([]string, error)
+	// unknownCloses returns, in key order, every key in
+	// UNSUBSCRIBE_UNKNOWN, and its record.
+	unknownCloses(ctx context.Context) ([]string, []*Record, error)
+	// revokedAfter returns the subjects that joined the revoked set after
+	// RevokedGeneration was gen, and what it is now.
+	revokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error)
+}
+
+func (l *memoryLedger) subjectKeys(ctx context.Context, subject string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	keys := slices.Collect(maps.Keys(l.bySubject[subject]))
+	l.mu.Unlock()
+	slices.Sort(keys)
+	return keys, nil
+}
+
+func (l *memoryLedger) unknownCloses(ctx context.Context) ([]string, []*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	l.mu.Lock()
+	keys := slices.Collect(maps.Keys(l.unknown))
+	l.mu.Unlock()
+	slices.Sort(keys)
+	recs := make([]*Record, len(keys))
+	l.mu.Lock()
+	for i, k := range keys {
+		recs[i] = l.records[k]
+	}
+	l.mu.Unlock()
+	return keys, recs, nil
+}
+
+func (l *memoryLedger) revokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen > l.revokeGen {
+		return nil, 0, fmt.Errorf("mcpsync: revoked generation %d is ahead of the ledger's %d", gen, l.revokeGen)
+	}
+	return slices.Clone(l.joined[gen:]), l.revokeGen, nil
 }
 
 // The memory ledger never blocks on I/O, so a context can only have ended
@@ -441,7 +700,7 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
 		return 0, false, err
 	}
-	l.records[key] = next
+	l.storeLocked(key, next)
 	if len(entries) == 0 {
 		return 0, true, nil
 	}
@@ -490,23 +749,33 @@ func minPosition(consumers map[string]uint64) uint64 {
 }
 
 func (l *memoryLedger) Range(ctx context.Context, fn func(string, *Record) bool) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	keys := slices.Sorted(maps.Keys(l.records))
-	recs := make([]*Record, len(keys))
-	for i, k := range keys {
-		recs[i] = l.records[k]
-	}
-	l.mu.Unlock()
-	// fn runs without the lock: it may call back into the ledger.
-	for i, k := range keys {
-		if !fn(k, recs[i]) {
-			break
+	keys := make([]string, 0, ledgerChunk)
+	recs := make([]*Record, 0, ledgerChunk)
+	for from := false; ; from = true {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var last string
+		if len(keys) > 0 {
+			last = keys[len(keys)-1]
+		}
+		l.mu.Lock()
+		keys = l.keys.after(keys[:0], last, from, ledgerChunk)
+		recs = recs[:0]
+		for _, k := range keys {
+			recs = append(recs, l.records[k])
+		}
+		l.mu.Unlock()
+		// fn runs without the lock: it may call back into the ledger.
+		for i, k := range keys {
+			if !fn(k, recs[i]) {
+				return nil
+			}
+		}
+		if len(keys) < ledgerChunk {
+			return nil
 		}
 	}
-	return nil
 }
 
 func (l *memoryLedger) Next(ctx context.Context, c Counter, n uint64) (uint64, error) {
@@ -543,6 +812,7 @@ func (l *memoryLedger) Revoke(ctx context.Context, r RevokedSubject) error {
 	l.mu.Lock()
 	if _, known := l.revoked[r.Subject]; !known {
 		l.revokeGen++
+		l.joined = append(l.joined, r.Subject)
 	}
 	l.revoked[r.Subject] = r
 	l.mu.Unlock()
@@ -554,8 +824,9 @@ func (l *memoryLedger) Revoked(ctx context.Context) ([]RevokedSubject, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return sortedRevoked(l.revoked), nil
+	all := slices.Collect(maps.Values(l.revoked))
+	l.mu.Unlock()
+	return sortRevoked(all), nil
 }
 
 func (l *memoryLedger) RevokedGeneration(ctx context.Context) (uint64, error) {
@@ -567,12 +838,12 @@ func (l *memoryLedger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	return l.revokeGen, nil
 }
 
-func sortedRevoked(m map[string]RevokedSubject) []RevokedSubject {
-	out := make([]RevokedSubject, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, m[k])
+func sortRevoked(all []RevokedSubject) []RevokedSubject {
+	slices.SortFunc(all, func(a, b RevokedSubject) int { return strings.Compare(a.Subject, b.Subject) })
+	if all == nil {
+		all = []RevokedSubject{}
 	}
-	return out
+	return all
 }
 
 func (l *memoryLedger) Outbox(ctx context.Context, after uint64, max int) ([]OutboxEntry, error) {
@@ -658,27 +929,63 @@ func (l *memoryLedger) WaitOutbox(ctx context.Context, after uint64) error {
 	}
 }
 
+// Export reads the ledger as of the instant it registers its view: the
+// counters, the revoked subjects, the outbox (a view of its chunks, whose
+// entries never change) and, under the same lock, the view that from then
+// on keeps the record of every key written before the export reads it. The
+// records are then read ledgerChunk keys at a time, releasing the lock
+// between chunks, each from the view if it was written since the instant.
 func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return LedgerSnapshot{}, err
 	}
+	v := &exportView{before: make(map[string]*Record)}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	// Records are immutable, so the snapshot shares them; taking them with
-	// the outbox under one lock is what keeps a record and its newest entry
-	// together.
+	l.exports[v] = struct{}{}
 	snap := LedgerSnapshot{
 		Schema:   SchemaLedgerSnapshot,
-		Records:  maps.Clone(l.records),
 		Counters: maps.Clone(l.counters),
-		Revoked:  sortedRevoked(l.revoked),
-		Outbox:   make([]OutboxEntry, 0, l.out.len()),
 		State:    l.stateLocked(),
 	}
-	for seq := l.out.first; seq <= l.out.last; seq++ {
-		snap.Outbox = append(snap.Outbox, l.out.at(seq))
+	revoked := slices.Collect(maps.Values(l.revoked))
+	out := l.out.view()
+	n := len(l.records)
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.exports, v)
+		l.out.unview()
+		l.mu.Unlock()
+	}()
+	snap.Revoked = sortRevoked(revoked)
+	snap.Outbox = out.entries()
+	// Records are immutable, so the snapshot shares them.
+	snap.Records = make(map[string]*Record, n)
+	keys := make([]string, 0, ledgerChunk)
+	for from := false; ; from = true {
+		if err := ctx.Err(); err != nil {
+			return LedgerSnapshot{}, err
+		}
+		var last string
+		if len(keys) > 0 {
+			last = keys[len(keys)-1]
+		}
+		l.mu.Lock()
+		keys = l.keys.after(keys[:0], last, from, ledgerChunk)
+		for _, k := range keys {
+			r, written := v.before[k]
+			if !written {
+				r = l.records[k]
+			}
+			if r != nil {
+				snap.Records[k] = r
+			}
+		}
+		l.mu.Unlock()
+		if len(keys) < ledgerChunk {
+			return snap, nil
+		}
 	}
-	return snap, nil
 }
 
 func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
@@ -694,15 +1001,20 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 	if len(l.records) > 0 || len(l.counters) > 0 || len(l.revoked) > 0 || l.out.last > 0 || len(l.consumers) > 0 {
 		return ErrLedgerNotEmpty
 	}
-	maps.Copy(l.records, snap.Records)
+	for _, k := range slices.Sorted(maps.Keys(snap.Records)) {
+		l.storeLocked(k, snap.Records[k])
+	}
 	maps.Copy(l.counters, snap.Counters)
 	for _, r := range snap.Revoked {
+		if _, known := l.revoked[r.Subject]; !known {
+			l.joined = append(l.joined, r.Subject)
+		}
 		l.revoked[r.Subject] = r
 	}
 	l.revokeGen = uint64(len(l.revoked))
 	maps.Copy(l.consumers, snap.State.Consumers)
 	l.dropped, l.droppedTo = snap.State.Dropped, snap.State.DroppedThrough
-	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last}
+	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last, views: l.out.views}
 	if len(snap.Outbox) > 0 {
 		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
 	}

@@ -563,13 +563,25 @@ func (e *Engine) step(rawURI, event string, change func(*Record, *transitions) e
 // endUnknownCloses closes every UNSUBSCRIBE_UNKNOWN generation of a session
 // older than gen: its outcome no longer matters once its session is gone.
 func (e *Engine) endUnknownCloses(gen uint64) error {
+	ctx := context.Background()
 	var keys []string
-	if err := e.ledger.Range(context.Background(), func(key string, r *Record) bool {
+	ended := func(key string, r *Record) bool {
 		if r.State == StateUnsubscribeUnknown && r.Sub.SessionGeneration < gen {
 			keys = append(keys, key)
 		}
 		return true
-	}); err != nil {
+	}
+	if x, ok := e.ledger.(ledgerIndex); ok {
+		unknown, recs, err := x.unknownCloses(ctx)
+		if err != nil {
+			return err
+		}
+		for i, key := range unknown {
+			if recs[i] != nil {
+				ended(key, recs[i])
+			}
+		}
+	} else if err := e.ledger.Range(ctx, ended); err != nil {
 		return err
 	}
 	for _, key := range keys {
