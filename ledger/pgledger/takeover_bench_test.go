@@ -30,7 +30,8 @@ const takeoverKills = 20
 // target is the lease TTL plus one second at the 99th percentile:
 // p99-over-target is the 99th percentile over that, at most 1 when met.
 // after-expiry is the part past the lease TTL, the time the survivors
-// take once the killed worker's leases can expire at the latest.
+// take once the killed worker's leases can expire at the latest, and
+// first-read the time until the first of its URIs was taken and read.
 func BenchmarkTakeover(b *testing.B) {
 	if raceDetector {
 		b.Skip("three race-instrumented workers on two cores miss their leases")
@@ -83,7 +84,7 @@ func BenchmarkTakeover(b *testing.B) {
 		return true
 	}
 
-	var took []time.Duration
+	var took, began []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for kill := range takeoverKills {
@@ -98,7 +99,7 @@ func BenchmarkTakeover(b *testing.B) {
 			live = slices.DeleteFunc(live, func(p *shardProc) bool { return p == victim })
 			killed := time.Now()
 			require.NoError(b, victim.cmd.Process.Signal(syscall.SIGKILL))
-			var last time.Time
+			var first, last time.Time
 			eventually(b, time.Minute, "the killed worker's URIs taken and read", func() bool {
 				taken := map[string]time.Time{}
 				for _, p := range live {
@@ -108,7 +109,7 @@ func BenchmarkTakeover(b *testing.B) {
 						}
 					}
 				}
-				last = time.Time{}
+				first, last = time.Time{}, time.Time{}
 				for _, key := range held {
 					at, ok := taken[key]
 					if !ok {
@@ -117,10 +118,14 @@ func BenchmarkTakeover(b *testing.B) {
 					if at.After(last) {
 						last = at
 					}
+					if first.IsZero() || at.Before(first) {
+						first = at
+					}
 				}
 				return true
 			})
 			took = append(took, last.Sub(killed))
+			began = append(began, first.Sub(killed))
 			live = append(live, start())
 		}
 	}
@@ -128,7 +133,9 @@ func BenchmarkTakeover(b *testing.B) {
 	slices.Sort(took)
 	p50, p99 := took[len(took)/2], took[(len(took)*99+99)/100-1]
 	target := shardTTL + time.Second
+	slices.Sort(began)
 	b.ReportMetric(float64(shardTTL.Milliseconds()), "ttl-ms")
+	b.ReportMetric(float64(began[len(began)/2].Milliseconds()), "first-read-p50-ms")
 	b.ReportMetric(float64(p50.Milliseconds()), "takeover-p50-ms")
 	b.ReportMetric(float64(p99.Milliseconds()), "takeover-p99-ms")
 	b.ReportMetric(float64((p99 - shardTTL).Milliseconds()), "after-expiry-p99-ms")
