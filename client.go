@@ -326,7 +326,11 @@ type connection struct {
 	// gap holds URIs carried from one acknowledged stream to its
 	// replacement: a change in between may have been notified to neither,
 	// so each is read again once replacements pause (readAfterGap).
-	gap       map[string]bool
+	gap map[string]bool
+	// lastAcked is what the newest acknowledged stream carried: a stream
+	// acknowledged next notes as its gap what it carries of them, however
+	// many unacknowledged streams came between.
+	lastAcked []string
 	gapReader bool      // a readAfterGap is under way for this connection
 	gapSince  time.Time // the oldest replacement whose gap is unread
 	gapLast   time.Time // the newest one
@@ -1194,9 +1198,6 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if old != nil && old.isAcked() {
-		c.gapped(conn, old, stream)
-	}
 	if stream.ackSet[raw] != add {
 		if add {
 			return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
@@ -1215,34 +1216,40 @@ const (
 	relistenQuietMax = 10 * time.Second
 )
 
-// gapped notes the URIs stream carries over from old, which it replaced:
-// mcp-go (v1.2.1) ends the old stream before it sends the new one, so a
-// change in between reaches neither, and each of them is read again
-// (readAfterGap). Reading them at every replacement would make a burst of
-// n Subscribes cost O(n²) reads.
-func (c *Client) gapped(conn *connection, old, stream *listenStream) {
-	now := time.Now()
-	conn.mu.Lock()
-	if conn.gap == nil {
-		conn.gap = make(map[string]bool)
-	}
-	for _, u := range old.ackURIs {
+// noteGapLocked, at the acknowledgement of stream, notes the URIs it
+// carries over from the newest stream acknowledged before it: mcp-go
+// (v1.2.1) ends the old stream before it sends the new one, so a change in
+// between reaches neither, and each of them is read again (readAfterGap).
+// Reading them at every replacement would make a burst of n Subscribes
+// cost O(n²) reads. It reports whether a reader must start. conn.mu is
+// held.
+func (conn *connection) noteGapLocked(stream *listenStream) bool {
+	before := conn.lastAcked
+	conn.lastAcked = stream.ackURIs
+	for _, u := range before {
 		if stream.ackSet[u] {
+			if conn.gap == nil {
+				conn.gap = make(map[string]bool)
+			}
 			conn.gap[u] = true
 		}
 	}
 	if len(conn.gap) == 0 {
-		conn.mu.Unlock()
-		return
+		return false
 	}
+	now := time.Now()
 	if conn.gapSince.IsZero() {
 		conn.gapSince = now
 	}
 	conn.gapLast = now
 	start := !conn.gapReader
 	conn.gapReader = true
-	conn.mu.Unlock()
-	if start && !c.goAsync(func() { c.readAfterGap(conn) }) {
+	return start
+}
+
+// startGapReader starts readAfterGap for conn.
+func (c *Client) startGapReader(conn *connection) {
+	if !c.goAsync(func() { c.readAfterGap(conn) }) {
 		conn.mu.Lock()
 		conn.gapReader = false
 		conn.mu.Unlock()
@@ -1261,7 +1268,11 @@ func (c *Client) readAfterGap(conn *connection) {
 		}
 		wait := time.Until(due)
 		var uris []string
-		if wait <= 0 {
+		if cur := conn.listen; wait <= 0 && cur != nil && !cur.isAcked() {
+			// A replacement waits for its acknowledgement: the gap is
+			// read once a stream carries it, not dropped.
+			wait = relistenQuiet
+		} else if wait <= 0 {
 			cur := conn.listen
 			for u := range conn.gap {
 				if cur != nil && cur.isAcked() && cur.ackSet[u] {
@@ -1271,14 +1282,14 @@ func (c *Client) readAfterGap(conn *connection) {
 			conn.gap, conn.gapSince, conn.gapLast, conn.gapReader = nil, time.Time{}, time.Time{}, false
 		}
 		conn.mu.Unlock()
+		if now, err := c.current(); err != nil || now != conn {
+			return // closed, or a new session reads everything again
+		}
 		if wait > 0 {
 			if !c.wait(wait) {
 				return
 			}
 			continue
-		}
-		if now, err := c.current(); err != nil || now != conn {
-			return // closed, or a new session reads everything again
 		}
 		slices.Sort(uris)
 		for _, u := range uris {
@@ -1337,16 +1348,31 @@ func (c *Client) gather(ctx context.Context, conn *connection) bool {
 
 // acknowledged records a notifications/subscriptions/acknowledged for the
 // stream whose request id it names; one for a replaced stream is ignored.
-func (conn *connection) acknowledged(uris []string, streamID string) {
+// acknowledged records the server's acknowledgement of the newest stream.
+// It reports whether a gap reader must start (noteGapLocked), and the URIs
+// the stream asked for and the server left out that the stream before
+// carried: no stream notifies them any more, so each is opened anew (and
+// polled, should the server leave it out again).
+func (conn *connection) acknowledged(uris []string, streamID string) (bool, []string) {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
 	s := conn.listen
 	if s == nil || s.isAcked() || (streamID != "" && s.id != "" && streamID != s.id) {
-		return
+		return false, nil
 	}
 	s.ackURIs, s.ackSet = uris, setOf(uris)
 	close(s.acked)
 	conn.ends = nil
+	var left []string
+	if len(conn.lastAcked) > 0 {
+		before := setOf(conn.lastAcked)
+		for _, u := range s.uris {
+			if before[u] && !s.ackSet[u] {
+				left = append(left, u)
+			}
+		}
+	}
+	return conn.noteGapLocked(s), left
 }
 
 func (conn *connection) stopListen() {
@@ -2023,7 +2049,15 @@ func (c *Client) handle(n note) {
 			c.dispatch(t)
 		}
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
-		n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
+		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
+		if start {
+			c.startGapReader(n.conn)
+		}
+		for _, raw := range left {
+			if key, err := normalizeKey(raw); err == nil {
+				c.goAsync(func() { c.reopen(n.conn, key) })
+			}
+		}
 	}
 }
 
@@ -2041,6 +2075,7 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 	}
 	stream.cancel()
 	conn.listen = nil
+	conn.lastAcked = nil // what it carried is opened anew and read below
 	if conn.ends == nil {
 		conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
 	}
