@@ -17,11 +17,13 @@ import (
 // Shard keeps one worker's share of a set of URIs: the workers sharing a
 // fenced ledger split the URIs by rendezvous hashing over the live members
 // (Assign), and each keeps the ones assigned to it subscribed through its
-// Client. Every round it renews its leases and membership, lets go of the
-// URIs whose leases another worker took (the ledger already refuses its
-// writes to them) or that are now assigned elsewhere, and takes the ones
-// assigned to it whose leases are free or expired: Acquire raises the
-// epoch, then Subscribe opens a new subscription generation and reads it.
+// Client. Its leases and membership are renewed every third of the TTL;
+// every round it lets go of the URIs whose leases another worker took (the
+// ledger already refuses its writes to them) or that are now assigned
+// elsewhere (released first, so their new owner need not wait), and takes
+// the ones assigned to it that it has not subscribed, whose leases are
+// free, expired or its own: AcquireAll raises the epoch, then Subscribe
+// opens a new subscription generation and reads it.
 //
 // A worker that dies stops renewing: once its membership and leases
 // expire (LeaseOptions.TTL), the next round of each other worker assigns
