@@ -976,13 +976,21 @@ func (c *Client) wasAbandoned(key string, sub Subscription) bool {
 // (the server was told to stop when it was let go), and opens a new one:
 // a lease taken opens a new generation, and nothing keeps the old one.
 func (c *Client) reopenAbandoned(key, raw string) (Subscription, error) {
-	if _, err := c.engine.BeginClose(key); err != nil {
-		return Subscription{}, err
-	}
-	if _, err := c.engine.FinishClose(key, true); err != nil {
+	if err := c.closeTold(key); err != nil {
 		return Subscription{}, err
 	}
 	return c.engine.Subscribe(raw, c.opts.Subject)
+}
+
+// closeTold closes key's generation in the engine, for a server that needs
+// no unsubscribe: it was told already, or it keeps nothing (a stream it
+// ended).
+func (c *Client) closeTold(key string) error {
+	if _, err := c.engine.BeginClose(key); err != nil {
+		return err
+	}
+	_, err := c.engine.FinishClose(key, true)
+	return err
 }
 
 // serverSubscribe asks the server for notifications on raw: resources/subscribe
@@ -2110,10 +2118,7 @@ func (c *Client) reopen(conn *connection, key string) {
 	}
 	_ = c.settle(key, unlock, func(now *connection) error {
 		if now == conn {
-			if _, err := c.engine.BeginClose(key); err != nil {
-				return err
-			}
-			if _, err := c.engine.FinishClose(key, true); err != nil {
+			if err := c.closeTold(key); err != nil {
 				return err
 			}
 		}

@@ -2,20 +2,15 @@ package pgledger_test
 
 import (
 	"context"
-	"errors"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // The same hole as TestBreak21KeyMovedAwayAndBackIsNeverReadAgain, reached
@@ -37,62 +32,14 @@ import (
 // a URI unread for ever.
 func TestBreak21KeyRetakenAfterAFailedTakeElsewhereIsNeverReadAgain(t *testing.T) {
 	conn, schema := pgtest.Schema(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	const key = "file:///docs/k.md"
-
-	la, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema, Leases: &pgledger.LeaseOptions{TTL: time.Minute}})
-	require.NoError(t, err)
-	t.Cleanup(func() { la.Close() })
+	r := newShardRig(t, conn, schema, pgledger.LeaseOptions{TTL: time.Minute}, key,
+		mcpsync.ClientOptions{CoalesceWindow: -1, PingEvery: -1, RevalidateEvery: 200 * time.Millisecond})
 	lb := fenced(t, conn, schema, time.Minute)
-
-	srv := mcpsynctest.NewServer(nil)
-	srv.Set(key, "text/markdown", "v1")
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(srv.MCPServer()))
-	t.Cleanup(hs.Close)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: la})
-	require.NoError(t, err)
-	var mu sync.Mutex
-	refused := 0
-	var changes []bool
-	c, err := mcpsync.Connect(ctx, mcpsync.HTTPDialer(hs.URL, nil), &mcpsync.ClientOptions{
-		Engine: e, Subject: "user:indexer", NoResume: true, ProtocolVersion: "2025-11-25",
-		CoalesceWindow: -1, PingEvery: -1, RevalidateEvery: 200 * time.Millisecond,
-		OnError: func(err error) {
-			if errors.Is(err, mcpsync.ErrNotLeaseholder) {
-				mu.Lock()
-				refused++
-				mu.Unlock()
-			}
-		},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	shard, err := pgledger.NewShard(la, c, &pgledger.ShardOptions{
-		Every: 50 * time.Millisecond,
-		URIs:  func(context.Context) ([]string, error) { return []string{key}, nil },
-		OnChange: func(uri string, owned bool) {
-			mu.Lock()
-			changes = append(changes, owned)
-			mu.Unlock()
-		},
-	})
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = shard.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(changes)
-	}
-	lookup := func() string {
-		got, err := e.Lookup("user:indexer", key)
-		if err != nil || len(got.Contents) == 0 {
-			return ""
-		}
-		return got.Contents[0].Text
-	}
+	r.run(t)
+	ctx, srv, e, la := r.ctx, r.srv, r.engine, r.ledger
+	count := func() int { return len(r.changed()) }
+	lookup := r.text
 	require.True(t, waitFor(10*time.Second, func() bool { return count() == 1 && lookup() == "v1" }), "A takes and reads K")
 
 	// A paused past K's lease; B takes it, its subscribe fails, it hands
@@ -111,17 +58,15 @@ func TestBreak21KeyRetakenAfterAFailedTakeElsewhereIsNeverReadAgain(t *testing.T
 	// A runs again: K changes, A's read is refused, A lets K go and takes
 	// it back.
 	srv.Set(key, "text/markdown", "v2")
-	require.True(t, waitFor(10*time.Second, func() bool { return count() >= 3 }), "A lets K go and takes it again: OnChange %v", changes)
+	require.True(t, waitFor(10*time.Second, func() bool { return count() >= 3 }), "A lets K go and takes it again: OnChange %v", r.changed())
 	_, held := la.Owned()[key]
 	require.True(t, held)
 
 	srv.Set(key, "text/markdown", "v3")
 	read := waitFor(10*time.Second, func() bool { return lookup() == "v3" })
 	sub, _ := e.Subscription(key)
-	mu.Lock()
-	defer mu.Unlock()
 	require.True(t, read,
 		"A took K back (lease held, OnChange %v) but never reads it again: subscribed at the server: %v, subscription %s "+
 			"generation %d, copy %q after 10 s of revalidation every 200 ms; reads refused before: %d",
-		changes, srv.Subscribed(key), sub.State, sub.SubscriptionGeneration, lookup(), refused)
+		r.changed(), srv.Subscribed(key), sub.State, sub.SubscriptionGeneration, lookup(), r.refusals())
 }

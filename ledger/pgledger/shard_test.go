@@ -240,6 +240,38 @@ func (p *shardProc) said(prefix string) []string {
 	return out
 }
 
+// docsServer serves n documents, file:///docs/0000.md on, at "v0", over
+// streamable HTTP until the test ends.
+func docsServer(tb testing.TB, n int) (*mcpsynctest.Server, []string, *httptest.Server) {
+	srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{PageSize: 200})
+	uris := make([]string, n)
+	for i := range uris {
+		uris[i] = fmt.Sprintf("file:///docs/%04d.md", i)
+		srv.Set(uris[i], "text/markdown", "v0")
+	}
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(srv.MCPServer()))
+	tb.Cleanup(hs.Close)
+	return srv, uris, hs
+}
+
+// keepChanging changes one of uris, picked by a generator seeded with
+// seed, every shardChangeEvery until ctx ends; Wait on what it returns
+// waits for the last change.
+func keepChanging(ctx context.Context, srv *mcpsynctest.Server, uris []string, seed uint64) *sync.WaitGroup {
+	var changer sync.WaitGroup
+	changer.Go(func() {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		for v := 1; ctx.Err() == nil; v++ {
+			srv.Set(uris[rng.IntN(len(uris))], "text/markdown", fmt.Sprintf("v%d", v))
+			select {
+			case <-ctx.Done():
+			case <-time.After(shardChangeEvery):
+			}
+		}
+	})
+	return &changer
+}
+
 // owners returns who holds each key's lease, of the leases not expired.
 func owners(t testing.TB, l *pgledger.Ledger) map[string]uuid.UUID {
 	t.Helper()
@@ -297,14 +329,7 @@ func TestManyWorkers(t *testing.T) {
 	t.Cleanup(func() { db.Close(context.Background()) })
 
 	const n = 1000
-	srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{PageSize: 200})
-	uris := make([]string, n)
-	for i := range uris {
-		uris[i] = fmt.Sprintf("file:///docs/%04d.md", i)
-		srv.Set(uris[i], "text/markdown", "v0")
-	}
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(srv.MCPServer()))
-	t.Cleanup(hs.Close)
+	srv, uris, hs := docsServer(t, n)
 
 	procs := []*shardProc{
 		startShard(t, "worker-a", conn, schema, hs.URL),
@@ -360,17 +385,7 @@ func TestManyWorkers(t *testing.T) {
 	// The server keeps changing while workers die, pause and lose their
 	// connections.
 	changes, stopChanges := context.WithCancel(ctx)
-	var changer sync.WaitGroup
-	changer.Go(func() {
-		rng := rand.New(rand.NewPCG(16, 1))
-		for v := 1; changes.Err() == nil; v++ {
-			srv.Set(uris[rng.IntN(n)], "text/markdown", fmt.Sprintf("v%d", v))
-			select {
-			case <-changes.Done():
-			case <-time.After(shardChangeEvery):
-			}
-		}
-	})
+	changer := keepChanging(changes, srv, uris, 16)
 
 	// A worker killed: every URI it held is taken by a live worker and
 	// read again (BenchmarkTakeover measures how soon).

@@ -2,21 +2,16 @@ package pgledger_test
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"net/http/httptest"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // takeoverKills is how many workers BenchmarkTakeover kills per iteration.
@@ -43,26 +38,8 @@ func BenchmarkTakeover(b *testing.B) {
 	b.Cleanup(func() { ledger.Close() })
 
 	const n = 1000
-	srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{PageSize: 200})
-	uris := make([]string, n)
-	for i := range uris {
-		uris[i] = fmt.Sprintf("file:///docs/%04d.md", i)
-		srv.Set(uris[i], "text/markdown", "v0")
-	}
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(srv.MCPServer()))
-	b.Cleanup(hs.Close)
-	var changer sync.WaitGroup
-	b.Cleanup(changer.Wait)
-	changer.Go(func() {
-		rng := rand.New(rand.NewPCG(11, 1))
-		for v := 1; ctx.Err() == nil; v++ {
-			srv.Set(uris[rng.IntN(n)], "text/markdown", fmt.Sprintf("v%d", v))
-			select {
-			case <-ctx.Done():
-			case <-time.After(shardChangeEvery):
-			}
-		}
-	})
+	srv, uris, hs := docsServer(b, n)
+	b.Cleanup(keepChanging(ctx, srv, uris, 11).Wait)
 
 	started := 0
 	start := func() *shardProc {

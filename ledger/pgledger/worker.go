@@ -233,8 +233,9 @@ func (s *Shard) round(ctx context.Context, lost []string) {
 	owned = s.ledger.Owned()
 	var moved, unlisted []string
 	for key := range owned {
+		_, listed := raw[key]
 		switch {
-		case !has(raw, key):
+		case !listed:
 			unlisted = append(unlisted, key)
 		case s.assigned(key, members) != me:
 			moved = append(moved, key)
@@ -300,11 +301,6 @@ func (s *Shard) each(keys []string, fn func(key string)) {
 		})
 	}
 	wg.Wait()
-}
-
-func has(m map[string]string, key string) bool {
-	_, ok := m[key]
-	return ok
 }
 
 func (s *Shard) assigned(key string, members []uuid.UUID) uuid.UUID {
