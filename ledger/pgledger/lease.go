@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/mcpsync/mcpsync"
@@ -138,27 +137,22 @@ func (s *leases) loseLocked(key string, epoch uint64) {
 
 // fence returns the lease owner and epoch a CompareAndSwap of key passes to
 // compare_and_swap: NULLs on an unfenced ledger.
-func (l *Ledger) fence(key string) (any, any, error) {
+func (l *Ledger) fence(key string) (int64, error) {
 	if l.leases == nil {
-		return nil, nil, nil
+		return 0, nil
 	}
 	epoch, ok := l.leases.epoch(key)
 	if !ok {
-		return nil, nil, &LeaseError{Key: key, Worker: l.leases.worker}
+		return 0, &LeaseError{Key: key, Worker: l.leases.worker}
 	}
-	return l.leases.worker, int64(epoch), nil
+	return int64(epoch), nil
 }
 
-// fenceError turns compare_and_swap's lease refusal into a *LeaseError,
-// and forgets the lease: another worker took it.
-func (l *Ledger) fenceError(key string, epoch any, err error) error {
-	var pgErr *pgconn.PgError
-	if l.leases == nil || !errors.As(err, &pgErr) || pgErr.Code != fencedSQLState {
-		return err
-	}
-	e := uint64(epoch.(int64))
-	l.leases.lose(key, e)
-	return &LeaseError{Key: key, Worker: l.leases.worker, Epoch: e}
+// lost forgets the lease of key at epoch, which a write found another
+// worker took, and returns the *LeaseError that refuses the write.
+func (l *Ledger) lost(key string, epoch int64) error {
+	l.leases.lose(key, uint64(epoch))
+	return &LeaseError{Key: key, Worker: l.leases.worker, Epoch: uint64(epoch)}
 }
 
 func (l *Ledger) leasing() (*leases, error) {
@@ -224,16 +218,23 @@ func (l *Ledger) AcquireAll(ctx context.Context, keys []string) (map[string]uint
 			}
 		}
 	}()
-	rows, err := l.control.Query(ctx, l.q.acquire, keys, s.worker, s.ttl.Microseconds(), held)
-	if err != nil {
-		return nil, fmt.Errorf("pgledger: acquire: %w", err)
-	}
 	taken := make(map[string]uint64, len(keys))
-	var key string
-	var epoch int64
-	_, err = pgx.ForEachRow(rows, []any{&key, &epoch}, func() error {
-		taken[key] = uint64(epoch)
-		return nil
+	err = pgx.BeginFunc(ctx, l.control, func(tx pgx.Tx) error {
+		clear(taken)
+		if _, err := tx.Exec(ctx, l.q.lockTakeable, keys, s.worker); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, l.q.acquire, keys, s.worker, s.ttl.Microseconds(), held)
+		if err != nil {
+			return err
+		}
+		var key string
+		var epoch int64
+		_, err = pgx.ForEachRow(rows, []any{&key, &epoch}, func() error {
+			taken[key] = uint64(epoch)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: acquire: %w", err)
@@ -275,6 +276,9 @@ func (l *Ledger) Renew(ctx context.Context) (lost []string, err error) {
 	err = pgx.BeginFunc(ctx, l.control, func(tx pgx.Tx) error {
 		clear(renewed)
 		if _, err := tx.Exec(ctx, l.q.heartbeat, s.worker); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, l.q.lockOwn, keys, s.worker); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, l.q.renew, s.worker, s.ttl.Microseconds(), keys, epochs)
@@ -337,7 +341,14 @@ func (l *Ledger) ReleaseAll(ctx context.Context, keys []string) error {
 	}
 	err = l.usable(ctx)
 	if err == nil {
-		if _, err = l.control.Exec(ctx, l.q.release, names, s.worker, epochs); err != nil {
+		err = pgx.BeginFunc(ctx, l.control, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, l.q.lockOwn, names, s.worker); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, l.q.release, names, s.worker, epochs)
+			return err
+		})
+		if err != nil {
 			err = fmt.Errorf("pgledger: release: %w", err)
 		}
 	}
@@ -494,9 +505,12 @@ func rendezvous(worker uuid.UUID, key string) uint64 {
 
 // leaseQueries are the lease statements in the ledger's schema.
 func leaseQueries(n names, q *queries) {
-	// A lease is taken when nobody holds it, when it expired, or when this
-	// worker holds it at $4 (then it keeps its epoch). The WHERE refuses
-	// anything else, returning no row.
+	// The statements that change many leases lock them first, in key
+	// order, as compare_and_swap_all does: two of them, or one and a batch
+	// of writes, never wait on each other in a circle.
+	q.lockOwn = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1) AND owner = $2 ORDER BY key FOR UPDATE`)
+	q.lockTakeable = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1) AND (owner = $2 OR expires_at <= now())
+		ORDER BY key FOR UPDATE`)
 	// A lease is taken when nobody holds it, when it expired, or when this
 	// worker holds it at the epoch given for it (then it keeps its epoch);
 	// anything else returns no row for its key. A key inserted by another

@@ -93,6 +93,12 @@ type Ledger struct {
 	leases *leases // nil unless Options.Leases fences writes
 	wait   waiter
 
+	// The calls made while others of their kind are in flight go
+	// together, in one statement (see batcher).
+	loads   *batcher[string, loaded]
+	swaps   *batcher[swap, swapped]
+	revGens *batcher[struct{}, int64]
+
 	closed chan struct{} // closed by Close
 	once   sync.Once
 }
@@ -154,6 +160,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 		}
 	}
 	l.wait.init(l)
+	l.startBatchers()
 	return l, nil
 }
 
@@ -165,6 +172,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 func (l *Ledger) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
+		l.stopBatchers()
 		l.wait.stop()
 		if l.control != nil {
 			l.control.Close()
@@ -193,18 +201,20 @@ func (l *Ledger) usable(ctx context.Context) error {
 
 // queries are the ledger's statements in its schema, expanded once.
 type queries struct {
-	load, cas, rangeFirst, rangeAfter                 string
-	next, counter, revokeAdd, revokeReplace, revGen   string
-	raiseRevGen                                       string
-	revoked, outbox, ack, state, last, trim, counters string
-	acquire, renew, heartbeat, release, members       string
-	leave, leases                                     string
+	load, loadAll, cas, casAll, rangeFirst, rangeAfter string
+	next, counter, revokeAdd, revokeReplace, revGen    string
+	raiseRevGen                                        string
+	revoked, outbox, ack, state, last, trim, counters  string
+	acquire, renew, heartbeat, release, members        string
+	leave, leases, lockOwn, lockTakeable               string
 }
 
 func newQueries(n names) queries {
 	q := queries{
 		load:       n.expand(`SELECT revision, record FROM {{schema}}.records WHERE key = $1`),
+		loadAll:    n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key = ANY($1)`),
 		cas:        n.expand(`SELECT {{schema}}.compare_and_swap($1, $2, $3, $4, $5, $6, $7, $8)`),
+		casAll:     n.expand(`SELECT {{schema}}.compare_and_swap_all($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
 		rangeFirst: n.expand(`SELECT key, revision, record FROM {{schema}}.records ORDER BY key LIMIT $1`),
 		rangeAfter: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key > $2 ORDER BY key LIMIT $1`),
 		// A counter's row is made by its first reservation; the WHERE
@@ -267,21 +277,20 @@ func decodeEntry(seq int64, b []byte) (mcpsync.OutboxEntry, error) {
 	return e, nil
 }
 
-// Load implements mcpsync.Ledger.
+// Load implements mcpsync.Ledger. Loads made while others are in flight
+// share one query.
 func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
-	var rev int64
-	var b []byte
-	err := l.pool.QueryRow(ctx, l.q.load, key).Scan(&rev, &b)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+	got, err := l.loads.do(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: load %s: %w", key, err)
 	}
-	r, err := decodeRecord(key, rev, b)
+	if !got.found {
+		return nil, nil
+	}
+	r, err := decodeRecord(key, got.rev, got.record)
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: load: %w", err)
 	}
@@ -314,19 +323,20 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 			return 0, false, err
 		}
 	}
-	owner, epoch, err := l.fence(key)
+	epoch, err := l.fence(key)
 	if err != nil {
 		return 0, false, err
 	}
-	var first *int64
-	err = l.pool.QueryRow(ctx, l.q.cas, key, p, rec, bodies, l.retain, trimStep, owner, epoch).Scan(&first)
-	if err != nil {
-		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, l.fenceError(key, epoch, err))
-	}
-	if first == nil {
+	got, err := l.swaps.do(ctx, swap{key: key, prev: p, record: rec, entries: bodies, epoch: epoch})
+	switch {
+	case err != nil:
+		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, err)
+	case got.fenced:
+		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, l.lost(key, epoch))
+	case !got.stored:
 		return 0, false, nil
 	}
-	return uint64(*first), true, nil
+	return uint64(got.first), true, nil
 }
 
 // Range implements mcpsync.Ledger. It reads rangeStep records per query and
@@ -439,8 +449,8 @@ func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	if err := l.usable(ctx); err != nil {
 		return 0, err
 	}
-	var gen int64
-	if err := l.pool.QueryRow(ctx, l.q.revGen).Scan(&gen); err != nil {
+	gen, err := l.revGens.do(ctx, struct{}{})
+	if err != nil {
 		return 0, fmt.Errorf("pgledger: revoked generation: %w", err)
 	}
 	return uint64(gen), nil

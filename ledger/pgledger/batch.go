@@ -1,0 +1,302 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// maxBatch bounds how many calls one statement carries.
+const maxBatch = 64
+
+// A batcher runs the calls that queue up while earlier ones are in flight
+// together, in one statement: an idle ledger sends each call on its own,
+// at once, and a busy one sends fewer, larger statements, each one round
+// trip and one commit, instead of queueing every call for a connection of
+// its own. Each call still gets its own result, from a statement sent
+// after the call was made.
+type batcher[Q, R any] struct {
+	// run carries out qs in one statement and returns a result for each,
+	// or the error that failed them all.
+	run func(ctx context.Context, qs []Q) ([]R, error)
+	// errClosed is what calls get once the batcher is closed.
+	errClosed error
+
+	mu     sync.RWMutex // held to send on calls; close takes it to close calls
+	closed bool
+	calls  chan *call[Q, R]
+
+	ctx    context.Context // the statements', cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type call[Q, R any] struct {
+	ctx  context.Context
+	q    Q
+	r    R
+	err  error
+	done chan struct{}
+}
+
+// startBatcher starts senders goroutines, each sending one statement at a
+// time, until close; calls then fail with errClosed.
+func startBatcher[Q, R any](senders int, errClosed error, run func(context.Context, []Q) ([]R, error)) *batcher[Q, R] {
+	b := &batcher[Q, R]{run: run, errClosed: errClosed, calls: make(chan *call[Q, R], maxBatch)}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	for range senders {
+		b.wg.Go(b.send)
+	}
+	return b
+}
+
+// close cancels the statements in flight, fails the calls still queued
+// and waits for the senders to end; later calls fail with errClosed too.
+func (b *batcher[Q, R]) close() {
+	b.cancel()
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.calls)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// do makes one call: it returns when its statement did, or when ctx ends
+// (the call may still take effect, as a statement cancelled mid-flight
+// may), or with errClosed once the batcher is closed.
+func (b *batcher[Q, R]) do(ctx context.Context, q Q) (R, error) {
+	var zero R
+	c := &call[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return zero, b.errClosed
+	}
+	select {
+	case b.calls <- c:
+	case <-ctx.Done():
+		b.mu.RUnlock()
+		return zero, ctx.Err()
+	}
+	b.mu.RUnlock()
+	select {
+	case <-c.done:
+		return c.r, c.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// send takes a call, then every other call already queued, up to
+// maxBatch, and runs them in one statement, until calls is closed and
+// drained.
+func (b *batcher[Q, R]) send() {
+	batch := make([]*call[Q, R], 0, maxBatch)
+	qs := make([]Q, 0, maxBatch)
+	for c := range b.calls {
+		batch = append(batch[:0], c)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case c, ok := <-b.calls:
+				if !ok {
+					break more
+				}
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		live := batch[:0]
+		qs = qs[:0]
+		for _, c := range batch {
+			if b.ctx.Err() != nil {
+				c.err = b.errClosed // queued when the batcher closed
+				close(c.done)
+				continue
+			}
+			if err := c.ctx.Err(); err != nil {
+				c.err = err // given up on before it was sent
+				close(c.done)
+				continue
+			}
+			live = append(live, c)
+			qs = append(qs, c.q)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		rs, err := b.run(b.ctx, qs)
+		for i, c := range live {
+			if err != nil {
+				c.err = err
+			} else {
+				c.r = rs[i]
+			}
+			close(c.done)
+		}
+	}
+}
+
+// loaded is a record as one key's load found it.
+type loaded struct {
+	found  bool
+	rev    int64
+	record []byte
+}
+
+// swap is one CompareAndSwap: the key, the revision it expects, the record
+// and entries encoded, and, on a fenced ledger, the epoch of its lease.
+type swap struct {
+	key     string
+	prev    int64
+	record  []byte
+	entries [][]byte
+	epoch   int64
+}
+
+// swapped is what one swap came to: stored (first is its first entry's
+// number, 0 with no entries), refused because another worker took the
+// lease (fenced), or neither (the revision moved on).
+type swapped struct {
+	stored, fenced bool
+	first          int64
+}
+
+// Senders per kind of call: with the pool's other users, loads and swaps
+// each keep two statements in flight, revocation reads one.
+const (
+	loadSenders   = 2
+	swapSenders   = 2
+	revGenSenders = 1
+)
+
+func (l *Ledger) startBatchers() {
+	l.loads = startBatcher(loadSenders, mcpsync.ErrLedgerClosed, l.loadAll)
+	l.swaps = startBatcher(swapSenders, mcpsync.ErrLedgerClosed, l.swapAll)
+	l.revGens = startBatcher(revGenSenders, mcpsync.ErrLedgerClosed, l.readRevGen)
+}
+
+func (l *Ledger) stopBatchers() {
+	l.loads.close()
+	l.swaps.close()
+	l.revGens.close()
+}
+
+// loadAll reads the records of keys in one query.
+func (l *Ledger) loadAll(ctx context.Context, keys []string) ([]loaded, error) {
+	out := make([]loaded, len(keys))
+	if len(keys) == 1 {
+		err := l.pool.QueryRow(ctx, l.q.load, keys[0]).Scan(&out[0].rev, &out[0].record)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return out, nil
+		}
+		out[0].found = err == nil
+		return out, err
+	}
+	rows, err := l.pool.Query(ctx, l.q.loadAll, keys)
+	if err != nil {
+		return nil, err
+	}
+	found := make(map[string]loaded, len(keys))
+	var key string
+	var got loaded
+	if _, err := pgx.ForEachRow(rows, []any{&key, &got.rev, &got.record}, func() error {
+		got.found = true
+		found[key] = got
+		got = loaded{}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for i, k := range keys {
+		out[i] = found[k]
+	}
+	return out, nil
+}
+
+// swapAll carries out swaps in one transaction, in key order (see
+// compare_and_swap_all); one alone goes through compare_and_swap.
+func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
+	var owner any
+	if l.leases != nil {
+		owner = l.leases.worker
+	}
+	out := make([]swapped, len(swaps))
+	if len(swaps) == 1 {
+		s := swaps[0]
+		var epoch any
+		if owner != nil {
+			epoch = s.epoch
+		}
+		var first *int64
+		err := l.pool.QueryRow(ctx, l.q.cas, s.key, s.prev, s.record, s.entries, l.retain, trimStep, owner, epoch).Scan(&first)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == fencedSQLState && owner != nil:
+			out[0].fenced = true
+		case err != nil:
+			return nil, err
+		case first != nil:
+			out[0] = swapped{stored: true, first: *first}
+		}
+		return out, nil
+	}
+	order := make([]int, len(swaps))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(swaps[a].key, swaps[b].key) })
+	keys := make([]string, len(swaps))
+	prevs := make([]int64, len(swaps))
+	records := make([][]byte, len(swaps))
+	counts := make([]int32, len(swaps))
+	epochs := make([]int64, len(swaps))
+	var bodies [][]byte
+	for at, i := range order {
+		s := swaps[i]
+		keys[at], prevs[at], records[at], counts[at], epochs[at] = s.key, s.prev, s.record, int32(len(s.entries)), s.epoch
+		bodies = append(bodies, s.entries...)
+	}
+	var res []*int64
+	if err := l.pool.QueryRow(ctx, l.q.casAll, keys, prevs, records, counts, bodies, l.retain, trimStep, owner, epochs).Scan(&res); err != nil {
+		return nil, err
+	}
+	if len(res) != len(swaps) {
+		return nil, fmt.Errorf("%w: %d results for %d writes", mcpsync.ErrLedgerCorrupt, len(res), len(swaps))
+	}
+	for at, i := range order {
+		switch r := res[at]; {
+		case r == nil:
+		case *r < 0:
+			out[i].fenced = true
+		default:
+			out[i] = swapped{stored: true, first: *r}
+		}
+	}
+	return out, nil
+}
+
+// readRevGen reads the revocation generation once for every caller
+// waiting: each asked before the query was sent.
+func (l *Ledger) readRevGen(ctx context.Context, qs []struct{}) ([]int64, error) {
+	var gen int64
+	if err := l.pool.QueryRow(ctx, l.q.revGen).Scan(&gen); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(qs))
+	for i := range out {
+		out[i] = gen
+	}
+	return out, nil
+}

@@ -1,0 +1,280 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
+)
+
+var errTestClosed = errors.New("closed")
+
+// gatedRun is a batcher's run that records each batch and holds the first
+// until gate is closed.
+type gatedRun struct {
+	mu      sync.Mutex
+	batches [][]int
+	started chan struct{} // closed when the first batch is in flight
+	gate    chan struct{}
+	fail    error
+}
+
+func newGatedRun() *gatedRun {
+	return &gatedRun{started: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (g *gatedRun) run(ctx context.Context, qs []int) ([]string, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, slices.Clone(qs))
+	first := len(g.batches) == 1
+	g.mu.Unlock()
+	if first {
+		close(g.started)
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if g.fail != nil {
+		return nil, g.fail
+	}
+	out := make([]string, len(qs))
+	for i, q := range qs {
+		out[i] = fmt.Sprint("r", q)
+	}
+	return out, nil
+}
+
+// Calls made while a statement is in flight go together in the next one,
+// and each gets its own result.
+func TestBatcherSendsWhatQueuedInOneStatement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		b := startBatcher(1, errTestClosed, g.run)
+		defer b.close()
+		var wg sync.WaitGroup
+		got := make([]string, 6)
+		wg.Go(func() { got[0], _ = b.do(t.Context(), 0) })
+		<-g.started
+		for i := 1; i < len(got); i++ {
+			wg.Go(func() {
+				var err error
+				got[i], err = b.do(t.Context(), i)
+				assert.NoError(t, err)
+			})
+		}
+		synctest.Wait()
+		require.Len(t, b.calls, len(got)-1, "the later calls queue behind the one in flight")
+		close(g.gate)
+		wg.Wait()
+		for i, r := range got {
+			assert.Equal(t, fmt.Sprint("r", i), r, "call %d got its own result", i)
+		}
+		require.Len(t, g.batches, 2, "one statement for the first call, one for all the rest")
+		assert.ElementsMatch(t, []int{1, 2, 3, 4, 5}, g.batches[1])
+	})
+}
+
+// A failed statement fails every call it carried, and the batcher goes on.
+func TestBatcherFailsTheWholeStatement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		g.fail = errors.New("connection lost")
+		close(g.gate)
+		b := startBatcher(2, errTestClosed, g.run)
+		defer b.close()
+		_, err := b.do(t.Context(), 1)
+		require.ErrorIs(t, err, g.fail)
+		g.mu.Lock()
+		g.fail = nil
+		g.mu.Unlock()
+		r, err := b.do(t.Context(), 2)
+		require.NoError(t, err)
+		assert.Equal(t, "r2", r)
+	})
+}
+
+// A call given up on before its statement is sent is left out of it; one
+// given up on in flight returns at once.
+func TestBatcherHonoursContexts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		b := startBatcher(1, errTestClosed, g.run)
+		defer b.close()
+		done := make(chan error, 1)
+		go func() { _, err := b.do(t.Context(), 0); done <- err }()
+		<-g.started
+		ctx, cancel := context.WithCancel(t.Context())
+		gaveUp := make(chan error, 1)
+		go func() { _, err := b.do(ctx, 1); gaveUp <- err }()
+		synctest.Wait()
+		require.Len(t, b.calls, 1)
+		cancel()
+		require.ErrorIs(t, <-gaveUp, context.Canceled)
+		close(g.gate)
+		require.NoError(t, <-done)
+		r, err := b.do(t.Context(), 2)
+		require.NoError(t, err)
+		assert.Equal(t, "r2", r)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, batch := range g.batches {
+			assert.NotContains(t, batch, 1, "the call given up on was not sent")
+		}
+	})
+}
+
+// close ends the statement in flight and every queued call, and later calls
+// fail with the closed error; no sender is left running (goleak).
+func TestBatcherClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		b := startBatcher(1, errTestClosed, g.run)
+		errs := make(chan error, 3)
+		go func() { _, err := b.do(context.Background(), 0); errs <- err }()
+		<-g.started
+		for i := 1; i < 3; i++ {
+			go func() { _, err := b.do(context.Background(), i); errs <- err }()
+		}
+		synctest.Wait()
+		require.Len(t, b.calls, 2)
+		b.close()
+		for range 3 {
+			require.Error(t, <-errs, "no call outlives close without an answer")
+		}
+		g.mu.Lock()
+		assert.Len(t, g.batches, 1, "nothing queued was sent after close")
+		g.mu.Unlock()
+		_, err := b.do(context.Background(), 4)
+		require.ErrorIs(t, err, errTestClosed)
+	})
+}
+
+// compare_and_swap_all stores each key or refuses it on its own: a stale
+// revision, a lease not held, and the rest stored, their entries numbered
+// consecutively in key order with no number for what was refused.
+func TestSwapAllDecidesEachKey(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	l, err := Open(t.Context(), conn, &Options{Schema: schema, Leases: &LeaseOptions{}})
+	require.NoError(t, err)
+	defer l.Close()
+	keys := []string{"file:///a", "file:///b", "file:///c", "file:///d"}
+	taken, err := l.AcquireAll(t.Context(), keys[:3]) // not d
+	require.NoError(t, err)
+	enc := func(key string, rev uint64, entries int) swap {
+		rec, err := mcpsync.EncodeRecord(&mcpsync.Record{Revision: rev, State: mcpsync.StateActive})
+		require.NoError(t, err)
+		s := swap{key: key, prev: int64(rev - 1), record: rec, epoch: int64(taken[key])}
+		for range entries {
+			b, err := encodeEntry(mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated})
+			require.NoError(t, err)
+			s.entries = append(s.entries, b)
+		}
+		return s
+	}
+	// Given out of key order: the ledger orders them.
+	got, err := l.swapAll(t.Context(), []swap{enc(keys[2], 1, 2), enc(keys[3], 1, 1), enc(keys[0], 1, 1), enc(keys[1], 2, 1)})
+	require.NoError(t, err)
+	assert.Equal(t, []swapped{
+		{stored: true, first: 2}, // c: after a's one entry
+		{fenced: true},           // d: no lease
+		{stored: true, first: 1}, // a
+		{},                       // b: revision 2 expects 1 stored, and none is
+	}, got)
+	entries, err := l.Outbox(t.Context(), 0, 0)
+	require.NoError(t, err)
+	var uris []string
+	for i, e := range entries {
+		require.Equal(t, uint64(i+1), e.Seq)
+		uris = append(uris, e.URI)
+	}
+	assert.Equal(t, []string{keys[0], keys[2], keys[2]}, uris)
+
+	// Two writes of one key in one statement: the first wins, the second
+	// finds the revision moved.
+	got, err = l.swapAll(t.Context(), []swap{enc(keys[0], 2, 0), enc(keys[0], 2, 1)})
+	require.NoError(t, err)
+	assert.Equal(t, []swapped{{stored: true}, {}}, got)
+}
+
+// Writers of overlapping keys, with renewals and acquisitions of their
+// leases going on, share statements without ever deadlocking or losing a
+// write: every stored write is counted once, and the outbox is numbered
+// without a gap.
+func TestConcurrentWritesShareStatements(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	l, err := Open(t.Context(), conn, &Options{Schema: schema, Leases: &LeaseOptions{}})
+	require.NoError(t, err)
+	defer l.Close()
+	keys := make([]string, 8)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("file:///docs/%d.md", i)
+	}
+	_, err = l.AcquireAll(t.Context(), keys)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	var lease sync.WaitGroup
+	lease.Go(func() {
+		for ctx.Err() == nil {
+			_, err := l.Renew(ctx)
+			if ctx.Err() == nil {
+				assert.NoError(t, err)
+			}
+			backward := slices.Clone(keys)
+			slices.Reverse(backward)
+			_, err = l.AcquireAll(ctx, backward)
+			if ctx.Err() == nil {
+				assert.NoError(t, err)
+			}
+		}
+	})
+	const writers, writes = 16, 40
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range writes {
+				key := keys[(w*7+i)%len(keys)]
+				for {
+					cur, err := l.Load(t.Context(), key)
+					require.NoError(t, err)
+					rev := uint64(0)
+					if cur != nil {
+						rev = cur.Revision
+					}
+					_, ok, err := l.CompareAndSwap(t.Context(), key, rev, &mcpsync.Record{Revision: rev + 1, State: mcpsync.StateActive},
+						[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated}})
+					require.NoError(t, err)
+					if ok {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop()
+	lease.Wait()
+	var total uint64
+	for _, key := range keys {
+		r, err := l.Load(t.Context(), key)
+		require.NoError(t, err)
+		total += r.Revision
+	}
+	assert.Equal(t, uint64(writers*writes), total, "every stored write counted once")
+	entries, err := l.Outbox(t.Context(), 0, 0)
+	require.NoError(t, err)
+	require.Len(t, entries, writers*writes)
+	for i, e := range entries {
+		require.Equal(t, uint64(i+1), e.Seq)
+	}
+}
