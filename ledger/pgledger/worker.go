@@ -194,7 +194,7 @@ func (s *Shard) refresh(ctx context.Context) error {
 // atOnce bounds the URIs a round subscribes or unsubscribes concurrently:
 // each waits on a read or a write of the ledger, over the pool's
 // connections.
-const atOnce = 8
+const atOnce = 16
 
 // takeChunk is how many leases a round acquires at once.
 const takeChunk = 4 * atOnce
