@@ -30,11 +30,21 @@ func HTTPClient(base *http.Client, mon *Monitor) *http.Client {
 	}
 	rt := c.Transport
 	if rt == nil {
-		rt = http.DefaultTransport
+		rt = sharedTransport
 	}
 	c.Transport = boundedTransport{rt: rt, mon: mon}
 	return c
 }
+
+// sharedTransport is http.DefaultTransport keeping more idle connections
+// to a server: a client sends many requests at once (subscribes, reads),
+// and the default of two idle connections per host would close the rest
+// after every burst and dial them again for the next.
+var sharedTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+}()
 
 type boundedTransport struct {
 	rt  http.RoundTripper
