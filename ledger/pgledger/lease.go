@@ -272,10 +272,14 @@ func (l *Ledger) Renew(ctx context.Context) (lost []string, err error) {
 	for k, e := range owned {
 		keys, epochs = append(keys, k), append(epochs, int64(e))
 	}
+	alive, err := l.alive.ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
 	renewed := map[string]bool{}
 	err = pgx.BeginFunc(ctx, l.control, func(tx pgx.Tx) error {
 		clear(renewed)
-		if _, err := tx.Exec(ctx, l.q.heartbeat, s.worker); err != nil {
+		if _, err := tx.Exec(ctx, l.q.heartbeat, s.worker, alive); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, l.q.lockOwn, keys, s.worker); err != nil {
@@ -377,8 +381,9 @@ type Lease struct {
 	Owner     uuid.UUID
 	Epoch     uint64
 	ExpiresAt time.Time // -infinity once released: the zero time
-	// Live says the lease had not expired, by the database's clock, when
-	// it was read: its owner may write the key.
+	// Live says the lease had not expired, by the database's clock, and
+	// its owner was not known dead (see Members) when it was read: its
+	// owner may write the key.
 	Live bool
 }
 
@@ -412,8 +417,14 @@ func (l *Ledger) Leases(ctx context.Context) (map[string]Lease, error) {
 }
 
 // Members returns the workers whose membership has not expired (their
-// last Renew was within their TTL, as this worker's TTL counts it), in UUID
-// order.
+// last Renew was within their TTL, as this worker's TTL counts it) and
+// whose process is not known dead, in UUID order. A fenced ledger holds a
+// lock in a database session of its own for as long as it is open; when
+// its process dies, PostgreSQL ends that session, and from then on the
+// worker is no member, and its leases are taken as if they had expired.
+// That is safe whether or not it is really dead (its session may have
+// been ended while it lives): the epochs fence its writes. Such a worker
+// locks anew, and is a member again, at its next Renew.
 func (l *Ledger) Members(ctx context.Context) ([]uuid.UUID, error) {
 	s, err := l.leasing()
 	if err != nil {
@@ -509,7 +520,8 @@ func leaseQueries(n names, q *queries) {
 	// order, as compare_and_swap_all does: two of them, or one and a batch
 	// of writes, never wait on each other in a circle.
 	q.lockOwn = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1) AND owner = $2 ORDER BY key FOR UPDATE`)
-	q.lockTakeable = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1) AND (owner = $2 OR expires_at <= now())
+	q.lockTakeable = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1)
+		AND (owner = $2 OR expires_at <= now() OR owner IN (SELECT {{schema}}.gone()))
 		ORDER BY key FOR UPDATE`)
 	// A lease is taken when nobody holds it, when it expired, or when this
 	// worker holds it at the epoch given for it (then it keeps its epoch);
@@ -522,7 +534,8 @@ func leaseQueries(n names, q *queries) {
 				epoch = CASE WHEN l.owner = $2 AND l.epoch = h.held THEN l.epoch ELSE l.epoch + 1 END,
 				expires_at = now() + $3 * interval '1 microsecond'
 			FROM h
-			WHERE l.key = h.key AND ((l.owner = $2 AND l.epoch = h.held) OR l.expires_at <= now())
+			WHERE l.key = h.key AND ((l.owner = $2 AND l.epoch = h.held) OR l.expires_at <= now()
+				OR l.owner IN (SELECT {{schema}}.gone()))
 			RETURNING l.key, l.epoch),
 		fresh AS (
 			INSERT INTO {{schema}}.leases (key, owner, epoch, expires_at)
@@ -537,13 +550,15 @@ func leaseQueries(n names, q *queries) {
 		FROM unnest($3::text[], $4::bigint[]) AS h (key, epoch)
 		WHERE l.key = h.key AND l.epoch = h.epoch AND l.owner = $1 AND l.expires_at > '-infinity'
 		RETURNING l.key`)
-	q.heartbeat = n.expand(`INSERT INTO {{schema}}.members (worker, heartbeat_at) VALUES ($1, now())
-		ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now()`)
+	q.heartbeat = n.expand(`INSERT INTO {{schema}}.members (worker, heartbeat_at, alive_lock) VALUES ($1, now(), $2)
+		ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now(), alive_lock = $2`)
 	q.release = n.expand(`UPDATE {{schema}}.leases AS l SET expires_at = '-infinity'
 		FROM unnest($1::text[], $3::bigint[]) AS h (key, epoch)
 		WHERE l.key = h.key AND l.owner = $2 AND l.epoch = h.epoch`)
 	q.members = n.expand(`SELECT worker FROM {{schema}}.members
-		WHERE heartbeat_at > now() - $1 * interval '1 microsecond' ORDER BY worker`)
-	q.leases = n.expand(`SELECT key, owner, epoch, expires_at, expires_at > now() FROM {{schema}}.leases`)
+		WHERE heartbeat_at > now() - $1 * interval '1 microsecond' AND worker NOT IN (SELECT {{schema}}.gone())
+		ORDER BY worker`)
+	q.leases = n.expand(`SELECT key, owner, epoch, expires_at, expires_at > now() AND owner NOT IN (SELECT {{schema}}.gone())
+		FROM {{schema}}.leases`)
 	q.leave = n.expand(`DELETE FROM {{schema}}.members WHERE worker = $1`)
 }

@@ -90,7 +90,8 @@ type Ledger struct {
 	q       queries
 	retain  int64
 
-	leases *leases // nil unless Options.Leases fences writes
+	leases *leases  // nil unless Options.Leases fences writes
+	alive  liveness // held while leases is set
 	wait   waiter
 
 	// The calls made while others of their kind are in flight go
@@ -158,6 +159,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 		if l.control, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("pgledger: lease connections: %w", err)
 		}
+		l.alive.l = l
+		if _, err := l.alive.ensure(ctx); err != nil {
+			l.control.Close()
+			return nil, err
+		}
 	}
 	l.wait.init(l)
 	l.startBatchers()
@@ -173,6 +179,7 @@ func (l *Ledger) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
 		l.stopBatchers()
+		l.alive.close()
 		l.wait.stop()
 		if l.control != nil {
 			l.control.Close()

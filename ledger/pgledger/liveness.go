@@ -1,0 +1,78 @@
+package pgledger
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// liveness is a fenced ledger's proof of life: a session advisory lock,
+// under a random key, held on a connection of its own that runs nothing
+// else. PostgreSQL frees the lock the moment that session ends, as it does
+// when the process dies, so the other workers know a killed worker is gone
+// without waiting for its leases to expire (see gone in the schema).
+// A worker whose connection was ended while it lives locks a new key at
+// its next Renew; meanwhile the others may take its leases, and its
+// writes are refused by their epochs.
+type liveness struct {
+	l *Ledger
+
+	mu   sync.Mutex // protects conn and key
+	conn *pgx.Conn
+	key  int64
+}
+
+// ensure returns the key this ledger's lock is held under, connecting and
+// locking anew when the connection is gone.
+func (v *liveness) ensure(ctx context.Context) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.conn != nil {
+		if err := v.conn.Ping(ctx); err == nil {
+			return v.key, nil
+		}
+		v.closeLocked()
+	}
+	// Made by the pool, with its hooks, then the lock's own.
+	pc, err := v.l.control.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("pgledger: liveness: %w", err)
+	}
+	conn := pc.Hijack()
+	for {
+		key := rand.Int64() // non-negative: the schema splits it into two OIDs
+		var locked bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&locked); err != nil {
+			closeConn(conn)
+			return 0, fmt.Errorf("pgledger: liveness: %w", err)
+		}
+		if locked {
+			v.conn, v.key = conn, key
+			return key, nil
+		}
+	}
+}
+
+// close ends the session, freeing the lock: the ledger is closed.
+func (v *liveness) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.closeLocked()
+}
+
+func (v *liveness) closeLocked() {
+	if v.conn != nil {
+		closeConn(v.conn)
+		v.conn = nil
+	}
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}
