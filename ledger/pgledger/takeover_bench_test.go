@@ -24,9 +24,10 @@ const takeoverKills = 20
 // worker and read (its Subscribe returned after the first read). The
 // target is the lease TTL plus one second at the 99th percentile:
 // p99-over-target is the 99th percentile over that, at most 1 when met.
-// after-expiry is the part past the lease TTL, the time the survivors
-// take once the killed worker's leases can expire at the latest, and
-// first-read the time until the first of its URIs was taken and read.
+// first-read is the time until the first of its URIs was taken and read
+// (the survivors learn of the death when PostgreSQL ends the killed
+// process's sessions, not when its leases expire), and take the time from
+// that first URI to the last.
 func BenchmarkTakeover(b *testing.B) {
 	if raceDetector {
 		b.Skip("three race-instrumented workers on two cores miss their leases")
@@ -61,7 +62,7 @@ func BenchmarkTakeover(b *testing.B) {
 		return true
 	}
 
-	var took, began []time.Duration
+	var took, began, taking []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for kill := range takeoverKills {
@@ -103,6 +104,7 @@ func BenchmarkTakeover(b *testing.B) {
 			})
 			took = append(took, last.Sub(killed))
 			began = append(began, first.Sub(killed))
+			taking = append(taking, last.Sub(first))
 			live = append(live, start())
 		}
 	}
@@ -111,11 +113,12 @@ func BenchmarkTakeover(b *testing.B) {
 	p50, p99 := took[len(took)/2], took[(len(took)*99+99)/100-1]
 	target := shardTTL + time.Second
 	slices.Sort(began)
+	slices.Sort(taking)
 	b.ReportMetric(float64(shardTTL.Milliseconds()), "ttl-ms")
 	b.ReportMetric(float64(began[len(began)/2].Milliseconds()), "first-read-p50-ms")
 	b.ReportMetric(float64(p50.Milliseconds()), "takeover-p50-ms")
 	b.ReportMetric(float64(p99.Milliseconds()), "takeover-p99-ms")
-	b.ReportMetric(float64((p99 - shardTTL).Milliseconds()), "after-expiry-p99-ms")
+	b.ReportMetric(float64(taking[(len(taking)*99+99)/100-1].Milliseconds()), "take-p99-ms")
 	b.ReportMetric(float64(p99)/float64(target), "p99-over-target")
 	b.ReportMetric(0, "ns/op")
 }

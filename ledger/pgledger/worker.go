@@ -25,11 +25,14 @@ import (
 // free, expired or its own: AcquireAll raises the epoch, then Subscribe
 // opens a new subscription generation and reads it.
 //
-// A worker that dies stops renewing: once its membership and leases
-// expire (LeaseOptions.TTL), the next round of each other worker assigns
-// its URIs anew and takes them, so a URI is taken over within TTL plus one
-// round and one read. A worker that was paused past its TTL finds, when it
-// resumes, its writes refused and its leases gone, and lets them go.
+// A worker whose process dies is no member as soon as PostgreSQL ends its
+// sessions (see Members): the next round of each other worker assigns its
+// URIs anew and takes them, so a URI is taken over within one round and
+// one read. One that hangs, or loses the network, stops renewing: its
+// URIs move once its membership and leases expire (LeaseOptions.TTL), so
+// within TTL plus one round and one read. A worker that was paused past
+// its TTL finds, when it resumes, its writes refused and its leases gone,
+// and lets them go.
 type Shard struct {
 	ledger *Ledger
 	client *mcpsync.Client
