@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // liveness is a fenced ledger's proof of life: a session advisory lock,
@@ -21,9 +23,10 @@ import (
 type liveness struct {
 	l *Ledger
 
-	mu   sync.Mutex // protects conn and key
-	conn *pgx.Conn
-	key  int64
+	mu     sync.Mutex // protects conn, key and closed
+	conn   *pgx.Conn
+	key    int64
+	closed bool // by close: no new session
 }
 
 // ensure returns the key this ledger's lock is held under, connecting and
@@ -31,6 +34,9 @@ type liveness struct {
 func (v *liveness) ensure(ctx context.Context) (int64, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.closed {
+		return 0, mcpsync.ErrLedgerClosed
+	}
 	if v.conn != nil {
 		if err := v.conn.Ping(ctx); err == nil {
 			return v.key, nil
@@ -57,10 +63,12 @@ func (v *liveness) ensure(ctx context.Context) (int64, error) {
 	}
 }
 
-// close ends the session, freeing the lock: the ledger is closed.
+// close ends the session, freeing the lock, for good: the ledger is
+// closed.
 func (v *liveness) close() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.closed = true
 	v.closeLocked()
 }
 
