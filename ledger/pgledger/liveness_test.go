@@ -35,9 +35,14 @@ func TestDeadWorkerIsGoneBeforeItsLeasesExpire(t *testing.T) {
 	require.ErrorIs(t, err, pgledger.ErrLeaseHeld, "a live worker's lease is not taken")
 
 	require.NoError(t, b.Close()) // no Leave, no Release: as if killed
-	members, err = a.Members(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, []uuid.UUID{a.Worker()}, members, "the dead worker is no member")
+	// Its session ends as its backend exits, a moment after Close: in
+	// seconds, not in the lease's hour.
+	eventually(t, 30*time.Second, "the dead worker is no member", func() bool {
+		members, err = a.Members(ctx)
+		require.NoError(t, err)
+		return len(members) == 1
+	})
+	assert.Equal(t, []uuid.UUID{a.Worker()}, members)
 	leases, err := a.Leases(ctx)
 	require.NoError(t, err)
 	assert.False(t, leases[key].Live, "the dead worker's lease is up for taking")
@@ -60,12 +65,21 @@ func TestWorkerWhoseSessionEndedComesBack(t *testing.T) {
 		require.NoError(t, err)
 	}
 	killer := admin(t, a)
-	var ended int
-	require.NoError(t, killer.QueryRow(ctx, `SELECT count(pg_terminate_backend(k.pid)) FROM pg_locks AS k
+	held := func() int {
+		var n int
+		require.NoError(t, killer.QueryRow(ctx, `SELECT count(*) FROM pg_locks AS k
+			JOIN `+schemaTable(schema, "members")+` AS m
+			ON k.classid = (m.alive_lock >> 32)::oid AND k.objid = (m.alive_lock & 4294967295)::oid
+			WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 2, held(), "both workers hold their liveness locks")
+	_, err = killer.Exec(ctx, `SELECT pg_terminate_backend(k.pid) FROM pg_locks AS k
 		JOIN `+schemaTable(schema, "members")+` AS m
 		ON k.classid = (m.alive_lock >> 32)::oid AND k.objid = (m.alive_lock & 4294967295)::oid
-		WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1`).Scan(&ended))
-	require.Equal(t, 2, ended, "both workers' liveness sessions")
+		WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1`)
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, "both liveness sessions ended", func() bool { return held() == 0 })
 	_, err = a.Renew(ctx) // a locks anew; b has not yet
 	require.NoError(t, err)
 	_, err = a.Acquire(ctx, key)
