@@ -27,6 +27,13 @@ type batcher[Q, R any] struct {
 	// run carries out qs in one statement and returns a result for each,
 	// or the error that failed them all.
 	run func(ctx context.Context, qs []Q) ([]R, error)
+	// alone carries out one call in a statement of its own, waiting as
+	// long as its context lets it: the way each call of a statement that
+	// failed for one of them (alone decides) is retried.
+	alone func(ctx context.Context, q Q) (R, error)
+	// retry says whether the calls of a statement that failed with err
+	// are retried alone: only when err certainly wrote nothing.
+	retry func(err error, n int) bool
 	// errClosed is what calls get once the batcher is closed.
 	errClosed error
 
@@ -49,8 +56,9 @@ type call[Q, R any] struct {
 
 // startBatcher starts senders goroutines, each sending one statement at a
 // time, until close; calls then fail with errClosed.
-func startBatcher[Q, R any](senders int, errClosed error, run func(context.Context, []Q) ([]R, error)) *batcher[Q, R] {
-	b := &batcher[Q, R]{run: run, errClosed: errClosed, calls: make(chan *call[Q, R], maxBatch)}
+func startBatcher[Q, R any](senders int, errClosed error, run func(context.Context, []Q) ([]R, error),
+	alone func(context.Context, Q) (R, error), retry func(error, int) bool) *batcher[Q, R] {
+	b := &batcher[Q, R]{run: run, alone: alone, retry: retry, errClosed: errClosed, calls: make(chan *call[Q, R], maxBatch)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	for range senders {
 		b.wg.Go(b.send)
@@ -137,6 +145,17 @@ func (b *batcher[Q, R]) send() {
 			continue
 		}
 		rs, err := b.run(b.ctx, qs)
+		if err != nil && b.ctx.Err() == nil && b.retry(err, len(live)) {
+			// One call's failure is not the others': each goes again on
+			// its own, off this sender, which goes on with the queue.
+			for _, c := range live {
+				b.wg.Go(func() { b.goAlone(c) })
+			}
+			continue
+		}
+		if err != nil && b.ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", b.errClosed, err) // ended by close
+		}
 		for i, c := range live {
 			if err != nil {
 				c.err = err
@@ -147,6 +166,31 @@ func (b *batcher[Q, R]) send() {
 		}
 	}
 }
+
+// goAlone makes c in a statement of its own, on c's context, ended by
+// close too.
+func (b *batcher[Q, R]) goAlone(c *call[Q, R]) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	defer context.AfterFunc(b.ctx, cancel)()
+	c.r, c.err = b.alone(ctx, c.q)
+	close(c.done)
+}
+
+// retryApart retries apart the calls of a statement PostgreSQL refused:
+// several, since one of them may be the cause, or one, when it gave up
+// waiting for a lock (lockNotAvailable, compare_and_swap_all's lock
+// timeout).
+func retryApart(err error, n int) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return n > 1 || pgErr.Code == lockNotAvailable
+}
+
+// lockNotAvailable is the SQLSTATE of a lock timeout.
+const lockNotAvailable = "55P03"
 
 // loaded is a record as one key's load found it.
 type loaded struct {
@@ -182,9 +226,10 @@ const (
 )
 
 func (l *Ledger) startBatchers() {
-	l.loads = startBatcher(loadSenders, mcpsync.ErrLedgerClosed, l.loadAll)
-	l.swaps = startBatcher(swapSenders, mcpsync.ErrLedgerClosed, l.swapAll)
-	l.revGens = startBatcher(revGenSenders, mcpsync.ErrLedgerClosed, l.readRevGen)
+	l.loads = startBatcher(loadSenders, mcpsync.ErrLedgerClosed, l.loadAll, l.loadOne, retryApart)
+	l.swaps = startBatcher(swapSenders, mcpsync.ErrLedgerClosed, l.swapAll, l.swapOne, retryApart)
+	l.revGens = startBatcher(revGenSenders, mcpsync.ErrLedgerClosed, l.readRevGen, l.readRevGenOne,
+		func(error, int) bool { return false }) // one statement, whatever the callers
 }
 
 func (l *Ledger) stopBatchers() {
@@ -197,11 +242,8 @@ func (l *Ledger) stopBatchers() {
 func (l *Ledger) loadAll(ctx context.Context, keys []string) ([]loaded, error) {
 	out := make([]loaded, len(keys))
 	if len(keys) == 1 {
-		err := l.pool.QueryRow(ctx, l.q.load, keys[0]).Scan(&out[0].rev, &out[0].record)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return out, nil
-		}
-		out[0].found = err == nil
+		var err error
+		out[0], err = l.loadOne(ctx, keys[0])
 		return out, err
 	}
 	rows, err := l.pool.Query(ctx, l.q.loadAll, keys)
@@ -225,33 +267,46 @@ func (l *Ledger) loadAll(ctx context.Context, keys []string) ([]loaded, error) {
 	return out, nil
 }
 
+// loadOne reads one record.
+func (l *Ledger) loadOne(ctx context.Context, key string) (loaded, error) {
+	var got loaded
+	err := l.pool.QueryRow(ctx, l.q.load, key).Scan(&got.rev, &got.record)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return loaded{}, nil
+	}
+	got.found = err == nil
+	return got, err
+}
+
+// swapOne carries out one swap through compare_and_swap, which waits for
+// its locks as long as ctx lets it.
+func (l *Ledger) swapOne(ctx context.Context, s swap) (swapped, error) {
+	var owner, epoch any
+	if l.leases != nil {
+		owner, epoch = l.leases.worker, s.epoch
+	}
+	var first *int64
+	err := l.pool.QueryRow(ctx, l.q.cas, s.key, s.prev, s.record, s.entries, l.retain, trimStep, owner, epoch).Scan(&first)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == fencedSQLState && owner != nil:
+		return swapped{fenced: true}, nil
+	case err != nil:
+		return swapped{}, err
+	case first != nil:
+		return swapped{stored: true, first: *first}, nil
+	}
+	return swapped{}, nil
+}
+
 // swapAll carries out swaps in one transaction, in key order (see
-// compare_and_swap_all); one alone goes through compare_and_swap.
+// compare_and_swap_all).
 func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 	var owner any
 	if l.leases != nil {
 		owner = l.leases.worker
 	}
 	out := make([]swapped, len(swaps))
-	if len(swaps) == 1 {
-		s := swaps[0]
-		var epoch any
-		if owner != nil {
-			epoch = s.epoch
-		}
-		var first *int64
-		err := l.pool.QueryRow(ctx, l.q.cas, s.key, s.prev, s.record, s.entries, l.retain, trimStep, owner, epoch).Scan(&first)
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == fencedSQLState && owner != nil:
-			out[0].fenced = true
-		case err != nil:
-			return nil, err
-		case first != nil:
-			out[0] = swapped{stored: true, first: *first}
-		}
-		return out, nil
-	}
 	order := make([]int, len(swaps))
 	for i := range order {
 		order[i] = i
@@ -290,8 +345,8 @@ func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 // readRevGen reads the revocation generation once for every caller
 // waiting: each asked before the query was sent.
 func (l *Ledger) readRevGen(ctx context.Context, qs []struct{}) ([]int64, error) {
-	var gen int64
-	if err := l.pool.QueryRow(ctx, l.q.revGen).Scan(&gen); err != nil {
+	gen, err := l.readRevGenOne(ctx, struct{}{})
+	if err != nil {
 		return nil, err
 	}
 	out := make([]int64, len(qs))
@@ -299,4 +354,10 @@ func (l *Ledger) readRevGen(ctx context.Context, qs []struct{}) ([]int64, error)
 		out[i] = gen
 	}
 	return out, nil
+}
+
+func (l *Ledger) readRevGenOne(ctx context.Context, _ struct{}) (int64, error) {
+	var gen int64
+	err := l.pool.QueryRow(ctx, l.q.revGen).Scan(&gen)
+	return gen, err
 }

@@ -55,12 +55,53 @@ func (g *gatedRun) run(ctx context.Context, qs []int) ([]string, error) {
 	return out, nil
 }
 
+func (g *gatedRun) alone(ctx context.Context, q int) (string, error) {
+	if q == 13 {
+		return "", errors.New("13 refused")
+	}
+	return fmt.Sprint("alone", q), nil
+}
+
+func never(error, int) bool { return false }
+
+// A statement that fails for one of its calls is retried call by call, so
+// that the others get their own results: no call gets another's error.
+func TestBatcherRetriesAFailedStatementCallByCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		g.fail = errors.New("one of them is refused")
+		b := startBatcher(1, errTestClosed, g.run, g.alone, func(error, int) bool { return true })
+		defer b.close()
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = b.do(t.Context(), 0) })
+		<-g.started
+		got := map[int]string{}
+		var mu sync.Mutex
+		for _, q := range []int{12, 13, 14} {
+			wg.Go(func() {
+				r, err := b.do(t.Context(), q)
+				mu.Lock()
+				defer mu.Unlock()
+				got[q] = r
+				if err != nil {
+					got[q] = err.Error()
+				}
+			})
+		}
+		synctest.Wait()
+		require.Len(t, b.calls, 3)
+		close(g.gate)
+		wg.Wait()
+		assert.Equal(t, map[int]string{12: "alone12", 13: "13 refused", 14: "alone14"}, got)
+	})
+}
+
 // Calls made while a statement is in flight go together in the next one,
 // and each gets its own result.
 func TestBatcherSendsWhatQueuedInOneStatement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedRun()
-		b := startBatcher(1, errTestClosed, g.run)
+		b := startBatcher(1, errTestClosed, g.run, g.alone, never)
 		defer b.close()
 		var wg sync.WaitGroup
 		got := make([]string, 6)
@@ -91,7 +132,7 @@ func TestBatcherFailsTheWholeStatement(t *testing.T) {
 		g := newGatedRun()
 		g.fail = errors.New("connection lost")
 		close(g.gate)
-		b := startBatcher(2, errTestClosed, g.run)
+		b := startBatcher(2, errTestClosed, g.run, g.alone, never)
 		defer b.close()
 		_, err := b.do(t.Context(), 1)
 		require.ErrorIs(t, err, g.fail)
@@ -109,7 +150,7 @@ func TestBatcherFailsTheWholeStatement(t *testing.T) {
 func TestBatcherHonoursContexts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedRun()
-		b := startBatcher(1, errTestClosed, g.run)
+		b := startBatcher(1, errTestClosed, g.run, g.alone, never)
 		defer b.close()
 		done := make(chan error, 1)
 		go func() { _, err := b.do(t.Context(), 0); done <- err }()
@@ -139,7 +180,7 @@ func TestBatcherHonoursContexts(t *testing.T) {
 func TestBatcherClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedRun()
-		b := startBatcher(1, errTestClosed, g.run)
+		b := startBatcher(1, errTestClosed, g.run, g.alone, never)
 		errs := make(chan error, 3)
 		go func() { _, err := b.do(context.Background(), 0); errs <- err }()
 		<-g.started

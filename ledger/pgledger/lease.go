@@ -201,6 +201,10 @@ func (l *Ledger) AcquireAll(ctx context.Context, keys []string) (map[string]uint
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
+	// In key order, as every statement locks leases: new keys are
+	// inserted in the order given, and an insert waits for another
+	// transaction's insert of the same key.
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	held := make([]int64, len(keys)) // 0, which no epoch is, where not held
 	s.mu.Lock()
 	for i, k := range keys {
@@ -221,7 +225,7 @@ func (l *Ledger) AcquireAll(ctx context.Context, keys []string) (map[string]uint
 	taken := make(map[string]uint64, len(keys))
 	err = pgx.BeginFunc(ctx, l.control, func(tx pgx.Tx) error {
 		clear(taken)
-		if _, err := tx.Exec(ctx, l.q.lockTakeable, keys, s.worker); err != nil {
+		if _, err := tx.Exec(ctx, l.q.lockKeys, keys); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, l.q.acquire, keys, s.worker, s.ttl.Microseconds(), held)
@@ -520,9 +524,9 @@ func leaseQueries(n names, q *queries) {
 	// order, as compare_and_swap_all does: two of them, or one and a batch
 	// of writes, never wait on each other in a circle.
 	q.lockOwn = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1) AND owner = $2 ORDER BY key FOR UPDATE`)
-	q.lockTakeable = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1)
-		AND (owner = $2 OR expires_at <= now() OR owner IN (SELECT {{schema}}.gone()))
-		ORDER BY key FOR UPDATE`)
+	// Every row of the keys, not only the ones takeable now: one that
+	// turns takeable before the acquire runs is locked then, out of order.
+	q.lockKeys = n.expand(`SELECT FROM {{schema}}.leases WHERE key = ANY($1) ORDER BY key FOR UPDATE`)
 	// A lease is taken when nobody holds it, when it expired, or when this
 	// worker holds it at the epoch given for it (then it keeps its epoch);
 	// anything else returns no row for its key. A key inserted by another
@@ -541,6 +545,7 @@ func leaseQueries(n names, q *queries) {
 			INSERT INTO {{schema}}.leases (key, owner, epoch, expires_at)
 			SELECT h.key, $2, 1, now() + $3 * interval '1 microsecond' FROM h
 			WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.leases AS l WHERE l.key = h.key)
+			ORDER BY h.key
 			ON CONFLICT (key) DO NOTHING
 			RETURNING key, epoch)
 		SELECT key, epoch FROM taken UNION ALL SELECT key, epoch FROM fresh`)
@@ -550,6 +555,7 @@ func leaseQueries(n names, q *queries) {
 		FROM unnest($3::text[], $4::bigint[]) AS h (key, epoch)
 		WHERE l.key = h.key AND l.epoch = h.epoch AND l.owner = $1 AND l.expires_at > '-infinity'
 		RETURNING l.key`)
+	q.aliveLock = n.expand(`UPDATE {{schema}}.members SET alive_lock = $2 WHERE worker = $1`)
 	q.heartbeat = n.expand(`INSERT INTO {{schema}}.members (worker, heartbeat_at, alive_lock) VALUES ($1, now(), $2)
 		ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now(), alive_lock = $2`)
 	q.release = n.expand(`UPDATE {{schema}}.leases AS l SET expires_at = '-infinity'

@@ -38,7 +38,12 @@ func (v *liveness) ensure(ctx context.Context) (int64, error) {
 		return 0, mcpsync.ErrLedgerClosed
 	}
 	if v.conn != nil {
-		if err := v.conn.Ping(ctx); err == nil {
+		// On a context of its own: a caller giving up must not end the
+		// session (pgx closes a connection whose query it cancels).
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
+		err := v.conn.Ping(pctx)
+		cancel()
+		if err == nil {
 			return v.key, nil
 		}
 		v.closeLocked()
@@ -56,12 +61,23 @@ func (v *liveness) ensure(ctx context.Context) (int64, error) {
 			closeConn(conn)
 			return 0, fmt.Errorf("pgledger: liveness: %w", err)
 		}
-		if locked {
-			v.conn, v.key = conn, key
-			return key, nil
+		if !locked {
+			continue
 		}
+		// Named in the membership at once, not at the next Renew: a
+		// restarted worker (the same identity) would look dead until then,
+		// its new leases taken as soon as acquired.
+		if _, err := conn.Exec(ctx, v.l.q.aliveLock, v.l.leases.worker, key); err != nil {
+			closeConn(conn)
+			return 0, fmt.Errorf("pgledger: liveness: %w", err)
+		}
+		v.conn, v.key = conn, key
+		return key, nil
 	}
 }
+
+// pingTimeout bounds the check that the session still stands.
+const pingTimeout = 5 * time.Second
 
 // close ends the session, freeing the lock, for good: the ledger is
 // closed.

@@ -213,7 +213,7 @@ type queries struct {
 	raiseRevGen                                        string
 	revoked, outbox, ack, state, last, trim, counters  string
 	acquire, renew, heartbeat, release, members        string
-	leave, leases, lockOwn, lockTakeable               string
+	leave, leases, lockOwn, lockKeys, aliveLock        string
 }
 
 func newQueries(n names) queries {

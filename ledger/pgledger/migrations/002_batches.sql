@@ -9,7 +9,12 @@
 --
 -- The caller orders the keys: every writer locks lease rows and records in
 -- key order, and the outbox last of all, so that two of these, or one and a
--- lease statement, never wait on each other in a circle.
+-- lease statement, never wait on each other in a circle. A lock it waits
+-- for longer than a second (one held by a transaction stuck elsewhere)
+-- fails it with SQLSTATE 55P03, having written nothing, so that it does not
+-- hold up the writes of other keys queued behind it: its caller sends each
+-- key on its own. It trims the outbox by up to p_step entries per write
+-- that appended any, as that many calls of compare_and_swap would.
 CREATE FUNCTION {{schema}}.compare_and_swap_all(
 	p_keys text[], p_prevs bigint[], p_records bytea[], p_counts integer[], p_entries bytea[],
 	p_retain bigint, p_step bigint, p_owner uuid, p_epochs bigint[]
@@ -25,7 +30,9 @@ DECLARE
 	bodies bytea[] := '{}';
 	first  bigint;
 	at     integer := 1;
+	writes integer := 0;
 BEGIN
+	PERFORM set_config('lock_timeout', '1s', true);
 	FOR i IN 1 .. n LOOP
 		IF p_owner IS NOT NULL THEN
 			-- FOR SHARE, as in compare_and_swap.
@@ -56,6 +63,7 @@ BEGIN
 	first := v_last - total + 1;
 	FOR i IN 1 .. n LOOP
 		IF stored[i] AND p_counts[i] > 0 THEN
+			writes := writes + 1;
 			res[i] := first;
 			FOR j IN 0 .. p_counts[i] - 1 LOOP
 				seqs := seqs || (first + j);
@@ -66,7 +74,7 @@ BEGIN
 		at := at + p_counts[i];
 	END LOOP;
 	INSERT INTO {{schema}}.outbox (seq, entry) SELECT * FROM unnest(seqs, bodies);
-	PERFORM {{schema}}.trim_outbox(p_retain, p_step);
+	PERFORM {{schema}}.trim_outbox(p_retain, p_step * writes);
 	PERFORM pg_notify('{{channel}}', v_last::text);
 	RETURN res;
 END

@@ -1,0 +1,78 @@
+package pgledger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+
+	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
+)
+
+// A worker's writes of key a wait on a's lease row, which another
+// transaction holds (another worker's AcquireAll or ReleaseAll in
+// progress, stuck behind a lost network, say). Its callers give up: their
+// contexts end and CompareAndSwap returns. Before batching, ending the
+// context cancelled the statement. Now the statement runs on the
+// batcher's own context, which only Close ends, so both swap senders
+// (swapSenders = 2) stay inside those abandoned statements, and every
+// later CompareAndSwap of this ledger, of any key, queues behind them:
+// a write of b, a key this worker holds and nobody else touches, never
+// reaches the database. What a user sees: after two timed-out writes of
+// one key, every write of the worker fails with "context deadline
+// exceeded" until the other transaction ends.
+func TestBreak23AbandonedWritesStallEveryOtherKey(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	w := fenced(t, conn, schema, time.Hour)
+	const a, b = "file:///a", "file:///b"
+	_, err := w.AcquireAll(ctx, []string{a, b})
+	require.NoError(t, err)
+
+	holder, watcher := admin(t, w), admin(t, w)
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT FROM "+schemaTable(schema, "leases")+" WHERE key = $1 FOR UPDATE", a)
+	require.NoError(t, err)
+
+	waiting := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var c int
+			require.NoError(t, watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%compare_and_swap%'`).Scan(&c))
+			if c >= n {
+				return
+			}
+		}
+		t.Fatalf("fewer than %d writes wait on a's lease row", n)
+	}
+	// Two writes of a, each given up on once it waits in the database.
+	for i := range 2 {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := w.CompareAndSwap(wctx, a, 0, record(a, 1), []mcpsync.OutboxEntry{entry(a, 1)})
+			done <- err
+		}()
+		waiting(i + 1)
+		cancel()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write whose context ended did not return")
+		}
+	}
+
+	// A write of b, which nothing else holds, with ample time.
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	_, stored, err := w.CompareAndSwap(bctx, b, 0, record(b, 1), []mcpsync.OutboxEntry{entry(b, 1)})
+	require.NoError(t, err, "a write of b, a key this worker holds and nobody contends, must not wait on writes of a whose callers left")
+	require.True(t, stored)
+}
