@@ -41,24 +41,11 @@ func TestBreak23AcquireAllOfNewKeysInOtherOrdersDeadlocks(t *testing.T) {
 		" (key, owner, epoch, expires_at) VALUES ($1, $2, 1, now() + interval '1 hour')", m, uuid.New())
 	require.NoError(t, err)
 
-	waiting := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			var c int
-			require.NoError(t, watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, schema).Scan(&c))
-			if c >= n {
-				return
-			}
-		}
-		t.Fatalf("fewer than %d AcquireAll statements wait on m", n)
-	}
 	errs := make(chan error, 2)
 	go func() { _, err := w1.AcquireAll(ctx, []string{a, m, b}); errs <- err }()
-	waiting(1)
+	waitLockWaiters(t, watcher, schema, "", 1)
 	go func() { _, err := w2.AcquireAll(ctx, []string{b, m, a}); errs <- err }()
-	waiting(2)
+	waitLockWaiters(t, watcher, schema, "", 2)
 	require.NoError(t, tx.Rollback(ctx)) // m is free: the third worker gave up
 
 	for range 2 {

@@ -62,28 +62,11 @@ func TestBreak23RenewAndAcquireAllDeadlockOnLeasesThatTurnedTakeable(t *testing.
 		require.NoError(t, err)
 		return tx
 	}
-	// waiting returns once a statement containing part waits on a lock.
-	waiting := func(part string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			var c int
-			require.NoError(t, watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND strpos(query, $2) > 0`, schema, part).Scan(&c))
-			if c > 0 {
-				return
-			}
-		}
-		var states []string
-		rows, _ := watcher.Query(ctx, "SELECT coalesce(wait_event_type,'') || ' ' || left(query, 120) FROM pg_stat_activity WHERE query LIKE '%' || $1 || '%'", schema)
-		states, _ = pgx.CollectRows(rows, pgx.RowTo[string])
-		t.Fatalf("no statement with %q waiting: %q", part, states)
-	}
 
 	holdZ := hold(z)
 	acquired := make(chan error, 1)
 	go func() { _, err := b.AcquireAll(ctx, []string{k3, k1, z}); acquired <- err }()
-	waiting("ANY($1) ORDER BY key") // B's lock of every row of its keys, on z
+	waitLockWaiters(t, watcher, schema, "ANY($1) ORDER BY key", 1) // B's lock of every row of its keys, on z
 
 	// A's liveness session ends; A lives on and renews.
 	var ended int
@@ -95,7 +78,7 @@ func TestBreak23RenewAndAcquireAllDeadlockOnLeasesThatTurnedTakeable(t *testing.
 	hold2 := hold(k2)
 	renewed := make(chan error, 1)
 	go func() { _, err := a.Renew(ctx); renewed <- err }()
-	waiting("AND owner = $2 ORDER BY key") // A's lockOwn, on 1 (B holds it)
+	waitLockWaiters(t, watcher, schema, "AND owner = $2 ORDER BY key", 1) // A's lockOwn, on 1 (B holds it)
 
 	// B already holds every row its acquire updates (1 and 3, taken in key
 	// order before z), so no row turns up for it out of order.

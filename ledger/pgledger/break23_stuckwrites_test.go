@@ -38,19 +38,6 @@ func TestBreak23AbandonedWritesStallEveryOtherKey(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT FROM "+schemaTable(schema, "leases")+" WHERE key = $1 FOR UPDATE", a)
 	require.NoError(t, err)
 
-	waiting := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			var c int
-			require.NoError(t, watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%compare_and_swap%'`).Scan(&c))
-			if c >= n {
-				return
-			}
-		}
-		t.Fatalf("fewer than %d writes wait on a's lease row", n)
-	}
 	// Two writes of a, each given up on once it waits in the database.
 	for i := range 2 {
 		wctx, cancel := context.WithCancel(ctx)
@@ -59,7 +46,7 @@ func TestBreak23AbandonedWritesStallEveryOtherKey(t *testing.T) {
 			_, _, err := w.CompareAndSwap(wctx, a, 0, record(a, 1), []mcpsync.OutboxEntry{entry(a, 1)})
 			done <- err
 		}()
-		waiting(i + 1)
+		waitLockWaiters(t, watcher, schema, "compare_and_swap", i+1)
 		cancel()
 		select {
 		case err := <-done:

@@ -273,6 +273,27 @@ func waitForBackend(t *testing.T, conn *pgx.Conn, query string, args ...any) int
 	return 0
 }
 
+// waitLockWaiters waits until at least n backends wait on a lock in a
+// statement that names schema and contains part.
+func waitLockWaiters(t *testing.T, conn *pgx.Conn, schema, part string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var c int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0 AND strpos(query, $2) > 0`, schema, part).Scan(&c))
+		if c >= n {
+			return
+		}
+	}
+	var states []string
+	rows, err := conn.Query(ctx, "SELECT coalesce(wait_event_type, '') || ' ' || left(query, 120) FROM pg_stat_activity WHERE strpos(query, $1) > 0", schema)
+	if err == nil {
+		states, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	t.Fatalf("fewer than %d statements with %q wait on a lock: %q", n, part, states)
+}
+
 // A connection killed while its CompareAndSwap waits inside the
 // transaction - the record already updated, the outbox numbering locked by
 // another session - leaves no trace of it, and the next call works on a
