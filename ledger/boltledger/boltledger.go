@@ -25,8 +25,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -749,8 +751,13 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		if tx.Bucket(bucketOutbox).Sequence() != 0 {
 			return mcpsync.ErrLedgerNotEmpty
 		}
+		// In key order: bbolt splits a node only at commit, so one
+		// transaction putting keys in random order inserts each into the
+		// middle of a node that keeps growing, which is quadratic in the
+		// records; in order, each goes at the end.
 		records := tx.Bucket(bucketRecords)
-		for key, r := range snap.Records {
+		for _, key := range slices.Sorted(maps.Keys(snap.Records)) {
+			r := snap.Records[key]
 			v, err := encodeRecord(r)
 			if err != nil {
 				return err
