@@ -1992,23 +1992,36 @@ func (q *noteQueue) push(n note) {
 	}
 }
 
-func (q *noteQueue) drain() []note {
+// noteSpareMax is the longest drained batch whose room the queue reuses: a
+// burst longer than that gives its memory back once handled.
+const noteSpareMax = 1024
+
+// drain returns the queued notifications and queues the next ones in spare,
+// the batch drained before and handled since (nil at first), so that
+// notifications arriving one at a time allocate nothing for the queue.
+func (q *noteQueue) drain(spare []note) []note {
+	clear(spare) // the handled notes' maps and connections are not kept
+	if cap(spare) > noteSpareMax {
+		spare = nil
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	items := q.items
-	q.items = nil
+	q.items = spare[:0]
 	return items
 }
 
 // pump handles queued notifications in arrival order.
 func (c *Client) pump() {
+	var batch []note
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case <-c.notes.ready:
 		}
-		for _, n := range c.notes.drain() {
+		batch = c.notes.drain(batch)
+		for _, n := range batch {
 			c.handle(n)
 		}
 	}
