@@ -2056,16 +2056,24 @@ func (c *Client) handle(n note) {
 			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
 			return
 		}
-		if c.skipRefresh(uri, TriggerNotification) {
+		// Normalized here, once: the rollout and the engine are handed the
+		// key, which they find normalized and keep as it is, allocating
+		// nothing.
+		key, err := normalizeKey(uri)
+		if err != nil {
+			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
+			return
+		}
+		if c.skipRefresh(key, TriggerNotification) {
 			return // outside the refresh fraction (rollout.go)
 		}
-		t, ok, err := c.engine.Notify(uri)
+		t, ok, err := c.engine.Notify(key)
 		switch {
 		case err != nil:
 			if errors.Is(err, ErrNotLeaseholder) {
 				c.report(err)
 			}
-			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
+			c.engine.RefuseNotification(key, n.gen, ReasonNotSubscribed, err.Error())
 		case ok:
 			c.dispatch(t)
 		}
