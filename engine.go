@@ -464,10 +464,13 @@ func (e *Engine) emit(key string, path *transitions) {
 
 // auditLog keeps the newest stale receipts and a count per reason.
 type auditLog struct {
-	mu     sync.Mutex // protects every field below
-	ring   []StaleReceipt
-	next   int // where the next receipt goes
-	full   bool
+	mu   sync.Mutex // protects every field below
+	ring []StaleReceipt
+	next int // where the next receipt goes
+	full bool
+	// known counts the reasons of staleReasons, by reasonIndex, and counts
+	// any other.
+	known  [len(staleReasons)]uint64
 	counts map[StaleReason]uint64
 }
 
@@ -483,7 +486,11 @@ func (a *auditLog) record(s *StaleReceipt) {
 	if a.next == len(a.ring) {
 		a.next, a.full = 0, true
 	}
-	a.counts[s.Reason]++
+	if i := reasonIndex(s.Reason); i >= 0 {
+		a.known[i]++
+	} else {
+		a.counts[s.Reason]++
+	}
 	a.mu.Unlock()
 }
 
@@ -523,6 +530,11 @@ func (e *Engine) StaleCounts() map[StaleReason]uint64 {
 	out := make(map[StaleReason]uint64, len(a.counts))
 	for k, v := range a.counts {
 		out[k] = v
+	}
+	for i, n := range a.known {
+		if n > 0 {
+			out[staleReasons[i]] = n
+		}
 	}
 	return out
 }

@@ -146,9 +146,123 @@ func (p *transitions) reset(cur *Record) {
 	}
 }
 
+// transitionIndex is transitionTable as an array, for the events and states
+// eventIndex and stateIndex know: move looks a step up without hashing.
+var transitionIndex = func() (x [len(eventNames)][len(stateNames)]SubscriptionState) {
+	for event, steps := range transitionTable {
+		for from, to := range steps {
+			i, j := eventIndex(event), stateIndex(from)
+			if i < 0 || j < 0 {
+				panic("mcpsync: transition table names an unindexed event or state")
+			}
+			x[i][j] = to
+		}
+	}
+	return x
+}()
+
+// eventNames and stateNames list the events and states of transitionTable
+// in the order of eventIndex and stateIndex.
+var (
+	eventNames = [...]string{
+		evSubscribe, evActivate, evNotify, evIssueRead, evAccept, evSettle, evReadsInFlight,
+		evNotFound, evBeginClose, evCloseAcked, evCloseLost, evResolveClose, evPresent,
+		evAbsent, evIdentityUnknown, evStillAbsent, evCorroborated, evForget,
+	}
+	stateNames = [...]SubscriptionState{
+		StateDiscovered, StateSubscribing, StateActive, StateUpdateSeen, StateReadPending,
+		StateVersionAccepted, StateUnsubscribing, StateClosed, StateUnsubscribeUnknown,
+		StateTombstonePending, StateTombstoned, StateReconciliationRequired,
+	}
+)
+
+func eventIndex(event string) int {
+	switch event {
+	case evSubscribe:
+		return 0
+	case evActivate:
+		return 1
+	case evNotify:
+		return 2
+	case evIssueRead:
+		return 3
+	case evAccept:
+		return 4
+	case evSettle:
+		return 5
+	case evReadsInFlight:
+		return 6
+	case evNotFound:
+		return 7
+	case evBeginClose:
+		return 8
+	case evCloseAcked:
+		return 9
+	case evCloseLost:
+		return 10
+	case evResolveClose:
+		return 11
+	case evPresent:
+		return 12
+	case evAbsent:
+		return 13
+	case evIdentityUnknown:
+		return 14
+	case evStillAbsent:
+		return 15
+	case evCorroborated:
+		return 16
+	case evForget:
+		return 17
+	}
+	return -1
+}
+
+func stateIndex(s SubscriptionState) int {
+	switch s {
+	case StateDiscovered:
+		return 0
+	case StateSubscribing:
+		return 1
+	case StateActive:
+		return 2
+	case StateUpdateSeen:
+		return 3
+	case StateReadPending:
+		return 4
+	case StateVersionAccepted:
+		return 5
+	case StateUnsubscribing:
+		return 6
+	case StateClosed:
+		return 7
+	case StateUnsubscribeUnknown:
+		return 8
+	case StateTombstonePending:
+		return 9
+	case StateTombstoned:
+		return 10
+	case StateReconciliationRequired:
+		return 11
+	}
+	return -1
+}
+
+// nextState returns the state event leads to from from, as transitionTable
+// says.
+func nextState(event string, from SubscriptionState) (SubscriptionState, bool) {
+	i, j := eventIndex(event), stateIndex(from)
+	if i < 0 || j < 0 {
+		to, ok := transitionTable[event][from]
+		return to, ok
+	}
+	to := transitionIndex[i][j]
+	return to, to != ""
+}
+
 // move applies event to r's state, or returns a *TransitionError.
 func (p *transitions) move(r *Record, event string) error {
-	to, ok := transitionTable[event][r.State]
+	to, ok := nextState(event, r.State)
 	if !ok {
 		key := ""
 		if r.Sub != nil {
