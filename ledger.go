@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -349,12 +350,14 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 // every record (a revocation's sweep, a new session's end of unknown
 // closes) read indexes kept up to date by each write instead (ledgerIndex).
 type memoryLedger struct {
-	mu        sync.Mutex         // protects every field below
-	records   map[string]*Record // records are never modified once stored
-	keys      keyIndex           // the keys of records, in order
-	counters  map[Counter]uint64 // last value handed out
-	revoked   map[string]RevokedSubject
-	revokeGen uint64   // RevokedGeneration: subjects that joined revoked
+	mu       sync.Mutex         // protects every field below
+	records  map[string]*Record // records are never modified once stored
+	keys     keyIndex           // the keys of records, in order
+	counters map[Counter]uint64 // last value handed out
+	revoked  map[string]RevokedSubject
+	// revokeGen is RevokedGeneration: how many subjects joined revoked.
+	// It is written under mu and read without it: every accept reads it.
+	revokeGen atomic.Uint64
 	joined    []string // revoked subjects in the order they joined; len == revokeGen
 	// exports are the exports in progress; each keeps the record, as of
 	// its instant, of every key written since.
@@ -365,6 +368,7 @@ type memoryLedger struct {
 	unknown   map[string]struct{}
 	out       outboxLog
 	consumers map[string]uint64 // acknowledged position of each consumer
+	lowest    uint64            // minPosition(consumers), kept as they move
 	retain    uint64            // entries kept at most
 	dropped   uint64            // entries the bound dropped unpassed
 	droppedTo uint64            // newest of them
@@ -380,6 +384,12 @@ type memoryLedger struct {
 // that never shrinks.
 const outboxChunk = 256
 
+// outboxSpares is how many released chunks the log keeps for reuse: a
+// consumer that acknowledges up to outboxSpares*outboxChunk entries at a
+// time costs no allocation per chunk, and at most that many entries' room
+// stays allocated once a backlog is acknowledged.
+const outboxSpares = 4
+
 // outboxLog holds the retained entries, numbered consecutively from first
 // to last: entry seq lives at chunks[0][off+seq-first], counting on.
 //
@@ -392,11 +402,11 @@ type outboxLog struct {
 	off    int             // entries of chunks[0] already discarded
 	first  uint64          // number of the oldest retained entry
 	last   uint64          // number of the newest entry ever appended
-	// views counts the views in use; while there are none, a released
-	// chunk is kept (cleared) in spare for the next append, so a consumer
-	// keeping up costs no allocation per chunk.
-	views int
-	spare []OutboxEntry
+	// views counts the views in use; while there are none, released
+	// chunks are kept (cleared), up to outboxSpares, in spares for the next
+	// appends, so a consumer keeping up costs no allocation per chunk.
+	views  int
+	spares [][]OutboxEntry
 }
 
 func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
@@ -404,11 +414,13 @@ func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
 func (o *outboxLog) append(e OutboxEntry) {
 	n := len(o.chunks)
 	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
-		c := o.spare
-		if c == nil {
+		var c []OutboxEntry
+		if k := len(o.spares); k > 0 {
+			c, o.spares[k-1] = o.spares[k-1], nil
+			o.spares = o.spares[:k-1]
+		} else {
 			c = make([]OutboxEntry, 0, outboxChunk)
 		}
-		o.spare = nil
 		o.chunks = append(o.chunks, c)
 		n++
 	}
@@ -427,10 +439,10 @@ func (o *outboxLog) at(seq uint64) OutboxEntry {
 // of them. The caller calls unview when done with it.
 func (o *outboxLog) view() outboxLog {
 	o.views++
-	o.spare = nil
+	o.spares = nil
 	v := *o
 	v.chunks = slices.Clone(o.chunks)
-	v.views, v.spare = 0, nil
+	v.views, v.spares = 0, nil
 	return v
 }
 
@@ -456,9 +468,10 @@ func (o *outboxLog) discardThrough(seq uint64) {
 	}
 	i := uint64(o.off) + seq - o.first + 1 // the new first entry, counted from chunks[0]
 	whole := int(i / outboxChunk)
-	if whole > 0 && o.views == 0 && o.spare == nil {
-		o.spare = o.chunks[0][:0]
-		clear(o.spare[:outboxChunk])
+	for k := 0; k < whole && o.views == 0 && len(o.spares) < outboxSpares; k++ {
+		c := o.chunks[k][:0]
+		clear(c[:outboxChunk])
+		o.spares = append(o.spares, c)
 	}
 	clear(o.chunks[:whole])
 	o.chunks = o.chunks[whole:]
@@ -668,10 +681,11 @@ func (l *memoryLedger) revokedAfter(ctx context.Context, gen uint64) ([]string, 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if gen > l.revokeGen {
-		return nil, 0, fmt.Errorf("mcpsync: revoked generation %d is ahead of the ledger's %d", gen, l.revokeGen)
+	now := l.revokeGen.Load()
+	if gen > now {
+		return nil, 0, fmt.Errorf("mcpsync: revoked generation %d is ahead of the ledger's %d", gen, now)
 	}
-	return slices.Clone(l.joined[gen:]), l.revokeGen, nil
+	return slices.Clone(l.joined[gen:]), now, nil
 }
 
 // The memory ledger never blocks on I/O, so a context can only have ended
@@ -727,7 +741,7 @@ func (l *memoryLedger) wakeLocked() {
 // come, if none is registered) had not passed it.
 func (l *memoryLedger) trimLocked() {
 	if len(l.consumers) > 0 {
-		l.out.discardThrough(minPosition(l.consumers))
+		l.out.discardThrough(l.lowest)
 	}
 	if n := l.out.len(); n > l.retain {
 		through := l.out.first + (n - l.retain) - 1
@@ -811,7 +825,7 @@ func (l *memoryLedger) Revoke(ctx context.Context, r RevokedSubject) error {
 	}
 	l.mu.Lock()
 	if _, known := l.revoked[r.Subject]; !known {
-		l.revokeGen++
+		l.revokeGen.Add(1)
 		l.joined = append(l.joined, r.Subject)
 	}
 	l.revoked[r.Subject] = r
@@ -833,9 +847,7 @@ func (l *memoryLedger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.revokeGen, nil
+	return l.revokeGen.Load(), nil
 }
 
 func sortRevoked(all []RevokedSubject) []RevokedSubject {
@@ -886,6 +898,7 @@ func (l *memoryLedger) Ack(ctx context.Context, consumer string, seq uint64) err
 		pos = l.out.first - 1
 	}
 	l.consumers[consumer] = max64(pos, seq)
+	l.lowest = minPosition(l.consumers)
 	l.trimLocked()
 	return nil
 }
@@ -1011,8 +1024,9 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 		}
 		l.revoked[r.Subject] = r
 	}
-	l.revokeGen = uint64(len(l.revoked))
+	l.revokeGen.Store(uint64(len(l.revoked)))
 	maps.Copy(l.consumers, snap.State.Consumers)
+	l.lowest = minPosition(l.consumers)
 	l.dropped, l.droppedTo = snap.State.Dropped, snap.State.DroppedThrough
 	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last, views: l.out.views}
 	if len(snap.Outbox) > 0 {
