@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Ledger stores everything the fence needs to survive a restart: one Record
@@ -25,13 +26,17 @@ import (
 // never rise without its version and its invalidation (or the other way
 // round), whatever store sits behind it.
 //
-// Records are immutable once stored: Load hands out shared pointers, and a
-// writer builds a new record instead of changing one. NewMemoryLedger keeps
-// everything in memory (the default, for an in-process cache); durable
-// ledgers (package ledger/boltledger) implement the same methods over a
-// transactional store, and package mcpsynctest/ledgertest holds every
-// implementation to one contract. Every method takes a context; cancelling
-// it abandons the call (a write either committed or did not).
+// Records are immutable once handed out: Load hands out shared pointers, and
+// a writer builds a new record instead of changing one. (The memory ledger
+// writes its own private copy of a record in place, under its lock, for the
+// engine, and hands out immutable copies of it: memSlot.)
+//
+// NewMemoryLedger keeps everything in memory (the default, for an
+// in-process cache); durable ledgers (package ledger/boltledger) implement
+// the same methods over a transactional store, and package
+// mcpsynctest/ledgertest holds every implementation to one contract. Every
+// method takes a context; cancelling it abandons the call (a write either
+// committed or did not).
 type Ledger interface {
 	// Load returns the record stored under key, or nil if there is none.
 	Load(ctx context.Context, key string) (*Record, error)
@@ -246,6 +251,11 @@ type Record struct {
 	// Artifacts are what consumers recorded as derived from versions of this
 	// URI (RecordDerived); revocation invalidates them.
 	Artifacts []DerivedArtifact `json:"artifacts,omitempty"`
+
+	// slot is set only on the memory ledger's private copies of a key's
+	// record (memSlot), which it writes in place and never hands out; every
+	// record a caller can hold has it nil.
+	slot *memSlot
 }
 
 func (r *Record) revision() uint64 {
@@ -259,6 +269,7 @@ func (r *Record) revision() uint64 {
 func (r *Record) clone() *Record {
 	c := *r
 	c.Revision++
+	c.slot = nil
 	return &c
 }
 
@@ -341,6 +352,7 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 		exports:   make(map[*exportView]struct{}),
 		bySubject: make(map[string]map[string]struct{}),
 		unknown:   make(map[string]struct{}),
+		slots:     make(map[string]*memSlot),
 	}
 }
 
@@ -350,8 +362,11 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 // every record (a revocation's sweep, a new session's end of unknown
 // closes) read indexes kept up to date by each write instead (ledgerIndex).
 type memoryLedger struct {
-	mu       sync.Mutex         // protects every field below
-	records  map[string]*Record // records are never modified once stored
+	mu sync.Mutex // protects every field below
+	// records holds each key's record: one a caller stored, never modified,
+	// or one of the ledger's private copies (memSlot), which only the
+	// ledger sees and which it hands out as an immutable copy (publish).
+	records  map[string]*Record
 	keys     keyIndex           // the keys of records, in order
 	counters map[Counter]uint64 // last value handed out
 	revoked  map[string]RevokedSubject
@@ -359,6 +374,12 @@ type memoryLedger struct {
 	// It is written under mu and read without it: every accept reads it.
 	revokeGen atomic.Uint64
 	joined    []string // revoked subjects in the order they joined; len == revokeGen
+	// slots holds the private copies of every key the ledger wrote in place
+	// (update), for the key's next write.
+	slots map[string]*memSlot
+	// scratch is the room of the outbox entries of a write in place
+	// (memTx), reused by the next one.
+	scratch []OutboxEntry
 	// exports are the exports in progress; each keeps the record, as of
 	// its instant, of every key written since.
 	exports map[*exportView]struct{}
@@ -411,7 +432,7 @@ type outboxLog struct {
 
 func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
 
-func (o *outboxLog) append(e OutboxEntry) {
+func (o *outboxLog) append(e *OutboxEntry) {
 	n := len(o.chunks)
 	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
 		var c []OutboxEntry
@@ -424,7 +445,7 @@ func (o *outboxLog) append(e OutboxEntry) {
 		o.chunks = append(o.chunks, c)
 		n++
 	}
-	o.chunks[n-1] = append(o.chunks[n-1], e)
+	o.chunks[n-1] = append(o.chunks[n-1], *e)
 	o.last = e.Seq
 }
 
@@ -551,16 +572,28 @@ type exportView struct {
 // the indexes need.
 func (l *memoryLedger) storeLocked(key string, r *Record) {
 	old, known := l.records[key]
-	for v := range l.exports {
-		if _, kept := v.before[key]; !kept {
-			v.before[key] = old
-		}
-	}
+	l.keepLocked(key, old)
 	if !known {
 		l.keys.add(key)
 	}
+	if old != nil && old.slot != nil {
+		old.slot.pub = nil // old is no longer the key's record
+	}
 	l.records[key] = r
 	l.indexLocked(key, old, r)
+}
+
+// keepLocked hands old, the record of key about to be replaced, to every
+// export in progress that has not kept the key's record yet.
+func (l *memoryLedger) keepLocked(key string, old *Record) {
+	if len(l.exports) == 0 {
+		return
+	}
+	for v := range l.exports {
+		if _, kept := v.before[key]; !kept {
+			v.before[key] = l.publishLocked(old)
+		}
+	}
 }
 
 // indexLocked moves key in the indexes from where old put it to where r
@@ -669,7 +702,7 @@ func (l *memoryLedger) unknownCloses(ctx context.Context) ([]string, []*Record, 
 	recs := make([]*Record, len(keys))
 	l.mu.Lock()
 	for i, k := range keys {
-		recs[i] = l.records[k]
+		recs[i] = l.publishLocked(l.records[k])
 	}
 	l.mu.Unlock()
 	return keys, recs, nil
@@ -697,7 +730,7 @@ func (l *memoryLedger) Load(ctx context.Context, key string) (*Record, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	r := l.records[key]
+	r := l.publishLocked(l.records[key])
 	l.mu.Unlock()
 	return r, nil
 }
@@ -721,11 +754,252 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	first := l.out.last + 1
 	for _, e := range entries {
 		e.Seq = l.out.last + 1
-		l.out.append(e)
+		l.out.append(&e)
 	}
 	l.trimLocked()
 	l.wakeLocked()
 	return first, true, nil
+}
+
+// memSlot holds the memory ledger's two private copies of one key's
+// record: buf[0] is the key's record once the ledger wrote it in place,
+// and buf[1] is where each later write is built (memTx), to be copied into
+// buf[0] when it is stored, so that the map entry stays as it is. A write
+// stores its new version in a cell of vers that neither the key's record
+// nor the copy being written points to (versionFor). So a write allocates
+// no record, no ticket array and no version.
+//
+// Nothing outside the ledger ever sees a private copy or a cell: Load,
+// Range, Export and unknownCloses hand out pub, an immutable copy with its
+// own tickets and version, made the first time one is asked for after a
+// write (publishLocked), and the record an export keeps of a key written
+// during it is such a copy too.
+type memSlot struct {
+	buf [2]Record
+	// tickets holds each copy's own ticket array, kept while the copy has
+	// no ticket (Tickets is then nil, as in every record); the two never
+	// share one.
+	tickets [2][]Ticket
+	vers    [2]StoredVersion
+	// pub is the immutable copy handed out of the private copy that is the
+	// key's record; nil until one is asked for after the write.
+	pub *Record
+}
+
+// holds reports whether v is one of s's version cells.
+func (s *memSlot) holds(v *StoredVersion) bool {
+	return v == &s.vers[0] || v == &s.vers[1]
+}
+
+// versionFor returns where the step that writes next, a copy of cur, puts
+// a new current version: on the memory ledger's private copy, a version
+// cell of its slot that neither points to, which the write makes next's
+// own; otherwise a new StoredVersion.
+func versionFor(cur, next *Record) *StoredVersion {
+	if s := next.slot; s != nil {
+		for k := range s.vers {
+			if v := &s.vers[k]; v != cur.Current && v != next.Current {
+				return v
+			}
+		}
+	}
+	return new(StoredVersion)
+}
+
+// publishLocked returns r as a caller may hold it: r itself, or, for a
+// private copy, its immutable copy, made once per write.
+func (l *memoryLedger) publishLocked(r *Record) *Record {
+	if r == nil || r.slot == nil {
+		return r
+	}
+	s := r.slot
+	if s.pub == nil || s.pub.Revision != r.Revision {
+		p := *r
+		p.slot = nil
+		p.Tickets = slices.Clone(r.Tickets)
+		if s.holds(p.Current) {
+			v := *p.Current
+			p.Current = &v
+		}
+		s.pub = &p
+	}
+	return s.pub
+}
+
+// inspect runs fn, under the ledger's lock, on the record stored under key
+// (nil when there is none), which fn must neither change nor keep: it may
+// be a private copy. It hands nothing out, so it costs no copy.
+func (l *memoryLedger) inspect(key string, fn func(cur *Record)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fn(l.records[key])
+}
+
+// memTx is a write in place on the memory ledger, from begin, which takes
+// the ledger's lock, to commit or end, which let it go. It lives on its
+// holder's stack; once the lock is gone, its holder must keep nothing it
+// handed out.
+//
+// Its holder reads cur, the key's record (nil when there is none), which
+// it must not change; it may call prepare for next, a private copy of cur
+// one revision on (memSlot), change it in place, append the outbox entries
+// of the write to entries(), and commit, which stores next and them in one
+// step, exactly as CompareAndSwap(key, cur.Revision, next, entries) would.
+// What next points to (its version, subscription, corroboration,
+// artifacts) the holder replaces, never modifies; a new version goes where
+// versionFor says. It may change next's tickets in place, but must not give
+// next a slice of cur's. It must not call the ledger.
+//
+// The record is never seen half written: nothing reads it without the
+// lock, and next is not the key's record until commit.
+type memTx struct {
+	l    *memoryLedger
+	key  string
+	cur  *Record
+	next *Record // once prepared: slot.buf[i]
+	slot *memSlot
+	i    int
+	held bool
+}
+
+// begin takes the ledger's lock and starts tx, the write in place of key.
+func (l *memoryLedger) begin(tx *memTx, key string) {
+	l.mu.Lock()
+	*tx = memTx{l: l, key: key, cur: l.records[key], held: true}
+}
+
+// end lets the ledger's lock go, writing nothing commit did not; after
+// commit it does nothing.
+func (tx *memTx) end() {
+	if !tx.held {
+		return
+	}
+	tx.held = false
+	l := tx.l
+	// The scratch keeps its room; what its entries point to stays
+	// reachable until the next write overwrites them.
+	l.scratch = l.scratch[:0]
+	tx.cur, tx.next, tx.slot = nil, nil, nil
+	l.mu.Unlock()
+}
+
+// entries is where the write appends its outbox entries: the ledger's
+// scratch, which only the holder of its lock touches.
+func (tx *memTx) entries() *[]OutboxEntry { return &tx.l.scratch }
+
+// prepare returns next, the private copy of cur (which must not be nil)
+// one revision on that the write changes, with tickets of its own.
+func (tx *memTx) prepare() *Record {
+	if tx.next != nil {
+		return tx.next
+	}
+	cur := tx.cur
+	s := cur.slot
+	if s == nil {
+		l := tx.l
+		if s = l.slots[tx.key]; s == nil {
+			s = new(memSlot)
+			l.slots[tx.key] = s
+		}
+	}
+	i := 0
+	if cur == &s.buf[0] {
+		i = 1 // built aside, copied into buf[0] at commit
+	}
+	next := &s.buf[i]
+	*next = *cur
+	next.slot = s
+	next.Revision = cur.Revision + 1
+	next.Tickets = append(s.tickets[i][:0], cur.Tickets...)
+	if cap(next.Tickets) > 0 {
+		s.tickets[i] = next.Tickets[:0]
+	}
+	tx.next, tx.slot, tx.i = next, s, i
+	return next
+}
+
+// commit stores next as the key's record and appends entries to the
+// outbox, in one step, stamping each with engine, and lets the lock go. It
+// returns the number of the first entry (0: none).
+func (tx *memTx) commit(engine string) (uint64, error) {
+	defer tx.end()
+	l, cur, next, s := tx.l, tx.cur, tx.next, tx.slot
+	if next == nil {
+		return 0, fmt.Errorf("mcpsync: store %s: a write of no record", tx.key)
+	}
+	switch t := next.Tickets; {
+	case overlaps(t, cur.Tickets):
+		// Not next's own array. Shared with a private copy, which a later
+		// write rewrites, they are copied now.
+		if cur.slot != nil {
+			next.Tickets = slices.Clone(t)
+		}
+	case cap(t) > cap(s.tickets[tx.i]):
+		s.tickets[tx.i] = t[:0] // next's own, grown: kept for reuse
+	}
+	if len(next.Tickets) == 0 {
+		next.Tickets = nil
+	}
+	entries := l.scratch
+	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
+		return 0, fmt.Errorf("mcpsync: store %s: %w", tx.key, err)
+	}
+	// storeLocked, knowing the key's record: cur.
+	l.keepLocked(tx.key, cur)
+	l.indexLocked(tx.key, cur, next)
+	s.pub = nil
+	if tx.i == 1 {
+		// cur is buf[0]: the write takes its place, and its ticket array.
+		s.buf[0] = *next
+		s.tickets[0], s.tickets[1] = s.tickets[1], s.tickets[0]
+	} else {
+		l.records[tx.key] = next
+	}
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	first := l.out.last + 1
+	for i := range entries {
+		entries[i].Seq = l.out.last + 1
+		entries[i].Engine = engine
+		l.out.append(&entries[i])
+	}
+	l.trimLocked()
+	l.wakeLocked()
+	return first, nil
+}
+
+// update runs fn as a write in place of key (memTx): on cur, and on next,
+// a private copy of cur (nil when cur is), storing next and the entries fn
+// appended when fn returns true. pre, when not nil, runs first on cur
+// alone, and when it returns false nothing else does: a write refused by
+// the record as it is costs no copy.
+func (l *memoryLedger) update(key, engine string, pre func(cur *Record) bool, fn stepFunc) (uint64, error) {
+	var tx memTx
+	l.begin(&tx, key)
+	defer tx.end()
+	if pre != nil && !pre(tx.cur) {
+		return 0, nil
+	}
+	var next *Record
+	if tx.cur != nil {
+		next = tx.prepare()
+	}
+	write, err := fn(tx.cur, next, tx.entries())
+	if err != nil || !write {
+		return 0, err
+	}
+	return tx.commit(engine)
+}
+
+// overlaps reports whether a and b share any of their backing array.
+func overlaps(a, b []Ticket) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	size := unsafe.Sizeof(Ticket{})
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(cap(b))*size && b0 < a0+uintptr(cap(a))*size
 }
 
 // wakeLocked wakes every WaitOutbox sleeping on the outbox.
@@ -777,7 +1051,7 @@ func (l *memoryLedger) Range(ctx context.Context, fn func(string, *Record) bool)
 		keys = l.keys.after(keys[:0], last, from, ledgerChunk)
 		recs = recs[:0]
 		for _, k := range keys {
-			recs = append(recs, l.records[k])
+			recs = append(recs, l.publishLocked(l.records[k]))
 		}
 		l.mu.Unlock()
 		// fn runs without the lock: it may call back into the ledger.
@@ -801,6 +1075,11 @@ func (l *memoryLedger) Next(ctx context.Context, c Counter, n uint64) (uint64, e
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.nextLocked(c, n)
+}
+
+// nextLocked is Next under the ledger's lock.
+func (l *memoryLedger) nextLocked(c Counter, n uint64) (uint64, error) {
 	last, err := Reserve(c, l.counters[c], n)
 	if err != nil {
 		return 0, err
@@ -972,7 +1251,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 	}()
 	snap.Revoked = sortRevoked(revoked)
 	snap.Outbox = out.entries()
-	// Records are immutable, so the snapshot shares them.
+	// Records handed out are immutable, so the snapshot shares them.
 	snap.Records = make(map[string]*Record, n)
 	keys := make([]string, 0, ledgerChunk)
 	for from := false; ; from = true {
@@ -988,7 +1267,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 		for _, k := range keys {
 			r, written := v.before[k]
 			if !written {
-				r = l.records[k]
+				r = l.publishLocked(l.records[k])
 			}
 			if r != nil {
 				snap.Records[k] = r
@@ -1032,8 +1311,8 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 	if len(snap.Outbox) > 0 {
 		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
 	}
-	for _, e := range snap.Outbox {
-		l.out.append(e)
+	for i := range snap.Outbox {
+		l.out.append(&snap.Outbox[i])
 	}
 	l.out.last = snap.State.Last
 	l.trimLocked()
