@@ -427,31 +427,46 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
 	}
-	r, err := e.ledger.Load(context.Background(), key)
+	// The entry is copied out of the record as it is stored: nothing of
+	// the record is kept (its contents are the read's, never changed).
+	var entry Entry
+	var refused error
+	known := true
+	if err := e.view(key, func(r *Record) {
+		switch {
+		case r == nil:
+			known = false
+			return
+		case r.Current == nil:
+			refused = ErrNoVersion
+			return
+		}
+		c := r.Current
+		switch {
+		case c.Status == VersionRevoked:
+			refused = ErrRevoked
+		case c.Version.Subject != subject:
+			refused = ErrForbidden
+		case c.Status == VersionQuarantined:
+			refused = ErrQuarantined
+		case c.Status == VersionTombstonePending:
+			refused = ErrTombstonePending
+		case c.Status == VersionTombstoned:
+			refused = ErrTombstoned
+		default:
+			entry = Entry{Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt}
+			if r.State.open() && r.Sub != nil {
+				entry.StalenessBound = r.Sub.StalenessBound
+			}
+		}
+	}); err != nil {
+		return Entry{}, err
+	}
 	switch {
-	case err != nil:
-		return Entry{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
-	case r == nil:
+	case !known:
 		return Entry{}, fmt.Errorf("%w: %s was never subscribed", ErrUnknownURI, key)
-	case r.Current == nil:
-		return Entry{}, ErrNoVersion
-	}
-	c := r.Current
-	switch {
-	case c.Status == VersionRevoked:
-		return Entry{}, ErrRevoked
-	case c.Version.Subject != subject:
-		return Entry{}, ErrForbidden
-	case c.Status == VersionQuarantined:
-		return Entry{}, ErrQuarantined
-	case c.Status == VersionTombstonePending:
-		return Entry{}, ErrTombstonePending
-	case c.Status == VersionTombstoned:
-		return Entry{}, ErrTombstoned
-	}
-	entry := Entry{Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt}
-	if r.State.open() && r.Sub != nil {
-		entry.StalenessBound = r.Sub.StalenessBound
+	case refused != nil:
+		return Entry{}, refused
 	}
 	if o.fresh {
 		if entry.StalenessBound == 0 {

@@ -385,14 +385,19 @@ func (e *Engine) Subscription(rawURI string) (Subscription, error) {
 	if err != nil {
 		return Subscription{}, err
 	}
-	r, err := e.ledger.Load(context.Background(), key)
-	if err != nil {
-		return Subscription{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
+	var sub Subscription
+	known := false
+	if err := e.view(key, func(r *Record) {
+		if known = r != nil; known {
+			sub = subscriptionOf(key, r)
+		}
+	}); err != nil {
+		return Subscription{}, err
 	}
-	if r == nil {
+	if !known {
 		return Subscription{}, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 	}
-	return subscriptionOf(key, r), nil
+	return sub, nil
 }
 
 // Subscriptions yields the ledger row of every known URI, in URI order, and
@@ -731,25 +736,24 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		return Ticket{}, false, err
 	}
 	var path transitions
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, err = e.change(key, nil, false, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
-			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+			return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
 		if !cur.State.readable() || cur.Sub.SessionGeneration != e.sessionGeneration() {
-			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evNotify}
+			return false, &TransitionError{URI: key, From: cur.State, Event: evNotify}
 		}
-		next := cur.clone()
 		next.LastNotificationSeq++
 		// The server says the resource changed: whatever a scan saw
 		// before, only a read after this pulse can tell.
 		next.Corroboration = nil
 		if len(next.Tickets) == 0 {
 			if err := path.move(next, evNotify); err != nil {
-				return nil, nil, err
+				return false, err
 			}
 		}
-		return next, nil, nil
+		return true, nil
 	})
 	if err != nil {
 		return Ticket{}, false, err
@@ -918,14 +922,24 @@ func (q *readQueue) confirm() {
 // enqueue asks for a read of key's current generation.
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 	for range casAttempts {
-		cur, err := e.ledger.Load(context.Background(), key)
-		if err != nil {
-			return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
+		// The record is kept, for the issue to start from, only where it
+		// is an immutable one (not on the memory ledger, which issues in
+		// place and needs none).
+		var loaded *Record
+		qk, known := queueKey{uri: key}, false
+		if err := e.view(key, func(cur *Record) {
+			if known = cur != nil && cur.Sub != nil; known {
+				qk.session, qk.gen = cur.Sub.SessionGeneration, cur.Sub.Generation
+				if e.mem == nil {
+					loaded = cur
+				}
+			}
+		}); err != nil {
+			return Ticket{}, false, err
 		}
-		if cur == nil || cur.Sub == nil {
+		if !known {
 			return Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		qk := queueKey{uri: key, session: cur.Sub.SessionGeneration, gen: cur.Sub.Generation}
 		q := &e.queue
 		q.mu.Lock()
 		if r, busy := q.processing[qk]; busy {
@@ -941,7 +955,7 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 		delete(q.dirty, qk) // the read about to be issued covers a waiting one
 		q.processing[qk] = queuedRead{unsent: q.confirmSends}
 		q.mu.Unlock()
-		t, ok, err := e.issueQueued(qk, trigger, cur)
+		t, ok, err := e.issueQueued(qk, trigger, loaded)
 		if errors.Is(err, errGenerationMoved) {
 			continue // a new generation opened meanwhile: ask for its read
 		}
