@@ -109,6 +109,12 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Reco
 	var t Ticket
 	var path transitions
 	var id uint64
+	// The clock is user code: on the memory ledger, whose lock the step
+	// runs under, it is read before.
+	var issuedAt time.Time
+	if e.mem != nil {
+		issuedAt = e.now()
+	}
 	{
 		_, err := e.change(key, loaded, loaded != nil, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 			path.reset(cur)
@@ -151,7 +157,10 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Reco
 				RequestID:              id,
 				Trigger:                trigger,
 				Subject:                cur.Sub.Subject,
-				IssuedAt:               e.now(),
+				IssuedAt:               issuedAt,
+			}
+			if e.mem == nil {
+				t.IssuedAt = e.now()
 			}
 			next.Tickets = append(next.Tickets, t)
 			return true, nil
@@ -268,7 +277,7 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 		}
 	}
 	if !ok && reason != ReasonReconciliationRequired {
-		return e.refuse(out, seen, t, r, reason, "", nil)
+		return e.refuse(out, seen, t, r, reason, "", nil, e.now())
 	}
 	a := acceptStep{e: e}
 	if r.err == nil && !r.notFound && e.guard != nil {
@@ -310,23 +319,26 @@ func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
 	if err := e.syncRevoked(context.Background()); err != nil {
 		return err
 	}
+	// The clock is user code: it is read before the ledger's lock is
+	// taken, once, for whatever the fence decides.
+	now := e.now()
 	var tx memTx
 	e.mem.begin(&tx, t.URI)
 	defer tx.end()
 	if why, ok := e.check(tx.cur, t); !ok && why != ReasonReconciliationRequired {
 		seen := viewOf(tx.cur)
 		tx.end()
-		return e.refuse(out, seen, t, r, why, "", nil)
+		return e.refuse(out, seen, t, r, why, "", nil, now)
 	}
-	return e.acceptLocked(&tx, out, t, r)
+	return e.acceptLocked(&tx, out, t, r, now)
 }
 
 // acceptLocked makes the write of acceptInPlace, whose lock tx holds. It
 // is never inlined: its frame is not set up for a refusal.
 //
 //go:noinline
-func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult) error {
-	a := acceptStep{e: e}
+func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time) error {
+	a := acceptStep{e: e, now: now}
 	var next *Record
 	if tx.cur != nil {
 		next = tx.prepare()
@@ -351,6 +363,9 @@ func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult)
 type acceptStep struct {
 	e        *Engine
 	guardErr error
+	// now is the time of the write, read before the ledger's lock on the
+	// memory ledger; zero elsewhere, where each attempt reads the clock.
+	now time.Time
 
 	reason StaleReason // why the result was refused; "" when it passed
 	detail string
@@ -358,12 +373,16 @@ type acceptStep struct {
 	seen   fenceView // the record that refused it, for the stale receipt
 	held   []string  // the subjects the record holds, after a SUBJECT_REVOKED
 	path   transitions
+	tried  bool // the step ran before: the outcome holds what it wrote
 }
 
 // step is the write of a result (stepFunc).
 func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcome, t *Ticket, r *ReadResult) (bool, error) {
 	e := a.e
-	*out = Outcome{}
+	if a.tried {
+		*out = Outcome{} // a compare-and-swap that lost runs the step again
+	}
+	a.tried = true
 	a.reason, a.detail, a.cause, a.held = "", "", nil, nil
 	a.path.reset(cur)
 	if why, ok := e.check(cur, t); !ok {
@@ -394,7 +413,11 @@ func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcom
 		}
 		return true, nil
 	}
-	return e.accept(cur, next, t, r, a.guardErr, out, &a.path, entries)
+	now := a.now
+	if now.IsZero() {
+		now = e.now()
+	}
+	return e.accept(cur, next, t, r, a.guardErr, now, out, &a.path, entries)
 }
 
 // accepted tells the observer and completes the outcome of a step whose
@@ -402,7 +425,11 @@ func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcom
 func (e *Engine) accepted(a *acceptStep, out *Outcome, t *Ticket, r *ReadResult, seq uint64) error {
 	if a.reason != "" {
 		e.emit(t.URI, &a.path)
-		err := e.refuse(out, a.seen, t, r, a.reason, a.detail, a.cause)
+		now := a.now
+		if now.IsZero() {
+			now = e.now()
+		}
+		err := e.refuse(out, a.seen, t, r, a.reason, a.detail, a.cause, now)
 		if a.reason == ReasonSubjectRevoked {
 			// A revocation made through another worker left this URI to
 			// its owner: the owner's next read of it sweeps it.
@@ -527,8 +554,7 @@ func (e *Engine) checkContent(cur *Record, t *Ticket, r *ReadResult) (StaleReaso
 
 // accept writes into next, a copy of cur, the record of a result that
 // passed, and appends its outbox entries to *entries.
-func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr error, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
-	now := e.now()
+func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr error, now time.Time, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
 	next.Watermark = t.ReadOrdinal
 	v := ResourceVersion{
 		Schema:                 SchemaResourceVersion,
@@ -551,7 +577,14 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		prev = cur.Current.Version
 		out.Version.PreviousDigest = prev.Digest
 	}
-	entry := OutboxEntry{Schema: SchemaInvalidation, URI: t.URI, Version: v, Previous: prev, Subject: t.Subject, At: now}
+	// The outbox entry of a version (quarantined or updated), written
+	// where the ledger takes it from.
+	entry := func(reason InvalidationReason) {
+		*entries = append(*entries, OutboxEntry{})
+		en := &(*entries)[len(*entries)-1]
+		en.Schema, en.URI, en.Reason, en.Subject, en.At = SchemaInvalidation, t.URI, reason, t.Subject, now
+		en.Version, en.Previous = v, prev
+	}
 	if !r.notFound {
 		// The server has it.
 		next.Corroboration, next.TombstonedAt = nil, time.Time{}
@@ -578,7 +611,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 				return false, err
 			}
 			next.NotFoundAt, next.NotFoundOrdinal = now, t.ReadOrdinal
-			tomb, rc := e.tombstone(t.URI, cur, next, ev)
+			tomb, rc := e.tombstone(t.URI, cur, next, ev, now)
 			*entries = append(*entries, tomb...)
 			out.Tombstone = &rc
 			return true, nil
@@ -615,8 +648,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		sv := versionFor(cur, next)
 		*sv = StoredVersion{Version: v, Status: VersionQuarantined}
 		next.Current = sv
-		entry.Reason = InvalidateQuarantined
-		*entries = append(*entries, entry)
+		entry(InvalidateQuarantined)
 		return true, nil
 
 	case cur.Current != nil && cur.Current.Status == VersionServed &&
@@ -643,8 +675,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		sv := versionFor(cur, next)
 		*sv = StoredVersion{Version: v, Contents: r.contents, Status: VersionServed}
 		next.Current = sv
-		entry.Reason = InvalidateUpdated
-		*entries = append(*entries, entry)
+		entry(InvalidateUpdated)
 		return true, nil
 	}
 }
@@ -693,7 +724,7 @@ func viewOf(r *Record) fenceView {
 
 // refuse records a stale receipt and writes it into out, which must be
 // zero (the outcome of a refusal is its receipt alone).
-func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, cause error) error {
+func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, cause error, now time.Time) error {
 	s := &out.Stale
 	s.Schema = SchemaStaleReceipt
 	s.Reason = reason
@@ -703,7 +734,7 @@ func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, r
 	s.Trigger = t.Trigger
 	s.NotFound = r.notFound
 	s.Detail = detail
-	s.At = e.now()
+	s.At = now
 	if cur.known {
 		s.State, s.Watermark, s.CloseOrdinal = cur.state, cur.watermark, cur.closeOrdinal
 	}
@@ -843,7 +874,7 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 			return nil, nil, err
 		}
 		var entries []OutboxEntry
-		entries, rc = e.tombstone(key, cur, next, ev)
+		entries, rc = e.tombstone(key, cur, next, ev, e.now())
 		return next, entries, nil
 	})
 	if err != nil {
@@ -857,8 +888,7 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 // deletion of cur on evidence ev, and returns the outbox entry to append
 // with it (none for a version consumers were already told to delete:
 // tombstoned by an earlier generation, or revoked) and its receipt.
-func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence) ([]OutboxEntry, TombstoneReceipt) {
-	now := e.now()
+func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence, now time.Time) ([]OutboxEntry, TombstoneReceipt) {
 	next.Tickets, next.Corroboration, next.TombstonedAt = nil, nil, now
 	rc := TombstoneReceipt{
 		Schema: SchemaTombstoneReceipt, URI: key, SessionGeneration: cur.Sub.SessionGeneration,
