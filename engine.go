@@ -130,7 +130,11 @@ func NewEngine(opts *Options) (*Engine, error) {
 	}
 	e.mem, _ = o.Ledger.(*memoryLedger)
 	e.queue.init(o.ConfirmSends)
-	e.audit.init(o.AuditCapacity)
+	var auditMu *sync.Mutex
+	if e.mem != nil {
+		auditMu = &e.mem.mu
+	}
+	e.audit.init(o.AuditCapacity, auditMu)
 	// No session is current until BeginSession: results of the sessions the
 	// ledger remembers all belong to older generations.
 	e.session.Store(&session{})
@@ -594,7 +598,11 @@ func (e *Engine) emit(key string, path *transitions) {
 
 // auditLog keeps the newest stale receipts and a count per reason.
 type auditLog struct {
-	mu   sync.Mutex // protects every field below
+	// mu guards every field below: own, or, on the memory ledger, the
+	// ledger's lock, which a write in place that refuses a result already
+	// holds (recordLocked): a stale result then takes one lock, not two.
+	mu   *sync.Mutex
+	own  sync.Mutex
 	ring []StaleReceipt
 	next int // where the next receipt goes
 	full bool
@@ -604,13 +612,23 @@ type auditLog struct {
 	counts map[StaleReason]uint64
 }
 
-func (a *auditLog) init(capacity int) {
+func (a *auditLog) init(capacity int, mu *sync.Mutex) {
+	if mu == nil {
+		mu = &a.own
+	}
+	a.mu = mu
 	a.ring = make([]StaleReceipt, capacity)
 	a.counts = make(map[StaleReason]uint64)
 }
 
 func (a *auditLog) record(s *StaleReceipt) {
 	a.mu.Lock()
+	a.recordLocked(s)
+	a.mu.Unlock()
+}
+
+// recordLocked is record by a holder of a.mu.
+func (a *auditLog) recordLocked(s *StaleReceipt) {
 	a.ring[a.next] = *s
 	a.next++
 	if a.next == len(a.ring) {
@@ -621,7 +639,6 @@ func (a *auditLog) record(s *StaleReceipt) {
 	} else {
 		a.counts[s.Reason]++
 	}
-	a.mu.Unlock()
 }
 
 // RefuseNotification records a notification that triggers nothing: one of

@@ -316,20 +316,23 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 // under the ledger's lock (memTx), and a refusal costs no copy. out is
 // zero.
 func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
-	if err := e.syncRevoked(context.Background()); err != nil {
-		return err
+	if e.mem.revokeGen.Load() != e.revokedGen.Load() {
+		if err := e.syncRevoked(context.Background()); err != nil {
+			return err
+		}
 	}
 	// The clock is user code: it is read before the ledger's lock is
 	// taken, once, for whatever the fence decides.
 	now := e.now()
-	var tx memTx
-	e.mem.begin(&tx, t.URI)
-	defer tx.end()
-	if why, ok := e.check(tx.cur, t); !ok && why != ReasonReconciliationRequired {
-		seen := viewOf(tx.cur)
-		tx.end()
-		return e.refuse(out, seen, t, r, why, "", nil, now)
+	l := e.mem
+	cur := l.lock(t.URI)
+	if why, ok := e.check(cur, t); !ok && why != ReasonReconciliationRequired {
+		// The ledger's lock guards the audit too (auditLog).
+		e.audit.recordLocked(e.stale(out, viewOf(cur), t, r, why, "", now))
+		l.mu.Unlock()
+		return refusal(why)
 	}
+	tx := l.holding(t.URI, cur)
 	return e.acceptLocked(&tx, out, t, r, now)
 }
 
@@ -338,6 +341,7 @@ func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
 //
 //go:noinline
 func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time) error {
+	defer tx.end()
 	a := acceptStep{e: e, now: now}
 	var next *Record
 	if tx.cur != nil {
@@ -725,6 +729,16 @@ func viewOf(r *Record) fenceView {
 // refuse records a stale receipt and writes it into out, which must be
 // zero (the outcome of a refusal is its receipt alone).
 func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, cause error, now time.Time) error {
+	e.audit.record(e.stale(out, cur, t, r, reason, detail, now))
+	if detail != "" {
+		return &RefusalError{Reason: reason, Detail: detail, Err: cause}
+	}
+	return refusal(reason)
+}
+
+// stale writes into out, which must be zero, the stale receipt of a
+// refusal and returns it.
+func (e *Engine) stale(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, now time.Time) *StaleReceipt {
 	s := &out.Stale
 	s.Schema = SchemaStaleReceipt
 	s.Reason = reason
@@ -738,11 +752,7 @@ func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, r
 	if cur.known {
 		s.State, s.Watermark, s.CloseOrdinal = cur.state, cur.watermark, cur.closeOrdinal
 	}
-	e.audit.record(s)
-	if detail != "" {
-		return &RefusalError{Reason: reason, Detail: detail, Err: cause}
-	}
-	return refusal(reason)
+	return s
 }
 
 // AbandonRead settles a ticket whose read failed without an answer (transport

@@ -862,10 +862,23 @@ type memTx struct {
 	held bool
 }
 
-// begin takes the ledger's lock and starts tx, the write in place of key.
-func (l *memoryLedger) begin(tx *memTx, key string) {
+// begin takes the ledger's lock and returns the write in place of key.
+func (l *memoryLedger) begin(key string) memTx {
+	return l.holding(key, l.lock(key))
+}
+
+// lock takes the ledger's lock and returns the record of key, which its
+// caller must neither change nor keep. The caller lets the lock go, or
+// begins the write of key with holding.
+func (l *memoryLedger) lock(key string) *Record {
 	l.mu.Lock()
-	*tx = memTx{l: l, key: key, cur: l.records[key], held: true}
+	return l.records[key]
+}
+
+// holding returns the write in place of key, whose record is cur, by a
+// holder of the ledger's lock (lock).
+func (l *memoryLedger) holding(key string, cur *Record) memTx {
+	return memTx{l: l, key: key, cur: cur, held: true}
 }
 
 // end lets the ledger's lock go, writing nothing commit did not; after
@@ -975,8 +988,7 @@ func (tx *memTx) commit(engine string) (uint64, error) {
 // alone, and when it returns false nothing else does: a write refused by
 // the record as it is costs no copy.
 func (l *memoryLedger) update(key, engine string, pre func(cur *Record) bool, fn stepFunc) (uint64, error) {
-	var tx memTx
-	l.begin(&tx, key)
+	tx := l.begin(key)
 	defer tx.end()
 	if pre != nil && !pre(tx.cur) {
 		return 0, nil

@@ -65,7 +65,7 @@ func TestReasonIndex(t *testing.T) {
 		}
 	}
 	e := &Engine{}
-	e.audit.init(4)
+	e.audit.init(4, nil)
 	for _, reason := range []StaleReason{ReasonStaleOrdinal, "SOMETHING_ELSE", ReasonStaleOrdinal, ReasonNotSubscribed} {
 		e.audit.record(&StaleReceipt{Reason: reason})
 	}
