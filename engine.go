@@ -592,7 +592,10 @@ func (e *Engine) emit(key string, path *transitions) {
 	}
 	for i := 0; i < path.n; i++ {
 		s := path.steps[i]
-		e.onTransition(Transition{URI: key, SubscriptionGeneration: path.gen, From: s.from, To: s.to, Event: s.event})
+		e.onTransition(Transition{
+			URI: key, SubscriptionGeneration: path.gen,
+			From: stateNames[s.from], To: stateNames[s.to], Event: eventNames[s.event],
+		})
 	}
 }
 

@@ -148,17 +148,12 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Reco
 				}
 			}
 			next.LastIssued++
-			t = Ticket{
-				Engine:                 e.id,
-				URI:                    key,
-				SessionGeneration:      cur.Sub.SessionGeneration,
-				SubscriptionGeneration: cur.Sub.Generation,
-				ReadOrdinal:            next.LastIssued,
-				RequestID:              id,
-				Trigger:                trigger,
-				Subject:                cur.Sub.Subject,
-				IssuedAt:               issuedAt,
-			}
+			// Every field, one by one: a composite literal would be built
+			// aside and copied.
+			t.Engine, t.URI, t.Trigger = e.id, key, trigger
+			t.SessionGeneration, t.SubscriptionGeneration = cur.Sub.SessionGeneration, cur.Sub.Generation
+			t.ReadOrdinal, t.RequestID, t.Subject = next.LastIssued, id, cur.Sub.Subject
+			t.IssuedAt = issuedAt
 			if e.mem == nil {
 				t.IssuedAt = e.now()
 			}
@@ -326,23 +321,26 @@ func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
 	now := e.now()
 	l := e.mem
 	cur := l.lock(t.URI)
-	if why, ok := e.check(cur, t); !ok && why != ReasonReconciliationRequired {
+	why, ok := e.check(cur, t)
+	if !ok && why != ReasonReconciliationRequired {
 		// The ledger's lock guards the audit too (auditLog).
 		e.audit.recordLocked(e.stale(out, viewOf(cur), t, r, why, "", now))
 		l.mu.Unlock()
 		return refusal(why)
 	}
 	tx := l.holding(t.URI, cur)
-	return e.acceptLocked(&tx, out, t, r, now)
+	return e.acceptLocked(&tx, out, t, r, now, why)
 }
 
 // acceptLocked makes the write of acceptInPlace, whose lock tx holds. It
 // is never inlined: its frame is not set up for a refusal.
 //
+// why is what the check of tx's record said: "" or RECONCILIATION_REQUIRED.
+//
 //go:noinline
-func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time) error {
+func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time, why StaleReason) error {
 	defer tx.end()
-	a := acceptStep{e: e, now: now}
+	a := acceptStep{e: e, now: now, checked: true, why: why}
 	var next *Record
 	if tx.cur != nil {
 		next = tx.prepare()
@@ -370,6 +368,10 @@ type acceptStep struct {
 	// now is the time of the write, read before the ledger's lock on the
 	// memory ledger; zero elsewhere, where each attempt reads the clock.
 	now time.Time
+	// checked says the step's record was checked already, under the lock
+	// the step runs under, and why holds what the check said.
+	checked bool
+	why     StaleReason
 
 	reason StaleReason // why the result was refused; "" when it passed
 	detail string
@@ -389,7 +391,12 @@ func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcom
 	a.tried = true
 	a.reason, a.detail, a.cause, a.held = "", "", nil, nil
 	a.path.reset(cur)
-	if why, ok := e.check(cur, t); !ok {
+	why, ok := a.why, a.why == ""
+	if !a.checked {
+		why, ok = e.check(cur, t)
+	}
+	a.checked = false // a step run again checks its record
+	if !ok {
 		a.reason, a.seen = why, viewOf(cur)
 		if why == ReasonReconciliationRequired {
 			if err := a.path.move(next, evIdentityUnknown); err != nil {
@@ -575,7 +582,12 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 	if len(r.contents) > 0 {
 		v.MIMEType = r.contents[0].MIMEType
 	}
-	out.Version = VersionReceipt{Schema: SchemaVersionReceipt, Version: v, RequestID: t.RequestID, Trigger: t.Trigger, At: now}
+	// out is zero: its receipt is written field by field, in place (a
+	// composite literal would be built aside and copied).
+	rc := &out.Version
+	rc.Schema = SchemaVersionReceipt
+	rc.Version = v
+	rc.RequestID, rc.Trigger, rc.At = t.RequestID, t.Trigger, now
 	var prev ResourceVersion
 	if cur.Current != nil {
 		prev = cur.Current.Version
@@ -677,7 +689,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		}
 		settle(next, path, t.ReadOrdinal, true)
 		sv := versionFor(cur, next)
-		*sv = StoredVersion{Version: v, Contents: r.contents, Status: VersionServed}
+		sv.Version, sv.Contents, sv.Status = v, r.contents, VersionServed
 		next.Current = sv
 		entry(InvalidateUpdated)
 		return true, nil
@@ -691,14 +703,19 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 //
 // It filters next's tickets in place: they must be next's own (stepFunc).
 func settle(next *Record, path *transitions, ord uint64, passed bool) {
-	kept := next.Tickets[:0]
-	for _, held := range next.Tickets {
+	n := 0
+	for i := range next.Tickets {
+		held := &next.Tickets[i]
 		if held.ReadOrdinal == ord || (passed && held.ReadOrdinal < ord) {
 			continue
 		}
-		kept = append(kept, held)
+		if n != i {
+			next.Tickets[n] = *held
+		}
+		n++
 	}
-	clear(next.Tickets[len(kept):])
+	clear(next.Tickets[n:])
+	kept := next.Tickets[:n]
 	if len(kept) == 0 {
 		kept = nil
 	}

@@ -835,8 +835,8 @@ func (l *memoryLedger) inspect(key string, fn func(cur *Record)) {
 	fn(l.records[key])
 }
 
-// memTx is a write in place on the memory ledger, from begin, which takes
-// the ledger's lock, to commit or end, which let it go. It lives on its
+// memTx is a write in place on the memory ledger, from lock, which takes
+// the ledger's lock, and holding, to commit or end, which let it go. It lives on its
 // holder's stack; once the lock is gone, its holder must keep nothing it
 // handed out.
 //
@@ -860,11 +860,6 @@ type memTx struct {
 	slot *memSlot
 	i    int
 	held bool
-}
-
-// begin takes the ledger's lock and returns the write in place of key.
-func (l *memoryLedger) begin(key string) memTx {
-	return l.holding(key, l.lock(key))
 }
 
 // lock takes the ledger's lock and returns the record of key, which its
@@ -988,7 +983,7 @@ func (tx *memTx) commit(engine string) (uint64, error) {
 // alone, and when it returns false nothing else does: a write refused by
 // the record as it is costs no copy.
 func (l *memoryLedger) update(key, engine string, pre func(cur *Record) bool, fn stepFunc) (uint64, error) {
-	tx := l.begin(key)
+	tx := l.holding(key, l.lock(key))
 	defer tx.end()
 	if pre != nil && !pre(tx.cur) {
 		return 0, nil

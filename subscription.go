@@ -131,12 +131,11 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 // transitions records the steps one ledger write takes, to tell the observer
 // once the write is stored. It is reset at each compare-and-swap attempt.
 type transitions struct {
-	gen   uint64
-	steps [4]struct {
-		from, to SubscriptionState
-		event    string
-	}
-	n int
+	gen uint64
+	// steps holds each step as the indices of its event (eventNames) and
+	// states (stateNames).
+	steps [4]struct{ event, from, to uint8 }
+	n     int
 }
 
 func (p *transitions) reset(cur *Record) {
@@ -147,15 +146,17 @@ func (p *transitions) reset(cur *Record) {
 }
 
 // transitionIndex is transitionTable as an array, for the events and states
-// eventIndex and stateIndex know: move looks a step up without hashing.
-var transitionIndex = func() (x [len(eventNames)][len(stateNames)]SubscriptionState) {
+// eventIndex and stateIndex know (every one the table names): move looks a
+// step up without hashing. It holds the index of the state a step leads to,
+// plus one; 0 where there is no step.
+var transitionIndex = func() (x [len(eventNames)][len(stateNames)]uint8) {
 	for event, steps := range transitionTable {
 		for from, to := range steps {
-			i, j := eventIndex(event), stateIndex(from)
-			if i < 0 || j < 0 {
+			i, j, k := eventIndex(event), stateIndex(from), stateIndex(to)
+			if i < 0 || j < 0 || k < 0 {
 				panic("mcpsync: transition table names an unindexed event or state")
 			}
-			x[i][j] = to
+			x[i][j] = uint8(k + 1)
 		}
 	}
 	return x
@@ -253,17 +254,24 @@ func stateIndex(s SubscriptionState) int {
 func nextState(event string, from SubscriptionState) (SubscriptionState, bool) {
 	i, j := eventIndex(event), stateIndex(from)
 	if i < 0 || j < 0 {
+		// Not in the table: it names only indexed events and states.
 		to, ok := transitionTable[event][from]
 		return to, ok
 	}
-	to := transitionIndex[i][j]
-	return to, to != ""
+	if k := transitionIndex[i][j]; k > 0 {
+		return stateNames[k-1], true
+	}
+	return "", false
 }
 
 // move applies event to r's state, or returns a *TransitionError.
 func (p *transitions) move(r *Record, event string) error {
-	to, ok := nextState(event, r.State)
-	if !ok {
+	i, j := eventIndex(event), stateIndex(r.State)
+	k := uint8(0)
+	if i >= 0 && j >= 0 {
+		k = transitionIndex[i][j]
+	}
+	if k == 0 {
 		key := ""
 		if r.Sub != nil {
 			key = r.Sub.URI
@@ -271,10 +279,10 @@ func (p *transitions) move(r *Record, event string) error {
 		return &TransitionError{URI: key, From: r.State, Event: event}
 	}
 	if p.n < len(p.steps) {
-		p.steps[p.n].from, p.steps[p.n].to, p.steps[p.n].event = r.State, to, event
+		p.steps[p.n].event, p.steps[p.n].from, p.steps[p.n].to = uint8(i), uint8(j), k-1
 		p.n++
 	}
-	r.State = to
+	r.State = stateNames[k-1]
 	return nil
 }
 
