@@ -490,9 +490,10 @@ func (o *outboxLog) discardThrough(seq uint64) {
 	i := uint64(o.off) + seq - o.first + 1 // the new first entry, counted from chunks[0]
 	whole := int(i / outboxChunk)
 	for k := 0; k < whole && o.views == 0 && len(o.spares) < outboxSpares; k++ {
-		c := o.chunks[k][:0]
-		clear(c[:outboxChunk])
-		o.spares = append(o.spares, c)
+		// Not cleared: the appends that reuse it overwrite its entries,
+		// which until then keep only what they point to (URIs, digests,
+		// subjects) reachable.
+		o.spares = append(o.spares, o.chunks[k][:0])
 	}
 	clear(o.chunks[:whole])
 	o.chunks = o.chunks[whole:]
