@@ -374,11 +374,12 @@ type memoryLedger struct {
 	// It is written under mu and read without it: every accept reads it.
 	revokeGen atomic.Uint64
 	joined    []string // revoked subjects in the order they joined; len == revokeGen
-	// slots holds the private copies of every key the ledger wrote in place
-	// (update), for the key's next write.
+	// slots holds the private copy of every key the ledger wrote in place
+	// (memTx), for the key's next write.
 	slots map[string]*memSlot
-	// scratch is the room of the outbox entries of a write in place
-	// (memTx), reused by the next one.
+	// draft is where a write in place is built, and scratch the room of its
+	// outbox entries; both are reused by the next one.
+	draft   memSlot
 	scratch []OutboxEntry
 	// exports are the exports in progress; each keeps the record, as of
 	// its instant, of every key written since.
@@ -577,9 +578,6 @@ func (l *memoryLedger) storeLocked(key string, r *Record) {
 	if !known {
 		l.keys.add(key)
 	}
-	if old != nil && old.slot != nil {
-		old.slot.pub = nil // old is no longer the key's record
-	}
 	l.records[key] = r
 	l.indexLocked(key, old, r)
 }
@@ -762,69 +760,55 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	return first, true, nil
 }
 
-// memSlot holds the memory ledger's two private copies of one key's
-// record: buf[0] is the key's record once the ledger wrote it in place,
-// and buf[1] is where each later write is built (memTx), to be copied into
-// buf[0] when it is stored, so that the map entry stays as it is. A write
-// stores its new version in a cell of vers that neither the key's record
-// nor the copy being written points to (versionFor). So a write allocates
-// no record, no ticket array and no version.
+// memSlot holds the memory ledger's private copy of one key's record: rec,
+// the key's record once the ledger wrote it in place, with its own ticket
+// array and its version in ver when the ledger wrote that too. A write in
+// place (memTx) is built in the ledger's draft, a memSlot of its own that
+// no key owns, and copied into the key's slot when it is stored, so that
+// the map entry stays as it is: a write allocates no record, no ticket
+// array and no version, and a key costs a record and a version, as one
+// written by compare-and-swap does.
 //
-// Nothing outside the ledger ever sees a private copy or a cell: Load,
-// Range, Export and unknownCloses hand out pub, an immutable copy with its
-// own tickets and version, made the first time one is asked for after a
-// write (publishLocked), and the record an export keeps of a key written
+// Nothing outside the ledger ever sees a private copy: Load, Range, Export
+// and unknownCloses hand out an immutable copy with its own tickets and
+// version (publishLocked), and the record an export keeps of a key written
 // during it is such a copy too.
 type memSlot struct {
-	buf [2]Record
-	// tickets holds each copy's own ticket array, kept while the copy has
-	// no ticket (Tickets is then nil, as in every record); the two never
-	// share one.
-	tickets [2][]Ticket
-	vers    [2]StoredVersion
-	// pub is the immutable copy handed out of the private copy that is the
-	// key's record; nil until one is asked for after the write.
-	pub *Record
-}
-
-// holds reports whether v is one of s's version cells.
-func (s *memSlot) holds(v *StoredVersion) bool {
-	return v == &s.vers[0] || v == &s.vers[1]
+	rec Record
+	// tickets is rec's own ticket array, kept while rec has no ticket
+	// (Tickets is then nil, as in every record); no other slot's or the
+	// draft's.
+	tickets []Ticket
+	ver     StoredVersion
 }
 
 // versionFor returns where the step that writes next, a copy of cur, puts
-// a new current version: on the memory ledger's private copy, a version
-// cell of its slot that neither points to, which the write makes next's
-// own; otherwise a new StoredVersion.
+// a new current version: on the memory ledger's draft, its version cell
+// unless next or cur already points to it; otherwise a new StoredVersion.
 func versionFor(cur, next *Record) *StoredVersion {
 	if s := next.slot; s != nil {
-		for k := range s.vers {
-			if v := &s.vers[k]; v != cur.Current && v != next.Current {
-				return v
-			}
+		if v := &s.ver; v != cur.Current && v != next.Current {
+			return v
 		}
 	}
 	return new(StoredVersion)
 }
 
 // publishLocked returns r as a caller may hold it: r itself, or, for a
-// private copy, its immutable copy, made once per write.
+// private copy, an immutable copy of it. The copy is not kept: a key read
+// after each write costs a copy each time, and none stays in memory.
 func (l *memoryLedger) publishLocked(r *Record) *Record {
 	if r == nil || r.slot == nil {
 		return r
 	}
-	s := r.slot
-	if s.pub == nil || s.pub.Revision != r.Revision {
-		p := *r
-		p.slot = nil
-		p.Tickets = slices.Clone(r.Tickets)
-		if s.holds(p.Current) {
-			v := *p.Current
-			p.Current = &v
-		}
-		s.pub = &p
+	p := *r
+	p.slot = nil
+	p.Tickets = slices.Clone(r.Tickets)
+	if p.Current == &r.slot.ver {
+		v := *p.Current
+		p.Current = &v
 	}
-	return s.pub
+	return &p
 }
 
 // inspect runs fn, under the ledger's lock, on the record stored under key
@@ -843,7 +827,8 @@ func (l *memoryLedger) inspect(key string, fn func(cur *Record)) {
 //
 // Its holder reads cur, the key's record (nil when there is none), which
 // it must not change; it may call prepare for next, a private copy of cur
-// one revision on (memSlot), change it in place, append the outbox entries
+// one revision on (the draft, memSlot), change it in place, append the
+// outbox entries
 // of the write to entries(), and commit, which stores next and them in one
 // step, exactly as CompareAndSwap(key, cur.Revision, next, entries) would.
 // What next points to (its version, subscription, corroboration,
@@ -857,9 +842,8 @@ type memTx struct {
 	l    *memoryLedger
 	key  string
 	cur  *Record
-	next *Record // once prepared: slot.buf[i]
-	slot *memSlot
-	i    int
+	next *Record  // once prepared: the draft's record
+	slot *memSlot // once prepared: the key's slot
 	held bool
 }
 
@@ -885,7 +869,7 @@ func (tx *memTx) end() {
 	}
 	tx.held = false
 	l := tx.l
-	// The scratch keeps its room; what its entries point to stays
+	// The scratch and the draft keep their room; what they point to stays
 	// reachable until the next write overwrites them.
 	l.scratch = l.scratch[:0]
 	tx.cur, tx.next, tx.slot = nil, nil, nil
@@ -897,33 +881,30 @@ func (tx *memTx) end() {
 func (tx *memTx) entries() *[]OutboxEntry { return &tx.l.scratch }
 
 // prepare returns next, the private copy of cur (which must not be nil)
-// one revision on that the write changes, with tickets of its own.
+// one revision on that the write changes: the ledger's draft, with tickets
+// of its own.
 func (tx *memTx) prepare() *Record {
 	if tx.next != nil {
 		return tx.next
 	}
-	cur := tx.cur
+	l, cur := tx.l, tx.cur
 	s := cur.slot
 	if s == nil {
-		l := tx.l
 		if s = l.slots[tx.key]; s == nil {
 			s = new(memSlot)
 			l.slots[tx.key] = s
 		}
 	}
-	i := 0
-	if cur == &s.buf[0] {
-		i = 1 // built aside, copied into buf[0] at commit
-	}
-	next := &s.buf[i]
+	d := &l.draft
+	next := &d.rec
 	*next = *cur
-	next.slot = s
+	next.slot = d
 	next.Revision = cur.Revision + 1
-	next.Tickets = append(s.tickets[i][:0], cur.Tickets...)
-	if cap(next.Tickets) > 0 {
-		s.tickets[i] = next.Tickets[:0]
+	next.Tickets = append(d.tickets[:0], cur.Tickets...)
+	if cap(next.Tickets) > cap(d.tickets) {
+		d.tickets = next.Tickets[:0]
 	}
-	tx.next, tx.slot, tx.i = next, s, i
+	tx.next, tx.slot = next, s
 	return next
 }
 
@@ -932,37 +913,38 @@ func (tx *memTx) prepare() *Record {
 // returns the number of the first entry (0: none).
 func (tx *memTx) commit(engine string) (uint64, error) {
 	defer tx.end()
-	l, cur, next, s := tx.l, tx.cur, tx.next, tx.slot
+	l, cur, next, s, d := tx.l, tx.cur, tx.next, tx.slot, &tx.l.draft
 	if next == nil {
 		return 0, fmt.Errorf("mcpsync: store %s: a write of no record", tx.key)
-	}
-	switch t := next.Tickets; {
-	case overlaps(t, cur.Tickets):
-		// Not next's own array. Shared with a private copy, which a later
-		// write rewrites, they are copied now.
-		if cur.slot != nil {
-			next.Tickets = slices.Clone(t)
-		}
-	case cap(t) > cap(s.tickets[tx.i]):
-		s.tickets[tx.i] = t[:0] // next's own, grown: kept for reuse
-	}
-	if len(next.Tickets) == 0 {
-		next.Tickets = nil
 	}
 	entries := l.scratch
 	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
 		return 0, fmt.Errorf("mcpsync: store %s: %w", tx.key, err)
 	}
-	// storeLocked, knowing the key's record: cur.
+	// storeLocked, knowing the key's record: cur, which is read here for
+	// the last time (the key's slot is then overwritten).
 	l.keepLocked(tx.key, cur)
 	l.indexLocked(tx.key, cur, next)
-	s.pub = nil
-	if tx.i == 1 {
-		// cur is buf[0]: the write takes its place, and its ticket array.
-		s.buf[0] = *next
-		s.tickets[0], s.tickets[1] = s.tickets[1], s.tickets[0]
+	t := next.Tickets
+	if overlaps(t, cur.Tickets) {
+		t = slices.Clone(t) // not the draft's: never leave a record sharing them
+	}
+	if len(t) == 0 {
+		t = nil
+	} else if unsafe.SliceData(t) == unsafe.SliceData(d.tickets) {
+		// The key takes the draft's array, the draft the key's old one.
+		d.tickets, s.tickets = s.tickets[:0], t[:0]
 	} else {
-		l.records[tx.key] = next
+		s.tickets = t[:0] // grown, or copied: the key's own now
+	}
+	s.rec = *next
+	s.rec.slot, s.rec.Tickets = s, t
+	if next.Current == &d.ver {
+		s.ver = d.ver
+		s.rec.Current = &s.ver
+	}
+	if cur != &s.rec {
+		l.records[tx.key] = &s.rec
 	}
 	if len(entries) == 0 {
 		return 0, nil
