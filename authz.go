@@ -268,20 +268,20 @@ func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
 // revocations its record still carries: a sweep leaves alone the URIs other
 // workers hold (ErrNotLeaseholder), so whoever opens one next sweeps it.
 func (e *Engine) sweepOpened(ctx context.Context, key string, r *Record) error {
+	return e.sweepSubjects(ctx, key, subjectsOf(r))
+}
+
+// sweepSubjects is sweepOpened of a record whose subjects (subjectsOf) are
+// held: it revokes on key those of them that are revoked.
+func (e *Engine) sweepSubjects(ctx context.Context, key string, held []string) error {
 	if err := e.syncRevoked(ctx); err != nil {
 		return err
 	}
 	var subjects []string
-	add := func(s string) {
-		if e.isRevoked(s) && !slices.Contains(subjects, s) {
+	for _, s := range held {
+		if e.isRevoked(s) {
 			subjects = append(subjects, s)
 		}
-	}
-	if c := r.Current; c != nil && c.Status != VersionRevoked {
-		add(c.Version.Subject)
-	}
-	for _, a := range r.Artifacts {
-		add(a.Version.Subject)
 	}
 	var rc RevocationReceipt
 	for _, s := range subjects {

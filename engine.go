@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,10 @@ type Options struct {
 // tickets, runs the fence, drives the subscription state machine and owns the
 // outbox. An Engine is safe for concurrent use.
 type Engine struct {
-	ledger       Ledger
+	ledger Ledger
+	// mem is ledger when it is the memory ledger, whose writes the fence
+	// makes in place (change); nil for every other ledger.
+	mem          *memoryLedger
 	guard        ContentGuard
 	now          func() time.Time
 	onTransition func(Transition)
@@ -65,6 +69,9 @@ type Engine struct {
 	// its sweep of the ledger sees every version the subject will ever have.
 	revokeMu sync.RWMutex
 	revoked  sync.Map // subject → struct{}; only grows
+	// revokedAny is set once revoked holds a subject: until then no
+	// lookup of it is needed.
+	revokedAny atomic.Bool
 	// revokedGen is the ledger's RevokedGeneration that revoked reflects:
 	// when the ledger's moves on (another engine on the same ledger
 	// revoked a subject), the set is read again (syncRevoked).
@@ -121,8 +128,13 @@ func NewEngine(opts *Options) (*Engine, error) {
 		onTransition: o.OnTransition,
 		maxTickets:   o.MaxReadsInFlight,
 	}
+	e.mem, _ = o.Ledger.(*memoryLedger)
 	e.queue.init(o.ConfirmSends)
-	e.audit.init(o.AuditCapacity)
+	var auditMu *sync.Mutex
+	if e.mem != nil {
+		auditMu = &e.mem.mu
+	}
+	e.audit.init(o.AuditCapacity, auditMu)
 	// No session is current until BeginSession: results of the sessions the
 	// ledger remembers all belong to older generations.
 	e.session.Store(&session{})
@@ -151,6 +163,8 @@ func (e *Engine) ID() string { return e.id }
 const requestBlock = 64
 
 // idBlock holds request ids reserved from the ledger and not yet used.
+// On the memory ledger the ledger's lock guards it instead of mu: only
+// steps in place (issue) hand ids out there (requestIDLocked).
 type idBlock struct {
 	mu        sync.Mutex // protects next and end
 	next, end uint64     // next is free while next < end
@@ -163,6 +177,23 @@ func (e *Engine) requestID(ctx context.Context) (uint64, error) {
 	defer b.mu.Unlock()
 	if b.next == b.end {
 		first, err := e.ledger.Next(ctx, CounterRequest, requestBlock)
+		if err != nil {
+			return 0, fmt.Errorf("mcpsync: reserve request ids: %w", err)
+		}
+		b.next, b.end = first, first+requestBlock
+	}
+	id := b.next
+	b.next++
+	return id, nil
+}
+
+// requestIDLocked is requestID in a step on the memory ledger, whose lock
+// the caller holds: the block is reserved from the ledger's counter under
+// that lock, as Next would reserve it.
+func (e *Engine) requestIDLocked() (uint64, error) {
+	b := &e.requests
+	if b.next == b.end {
+		first, err := e.mem.nextLocked(CounterRequest, requestBlock)
 		if err != nil {
 			return 0, fmt.Errorf("mcpsync: reserve request ids: %w", err)
 		}
@@ -258,6 +289,83 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, fn func(cur *R
 	return nil, 0, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
 }
 
+// stepFunc is one write of a record, made on a copy: cur is the record as
+// stored (nil when there is none), which it must not change, and next, when
+// cur is not nil, a copy of it one revision on. The step changes next's
+// fields and its tickets in place (next's ticket array is its own); what
+// next points to (its version, subscription, corroboration, artifacts) it
+// replaces, never modifies. It appends the outbox entries of the write to
+// *entries and returns whether to store next. It must keep neither cur nor
+// next, and must not call the ledger: on the memory ledger it runs under
+// the ledger's lock, on the ledger's private copy of the record.
+type stepFunc func(cur, next *Record, entries *[]OutboxEntry) (bool, error)
+
+// change applies fn to the record of key and stores its result: on the
+// memory ledger in place, under its lock (memoryLedger.update), on any
+// other ledger by compare-and-swap, retrying with the fresh record when
+// another writer won, starting from cur when loaded (as updateFrom). It
+// returns the number of the first outbox entry written (0: none).
+func (e *Engine) change(key string, cur *Record, loaded bool, fn stepFunc) (uint64, error) {
+	ctx := context.Background()
+	if e.mem != nil {
+		return e.mem.update(key, e.id, nil, fn)
+	}
+	var entries []OutboxEntry
+	for range casAttempts {
+		if !loaded {
+			var err error
+			if cur, err = e.ledger.Load(ctx, key); err != nil {
+				return 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
+			}
+		}
+		loaded = false
+		var next *Record
+		if cur != nil {
+			next = cur.clone()
+			next.Tickets = slices.Clone(cur.Tickets) // the step's own
+		}
+		entries = entries[:0]
+		write, err := fn(cur, next, &entries)
+		if err != nil || !write {
+			return 0, err
+		}
+		if next == nil {
+			return 0, fmt.Errorf("mcpsync: store %s: a write of no record", key)
+		}
+		if len(next.Tickets) == 0 {
+			next.Tickets = nil
+		}
+		for i := range entries {
+			entries[i].Engine = e.id
+		}
+		seq, ok, err := e.ledger.CompareAndSwap(ctx, key, cur.revision(), next, entries)
+		if err != nil {
+			return 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
+		}
+		if ok {
+			return seq, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
+}
+
+// view runs fn on the record of key as stored (nil when there is none),
+// which fn must not change or keep: on the memory ledger it runs under the
+// ledger's lock and costs no copy.
+func (e *Engine) view(key string, fn func(cur *Record)) error {
+	ctx := context.Background()
+	if e.mem != nil {
+		e.mem.inspect(key, fn)
+		return nil
+	}
+	cur, err := e.ledger.Load(ctx, key)
+	if err != nil {
+		return fmt.Errorf("mcpsync: load %s: %w", key, err)
+	}
+	fn(cur)
+	return nil
+}
+
 // NormalizeURI returns the key uri is stored under: the form every
 // method of the engine turns a URI into before it touches the ledger, and
 // the key of a lease on a shared ledger.
@@ -323,31 +431,46 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
 	}
-	r, err := e.ledger.Load(context.Background(), key)
+	// The entry is copied out of the record as it is stored: nothing of
+	// the record is kept (its contents are the read's, never changed).
+	var entry Entry
+	var refused error
+	known := true
+	if err := e.view(key, func(r *Record) {
+		switch {
+		case r == nil:
+			known = false
+			return
+		case r.Current == nil:
+			refused = ErrNoVersion
+			return
+		}
+		c := r.Current
+		switch {
+		case c.Status == VersionRevoked:
+			refused = ErrRevoked
+		case c.Version.Subject != subject:
+			refused = ErrForbidden
+		case c.Status == VersionQuarantined:
+			refused = ErrQuarantined
+		case c.Status == VersionTombstonePending:
+			refused = ErrTombstonePending
+		case c.Status == VersionTombstoned:
+			refused = ErrTombstoned
+		default:
+			entry = Entry{Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt}
+			if r.State.open() && r.Sub != nil {
+				entry.StalenessBound = r.Sub.StalenessBound
+			}
+		}
+	}); err != nil {
+		return Entry{}, err
+	}
 	switch {
-	case err != nil:
-		return Entry{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
-	case r == nil:
+	case !known:
 		return Entry{}, fmt.Errorf("%w: %s was never subscribed", ErrUnknownURI, key)
-	case r.Current == nil:
-		return Entry{}, ErrNoVersion
-	}
-	c := r.Current
-	switch {
-	case c.Status == VersionRevoked:
-		return Entry{}, ErrRevoked
-	case c.Version.Subject != subject:
-		return Entry{}, ErrForbidden
-	case c.Status == VersionQuarantined:
-		return Entry{}, ErrQuarantined
-	case c.Status == VersionTombstonePending:
-		return Entry{}, ErrTombstonePending
-	case c.Status == VersionTombstoned:
-		return Entry{}, ErrTombstoned
-	}
-	entry := Entry{Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt}
-	if r.State.open() && r.Sub != nil {
-		entry.StalenessBound = r.Sub.StalenessBound
+	case refused != nil:
+		return Entry{}, refused
 	}
 	if o.fresh {
 		if entry.StalenessBound == 0 {
@@ -373,6 +496,9 @@ func (e *Engine) refuseRevoked(subject string) error {
 }
 
 func (e *Engine) isRevoked(subject string) bool {
+	if !e.revokedAny.Load() {
+		return false
+	}
 	_, ok := e.revoked.Load(subject)
 	return ok
 }
@@ -383,6 +509,9 @@ func (e *Engine) addRevoked(subjects ...string) {
 	for _, s := range subjects {
 		e.revoked.Store(s, struct{}{})
 	}
+	if len(subjects) > 0 {
+		e.revokedAny.Store(true)
+	}
 }
 
 // syncRevoked makes the cached revoked set hold every subject the ledger
@@ -390,9 +519,14 @@ func (e *Engine) addRevoked(subjects ...string) {
 // another engine sharing the ledger revoked a subject. Unchanged, it costs
 // one cheap read, so every accept and lookup can afford it.
 func (e *Engine) syncRevoked(ctx context.Context) error {
-	gen, err := e.ledger.RevokedGeneration(ctx)
-	if err != nil {
-		return fmt.Errorf("mcpsync: read revocations: %w", err)
+	var gen uint64
+	if e.mem != nil {
+		gen = e.mem.revokeGen.Load()
+	} else {
+		var err error
+		if gen, err = e.ledger.RevokedGeneration(ctx); err != nil {
+			return fmt.Errorf("mcpsync: read revocations: %w", err)
+		}
 	}
 	if gen == e.revokedGen.Load() {
 		return nil
@@ -400,7 +534,7 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 	if x, ok := e.ledger.(ledgerIndex); ok {
 		return e.loadRevokedAfter(ctx, x)
 	}
-	_, err = e.loadRevoked(ctx)
+	_, err := e.loadRevoked(ctx)
 	return err
 }
 
@@ -458,33 +592,56 @@ func (e *Engine) emit(key string, path *transitions) {
 	}
 	for i := 0; i < path.n; i++ {
 		s := path.steps[i]
-		e.onTransition(Transition{URI: key, SubscriptionGeneration: path.gen, From: s.from, To: s.to, Event: s.event})
+		e.onTransition(Transition{
+			URI: key, SubscriptionGeneration: path.gen,
+			From: stateNames[s.from], To: stateNames[s.to], Event: eventNames[s.event],
+		})
 	}
 }
 
 // auditLog keeps the newest stale receipts and a count per reason.
 type auditLog struct {
-	mu     sync.Mutex // protects every field below
-	ring   []StaleReceipt
-	next   int // where the next receipt goes
-	full   bool
+	// mu guards every field below: own, or, on the memory ledger, the
+	// ledger's lock, which a write in place that refuses a result already
+	// holds (recordLocked): a stale result then takes one lock, not two.
+	mu   *sync.Mutex
+	own  sync.Mutex
+	ring []StaleReceipt
+	next int // where the next receipt goes
+	full bool
+	// known counts the reasons of staleReasons, by reasonIndex, and counts
+	// any other.
+	known  [len(staleReasons)]uint64
 	counts map[StaleReason]uint64
 }
 
-func (a *auditLog) init(capacity int) {
+func (a *auditLog) init(capacity int, mu *sync.Mutex) {
+	if mu == nil {
+		mu = &a.own
+	}
+	a.mu = mu
 	a.ring = make([]StaleReceipt, capacity)
 	a.counts = make(map[StaleReason]uint64)
 }
 
 func (a *auditLog) record(s *StaleReceipt) {
 	a.mu.Lock()
+	a.recordLocked(s)
+	a.mu.Unlock()
+}
+
+// recordLocked is record by a holder of a.mu.
+func (a *auditLog) recordLocked(s *StaleReceipt) {
 	a.ring[a.next] = *s
 	a.next++
 	if a.next == len(a.ring) {
 		a.next, a.full = 0, true
 	}
-	a.counts[s.Reason]++
-	a.mu.Unlock()
+	if i := reasonIndex(s.Reason); i >= 0 {
+		a.known[i]++
+	} else {
+		a.counts[s.Reason]++
+	}
 }
 
 // RefuseNotification records a notification that triggers nothing: one of
@@ -523,6 +680,11 @@ func (e *Engine) StaleCounts() map[StaleReason]uint64 {
 	out := make(map[StaleReason]uint64, len(a.counts))
 	for k, v := range a.counts {
 		out[k] = v
+	}
+	for i, n := range a.known {
+		if n > 0 {
+			out[staleReasons[i]] = n
+		}
 	}
 	return out
 }

@@ -27,9 +27,9 @@ var (
 	ErrReconciliationRequired = &RefusalError{Reason: ReasonReconciliationRequired}
 )
 
-// refusals maps each reason to its sentinel, so that the stale path of the
-// fence returns an error without allocating.
-var refusals = map[StaleReason]error{}
+// refusals holds the sentinel of each reason that has one, by reasonIndex,
+// so that the stale path of the fence returns an error without allocating.
+var refusals [len(staleReasons)]error
 
 func init() {
 	for _, e := range []*RefusalError{
@@ -37,8 +37,48 @@ func init() {
 		ErrURIMismatch, ErrNotActive, ErrSubjectRevoked, ErrEmptyContents,
 		ErrInvalidContent, ErrReconciliationRequired,
 	} {
-		refusals[e.Reason] = e
+		refusals[reasonIndex(e.Reason)] = e
 	}
+}
+
+// staleReasons lists the reasons this package gives, in the order of
+// reasonIndex.
+var staleReasons = [...]StaleReason{
+	ReasonStaleOrdinal, ReasonStaleAfterClose, ReasonGenerationMismatch, ReasonUnknownRequest,
+	ReasonURIMismatch, ReasonNotActive, ReasonSubjectRevoked, ReasonEmptyContents,
+	ReasonInvalidContent, ReasonNotSubscribed, ReasonReconciliationRequired, ReasonLimitExceeded,
+}
+
+// reasonIndex returns the index of reason in staleReasons, or -1. The fence
+// counts and names refusals by it without hashing.
+func reasonIndex(reason StaleReason) int {
+	switch reason {
+	case ReasonStaleOrdinal:
+		return 0
+	case ReasonStaleAfterClose:
+		return 1
+	case ReasonGenerationMismatch:
+		return 2
+	case ReasonUnknownRequest:
+		return 3
+	case ReasonURIMismatch:
+		return 4
+	case ReasonNotActive:
+		return 5
+	case ReasonSubjectRevoked:
+		return 6
+	case ReasonEmptyContents:
+		return 7
+	case ReasonInvalidContent:
+		return 8
+	case ReasonNotSubscribed:
+		return 9
+	case ReasonReconciliationRequired:
+		return 10
+	case ReasonLimitExceeded:
+		return 11
+	}
+	return -1
 }
 
 // RefusalError is a read result the fence did not accept. The stale receipt
@@ -75,8 +115,8 @@ func (e *RefusalError) Is(target error) bool {
 }
 
 func refusal(reason StaleReason) error {
-	if err, ok := refusals[reason]; ok {
-		return err
+	if i := reasonIndex(reason); i >= 0 && refusals[i] != nil {
+		return refusals[i]
 	}
 	return &RefusalError{Reason: reason}
 }

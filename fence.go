@@ -78,7 +78,7 @@ type Ticket struct {
 // sameIdentity reports whether t is the ticket held as issued: a ticket is
 // a value a caller may store, copy or send through JSON, so the fence
 // compares all of it, never trusting a field it did not record.
-func (t Ticket) sameIdentity(held Ticket) bool {
+func (t *Ticket) sameIdentity(held *Ticket) bool {
 	return t.RequestID == held.RequestID && t.ReadOrdinal == held.ReadOrdinal && t.URI == held.URI && t.Engine == held.Engine &&
 		t.SessionGeneration == held.SessionGeneration && t.SubscriptionGeneration == held.SubscriptionGeneration &&
 		t.Subject == held.Subject && t.Trigger == held.Trigger && t.IssuedAt.Equal(held.IssuedAt)
@@ -109,52 +109,63 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Reco
 	var t Ticket
 	var path transitions
 	var id uint64
-	_, _, err := e.updateFrom(key, loaded, loaded != nil, func(cur *Record) (*Record, []OutboxEntry, error) {
-		path.reset(cur)
-		if cur == nil || cur.Sub == nil {
-			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
-		}
-		if cur.Sub.SessionGeneration != e.sessionGeneration() {
-			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evIssueRead + " (session ended)"}
-		}
-		if want != nil && (want.session != cur.Sub.SessionGeneration || want.gen != cur.Sub.Generation) {
-			return nil, nil, errGenerationMoved
-		}
-		if len(cur.Tickets) >= e.maxTickets {
-			return nil, nil, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(cur.Tickets))
-		}
-		next := cur.clone()
-		if err := path.move(next, evIssueRead); err != nil {
-			return nil, nil, err
-		}
-		if id == 0 {
-			// Reserved once, kept across compare-and-swap retries: an id
-			// is never handed out twice, and a retry need not waste one.
-			var err error
-			if id, err = e.requestID(context.Background()); err != nil {
-				return nil, nil, err
-			}
-		}
-		next.LastIssued++
-		t = Ticket{
-			Engine:                 e.id,
-			URI:                    key,
-			SessionGeneration:      cur.Sub.SessionGeneration,
-			SubscriptionGeneration: cur.Sub.Generation,
-			ReadOrdinal:            next.LastIssued,
-			RequestID:              id,
-			Trigger:                trigger,
-			Subject:                cur.Sub.Subject,
-			IssuedAt:               e.now(),
-		}
-		next.Tickets = append(cur.Tickets[:len(cur.Tickets):len(cur.Tickets)], t)
-		return next, nil, nil
-	})
-	if err != nil {
-		return Ticket{}, err
+	// The clock is user code: on the memory ledger, whose lock the step
+	// runs under, it is read before.
+	var issuedAt time.Time
+	if e.mem != nil {
+		issuedAt = e.now()
 	}
-	e.emit(key, &path)
-	return t, nil
+	{
+		_, err := e.change(key, loaded, loaded != nil, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+			path.reset(cur)
+			if cur == nil || cur.Sub == nil {
+				return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+			}
+			if cur.Sub.SessionGeneration != e.sessionGeneration() {
+				return false, &TransitionError{URI: key, From: cur.State, Event: evIssueRead + " (session ended)"}
+			}
+			if want != nil && (want.session != cur.Sub.SessionGeneration || want.gen != cur.Sub.Generation) {
+				return false, errGenerationMoved
+			}
+			if len(cur.Tickets) >= e.maxTickets {
+				return false, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(cur.Tickets))
+			}
+			if err := path.move(next, evIssueRead); err != nil {
+				return false, err
+			}
+			if id == 0 {
+				// Reserved once, kept across compare-and-swap retries: an
+				// id is never handed out twice, and a retry need not
+				// waste one.
+				var err error
+				if e.mem != nil {
+					id, err = e.requestIDLocked()
+				} else {
+					id, err = e.requestID(context.Background())
+				}
+				if err != nil {
+					return false, err
+				}
+			}
+			next.LastIssued++
+			// Every field, one by one: a composite literal would be built
+			// aside and copied.
+			t.Engine, t.URI, t.Trigger = e.id, key, trigger
+			t.SessionGeneration, t.SubscriptionGeneration = cur.Sub.SessionGeneration, cur.Sub.Generation
+			t.ReadOrdinal, t.RequestID, t.Subject = next.LastIssued, id, cur.Sub.Subject
+			t.IssuedAt = issuedAt
+			if e.mem == nil {
+				t.IssuedAt = e.now()
+			}
+			next.Tickets = append(next.Tickets, t)
+			return true, nil
+		})
+		if err != nil {
+			return Ticket{}, err
+		}
+		e.emit(key, &path)
+		return t, nil
+	}
 }
 
 // Outcome is what the fence did with one read result: exactly one of Version
@@ -223,83 +234,226 @@ func (o Outcome) Withdrawn() bool {
 // outbox entry, and returns a *RefusalError matching ErrRefused and the
 // sentinel of its reason. Refusals that need no ledger write (stale ordinal,
 // generation mismatch, after close, unknown request) do not allocate.
-func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) {
+func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (out Outcome, err error) {
+	// The outcome is written where it is returned from, once: it is half
+	// a kilobyte, and copying it cost the stale path more than its check.
+	if e.mem != nil && e.guard == nil {
+		err = e.acceptInPlace(&out, &t, &r)
+		return out, err
+	}
+	err = e.acceptChecked(&out, &t, &r)
+	return out, err
+}
+
+// acceptChecked is AcceptResourceVersion on a ledger written by
+// compare-and-swap, or with a guard: the record as it is refuses most stale
+// results before the guard runs, and the write checks again. out is zero.
+func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
+	ctx := context.Background()
+	var cur *Record // as loaded, on a ledger written by compare-and-swap
+	var seen fenceView
+	var reason StaleReason
 	// Fast path: most refusals are decided by the record as it is, without
 	// running the guard or writing anything.
-	cur, err := e.ledger.Load(context.Background(), t.URI)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("mcpsync: load %s: %w", t.URI, err)
+	ok := false
+	if e.mem != nil {
+		e.mem.inspect(t.URI, func(cur *Record) {
+			if reason, ok = e.check(cur, t); !ok {
+				seen = viewOf(cur)
+			}
+		})
+	} else {
+		var err error
+		if cur, err = e.ledger.Load(ctx, t.URI); err != nil {
+			return fmt.Errorf("mcpsync: load %s: %w", t.URI, err)
+		}
+		if reason, ok = e.check(cur, t); !ok {
+			seen = viewOf(cur)
+		}
 	}
-	if reason, ok := e.check(cur, t); !ok && reason != ReasonReconciliationRequired {
-		return e.refuse(cur, t, r, reason, "", nil)
+	if !ok && reason != ReasonReconciliationRequired {
+		return e.refuse(out, seen, t, r, reason, "", nil, e.now())
 	}
-	var guardErr error
+	a := acceptStep{e: e}
 	if r.err == nil && !r.notFound && e.guard != nil {
 		// User code runs before the ledger step and outside every lock.
-		guardErr = runGuard(e.guard, t.URI, r.contents)
+		a.guardErr = runGuard(e.guard, t.URI, r.contents)
 	}
 	// A subject revoked through another engine on this ledger is refused
 	// like one revoked here: the cached set is brought up to date first.
-	if err := e.syncRevoked(context.Background()); err != nil {
-		return Outcome{}, err
+	if err := e.syncRevoked(ctx); err != nil {
+		return err
 	}
 	// Held only for the write, never while an observer runs: an observer
-	// may revoke a subject or record an artifact.
-	e.revokeMu.RLock()
-	var out Outcome
-	var reason StaleReason
-	var detail string
-	var cause error
-	var path transitions
-	next, seq, err := e.updateFrom(t.URI, cur, true, func(cur *Record) (*Record, []OutboxEntry, error) {
-		out, reason, detail, cause = Outcome{}, "", "", nil
-		path.reset(cur)
-		if why, ok := e.check(cur, t); !ok {
-			reason = why
-			if why == ReasonReconciliationRequired {
-				next := cur.clone()
-				if err := path.move(next, evIdentityUnknown); err != nil {
-					return nil, nil, nil // already reconciling or closing: audit only
-				}
-				return next, nil, nil
-			}
-			return nil, nil, nil
-		}
-		if why, what, because := e.checkContent(cur, t, r); why != "" {
-			// The ticket is spent: settle it, change nothing else. A read
-			// that did not say not found ends a corroboration; a not-found
-			// refused only because the subscription is no longer open (a
-			// read sent before the not-found that made it pending) says
-			// nothing the corroboration did not know, and leaves it.
-			reason, detail, cause = why, what, because
-			next := cur.clone()
-			settle(next, &path, t.ReadOrdinal, false)
-			if !(why == ReasonNotActive && r.notFound) {
-				next.Corroboration = nil
-			}
-			return next, nil, nil
-		}
-		return e.accept(cur, t, r, guardErr, &out, &path)
-	})
-	e.revokeMu.RUnlock()
-	if err != nil {
-		return Outcome{}, err
+	// may revoke a subject or record an artifact. A write in place needs
+	// none: it checks the subject and stores the version under the memory
+	// ledger's lock, which RevokeSubject takes (Revoke) after publishing
+	// the subject and before its sweep, so the write either sees the
+	// subject revoked or is stored before the sweep reads the ledger.
+	if e.mem == nil {
+		e.revokeMu.RLock()
 	}
-	if reason != "" {
-		e.emit(t.URI, &path)
-		out, err := e.refuse(next, t, r, reason, detail, cause)
-		if reason == ReasonSubjectRevoked && next != nil {
+	seq, err := e.change(t.URI, cur, cur != nil, func(cur, next *Record, entries *[]OutboxEntry) (bool, error) {
+		return a.step(cur, next, entries, out, t, r)
+	})
+	if e.mem == nil {
+		e.revokeMu.RUnlock()
+	}
+	if err != nil {
+		*out = Outcome{}
+		return err
+	}
+	return e.accepted(&a, out, t, r, seq)
+}
+
+// acceptInPlace is AcceptResourceVersion on the memory ledger without a
+// guard: the check of the record as it is and the write are one step
+// under the ledger's lock (memTx), and a refusal costs no copy. out is
+// zero.
+func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
+	if e.mem.revokeGen.Load() != e.revokedGen.Load() {
+		if err := e.syncRevoked(context.Background()); err != nil {
+			return err
+		}
+	}
+	// The clock is user code: it is read before the ledger's lock is
+	// taken, once, for whatever the fence decides.
+	now := e.now()
+	l := e.mem
+	cur := l.lock(t.URI)
+	why, ok := e.check(cur, t)
+	if !ok && why != ReasonReconciliationRequired {
+		// The ledger's lock guards the audit too (auditLog).
+		e.audit.recordLocked(e.stale(out, viewOf(cur), t, r, why, "", now))
+		l.mu.Unlock()
+		return refusal(why)
+	}
+	tx := l.holding(t.URI, cur)
+	return e.acceptLocked(&tx, out, t, r, now, why)
+}
+
+// acceptLocked makes the write of acceptInPlace, whose lock tx holds. It
+// is never inlined: its frame is not set up for a refusal.
+//
+// why is what the check of tx's record said: "" or RECONCILIATION_REQUIRED.
+//
+//go:noinline
+func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time, why StaleReason) error {
+	defer tx.end()
+	a := acceptStep{e: e, now: now, checked: true, why: why}
+	var next *Record
+	if tx.cur != nil {
+		next = tx.prepare()
+	}
+	write, err := a.step(tx.cur, next, tx.entries(), out, t, r)
+	var seq uint64
+	if err == nil && write {
+		seq, err = tx.commit(e.id)
+	} else {
+		tx.end()
+	}
+	if err != nil {
+		*out = Outcome{}
+		return err
+	}
+	return e.accepted(&a, out, t, r, seq)
+}
+
+// acceptStep is the write of AcceptResourceVersion and what the fence
+// decided about the result. (The outcome, the ticket and the result are
+// passed along, not kept in it: so they stay on their caller's stack.)
+type acceptStep struct {
+	e        *Engine
+	guardErr error
+	// now is the time of the write, read before the ledger's lock on the
+	// memory ledger; zero elsewhere, where each attempt reads the clock.
+	now time.Time
+	// checked says the step's record was checked already, under the lock
+	// the step runs under, and why holds what the check said.
+	checked bool
+	why     StaleReason
+
+	reason StaleReason // why the result was refused; "" when it passed
+	detail string
+	cause  error
+	seen   fenceView // the record that refused it, for the stale receipt
+	held   []string  // the subjects the record holds, after a SUBJECT_REVOKED
+	path   transitions
+	tried  bool // the step ran before: the outcome holds what it wrote
+}
+
+// step is the write of a result (stepFunc).
+func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcome, t *Ticket, r *ReadResult) (bool, error) {
+	e := a.e
+	if a.tried {
+		*out = Outcome{} // a compare-and-swap that lost runs the step again
+	}
+	a.tried = true
+	a.reason, a.detail, a.cause, a.held = "", "", nil, nil
+	a.path.reset(cur)
+	why, ok := a.why, a.why == ""
+	if !a.checked {
+		why, ok = e.check(cur, t)
+	}
+	a.checked = false // a step run again checks its record
+	if !ok {
+		a.reason, a.seen = why, viewOf(cur)
+		if why == ReasonReconciliationRequired {
+			if err := a.path.move(next, evIdentityUnknown); err != nil {
+				return false, nil // already reconciling or closing: audit only
+			}
+			a.seen = viewOf(next)
+			return true, nil
+		}
+		return false, nil
+	}
+	if why, what, because := e.checkContent(cur, t, r); why != "" {
+		// The ticket is spent: settle it, change nothing else. A read
+		// that did not say not found ends a corroboration; a not-found
+		// refused only because the subscription is no longer open (a
+		// read sent before the not-found that made it pending) says
+		// nothing the corroboration did not know, and leaves it.
+		a.reason, a.detail, a.cause = why, what, because
+		settle(next, &a.path, t.ReadOrdinal, false)
+		if !(why == ReasonNotActive && r.notFound) {
+			next.Corroboration = nil
+		}
+		a.seen = viewOf(next)
+		if why == ReasonSubjectRevoked {
+			a.held = subjectsOf(next)
+		}
+		return true, nil
+	}
+	now := a.now
+	if now.IsZero() {
+		now = e.now()
+	}
+	return e.accept(cur, next, t, r, a.guardErr, now, out, &a.path, entries)
+}
+
+// accepted tells the observer and completes the outcome of a step whose
+// write, if any, is stored.
+func (e *Engine) accepted(a *acceptStep, out *Outcome, t *Ticket, r *ReadResult, seq uint64) error {
+	if a.reason != "" {
+		e.emit(t.URI, &a.path)
+		now := a.now
+		if now.IsZero() {
+			now = e.now()
+		}
+		err := e.refuse(out, a.seen, t, r, a.reason, a.detail, a.cause, now)
+		if a.reason == ReasonSubjectRevoked {
 			// A revocation made through another worker left this URI to
 			// its owner: the owner's next read of it sweeps it.
-			if serr := e.sweepOpened(context.Background(), t.URI, next); serr != nil && !errors.Is(serr, ErrNotLeaseholder) {
+			if serr := e.sweepSubjects(context.Background(), t.URI, a.held); serr != nil && !errors.Is(serr, ErrNotLeaseholder) {
 				err = errors.Join(err, serr)
 			}
 		}
-		return out, err
+		return err
 	}
-	e.emit(t.URI, &path)
-	if revoked, err := e.revokedSince(t); revoked || err != nil {
-		return Outcome{}, err
+	e.emit(t.URI, &a.path)
+	if revoked, err := e.revokedSince(t.URI, t.Subject); revoked || err != nil {
+		*out = Outcome{}
+		return err
 	}
 	out.Accepted = true
 	if seq != 0 {
@@ -308,7 +462,7 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 			out.Tombstone.OutboxSeq = seq
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // revokedSince handles a revocation through another engine that landed
@@ -316,16 +470,16 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (Outcome, error) 
 // may have passed this URI before the write, so this engine sweeps it
 // itself (marking the version revoked and announcing it) and refuses the
 // read. Within one engine revokeMu already orders the two.
-func (e *Engine) revokedSince(t Ticket) (bool, error) {
+func (e *Engine) revokedSince(uri, subject string) (bool, error) {
 	if err := e.syncRevoked(context.Background()); err != nil {
 		return false, err
 	}
-	if !e.isRevoked(t.Subject) {
+	if !e.isRevoked(subject) {
 		return false, nil
 	}
 	rc := RevocationReceipt{}
-	if err := e.revokeRecord(t.URI, t.Subject, &rc); err != nil {
-		return true, fmt.Errorf("mcpsync: revoke %q: %w", t.Subject, err)
+	if err := e.revokeRecord(uri, subject, &rc); err != nil {
+		return true, fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
 	}
 	return true, &RefusalError{Reason: ReasonSubjectRevoked, Detail: "revoked through another engine while the read was accepted"}
 }
@@ -343,7 +497,7 @@ func runGuard(g ContentGuard, uri string, contents []Content) (err error) {
 }
 
 // check applies the identity part of the fence rule to the record as stored.
-func (e *Engine) check(cur *Record, t Ticket) (StaleReason, bool) {
+func (e *Engine) check(cur *Record, t *Ticket) (StaleReason, bool) {
 	switch {
 	case cur == nil || cur.Sub == nil:
 		return ReasonUnknownRequest, false
@@ -368,9 +522,9 @@ func (e *Engine) check(cur *Record, t Ticket) (StaleReason, bool) {
 	return "", true
 }
 
-func holdsTicket(cur *Record, t Ticket) bool {
-	for _, held := range cur.Tickets {
-		if held.ReadOrdinal == t.ReadOrdinal {
+func holdsTicket(cur *Record, t *Ticket) bool {
+	for i := range cur.Tickets {
+		if held := &cur.Tickets[i]; held.ReadOrdinal == t.ReadOrdinal {
 			return t.sameIdentity(held)
 		}
 	}
@@ -381,7 +535,7 @@ func holdsTicket(cur *Record, t Ticket) bool {
 // be good; a refusal here spends the ticket.
 // It returns the reason, a detail, and the cause to wrap, each said once:
 // a read prepared with its own refusal lends its reason, detail and cause.
-func (e *Engine) checkContent(cur *Record, t Ticket, r ReadResult) (StaleReason, string, error) {
+func (e *Engine) checkContent(cur *Record, t *Ticket, r *ReadResult) (StaleReason, string, error) {
 	if !cur.State.open() {
 		return ReasonNotActive, "", nil
 	}
@@ -409,10 +563,9 @@ func (e *Engine) checkContent(cur *Record, t Ticket, r ReadResult) (StaleReason,
 	return ReasonURIMismatch, fmt.Sprintf("contents name %q, read was of %q", r.keys[0], t.URI), nil
 }
 
-// accept builds the record and outbox entries of a result that passed.
-func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out *Outcome, path *transitions) (*Record, []OutboxEntry, error) {
-	now := e.now()
-	next := cur.clone()
+// accept writes into next, a copy of cur, the record of a result that
+// passed, and appends its outbox entries to *entries.
+func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr error, now time.Time, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
 	next.Watermark = t.ReadOrdinal
 	v := ResourceVersion{
 		Schema:                 SchemaResourceVersion,
@@ -429,13 +582,25 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 	if len(r.contents) > 0 {
 		v.MIMEType = r.contents[0].MIMEType
 	}
-	out.Version = VersionReceipt{Schema: SchemaVersionReceipt, Version: v, RequestID: t.RequestID, Trigger: t.Trigger, At: now}
+	// out is zero: its receipt is written field by field, in place (a
+	// composite literal would be built aside and copied).
+	rc := &out.Version
+	rc.Schema = SchemaVersionReceipt
+	rc.Version = v
+	rc.RequestID, rc.Trigger, rc.At = t.RequestID, t.Trigger, now
 	var prev ResourceVersion
 	if cur.Current != nil {
 		prev = cur.Current.Version
 		out.Version.PreviousDigest = prev.Digest
 	}
-	entry := OutboxEntry{Schema: SchemaInvalidation, URI: t.URI, Version: v, Previous: prev, Subject: t.Subject, At: now}
+	// The outbox entry of a version (quarantined or updated), written
+	// where the ledger takes it from.
+	entry := func(reason InvalidationReason) {
+		*entries = append(*entries, OutboxEntry{})
+		en := &(*entries)[len(*entries)-1]
+		en.Schema, en.URI, en.Reason, en.Subject, en.At = SchemaInvalidation, t.URI, reason, t.Subject, now
+		en.Version, en.Previous = v, prev
+	}
 	if !r.notFound {
 		// The server has it.
 		next.Corroboration, next.TombstonedAt = nil, time.Time{}
@@ -448,55 +613,59 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 		// was revoked, as well.
 		out.Version.Decision = DecisionTombstoned
 		if err := path.move(next, evStillAbsent); err != nil {
-			return nil, nil, err
+			return false, err
 		}
 		next.Tickets = nil
-		return next, nil, nil
+		return true, nil
 
 	case r.notFound:
-		if ev, ok := corroboratedBy(cur, t); ok {
+		if ev, ok := corroboratedBy(cur, *t); ok {
 			// The second not-found, issued after a clean scan that began
 			// after the first one and did not list the URI.
 			out.Version.Decision = DecisionTombstoned
 			if err := path.move(next, evCorroborated); err != nil {
-				return nil, nil, err
+				return false, err
 			}
 			next.NotFoundAt, next.NotFoundOrdinal = now, t.ReadOrdinal
-			entries, rc := e.tombstone(t.URI, cur, next, ev)
+			tomb, rc := e.tombstone(t.URI, cur, next, ev, now)
+			*entries = append(*entries, tomb...)
 			out.Tombstone = &rc
-			return next, entries, nil
+			return true, nil
 		}
 		out.Version.Decision = DecisionTombstonePending
 		next.NotFoundAt, next.NotFoundOrdinal = now, t.ReadOrdinal
-		if keepsCorroboration(cur, t) && slices.ContainsFunc(cur.Tickets, func(held Ticket) bool { return held.ReadOrdinal > t.ReadOrdinal }) {
+		if keepsCorroboration(cur, *t) && slices.ContainsFunc(cur.Tickets, func(held Ticket) bool { return held.ReadOrdinal > t.ReadOrdinal }) {
 			// An answer older than the corroboration's second read, which
 			// is still out: that read decides, so the state stays open
 			// for it.
 			settle(next, path, t.ReadOrdinal, true)
-			return next, nil, nil
+			return true, nil
 		}
 		if err := path.move(next, evNotFound); err != nil {
-			return nil, nil, err
+			return false, err
 		}
 		next.Corroboration = nil
 		settle(next, path, t.ReadOrdinal, true)
 		// A revoked version stays revoked: no later state may make it
 		// servable, or make a revocation look undone.
 		if cur.Current != nil && cur.Current.Status != VersionRevoked {
-			sv := *cur.Current
+			sv := versionFor(cur, next)
+			*sv = *cur.Current
 			sv.Status = VersionTombstonePending
-			next.Current = &sv
+			next.Current = sv
 		}
 		// The tombstone's outbox entry waits for list reconciliation.
-		return next, nil, nil
+		return true, nil
 
 	case guardErr != nil:
 		out.Version.Decision = DecisionQuarantined
 		out.Version.GuardReason = guardErr.Error()
 		settle(next, path, t.ReadOrdinal, true)
-		next.Current = &StoredVersion{Version: v, Status: VersionQuarantined}
-		entry.Reason = InvalidateQuarantined
-		return next, []OutboxEntry{entry}, nil
+		sv := versionFor(cur, next)
+		*sv = StoredVersion{Version: v, Status: VersionQuarantined}
+		next.Current = sv
+		entry(InvalidateQuarantined)
+		return true, nil
 
 	case cur.Current != nil && cur.Current.Status == VersionServed &&
 		cur.Current.Version.Digest == v.Digest && cur.Current.Version.Subject == v.Subject:
@@ -506,22 +675,24 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 		next.LastAcceptedDigest = v.Digest
 		next.ValidatedAt = now
 		if err := path.move(next, evAccept); err != nil {
-			return nil, nil, err
+			return false, err
 		}
 		settle(next, path, t.ReadOrdinal, true)
-		return next, nil, nil
+		return true, nil
 
 	default:
 		out.Version.Decision = DecisionAccepted
 		next.LastAcceptedDigest = v.Digest
 		next.ValidatedAt = now
 		if err := path.move(next, evAccept); err != nil {
-			return nil, nil, err
+			return false, err
 		}
 		settle(next, path, t.ReadOrdinal, true)
-		next.Current = &StoredVersion{Version: v, Contents: r.contents, Status: VersionServed}
-		entry.Reason = InvalidateUpdated
-		return next, []OutboxEntry{entry}, nil
+		sv := versionFor(cur, next)
+		sv.Version, sv.Contents, sv.Status = v, r.contents, VersionServed
+		next.Current = sv
+		entry(InvalidateUpdated)
+		return true, nil
 	}
 }
 
@@ -529,14 +700,22 @@ func (e *Engine) accept(cur *Record, t Ticket, r ReadResult, guardErr error, out
 // below it, which can no longer pass). An open subscription then says whether
 // reads are still in flight: READ_PENDING while any ticket is unsettled,
 // ACTIVE once none is.
+//
+// It filters next's tickets in place: they must be next's own (stepFunc).
 func settle(next *Record, path *transitions, ord uint64, passed bool) {
-	kept := next.Tickets[:0:0]
-	for _, held := range next.Tickets {
+	n := 0
+	for i := range next.Tickets {
+		held := &next.Tickets[i]
 		if held.ReadOrdinal == ord || (passed && held.ReadOrdinal < ord) {
 			continue
 		}
-		kept = append(kept, held)
+		if n != i {
+			next.Tickets[n] = *held
+		}
+		n++
 	}
+	clear(next.Tickets[n:])
+	kept := next.Tickets[:n]
 	if len(kept) == 0 {
 		kept = nil
 	}
@@ -549,29 +728,48 @@ func settle(next *Record, path *transitions, ord uint64, passed bool) {
 	}
 }
 
-// refuse records and returns a stale receipt.
-func (e *Engine) refuse(cur *Record, t Ticket, r ReadResult, reason StaleReason, detail string, cause error) (Outcome, error) {
-	s := StaleReceipt{
-		Schema:                 SchemaStaleReceipt,
-		Reason:                 reason,
-		URI:                    t.URI,
-		SessionGeneration:      t.SessionGeneration,
-		SubscriptionGeneration: t.SubscriptionGeneration,
-		ReadOrdinal:            t.ReadOrdinal,
-		RequestID:              t.RequestID,
-		Trigger:                t.Trigger,
-		NotFound:               r.notFound,
-		Detail:                 detail,
-		At:                     e.now(),
+// fenceView is what a stale receipt tells of the record that refused a
+// result, taken while the record is at hand.
+type fenceView struct {
+	known                   bool // there was a record
+	state                   SubscriptionState
+	watermark, closeOrdinal uint64
+}
+
+func viewOf(r *Record) fenceView {
+	if r == nil {
+		return fenceView{}
 	}
-	if cur != nil {
-		s.State, s.Watermark, s.CloseOrdinal = cur.State, cur.Watermark, cur.CloseOrdinal
-	}
-	e.audit.record(&s)
+	return fenceView{known: true, state: r.State, watermark: r.Watermark, closeOrdinal: r.CloseOrdinal}
+}
+
+// refuse records a stale receipt and writes it into out, which must be
+// zero (the outcome of a refusal is its receipt alone).
+func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, cause error, now time.Time) error {
+	e.audit.record(e.stale(out, cur, t, r, reason, detail, now))
 	if detail != "" {
-		return Outcome{Stale: s}, &RefusalError{Reason: reason, Detail: detail, Err: cause}
+		return &RefusalError{Reason: reason, Detail: detail, Err: cause}
 	}
-	return Outcome{Stale: s}, refusal(reason)
+	return refusal(reason)
+}
+
+// stale writes into out, which must be zero, the stale receipt of a
+// refusal and returns it.
+func (e *Engine) stale(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, now time.Time) *StaleReceipt {
+	s := &out.Stale
+	s.Schema = SchemaStaleReceipt
+	s.Reason = reason
+	s.URI = t.URI
+	s.SessionGeneration, s.SubscriptionGeneration = t.SessionGeneration, t.SubscriptionGeneration
+	s.ReadOrdinal, s.RequestID = t.ReadOrdinal, t.RequestID
+	s.Trigger = t.Trigger
+	s.NotFound = r.notFound
+	s.Detail = detail
+	s.At = now
+	if cur.known {
+		s.State, s.Watermark, s.CloseOrdinal = cur.state, cur.watermark, cur.closeOrdinal
+	}
+	return s
 }
 
 // AbandonRead settles a ticket whose read failed without an answer (transport
@@ -579,15 +777,14 @@ func (e *Engine) refuse(cur *Record, t Ticket, r ReadResult, reason StaleReason,
 // spent, so a late answer to it is refused.
 func (e *Engine) AbandonRead(t Ticket) error {
 	var path transitions
-	_, _, err := e.update(t.URI, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, err := e.change(t.URI, nil, false, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
-		if cur == nil || cur.Sub == nil || !holdsTicket(cur, t) || cur.Sub.Generation != t.SubscriptionGeneration {
-			return nil, nil, nil
+		if cur == nil || cur.Sub == nil || !holdsTicket(cur, &t) || cur.Sub.Generation != t.SubscriptionGeneration {
+			return false, nil
 		}
-		next := cur.clone()
 		settle(next, &path, t.ReadOrdinal, false)
 		next.Corroboration = nil // no answer: not the second not-found
-		return next, nil, nil
+		return true, nil
 	})
 	if err == nil {
 		e.emit(t.URI, &path)
@@ -704,7 +901,7 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 			return nil, nil, err
 		}
 		var entries []OutboxEntry
-		entries, rc = e.tombstone(key, cur, next, ev)
+		entries, rc = e.tombstone(key, cur, next, ev, e.now())
 		return next, entries, nil
 	})
 	if err != nil {
@@ -718,8 +915,7 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 // deletion of cur on evidence ev, and returns the outbox entry to append
 // with it (none for a version consumers were already told to delete:
 // tombstoned by an earlier generation, or revoked) and its receipt.
-func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence) ([]OutboxEntry, TombstoneReceipt) {
-	now := e.now()
+func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence, now time.Time) ([]OutboxEntry, TombstoneReceipt) {
 	next.Tickets, next.Corroboration, next.TombstonedAt = nil, nil, now
 	rc := TombstoneReceipt{
 		Schema: SchemaTombstoneReceipt, URI: key, SessionGeneration: cur.Sub.SessionGeneration,
@@ -728,9 +924,10 @@ func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence) (
 	if cur.Current == nil || cur.Current.Status == VersionTombstoned || cur.Current.Status == VersionRevoked {
 		return nil, rc
 	}
-	sv := *cur.Current
+	sv := versionFor(cur, next)
+	*sv = *cur.Current
 	sv.Status, sv.Contents = VersionTombstoned, nil
-	next.Current = &sv
+	next.Current = sv
 	return []OutboxEntry{{
 		Schema: SchemaInvalidation, URI: key, Reason: InvalidateTombstoned,
 		Previous: cur.Current.Version, Subject: cur.Current.Version.Subject, Evidence: &ev, At: now,

@@ -11,7 +11,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Ledger stores everything the fence needs to survive a restart: one Record
@@ -24,13 +26,17 @@ import (
 // never rise without its version and its invalidation (or the other way
 // round), whatever store sits behind it.
 //
-// Records are immutable once stored: Load hands out shared pointers, and a
-// writer builds a new record instead of changing one. NewMemoryLedger keeps
-// everything in memory (the default, for an in-process cache); durable
-// ledgers (package ledger/boltledger) implement the same methods over a
-// transactional store, and package mcpsynctest/ledgertest holds every
-// implementation to one contract. Every method takes a context; cancelling
-// it abandons the call (a write either committed or did not).
+// Records are immutable once handed out: Load hands out shared pointers, and
+// a writer builds a new record instead of changing one. (The memory ledger
+// writes its own private copy of a record in place, under its lock, for the
+// engine, and hands out immutable copies of it: memSlot.)
+//
+// NewMemoryLedger keeps everything in memory (the default, for an
+// in-process cache); durable ledgers (package ledger/boltledger) implement
+// the same methods over a transactional store, and package
+// mcpsynctest/ledgertest holds every implementation to one contract. Every
+// method takes a context; cancelling it abandons the call (a write either
+// committed or did not).
 type Ledger interface {
 	// Load returns the record stored under key, or nil if there is none.
 	Load(ctx context.Context, key string) (*Record, error)
@@ -245,6 +251,11 @@ type Record struct {
 	// Artifacts are what consumers recorded as derived from versions of this
 	// URI (RecordDerived); revocation invalidates them.
 	Artifacts []DerivedArtifact `json:"artifacts,omitempty"`
+
+	// slot is set only on the memory ledger's private copies of a key's
+	// record (memSlot), which it writes in place and never hands out; every
+	// record a caller can hold has it nil.
+	slot *memSlot
 }
 
 func (r *Record) revision() uint64 {
@@ -258,6 +269,7 @@ func (r *Record) revision() uint64 {
 func (r *Record) clone() *Record {
 	c := *r
 	c.Revision++
+	c.slot = nil
 	return &c
 }
 
@@ -340,6 +352,7 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 		exports:   make(map[*exportView]struct{}),
 		bySubject: make(map[string]map[string]struct{}),
 		unknown:   make(map[string]struct{}),
+		slots:     make(map[string]*memSlot),
 	}
 }
 
@@ -349,13 +362,25 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 // every record (a revocation's sweep, a new session's end of unknown
 // closes) read indexes kept up to date by each write instead (ledgerIndex).
 type memoryLedger struct {
-	mu        sync.Mutex         // protects every field below
-	records   map[string]*Record // records are never modified once stored
-	keys      keyIndex           // the keys of records, in order
-	counters  map[Counter]uint64 // last value handed out
-	revoked   map[string]RevokedSubject
-	revokeGen uint64   // RevokedGeneration: subjects that joined revoked
+	mu sync.Mutex // protects every field below
+	// records holds each key's record: one a caller stored, never modified,
+	// or one of the ledger's private copies (memSlot), which only the
+	// ledger sees and which it hands out as an immutable copy (publish).
+	records  map[string]*Record
+	keys     keyIndex           // the keys of records, in order
+	counters map[Counter]uint64 // last value handed out
+	revoked  map[string]RevokedSubject
+	// revokeGen is RevokedGeneration: how many subjects joined revoked.
+	// It is written under mu and read without it: every accept reads it.
+	revokeGen atomic.Uint64
 	joined    []string // revoked subjects in the order they joined; len == revokeGen
+	// slots holds the private copy of every key the ledger wrote in place
+	// (memTx), for the key's next write.
+	slots map[string]*memSlot
+	// draft is where a write in place is built, and scratch the room of its
+	// outbox entries; both are reused by the next one.
+	draft   memSlot
+	scratch []OutboxEntry
 	// exports are the exports in progress; each keeps the record, as of
 	// its instant, of every key written since.
 	exports map[*exportView]struct{}
@@ -365,6 +390,7 @@ type memoryLedger struct {
 	unknown   map[string]struct{}
 	out       outboxLog
 	consumers map[string]uint64 // acknowledged position of each consumer
+	lowest    uint64            // minPosition(consumers), kept as they move
 	retain    uint64            // entries kept at most
 	dropped   uint64            // entries the bound dropped unpassed
 	droppedTo uint64            // newest of them
@@ -380,6 +406,12 @@ type memoryLedger struct {
 // that never shrinks.
 const outboxChunk = 256
 
+// outboxSpares is how many released chunks the log keeps for reuse: a
+// consumer that acknowledges up to outboxSpares*outboxChunk entries at a
+// time costs no allocation per chunk, and at most that many entries' room
+// stays allocated once a backlog is acknowledged.
+const outboxSpares = 4
+
 // outboxLog holds the retained entries, numbered consecutively from first
 // to last: entry seq lives at chunks[0][off+seq-first], counting on.
 //
@@ -392,27 +424,29 @@ type outboxLog struct {
 	off    int             // entries of chunks[0] already discarded
 	first  uint64          // number of the oldest retained entry
 	last   uint64          // number of the newest entry ever appended
-	// views counts the views in use; while there are none, a released
-	// chunk is kept (cleared) in spare for the next append, so a consumer
-	// keeping up costs no allocation per chunk.
-	views int
-	spare []OutboxEntry
+	// views counts the views in use; while there are none, released
+	// chunks are kept (cleared), up to outboxSpares, in spares for the next
+	// appends, so a consumer keeping up costs no allocation per chunk.
+	views  int
+	spares [][]OutboxEntry
 }
 
 func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
 
-func (o *outboxLog) append(e OutboxEntry) {
+func (o *outboxLog) append(e *OutboxEntry) {
 	n := len(o.chunks)
 	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
-		c := o.spare
-		if c == nil {
+		var c []OutboxEntry
+		if k := len(o.spares); k > 0 {
+			c, o.spares[k-1] = o.spares[k-1], nil
+			o.spares = o.spares[:k-1]
+		} else {
 			c = make([]OutboxEntry, 0, outboxChunk)
 		}
-		o.spare = nil
 		o.chunks = append(o.chunks, c)
 		n++
 	}
-	o.chunks[n-1] = append(o.chunks[n-1], e)
+	o.chunks[n-1] = append(o.chunks[n-1], *e)
 	o.last = e.Seq
 }
 
@@ -427,10 +461,10 @@ func (o *outboxLog) at(seq uint64) OutboxEntry {
 // of them. The caller calls unview when done with it.
 func (o *outboxLog) view() outboxLog {
 	o.views++
-	o.spare = nil
+	o.spares = nil
 	v := *o
 	v.chunks = slices.Clone(o.chunks)
-	v.views, v.spare = 0, nil
+	v.views, v.spares = 0, nil
 	return v
 }
 
@@ -456,9 +490,11 @@ func (o *outboxLog) discardThrough(seq uint64) {
 	}
 	i := uint64(o.off) + seq - o.first + 1 // the new first entry, counted from chunks[0]
 	whole := int(i / outboxChunk)
-	if whole > 0 && o.views == 0 && o.spare == nil {
-		o.spare = o.chunks[0][:0]
-		clear(o.spare[:outboxChunk])
+	for k := 0; k < whole && o.views == 0 && len(o.spares) < outboxSpares; k++ {
+		// Not cleared: the appends that reuse it overwrite its entries,
+		// which until then keep only what they point to (URIs, digests,
+		// subjects) reachable.
+		o.spares = append(o.spares, o.chunks[k][:0])
 	}
 	clear(o.chunks[:whole])
 	o.chunks = o.chunks[whole:]
@@ -538,16 +574,25 @@ type exportView struct {
 // the indexes need.
 func (l *memoryLedger) storeLocked(key string, r *Record) {
 	old, known := l.records[key]
-	for v := range l.exports {
-		if _, kept := v.before[key]; !kept {
-			v.before[key] = old
-		}
-	}
+	l.keepLocked(key, old)
 	if !known {
 		l.keys.add(key)
 	}
 	l.records[key] = r
 	l.indexLocked(key, old, r)
+}
+
+// keepLocked hands old, the record of key about to be replaced, to every
+// export in progress that has not kept the key's record yet.
+func (l *memoryLedger) keepLocked(key string, old *Record) {
+	if len(l.exports) == 0 {
+		return
+	}
+	for v := range l.exports {
+		if _, kept := v.before[key]; !kept {
+			v.before[key] = l.publishLocked(old)
+		}
+	}
 }
 
 // indexLocked moves key in the indexes from where old put it to where r
@@ -656,7 +701,7 @@ func (l *memoryLedger) unknownCloses(ctx context.Context) ([]string, []*Record, 
 	recs := make([]*Record, len(keys))
 	l.mu.Lock()
 	for i, k := range keys {
-		recs[i] = l.records[k]
+		recs[i] = l.publishLocked(l.records[k])
 	}
 	l.mu.Unlock()
 	return keys, recs, nil
@@ -668,10 +713,11 @@ func (l *memoryLedger) revokedAfter(ctx context.Context, gen uint64) ([]string, 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if gen > l.revokeGen {
-		return nil, 0, fmt.Errorf("mcpsync: revoked generation %d is ahead of the ledger's %d", gen, l.revokeGen)
+	now := l.revokeGen.Load()
+	if gen > now {
+		return nil, 0, fmt.Errorf("mcpsync: revoked generation %d is ahead of the ledger's %d", gen, now)
 	}
-	return slices.Clone(l.joined[gen:]), l.revokeGen, nil
+	return slices.Clone(l.joined[gen:]), now, nil
 }
 
 // The memory ledger never blocks on I/O, so a context can only have ended
@@ -683,7 +729,7 @@ func (l *memoryLedger) Load(ctx context.Context, key string) (*Record, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	r := l.records[key]
+	r := l.publishLocked(l.records[key])
 	l.mu.Unlock()
 	return r, nil
 }
@@ -707,11 +753,243 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	first := l.out.last + 1
 	for _, e := range entries {
 		e.Seq = l.out.last + 1
-		l.out.append(e)
+		l.out.append(&e)
 	}
 	l.trimLocked()
 	l.wakeLocked()
 	return first, true, nil
+}
+
+// memSlot holds the memory ledger's private copy of one key's record: rec,
+// the key's record once the ledger wrote it in place, with its own ticket
+// array and its version in ver when the ledger wrote that too. A write in
+// place (memTx) is built in the ledger's draft, a memSlot of its own that
+// no key owns, and copied into the key's slot when it is stored, so that
+// the map entry stays as it is: a write allocates no record, no ticket
+// array and no version, and a key costs a record and a version, as one
+// written by compare-and-swap does.
+//
+// Nothing outside the ledger ever sees a private copy: Load, Range, Export
+// and unknownCloses hand out an immutable copy with its own tickets and
+// version (publishLocked), and the record an export keeps of a key written
+// during it is such a copy too.
+type memSlot struct {
+	rec Record
+	// tickets is rec's own ticket array, kept while rec has no ticket
+	// (Tickets is then nil, as in every record); no other slot's or the
+	// draft's.
+	tickets []Ticket
+	ver     StoredVersion
+}
+
+// versionFor returns where the step that writes next, a copy of cur, puts
+// a new current version: on the memory ledger's draft, its version cell
+// unless next or cur already points to it; otherwise a new StoredVersion.
+func versionFor(cur, next *Record) *StoredVersion {
+	if s := next.slot; s != nil {
+		if v := &s.ver; v != cur.Current && v != next.Current {
+			return v
+		}
+	}
+	return new(StoredVersion)
+}
+
+// publishLocked returns r as a caller may hold it: r itself, or, for a
+// private copy, an immutable copy of it. The copy is not kept: a key read
+// after each write costs a copy each time, and none stays in memory.
+func (l *memoryLedger) publishLocked(r *Record) *Record {
+	if r == nil || r.slot == nil {
+		return r
+	}
+	p := *r
+	p.slot = nil
+	p.Tickets = slices.Clone(r.Tickets)
+	if p.Current == &r.slot.ver {
+		v := *p.Current
+		p.Current = &v
+	}
+	return &p
+}
+
+// inspect runs fn, under the ledger's lock, on the record stored under key
+// (nil when there is none), which fn must neither change nor keep: it may
+// be a private copy. It hands nothing out, so it costs no copy.
+func (l *memoryLedger) inspect(key string, fn func(cur *Record)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fn(l.records[key])
+}
+
+// memTx is a write in place on the memory ledger, from lock, which takes
+// the ledger's lock, and holding, to commit or end, which let it go. It lives on its
+// holder's stack; once the lock is gone, its holder must keep nothing it
+// handed out.
+//
+// Its holder reads cur, the key's record (nil when there is none), which
+// it must not change; it may call prepare for next, a private copy of cur
+// one revision on (the draft, memSlot), change it in place, append the
+// outbox entries
+// of the write to entries(), and commit, which stores next and them in one
+// step, exactly as CompareAndSwap(key, cur.Revision, next, entries) would.
+// What next points to (its version, subscription, corroboration,
+// artifacts) the holder replaces, never modifies; a new version goes where
+// versionFor says. It may change next's tickets in place, but must not give
+// next a slice of cur's. It must not call the ledger.
+//
+// The record is never seen half written: nothing reads it without the
+// lock, and next is not the key's record until commit.
+type memTx struct {
+	l    *memoryLedger
+	key  string
+	cur  *Record
+	next *Record  // once prepared: the draft's record
+	slot *memSlot // once prepared: the key's slot
+	held bool
+}
+
+// lock takes the ledger's lock and returns the record of key, which its
+// caller must neither change nor keep. The caller lets the lock go, or
+// begins the write of key with holding.
+func (l *memoryLedger) lock(key string) *Record {
+	l.mu.Lock()
+	return l.records[key]
+}
+
+// holding returns the write in place of key, whose record is cur, by a
+// holder of the ledger's lock (lock).
+func (l *memoryLedger) holding(key string, cur *Record) memTx {
+	return memTx{l: l, key: key, cur: cur, held: true}
+}
+
+// end lets the ledger's lock go, writing nothing commit did not; after
+// commit it does nothing.
+func (tx *memTx) end() {
+	if !tx.held {
+		return
+	}
+	tx.held = false
+	l := tx.l
+	// The scratch and the draft keep their room; what they point to stays
+	// reachable until the next write overwrites them.
+	l.scratch = l.scratch[:0]
+	tx.cur, tx.next, tx.slot = nil, nil, nil
+	l.mu.Unlock()
+}
+
+// entries is where the write appends its outbox entries: the ledger's
+// scratch, which only the holder of its lock touches.
+func (tx *memTx) entries() *[]OutboxEntry { return &tx.l.scratch }
+
+// prepare returns next, the private copy of cur (which must not be nil)
+// one revision on that the write changes: the ledger's draft, with tickets
+// of its own.
+func (tx *memTx) prepare() *Record {
+	if tx.next != nil {
+		return tx.next
+	}
+	l, cur := tx.l, tx.cur
+	s := cur.slot
+	if s == nil {
+		if s = l.slots[tx.key]; s == nil {
+			s = new(memSlot)
+			l.slots[tx.key] = s
+		}
+	}
+	d := &l.draft
+	next := &d.rec
+	*next = *cur
+	next.slot = d
+	next.Revision = cur.Revision + 1
+	next.Tickets = append(d.tickets[:0], cur.Tickets...)
+	if cap(next.Tickets) > cap(d.tickets) {
+		d.tickets = next.Tickets[:0]
+	}
+	tx.next, tx.slot = next, s
+	return next
+}
+
+// commit stores next as the key's record and appends entries to the
+// outbox, in one step, stamping each with engine, and lets the lock go. It
+// returns the number of the first entry (0: none).
+func (tx *memTx) commit(engine string) (uint64, error) {
+	defer tx.end()
+	l, cur, next, s, d := tx.l, tx.cur, tx.next, tx.slot, &tx.l.draft
+	if next == nil {
+		return 0, fmt.Errorf("mcpsync: store %s: a write of no record", tx.key)
+	}
+	entries := l.scratch
+	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
+		return 0, fmt.Errorf("mcpsync: store %s: %w", tx.key, err)
+	}
+	// storeLocked, knowing the key's record: cur, which is read here for
+	// the last time (the key's slot is then overwritten).
+	l.keepLocked(tx.key, cur)
+	l.indexLocked(tx.key, cur, next)
+	t := next.Tickets
+	if overlaps(t, cur.Tickets) {
+		t = slices.Clone(t) // not the draft's: never leave a record sharing them
+	}
+	if len(t) == 0 {
+		t = nil
+	} else if unsafe.SliceData(t) == unsafe.SliceData(d.tickets) {
+		// The key takes the draft's array, the draft the key's old one.
+		d.tickets, s.tickets = s.tickets[:0], t[:0]
+	} else {
+		s.tickets = t[:0] // grown, or copied: the key's own now
+	}
+	s.rec = *next
+	s.rec.slot, s.rec.Tickets = s, t
+	if next.Current == &d.ver {
+		s.ver = d.ver
+		s.rec.Current = &s.ver
+	}
+	if cur != &s.rec {
+		l.records[tx.key] = &s.rec
+	}
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	first := l.out.last + 1
+	for i := range entries {
+		entries[i].Seq = l.out.last + 1
+		entries[i].Engine = engine
+		l.out.append(&entries[i])
+	}
+	l.trimLocked()
+	l.wakeLocked()
+	return first, nil
+}
+
+// update runs fn as a write in place of key (memTx): on cur, and on next,
+// a private copy of cur (nil when cur is), storing next and the entries fn
+// appended when fn returns true. pre, when not nil, runs first on cur
+// alone, and when it returns false nothing else does: a write refused by
+// the record as it is costs no copy.
+func (l *memoryLedger) update(key, engine string, pre func(cur *Record) bool, fn stepFunc) (uint64, error) {
+	tx := l.holding(key, l.lock(key))
+	defer tx.end()
+	if pre != nil && !pre(tx.cur) {
+		return 0, nil
+	}
+	var next *Record
+	if tx.cur != nil {
+		next = tx.prepare()
+	}
+	write, err := fn(tx.cur, next, tx.entries())
+	if err != nil || !write {
+		return 0, err
+	}
+	return tx.commit(engine)
+}
+
+// overlaps reports whether a and b share any of their backing array.
+func overlaps(a, b []Ticket) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	size := unsafe.Sizeof(Ticket{})
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(cap(b))*size && b0 < a0+uintptr(cap(a))*size
 }
 
 // wakeLocked wakes every WaitOutbox sleeping on the outbox.
@@ -727,7 +1005,7 @@ func (l *memoryLedger) wakeLocked() {
 // come, if none is registered) had not passed it.
 func (l *memoryLedger) trimLocked() {
 	if len(l.consumers) > 0 {
-		l.out.discardThrough(minPosition(l.consumers))
+		l.out.discardThrough(l.lowest)
 	}
 	if n := l.out.len(); n > l.retain {
 		through := l.out.first + (n - l.retain) - 1
@@ -763,7 +1041,7 @@ func (l *memoryLedger) Range(ctx context.Context, fn func(string, *Record) bool)
 		keys = l.keys.after(keys[:0], last, from, ledgerChunk)
 		recs = recs[:0]
 		for _, k := range keys {
-			recs = append(recs, l.records[k])
+			recs = append(recs, l.publishLocked(l.records[k]))
 		}
 		l.mu.Unlock()
 		// fn runs without the lock: it may call back into the ledger.
@@ -787,6 +1065,11 @@ func (l *memoryLedger) Next(ctx context.Context, c Counter, n uint64) (uint64, e
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.nextLocked(c, n)
+}
+
+// nextLocked is Next under the ledger's lock.
+func (l *memoryLedger) nextLocked(c Counter, n uint64) (uint64, error) {
 	last, err := Reserve(c, l.counters[c], n)
 	if err != nil {
 		return 0, err
@@ -811,7 +1094,7 @@ func (l *memoryLedger) Revoke(ctx context.Context, r RevokedSubject) error {
 	}
 	l.mu.Lock()
 	if _, known := l.revoked[r.Subject]; !known {
-		l.revokeGen++
+		l.revokeGen.Add(1)
 		l.joined = append(l.joined, r.Subject)
 	}
 	l.revoked[r.Subject] = r
@@ -833,9 +1116,7 @@ func (l *memoryLedger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.revokeGen, nil
+	return l.revokeGen.Load(), nil
 }
 
 func sortRevoked(all []RevokedSubject) []RevokedSubject {
@@ -886,6 +1167,7 @@ func (l *memoryLedger) Ack(ctx context.Context, consumer string, seq uint64) err
 		pos = l.out.first - 1
 	}
 	l.consumers[consumer] = max64(pos, seq)
+	l.lowest = minPosition(l.consumers)
 	l.trimLocked()
 	return nil
 }
@@ -959,7 +1241,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 	}()
 	snap.Revoked = sortRevoked(revoked)
 	snap.Outbox = out.entries()
-	// Records are immutable, so the snapshot shares them.
+	// Records handed out are immutable, so the snapshot shares them.
 	snap.Records = make(map[string]*Record, n)
 	keys := make([]string, 0, ledgerChunk)
 	for from := false; ; from = true {
@@ -975,7 +1257,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 		for _, k := range keys {
 			r, written := v.before[k]
 			if !written {
-				r = l.records[k]
+				r = l.publishLocked(l.records[k])
 			}
 			if r != nil {
 				snap.Records[k] = r
@@ -1011,15 +1293,16 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 		}
 		l.revoked[r.Subject] = r
 	}
-	l.revokeGen = uint64(len(l.revoked))
+	l.revokeGen.Store(uint64(len(l.revoked)))
 	maps.Copy(l.consumers, snap.State.Consumers)
+	l.lowest = minPosition(l.consumers)
 	l.dropped, l.droppedTo = snap.State.Dropped, snap.State.DroppedThrough
 	l.out = outboxLog{first: snap.State.Last + 1, last: snap.State.Last, views: l.out.views}
 	if len(snap.Outbox) > 0 {
 		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
 	}
-	for _, e := range snap.Outbox {
-		l.out.append(e)
+	for i := range snap.Outbox {
+		l.out.append(&snap.Outbox[i])
 	}
 	l.out.last = snap.State.Last
 	l.trimLocked()

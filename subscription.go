@@ -131,12 +131,11 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 // transitions records the steps one ledger write takes, to tell the observer
 // once the write is stored. It is reset at each compare-and-swap attempt.
 type transitions struct {
-	gen   uint64
-	steps [4]struct {
-		from, to SubscriptionState
-		event    string
-	}
-	n int
+	gen uint64
+	// steps holds each step as the indices of its event (eventNames) and
+	// states (stateNames).
+	steps [4]struct{ event, from, to uint8 }
+	n     int
 }
 
 func (p *transitions) reset(cur *Record) {
@@ -146,10 +145,133 @@ func (p *transitions) reset(cur *Record) {
 	}
 }
 
+// transitionIndex is transitionTable as an array, for the events and states
+// eventIndex and stateIndex know (every one the table names): move looks a
+// step up without hashing. It holds the index of the state a step leads to,
+// plus one; 0 where there is no step.
+var transitionIndex = func() (x [len(eventNames)][len(stateNames)]uint8) {
+	for event, steps := range transitionTable {
+		for from, to := range steps {
+			i, j, k := eventIndex(event), stateIndex(from), stateIndex(to)
+			if i < 0 || j < 0 || k < 0 {
+				panic("mcpsync: transition table names an unindexed event or state")
+			}
+			x[i][j] = uint8(k + 1)
+		}
+	}
+	return x
+}()
+
+// eventNames and stateNames list the events and states of transitionTable
+// in the order of eventIndex and stateIndex.
+var (
+	eventNames = [...]string{
+		evSubscribe, evActivate, evNotify, evIssueRead, evAccept, evSettle, evReadsInFlight,
+		evNotFound, evBeginClose, evCloseAcked, evCloseLost, evResolveClose, evPresent,
+		evAbsent, evIdentityUnknown, evStillAbsent, evCorroborated, evForget,
+	}
+	stateNames = [...]SubscriptionState{
+		StateDiscovered, StateSubscribing, StateActive, StateUpdateSeen, StateReadPending,
+		StateVersionAccepted, StateUnsubscribing, StateClosed, StateUnsubscribeUnknown,
+		StateTombstonePending, StateTombstoned, StateReconciliationRequired,
+	}
+)
+
+func eventIndex(event string) int {
+	switch event {
+	case evSubscribe:
+		return 0
+	case evActivate:
+		return 1
+	case evNotify:
+		return 2
+	case evIssueRead:
+		return 3
+	case evAccept:
+		return 4
+	case evSettle:
+		return 5
+	case evReadsInFlight:
+		return 6
+	case evNotFound:
+		return 7
+	case evBeginClose:
+		return 8
+	case evCloseAcked:
+		return 9
+	case evCloseLost:
+		return 10
+	case evResolveClose:
+		return 11
+	case evPresent:
+		return 12
+	case evAbsent:
+		return 13
+	case evIdentityUnknown:
+		return 14
+	case evStillAbsent:
+		return 15
+	case evCorroborated:
+		return 16
+	case evForget:
+		return 17
+	}
+	return -1
+}
+
+func stateIndex(s SubscriptionState) int {
+	switch s {
+	case StateDiscovered:
+		return 0
+	case StateSubscribing:
+		return 1
+	case StateActive:
+		return 2
+	case StateUpdateSeen:
+		return 3
+	case StateReadPending:
+		return 4
+	case StateVersionAccepted:
+		return 5
+	case StateUnsubscribing:
+		return 6
+	case StateClosed:
+		return 7
+	case StateUnsubscribeUnknown:
+		return 8
+	case StateTombstonePending:
+		return 9
+	case StateTombstoned:
+		return 10
+	case StateReconciliationRequired:
+		return 11
+	}
+	return -1
+}
+
+// nextState returns the state event leads to from from, as transitionTable
+// says.
+func nextState(event string, from SubscriptionState) (SubscriptionState, bool) {
+	i, j := eventIndex(event), stateIndex(from)
+	if i < 0 || j < 0 {
+		// Not in the table: it names only indexed events and states.
+		to, ok := transitionTable[event][from]
+		return to, ok
+	}
+	if k := transitionIndex[i][j]; k > 0 {
+		return stateNames[k-1], true
+	}
+	return "", false
+}
+
 // move applies event to r's state, or returns a *TransitionError.
 func (p *transitions) move(r *Record, event string) error {
-	to, ok := transitionTable[event][r.State]
-	if !ok {
+	i, j := eventIndex(event), stateIndex(r.State)
+	k := uint8(0)
+	if i >= 0 && j >= 0 {
+		k = transitionIndex[i][j]
+	}
+	if k == 0 {
 		key := ""
 		if r.Sub != nil {
 			key = r.Sub.URI
@@ -157,10 +279,10 @@ func (p *transitions) move(r *Record, event string) error {
 		return &TransitionError{URI: key, From: r.State, Event: event}
 	}
 	if p.n < len(p.steps) {
-		p.steps[p.n].from, p.steps[p.n].to, p.steps[p.n].event = r.State, to, event
+		p.steps[p.n].event, p.steps[p.n].from, p.steps[p.n].to = uint8(i), uint8(j), k-1
 		p.n++
 	}
-	r.State = to
+	r.State = stateNames[k-1]
 	return nil
 }
 
@@ -271,14 +393,19 @@ func (e *Engine) Subscription(rawURI string) (Subscription, error) {
 	if err != nil {
 		return Subscription{}, err
 	}
-	r, err := e.ledger.Load(context.Background(), key)
-	if err != nil {
-		return Subscription{}, fmt.Errorf("mcpsync: load %s: %w", key, err)
+	var sub Subscription
+	known := false
+	if err := e.view(key, func(r *Record) {
+		if known = r != nil; known {
+			sub = subscriptionOf(key, r)
+		}
+	}); err != nil {
+		return Subscription{}, err
 	}
-	if r == nil {
+	if !known {
 		return Subscription{}, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 	}
-	return subscriptionOf(key, r), nil
+	return sub, nil
 }
 
 // Subscriptions yields the ledger row of every known URI, in URI order, and
@@ -617,25 +744,24 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		return Ticket{}, false, err
 	}
 	var path transitions
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, err = e.change(key, nil, false, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
-			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+			return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
 		if !cur.State.readable() || cur.Sub.SessionGeneration != e.sessionGeneration() {
-			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evNotify}
+			return false, &TransitionError{URI: key, From: cur.State, Event: evNotify}
 		}
-		next := cur.clone()
 		next.LastNotificationSeq++
 		// The server says the resource changed: whatever a scan saw
 		// before, only a read after this pulse can tell.
 		next.Corroboration = nil
 		if len(next.Tickets) == 0 {
 			if err := path.move(next, evNotify); err != nil {
-				return nil, nil, err
+				return false, err
 			}
 		}
-		return next, nil, nil
+		return true, nil
 	})
 	if err != nil {
 		return Ticket{}, false, err
@@ -804,14 +930,24 @@ func (q *readQueue) confirm() {
 // enqueue asks for a read of key's current generation.
 func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 	for range casAttempts {
-		cur, err := e.ledger.Load(context.Background(), key)
-		if err != nil {
-			return Ticket{}, false, fmt.Errorf("mcpsync: load %s: %w", key, err)
+		// The record is kept, for the issue to start from, only where it
+		// is an immutable one (not on the memory ledger, which issues in
+		// place and needs none).
+		var loaded *Record
+		qk, known := queueKey{uri: key}, false
+		if err := e.view(key, func(cur *Record) {
+			if known = cur != nil && cur.Sub != nil; known {
+				qk.session, qk.gen = cur.Sub.SessionGeneration, cur.Sub.Generation
+				if e.mem == nil {
+					loaded = cur
+				}
+			}
+		}); err != nil {
+			return Ticket{}, false, err
 		}
-		if cur == nil || cur.Sub == nil {
+		if !known {
 			return Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		qk := queueKey{uri: key, session: cur.Sub.SessionGeneration, gen: cur.Sub.Generation}
 		q := &e.queue
 		q.mu.Lock()
 		if r, busy := q.processing[qk]; busy {
@@ -827,7 +963,7 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 		delete(q.dirty, qk) // the read about to be issued covers a waiting one
 		q.processing[qk] = queuedRead{unsent: q.confirmSends}
 		q.mu.Unlock()
-		t, ok, err := e.issueQueued(qk, trigger, cur)
+		t, ok, err := e.issueQueued(qk, trigger, loaded)
 		if errors.Is(err, errGenerationMoved) {
 			continue // a new generation opened meanwhile: ask for its read
 		}

@@ -66,6 +66,20 @@ func Normalize(raw string) (string, error) {
 	if n < 0 {
 		return "", fmt.Errorf("%w: no scheme in %q", ErrInvalid, raw)
 	}
+	if alreadyKey(raw, n) {
+		return raw, nil
+	}
+	return normalize(raw, n)
+}
+
+// normalize is Normalize of raw, whose scheme ends at index n, without the
+// shortcut for a key already normalized.
+func normalize(raw string, n int) (string, error) {
+	if plainOctets(raw) {
+		// Nothing for the octet pass to do (most keys, and every key
+		// already normalized that has no percent-encoding).
+		return normalizeComponents(raw, n), nil
+	}
 	// The octet pass never adds or removes a delimiter (it decodes only
 	// unreserved characters and encodes only characters that are not
 	// delimiters), so components found afterwards are the ones of raw.
@@ -74,6 +88,45 @@ func Normalize(raw string) (string, error) {
 		return "", err
 	}
 	return normalizeComponents(s, n), nil
+}
+
+// alreadyKey reports, in one pass, that Normalize returns s, whose scheme
+// ends at index n, as it is, for the common form of a key: a lower-case
+// scheme, no octet to encode or decode, and either no authority or one that
+// is a lower-case host name (no userinfo, no port) followed by a path.
+func alreadyKey(s string, n int) bool {
+	for i := 0; i < n; i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return false
+		}
+	}
+	i := n + 1
+	if len(s) >= i+2 && s[i] == '/' && s[i+1] == '/' {
+		for i += 2; i < len(s) && s[i] != '/'; i++ {
+			if !hostOctet[s[i]] {
+				return false // "?", "#", a port, userinfo, a literal, upper case
+			}
+		}
+		if i == len(s) {
+			return false // no path: a web scheme gets "/"
+		}
+	}
+	return plainOctets(s[i:])
+}
+
+// hostOctet holds the octets of a host name already normalized that
+// alreadyKey accepts.
+var hostOctet = byteSet("abcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+// plainOctets reports whether normalizeOctets leaves s as it is because s
+// has no "%" and nothing to encode.
+func plainOctets(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if octetWork[s[i]] {
+			return false
+		}
+	}
+	return true
 }
 
 // schemeEnd returns the index of the colon that ends the scheme of s, or -1
@@ -108,6 +161,14 @@ var (
 		return t
 	}()
 )
+
+// octetWork holds the octets normalizeOctets may change: "%" and those it
+// encodes.
+var octetWork = func() [256]bool {
+	t := mustEncode
+	t['%'] = true
+	return t
+}()
 
 func byteSet(chars string) (t [256]bool) {
 	for i := 0; i < len(chars); i++ {
