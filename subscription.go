@@ -310,13 +310,16 @@ type SubscriptionInfo struct {
 	RawURI string `json:"rawUri,omitempty"`
 	// Subject is stored as "principal", the name resourceSubscription.v1
 	// gives it.
-	Subject           string            `json:"principal"`
-	Server            Implementation    `json:"server"`
-	SessionGeneration uint64            `json:"sessionGeneration"`
-	SessionID         string            `json:"sessionId,omitempty"`
-	Capabilities      CapabilityReceipt `json:"capabilities"`
-	Generation        uint64            `json:"generation"`
-	Mode              SubscriptionMode  `json:"mode,omitempty"`
+	Subject           string         `json:"principal"`
+	Server            Implementation `json:"server"`
+	SessionGeneration uint64         `json:"sessionGeneration"`
+	SessionID         string         `json:"sessionId,omitempty"`
+	// Capabilities is the receipt of the session the generation opened in.
+	// Every subscription of a session shares it: like everything a Record
+	// points to, it is never written once stored.
+	Capabilities *CapabilityReceipt `json:"capabilities"`
+	Generation   uint64             `json:"generation"`
+	Mode         SubscriptionMode   `json:"mode,omitempty"`
 	// ModeReason says why a subscription polls: the server cannot
 	// subscribe, the subscribe failed, or the transport cannot carry
 	// notifications.
@@ -377,7 +380,10 @@ func subscriptionOf(key string, r *Record) Subscription {
 		i := r.Sub
 		s.RawURI, s.Subject, s.Server = i.RawURI, i.Subject, i.Server
 		s.SessionGeneration, s.SessionID = i.SessionGeneration, i.SessionID
-		s.Capabilities, s.SubscriptionGeneration, s.Mode, s.ModeReason = i.Capabilities, i.Generation, i.Mode, i.ModeReason
+		s.SubscriptionGeneration, s.Mode, s.ModeReason = i.Generation, i.Mode, i.ModeReason
+		if i.Capabilities != nil {
+			s.Capabilities = *i.Capabilities
+		}
 		s.StalenessBoundMs = i.StalenessBound.Milliseconds()
 		s.StartedAt, s.EndedAt = i.StartedAt, i.EndedAt
 	}
@@ -517,7 +523,7 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 		}
 		next.Sub = &SubscriptionInfo{
 			URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
-			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: s.info.Capabilities,
+			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: &s.info.Capabilities,
 			Generation: gen + 1, StartedAt: e.now(),
 		}
 		next.State = StateDiscovered
