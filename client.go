@@ -344,6 +344,13 @@ type connection struct {
 // Client.sched.
 type watch struct {
 	raw string
+	// position is the key's RefreshPosition, kept so that a notification
+	// need not hash the key again to learn it is outside the fraction.
+	position float64
+}
+
+func newWatch(key, raw string) *watch {
+	return &watch{raw: raw, position: position(key)}
 }
 
 // keyLocks is a mutex per key, dropped when nobody holds or waits for it.
@@ -839,6 +846,7 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	if err != nil {
 		return Subscription{}, err
 	}
+	w := newWatch(key, uri)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -847,7 +855,7 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	}
 	_, had := c.watches[key]
 	if !had {
-		c.watches[key] = &watch{raw: uri}
+		c.watches[key] = w
 	}
 	c.mu.Unlock()
 	var sub Subscription

@@ -73,7 +73,7 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 		if raw == "" {
 			raw = sub.URI
 		}
-		c.watches[sub.URI] = &watch{raw: raw}
+		c.watches[sub.URI] = newWatch(sub.URI, raw)
 		keys = append(keys, sub.URI)
 	}
 	return keys, nil

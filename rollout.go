@@ -117,23 +117,19 @@ func (c *Client) RefreshEnabled(uri string) bool {
 	return err == nil && position(key) < c.refreshFraction()
 }
 
-// skipRefresh reports whether the client leaves out a read of raw for
+// skipRefresh reports whether the client leaves out a read of key (normalized) for
 // trigger because its subscription is outside the refresh fraction, and
 // counts it. Only URIs this client watches are left out: anything else takes
 // the usual path, which records why it triggers nothing.
-func (c *Client) skipRefresh(raw string, trigger Trigger) bool {
+func (c *Client) skipRefresh(key string, trigger Trigger) bool {
 	f := c.refreshFraction()
 	if f >= 1 {
 		return false
 	}
-	key, err := normalizeKey(raw)
-	if err != nil || position(key) < f {
-		return false
-	}
 	c.mu.Lock()
-	_, watched := c.watches[key]
+	w := c.watches[key]
 	c.mu.Unlock()
-	if !watched {
+	if w == nil || w.position < f {
 		return false
 	}
 	r := &c.rollout
