@@ -275,6 +275,11 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 		return e.refuse(out, seen, t, r, reason, "", nil, e.now())
 	}
 	a := acceptStep{e: e}
+	if e.mem != nil {
+		// The clock is user code: the step runs under the memory
+		// ledger's lock, so the time of the write is read before.
+		a.now = e.now()
+	}
 	if r.err == nil && !r.notFound && e.guard != nil {
 		// User code runs before the ledger step and outside every lock.
 		a.guardErr = runGuard(e.guard, t.URI, r.contents)
