@@ -667,9 +667,10 @@ func sameSubjects(a, b *Record) bool {
 // records a revocation changes, the unknown closes a new session ends, the
 // subjects revoked since the engine last looked. The engine uses it when
 // its Ledger implements it, and walks every record (Range) when not, so a
-// ledger that implements it must answer exactly what that walk would. Each
-// answer holds every write committed before the call (a write that
-// returned is in it) and none rolled back.
+// ledger that implements it must answer exactly what that walk would
+// (mcpsynctest/ledgertest checks it). Each answer holds every write
+// committed before the call (a write that returned is in it) and none
+// rolled back.
 type LedgerIndex interface {
 	// SubjectKeys returns, in key order, every key whose record a
 	// revocation of subject changes: the keys whose Record.Subjects holds
