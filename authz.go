@@ -226,8 +226,8 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 // subject may change: from the ledger's index when it keeps one, or else
 // every key.
 func (e *Engine) subjectKeys(ctx context.Context, subject string) ([]string, error) {
-	if x, ok := e.ledger.(ledgerIndex); ok {
-		return x.subjectKeys(ctx, subject)
+	if x, ok := e.ledger.(LedgerIndex); ok {
+		return x.SubjectKeys(ctx, subject)
 	}
 	var keys []string
 	err := e.ledger.Range(ctx, func(key string, _ *Record) bool {

@@ -531,7 +531,7 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 	if gen == e.revokedGen.Load() {
 		return nil
 	}
-	if x, ok := e.ledger.(ledgerIndex); ok {
+	if x, ok := e.ledger.(LedgerIndex); ok {
 		return e.loadRevokedAfter(ctx, x)
 	}
 	_, err := e.loadRevoked(ctx)
@@ -541,10 +541,10 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 // loadRevokedAfter adds to the cache the subjects that joined the ledger's
 // revoked set since the generation it reflects: the ones it lacks, and no
 // others.
-func (e *Engine) loadRevokedAfter(ctx context.Context, x ledgerIndex) error {
+func (e *Engine) loadRevokedAfter(ctx context.Context, x LedgerIndex) error {
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
-	subjects, gen, err := x.revokedAfter(ctx, e.revokedGen.Load())
+	subjects, gen, err := x.RevokedAfter(ctx, e.revokedGen.Load())
 	if err != nil {
 		return fmt.Errorf("mcpsync: read revocations: %w", err)
 	}

@@ -360,7 +360,7 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 // whole ledger: Range and Export visit the keys in chunks of ledgerChunk,
 // releasing the lock between chunks, and the passes the engine makes over
 // every record (a revocation's sweep, a new session's end of unknown
-// closes) read indexes kept up to date by each write instead (ledgerIndex).
+// closes) read indexes kept up to date by each write instead (LedgerIndex).
 type memoryLedger struct {
 	mu sync.Mutex // protects every field below
 	// records holds each key's record: one a caller stored, never modified,
@@ -662,24 +662,42 @@ func sameSubjects(a, b *Record) bool {
 	return len(a.Artifacts) == len(b.Artifacts) && (len(a.Artifacts) == 0 || &a.Artifacts[0] == &b.Artifacts[0])
 }
 
-// ledgerIndex is implemented by ledgers that find, without reading every
-// record, the records the engine's passes over the whole ledger are
-// looking for. The engine falls back to Range on a ledger without it.
-type ledgerIndex interface {
-	// subjectKeys returns, in key order, every key whose record a
-	// revocation of subject changes: its current version was read by
-	// subject and is not revoked, or an artifact derived from a version
-	// subject read is recorded on it.
-	subjectKeys(ctx context.Context, subject string) ([]string, error)
-	// unknownCloses returns, in key order, every key in
-	// UNSUBSCRIBE_UNKNOWN, and its record.
-	unknownCloses(ctx context.Context) ([]string, []*Record, error)
-	// revokedAfter returns the subjects that joined the revoked set after
-	// RevokedGeneration was gen, and what it is now.
-	revokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error)
+// LedgerIndex is implemented by ledgers that answer, without reading every
+// record, what the engine's passes over the whole ledger look for: the
+// records a revocation changes, the unknown closes a new session ends, the
+// subjects revoked since the engine last looked. The engine uses it when
+// its Ledger implements it, and walks every record (Range) when not, so a
+// ledger that implements it must answer exactly what that walk would
+// (mcpsynctest/ledgertest checks it). Each answer holds every write
+// committed before the call (a write that returned is in it) and none
+// rolled back.
+type LedgerIndex interface {
+	// SubjectKeys returns, in key order, every key whose record a
+	// revocation of subject changes: the keys whose Record.Subjects holds
+	// subject.
+	SubjectKeys(ctx context.Context, subject string) ([]string, error)
+	// UnknownCloses returns, in key order, every key whose record is in
+	// UNSUBSCRIBE_UNKNOWN, and that record (recs[i] is keys[i]'s), read at
+	// one instant.
+	UnknownCloses(ctx context.Context) (keys []string, recs []*Record, err error)
+	// RevokedAfter returns, in the order they joined the revoked set, the
+	// subjects that joined it after RevokedGeneration was gen, and the
+	// generation that counts them. On a ledger that implements
+	// LedgerIndex, RevokedGeneration is the number of subjects that joined
+	// (Restore joins a snapshot's in its order), so they are the joins
+	// numbered above gen. A gen above the ledger's generation is an error.
+	RevokedAfter(ctx context.Context, gen uint64) (subjects []string, now uint64, err error)
 }
 
-func (l *memoryLedger) subjectKeys(ctx context.Context, subject string) ([]string, error) {
+// Subjects returns the subjects a revocation of which changes r
+// (RevokeSubject), each once: the subject of its current version, unless that
+// version is revoked already, then those of its derived artifacts. A
+// LedgerIndex keeps its records by them; a nil r has none.
+func (r *Record) Subjects() []string { return subjectsOf(r) }
+
+var _ LedgerIndex = (*memoryLedger)(nil)
+
+func (l *memoryLedger) SubjectKeys(ctx context.Context, subject string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -690,24 +708,21 @@ func (l *memoryLedger) subjectKeys(ctx context.Context, subject string) ([]strin
 	return keys, nil
 }
 
-func (l *memoryLedger) unknownCloses(ctx context.Context) ([]string, []*Record, error) {
+func (l *memoryLedger) UnknownCloses(ctx context.Context) ([]string, []*Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
 	l.mu.Lock()
-	keys := slices.Collect(maps.Keys(l.unknown))
-	l.mu.Unlock()
-	slices.Sort(keys)
+	defer l.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(l.unknown))
 	recs := make([]*Record, len(keys))
-	l.mu.Lock()
 	for i, k := range keys {
 		recs[i] = l.publishLocked(l.records[k])
 	}
-	l.mu.Unlock()
 	return keys, recs, nil
 }
 
-func (l *memoryLedger) revokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error) {
+func (l *memoryLedger) RevokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
@@ -770,7 +785,7 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 // written by compare-and-swap does.
 //
 // Nothing outside the ledger ever sees a private copy: Load, Range, Export
-// and unknownCloses hand out an immutable copy with its own tickets and
+// and UnknownCloses hand out an immutable copy with its own tickets and
 // version (publishLocked), and the record an export keeps of a key written
 // during it is such a copy too.
 type memSlot struct {

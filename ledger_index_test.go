@@ -63,18 +63,18 @@ func TestLedgerIndexesMatchAFullWalk(t *testing.T) {
 			require.True(rt, slices.IsSorted(keys), "Range is in key order: %v", keys)
 			require.Equal(rt, len(l.records), len(keys), "Range visits every key once")
 			for _, s := range append(subjects, "user:none") {
-				got, err := l.subjectKeys(ctx, s)
+				got, err := l.SubjectKeys(ctx, s)
 				require.NoError(rt, err)
 				require.Equal(rt, bySubject[s], nilIfEmpty(got), "keys of %s", s)
 			}
-			got, recs, err := l.unknownCloses(ctx)
+			got, recs, err := l.UnknownCloses(ctx)
 			require.NoError(rt, err)
 			require.Equal(rt, unknown, nilIfEmpty(got), "unknown closes")
 			for i, k := range got {
 				require.Same(rt, l.records[k], recs[i])
 			}
 			for g := 0; g <= len(joined); g++ {
-				after, gen, err := l.revokedAfter(ctx, uint64(g))
+				after, gen, err := l.RevokedAfter(ctx, uint64(g))
 				require.NoError(rt, err)
 				require.Equal(rt, uint64(len(joined)), gen)
 				require.Equal(rt, joined[g:], after, "revoked after %d", g)

@@ -704,8 +704,8 @@ func (e *Engine) endUnknownCloses(gen uint64) error {
 		}
 		return true
 	}
-	if x, ok := e.ledger.(ledgerIndex); ok {
-		unknown, recs, err := x.unknownCloses(ctx)
+	if x, ok := e.ledger.(LedgerIndex); ok {
+		unknown, recs, err := x.UnknownCloses(ctx)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,16 @@
 // "revoked" maps a subject to its revocation; "meta" holds the file's schema
 // and what the retention bound dropped. The outbox bucket's sequence is the
 // number of the newest entry ever appended.
+//
+// The index (mcpsync.LedgerIndex) is written in the transaction of every
+// write of a record or a revocation: "bySubject" holds a key for each
+// subject a record is indexed under (Record.Subjects): the subject's length
+// (uvarint), the subject, the record's key; "unknownCloses" holds the key
+// of each record in UNSUBSCRIBE_UNKNOWN; "indexed" maps a record's key to
+// what it is indexed under (indexEntry), for the next write of it to move;
+// "revokedLog" maps the number of each subject that joined the revoked set
+// (8 bytes, big-endian: RevokedGeneration as it joined) to the subject, and
+// its sequence is the number of the last.
 package boltledger
 
 import (
@@ -38,8 +48,13 @@ import (
 	"github.com/mcpsync/mcpsync"
 )
 
-// Schema names the file's layout; Open refuses a file of another.
-const Schema = "mcpsync.boltledger.v1"
+// Schema names the file's layout. Open upgrades a file of the previous
+// one, which had no index, in place, and refuses any other.
+const Schema = "mcpsync.boltledger.v2"
+
+// schemaV1 is the layout before the index: Open builds it from the records
+// and the revocations, in one transaction.
+const schemaV1 = "mcpsync.boltledger.v1"
 
 // Bucket and key names, named once.
 var (
@@ -50,11 +65,23 @@ var (
 	bucketRevoked   = []byte("revoked")
 	bucketMeta      = []byte("meta")
 
+	bucketBySubject  = []byte("bySubject")
+	bucketUnknown    = []byte("unknownCloses")
+	bucketIndexed    = []byte("indexed")
+	bucketRevokedLog = []byte("revokedLog")
+
 	keySchema         = []byte("schema")
 	keyDropped        = []byte("dropped")
 	keyDroppedThrough = []byte("droppedThrough")
 
-	allBuckets = [][]byte{bucketRecords, bucketOutbox, bucketCounters, bucketConsumers, bucketRevoked, bucketMeta}
+	allBuckets = [][]byte{
+		bucketRecords, bucketOutbox, bucketCounters, bucketConsumers, bucketRevoked, bucketMeta,
+		bucketBySubject, bucketUnknown, bucketIndexed, bucketRevokedLog,
+	}
+
+	// present is the value of a key whose presence is what it says: Get
+	// of a key stored with an empty value may return nil, as for no key.
+	present = []byte{1}
 )
 
 // trimStep bounds how many outbox entries one transaction deletes, so that
@@ -105,7 +132,8 @@ type Ledger struct {
 	cache   map[string]*mcpsync.Record
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
-	// counted at Open and raised after each commit that adds one. bbolt
+	// counted at Open and raised after each commit that adds one, so the
+	// number of the last that joined in bucket revokedLog. bbolt
 	// locks the file, so no other process adds one behind it, and an
 	// engine's accept reads it without a transaction.
 	revokeGen atomic.Uint64
@@ -116,9 +144,15 @@ type Ledger struct {
 	once     sync.Once
 }
 
-var _ mcpsync.Ledger = (*Ledger)(nil)
+var (
+	_ mcpsync.Ledger      = (*Ledger)(nil)
+	_ mcpsync.LedgerIndex = (*Ledger)(nil)
+)
 
-// Open opens (creating if needed) the ledger file at path.
+// Open opens (creating if needed) the ledger file at path. A file of the
+// previous schema is upgraded in place, in one transaction that builds its
+// index from its records; a file of any other schema is refused with
+// mcpsync.ErrLedgerSchema.
 func Open(path string, opts *Options) (*Ledger, error) {
 	var o Options
 	if opts != nil {
@@ -140,9 +174,11 @@ func Open(path string, opts *Options) (*Ledger, error) {
 }
 
 // openFile opens the bbolt file at path and checks it is a ledger whose
-// identity counters can be trusted: a new file becomes one; a file of
-// another program, one cut short or one whose counters or positions are not
-// 8 bytes is refused (ErrLedgerSchema, ErrLedgerCorrupt). bbolt maps the
+// identity counters can be trusted: a new file becomes one; a file of the
+// previous schema is upgraded, its index built in the same transaction; a
+// file of another program or schema, one cut short or one whose counters or
+// positions are not 8 bytes is refused (ErrLedgerSchema, ErrLedgerCorrupt),
+// and so is one whose revocations and their log disagree. bbolt maps the
 // file, so reading a page past the end of a truncated one faults: that
 // fault is a panic here, not the process's death.
 func openFile(path string, timeout time.Duration) (db *bolt.DB, revoked int, err error) {
@@ -162,14 +198,24 @@ func openFile(path string, timeout time.Duration) (db *bolt.DB, revoked int, err
 		if err := checkFile(tx); err != nil {
 			return err
 		}
+		meta := tx.Bucket(bucketMeta)
+		upgrade := meta != nil && string(meta.Get(keySchema)) == schemaV1
+		// Created here: a file of schemaV1 lacks the index's buckets.
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
+		if upgrade {
+			if err := buildIndex(tx); err != nil {
+				return fmt.Errorf("upgrade from %s: %w", schemaV1, err)
+			}
+		}
 		revoked = tx.Bucket(bucketRevoked).Stats().KeyN
-		meta := tx.Bucket(bucketMeta)
-		if meta.Get(keySchema) == nil {
+		if joined := tx.Bucket(bucketRevokedLog).Sequence(); joined != uint64(revoked) {
+			return fmt.Errorf("%w: %d subjects revoked, %d joined the revoked set", mcpsync.ErrLedgerCorrupt, revoked, joined)
+		}
+		if meta := tx.Bucket(bucketMeta); string(meta.Get(keySchema)) != Schema {
 			return meta.Put(keySchema, []byte(Schema))
 		}
 		return nil
@@ -199,7 +245,7 @@ func checkFile(tx *bolt.Tx) error {
 		return fmt.Errorf("%w: a bbolt file with no ledger schema (bucket %q): not a ledger", mcpsync.ErrLedgerSchema, first)
 	case schema == nil:
 		return nil // new
-	case string(schema) != Schema:
+	case string(schema) != Schema && string(schema) != schemaV1:
 		return fmt.Errorf("%w: file schema %q, want %q", mcpsync.ErrLedgerSchema, schema, Schema)
 	}
 	// Identities are allocated from these: a value that is not 8 bytes
@@ -361,6 +407,9 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 			return nil
 		}
 		if err := records.Put([]byte(key), val); err != nil {
+			return err
+		}
+		if err := index(tx, []byte(key), next); err != nil {
 			return err
 		}
 		ok = true
@@ -543,6 +592,11 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		revoked := tx.Bucket(bucketRevoked)
 		added = revoked.Get([]byte(r.Subject)) == nil
+		if added {
+			if err := logJoin(tx, r.Subject); err != nil {
+				return err
+			}
+		}
 		return revoked.Put([]byte(r.Subject), b)
 	})
 	if err != nil {
@@ -741,6 +795,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	}
 	// Never batched: one large transaction, rare, that must find the file
 	// empty.
+	var joined uint64
 	err = l.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if !bytes.Equal(name, bucketMeta) && firstKey(tx.Bucket(name).Cursor()) != nil {
@@ -756,6 +811,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		// middle of a node that keeps growing, which is quadratic in the
 		// records; in order, each goes at the end.
 		records := tx.Bucket(bucketRecords)
+		x := newIndexer(tx)
 		for _, key := range slices.Sorted(maps.Keys(snap.Records)) {
 			r := snap.Records[key]
 			v, err := encodeRecord(r)
@@ -765,6 +821,12 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			if err := records.Put([]byte(key), v); err != nil {
 				return err
 			}
+			if err := x.add([]byte(key), r); err != nil {
+				return err
+			}
+		}
+		if err := x.finish(); err != nil {
+			return err
 		}
 		for c, v := range snap.Counters {
 			if err := tx.Bucket(bucketCounters).Put([]byte(c), key64(v)); err != nil {
@@ -775,6 +837,13 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			b, err := json.Marshal(r)
 			if err != nil {
 				return err
+			}
+			// Subjects join in the snapshot's order (by subject), each
+			// once: a later revocation of one replaces the earlier.
+			if tx.Bucket(bucketRevoked).Get([]byte(r.Subject)) == nil {
+				if err := logJoin(tx, r.Subject); err != nil {
+					return err
+				}
 			}
 			if err := tx.Bucket(bucketRevoked).Put([]byte(r.Subject), b); err != nil {
 				return err
@@ -802,6 +871,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 				return err
 			}
 		}
+		joined = tx.Bucket(bucketRevokedLog).Sequence()
 		return l.trim(tx)
 	})
 	if err != nil && !errors.Is(err, mcpsync.ErrLedgerNotEmpty) {
@@ -811,7 +881,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		return err
 	}
 	// Into an empty ledger: every restored subject is new.
-	l.revokeGen.Add(uint64(len(snap.Revoked)))
+	l.revokeGen.Add(joined)
 	l.wake()
 	return nil
 }

@@ -29,7 +29,9 @@ type Reopener func(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger
 // Run checks the contract every ledger keeps: compare-and-swap, outbox
 // numbering, acknowledgements per consumer, the retention bound, wake-ups,
 // counters never reused, revocations, export and restore (consistent under
-// concurrent writes), and concurrency (run it under -race).
+// concurrent writes), concurrency (run it under -race), and, for a ledger
+// that implements mcpsync.LedgerIndex, that its index answers what a walk
+// of every record does after any sequence of an engine's writes.
 func Run(t *testing.T, open Opener) {
 	RunDurable(t, open, nil)
 }
@@ -47,6 +49,7 @@ func RunDurable(t *testing.T, open Opener, reopen Reopener) {
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, open) })
 	t.Run("ExportRestore", func(t *testing.T) { testExportRestore(t, open) })
 	t.Run("ExportNeverTears", func(t *testing.T) { testExportNeverTears(t, open) })
+	t.Run("Index", func(t *testing.T) { testIndex(t, open, reopen) })
 	if reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { testReopen(t, open, reopen) })
 	}

@@ -1,0 +1,252 @@
+package boltledger_test
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
+)
+
+// schemaV1 is the layout before the index, and its buckets.
+const schemaV1 = "mcpsync.boltledger.v1"
+
+var bucketsV1 = []string{"records", "outbox", "counters", "consumers", "revoked", "meta"}
+
+// downgrade turns the ledger file at path into one of schemaV1, as the
+// previous release wrote it: the same records, outbox, counters and
+// revocations, and no other bucket.
+func downgrade(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		var extra [][]byte
+		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if !slices.Contains(bucketsV1, string(name)) {
+				extra = append(extra, slices.Clone(name))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		require.NotEmpty(t, extra, "the index has buckets of its own")
+		for _, name := range extra {
+			if err := tx.DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(schemaV1))
+	}))
+}
+
+// fileSchema reads the schema a closed ledger file names.
+func fileSchema(t *testing.T, path string) string {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	var schema string
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		schema = string(tx.Bucket([]byte("meta")).Get([]byte("schema")))
+		return nil
+	}))
+	return schema
+}
+
+// indexed is what a ledger's index answers.
+type indexed struct {
+	bySubject map[string][]string
+	unknown   []string
+	revoked   []string
+}
+
+func readIndex(t *testing.T, l mcpsync.Ledger, subjects []string) indexed {
+	t.Helper()
+	x := l.(mcpsync.LedgerIndex)
+	got := indexed{bySubject: map[string][]string{}}
+	for _, s := range subjects {
+		keys, err := x.SubjectKeys(ctx, s)
+		require.NoError(t, err)
+		if len(keys) > 0 {
+			got.bySubject[s] = keys
+		}
+	}
+	keys, recs, err := x.UnknownCloses(ctx)
+	require.NoError(t, err)
+	for i, k := range keys {
+		require.Equal(t, mcpsync.StateUnsubscribeUnknown, recs[i].State, k)
+	}
+	got.unknown = keys
+	got.revoked, _, err = x.RevokedAfter(ctx, 0)
+	require.NoError(t, err)
+	return got
+}
+
+// A file the previous release wrote has no index: Open builds it from the
+// records and revocations and names the file of this schema, so that a
+// revocation finds the right records, and a new session the unknown
+// closes, without a walk of every record.
+func TestOpenUpgradesAFileWithoutIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	readers := map[string]string{
+		"file:///docs/a.md": "user:alice", "file:///docs/b.md": "user:bob",
+		"file:///docs/c.md": "user:alice", "file:///docs/d.md": "user:carol",
+	}
+	for _, uri := range slices.Sorted(maps.Keys(readers)) {
+		_, err := e.Subscribe(uri, readers[uri])
+		require.NoError(t, err)
+		_, err = e.Activate(uri, mcpsync.ModePush)
+		require.NoError(t, err)
+		tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+		require.NoError(t, err)
+		_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: "v1 of " + uri}}))
+		require.NoError(t, err)
+	}
+	// b.md is read again by alice, after bob's version fed an index: the
+	// record is bob's by its artifact and alice's by its version.
+	b, err := l.Load(ctx, "file:///docs/b.md")
+	require.NoError(t, err)
+	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "b#0", Version: b.Current.Version}))
+	_, err = e.BeginClose("file:///docs/b.md")
+	require.NoError(t, err)
+	_, err = e.FinishClose("file:///docs/b.md", true)
+	require.NoError(t, err)
+	_, err = e.Subscribe("file:///docs/b.md", "user:alice")
+	require.NoError(t, err)
+	_, err = e.Activate("file:///docs/b.md", mcpsync.ModePush)
+	require.NoError(t, err)
+	tk, err := e.IssueTicket("file:///docs/b.md", mcpsync.TriggerInitial)
+	require.NoError(t, err)
+	_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: "file:///docs/b.md", MIMEType: "text/plain", Text: "v2"}}))
+	require.NoError(t, err)
+	// d.md's close loses its ack; carol and erin are revoked.
+	_, err = e.BeginClose("file:///docs/d.md")
+	require.NoError(t, err)
+	_, err = e.FinishClose("file:///docs/d.md", false)
+	require.NoError(t, err)
+	for _, s := range []string{"user:erin", "user:carol"} {
+		_, err = e.RevokeSubject(s)
+		require.NoError(t, err)
+	}
+
+	subjects := []string{"user:alice", "user:bob", "user:carol", "user:erin"}
+	want := indexed{
+		bySubject: map[string][]string{
+			"user:alice": {"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md"},
+			"user:bob":   {"file:///docs/b.md"},
+		},
+		unknown: []string{"file:///docs/d.md"},
+		revoked: []string{"user:erin", "user:carol"},
+	}
+	require.Equal(t, want, readIndex(t, l, subjects), "the index as the writes kept it")
+	before, err := l.Export(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	downgrade(t, path)
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	after, err := l.Export(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the upgrade changed no record, entry, counter or revocation")
+	want.revoked = []string{"user:carol", "user:erin"} // the order they joined in was not stored
+	require.Equal(t, want, readIndex(t, l, subjects), "the index the upgrade built")
+	gen, err := l.RevokedGeneration(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), gen)
+
+	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = n.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	d, err := n.Subscription("file:///docs/d.md")
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.StateClosed, d.State, "the new session ended the unknown close")
+	rc, err := n.RevokeSubject("user:bob")
+	require.NoError(t, err)
+	assert.Empty(t, rc.Versions, "bob's version was replaced by alice's")
+	require.Len(t, rc.Artifacts, 1)
+	assert.Equal(t, "b#0", rc.Artifacts[0].ArtifactID)
+	rc, err = n.RevokeSubject("user:alice")
+	require.NoError(t, err)
+	var uris []string
+	for _, v := range rc.Versions {
+		uris = append(uris, v.URI)
+	}
+	assert.Equal(t, []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md"}, uris, "alice's versions")
+	require.NoError(t, l.Close())
+	assert.Equal(t, boltledger.Schema, fileSchema(t, path), "the file names the schema it was upgraded to")
+
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	want = indexed{bySubject: map[string][]string{}, revoked: []string{"user:carol", "user:erin", "user:bob", "user:alice"}}
+	assert.Equal(t, want, readIndex(t, l, subjects), "nothing left to revoke, and the joins kept across a reopen")
+}
+
+// A file of a later schema, or of none this release knows, is refused and
+// left as it is: upgrading only goes from the previous schema.
+func TestOpenRefusesAnUnknownSchema(t *testing.T) {
+	for _, schema := range []string{"mcpsync.boltledger.v3", "mcpsync.boltledger.v0", "something else"} {
+		t.Run(schema, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			l, err := boltledger.Open(path, nil)
+			require.NoError(t, err)
+			require.NoError(t, l.Close())
+			db, err := bolt.Open(path, 0o600, nil)
+			require.NoError(t, err)
+			require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(schema))
+			}))
+			require.NoError(t, db.Close())
+
+			l, err = boltledger.Open(path, nil)
+			if err == nil {
+				_ = l.Close()
+			}
+			require.ErrorIs(t, err, mcpsync.ErrLedgerSchema)
+			assert.Equal(t, schema, fileSchema(t, path), "the file was left as it was")
+		})
+	}
+}
+
+// An upgrade is one transaction: a file of the previous schema whose
+// records cannot be read is refused, and stays of that schema.
+func TestUpgradeOfAnUnreadableFileChangesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	for i := range 3 {
+		key := fmt.Sprintf("file:///docs/%d.md", i)
+		_, ok, err := l.CompareAndSwap(ctx, key, 0, &mcpsync.Record{Revision: 1}, nil)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	require.NoError(t, l.Close())
+	downgrade(t, path)
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("records")).Put([]byte("file:///docs/1.md"), []byte("\x00\x00\x00\x00\x00\x00\x00\x01{not json"))
+	}))
+	require.NoError(t, db.Close())
+
+	_, err = boltledger.Open(path, nil)
+	require.ErrorIs(t, err, mcpsync.ErrLedgerCorrupt)
+	assert.Equal(t, schemaV1, fileSchema(t, path), "nothing of the upgrade was committed")
+}
