@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // SchemaDerivedArtifact and SchemaRevocationReceipt are the schemas of
@@ -164,6 +165,20 @@ type RevocationReceipt struct {
 	Elsewhere []string `json:"elsewhere,omitempty"`
 }
 
+// checkSubject refuses a subject no ledger keeps as given: an empty one,
+// and one that is not UTF-8, which a durable ledger's JSON stores with
+// U+FFFD in place of each bad byte, so that its versions would no longer
+// name the subject they were read by.
+func checkSubject(subject string) error {
+	switch {
+	case subject == "":
+		return fmt.Errorf("%w: empty subject", ErrInvalidSubject)
+	case !utf8.ValidString(subject):
+		return fmt.Errorf("%w: %q is not UTF-8", ErrInvalidSubject, subject)
+	}
+	return nil
+}
+
 // RevokeSubject makes every version read by subject unservable at once:
 // from the moment it is called, Lookup refuses them (ErrRevoked) and the
 // fence refuses the subject's reads still in flight. It then marks each such
@@ -176,8 +191,8 @@ type RevocationReceipt struct {
 // finishes a sweep a crash cut short. Calling it again finds nothing new to
 // invalidate.
 func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
-	if subject == "" {
-		return RevocationReceipt{}, fmt.Errorf("%w: empty subject", ErrInvalidSubject)
+	if err := checkSubject(subject); err != nil {
+		return RevocationReceipt{}, err
 	}
 	r := RevokedSubject{Schema: SchemaRevokedSubject, Subject: subject, At: e.now(), Engine: e.id}
 	e.revokeMu.Lock()

@@ -273,8 +273,8 @@ func NewShadow(e *Engine, subject string) (*Shadow, error) {
 	if e == nil {
 		return nil, errors.New("mcpsync: NewShadow needs an engine")
 	}
-	if subject == "" {
-		return nil, fmt.Errorf("%w: empty subject", ErrInvalidSubject)
+	if err := checkSubject(subject); err != nil {
+		return nil, err
 	}
 	return &Shadow{engine: e, subject: subject, counts: make(map[ShadowVerdict]uint64)}, nil
 }

@@ -486,8 +486,8 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 	if err != nil {
 		return Subscription{}, err
 	}
-	if subject == "" {
-		return Subscription{}, fmt.Errorf("%w: empty subject for %s", ErrInvalidSubject, key)
+	if err := checkSubject(subject); err != nil {
+		return Subscription{}, fmt.Errorf("%w (subscribing %s)", err, key)
 	}
 	s := e.session.Load()
 	if !s.live {
