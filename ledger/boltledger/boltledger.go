@@ -18,9 +18,10 @@
 // number of the newest entry ever appended.
 //
 // The index (mcpsync.LedgerIndex) is written in the transaction of every
-// write of a record or a revocation: "bySubject" holds a key for each
-// subject a record is indexed under (Record.Subjects): the subject's length
-// (uvarint), the subject, the record's key; "unknownCloses" holds the key
+// write of a record or a revocation: "bySubject" holds a bucket for each
+// subject records are indexed under (Record.Subjects, as their JSON stores
+// it), named by the subject's SHA-256 and holding their keys; a bucket
+// with no key left is dropped. "unknownCloses" holds the key
 // of each record in UNSUBSCRIBE_UNKNOWN; "indexed" maps a record's key to
 // what it is indexed under (indexEntry), for the next write of it to move;
 // "revokedLog" maps the number of each subject that joined the revoked set

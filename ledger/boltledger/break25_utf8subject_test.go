@@ -12,11 +12,10 @@ import (
 )
 
 // A subject that is not valid UTF-8 is stored, in the record's JSON, as the
-// replacement character, while the index files the record under the bytes
-// the caller gave. After a restart the record says it was read by
-// "\uFFFDbob", and revoking that subject finds nothing through the index:
-// a walk of every record (the engine without LedgerIndex) revokes the
-// version and announces the artifact.
+// replacement character. The engine refuses such a subject, so that no
+// version names a subject other than the one it was read by; a record
+// written with one straight to the ledger is indexed under what its JSON
+// stores, so a revocation after a restart still finds it.
 func TestBreak25UTF8Subject(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l, err := boltledger.Open(path, nil)
@@ -27,38 +26,40 @@ func TestBreak25UTF8Subject(t *testing.T) {
 	require.NoError(t, err)
 	const doc = "file:///docs/a.md"
 	_, err = e.Subscribe(doc, "\xffbob")
+	require.ErrorIs(t, err, mcpsync.ErrInvalidSubject, "a subject no durable ledger keeps as given")
+	_, err = e.RevokeSubject("\xffbob")
+	require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+
+	// Straight to the ledger: filed under the stored form, before and
+	// after a restart.
+	const stored = "\uFFFDbob"
+	rec := &mcpsync.Record{Revision: 1, Current: &mcpsync.StoredVersion{
+		Version: mcpsync.ResourceVersion{URI: doc, Subject: "\xffbob"}, Status: mcpsync.VersionServed,
+	}}
+	_, ok, err := l.CompareAndSwap(ctx, doc, 0, rec, nil)
 	require.NoError(t, err)
-	_, err = e.Activate(doc, mcpsync.ModePush)
+	require.True(t, ok)
+	keys, err := l.SubjectKeys(ctx, stored)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(doc, mcpsync.TriggerInitial)
-	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: "bob's secret"}}))
-	require.NoError(t, err)
-	r, err := l.Load(ctx, doc)
-	require.NoError(t, err)
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "a#0", Version: r.Current.Version}))
+	assert.Equal(t, []string{doc}, keys, "before a restart")
 	require.NoError(t, l.Close())
 
 	l, err = boltledger.Open(path, nil)
 	require.NoError(t, err)
 	defer l.Close()
-	r, err = l.Load(ctx, doc)
+	r, err := l.Load(ctx, doc)
 	require.NoError(t, err)
-	subject := r.Current.Version.Subject
-	require.Equal(t, []string{subject}, r.Subjects(), "the record as stored")
-
-	keys, err := l.SubjectKeys(ctx, subject)
+	require.Equal(t, []string{stored}, r.Subjects(), "the record as stored")
+	keys, err = l.SubjectKeys(ctx, stored)
 	require.NoError(t, err)
-	assert.Equal(t, []string{doc}, keys, "SubjectKeys(%q) must hold every key whose Record.Subjects holds it", subject)
+	assert.Equal(t, []string{doc}, keys, "SubjectKeys(%q) must hold every key whose Record.Subjects holds it", stored)
 
 	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
 	require.NoError(t, err)
-	rc, err := n.RevokeSubject(subject)
+	rc, err := n.RevokeSubject(stored)
 	require.NoError(t, err)
-	assert.Len(t, rc.Versions, 1, "the version the stored record says %q read", subject)
-	assert.Len(t, rc.Artifacts, 1, "the artifact derived from it")
+	assert.Len(t, rc.Versions, 1, "the version the stored record says %q read", stored)
 	r, err = l.Load(ctx, doc)
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.VersionRevoked, r.Current.Status)
-	assert.Nil(t, r.Current.Contents, "a revoked version keeps no text")
 }

@@ -3,9 +3,12 @@ package boltledger
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -24,7 +27,31 @@ type indexEntry struct {
 const flagUnknown = 1
 
 func entryOf(r *mcpsync.Record) indexEntry {
-	return indexEntry{unknown: r.State == mcpsync.StateUnsubscribeUnknown, subjects: r.Subjects()}
+	subjects := r.Subjects()
+	for i, s := range subjects {
+		subjects[i] = asStored(s)
+	}
+	return indexEntry{unknown: r.State == mcpsync.StateUnsubscribeUnknown, subjects: subjects}
+}
+
+// asStored returns s as a record's JSON stores it, each byte that is not
+// part of UTF-8 replaced with U+FFFD (as encoding/json does): a record is
+// indexed under the subjects it will be read back with.
+func asStored(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // encode returns the stored form of x, nil when x is indexed under nothing.
@@ -65,14 +92,40 @@ func decodeIndexEntry(key, b []byte) (indexEntry, error) {
 	return x, nil
 }
 
-// subjectKey is the key of bucket "bySubject" that says key is indexed
-// under subject. The length first makes the subject's prefix its own: no
-// subject's keys begin with another's, whatever bytes either holds.
-func subjectKey(subject string, key []byte) []byte {
-	b := make([]byte, 0, binary.MaxVarintLen64+len(subject)+len(key))
-	b = binary.AppendUvarint(b, uint64(len(subject)))
-	b = append(b, subject...)
-	return append(b, key...)
+// subjectBucket is the name of the bucket, in bucket "bySubject", holding
+// the keys indexed under subject: its SHA-256, so that neither a long
+// subject nor a long key can make a name or key bbolt refuses (32 KiB).
+// Two subjects sharing one would share a bucket; a revocation re-checks
+// every record it is given, so it would only visit more of them.
+func subjectBucket(subject string) []byte {
+	sum := sha256.Sum256([]byte(subject))
+	return sum[:]
+}
+
+// fileUnder puts key in subject's bucket of "bySubject".
+func fileUnder(bySubject *bolt.Bucket, subject string, key []byte) error {
+	b, err := bySubject.CreateBucketIfNotExists(subjectBucket(subject))
+	if err != nil {
+		return err
+	}
+	return b.Put(key, present)
+}
+
+// unfile takes key out of subject's bucket of "bySubject", and drops the
+// bucket once it holds no key.
+func unfile(bySubject *bolt.Bucket, subject string, key []byte) error {
+	name := subjectBucket(subject)
+	b := bySubject.Bucket(name)
+	if b == nil {
+		return nil
+	}
+	if err := b.Delete(key); err != nil {
+		return err
+	}
+	if k, _ := b.Cursor().First(); k == nil {
+		return bySubject.DeleteBucket(name)
+	}
+	return nil
 }
 
 // index moves key, whose record is now r, in the index from where its
@@ -112,14 +165,14 @@ func index(tx *bolt.Tx, key []byte, r *mcpsync.Record) error {
 	bySubject := tx.Bucket(bucketBySubject)
 	for _, s := range was.subjects {
 		if !slices.Contains(is.subjects, s) {
-			if err := bySubject.Delete(subjectKey(s, key)); err != nil {
+			if err := unfile(bySubject, s, key); err != nil {
 				return err
 			}
 		}
 	}
 	for _, s := range is.subjects {
 		if !slices.Contains(was.subjects, s) {
-			if err := bySubject.Put(subjectKey(s, key), present); err != nil {
+			if err := fileUnder(bySubject, s, key); err != nil {
 				return err
 			}
 		}
@@ -133,7 +186,7 @@ func index(tx *bolt.Tx, key []byte, r *mcpsync.Record) error {
 // of a node that keeps growing (see Restore).
 type indexer struct {
 	tx        *bolt.Tx
-	bySubject [][]byte // in the order of the records' keys, sorted by finish
+	bySubject [][]byte // subjectBucket(subject) then key, sorted by finish
 }
 
 func newIndexer(tx *bolt.Tx) *indexer { return &indexer{tx: tx} }
@@ -154,7 +207,7 @@ func (x *indexer) add(key []byte, r *mcpsync.Record) error {
 		}
 	}
 	for _, s := range e.subjects {
-		x.bySubject = append(x.bySubject, subjectKey(s, key))
+		x.bySubject = append(x.bySubject, append(subjectBucket(s), key...))
 	}
 	return nil
 }
@@ -162,9 +215,19 @@ func (x *indexer) add(key []byte, r *mcpsync.Record) error {
 // finish puts what add kept for bucket "bySubject", in order.
 func (x *indexer) finish() error {
 	slices.SortFunc(x.bySubject, bytes.Compare)
-	b := x.tx.Bucket(bucketBySubject)
+	bySubject := x.tx.Bucket(bucketBySubject)
+	var b *bolt.Bucket
+	var name []byte
 	for _, k := range x.bySubject {
-		if err := b.Put(k, present); err != nil {
+		n := k[:sha256.Size]
+		if b == nil || !bytes.Equal(n, name) {
+			var err error
+			if b, err = bySubject.CreateBucketIfNotExists(n); err != nil {
+				return err
+			}
+			name = n
+		}
+		if err := b.Put(k[sha256.Size:], present); err != nil {
 			return err
 		}
 	}
@@ -210,17 +273,20 @@ func buildIndex(tx *bolt.Tx) error {
 }
 
 // SubjectKeys implements mcpsync.LedgerIndex: one read of the subject's
-// keys in bucket "bySubject".
+// bucket in "bySubject".
 func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, error) {
-	prefix := subjectKey(subject, nil)
+	name := subjectBucket(asStored(subject))
 	var keys []string
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		keys = nil
-		c := tx.Bucket(bucketBySubject).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			keys = append(keys, string(k[len(prefix):]))
+		b := tx.Bucket(bucketBySubject).Bucket(name)
+		if b == nil {
+			return nil
 		}
-		return nil
+		return b.ForEach(func(k, _ []byte) error {
+			keys = append(keys, string(k))
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boltledger: keys of %q: %w", subject, err)
