@@ -160,7 +160,9 @@ func migrateTo(ctx context.Context, pool *pgxpool.Pool, n names, upto int) error
 
 // steps are the parts of migrations that SQL cannot say: each runs right
 // after its version's file, in its transaction.
-var steps = map[int]func(ctx context.Context, tx pgx.Tx, n names) error{}
+var steps = map[int]func(ctx context.Context, tx pgx.Tx, n names) error{
+	4: backfillIndex,
+}
 
 // errNoMigrations guards a build without its embedded files.
 var errNoMigrations = errors.New("pgledger: no migrations embedded")
