@@ -200,12 +200,14 @@ type loaded struct {
 }
 
 // swap is one CompareAndSwap: the key, the revision it expects, the record
-// and entries encoded, and, on a fenced ledger, the epoch of its lease.
+// and entries encoded, the record's index entry, and, on a fenced ledger,
+// the epoch of its lease.
 type swap struct {
 	key     string
 	prev    int64
 	record  []byte
 	entries [][]byte
+	index   indexEntry
 	epoch   int64
 }
 
@@ -286,7 +288,8 @@ func (l *Ledger) swapOne(ctx context.Context, s swap) (swapped, error) {
 		owner, epoch = l.leases.worker, s.epoch
 	}
 	var first *int64
-	err := l.pool.QueryRow(ctx, l.q.cas, s.key, s.prev, s.record, s.entries, l.retain, trimStep, owner, epoch).Scan(&first)
+	err := l.pool.QueryRow(ctx, l.q.cas, s.key, s.prev, s.record, s.entries, l.retain, trimStep, owner, epoch,
+		s.index.subjects, s.index.unknown).Scan(&first)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == fencedSQLState && owner != nil:
@@ -317,14 +320,20 @@ func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 	records := make([][]byte, len(swaps))
 	counts := make([]int32, len(swaps))
 	epochs := make([]int64, len(swaps))
+	subjectCounts := make([]int32, len(swaps))
+	unknown := make([]bool, len(swaps))
 	var bodies [][]byte
+	var subjects []string
 	for at, i := range order {
 		s := swaps[i]
 		keys[at], prevs[at], records[at], counts[at], epochs[at] = s.key, s.prev, s.record, int32(len(s.entries)), s.epoch
 		bodies = append(bodies, s.entries...)
+		subjectCounts[at], unknown[at] = int32(len(s.index.subjects)), s.index.unknown
+		subjects = append(subjects, s.index.subjects...)
 	}
 	var res []*int64
-	if err := l.pool.QueryRow(ctx, l.q.casAll, keys, prevs, records, counts, bodies, l.retain, trimStep, owner, epochs).Scan(&res); err != nil {
+	if err := l.pool.QueryRow(ctx, l.q.casAll, keys, prevs, records, counts, bodies, l.retain, trimStep, owner, epochs,
+		subjects, subjectCounts, unknown).Scan(&res); err != nil {
 		return nil, err
 	}
 	if len(res) != len(swaps) {

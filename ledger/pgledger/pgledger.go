@@ -17,6 +17,12 @@
 // applied under an advisory lock, so workers opening the ledger at once
 // apply each of them once. A schema migrated by a newer release is refused.
 //
+// The ledger implements mcpsync.LedgerIndex: each record's row carries the
+// subjects it is filed under and whether it is an unknown close, written
+// by the statement that writes the record, and revoked_log numbers the
+// revoked subjects in the order they joined, so revocations and new
+// sessions read the rows they change, not every record.
+//
 // WaitOutbox sleeps on LISTEN: every appending transaction notifies the
 // schema's channel as it commits, so a waiter in any process wakes on an
 // append in any other. RevokedGeneration reads one row per call: a value
@@ -210,7 +216,8 @@ func (l *Ledger) usable(ctx context.Context) error {
 type queries struct {
 	load, loadAll, cas, casAll, rangeFirst, rangeAfter string
 	next, counter, revokeAdd, revokeReplace, revGen    string
-	raiseRevGen                                        string
+	raiseRevGen, subjectKeys, unknownCloses            string
+	revokedAfter                                       string
 	revoked, outbox, ack, state, last, trim, counters  string
 	acquire, renew, heartbeat, release, members        string
 	leave, leases, lockOwn, lockKeys, aliveLock        string
@@ -220,8 +227,8 @@ func newQueries(n names) queries {
 	q := queries{
 		load:       n.expand(`SELECT revision, record FROM {{schema}}.records WHERE key = $1`),
 		loadAll:    n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key = ANY($1)`),
-		cas:        n.expand(`SELECT {{schema}}.compare_and_swap($1, $2, $3, $4, $5, $6, $7, $8)`),
-		casAll:     n.expand(`SELECT {{schema}}.compare_and_swap_all($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
+		cas:        n.expand(`SELECT {{schema}}.compare_and_swap($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`),
+		casAll:     n.expand(`SELECT {{schema}}.compare_and_swap_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`),
 		rangeFirst: n.expand(`SELECT key, revision, record FROM {{schema}}.records ORDER BY key LIMIT $1`),
 		rangeAfter: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key > $2 ORDER BY key LIMIT $1`),
 		// A counter's row is made by its first reservation; the WHERE
@@ -234,7 +241,14 @@ func newQueries(n names) queries {
 		revokeAdd:     n.expand(`INSERT INTO {{schema}}.revoked (subject, revocation) VALUES ($1, $2) ON CONFLICT (subject) DO NOTHING`),
 		revokeReplace: n.expand(`UPDATE {{schema}}.revoked SET revocation = $2 WHERE subject = $1`),
 		revGen:        n.expand(`SELECT generation FROM {{schema}}.revocation_meta`),
-		raiseRevGen:   n.expand(`UPDATE {{schema}}.revocation_meta SET generation = generation + 1`),
+		// The subject that raises the generation to n is numbered n.
+		raiseRevGen: n.expand(`WITH g AS (UPDATE {{schema}}.revocation_meta SET generation = generation + 1 RETURNING generation)
+			INSERT INTO {{schema}}.revoked_log (generation, subject) SELECT generation, $1 FROM g`),
+		revokedAfter: n.expand(`SELECT generation,
+			ARRAY(SELECT subject FROM {{schema}}.revoked_log WHERE generation > $1 ORDER BY generation)
+			FROM {{schema}}.revocation_meta`),
+		subjectKeys:   n.expand(`SELECT key FROM {{schema}}.records WHERE subjects @> ARRAY[$1::text] ORDER BY key`),
+		unknownCloses: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE unknown ORDER BY key`),
 		revoked:       n.expand(`SELECT revocation FROM {{schema}}.revoked ORDER BY subject`),
 		outbox:        n.expand(`SELECT seq, entry FROM {{schema}}.outbox WHERE seq > $1 ORDER BY seq LIMIT $2`),
 		ack:           n.expand(`SELECT {{schema}}.ack($1, $2, $3, $4)`),
@@ -305,10 +319,10 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 }
 
 // CompareAndSwap implements mcpsync.Ledger in one statement: the revision
-// check, the record, its outbox entries, their numbering, the trim and the
-// notification of waiters commit together. On a fenced ledger it also
-// requires this worker's lease of key (a *LeaseError otherwise, matching
-// ErrNotLeaseholder).
+// check, the record and its index entry, its outbox entries, their
+// numbering, the trim and the notification of waiters commit together. On
+// a fenced ledger it also requires this worker's lease of key (a
+// *LeaseError otherwise, matching ErrNotLeaseholder).
 func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
 	if next == nil || next.Revision != prev+1 {
 		return 0, false, fmt.Errorf("pgledger: %s: revision must go from %d to %d", key, prev, prev+1)
@@ -334,7 +348,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	if err != nil {
 		return 0, false, err
 	}
-	got, err := l.swaps.do(ctx, swap{key: key, prev: p, record: rec, entries: bodies, epoch: epoch})
+	got, err := l.swaps.do(ctx, swap{key: key, prev: p, record: rec, entries: bodies, epoch: epoch, index: entryOf(next)})
 	switch {
 	case err != nil:
 		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, err)
@@ -421,8 +435,9 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 	return v - n + 1, nil
 }
 
-// Revoke implements mcpsync.Ledger: a new subject raises the generation in
-// the transaction that stores it.
+// Revoke implements mcpsync.Ledger: a new subject raises the generation,
+// and is numbered with it (RevokedAfter), in the transaction that stores
+// it.
 func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	if err := l.usable(ctx); err != nil {
 		return err
@@ -440,7 +455,7 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 			_, err = tx.Exec(ctx, l.q.revokeReplace, r.Subject, b)
 			return err
 		}
-		_, err = tx.Exec(ctx, l.q.raiseRevGen)
+		_, err = tx.Exec(ctx, l.q.raiseRevGen, r.Subject)
 		return err
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"math"
 	"path"
 	"regexp"
 	"strconv"
@@ -104,6 +105,12 @@ func (n names) expand(sql string) string {
 // version once; a schema already there costs one short transaction. A
 // schema of a newer version is refused with mcpsync.ErrLedgerSchema.
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
+	return migrateTo(ctx, pool, n, math.MaxInt)
+}
+
+// migrateTo is migrate stopping at version upto: tests make the schemas
+// earlier releases left.
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, n names, upto int) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
@@ -132,11 +139,16 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
 			return fmt.Errorf("%w: schema %s is at version %d, this package knows up to %d", mcpsync.ErrLedgerSchema, n.schema, current, latest)
 		}
 		for _, m := range ms {
-			if m.version <= current {
+			if m.version <= current || m.version > upto {
 				continue
 			}
 			if _, err := tx.Exec(ctx, n.expand(m.sql)); err != nil {
 				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			if step := steps[m.version]; step != nil {
+				if err := step(ctx, tx, n); err != nil {
+					return fmt.Errorf("migration %s: %w", m.name, err)
+				}
 			}
 			if _, err := tx.Exec(ctx, n.expand(`INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)`), m.version, m.name); err != nil {
 				return err
@@ -144,6 +156,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
 		}
 		return nil
 	})
+}
+
+// steps are the parts of migrations that SQL cannot say: each runs right
+// after its version's file, in its transaction.
+var steps = map[int]func(ctx context.Context, tx pgx.Tx, n names) error{
+	4: backfillIndex,
 }
 
 // errNoMigrations guards a build without its embedded files.

@@ -101,7 +101,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		// outbox_meta before consumers), so that no writer deadlocks it.
 		if _, err := tx.Exec(ctx, l.names.expand(`LOCK TABLE {{schema}}.records, {{schema}}.outbox_meta,
 			{{schema}}.consumers, {{schema}}.outbox, {{schema}}.counters, {{schema}}.revoked,
-			{{schema}}.revocation_meta IN EXCLUSIVE MODE`)); err != nil {
+			{{schema}}.revocation_meta, {{schema}}.revoked_log IN EXCLUSIVE MODE`)); err != nil {
 			return err
 		}
 		var used bool
@@ -114,13 +114,21 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			return mcpsync.ErrLedgerNotEmpty
 		}
 		b := &pgx.Batch{}
-		b.Queue(l.names.expand(`INSERT INTO {{schema}}.records (key, revision, record)
-			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])`), rows.keys, rows.revisions, rows.records)
+		b.Queue(l.names.expand(`INSERT INTO {{schema}}.records (key, revision, record, unknown, subjects)
+			SELECT key, r.revision, r.record, r.unknown, coalesce(s.subjects, '{}')
+			FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::boolean[]) AS r (key, revision, record, unknown)
+			LEFT JOIN `+subjectsByKey("$5", "$6")+` AS s USING (key)`),
+			rows.keys, rows.revisions, rows.records, rows.index.unknown, rows.index.subjects, rows.index.subjectKeys)
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.counters (name, last)
 			SELECT n, v::numeric FROM unnest($1::text[], $2::text[]) AS u (n, v)`), rows.counters, rows.values)
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.revoked (subject, revocation)
 			SELECT * FROM unnest($1::text[], $2::bytea[])`), rows.subjects, rows.revocations)
-		b.Queue(l.names.expand(`UPDATE {{schema}}.revocation_meta SET generation = generation + $1`), len(rows.subjects))
+		// The snapshot's subjects join in its order.
+		b.Queue(l.names.expand(`WITH n AS (SELECT coalesce(cardinality($1::text[]), 0) AS n),
+			g AS (UPDATE {{schema}}.revocation_meta SET generation = generation + n.n FROM n
+				RETURNING generation - n.n AS before)
+			INSERT INTO {{schema}}.revoked_log (generation, subject)
+			SELECT g.before + i, subject FROM g, unnest($1::text[]) WITH ORDINALITY AS u (subject, i)`), rows.subjects)
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.outbox (seq, entry)
 			SELECT * FROM unnest($1::bigint[], $2::bytea[])`), rows.seqs, rows.entries)
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.consumers (name, position)
@@ -146,6 +154,7 @@ type snapshotRows struct {
 	keys                                 []string
 	revisions                            []int64
 	records                              [][]byte
+	index                                indexColumns
 	counters, values                     []string
 	subjects                             []string
 	revocations                          [][]byte
@@ -168,13 +177,22 @@ func restoreRows(snap mcpsync.LedgerSnapshot) (snapshotRows, error) {
 		b, err := mcpsync.EncodeRecord(r)
 		errs = append(errs, err)
 		rows.keys, rows.revisions, rows.records = append(rows.keys, key), append(rows.revisions, num(r.Revision, "revision")), append(rows.records, b)
+		rows.index.add(key, entryOf(r))
 	}
 	for c, v := range snap.Counters {
 		rows.counters, rows.values = append(rows.counters, string(c)), append(rows.values, strconv.FormatUint(v, 10))
 	}
+	// A subject named twice joins once, where it is first named; the
+	// later revocation replaces the earlier.
+	at := make(map[string]int, len(snap.Revoked))
 	for _, r := range snap.Revoked {
 		b, err := encodeRevoked(r)
 		errs = append(errs, err)
+		if i, ok := at[r.Subject]; ok {
+			rows.revocations[i] = b
+			continue
+		}
+		at[r.Subject] = len(rows.subjects)
 		rows.subjects, rows.revocations = append(rows.subjects, r.Subject), append(rows.revocations, b)
 	}
 	for _, e := range snap.Outbox {

@@ -1,0 +1,103 @@
+package pgledger
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
+)
+
+// indexedRecord is a record whose current version is current's (none when
+// ""), with status, and which holds an artifact of each of artifacts.
+func indexedRecord(rev uint64, state mcpsync.SubscriptionState, current string, status mcpsync.VersionStatus, artifacts ...string) *mcpsync.Record {
+	r := &mcpsync.Record{Revision: rev, State: state}
+	if current != "" {
+		r.Current = &mcpsync.StoredVersion{Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, Subject: current}, Status: status}
+	}
+	for _, s := range artifacts {
+		r.Artifacts = append(r.Artifacts, mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: s, Version: mcpsync.ResourceVersion{Subject: s}})
+	}
+	return r
+}
+
+// Both statements that write records, one key's (compare_and_swap) and
+// many keys' (compare_and_swap_all), file each record under every subject
+// it holds, take it out of those it no longer holds, and keep each key's
+// subjects apart from the others' of one statement.
+func TestIndexWrites(t *testing.T) {
+	ctx := context.Background()
+	type write struct {
+		key  string
+		prev int64
+		r    *mcpsync.Record
+	}
+	var l *Ledger
+	swapOf := func(w write) swap {
+		b, err := mcpsync.EncodeRecord(w.r)
+		require.NoError(t, err)
+		return swap{key: w.key, prev: w.prev, record: b, index: entryOf(w.r)}
+	}
+	paths := map[string]func(ws ...write){
+		"alone": func(ws ...write) {
+			for _, w := range ws {
+				got, err := l.swapOne(ctx, swapOf(w))
+				require.NoError(t, err)
+				require.True(t, got.stored, w.key)
+			}
+		},
+		"together": func(ws ...write) {
+			var swaps []swap
+			for _, w := range ws {
+				swaps = append(swaps, swapOf(w))
+			}
+			got, err := l.swapAll(ctx, swaps)
+			require.NoError(t, err)
+			for i, g := range got {
+				require.True(t, g.stored, ws[i].key)
+			}
+		},
+	}
+	for name, do := range paths {
+		t.Run(name, func(t *testing.T) {
+			conn, schema := pgtest.Schema(t)
+			var err error
+			l, err = Open(ctx, conn, &Options{Schema: schema})
+			require.NoError(t, err)
+			t.Cleanup(func() { l.Close() })
+			a, b := "file:///a", "file:///b"
+			requireIndex := func(unknown []string, bySubject map[string][]string) {
+				t.Helper()
+				for _, s := range []string{"user:alice", "user:bob", "user:carol", "user:dave"} {
+					keys, err := l.SubjectKeys(ctx, s)
+					require.NoError(t, err)
+					var want []string
+					for _, k := range bySubject[s] {
+						want = append(want, "file:///"+k)
+					}
+					require.Equal(t, want, keys, s)
+				}
+				keys, _, err := l.UnknownCloses(ctx)
+				require.NoError(t, err)
+				var want []string
+				for _, k := range unknown {
+					want = append(want, "file:///"+k)
+				}
+				require.Equal(t, want, keys, "unknown closes")
+			}
+			do(write{b, 0, indexedRecord(1, mcpsync.StateActive, "user:dave", mcpsync.VersionServed, "user:carol")},
+				write{a, 0, indexedRecord(1, mcpsync.StateActive, "user:alice", mcpsync.VersionServed, "user:bob", "user:carol", "user:bob")})
+			requireIndex(nil, map[string][]string{"user:alice": {"a"}, "user:bob": {"a"}, "user:carol": {"a", "b"}, "user:dave": {"b"}})
+
+			do(write{a, 1, indexedRecord(2, mcpsync.StateUnsubscribeUnknown, "user:alice", mcpsync.VersionRevoked, "user:bob")},
+				write{b, 1, indexedRecord(2, mcpsync.StateUnsubscribeUnknown, "user:dave", mcpsync.VersionServed)})
+			requireIndex([]string{"a", "b"}, map[string][]string{"user:bob": {"a"}, "user:dave": {"b"}})
+
+			do(write{a, 2, indexedRecord(3, mcpsync.StateClosed, "", "")},
+				write{b, 2, indexedRecord(3, mcpsync.StateUnsubscribeUnknown, "user:dave", mcpsync.VersionServed, "user:alice")})
+			requireIndex([]string{"b"}, map[string][]string{"user:alice": {"b"}, "user:dave": {"b"}})
+		})
+	}
+}
