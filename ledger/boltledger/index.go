@@ -7,12 +7,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
-	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/jsontext"
 )
 
 // indexEntry is what a record is indexed under: whether it is an unknown
@@ -26,32 +25,13 @@ type indexEntry struct {
 
 const flagUnknown = 1
 
+// entryOf is what r is indexed under, its subjects as its JSON stores them.
 func entryOf(r *mcpsync.Record) indexEntry {
 	subjects := r.Subjects()
 	for i, s := range subjects {
-		subjects[i] = asStored(s)
+		subjects[i] = jsontext.AsStored(s)
 	}
 	return indexEntry{unknown: r.State == mcpsync.StateUnsubscribeUnknown, subjects: subjects}
-}
-
-// asStored returns s as a record's JSON stores it, each byte that is not
-// part of UTF-8 replaced with U+FFFD (as encoding/json does): a record is
-// indexed under the subjects it will be read back with.
-func asStored(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b.WriteRune(utf8.RuneError)
-		} else {
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
 }
 
 // encode returns the stored form of x, nil when x is indexed under nothing.
@@ -275,7 +255,7 @@ func buildIndex(tx *bolt.Tx) error {
 // SubjectKeys implements mcpsync.LedgerIndex: one read of the subject's
 // bucket in "bySubject".
 func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, error) {
-	name := subjectBucket(asStored(subject))
+	name := subjectBucket(jsontext.AsStored(subject))
 	var keys []string
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		keys = nil
