@@ -323,7 +323,7 @@ func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 	subjectCounts := make([]int32, len(swaps))
 	unknown := make([]bool, len(swaps))
 	var bodies [][]byte
-	var subjects []string
+	var subjects [][]byte
 	for at, i := range order {
 		s := swaps[i]
 		keys[at], prevs[at], records[at], counts[at], epochs[at] = s.key, s.prev, s.record, int32(len(s.entries)), s.epoch

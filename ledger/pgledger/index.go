@@ -2,33 +2,50 @@ package pgledger
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/jsontext"
 )
 
 // indexEntry is what a record is filed under in the records table's
-// subjects and unknown columns: its Record.Subjects, and whether it is in
-// UNSUBSCRIBE_UNKNOWN. Every write of a record stores it beside the record,
-// in the same statement.
+// subjects and unknown columns: the digests of its Record.Subjects (as its
+// JSON stores them), and whether it is in UNSUBSCRIBE_UNKNOWN. Every write
+// of a record stores it beside the record, in the same statement.
 type indexEntry struct {
-	subjects []string
+	subjects [][]byte
 	unknown  bool
 }
 
 func entryOf(r *mcpsync.Record) indexEntry {
-	return indexEntry{subjects: r.Subjects(), unknown: r.State == mcpsync.StateUnsubscribeUnknown}
+	var digests [][]byte
+	for _, s := range r.Subjects() {
+		digests = append(digests, subjectDigest(s))
+	}
+	return indexEntry{subjects: digests, unknown: r.State == mcpsync.StateUnsubscribeUnknown}
+}
+
+// subjectDigest is what the records' subjects column holds for subject:
+// the SHA-256 of the subject as a record's JSON stores it. Text could not
+// hold a subject with NUL, nor a GIN entry one of a few kilobytes. Two
+// subjects sharing a digest would share their keys; a revocation re-checks
+// every record it is given, so it would only visit more of them.
+func subjectDigest(subject string) []byte {
+	sum := sha256.Sum256([]byte(jsontext.AsStored(subject)))
+	return sum[:]
 }
 
 // indexColumns are the index entries of many records as the columns of one
 // statement: per record its key and whether it is an unknown close; per
-// subject, in each record's order, the subject and its record's key.
+// subject, in each record's order, the subject's digest and its record's
+// key.
 type indexColumns struct {
 	keys        []string
 	unknown     []bool
-	subjects    []string
+	subjects    [][]byte
 	subjectKeys []string
 }
 
@@ -44,7 +61,7 @@ func (c *indexColumns) add(key string, x indexEntry) {
 // subjectKeys), each key's in their order.
 func subjectsByKey(subjects, keys string) string {
 	return `(SELECT key, array_agg(subject ORDER BY i) AS subjects
-		FROM unnest(` + keys + `::text[], ` + subjects + `::text[]) WITH ORDINALITY AS u (key, subject, i)
+		FROM unnest(` + keys + `::text[], ` + subjects + `::bytea[]) WITH ORDINALITY AS u (key, subject, i)
 		GROUP BY key)`
 }
 
@@ -63,11 +80,21 @@ const backfillStep = 1024
 // decoder says what its subjects are. It runs in the migration's
 // transaction, so no writer sees the columns before they are filled.
 func backfillIndex(ctx context.Context, tx pgx.Tx, n names) error {
+	// The first page has no key before it: a record may be stored under
+	// the empty key.
+	first := n.expand(`SELECT key, revision, record FROM {{schema}}.records ORDER BY key LIMIT $1`)
 	page := n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key > $1 ORDER BY key LIMIT $2`)
 	set := n.expand(setIndex)
-	after := ""
+	after, started := "", false
 	for {
-		rows, err := tx.Query(ctx, page, after, backfillStep)
+		var rows pgx.Rows
+		var err error
+		if started {
+			rows, err = tx.Query(ctx, page, after, backfillStep)
+		} else {
+			rows, err = tx.Query(ctx, first, backfillStep)
+			started = true
+		}
 		if err != nil {
 			return err
 		}
@@ -110,7 +137,7 @@ func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, err
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := l.pool.Query(ctx, l.q.subjectKeys, subject)
+	rows, err := l.pool.Query(ctx, l.q.subjectKeys, subjectDigest(subject))
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: keys of %q: %w", subject, err)
 	}

@@ -247,7 +247,7 @@ func newQueries(n names) queries {
 		revokedAfter: n.expand(`SELECT generation,
 			ARRAY(SELECT subject FROM {{schema}}.revoked_log WHERE generation > $1 ORDER BY generation)
 			FROM {{schema}}.revocation_meta`),
-		subjectKeys:   n.expand(`SELECT key FROM {{schema}}.records WHERE subjects @> ARRAY[$1::text] ORDER BY key`),
+		subjectKeys:   n.expand(`SELECT key FROM {{schema}}.records WHERE subjects @> ARRAY[$1::bytea] ORDER BY key`),
 		unknownCloses: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE unknown ORDER BY key`),
 		revoked:       n.expand(`SELECT revocation FROM {{schema}}.revoked ORDER BY subject`),
 		outbox:        n.expand(`SELECT seq, entry FROM {{schema}}.outbox WHERE seq > $1 ORDER BY seq LIMIT $2`),

@@ -3,13 +3,14 @@
 -- transaction of every write, so that a revocation, a new session and a
 -- revocation catch-up read the few rows they need instead of every record.
 
--- subjects are the record's mcpsync.Record.Subjects, unknown whether it is
--- in UNSUBSCRIBE_UNKNOWN. The writer computes both from the record it
+-- subjects are the SHA-256 digests of the record's mcpsync.Record.Subjects
+-- (as its JSON stores them: text holds no NUL, and a GIN entry no subject
+-- of a few kilobytes), unknown whether it is in UNSUBSCRIBE_UNKNOWN. The writer computes both from the record it
 -- encodes: the record is bytes, not jsonb (see 001), so SQL cannot read
 -- them reliably. Existing rows are filled in by the migration's step in Go
 -- (backfillIndex), in this transaction.
 ALTER TABLE {{schema}}.records
-	ADD COLUMN subjects text[] COLLATE "C" NOT NULL DEFAULT '{}',
+	ADD COLUMN subjects bytea[] NOT NULL DEFAULT '{}',
 	ADD COLUMN unknown boolean NOT NULL DEFAULT false;
 -- Without fastupdate: its pending list would make every lookup scan what
 -- was written since the last vacuum, and the write that overflows it flush
@@ -65,7 +66,7 @@ $$;
 CREATE FUNCTION {{schema}}.compare_and_swap(
 	p_key text, p_prev bigint, p_record bytea, p_entries bytea[],
 	p_retain bigint, p_step bigint, p_owner uuid, p_epoch bigint,
-	p_subjects text[], p_unknown boolean
+	p_subjects bytea[], p_unknown boolean
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -112,7 +113,7 @@ $$;
 CREATE FUNCTION {{schema}}.compare_and_swap_all(
 	p_keys text[], p_prevs bigint[], p_records bytea[], p_counts integer[], p_entries bytea[],
 	p_retain bigint, p_step bigint, p_owner uuid, p_epochs bigint[],
-	p_subjects text[], p_subject_counts integer[], p_unknown boolean[]
+	p_subjects bytea[], p_subject_counts integer[], p_unknown boolean[]
 ) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -127,7 +128,7 @@ DECLARE
 	at     integer := 1;
 	writes integer := 0;
 	s_at   integer := 1;
-	subs   text[];
+	subs   bytea[];
 BEGIN
 	PERFORM set_config('lock_timeout', '1s', true);
 	FOR i IN 1 .. n LOOP
@@ -181,3 +182,24 @@ BEGIN
 	RETURN res;
 END
 $$;
+
+-- A revocation by a worker of an earlier release raises the generation
+-- without numbering its subject in revoked_log, which RevokedAfter reads:
+-- engines of this release would see the generation move and learn of no
+-- subject. Checked at commit, a transaction that leaves the generation
+-- apart from the log fails with SQLSTATE MCF02, having written nothing.
+CREATE FUNCTION {{schema}}.revocations_logged() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF (SELECT generation FROM {{schema}}.revocation_meta) <>
+	   (SELECT coalesce(max(generation), 0) FROM {{schema}}.revoked_log) THEN
+		RAISE EXCEPTION 'schema {{schema}} numbers revocations this release does not: upgrade it'
+			USING ERRCODE = 'MCF02';
+	END IF;
+	RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER revocations_logged
+	AFTER INSERT OR UPDATE ON {{schema}}.revocation_meta
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION {{schema}}.revocations_logged();
