@@ -114,8 +114,8 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			return mcpsync.ErrLedgerNotEmpty
 		}
 		b := &pgx.Batch{}
-		b.Queue(l.names.expand(`INSERT INTO {{schema}}.records (key, revision, record, unknown, subjects)
-			SELECT key, r.revision, r.record, r.unknown, coalesce(s.subjects, '{}')
+		b.Queue(l.names.expand(`INSERT INTO {{schema}}.records (key, revision, record, unknown, subjects, indexed)
+			SELECT key, r.revision, r.record, r.unknown, coalesce(s.subjects, '{}'), r.revision
 			FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::boolean[]) AS r (key, revision, record, unknown)
 			LEFT JOIN `+subjectsByKey("$5", "$6")+` AS s USING (key)`),
 			rows.keys, rows.revisions, rows.records, rows.index.unknown, rows.index.subjects, rows.index.subjectKeys)

@@ -9,9 +9,21 @@
 -- encodes: the record is bytes, not jsonb (see 001), so SQL cannot read
 -- them reliably. Existing rows are filled in by the migration's step in Go
 -- (backfillIndex), in this transaction.
+--
+-- indexed is the revision the index columns were written for, which must
+-- be the row's: a write of an earlier release, which knows nothing of the
+-- index, fails on it (check or not-null violation) instead of storing a
+-- record its index columns do not describe. That includes a write already
+-- under way when this migration began, which waits for its lock on the
+-- table and then runs the earlier release's statement.
 ALTER TABLE {{schema}}.records
 	ADD COLUMN subjects bytea[] NOT NULL DEFAULT '{}',
-	ADD COLUMN unknown boolean NOT NULL DEFAULT false;
+	ADD COLUMN unknown boolean NOT NULL DEFAULT false,
+	ADD COLUMN indexed bigint;
+UPDATE {{schema}}.records SET indexed = revision;
+ALTER TABLE {{schema}}.records
+	ALTER COLUMN indexed SET NOT NULL,
+	ADD CONSTRAINT records_indexed CHECK (indexed = revision);
 -- Without fastupdate: its pending list would make every lookup scan what
 -- was written since the last vacuum, and the write that overflows it flush
 -- it all, inside an accept.
@@ -84,12 +96,13 @@ BEGIN
 		END IF;
 	END IF;
 	IF p_prev = 0 THEN
-		INSERT INTO {{schema}}.records (key, revision, record, subjects, unknown)
-		VALUES (p_key, 1, p_record, coalesce(p_subjects, '{}'), p_unknown)
+		INSERT INTO {{schema}}.records (key, revision, record, subjects, unknown, indexed)
+		VALUES (p_key, 1, p_record, coalesce(p_subjects, '{}'), p_unknown, 1)
 		ON CONFLICT (key) DO NOTHING;
 	ELSE
 		UPDATE {{schema}}.records
-		SET revision = p_prev + 1, record = p_record, subjects = coalesce(p_subjects, '{}'), unknown = p_unknown
+		SET revision = p_prev + 1, record = p_record, subjects = coalesce(p_subjects, '{}'), unknown = p_unknown,
+			indexed = p_prev + 1
 		WHERE key = p_key AND revision = p_prev;
 	END IF;
 	IF NOT FOUND THEN
@@ -145,12 +158,13 @@ BEGIN
 			END IF;
 		END IF;
 		IF p_prevs[i] = 0 THEN
-			INSERT INTO {{schema}}.records (key, revision, record, subjects, unknown)
-			VALUES (p_keys[i], 1, p_records[i], subs, p_unknown[i])
+			INSERT INTO {{schema}}.records (key, revision, record, subjects, unknown, indexed)
+			VALUES (p_keys[i], 1, p_records[i], subs, p_unknown[i], 1)
 			ON CONFLICT (key) DO NOTHING;
 		ELSE
 			UPDATE {{schema}}.records
-			SET revision = p_prevs[i] + 1, record = p_records[i], subjects = subs, unknown = p_unknown[i]
+			SET revision = p_prevs[i] + 1, record = p_records[i], subjects = subs, unknown = p_unknown[i],
+				indexed = p_prevs[i] + 1
 			WHERE key = p_keys[i] AND revision = p_prevs[i];
 		END IF;
 		IF FOUND THEN
