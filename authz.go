@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -165,6 +166,11 @@ type RevocationReceipt struct {
 	Elsewhere []string `json:"elsewhere,omitempty"`
 }
 
+// MaxSubjectBytes bounds a subject a read may be made for: every ledger
+// can then store it, index it and revoke it (a PostgreSQL index entry holds
+// about 2.7 kB, a bbolt key 32 KiB).
+const MaxSubjectBytes = 1024
+
 // checkSubject refuses a subject no ledger keeps as given: an empty one,
 // and one that is not UTF-8, which a durable ledger's JSON stores with
 // U+FFFD in place of each bad byte, so that its versions would no longer
@@ -175,6 +181,22 @@ func checkSubject(subject string) error {
 		return fmt.Errorf("%w: empty subject", ErrInvalidSubject)
 	case !utf8.ValidString(subject):
 		return fmt.Errorf("%w: %q is not UTF-8", ErrInvalidSubject, subject)
+	}
+	return nil
+}
+
+// checkReader refuses, beyond checkSubject, a subject a read may not be
+// made for because some ledger could not revoke it: one longer than
+// MaxSubjectBytes, or holding NUL, which PostgreSQL text cannot.
+func checkReader(subject string) error {
+	if err := checkSubject(subject); err != nil {
+		return err
+	}
+	switch {
+	case len(subject) > MaxSubjectBytes:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidSubject, len(subject), MaxSubjectBytes)
+	case strings.IndexByte(subject, 0) >= 0:
+		return fmt.Errorf("%w: %q holds NUL", ErrInvalidSubject, subject)
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
 	mcpclient "github.com/mark3labs/mcp-go/client"
@@ -447,8 +446,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	switch {
 	case o.Subject == "":
 		return nil, fmt.Errorf("%w: ClientOptions.Subject is required", ErrInvalidSubject)
-	case !utf8.ValidString(o.Subject):
-		return nil, fmt.Errorf("%w: ClientOptions.Subject %q is not UTF-8", ErrInvalidSubject, o.Subject)
+	case checkReader(o.Subject) != nil:
+		return nil, fmt.Errorf("ClientOptions.Subject: %w", checkReader(o.Subject))
 	case o.Jitter < 0 || o.Jitter >= 1:
 		return nil, fmt.Errorf("mcpsync: Jitter %v is outside [0, 1)", o.Jitter)
 	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0:

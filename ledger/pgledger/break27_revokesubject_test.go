@@ -8,16 +8,24 @@ import (
 	"github.com/mcpsync/mcpsync"
 )
 
-// break27Revoke reads uri by subject through an engine on l, accepted and
-// served, then revokes the subject: the revocation must be stored and the
-// version refused, on every ledger that took the read.
-func break27Revoke(t *testing.T, l mcpsync.Ledger, subject string) {
+// break27Revoke has subject read uri through an engine on l, served, then
+// revokes the subject: when the engine takes the read, the revocation must
+// be stored and the version refused by every engine on l; otherwise the
+// subject is refused for reading (ErrInvalidSubject) and nothing is served.
+// It reports whether the read was taken.
+func break27Revoke(t *testing.T, l mcpsync.Ledger, subject string) bool {
 	t.Helper()
 	const uri = "file:///doc.md"
 	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
+	if _, err := e.Subscribe(uri, subject); err != nil {
+		require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+		_, err = e.Lookup(subject, uri)
+		require.Error(t, err, "nothing served to a refused subject")
+		return false
+	}
 	break26Read(t, e, uri, subject, "body")
 	_, err = e.Lookup(subject, uri)
 	require.NoError(t, err, "the subject's read is served")
@@ -37,25 +45,25 @@ func break27Revoke(t *testing.T, l mcpsync.Ledger, subject string) {
 	require.NoError(t, err)
 	_, err = f.Lookup(subject, uri)
 	require.ErrorIs(t, err, mcpsync.ErrRevoked, "a revoked subject's version served by the next engine")
+	return true
 }
 
-// The NUL fix (records.subjects as digests) lets a subject holding NUL
-// be read, but revoked.subject and revoked_log.subject are still text,
-// which holds no NUL: the read is accepted and served, and its subject can
-// never be revoked; the next engine keeps serving it.
+// A subject holding NUL cannot be stored as PostgreSQL text, so it could
+// not be revoked there: every ledger refuses it for a read.
 func TestBreak27NulSubjectRevoke(t *testing.T) {
 	const subject = "user:\x00alice"
-	break27Revoke(t, mcpsync.NewMemoryLedger(nil), subject)
-	break27Revoke(t, open(t, nil), subject)
+	require.False(t, break27Revoke(t, mcpsync.NewMemoryLedger(nil), subject))
+	require.False(t, break27Revoke(t, open(t, nil), subject))
 }
 
-// The long-subject fix (digests in the GIN index) lets a subject of a few
-// kilobytes be read, but the revocation stores it as a key of two btree
-// indexes (revoked's primary key, revoked_log's unique subject), whose
-// entries hold at most about 2.7 kB: the read is accepted and served, and
-// the subject can never be revoked.
+// A subject of a few kilobytes does not fit the btree entries that key a
+// revocation (about 2.7 kB): every ledger refuses it for a read, and the
+// longest subject it takes (MaxSubjectBytes, incompressible) is revoked.
 func TestBreak27LongSubjectRevoke(t *testing.T) {
 	subject := break26LongSubject(t)
-	break27Revoke(t, mcpsync.NewMemoryLedger(nil), subject)
-	break27Revoke(t, open(t, nil), subject)
+	require.False(t, break27Revoke(t, mcpsync.NewMemoryLedger(nil), subject))
+	require.False(t, break27Revoke(t, open(t, nil), subject))
+	longest := subject[:mcpsync.MaxSubjectBytes]
+	require.True(t, break27Revoke(t, mcpsync.NewMemoryLedger(nil), longest))
+	require.True(t, break27Revoke(t, open(t, nil), longest))
 }
