@@ -30,6 +30,11 @@ ALTER TABLE {{schema}}.records
 CREATE INDEX records_subjects ON {{schema}}.records USING gin (subjects) WITH (fastupdate = off);
 CREATE INDEX records_unknown ON {{schema}}.records (key) WHERE unknown;
 
+-- A revocation of the earlier release under way when this migration began
+-- commits before it reads the revoked set (and one begun after waits for
+-- it, to meet revocations_logged below at its commit).
+LOCK TABLE {{schema}}.revoked, {{schema}}.revocation_meta IN EXCLUSIVE MODE;
+
 -- revoked_log numbers each subject that joined the revoked set: the one
 -- that raised revocation_meta.generation to n is numbered n. Subjects
 -- revoked before it existed join in subject order, since the order they
