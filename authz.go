@@ -47,6 +47,9 @@ func (e *Engine) RecordDerived(artifacts ...DerivedArtifact) error {
 		if a.Index == "" || a.ArtifactID == "" {
 			return fmt.Errorf("mcpsync: derived artifact needs an index and an id")
 		}
+		if err := checkSubject(a.Version.Subject); err != nil {
+			return fmt.Errorf("derived artifact %s: %w", a.ArtifactID, err)
+		}
 		key, err := normalizeKey(a.Version.URI)
 		if err != nil {
 			return err
@@ -166,33 +169,22 @@ type RevocationReceipt struct {
 	Elsewhere []string `json:"elsewhere,omitempty"`
 }
 
-// MaxSubjectBytes bounds a subject a read may be made for: every ledger
-// can then store it, index it and revoke it (a PostgreSQL index entry holds
-// about 2.7 kB, a bbolt key 32 KiB).
+// MaxSubjectBytes bounds a subject (of a read, a lookup, a revocation, an
+// artifact): every ledger can then store it, index it and revoke it (a
+// PostgreSQL index entry holds about 2.7 kB, a bbolt key 32 KiB).
 const MaxSubjectBytes = 1024
 
-// checkSubject refuses a subject no ledger keeps as given: an empty one,
-// and one that is not UTF-8, which a durable ledger's JSON stores with
-// U+FFFD in place of each bad byte, so that its versions would no longer
-// name the subject they were read by.
+// checkSubject refuses a subject some ledger could not keep as given, or
+// could not revoke: an empty one; one that is not UTF-8, which a durable
+// ledger's JSON stores with U+FFFD in place of each bad byte, so that its
+// versions would no longer name the subject they were read by; one longer
+// than MaxSubjectBytes; and one holding NUL, which PostgreSQL text cannot.
 func checkSubject(subject string) error {
 	switch {
 	case subject == "":
 		return fmt.Errorf("%w: empty subject", ErrInvalidSubject)
 	case !utf8.ValidString(subject):
 		return fmt.Errorf("%w: %q is not UTF-8", ErrInvalidSubject, subject)
-	}
-	return nil
-}
-
-// checkReader refuses, beyond checkSubject, a subject a read may not be
-// made for because some ledger could not revoke it: one longer than
-// MaxSubjectBytes, or holding NUL, which PostgreSQL text cannot.
-func checkReader(subject string) error {
-	if err := checkSubject(subject); err != nil {
-		return err
-	}
-	switch {
 	case len(subject) > MaxSubjectBytes:
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidSubject, len(subject), MaxSubjectBytes)
 	case strings.IndexByte(subject, 0) >= 0:

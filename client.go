@@ -446,8 +446,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	switch {
 	case o.Subject == "":
 		return nil, fmt.Errorf("%w: ClientOptions.Subject is required", ErrInvalidSubject)
-	case checkReader(o.Subject) != nil:
-		return nil, fmt.Errorf("ClientOptions.Subject: %w", checkReader(o.Subject))
+	case checkSubject(o.Subject) != nil:
+		return nil, fmt.Errorf("ClientOptions.Subject: %w", checkSubject(o.Subject))
 	case o.Jitter < 0 || o.Jitter >= 1:
 		return nil, fmt.Errorf("mcpsync: Jitter %v is outside [0, 1)", o.Jitter)
 	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0:

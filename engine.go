@@ -425,6 +425,11 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if err != nil {
 		return Entry{}, err
 	}
+	// A subject no read may be made for (a ledger of an earlier release
+	// may hold one) is served nothing: it could not be revoked.
+	if err := checkSubject(subject); err != nil {
+		return Entry{}, err
+	}
 	if err := e.syncRevoked(context.Background()); err != nil {
 		return Entry{}, err
 	}

@@ -151,8 +151,8 @@ var (
 	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
 	// completeness is not proven by a snapshot.
 	ErrSnapshotUnproven = errors.New("mcpsync: catalog snapshot unproven")
-	// ErrInvalidSubject: the subject is empty or not UTF-8, or (for a read)
-	// longer than MaxSubjectBytes or holding NUL.
+	// ErrInvalidSubject: the subject is empty, not UTF-8, longer than
+	// MaxSubjectBytes or holds NUL.
 	ErrInvalidSubject = errors.New("mcpsync: invalid subject")
 	// ErrNoSession: the engine has not been told of a session (BeginSession).
 	ErrNoSession = errors.New("mcpsync: no session")

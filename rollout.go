@@ -273,7 +273,7 @@ func NewShadow(e *Engine, subject string) (*Shadow, error) {
 	if e == nil {
 		return nil, errors.New("mcpsync: NewShadow needs an engine")
 	}
-	if err := checkReader(subject); err != nil {
+	if err := checkSubject(subject); err != nil {
 		return nil, err
 	}
 	return &Shadow{engine: e, subject: subject, counts: make(map[ShadowVerdict]uint64)}, nil

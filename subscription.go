@@ -486,7 +486,7 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 	if err != nil {
 		return Subscription{}, err
 	}
-	if err := checkReader(subject); err != nil {
+	if err := checkSubject(subject); err != nil {
 		return Subscription{}, fmt.Errorf("%w (subscribing %s)", err, key)
 	}
 	s := e.session.Load()
