@@ -174,21 +174,35 @@ type RevocationReceipt struct {
 // PostgreSQL index entry holds about 2.7 kB, a bbolt key 32 KiB).
 const MaxSubjectBytes = 1024
 
-// checkSubject refuses a subject some ledger could not keep as given, or
-// could not revoke: an empty one; one that is not UTF-8, which a durable
-// ledger's JSON stores with U+FFFD in place of each bad byte, so that its
-// versions would no longer name the subject they were read by; one longer
-// than MaxSubjectBytes; and one holding NUL, which PostgreSQL text cannot.
+// checkSubject refuses a subject no version may be read for or served to:
+// one checkStored refuses, one longer than MaxSubjectBytes, and one
+// holding NUL, which PostgreSQL text cannot hold: some ledger could not
+// revoke them.
 func checkSubject(subject string) error {
+	if err := checkStored(subject); err != nil {
+		return err
+	}
+	switch {
+	case len(subject) > MaxSubjectBytes:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidSubject, len(subject), MaxSubjectBytes)
+	case strings.IndexByte(subject, 0) >= 0:
+		return fmt.Errorf("%w: %q holds NUL", ErrInvalidSubject, subject)
+	}
+	return nil
+}
+
+// checkStored refuses a subject no ledger keeps as given: an empty one,
+// and one that is not UTF-8, which a durable ledger's JSON stores with
+// U+FFFD in place of each bad byte. A revocation takes any other: a ledger
+// of an earlier release may hold versions of a subject checkSubject
+// refuses, and the ledger revokes it if it can store it (a ledger that
+// cannot refuses it with ErrInvalidSubject).
+func checkStored(subject string) error {
 	switch {
 	case subject == "":
 		return fmt.Errorf("%w: empty subject", ErrInvalidSubject)
 	case !utf8.ValidString(subject):
 		return fmt.Errorf("%w: %q is not UTF-8", ErrInvalidSubject, subject)
-	case len(subject) > MaxSubjectBytes:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidSubject, len(subject), MaxSubjectBytes)
-	case strings.IndexByte(subject, 0) >= 0:
-		return fmt.Errorf("%w: %q holds NUL", ErrInvalidSubject, subject)
 	}
 	return nil
 }
@@ -205,7 +219,7 @@ func checkSubject(subject string) error {
 // finishes a sweep a crash cut short. Calling it again finds nothing new to
 // invalidate.
 func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
-	if err := checkSubject(subject); err != nil {
+	if err := checkStored(subject); err != nil {
 		return RevocationReceipt{}, err
 	}
 	r := RevokedSubject{Schema: SchemaRevokedSubject, Subject: subject, At: e.now(), Engine: e.id}

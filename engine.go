@@ -425,16 +425,16 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if err != nil {
 		return Entry{}, err
 	}
-	// A subject no read may be made for (a ledger of an earlier release
-	// may hold one) is served nothing: it could not be revoked.
-	if err := checkSubject(subject); err != nil {
-		return Entry{}, err
-	}
 	if err := e.syncRevoked(context.Background()); err != nil {
 		return Entry{}, err
 	}
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
+	}
+	// A subject no read may be made for (a ledger of an earlier release
+	// may hold one) is served nothing: some ledger could not revoke it.
+	if err := checkSubject(subject); err != nil {
+		return Entry{}, err
 	}
 	// The entry is copied out of the record as it is stored: nothing of
 	// the record is kept (its contents are the read's, never changed).

@@ -199,6 +199,7 @@ const (
 	LookupStale            LookupRefusal = "STALE"
 	LookupUnknownURI       LookupRefusal = "UNKNOWN_URI"
 	LookupInvalidURI       LookupRefusal = "INVALID_URI"
+	LookupInvalidSubject   LookupRefusal = "INVALID_SUBJECT"
 )
 
 var lookupRefusals = []struct {
@@ -208,7 +209,7 @@ var lookupRefusals = []struct {
 	{ErrNoVersion, LookupNoVersion}, {ErrRevoked, LookupRevoked}, {ErrForbidden, LookupForbidden},
 	{ErrQuarantined, LookupQuarantined}, {ErrTombstonePending, LookupTombstonePending},
 	{ErrTombstoned, LookupTombstoned}, {ErrStale, LookupStale}, {ErrUnknownURI, LookupUnknownURI},
-	{ErrInvalidURI, LookupInvalidURI},
+	{ErrInvalidURI, LookupInvalidURI}, {ErrInvalidSubject, LookupInvalidSubject},
 }
 
 // RefusalOf names the refusal an error of Lookup stands for, so a caller

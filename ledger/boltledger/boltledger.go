@@ -584,7 +584,19 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 }
 
 // Revoke implements mcpsync.Ledger.
+// revocable refuses a subject bucket "revoked" cannot be keyed by.
+func revocable(subject string) error {
+	if len(subject) > bolt.MaxKeySize {
+		return fmt.Errorf("%w: bbolt keys no revocation by a subject of %d bytes, beyond %d",
+			mcpsync.ErrInvalidSubject, len(subject), bolt.MaxKeySize)
+	}
+	return nil
+}
+
 func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
+	if err := revocable(r.Subject); err != nil {
+		return fmt.Errorf("boltledger: revoke: %w", err)
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -790,6 +802,11 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	snap, err := snap.ForRestore()
 	if err != nil {
 		return fmt.Errorf("boltledger: restore: %w", err)
+	}
+	for _, r := range snap.Revoked {
+		if err := revocable(r.Subject); err != nil {
+			return fmt.Errorf("boltledger: restore: %w", err)
+		}
 	}
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("boltledger: restore: %w", err)

@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -442,6 +443,9 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
+	if err := revocable(r.Subject); err != nil {
+		return fmt.Errorf("pgledger: revoke: %w", err)
+	}
 	b, err := encodeRevoked(r)
 	if err != nil {
 		return err
@@ -460,6 +464,17 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	})
 	if err != nil {
 		return fmt.Errorf("pgledger: revoke %q: %w", r.Subject, err)
+	}
+	return nil
+}
+
+// revocable refuses a subject a revocation cannot be keyed by: text holds
+// no NUL, and a btree entry about 2.7 kB, which MaxSubjectBytes keeps well
+// below.
+func revocable(subject string) error {
+	if strings.IndexByte(subject, 0) >= 0 || len(subject) > mcpsync.MaxSubjectBytes {
+		return fmt.Errorf("%w: PostgreSQL keys no revocation by a subject of %d bytes holding NUL or beyond %d",
+			mcpsync.ErrInvalidSubject, len(subject), mcpsync.MaxSubjectBytes)
 	}
 	return nil
 }

@@ -186,6 +186,9 @@ func restoreRows(snap mcpsync.LedgerSnapshot) (snapshotRows, error) {
 	// later revocation replaces the earlier.
 	at := make(map[string]int, len(snap.Revoked))
 	for _, r := range snap.Revoked {
+		if err := revocable(r.Subject); err != nil {
+			return rows, err
+		}
 		b, err := encodeRevoked(r)
 		errs = append(errs, err)
 		if i, ok := at[r.Subject]; ok {
