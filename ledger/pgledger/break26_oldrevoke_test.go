@@ -46,8 +46,8 @@ func TestBreak26OldReleaseRevokeUnseen(t *testing.T) {
 	_, err = e.Lookup(subject, uri)
 	require.NoError(t, err)
 
-	// The earlier release's Revoke, statement for statement (HEAD~1
-	// pgledger.go: revokeAdd, then raiseRevGen in one transaction).
+	// The earlier release's Revoke, statement for statement (schema version 3:
+	// revokeAdd, then raiseRevGen, in one transaction).
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ func TestBreak27UpgradeRacesOldRevoke(t *testing.T) {
 	}
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { oldRevoke(tx, "user:alice"); return nil }))
 
-	// The earlier release's Revoke of mallory (HEAD~1 pgledger.go:
+	// The earlier release's Revoke of mallory (schema version 3:
 	// revokeAdd, then raiseRevGen, one transaction), its statements run,
 	// its commit not yet.
 	old, err := pgx.Connect(ctx, conn)
