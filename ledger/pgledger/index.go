@@ -197,5 +197,8 @@ func (l *Ledger) RevokedAfter(ctx context.Context, gen uint64) ([]string, uint64
 	if len(subjects) == 0 {
 		subjects = nil
 	}
+	for i, k := range subjects {
+		subjects[i] = subjectOfText(k)
+	}
 	return subjects, uint64(now), nil
 }

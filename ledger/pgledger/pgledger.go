@@ -42,11 +42,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcpsync/mcpsync"
@@ -443,40 +445,55 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
-	if err := revocable(r.Subject); err != nil {
-		return fmt.Errorf("pgledger: revoke: %w", err)
-	}
 	b, err := encodeRevoked(r)
 	if err != nil {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, l.q.revokeAdd, r.Subject, b)
+		tag, err := tx.Exec(ctx, l.q.revokeAdd, subjectText(r.Subject), b)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			_, err = tx.Exec(ctx, l.q.revokeReplace, r.Subject, b)
+			_, err = tx.Exec(ctx, l.q.revokeReplace, subjectText(r.Subject), b)
 			return err
 		}
-		_, err = tx.Exec(ctx, l.q.raiseRevGen, r.Subject)
+		_, err = tx.Exec(ctx, l.q.raiseRevGen, subjectText(r.Subject))
 		return err
 	})
+	if tooLong(err) {
+		return fmt.Errorf("pgledger: revoke a subject of %d bytes: %w: PostgreSQL keys no revocation by it (%w)",
+			len(r.Subject), mcpsync.ErrInvalidSubject, err)
+	}
 	if err != nil {
 		return fmt.Errorf("pgledger: revoke %q: %w", r.Subject, err)
 	}
 	return nil
 }
 
-// revocable refuses a subject a revocation cannot be keyed by: text holds
-// no NUL, and a btree entry about 2.7 kB, which MaxSubjectBytes keeps well
-// below.
-func revocable(subject string) error {
-	if strings.IndexByte(subject, 0) >= 0 || len(subject) > mcpsync.MaxSubjectBytes {
-		return fmt.Errorf("%w: PostgreSQL keys no revocation by a subject of %d bytes holding NUL or beyond %d",
-			mcpsync.ErrInvalidSubject, len(subject), mcpsync.MaxSubjectBytes)
+// subjectText is subject as the revoked and revoked_log tables key it:
+// PostgreSQL text holds no NUL, so each backslash is doubled and each NUL
+// written as a backslash and a zero (subjectOfText reverses it).
+func subjectText(subject string) string {
+	if !strings.ContainsAny(subject, "\\\x00") {
+		return subject
 	}
-	return nil
+	return strings.NewReplacer("\\", "\\\\", "\x00", "\\0").Replace(subject)
+}
+
+// subjectOfText is the subject subjectText wrote as k.
+func subjectOfText(k string) string {
+	if !strings.Contains(k, "\\") {
+		return k
+	}
+	return strings.NewReplacer("\\\\", "\\", "\\0", "\x00").Replace(k)
+}
+
+// tooLong says err is PostgreSQL's refusal of an index entry over its size
+// (a btree entry holds about 2.7 kB), naming a table of revocations.
+func tooLong(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "54000" && strings.Contains(pgErr.Message, "revoked")
 }
 
 // RevokedGeneration implements mcpsync.Ledger with a one-row read. Nothing
@@ -523,6 +540,8 @@ func readRevoked(ctx context.Context, q querier, sql string) ([]mcpsync.RevokedS
 		out = append(out, r)
 		return err
 	})
+	// The table orders keys (subjectText), not subjects.
+	slices.SortFunc(out, func(a, b mcpsync.RevokedSubject) int { return strings.Compare(a.Subject, b.Subject) })
 	return out, err
 }
 

@@ -143,6 +143,9 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	if errors.Is(err, mcpsync.ErrLedgerNotEmpty) {
 		return err
 	}
+	if tooLong(err) {
+		return fmt.Errorf("pgledger: restore: %w: PostgreSQL keys no revocation by a subject this long (%w)", mcpsync.ErrInvalidSubject, err)
+	}
 	if err != nil {
 		return fmt.Errorf("pgledger: restore: %w", err)
 	}
@@ -186,9 +189,6 @@ func restoreRows(snap mcpsync.LedgerSnapshot) (snapshotRows, error) {
 	// later revocation replaces the earlier.
 	at := make(map[string]int, len(snap.Revoked))
 	for _, r := range snap.Revoked {
-		if err := revocable(r.Subject); err != nil {
-			return rows, err
-		}
 		b, err := encodeRevoked(r)
 		errs = append(errs, err)
 		if i, ok := at[r.Subject]; ok {
@@ -196,7 +196,7 @@ func restoreRows(snap mcpsync.LedgerSnapshot) (snapshotRows, error) {
 			continue
 		}
 		at[r.Subject] = len(rows.subjects)
-		rows.subjects, rows.revocations = append(rows.subjects, r.Subject), append(rows.revocations, b)
+		rows.subjects, rows.revocations = append(rows.subjects, subjectText(r.Subject)), append(rows.revocations, b)
 	}
 	for _, e := range snap.Outbox {
 		b, err := encodeEntry(e)

@@ -35,6 +35,12 @@ CREATE INDEX records_unknown ON {{schema}}.records (key) WHERE unknown;
 -- it, to meet revocations_logged below at its commit).
 LOCK TABLE {{schema}}.revoked, {{schema}}.revocation_meta IN EXCLUSIVE MODE;
 
+-- revoked and revoked_log key a subject as text, which holds no NUL: each
+-- backslash is doubled and each NUL written as a backslash and a zero
+-- (subjectText). Subjects stored before hold no NUL, so doubling their
+-- backslashes is all they need.
+UPDATE {{schema}}.revoked SET subject = replace(subject, E'\\', E'\\\\') WHERE strpos(subject, E'\\') > 0;
+
 -- revoked_log numbers each subject that joined the revoked set: the one
 -- that raised revocation_meta.generation to n is numbered n. Subjects
 -- revoked before it existed join in subject order, since the order they
