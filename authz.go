@@ -175,9 +175,9 @@ type RevocationReceipt struct {
 const MaxSubjectBytes = 1024
 
 // checkSubject refuses a subject no version may be read for or served to:
-// one checkStored refuses, one longer than MaxSubjectBytes, and one
-// holding NUL, which PostgreSQL text cannot hold: some ledger could not
-// revoke them.
+// one checkStored refuses; one longer than MaxSubjectBytes, which some
+// ledger could not key a revocation by; and one holding NUL, a control
+// byte no principal's name carries.
 func checkSubject(subject string) error {
 	if err := checkStored(subject); err != nil {
 		return err
