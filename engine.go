@@ -431,8 +431,8 @@ func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, er
 	if e.isRevoked(subject) {
 		return Entry{}, ErrRevoked
 	}
-	// A subject no read may be made for (a ledger of an earlier release
-	// may hold one) is served nothing: some ledger could not revoke it.
+	// A subject no read may be made for now (a ledger of an earlier
+	// release may hold versions of one) is served nothing.
 	if err := checkSubject(subject); err != nil {
 		return Entry{}, err
 	}
