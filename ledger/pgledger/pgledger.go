@@ -450,6 +450,9 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, keysEscaped); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, l.q.revokeAdd, subjectText(r.Subject), b)
 		if err != nil {
 			return err
@@ -470,6 +473,11 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	}
 	return nil
 }
+
+// keysEscaped tells, in its transaction, the trigger that guards table
+// revoked that its writer keys subjects by subjectText: a writer of an
+// earlier release, which does not, is refused.
+const keysEscaped = `SELECT set_config('mcpsync.revocations', 'escaped', true)`
 
 // subjectText is subject as the revoked and revoked_log tables key it:
 // PostgreSQL text holds no NUL, so each backslash is doubled and each NUL

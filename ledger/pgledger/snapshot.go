@@ -121,6 +121,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			rows.keys, rows.revisions, rows.records, rows.index.unknown, rows.index.subjects, rows.index.subjectKeys)
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.counters (name, last)
 			SELECT n, v::numeric FROM unnest($1::text[], $2::text[]) AS u (n, v)`), rows.counters, rows.values)
+		b.Queue(keysEscaped)
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.revoked (subject, revocation)
 			SELECT * FROM unnest($1::text[], $2::bytea[])`), rows.subjects, rows.revocations)
 		// The snapshot's subjects join in its order.

@@ -38,8 +38,36 @@ LOCK TABLE {{schema}}.revoked, {{schema}}.revocation_meta IN EXCLUSIVE MODE;
 -- revoked and revoked_log key a subject as text, which holds no NUL: each
 -- backslash is doubled and each NUL written as a backslash and a zero
 -- (subjectText). Subjects stored before hold no NUL, so doubling their
--- backslashes is all they need.
-UPDATE {{schema}}.revoked SET subject = replace(subject, E'\\', E'\\\\') WHERE strpos(subject, E'\\') > 0;
+-- backslashes is all they need. The table is copied, not updated in place:
+-- a key rewritten row by row could meet another's old key ("a\b" becomes
+-- "a\\b" while a row keyed "a\\b" is still there).
+ALTER TABLE {{schema}}.revoked RENAME TO revoked_unescaped;
+ALTER INDEX {{schema}}.revoked_pkey RENAME TO revoked_unescaped_pkey;
+CREATE TABLE {{schema}}.revoked (
+	subject    text COLLATE "C" PRIMARY KEY,
+	revocation bytea NOT NULL
+);
+INSERT INTO {{schema}}.revoked (subject, revocation)
+SELECT replace(subject, E'\\', E'\\\\'), revocation FROM {{schema}}.revoked_unescaped;
+DROP TABLE {{schema}}.revoked_unescaped;
+
+-- A revocation of the earlier release keys its subject unescaped: with a
+-- backslash it would meet another subject's key and replace that one's
+-- revocation, raising no generation. Every write of revoked is refused
+-- (SQLSTATE MCF02) unless its transaction says it keys subjects escaped
+-- (Revoke and Restore set mcpsync.revocations).
+CREATE FUNCTION {{schema}}.revoked_escaped() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF current_setting('mcpsync.revocations', true) IS DISTINCT FROM 'escaped' THEN
+		RAISE EXCEPTION 'schema {{schema}} keys revocations escaped, as this release does: upgrade it'
+			USING ERRCODE = 'MCF02';
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER revoked_escaped BEFORE INSERT OR UPDATE ON {{schema}}.revoked
+	FOR EACH ROW EXECUTE FUNCTION {{schema}}.revoked_escaped();
 
 -- revoked_log numbers each subject that joined the revoked set: the one
 -- that raised revocation_meta.generation to n is numbered n. Subjects
