@@ -175,25 +175,21 @@ func (e *Engine) requestID(ctx context.Context) (uint64, error) {
 	b := &e.requests
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.next == b.end {
-		first, err := e.ledger.Next(ctx, CounterRequest, requestBlock)
-		if err != nil {
-			return 0, fmt.Errorf("mcpsync: reserve request ids: %w", err)
-		}
-		b.next, b.end = first, first+requestBlock
-	}
-	id := b.next
-	b.next++
-	return id, nil
+	return b.take(func() (uint64, error) { return e.ledger.Next(ctx, CounterRequest, requestBlock) })
 }
 
 // requestIDLocked is requestID in a step on the memory ledger, whose lock
 // the caller holds: the block is reserved from the ledger's counter under
 // that lock, as Next would reserve it.
 func (e *Engine) requestIDLocked() (uint64, error) {
-	b := &e.requests
+	return e.requests.take(func() (uint64, error) { return e.mem.nextLocked(CounterRequest, requestBlock) })
+}
+
+// take hands out the block's next id, reserving a new block with reserve
+// (which returns its first id) once this one is spent.
+func (b *idBlock) take(reserve func() (uint64, error)) (uint64, error) {
 	if b.next == b.end {
-		first, err := e.mem.nextLocked(CounterRequest, requestBlock)
+		first, err := reserve()
 		if err != nil {
 			return 0, fmt.Errorf("mcpsync: reserve request ids: %w", err)
 		}

@@ -162,16 +162,7 @@ func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgledger: unknown closes: %w", err)
 	}
-	var keys []string
-	var recs []*mcpsync.Record
-	var key string
-	var rev int64
-	var b []byte
-	_, err = pgx.ForEachRow(rows, []any{&key, &rev, &b}, func() error {
-		r, err := decodeRecord(key, rev, b)
-		keys, recs = append(keys, key), append(recs, r)
-		return err
-	})
+	keys, recs, err := readRecords(rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgledger: unknown closes: %w", err)
 	}

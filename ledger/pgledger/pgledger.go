@@ -381,16 +381,7 @@ func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Recor
 		if err != nil {
 			return fmt.Errorf("pgledger: range: %w", err)
 		}
-		var keys []string
-		var recs []*mcpsync.Record
-		var key string
-		var rev int64
-		var b []byte
-		_, err = pgx.ForEachRow(rows, []any{&key, &rev, &b}, func() error {
-			r, err := decodeRecord(key, rev, b)
-			keys, recs = append(keys, key), append(recs, r)
-			return err
-		})
+		keys, recs, err := readRecords(rows)
 		if err != nil {
 			return fmt.Errorf("pgledger: range: %w", err)
 		}
@@ -528,6 +519,21 @@ func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) 
 		return nil, fmt.Errorf("pgledger: revoked: %w", err)
 	}
 	return out, nil
+}
+
+// readRecords reads rows of (key, revision, record), decoding each record.
+func readRecords(rows pgx.Rows) ([]string, []*mcpsync.Record, error) {
+	var keys []string
+	var recs []*mcpsync.Record
+	var key string
+	var rev int64
+	var b []byte
+	_, err := pgx.ForEachRow(rows, []any{&key, &rev, &b}, func() error {
+		r, err := decodeRecord(key, rev, b)
+		keys, recs = append(keys, key), append(recs, r)
+		return err
+	})
+	return keys, recs, err
 }
 
 // querier is what reads need: the pool, or a transaction.
