@@ -4,12 +4,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // The upgrade's backfill pages through the records from after = "" with
@@ -18,11 +15,7 @@ import (
 // upgrade the index misses it, although a walk of every record finds it
 // under its subject and among the unknown closes.
 func TestBreak26EmptyKeyBackfill(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
 	store := func(key string, r *mcpsync.Record) {
 		b, err := mcpsync.EncodeRecord(r)

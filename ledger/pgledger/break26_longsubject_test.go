@@ -6,12 +6,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 func break26LongSubject(t *testing.T) string {
@@ -58,11 +56,7 @@ func break26IndexedUnder(t *testing.T, subject string) {
 // stored it) can never be upgraded: the backfill fails on the index entry,
 // the migration rolls back, and every Open of the ledger fails with it.
 func TestBreak26LongSubjectUpgrade(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
 	b, err := mcpsync.EncodeRecord(indexed(1, mcpsync.StateActive, break26LongSubject(t), mcpsync.VersionServed))
 	require.NoError(t, err)

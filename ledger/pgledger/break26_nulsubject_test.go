@@ -4,12 +4,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // A subject holding a NUL character cannot be stored as PostgreSQL text.
@@ -25,11 +23,7 @@ func TestBreak26NulSubject(t *testing.T) {
 // records.subjects fails, the migration rolls back, and every Open of the
 // ledger fails with it.
 func TestBreak26NulSubjectUpgrade(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
 	b, err := mcpsync.EncodeRecord(indexed(1, mcpsync.StateActive, "user:\x00alice", mcpsync.VersionServed))
 	require.NoError(t, err)

@@ -6,12 +6,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // break26WaitBlocked waits, until a deadline, for a backend that pid
@@ -47,11 +45,7 @@ func break26WaitBlocked(t *testing.T, watch *pgx.Conn, pid uint32) uint32 {
 // the old one), so a revocation of the new subject sweeps nothing and
 // keeps serving it.
 func TestBreak26UpgradeRacesOldWriter(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	cas3 := "SELECT " + table("compare_and_swap") + "($1, $2, $3, $4, $5, $6, $7, $8)"

@@ -6,12 +6,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // A revocation by a worker of the earlier release (version 3) already
@@ -24,11 +22,7 @@ import (
 // never names it (mcpsync.LedgerIndex: RevokedGeneration is the number of
 // subjects that joined).
 func TestBreak27UpgradeRacesOldRevoke(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 
 	// One subject revoked before, by the earlier release.

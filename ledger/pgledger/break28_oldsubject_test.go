@@ -4,12 +4,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // The earlier release read and served subjects holding NUL or of a few
@@ -25,11 +22,7 @@ func TestBreak28OldSubject(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			const uri = "file:///a"
-			conn, schema := pgtest.Schema(t)
-			pool, err := pgxpool.New(ctx, conn)
-			require.NoError(t, err)
-			defer pool.Close()
-			require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+			conn, schema, pool := schemaAtVersion3(t)
 			cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
 			b, err := mcpsync.EncodeRecord(indexed(1, mcpsync.StateActive, subject, mcpsync.VersionServed))
 			require.NoError(t, err)

@@ -5,12 +5,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // design.md: workers of an earlier PostgreSQL schema are refused after
@@ -25,11 +22,7 @@ import (
 // revoked set no longer names `corp\alice`: an engine opened afterwards
 // serves it again.
 func TestBreak31OldWorker(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	// The earlier release's Revoke, statement for statement.
 	oldRevoke := func(subject string) error {

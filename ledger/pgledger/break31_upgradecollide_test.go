@@ -5,12 +5,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // A version-3 schema could revoke both `corp\alice` and `corp\\alice`
@@ -20,11 +18,7 @@ import (
 // other subject's key when the row is written, so the upgrade fails and
 // the ledger can no longer be opened.
 func TestBreak31UpgradeCollide(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	for _, subject := range []string{`corp\alice`, `corp\\alice`} {
 		b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})

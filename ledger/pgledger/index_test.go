@@ -30,6 +30,19 @@ func indexed(rev uint64, state mcpsync.SubscriptionState, subject string, status
 	return r
 }
 
+// schemaAtVersion3 is a fresh schema migrated to version 3, the last that
+// kept no index: its connection string, its name, and a pool on it that is
+// closed when the test ends.
+func schemaAtVersion3(t *testing.T) (conn, schema string, pool *pgxpool.Pool) {
+	t.Helper()
+	conn, schema = pgtest.Schema(t)
+	pool, err := pgxpool.New(ctx, conn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	return conn, schema, pool
+}
+
 // A schema of version 3, which kept no index, with records of every kind
 // (several subjects, a revoked version, artifacts, unknown closes, more
 // records than the upgrade reads at once) and revocations, upgraded to
@@ -38,11 +51,7 @@ func indexed(rev uint64, state mcpsync.SubscriptionState, subject string, status
 // and a writer of the earlier release is refused instead of leaving the
 // index behind.
 func TestUpgradeIndexesRecords(t *testing.T) {
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	cas3 := "SELECT " + table("compare_and_swap") + "($1, $2, $3, $4, $5, $6, $7, $8)"

@@ -5,12 +5,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/ledger/pgledger"
-	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // A subject a version-3 schema revoked keeps its revocation through the
@@ -18,11 +15,7 @@ import (
 // revoking it again adds nothing.
 func TestUpgradeKeepsRevokedSubjects(t *testing.T) {
 	const subject = `corp\alice\0`
-	conn, schema := pgtest.Schema(t)
-	pool, err := pgxpool.New(ctx, conn)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, pgledger.MigrateTo(ctx, pool, schema, 3))
+	conn, schema, pool := schemaAtVersion3(t)
 	b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
 	require.NoError(t, err)
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
