@@ -3,7 +3,6 @@ package pgledger_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -12,28 +11,12 @@ import (
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 )
 
-// break26WaitBlocked waits, until a deadline, for a backend that pid
-// blocks, and returns its pid.
+// break26WaitBlocked waits (waitForBackend) for a backend that pid blocks,
+// and returns its pid.
 func break26WaitBlocked(t *testing.T, watch *pgx.Conn, pid uint32) uint32 {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var got []uint32
-		rows, err := watch.Query(ctx, `SELECT pid::bigint FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, int64(pid))
-		require.NoError(t, err)
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		require.NoError(t, err)
-		for _, id := range ids {
-			got = append(got, uint32(id))
-		}
-		if len(got) > 0 {
-			return got[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing waits for backend %d", pid)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the server for an event, bounded by the deadline
-	}
+	return uint32(waitForBackend(t, watch,
+		`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)) LIMIT 1`, int32(pid)))
 }
 
 // A worker of the earlier release whose compare_and_swap is already
