@@ -400,111 +400,6 @@ type memoryLedger struct {
 	appended chan struct{}
 }
 
-// outboxChunk is how many entries share one allocation. Entries are freed a
-// whole chunk at a time, so discarding n entries costs n/outboxChunk steps
-// and the memory of acknowledged entries is returned, not kept by a slice
-// that never shrinks.
-const outboxChunk = 256
-
-// outboxSpares is how many released chunks the log keeps for reuse: a
-// consumer that acknowledges up to outboxSpares*outboxChunk entries at a
-// time costs no allocation per chunk, and at most that many entries' room
-// stays allocated once a backlog is acknowledged.
-const outboxSpares = 4
-
-// outboxLog holds the retained entries, numbered consecutively from first
-// to last: entry seq lives at chunks[0][off+seq-first], counting on.
-//
-// An entry is written once, when appended, and never changed while a view
-// exists: a chunk is released whole, and cleared for reuse only when no
-// view (a copy of the log an export reads without the lock while appends
-// go on) can hold it.
-type outboxLog struct {
-	chunks [][]OutboxEntry // every chunk but the last is full
-	off    int             // entries of chunks[0] already discarded
-	first  uint64          // number of the oldest retained entry
-	last   uint64          // number of the newest entry ever appended
-	// views counts the views in use; while there are none, released
-	// chunks are kept (cleared), up to outboxSpares, in spares for the next
-	// appends, so a consumer keeping up costs no allocation per chunk.
-	views  int
-	spares [][]OutboxEntry
-}
-
-func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
-
-func (o *outboxLog) append(e *OutboxEntry) {
-	n := len(o.chunks)
-	if n == 0 || len(o.chunks[n-1]) == outboxChunk {
-		var c []OutboxEntry
-		if k := len(o.spares); k > 0 {
-			c, o.spares[k-1] = o.spares[k-1], nil
-			o.spares = o.spares[:k-1]
-		} else {
-			c = make([]OutboxEntry, 0, outboxChunk)
-		}
-		o.chunks = append(o.chunks, c)
-		n++
-	}
-	o.chunks[n-1] = append(o.chunks[n-1], *e)
-	o.last = e.Seq
-}
-
-// at returns entry seq, which must be retained.
-func (o *outboxLog) at(seq uint64) OutboxEntry {
-	i := uint64(o.off) + seq - o.first
-	return o.chunks[i/outboxChunk][i%outboxChunk]
-}
-
-// view returns a copy of the log that stays as it is while o goes on: it
-// shares the chunks, whose entries never change, and copies only the list
-// of them. The caller calls unview when done with it.
-func (o *outboxLog) view() outboxLog {
-	o.views++
-	o.spares = nil
-	v := *o
-	v.chunks = slices.Clone(o.chunks)
-	v.views, v.spares = 0, nil
-	return v
-}
-
-func (o *outboxLog) unview() { o.views-- }
-
-// entries returns every retained entry, in order.
-func (o *outboxLog) entries() []OutboxEntry {
-	out := make([]OutboxEntry, 0, o.len())
-	for seq := o.first; seq <= o.last; seq++ {
-		out = append(out, o.at(seq))
-	}
-	return out
-}
-
-// discardThrough drops every entry numbered up to seq, releasing each chunk
-// whose entries are all dropped. It costs one step per chunk released, not
-// per entry; the list of chunks is copied only when most of its room is
-// unused, so a backlog once acknowledged does not keep its length.
-func (o *outboxLog) discardThrough(seq uint64) {
-	seq = min(seq, o.last)
-	if seq < o.first {
-		return
-	}
-	i := uint64(o.off) + seq - o.first + 1 // the new first entry, counted from chunks[0]
-	whole := int(i / outboxChunk)
-	for k := 0; k < whole && o.views == 0 && len(o.spares) < outboxSpares; k++ {
-		// Not cleared: the appends that reuse it overwrite its entries,
-		// which until then keep only what they point to (URIs, digests,
-		// subjects) reachable.
-		o.spares = append(o.spares, o.chunks[k][:0])
-	}
-	clear(o.chunks[:whole])
-	o.chunks = o.chunks[whole:]
-	o.off = int(i % outboxChunk)
-	o.first = seq + 1
-	if c := cap(o.chunks); c > 64 && c > 4*len(o.chunks) {
-		o.chunks = slices.Clone(o.chunks)
-	}
-}
-
 // ledgerChunk is how many keys Range and Export read under the lock at once.
 var ledgerChunk = 1024
 
@@ -765,10 +660,14 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	if len(entries) == 0 {
 		return 0, true, nil
 	}
+	var sub *SubscriptionInfo
+	if next != nil {
+		sub = next.Sub
+	}
 	first := l.out.last + 1
 	for _, e := range entries {
 		e.Seq = l.out.last + 1
-		l.out.append(&e)
+		l.out.append(&e, sub)
 	}
 	l.trimLocked()
 	l.wakeLocked()
@@ -968,7 +867,7 @@ func (tx *memTx) commit(engine string) (uint64, error) {
 	for i := range entries {
 		entries[i].Seq = l.out.last + 1
 		entries[i].Engine = engine
-		l.out.append(&entries[i])
+		l.out.append(&entries[i], next.Sub)
 	}
 	l.trimLocked()
 	l.wakeLocked()
@@ -1317,7 +1216,12 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
 	}
 	for i := range snap.Outbox {
-		l.out.append(&snap.Outbox[i])
+		e := &snap.Outbox[i]
+		var sub *SubscriptionInfo
+		if r := l.records[e.URI]; r != nil {
+			sub = r.Sub
+		}
+		l.out.append(e, sub)
 	}
 	l.out.last = snap.State.Last
 	l.trimLocked()
