@@ -36,6 +36,12 @@ type outboxLog struct {
 	// appends, so a consumer keeping up costs no allocation per chunk.
 	views  int
 	spares [][]packedEntry
+	// engines names, once each, the engines whose entries the log holds,
+	// which a packed entry gives by index: a ledger is written by one
+	// engine at a time, mostly, and by few in all. It only grows, and
+	// starts anew once the log holds no entry. named is its index.
+	engines []string
+	named   map[string]uint32
 }
 
 func (o *outboxLog) len() uint64 { return o.last + 1 - o.first }
@@ -59,14 +65,31 @@ func (o *outboxLog) append(e *OutboxEntry, sub *SubscriptionInfo) {
 	c := o.chunks[n-1]
 	c = c[:len(c)+1]
 	o.chunks[n-1] = c
-	c[len(c)-1].pack(e, sub)
+	c[len(c)-1].pack(e, sub, o.engine(e.Engine))
 	o.last = e.Seq
+}
+
+// engine returns the index of name in o.engines, adding it if need be.
+func (o *outboxLog) engine(name string) uint32 {
+	if k := len(o.engines); k > 0 && o.engines[k-1] == name {
+		return uint32(k - 1)
+	}
+	if i, ok := o.named[name]; ok {
+		return i
+	}
+	if o.named == nil {
+		o.named = make(map[string]uint32)
+	}
+	i := uint32(len(o.engines))
+	o.engines = append(o.engines, name)
+	o.named[name] = i
+	return i
 }
 
 // at returns entry seq, which must be retained.
 func (o *outboxLog) at(seq uint64) OutboxEntry {
 	i := uint64(o.off) + seq - o.first
-	return o.chunks[i/outboxChunk][i%outboxChunk].unpack(seq)
+	return o.chunks[i/outboxChunk][i%outboxChunk].unpack(seq, o.engines)
 }
 
 // view returns a copy of the log that stays as it is while o goes on: it
@@ -116,25 +139,38 @@ func (o *outboxLog) discardThrough(seq uint64) {
 	if c := cap(o.chunks); c > 64 && c > 4*len(o.chunks) {
 		o.chunks = slices.Clone(o.chunks)
 	}
+	if o.len() == 0 && len(o.engines) > 1 {
+		if o.views == 0 {
+			o.engines = o.engines[:0]
+			clear(o.named)
+		} else {
+			// A view reads the names it was made with.
+			o.engines, o.named = nil, nil
+		}
+	}
 }
 
 // packedEntry is an outbox entry as the memory ledger keeps it, 192 bytes
 // against an OutboxEntry's 448: what it shares with the subscription of the
 // record it was written with (its URI and subject, and each version's URI,
-// subject, server and generations) is read from that subscription, which
-// the record holds anyway, instead of being copied into every entry; its
-// number is its place in the log. An entry of any other shape (a version of
-// another generation, as after a resubscribe, an artifact, deletion
-// evidence, a reason it has no code for) is kept whole in full instead, at
+// subject, server and, for the new version, generations) is read from that
+// subscription, which the record holds anyway, instead of being copied into
+// every entry; its number is its place in the log, and its engine an index
+// in the log's names. The version it replaces keeps its own generations:
+// after a resubscribe it is of the generation before. An entry of any other
+// shape (an artifact, deletion evidence, a version of another URI, subject
+// or server, a reason it has no code for) is kept whole in full instead, at
 // the cost of an allocation.
 type packedEntry struct {
 	sub       *SubscriptionInfo
 	full      *OutboxEntry // the entry itself when it does not pack; nil otherwise
 	at        time.Time
-	engine    string
 	ver, prev packedVersion
-	reason    uint8 // index in packedReasons
-	has       uint8 // hasVersion | hasPrevious
+	// prevSession and prevGeneration are Previous's generations.
+	prevSession, prevGeneration uint64
+	engine                      uint32 // index in outboxLog.engines
+	reason                      uint8  // index in packedReasons
+	has                         uint8  // hasVersion | hasPrevious
 }
 
 // What a packedEntry holds: which of its versions are set.
@@ -156,8 +192,9 @@ type packedVersion struct {
 }
 
 // pack writes e into p, overwriting every field of p, packed against sub
-// when e has its shape, whole otherwise: p.unpack(e.Seq) == *e either way.
-func (p *packedEntry) pack(e *OutboxEntry, sub *SubscriptionInfo) {
+// when e has its shape, whole otherwise; engine is e.Engine's index in the
+// log's names. p.unpack(e.Seq, names) == *e either way.
+func (p *packedEntry) pack(e *OutboxEntry, sub *SubscriptionInfo, engine uint32) {
 	reason := uint8(0)
 	for i := 1; i < len(packedReasons); i++ {
 		if e.Reason == packedReasons[i] {
@@ -170,6 +207,7 @@ func (p *packedEntry) pack(e *OutboxEntry, sub *SubscriptionInfo) {
 		e.URI == sub.URI && e.Subject == sub.Subject
 	if ok {
 		has, ok = packable(&e.Version, sub, hasVersion)
+		ok = ok && (has == 0 || e.Version.SessionGeneration == sub.SessionGeneration && e.Version.SubscriptionGeneration == sub.Generation)
 	}
 	if ok {
 		var h uint8
@@ -181,20 +219,20 @@ func (p *packedEntry) pack(e *OutboxEntry, sub *SubscriptionInfo) {
 		*p = packedEntry{full: &full}
 		return
 	}
-	p.sub, p.full, p.at, p.engine, p.reason, p.has = sub, nil, e.At, e.Engine, reason, has
+	p.sub, p.full, p.at, p.engine, p.reason, p.has = sub, nil, e.At, engine, reason, has
 	p.ver.set(&e.Version)
 	p.prev.set(&e.Previous)
+	p.prevSession, p.prevGeneration = e.Previous.SessionGeneration, e.Previous.SubscriptionGeneration
 }
 
-// packable reports whether v packs against sub, and with which flag: bit
-// when it is set, none when it is the zero version.
+// packable reports whether v packs against sub, but for its generations,
+// and with which flag: bit when it is set, none when it is the zero
+// version.
 func packable(v *ResourceVersion, sub *SubscriptionInfo, bit uint8) (uint8, bool) {
 	if *v == (ResourceVersion{}) {
 		return 0, true
 	}
-	ok := v.Schema == SchemaResourceVersion && v.URI == sub.URI && v.Subject == sub.Subject &&
-		v.Server == sub.Server && v.SessionGeneration == sub.SessionGeneration &&
-		v.SubscriptionGeneration == sub.Generation
+	ok := v.Schema == SchemaResourceVersion && v.URI == sub.URI && v.Subject == sub.Subject && v.Server == sub.Server
 	return bit, ok
 }
 
@@ -203,8 +241,9 @@ func (p *packedVersion) set(v *ResourceVersion) {
 	p.bytes, p.readOrdinal = v.Bytes, v.ReadOrdinal
 }
 
-// unpack returns the entry p holds, numbered seq.
-func (p *packedEntry) unpack(seq uint64) OutboxEntry {
+// unpack returns the entry p holds, numbered seq; engines are the log's
+// names.
+func (p *packedEntry) unpack(seq uint64, engines []string) OutboxEntry {
 	if p.full != nil {
 		e := *p.full
 		e.Seq = seq
@@ -218,18 +257,18 @@ func (p *packedEntry) unpack(seq uint64) OutboxEntry {
 		Reason:  packedReasons[p.reason],
 		Subject: sub.Subject,
 		At:      p.at,
-		Engine:  p.engine,
+		Engine:  engines[p.engine],
 	}
 	if p.has&hasVersion != 0 {
-		e.Version = p.ver.version(sub)
+		e.Version = p.ver.version(sub, sub.SessionGeneration, sub.Generation)
 	}
 	if p.has&hasPrevious != 0 {
-		e.Previous = p.prev.version(sub)
+		e.Previous = p.prev.version(sub, p.prevSession, p.prevGeneration)
 	}
 	return e
 }
 
-func (p *packedVersion) version(sub *SubscriptionInfo) ResourceVersion {
+func (p *packedVersion) version(sub *SubscriptionInfo, session, generation uint64) ResourceVersion {
 	return ResourceVersion{
 		Schema:                 SchemaResourceVersion,
 		URI:                    sub.URI,
@@ -239,8 +278,8 @@ func (p *packedVersion) version(sub *SubscriptionInfo) ResourceVersion {
 		ReadOrdinal:            p.readOrdinal,
 		Subject:                sub.Subject,
 		Server:                 sub.Server,
-		SessionGeneration:      sub.SessionGeneration,
-		SubscriptionGeneration: sub.Generation,
+		SessionGeneration:      session,
+		SubscriptionGeneration: generation,
 		LastModified:           p.lastModified,
 	}
 }

@@ -1,6 +1,8 @@
 package mcpsync
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -81,9 +83,10 @@ func TestPackedEntryRoundTrip(t *testing.T) {
 		var p packedEntry
 		// A reused chunk's entry holds whatever was there before.
 		p.pack(&OutboxEntry{Schema: SchemaInvalidation, URI: "file:///z", Reason: InvalidateUpdated, Subject: "z",
-			Engine: "old", Version: ResourceVersion{Digest: "old"}}, &SubscriptionInfo{URI: "file:///z", Subject: "z"})
-		p.pack(&e, sub)
-		got := p.unpack(e.Seq)
+			Engine: "old", Version: ResourceVersion{Digest: "old"}}, &SubscriptionInfo{URI: "file:///z", Subject: "z"}, 1)
+		var log outboxLog
+		p.pack(&e, sub, log.engine(e.Engine))
+		got := p.unpack(e.Seq, log.engines)
 		require.Equal(t, e, got)
 		require.True(t, e.At.Equal(got.At) && e.At == got.At, "time kept exactly")
 	})
@@ -105,16 +108,81 @@ func TestPackedEntryShape(t *testing.T) {
 		{Schema: SchemaInvalidation, URI: sub.URI, Reason: InvalidateRevoked, Subject: sub.Subject, Previous: v(1, "a")},
 	} {
 		var p packedEntry
-		p.pack(&e, sub)
+		p.pack(&e, sub, 0)
 		require.Nil(t, p.full, "%s entry kept whole", e.Reason)
-		require.Equal(t, e, p.unpack(0))
+		require.Equal(t, e, p.unpack(0, []string{""}))
 	}
-	// A version of the generation before the subscription's does not.
+	// The version a resubscribe's first update replaces is of the
+	// generation before: it packs too.
 	e := OutboxEntry{Schema: SchemaInvalidation, URI: sub.URI, Reason: InvalidateUpdated, Subject: sub.Subject, Version: v(1, "b")}
 	e.Previous = v(4, "a")
-	e.Previous.SubscriptionGeneration = 6
+	e.Previous.SessionGeneration, e.Previous.SubscriptionGeneration = 2, 6
 	var p packedEntry
-	p.pack(&e, sub)
+	p.pack(&e, sub, 0)
+	require.Nil(t, p.full)
+	require.Equal(t, e, p.unpack(0, []string{""}))
+	// A new version of another generation does not.
+	e.Version.SubscriptionGeneration = 6
+	p.pack(&e, sub, 0)
 	require.NotNil(t, p.full)
-	require.Equal(t, e, p.unpack(0))
+	require.Equal(t, e, p.unpack(0, []string{""}))
+}
+
+// TestOutboxLogModel holds the log to a plain slice of entries through
+// appends from several engines, discards that release and reuse chunks
+// and start its names anew, and views taken before either: every entry
+// read back, from the log or from a view, is the one appended.
+func TestOutboxLogModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		subs := []*SubscriptionInfo{
+			{URI: "file:///a", Subject: "alice", SessionGeneration: 1, Generation: 1},
+			{URI: "file:///b", Subject: "bob", SessionGeneration: 2, Generation: 5},
+		}
+		log := outboxLog{first: 1}
+		model := []OutboxEntry{} // model[i] is entry log.first+i
+		type view struct {
+			log  outboxLog
+			want []OutboxEntry
+		}
+		var views []view
+		for step := range rapid.IntRange(1, 40).Draw(t, "steps") {
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0, 1:
+				seq := log.first - 1 + rapid.Uint64Range(0, uint64(len(model))).Draw(t, "through")
+				before := log.first
+				log.discardThrough(seq)
+				model = model[log.first-before:]
+			case 2:
+				if rapid.Bool().Draw(t, "unview") && len(views) > 0 {
+					v := views[0]
+					require.Equal(t, v.want, v.log.entries(), "view of step %d", step)
+					views = views[1:]
+					log.unview()
+				} else {
+					views = append(views, view{log.view(), slices.Clone(model)})
+				}
+			default:
+				for range rapid.IntRange(1, 300).Draw(t, "appends") {
+					sub := subs[rapid.IntRange(0, 1).Draw(t, "sub")]
+					e := OutboxEntry{
+						Schema: SchemaInvalidation, Seq: log.last + 1, URI: sub.URI, Reason: InvalidateUpdated, Subject: sub.Subject,
+						Engine: rapid.SampledFrom([]string{"e1", "e2", "e3"}).Draw(t, "engine"),
+						At:     time.Unix(int64(log.last), 0),
+						Version: ResourceVersion{Schema: SchemaResourceVersion, URI: sub.URI, Subject: sub.Subject,
+							Digest: fmt.Sprint(log.last), SessionGeneration: sub.SessionGeneration, SubscriptionGeneration: sub.Generation},
+					}
+					if rapid.IntRange(0, 4).Draw(t, "whole") == 0 {
+						e.Evidence = &DeletionEvidence{SnapshotID: fmt.Sprint(log.last)}
+					}
+					log.append(&e, sub)
+					model = append(model, e)
+				}
+			}
+			require.Equal(t, uint64(len(model)), log.len())
+			require.Equal(t, model, log.entries(), "after step %d", step)
+		}
+		for _, v := range views {
+			require.Equal(t, v.want, v.log.entries())
+		}
+	})
 }
