@@ -80,11 +80,8 @@ func TestBreak15ShardNeverLetsGoAURIWhoseLeaseWasLostByARefusedRead(t *testing.T
 	t.Logf("A's Renew reports lost: %v (K is no longer in Owned: %v)", lost, la.Owned())
 
 	letGo := waitFor(3*time.Second, func() bool { return !srv.Subscribed(key) })
-	refusedBefore := r.refusals()
-	srv.Set(key, "text/markdown", "v3")
-	time.Sleep(500 * time.Millisecond)
 	require.True(t, letGo && dropped() > 0,
 		"A never let K go after its lease was taken: still subscribed at the server (%v), OnChange(K, false) calls %d, "+
-			"the next change of K is still read by A and refused by the fence %d more time(s)",
-		srv.Subscribed(key), dropped(), r.refusals()-refusedBefore)
+			"its reads of K refused by the fence %d time(s) in all",
+		srv.Subscribed(key), dropped(), r.refusals())
 }
