@@ -1215,11 +1215,17 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 	if len(snap.Outbox) > 0 {
 		l.out.first, l.out.last = snap.Outbox[0].Seq, snap.Outbox[0].Seq-1
 	}
+	// Entries are packed against a copy of their record's subscription,
+	// made once per key: the records are the caller's, and what it does
+	// with them after this must not change what the outbox says.
+	subs := make(map[string]*SubscriptionInfo)
 	for i := range snap.Outbox {
 		e := &snap.Outbox[i]
-		var sub *SubscriptionInfo
-		if r := l.records[e.URI]; r != nil {
-			sub = r.Sub
+		sub, ok := subs[e.URI]
+		if r := l.records[e.URI]; !ok && r != nil && r.Sub != nil {
+			c := *r.Sub
+			sub = &c
+			subs[e.URI] = sub
 		}
 		l.out.append(e, sub)
 	}

@@ -186,3 +186,36 @@ func TestOutboxLogModel(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoredOutboxOwnsItsEntries: a restored ledger's outbox says what
+// the snapshot said, whatever the caller does with the snapshot's records
+// afterwards.
+func TestRestoredOutboxOwnsItsEntries(t *testing.T) {
+	ctx := t.Context()
+	e, err := NewEngine(nil)
+	require.NoError(t, err)
+	_, err = e.BeginSession(SessionInfo{Capabilities: CapabilityReceipt{Server: Implementation{Name: "s"}, Resources: true, Subscribe: true}})
+	require.NoError(t, err)
+	const key = "file:///a"
+	_, err = e.Subscribe(key, "alice")
+	require.NoError(t, err)
+	_, err = e.Activate(key, ModePush)
+	require.NoError(t, err)
+	tk, err := e.IssueTicket(key, TriggerInitial)
+	require.NoError(t, err)
+	_, err = e.AcceptResourceVersion(tk, NewReadResult([]Content{{URI: key, Text: "v1"}}))
+	require.NoError(t, err)
+	snap, err := ExportLedger(ctx, e.Ledger())
+	require.NoError(t, err)
+	want := slices.Clone(snap.Outbox)
+	require.Len(t, want, 1)
+
+	restored := NewMemoryLedger(nil)
+	require.NoError(t, restored.Restore(ctx, snap))
+	sub := *snap.Records[key].Sub
+	sub.Subject, sub.Generation = "mallory", 99
+	*snap.Records[key].Sub = sub // the caller's own records, changed after Restore
+	got, err := restored.Outbox(ctx, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
