@@ -1,0 +1,350 @@
+package mcpsync_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// The memory ledger hands out every outbox entry exactly as it was written,
+// field for field, whatever happens afterwards to the record and to the
+// subscription the entry was written with: resubscribes under a new
+// generation or subject, reconnects, closes, Forget, revocations,
+// tombstones, quarantines, derived artifacts, several engines on one
+// ledger, acknowledgements that release and reuse chunks, the retention
+// bound, exports and restores.
+//
+// The test drives the same random sequence of engine calls against two
+// memory ledgers: one used directly (the engine writes in place under its
+// lock) and one behind a wrapper the engine cannot see through (the engine
+// writes by CompareAndSwap), which records, as JSON, each entry handed to
+// CompareAndSwap at the moment it is written. Every entry either ledger
+// hands out (Outbox and Export) must equal the recorded one, and the two
+// ledgers must hold the same entries. Passes on the current code.
+
+// b32Recorder is a ledger that records the entries written through it.
+type b32Recorder struct {
+	mcpsync.Ledger
+	mu   sync.Mutex
+	want map[uint64]string // seq -> entry as written, JSON
+}
+
+func (r *b32Recorder) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+	first, ok, err := r.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
+	if ok && err == nil {
+		r.mu.Lock()
+		for i, e := range entries {
+			e.Seq = first + uint64(i)
+			b, _ := json.Marshal(e)
+			r.want[e.Seq] = string(b)
+		}
+		r.mu.Unlock()
+	}
+	return first, ok, err
+}
+
+// b32Side is one ledger and the engines writing to it.
+type b32Side struct {
+	name    string
+	ledger  mcpsync.Ledger
+	rec     *b32Recorder // nil on the direct side
+	engines []*mcpsync.Engine
+	ids     map[string]string // engine id -> its name in comparisons
+	tickets map[string][]mcpsync.Ticket
+}
+
+const (
+	b32URIa = "file:///docs/a.md"
+	b32URIb = "file:///docs/b.md"
+)
+
+var b32Servers = []mcpsync.Implementation{{Name: "srv", Version: "1.0"}, {Name: "srv", Version: "2.0"}}
+
+func (s *b32Side) newEngine(t *rapid.T, opts mcpsync.Options) {
+	e, err := mcpsync.NewEngine(&opts)
+	require.NoError(t, err)
+	s.ids[e.ID()] = fmt.Sprintf("engine-%d", len(s.ids))
+	s.engines = append(s.engines, e)
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: b32Servers[0], Resources: true, Subscribe: true}})
+	require.NoError(t, err)
+}
+
+// normalized returns the entries as JSON, engine ids replaced by the
+// side's names for them.
+func (s *b32Side) normalize(js string) string {
+	for id, name := range s.ids {
+		js = strings.ReplaceAll(js, id, name)
+	}
+	return js
+}
+
+func (s *b32Side) entries(t *rapid.T) map[uint64]string {
+	ctx := context.Background()
+	out, err := s.ledger.Outbox(ctx, 0, 0)
+	require.NoError(t, err)
+	got := make(map[uint64]string, len(out))
+	for _, e := range out {
+		b, err := json.Marshal(e)
+		require.NoError(t, err)
+		got[e.Seq] = string(b)
+	}
+	snap, err := s.ledger.Export(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Outbox, len(out), "%s: export and outbox hold as many entries", s.name)
+	for _, e := range snap.Outbox {
+		b, err := json.Marshal(e)
+		require.NoError(t, err)
+		require.Equal(t, got[e.Seq], string(b), "%s: export's entry %d is the outbox's", s.name, e.Seq)
+	}
+	return got
+}
+
+func TestBreak32OutboxEntriesAsWritten(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		clock := newClock()
+		retain := rapid.SampledFrom([]int{0, 40, 300}).Draw(t, "retain")
+		var guard mcpsync.ContentGuard
+		if rapid.Bool().Draw(t, "guard") {
+			guard = mcpsync.MaxBytes(16)
+		}
+		engines := rapid.IntRange(1, 2).Draw(t, "engines")
+		newLedger := func() mcpsync.Ledger {
+			return mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: retain})
+		}
+		direct := &b32Side{name: "direct", ledger: newLedger(), ids: map[string]string{}, tickets: map[string][]mcpsync.Ticket{}}
+		rec := &b32Recorder{Ledger: newLedger(), want: map[uint64]string{}}
+		wrapped := &b32Side{name: "wrapped", ledger: rec, rec: rec, ids: map[string]string{}, tickets: map[string][]mcpsync.Ticket{}}
+		sides := []*b32Side{direct, wrapped}
+		for _, s := range sides {
+			for range engines {
+				s.newEngine(t, mcpsync.Options{Ledger: s.ledger, Now: clock.now, Guard: guard})
+			}
+			for _, uri := range []string{b32URIa, b32URIb} {
+				_, err := s.engines[0].Subscribe(uri, "user:alice")
+				require.NoError(t, err)
+				_, err = s.engines[0].Activate(uri, mcpsync.ModePush)
+				require.NoError(t, err)
+			}
+		}
+		// each runs one call on both sides and checks they agree on
+		// whether it failed.
+		each := func(what string, fn func(s *b32Side) error) {
+			var errs [2]error
+			for i, s := range sides {
+				errs[i] = fn(s)
+			}
+			require.Equal(t, errs[0] == nil, errs[1] == nil, "%s: direct %v, wrapped %v", what, errs[0], errs[1])
+		}
+		check := func(step int) {
+			got := direct.entries(t)
+			via := wrapped.entries(t)
+			require.Len(t, via, len(got), "step %d: both ledgers retain as many entries", step)
+			for seq, js := range via {
+				want, ok := rec.want[seq]
+				require.True(t, ok, "step %d: entry %d was never written", step, seq)
+				require.Equal(t, want, js, "step %d: wrapped ledger's entry %d is not the one written", step, seq)
+				require.Equal(t, wrapped.normalize(js), direct.normalize(got[seq]), "step %d: direct ledger's entry %d differs", step, seq)
+			}
+		}
+		uris := []string{b32URIa, b32URIb}
+		subjects := []string{"user:alice", "user:bob", "user:carol"}
+		bodies := []string{"v1", "v2", "v3", "a body far too long for the guard"}
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for step := range steps {
+			ei := rapid.IntRange(0, engines-1).Draw(t, "engine")
+			uri := rapid.SampledFrom(uris).Draw(t, "uri")
+			op := rapid.IntRange(0, 17).Draw(t, "op")
+			switch op {
+			case 0: // (re)connect
+				srv := rapid.SampledFrom(b32Servers).Draw(t, "server")
+				each("session", func(s *b32Side) error {
+					_, err := s.engines[ei].BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+						ProtocolVersion: "2025-11-25", Server: srv, Resources: true, Subscribe: true}})
+					return err
+				})
+			case 1, 2:
+				subject := rapid.SampledFrom(subjects).Draw(t, "subject")
+				each("subscribe", func(s *b32Side) error {
+					_, err := s.engines[ei].Subscribe(uri, subject)
+					if err == nil {
+						_, err = s.engines[ei].Activate(uri, mcpsync.ModePush)
+					}
+					return err
+				})
+			case 3, 4, 5: // a read answered at once
+				body := rapid.SampledFrom(bodies).Draw(t, "body")
+				mime := rapid.SampledFrom([]string{"text/plain", "text/markdown"}).Draw(t, "mime")
+				modified := rapid.SampledFrom([]string{"", "2026-01-01T00:00:00Z"}).Draw(t, "modified")
+				notFound := rapid.IntRange(0, 5).Draw(t, "notFound") == 0
+				each("read", func(s *b32Side) error {
+					e := s.engines[ei]
+					tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+					if err != nil {
+						return err
+					}
+					r := mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: mime, Text: body}}).WithLastModified(modified)
+					if notFound {
+						r = mcpsync.NotFoundResult()
+					}
+					_, err = e.AcceptResourceVersion(tk, r)
+					return err
+				})
+			case 6: // a read left in flight
+				each("issue", func(s *b32Side) error {
+					tk, err := s.engines[ei].IssueTicket(uri, mcpsync.TriggerNotification)
+					if err == nil {
+						s.tickets[uri] = append(s.tickets[uri], tk)
+					}
+					return err
+				})
+			case 7: // a read in flight answered (late, maybe)
+				if len(direct.tickets[uri]) == 0 || len(direct.tickets[uri]) != len(wrapped.tickets[uri]) {
+					continue
+				}
+				i := rapid.IntRange(0, len(direct.tickets[uri])-1).Draw(t, "ticket")
+				body := rapid.SampledFrom(bodies).Draw(t, "body")
+				notFound := rapid.IntRange(0, 3).Draw(t, "notFound") == 0
+				each("answer", func(s *b32Side) error {
+					tk := s.tickets[uri][i]
+					s.tickets[uri] = append(s.tickets[uri][:i:i], s.tickets[uri][i+1:]...)
+					r := text(uri, body)
+					if notFound {
+						r = mcpsync.NotFoundResult()
+					}
+					var eng *mcpsync.Engine
+					for _, e := range s.engines {
+						if e.ID() == tk.Engine {
+							eng = e
+						}
+					}
+					_, err := eng.AcceptResourceVersion(tk, r)
+					return err
+				})
+			case 8: // close
+				acked := rapid.Bool().Draw(t, "acked")
+				each("close", func(s *b32Side) error {
+					_, err := s.engines[ei].BeginClose(uri)
+					if err == nil {
+						_, err = s.engines[ei].FinishClose(uri, acked)
+					}
+					return err
+				})
+			case 9:
+				each("forget", func(s *b32Side) error { return s.engines[ei].Forget(uri) })
+			case 10:
+				subject := rapid.SampledFrom(subjects[1:]).Draw(t, "revoked")
+				each("revoke", func(s *b32Side) error {
+					_, err := s.engines[ei].RevokeSubject(subject)
+					return err
+				})
+			case 11: // an artifact derived from the version served
+				id := rapid.SampledFrom([]string{"x", "y"}).Draw(t, "artifact")
+				each("derive", func(s *b32Side) error {
+					e := s.engines[ei]
+					for _, subject := range subjects {
+						if got, err := e.Lookup(subject, uri); err == nil {
+							return e.RecordDerived(mcpsync.DerivedArtifact{Index: "search", ArtifactID: id, Version: got.Version})
+						}
+					}
+					return nil
+				})
+			case 12: // deletion evidence: a listing without the URI, or a scan
+				proven := rapid.Bool().Draw(t, "proven")
+				each("absent", func(s *b32Side) error {
+					e := s.engines[ei]
+					if proven {
+						_, _, err := e.ApplyListing(uri, false, clock.t.Add(-time.Hour))
+						return err
+					}
+					start := clock.t
+					tk, ok, err := e.Corroborate(uri, mcpsync.AbsenceScan{Scans: []string{"s1", "s2"}, StartedAt: start, EndedAt: start})
+					if err != nil || !ok {
+						return err
+					}
+					_, err = e.AcceptResourceVersion(tk, mcpsync.NotFoundResult())
+					return err
+				})
+			case 13: // acknowledge
+				k := rapid.SampledFrom([]int{0, 1, 5, 255, 256, 600}).Draw(t, "ack")
+				each("ack", func(s *b32Side) error {
+					st, err := s.ledger.OutboxState(context.Background())
+					if err != nil {
+						return err
+					}
+					return s.ledger.Ack(context.Background(), mcpsync.DefaultConsumer, min(st.First-1+uint64(k), st.Last))
+				})
+			case 14, 16, 17: // a burst of versions, to fill chunks
+				n := rapid.SampledFrom([]int{1, 7, 100, 256, 300}).Draw(t, "burst")
+				each("burst", func(s *b32Side) error {
+					e := s.engines[ei]
+					for i := range n {
+						tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+						if err != nil {
+							return err
+						}
+						if _, err := e.AcceptResourceVersion(tk, text(uri, fmt.Sprintf("b%d", i%2))); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			case 15: // restore an export into a new ledger, and go on there
+				asJSON := rapid.Bool().Draw(t, "json")
+				each("restore", func(s *b32Side) error {
+					snap, err := s.ledger.Export(context.Background())
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						b, err := json.Marshal(snap)
+						require.NoError(t, err)
+						snap = mcpsync.LedgerSnapshot{}
+						require.NoError(t, json.Unmarshal(b, &snap))
+					}
+					l := newLedger()
+					if err := l.Restore(context.Background(), snap); err != nil {
+						return err
+					}
+					if s.rec != nil {
+						s.rec.Ledger = l
+					} else {
+						s.ledger = l
+					}
+					s.engines = nil
+					s.tickets = map[string][]mcpsync.Ticket{}
+					for range engines {
+						s.newEngine(t, mcpsync.Options{Ledger: s.ledger, Now: clock.now, Guard: guard})
+					}
+					return nil
+				})
+			}
+			clock.t = clock.t.Add(time.Duration(rapid.IntRange(0, 3).Draw(t, "tick")) * time.Second)
+			check(step)
+		}
+		st, _ := direct.ledger.OutboxState(context.Background())
+		b32Stats.Lock()
+		b32Stats.runs++
+		b32Stats.last = max(b32Stats.last, st.Last)
+		if st.Last > 256 {
+			b32Stats.big++
+		}
+		b32Stats.Unlock()
+	})
+	t.Logf("runs %d, most entries %d, runs past a chunk %d", b32Stats.runs, b32Stats.last, b32Stats.big)
+}
+
+var b32Stats struct {
+	sync.Mutex
+	runs, big int
+	last      uint64
+}
