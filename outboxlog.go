@@ -179,8 +179,8 @@ const (
 	hasPrevious
 )
 
-// packedReasons are the reasons a packedEntry stores by index; 0 stands
-// for none (the entry is in full).
+// packedReasons are the reasons a packedEntry stores by index (pack
+// numbers them); 0 stands for none (the entry is in full).
 var packedReasons = [...]InvalidationReason{"", InvalidateUpdated, InvalidateTombstoned, InvalidateRevoked, InvalidateQuarantined, InvalidateForgotten}
 
 // packedVersion is what a version of the subscription's generation holds of
@@ -195,12 +195,18 @@ type packedVersion struct {
 // when e has its shape, whole otherwise; engine is e.Engine's index in the
 // log's names. p.unpack(e.Seq, names) == *e either way.
 func (p *packedEntry) pack(e *OutboxEntry, sub *SubscriptionInfo, engine uint32) {
-	reason := uint8(0)
-	for i := 1; i < len(packedReasons); i++ {
-		if e.Reason == packedReasons[i] {
-			reason = uint8(i)
-			break
-		}
+	var reason uint8
+	switch e.Reason {
+	case InvalidateUpdated:
+		reason = 1
+	case InvalidateTombstoned:
+		reason = 2
+	case InvalidateRevoked:
+		reason = 3
+	case InvalidateQuarantined:
+		reason = 4
+	case InvalidateForgotten:
+		reason = 5
 	}
 	var has uint8
 	ok := reason != 0 && sub != nil && e.Schema == SchemaInvalidation && e.Artifact == nil && e.Evidence == nil &&
@@ -229,7 +235,7 @@ func (p *packedEntry) pack(e *OutboxEntry, sub *SubscriptionInfo, engine uint32)
 // and with which flag: bit when it is set, none when it is the zero
 // version.
 func packable(v *ResourceVersion, sub *SubscriptionInfo, bit uint8) (uint8, bool) {
-	if *v == (ResourceVersion{}) {
+	if v.Schema == "" && *v == (ResourceVersion{}) {
 		return 0, true
 	}
 	ok := v.Schema == SchemaResourceVersion && v.URI == sub.URI && v.Subject == sub.Subject && v.Server == sub.Server
