@@ -160,7 +160,7 @@ func NewServer(opts *ServerOptions) *Server {
 	hooks := &server.Hooks{}
 	hooks.AddOnRequestInitialization(s.onRequest)
 	hooks.AddAfterSubscribe(func(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
-		s.addSub(server.ClientSessionFromContext(ctx), req.Params.URI, nil)
+		s.addSubs(server.ClientSessionFromContext(ctx), []string{req.Params.URI}, nil)
 	})
 	hooks.AddAfterUnsubscribe(func(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
 		s.removeSubs(func(k subKey) bool {
@@ -171,9 +171,7 @@ func NewServer(opts *ServerOptions) *Server {
 		if s.opts.NoSubscribe {
 			return // mcp-go drops the URIs from the acknowledged filter too
 		}
-		for _, uri := range req.Params.Notifications.ResourceSubscriptions {
-			s.addSub(server.ClientSessionFromContext(ctx), uri, id)
-		}
+		s.addSubs(server.ClientSessionFromContext(ctx), req.Params.Notifications.ResourceSubscriptions, id)
 	})
 	hooks.AddAfterSubscriptionsListen(func(ctx context.Context, id any, _ *mcp.SubscriptionsListenRequest, _ *mcp.SubscriptionsListenResult) {
 		s.endListen(ctx, id)
@@ -290,7 +288,7 @@ func (s *Server) onRequest(ctx context.Context, _ any, message any) error {
 		s.subCalls++
 		s.mu.Unlock()
 		if s.opts.FailSubscribe && !modern && !s.opts.NoSubscribe && req.Method == string(mcp.MethodResourcesSubscribe) && req.Params.URI != "" {
-			s.addSub(server.ClientSessionFromContext(ctx), req.Params.URI, nil)
+			s.addSubs(server.ClientSessionFromContext(ctx), []string{req.Params.URI}, nil)
 			return ErrSubscribeFailed
 		}
 	case string(mcp.MethodResourcesUnsubscribe):
@@ -301,17 +299,24 @@ func (s *Server) onRequest(ctx context.Context, _ any, message any) error {
 	return nil
 }
 
-func (s *Server) addSub(session server.ClientSession, uri string, listenID any) {
-	if session == nil || uri == "" {
+// addSubs records session's subscription to each of uris, by the listen
+// stream listenID (nil: resources/subscribe). The stream's key is worked
+// out once, and the lock taken once, however many URIs it carries.
+func (s *Server) addSubs(session server.ClientSession, uris []string, listenID any) {
+	if session == nil {
 		return
 	}
-	k := subKey{session: session, uri: uri}
+	var listen string
 	if listenID != nil {
-		k.listen = fmt.Sprint(listenID)
+		listen = fmt.Sprint(listenID)
 	}
 	s.mu.Lock()
-	s.subs[k] = listenID
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	for _, uri := range uris {
+		if uri != "" {
+			s.subs[subKey{session: session, uri: uri, listen: listen}] = listenID
+		}
+	}
 }
 
 func (s *Server) endListen(ctx context.Context, id any) {
