@@ -38,8 +38,9 @@ type outboxLog struct {
 	spares [][]packedEntry
 	// engines names, once each, the engines whose entries the log holds,
 	// which a packed entry gives by index: a ledger is written by one
-	// engine at a time, mostly, and by few in all. It only grows, and
-	// starts anew once the log holds no entry. named is its index.
+	// engine at a time, mostly, and by few in all. It grows until the log
+	// holds no entry while it names more than one, and then starts anew.
+	// named is its index.
 	engines []string
 	named   map[string]uint32
 }
