@@ -1,0 +1,73 @@
+package mcpsync_test
+
+import (
+	"testing"
+	"testing/synctest"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// A Reconnect opens every watched URI again as a new generation of the new
+// session (Client.resubscribe, then Client.subscribe). When the write that
+// activates that generation fails once (a ledger briefly unavailable), the
+// Reconnect returns the error and OnError is told, once. The promise is
+// that the URI still comes back once the fault clears ("everything right is
+// eventually accepted"; a URI must never get stuck), and that until it does
+// Lookup does not serve the old version as current without saying so
+// ("nothing is ever served stale without saying so"; Entry.Degraded says
+// why a copy is not being kept fresh).
+//
+// Neither holds. subscribe returns the activation's error after
+// Engine.Subscribe already wrote the new generation, SUBSCRIBING, in the
+// current session; nothing tries again. The watch's periodic revalidation
+// asks the engine for a read, which it refuses for a generation that is not
+// open, and the repair in Client.request (behind -> resubscribe) only
+// covers a subscription left in a session that is gone. Half an hour (six
+// revalidation periods) later, with the ledger healthy and the connection
+// UP, the URI is still SUBSCRIBING, the server's newer content was never
+// read, and Lookup serves the old version with an empty Degraded. The
+// single OnError call at the time of the fault does not count: the failure
+// it named is long over, and what a caller sees now is a copy served as
+// current. Fails on the current code, on both protocol eras.
+func TestBreak33ReconnectActivateFailsLeavesURIStuck(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newB33Ledger()
+				var errs b33Errors
+				r := newB33Rig(t, w, l, &errs)
+				r.subscribe()
+
+				l.armCAS(1, func(_ string, next *mcpsync.Record) bool {
+					return next.State == mcpsync.StateActive && next.Sub != nil && next.Sub.Generation >= 2
+				})
+				err := r.c.Reconnect(t.Context())
+				if err == nil || l.failures() != 1 {
+					t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, l.failures())
+				}
+				quiesce()
+
+				// The ledger is healthy again; the server's content moves on.
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				b33Wait(r)
+
+				sub, err := r.c.Engine().Subscription(faultURI)
+				if err != nil {
+					t.Fatal(err)
+				}
+				entry, lerr := r.c.Lookup(faultURI)
+				served := ""
+				if lerr == nil && len(entry.Contents) > 0 {
+					served = entry.Contents[0].Text
+				}
+				healed := served == "v2" && (sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted)
+				if !healed && lerr == nil && entry.Degraded == "" {
+					t.Fatalf("the URI never came back and Lookup does not say so: subscription %s (session %d, generation %d; client session %d), "+
+						"Lookup serves %q (server has v2) with Degraded %q, health %s; OnError was told %d error(s) at the time of the fault",
+						sub.State, sub.SessionGeneration, sub.SubscriptionGeneration, r.c.Health().SessionGeneration,
+						served, entry.Degraded, r.c.Health().State, len(errs.list()))
+				}
+			})
+		})
+	}
+}
