@@ -46,27 +46,12 @@ func TestBreak33ReconnectActivateFailsLeavesURIStuck(t *testing.T) {
 					t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, l.failures())
 				}
 				quiesce()
+				b33Told(t, r.c, &errs, faultURI)
 
 				// The ledger is healthy again; the server's content moves on.
 				r.srv.Set(faultURI, "text/markdown", "v2")
 				b33Wait(r)
-
-				sub, err := r.c.Engine().Subscription(faultURI)
-				if err != nil {
-					t.Fatal(err)
-				}
-				entry, lerr := r.c.Lookup(faultURI)
-				served := ""
-				if lerr == nil && len(entry.Contents) > 0 {
-					served = entry.Contents[0].Text
-				}
-				healed := served == "v2" && (sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted)
-				if !healed && lerr == nil && entry.Degraded == "" {
-					t.Fatalf("the URI never came back and Lookup does not say so: subscription %s (session %d, generation %d; client session %d), "+
-						"Lookup serves %q (server has v2) with Degraded %q, health %s; OnError was told %d error(s) at the time of the fault",
-						sub.State, sub.SessionGeneration, sub.SubscriptionGeneration, r.c.Health().SessionGeneration,
-						served, entry.Degraded, r.c.Health().State, len(errs.list()))
-				}
+				b33Healed(t, r.c, faultURI, "v2")
 			})
 		})
 	}

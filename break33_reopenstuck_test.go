@@ -146,30 +146,42 @@ func b33OpeningWrite(_ string, next *mcpsync.Record) bool {
 	return next.State == mcpsync.StateSubscribing && next.Sub != nil && next.Sub.Generation >= 2
 }
 
-// b33Verdict checks, after the fault cleared and the URI was given time to
-// heal, that it either came back (open subscription, current content) or
-// that its failure is visible to the caller: an error told to OnError, a
-// Lookup that refuses or a Degraded entry. It fails with what a caller
-// sees otherwise.
-func b33Verdict(t *testing.T, r *rig, errs *b33Errors, want string) {
+// b33Told checks that the failure was visible when it happened: OnError
+// was told a *ReopenError naming uri, and Lookup says the copy is degraded.
+func b33Told(t *testing.T, c *mcpsync.Client, errs *b33Errors, uri string) {
 	t.Helper()
-	sub, err := r.c.Engine().Subscription(faultURI)
+	told := false
+	for _, err := range errs.list() {
+		var re *mcpsync.ReopenError
+		told = told || errors.As(err, &re) && re.URI == uri
+	}
+	require.True(t, told, "OnError was told no *ReopenError for %s: %v", uri, errs.list())
+	entry, err := c.Lookup(uri)
 	require.NoError(t, err)
-	entry, lerr := r.c.Lookup(faultURI)
+	require.NotEmpty(t, entry.Degraded, "Lookup serves the copy of a URI no subscription keeps fresh without saying so")
+}
+
+// b33Healed checks, after the fault cleared and the URI was given time to
+// heal, that it came back: an open subscription of the client's session,
+// the server's current content served, and nothing degraded. It fails with
+// what a caller sees otherwise.
+func b33Healed(t *testing.T, c *mcpsync.Client, uri, want string) {
+	t.Helper()
+	sub, err := c.Engine().Subscription(uri)
+	require.NoError(t, err)
+	entry, lerr := c.Lookup(uri)
 	served := ""
 	if lerr == nil && len(entry.Contents) > 0 {
 		served = entry.Contents[0].Text
 	}
-	healed := sub.State != mcpsync.StateClosed && sub.State != mcpsync.StateSubscribing &&
-		sub.State != mcpsync.StateUnsubscribing && served == want
-	visible := len(errs.list()) > 0 || lerr != nil || entry.Degraded != ""
-	if healed || visible {
-		return
+	healed := served == want && entry.Degraded == "" && sub.SessionGeneration == c.Health().SessionGeneration &&
+		(sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted)
+	if !healed {
+		t.Fatalf("the watched URI never came back: subscription %s (session %d, generation %d; client session %d), "+
+			"Lookup serves %q (server has %q) with Degraded %q (error %v), health %s",
+			sub.State, sub.SessionGeneration, sub.SubscriptionGeneration, c.Health().SessionGeneration,
+			served, want, entry.Degraded, lerr, c.Health().State)
 	}
-	t.Fatalf("the watched URI is stuck and silent: subscription %s (session %d, generation %d; client session %d), "+
-		"Lookup serves %q (server has %q) with Degraded %q, health %s, OnError told nothing",
-		sub.State, sub.SessionGeneration, sub.SubscriptionGeneration, r.c.Health().SessionGeneration,
-		served, want, entry.Degraded, r.c.Health().State)
 }
 
 // b33Matchers are the writes of a reopen that can fail, by the state the
@@ -211,11 +223,12 @@ func TestBreak33ReestablishWriteFailsLeavesURIStuckSilently(t *testing.T) {
 				time.Sleep(2 * time.Second) // the client's backoff before reopening
 				quiesce()
 				require.Equal(t, 1, l.failures(), "the write was refused")
+				b33Told(t, r.c, &errs, faultURI)
 
 				// The ledger is healthy again; the server's content moves on.
 				r.srv.Set(faultURI, "text/markdown", "v2")
 				b33Wait(r)
-				b33Verdict(t, r, &errs, "v2")
+				b33Healed(t, r.c, faultURI, "v2")
 			})
 		})
 	}
@@ -253,6 +266,7 @@ func TestBreak33LeftOutOfAckWriteFailsLeavesURIStuckSilently(t *testing.T) {
 		require.NoError(t, err)
 		quiesce()
 		require.Equal(t, 1, l.failures(), "x's reopen was refused by the ledger")
+		b33Told(t, c, &errs, x)
 
 		// The ledger and the server are healthy again; x's content moves on.
 		drop.Store(nil)
@@ -262,18 +276,6 @@ func TestBreak33LeftOutOfAckWriteFailsLeavesURIStuckSilently(t *testing.T) {
 			quiesce()
 		}
 
-		sub, err := c.Engine().Subscription(x)
-		require.NoError(t, err)
-		entry, lerr := c.Lookup(x)
-		served := ""
-		if lerr == nil && len(entry.Contents) > 0 {
-			served = entry.Contents[0].Text
-		}
-		healed := served == "v2" && (sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted)
-		visible := len(errs.list()) > 0 || lerr != nil || entry.Degraded != ""
-		if !healed && !visible {
-			t.Fatalf("x is stuck and silent: subscription %s (generation %d), Lookup serves %q (server has v2) with Degraded %q, OnError told nothing",
-				sub.State, sub.SubscriptionGeneration, served, entry.Degraded)
-		}
+		b33Healed(t, c, x, "v2")
 	})
 }

@@ -1611,26 +1611,61 @@ func (c *Client) request(key string, trigger Trigger) {
 		c.dispatch(t)
 	case errors.Is(err, ErrNotLeaseholder):
 		c.report(err) // another worker holds key; its shard lets it go
-	case err != nil && c.behind(key):
-		// The caller watches key but its subscription belongs to a session
-		// that is gone: whatever left it there, the next tick of its own
-		// timer opens it in the current one.
-		c.goAsync(func() { _ = c.resubscribe(c.ctx, key) })
+	case err != nil:
+		// The caller watches key but no open subscription keeps it: it
+		// belongs to a session that is gone, or a reopen stopped half way
+		// (a ledger write failed). Whatever left it there, the next tick of
+		// its own timer opens it again.
+		if behind, stuck := c.needsReopen(key); behind || stuck {
+			c.goAsync(func() {
+				if err := c.resubscribe(c.ctx, key, behind); err != nil {
+					c.reopenFailed(key, err)
+				}
+			})
+		}
 	}
 }
 
-// behind reports whether key is watched and its subscription is not in the
-// current session.
-func (c *Client) behind(key string) bool {
+// needsReopen reports whether key is watched and its subscription is in
+// a session that is gone (behind), or in the current one but neither open
+// nor being opened by anyone (stuck): a generation that stopped between
+// its close and the next one's activation.
+func (c *Client) needsReopen(key string) (behind, stuck bool) {
 	c.mu.Lock()
 	_, watched := c.watches[key]
 	gen, closed := c.conn.gen, c.closed
 	c.mu.Unlock()
 	if !watched || closed {
-		return false
+		return false, false
 	}
 	sub, err := c.engine.Subscription(key)
-	return err == nil && sub.SessionGeneration != gen
+	if err != nil {
+		return false, false
+	}
+	if sub.SessionGeneration != gen {
+		return true, false
+	}
+	switch sub.State {
+	case StateSubscribing, StateUnsubscribing, StateClosed, StateUnsubscribeUnknown:
+		return false, true
+	}
+	return false, false
+}
+
+// reopenFailed makes a failed reopen of key visible: OnError is told (a
+// *ReopenError), and Lookup says the copy is not kept fresh until a read of
+// key is answered. The watch's next tick tries again (request).
+func (c *Client) reopenFailed(key string, err error) {
+	c.mu.Lock()
+	_, watched := c.watches[key]
+	watched = watched && !c.closed
+	if watched {
+		c.failing[key] = "its subscription could not be opened again: " + err.Error()
+	}
+	c.mu.Unlock()
+	if watched {
+		c.report(&ReopenError{URI: key, Err: err})
+	}
 }
 
 // dispatch runs a read and its follow-ups in the background. A read that
@@ -1909,8 +1944,8 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	c.startHeartbeat(conn)
 	var errs []error
 	for _, key := range keys {
-		if err := c.resubscribe(ctx, key); err != nil {
-			c.report(err)
+		if err := c.resubscribe(ctx, key, true); err != nil {
+			c.reopenFailed(key, err)
 			errs = append(errs, err)
 		}
 	}
@@ -1929,10 +1964,10 @@ func (c *Client) startHeartbeat(conn *connection) {
 // resubscribe opens key's subscription in the current session if the caller
 // still watches it. A key someone else holds is only marked: its holder
 // opens it in the current session before it lets go (settle).
-func (c *Client) resubscribe(ctx context.Context, key string) error {
+func (c *Client) resubscribe(ctx context.Context, key string, mark bool) error {
 	c.mu.Lock()
 	unlock, ok := c.keys.tryLock(key)
-	if !ok {
+	if !ok && mark {
 		c.resync[key] = true
 	}
 	c.mu.Unlock()
@@ -1940,9 +1975,25 @@ func (c *Client) resubscribe(ctx context.Context, key string) error {
 		return nil
 	}
 	return c.settle(key, unlock, func(conn *connection) error {
+		if err := c.finishStuckClose(conn, key); err != nil {
+			return err
+		}
 		_, err := c.subscribe(ctx, conn, key, TriggerReconnect)
 		return err
 	})
+}
+
+// finishStuckClose ends a close of key's generation in conn's session that
+// began and never finished (its last write failed), so that the next
+// generation may open: whether the server was told is not known, and the
+// close says so (UNSUBSCRIBE_UNKNOWN).
+func (c *Client) finishStuckClose(conn *connection, key string) error {
+	sub, err := c.engine.Subscription(key)
+	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateUnsubscribing {
+		return nil
+	}
+	_, err = c.engine.FinishClose(key, false)
+	return err
 }
 
 // ListChanged returns how many list_changed notifications the client has
@@ -2147,7 +2198,7 @@ func (c *Client) reopen(conn *connection, key string) {
 		unlock()
 		return
 	}
-	_ = c.settle(key, unlock, func(now *connection) error {
+	err = c.settle(key, unlock, func(now *connection) error {
 		if now == conn {
 			if err := c.closeTold(key); err != nil {
 				return err
@@ -2156,6 +2207,9 @@ func (c *Client) reopen(conn *connection, key string) {
 		_, err := c.subscribe(c.ctx, now, key, TriggerReconnect)
 		return err
 	})
+	if err != nil {
+		c.reopenFailed(key, err)
+	}
 }
 
 // acknowledgedURIs returns the resource URIs a subscriptions/acknowledged

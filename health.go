@@ -84,6 +84,22 @@ func (e *ReadError) Error() string {
 
 func (e *ReadError) Unwrap() error { return e.Err }
 
+// ReopenError is a watched URI whose subscription could not be opened
+// again after its session or its listen stream changed (a ledger write
+// failed). It is told to ClientOptions.OnError; until a read of the URI is
+// answered, Client.Lookup says the copy is degraded, and the URI's next
+// revalidation tries again.
+type ReopenError struct {
+	URI string
+	Err error
+}
+
+func (e *ReopenError) Error() string {
+	return fmt.Sprintf("mcpsync: open %s again: %v", e.URI, e.Err)
+}
+
+func (e *ReopenError) Unwrap() error { return e.Err }
+
 // ConnectionError reports the loss of a session, or a failed attempt to
 // open its successor.
 type ConnectionError struct {

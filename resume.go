@@ -97,8 +97,8 @@ func (c *Client) resume(keys []string) {
 		return
 	}
 	for _, key := range keys {
-		if err := c.resubscribe(c.ctx, key); err != nil {
-			c.report(fmt.Errorf("mcpsync: resume %s: %w", key, err))
+		if err := c.resubscribe(c.ctx, key, true); err != nil {
+			c.reopenFailed(key, err)
 		}
 	}
 	if c.opts.Logger != nil {
