@@ -1988,6 +1988,12 @@ func (c *Client) resubscribe(ctx context.Context, key string, mark bool) error {
 // generation may open: whether the server was told is not known, and the
 // close says so (UNSUBSCRIBE_UNKNOWN).
 func (c *Client) finishStuckClose(conn *connection, key string) error {
+	c.mu.Lock()
+	_, watched := c.watches[key]
+	c.mu.Unlock()
+	if !watched {
+		return nil // unsubscribed meanwhile: its Unsubscribe decides the close
+	}
 	sub, err := c.engine.Subscription(key)
 	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateUnsubscribing {
 		return nil
