@@ -38,8 +38,12 @@ func scaleSubscriptions(b *testing.B) int {
 
 // scaleParallel is how many Subscribes are in flight at once, in both eras
 // alike: a caller subscribing to a catalog does so in parallel, through a
-// pool of workers or a goroutine per URI (0 here: every one at once).
-var scaleParallel = []int{64, 0}
+// pool of workers or a goroutine per URI (0 here: every one at once), or
+// hands them all to SubscribeAll (scaleBatch).
+var scaleParallel = []int{scaleBatch, 64, 0}
+
+// scaleBatch stands for one SubscribeAll of every URI.
+const scaleBatch = -1
 
 // scaleEras are the protocol revisions compared, the legacy baseline first.
 var scaleEras = []struct{ name, version string }{
@@ -73,6 +77,21 @@ func scaleConnect(b *testing.B, srv *mcpsynctest.Server, version string) *mcpsyn
 // version.
 func subscribeAll(b *testing.B, c *mcpsync.Client, uris []string, parallel int) {
 	b.Helper()
+	if parallel == scaleBatch {
+		subs, err := c.SubscribeAll(b.Context(), uris)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, sub := range subs {
+			if !scaleOpen(sub.State) || sub.Mode != mcpsync.ModePush {
+				b.Fatalf("%s: %s in mode %s", uris[i], sub.State, sub.Mode)
+			}
+			if _, err := c.Lookup(uris[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
 	if parallel <= 0 || parallel > len(uris) {
 		parallel = len(uris)
 	}
@@ -167,7 +186,10 @@ func BenchmarkSubscribeMany(b *testing.B) {
 }
 
 func parallelName(p int) string {
-	if p <= 0 {
+	switch {
+	case p == scaleBatch:
+		return "SubscribeAll"
+	case p <= 0:
 		return "all"
 	}
 	return strconv.Itoa(p)
@@ -190,7 +212,7 @@ func BenchmarkSubscriptionMemory(b *testing.B) {
 				c := scaleConnect(b, srv, era.version)
 				heap0, rss0, g0 := heapInUse(), residentBytes(b), runtime.NumGoroutine()
 				b.StartTimer()
-				subscribeAll(b, c, uris, scaleParallel[0])
+				subscribeAll(b, c, uris, 64)
 				b.StopTimer()
 				heap += (float64(heapInUse()) - float64(heap0)) / float64(n)
 				rss += (float64(residentBytes(b)) - float64(rss0)) / float64(n)

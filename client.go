@@ -878,6 +878,113 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	return sub, err
 }
 
+// subscribeAllInFlight bounds the Subscribes SubscribeAll runs at once.
+const subscribeAllInFlight = 64
+
+// SubscribeAll subscribes every URI of uris, as Subscribe does each, and
+// returns their subscriptions in the same order (the zero Subscription for
+// one that failed) and the errors of those that failed, joined, each
+// naming its URI. A URI that is not a URI fails alone; the others go on.
+//
+// It is the way to subscribe a catalog. From 2026-07-28 on, a
+// subscriptions/listen stream must name every URI, so Subscribes that each
+// wait for their own stream cost a stream of every URI each; SubscribeAll
+// has the first stream it opens carry all of uris, and the Subscribes
+// after it find theirs acknowledged. Before 2026-07-28 it sends their
+// resources/subscribe requests side by side. Either way at most 64
+// Subscribes run at once.
+func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscription, error) {
+	subs := make([]Subscription, len(uris))
+	errs := make([]error, len(uris))
+	prewanted := c.wantAll(uris)
+	sem := make(chan struct{}, subscribeAllInFlight)
+	var wg sync.WaitGroup
+	for i, uri := range uris {
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			subs[i], errs[i] = c.Subscribe(ctx, uri)
+		})
+	}
+	wg.Wait()
+	c.unwantUnwatched(prewanted)
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", uris[i], err))
+		}
+	}
+	return subs, errors.Join(failed...)
+}
+
+// wantAll adds to the listen stream the current 2026-07-28 connection
+// opens next every URI of uris not watched yet, so that the first
+// replacement carries them all, and returns the connection and what it
+// added (none before 2026-07-28, or when the server cannot subscribe).
+func (c *Client) wantAll(uris []string) prewanted {
+	c.mu.Lock()
+	conn := c.conn
+	if c.closed || conn == nil || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
+		c.mu.Unlock()
+		return prewanted{}
+	}
+	p := prewanted{conn: conn, keys: make(map[string]string)}
+	for _, uri := range uris {
+		key, err := normalizeKey(uri)
+		if err != nil {
+			continue
+		}
+		if _, watched := c.watches[key]; watched {
+			continue
+		}
+		if _, dup := p.keys[key]; !dup {
+			p.keys[key] = uri
+		}
+	}
+	c.mu.Unlock()
+	for _, raw := range p.keys {
+		conn.setWanted(raw, true)
+	}
+	return p
+}
+
+// prewanted is what wantAll added to a connection's wanted URIs: the raw
+// URI of each key.
+type prewanted struct {
+	conn *connection
+	keys map[string]string
+}
+
+// unwantUnwatched takes back from the listen stream what wantAll added
+// for a URI whose Subscribe failed before it was watched, or that another
+// caller watches under another spelling: no caller wants notifications
+// of it under that one.
+func (c *Client) unwantUnwatched(p prewanted) {
+	if p.conn == nil {
+		return
+	}
+	c.mu.Lock()
+	var drop []string
+	for key, raw := range p.keys {
+		if w := c.watches[key]; w == nil || w.raw != raw {
+			drop = append(drop, raw)
+		}
+	}
+	c.mu.Unlock()
+	for _, raw := range drop {
+		p.conn.setWanted(raw, false)
+	}
+}
+
 // settle runs step against the current session, with key locked (unlock
 // releases it), until it ran on the session that is still current and no
 // reconnect asked for key again meanwhile. A reconnect never waits for a
