@@ -245,6 +245,7 @@ type Client struct {
 	reconnecting chan struct{}
 	health       Health            // protected by mu
 	failing      map[string]string // key -> why its reads fail; protected by mu
+	unopened     map[string]string // key -> why its subscription is not open again (reopenFailed); protected by mu
 	// refused holds, per key, the fence's refusal of its last answered
 	// read when the server's answer itself was refused (another URI, bad
 	// or empty contents): WaitForSync reports it rather than wait on a
@@ -530,7 +531,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
-		watches: make(map[string]*watch), failing: make(map[string]string), resync: make(map[string]bool),
+		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string), resync: make(map[string]bool),
 		abandoned:    make(map[string][2]uint64),
 		refused:      make(map[string]error),
 		reconnecting: make(chan struct{}, 1),
@@ -1066,6 +1067,9 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 		}
 		return Subscription{}, err
 	}
+	c.mu.Lock()
+	delete(c.unopened, key) // open again
+	c.mu.Unlock()
 	c.startWatch(key, interval, trig)
 	if trigger != TriggerInitial {
 		c.request(key, trigger)
@@ -1557,15 +1561,15 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	if err != nil {
 		return Subscription{}, err
 	}
-	if before.CloseEpoch != 0 {
-		return before, nil
-	}
 	// A legacy subscribe that failed may still have been recorded by the
 	// server (and its notifications keep coming), so the server is told
 	// whenever it can subscribe at all; a 2026-07-28 stream is told
 	// whenever it may carry the URI.
 	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
 		(conn.era == EraModern && conn.wants(raw))
+	if before.CloseEpoch != 0 {
+		return c.closeClosed(ctx, conn, key, raw, before, tell)
+	}
 	if _, err := c.engine.BeginClose(key); err != nil {
 		if !errors.Is(err, ErrNotLeaseholder) {
 			return Subscription{}, err
@@ -1596,6 +1600,30 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 		}
 	}
 	return c.engine.FinishClose(key, acked)
+}
+
+// closeClosed is Unsubscribe of a generation whose close began already:
+// finished, or stopped half way by a failed write of a reopen (its
+// generation UNSUBSCRIBING in conn's session, which this finishes). A
+// 2026-07-28 stream may still carry the URI a reopen closed without
+// opening the next generation: it is told too.
+func (c *Client) closeClosed(ctx context.Context, conn *connection, key, raw string, before Subscription, tell bool) (Subscription, error) {
+	stuck := before.State == StateUnsubscribing && before.SessionGeneration == conn.gen
+	carried := conn.era == EraModern && conn.wants(raw)
+	if !stuck && !carried {
+		return before, nil
+	}
+	acked := true
+	if tell && (stuck || carried) {
+		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
+		if !acked && conn.era == EraLegacy {
+			c.goAsync(func() { c.reconcileServer(conn, raw) })
+		}
+	}
+	if stuck {
+		return c.engine.FinishClose(key, acked)
+	}
+	return c.engine.Subscription(key)
 }
 
 // reconcileServer makes the server's subscription of raw on conn (a legacy
@@ -1710,7 +1738,12 @@ func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 // due now.
 func (c *Client) request(key string, trigger Trigger) {
 	if c.skipRefresh(key, trigger) {
-		return // outside the refresh fraction (rollout.go)
+		// Outside the refresh fraction (rollout.go): not read, but kept
+		// subscribed, so its own ticks still repair it.
+		if trigger == TriggerRevalidate || trigger == TriggerPoll {
+			c.repair(key)
+		}
+		return
 	}
 	t, ok, err := c.engine.RequestRead(key, trigger)
 	switch {
@@ -1719,17 +1752,21 @@ func (c *Client) request(key string, trigger Trigger) {
 	case errors.Is(err, ErrNotLeaseholder):
 		c.report(err) // another worker holds key; its shard lets it go
 	case err != nil:
-		// The caller watches key but no open subscription keeps it: it
-		// belongs to a session that is gone, or a reopen stopped half way
-		// (a ledger write failed). Whatever left it there, the next tick of
-		// its own timer opens it again.
-		if behind, stuck := c.needsReopen(key); behind || stuck {
-			c.goAsync(func() {
-				if err := c.resubscribe(c.ctx, key, behind); err != nil {
-					c.reopenFailed(key, err)
-				}
-			})
-		}
+		c.repair(key)
+	}
+}
+
+// repair opens key again when the caller watches it but no open
+// subscription keeps it: it belongs to a session that is gone, or a
+// reopen stopped half way (a ledger write failed). Whatever left it
+// there, the next tick of its own timer opens it again.
+func (c *Client) repair(key string) {
+	if behind, stuck := c.needsReopen(key); behind || stuck {
+		c.goAsync(func() {
+			if err := c.resubscribe(c.ctx, key, behind); err != nil {
+				c.reopenFailed(key, err)
+			}
+		})
 	}
 }
 
@@ -1760,14 +1797,14 @@ func (c *Client) needsReopen(key string) (behind, stuck bool) {
 }
 
 // reopenFailed makes a failed reopen of key visible: OnError is told (a
-// *ReopenError), and Lookup says the copy is not kept fresh until a read of
-// key is answered. The watch's next tick tries again (request).
+// *ReopenError), and Lookup says the copy is not kept fresh until key's
+// subscription is open again. The watch's next tick tries again (request).
 func (c *Client) reopenFailed(key string, err error) {
 	c.mu.Lock()
 	_, watched := c.watches[key]
 	watched = watched && !c.closed
 	if watched {
-		c.failing[key] = "its subscription could not be opened again: " + err.Error()
+		c.unopened[key] = "its subscription could not be opened again: " + err.Error()
 	}
 	c.mu.Unlock()
 	if watched {
@@ -1963,6 +2000,7 @@ func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger)
 // dropWatch forgets the caller's intent for key and stops its periodic
 // reads; c.mu must be held.
 func (c *Client) dropWatch(key string) {
+	delete(c.unopened, key)
 	if c.watches[key] != nil {
 		c.sched.remove(key)
 		delete(c.watches, key)

@@ -86,9 +86,9 @@ func (e *ReadError) Unwrap() error { return e.Err }
 
 // ReopenError is a watched URI whose subscription could not be opened
 // again after its session or its listen stream changed (a ledger write
-// failed). It is told to ClientOptions.OnError; until a read of the URI is
-// answered, Client.Lookup says the copy is degraded, and the URI's next
-// revalidation tries again.
+// failed). It is told to ClientOptions.OnError; until the URI's
+// subscription is open again, Client.Lookup says the copy is degraded, and
+// the URI's next revalidation tries again.
 type ReopenError struct {
 	URI string
 	Err error
@@ -261,6 +261,9 @@ func (c *Client) degradedReason(key string) string {
 	defer c.mu.Unlock()
 	if c.health.State != ConnectionUp && c.health.State != ConnectionClosed {
 		return fmt.Sprintf("session %s: %s", c.health.State, c.health.Reason)
+	}
+	if why := c.unopened[key]; why != "" {
+		return why
 	}
 	return c.failing[key]
 }
