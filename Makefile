@@ -42,7 +42,7 @@ bench:
 # each era's time, the 2026-07-28/legacy ratio, and bytes and goroutines
 # per subscription.
 bench-scale:
-	MCPSYNC_SCALE_N=10000 $(GO) test -run '^$$' -bench 'SubscribeMany|SubscriptionMemory' -benchtime 1x -count 5 -timeout 60m .
+	MCPSYNC_SCALE_N=10000 $(GO) test -run '^$$' -bench 'SubscribeMany|SubscriptionMemory|EraReads' -benchtime 1x -count 5 -timeout 60m .
 
 bench-interop:
 	$(GO) test -run '^$$' -bench FirstVersion -count=6 ./interop/

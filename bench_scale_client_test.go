@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
@@ -24,7 +25,7 @@ import (
 // 1,000 unless MCPSYNC_SCALE_N says otherwise, so make bench stays fast.
 // The figure is taken with
 //
-//	MCPSYNC_SCALE_N=10000 go test -run '^$' -bench 'SubscribeMany|SubscriptionMemory' -benchtime 1x -count 5 .
+//	MCPSYNC_SCALE_N=10000 go test -run '^$' -bench 'SubscribeMany|SubscriptionMemory|EraReads' -benchtime 1x -count 5 .
 func scaleSubscriptions(b *testing.B) int {
 	if s := os.Getenv("MCPSYNC_SCALE_N"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -182,6 +183,67 @@ func BenchmarkSubscribeMany(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkEraReads reads N resources through mcp-go alone, 64 at a time,
+// over the transport and server of BenchmarkSubscribeMany, in each era:
+// the baseline that says what a request costs the transport itself in
+// each era, beside which that benchmark's ratios are read (every
+// subscription there sends at least its first read).
+func BenchmarkEraReads(b *testing.B) {
+	n := scaleSubscriptions(b)
+	var legacy []time.Duration
+	for _, era := range scaleEras {
+		b.Run(fmt.Sprintf("n=%d/%s", n, era.name), func(b *testing.B) {
+			var total time.Duration
+			ops := 0
+			for b.Loop() {
+				b.StopTimer()
+				srv, uris := scaleServer(n)
+				c := scaleConnect(b, srv, era.version)
+				mc, err := c.Session()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range 64 {
+					wg.Go(func() {
+						for {
+							i := int(next.Add(1)) - 1
+							if i >= len(uris) {
+								return
+							}
+							req := mcp.ReadResourceRequest{}
+							req.Params.URI = uris[i]
+							if _, err := mc.ReadResource(b.Context(), req); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				total += time.Since(start)
+				ops++
+				b.StopTimer()
+				if err := c.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			per := total / time.Duration(ops)
+			b.ReportMetric(float64(per.Microseconds())/float64(n), "µs/read")
+			if era.version == scaleEras[0].version {
+				legacy = append(legacy, per)
+			} else if len(legacy) > 0 {
+				slices.Sort(legacy)
+				b.ReportMetric(float64(per)/float64(legacy[len(legacy)/2]), "x-legacy")
+			}
+		})
 	}
 }
 
