@@ -895,6 +895,18 @@ const subscribeAllInFlight = 64
 // resources/subscribe requests side by side. Either way at most 64
 // Subscribes run at once.
 func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscription, error) {
+	subs, errs := c.subscribeAll(ctx, uris)
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", uris[i], err))
+		}
+	}
+	return subs, errors.Join(failed...)
+}
+
+// subscribeAll is SubscribeAll with the error of each URI apart.
+func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscription, []error) {
 	subs := make([]Subscription, len(uris))
 	errs := make([]error, len(uris))
 	prewanted := c.wantAll(uris)
@@ -918,13 +930,7 @@ func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	}
 	wg.Wait()
 	c.unwantUnwatched(prewanted)
-	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("%s: %w", uris[i], err))
-		}
-	}
-	return subs, errors.Join(failed...)
+	return subs, errs
 }
 
 // wantAll adds to the listen stream the current 2026-07-28 connection

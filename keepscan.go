@@ -150,18 +150,22 @@ func (c *Client) keptScan(ctx context.Context, o KeepScanOptions) (ScanReport, t
 		errs = append(errs, err)
 	}
 	if o.Subscribe {
+		var fresh []string
 		for d := range rep.Catalog.Items() {
-			if c.watched(d.URI) {
-				continue
+			if !c.watched(d.URI) {
+				fresh = append(fresh, d.URI)
 			}
-			sub, err := c.Subscribe(ctx, d.URI)
+		}
+		// All at once: from 2026-07-28 on, one listen stream carries them.
+		subs, subErrs := c.subscribeAll(ctx, fresh)
+		for i, err := range subErrs {
 			switch {
 			case err == nil || errors.Is(err, ErrNotFound):
 				// Listed, then gone before its first read: it is
 				// subscribed, pending, and the next scans settle it.
-				rep.Subscribed = append(rep.Subscribed, sub)
+				rep.Subscribed = append(rep.Subscribed, subs[i])
 			case ctx.Err() == nil:
-				errs = append(errs, fmt.Errorf("subscribe %s: %w", d.URI, err))
+				errs = append(errs, fmt.Errorf("subscribe %s: %w", fresh[i], err))
 			}
 		}
 	}

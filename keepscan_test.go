@@ -3,6 +3,7 @@ package mcpsync_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -281,4 +282,28 @@ func TestSubscribeToAMissingResource(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A kept scan subscribes what it found all at once: from 2026-07-28 on,
+// one listen stream carries every resource of the first scan, not one
+// stream per resource (each naming all before it).
+func TestKeptScanSubscribesACatalogOnOneStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		uris := make([]string, 100)
+		for i := range uris {
+			uris[i] = fmt.Sprintf("file:///docs/%03d.md", i)
+		}
+		r := newKeptRig(t, eras[1], uris...)
+		r.keep(t, true)
+		for _, u := range uris {
+			_, err := r.c.Lookup(u)
+			require.NoError(t, err, u)
+		}
+		assert.Equal(t, 1, r.srv.SubscribeCalls(), "listen streams opened for the first scan's resources")
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		assert.Empty(t, r.errs)
+		require.NotEmpty(t, r.scans)
+		assert.Len(t, r.scans[0].Subscribed, len(uris))
+	})
 }
