@@ -937,11 +937,13 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 // opens next every URI of uris not watched yet, so that the first
 // replacement carries them all, and returns the connection and what it
 // added (none before 2026-07-28, or when the server cannot subscribe).
+// Each is added holding its key, and a key someone holds (a Subscribe or
+// an Unsubscribe under way, whose own stream decides it) is left out.
 func (c *Client) wantAll(uris []string) prewanted {
 	c.mu.Lock()
 	conn := c.conn
-	if c.closed || conn == nil || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
-		c.mu.Unlock()
+	c.mu.Unlock()
+	if conn == nil || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
 		return prewanted{}
 	}
 	p := prewanted{conn: conn, keys: make(map[string]string)}
@@ -950,16 +952,22 @@ func (c *Client) wantAll(uris []string) prewanted {
 		if err != nil {
 			continue
 		}
-		if _, watched := c.watches[key]; watched {
+		if _, dup := p.keys[key]; dup {
 			continue
 		}
-		if _, dup := p.keys[key]; !dup {
-			p.keys[key] = uri
+		unlock, ok := c.keys.tryLock(key)
+		if !ok {
+			continue
 		}
-	}
-	c.mu.Unlock()
-	for _, raw := range p.keys {
-		conn.setWanted(raw, true)
+		c.mu.Lock()
+		_, watched := c.watches[key]
+		current := c.conn == conn && !c.closed
+		c.mu.Unlock()
+		if !watched && current {
+			p.keys[key] = uri
+			conn.setWanted(uri, true)
+		}
+		unlock()
 	}
 	return p
 }
@@ -974,21 +982,21 @@ type prewanted struct {
 // unwantUnwatched takes back from the listen stream what wantAll added
 // for a URI whose Subscribe failed before it was watched, or that another
 // caller watches under another spelling: no caller wants notifications
-// of it under that one.
+// of it under that one. Each is taken back holding its key; one someone
+// holds is theirs to decide.
 func (c *Client) unwantUnwatched(p prewanted) {
-	if p.conn == nil {
-		return
-	}
-	c.mu.Lock()
-	var drop []string
 	for key, raw := range p.keys {
-		if w := c.watches[key]; w == nil || w.raw != raw {
-			drop = append(drop, raw)
+		unlock, ok := c.keys.tryLock(key)
+		if !ok {
+			continue
 		}
-	}
-	c.mu.Unlock()
-	for _, raw := range drop {
-		p.conn.setWanted(raw, false)
+		c.mu.Lock()
+		w := c.watches[key]
+		c.mu.Unlock()
+		if w == nil || w.raw != raw {
+			p.conn.setWanted(raw, false)
+		}
+		unlock()
 	}
 }
 
@@ -1054,6 +1062,9 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 		reason = conn.deaf
 	default:
 		if err := c.serverSubscribe(ctx, conn, raw); err != nil {
+			if ctx.Err() != nil {
+				return Subscription{}, ctx.Err() // the caller gave up: not a server that cannot push
+			}
 			reason = "subscribe failed: " + err.Error()
 		} else {
 			mode = ModePush
@@ -1752,6 +1763,16 @@ func (c *Client) request(key string, trigger Trigger) {
 		return
 	}
 	t, ok, err := c.engine.RequestRead(key, trigger)
+	if err == nil && trigger == TriggerRevalidate {
+		c.mu.Lock()
+		conn := c.conn
+		c.mu.Unlock()
+		if c.unheard(conn, key) {
+			// Read now, and opened again on a stream: its notifications
+			// reach nobody.
+			c.goAsync(func() { c.reopen(conn, key) })
+		}
+	}
 	switch {
 	case err == nil && ok:
 		c.dispatch(t)
@@ -1774,6 +1795,26 @@ func (c *Client) repair(key string) {
 			}
 		})
 	}
+}
+
+// unheard reports whether key is watched and open in push mode on conn, a
+// 2026-07-28 connection, while no listen stream carries it: a reopen
+// after its stream ended failed before it closed the generation.
+func (c *Client) unheard(conn *connection, key string) bool {
+	c.mu.Lock()
+	w := c.watches[key]
+	current := c.conn == conn && !c.closed
+	c.mu.Unlock()
+	if w == nil || !current || conn.era != EraModern {
+		return false
+	}
+	sub, err := c.engine.Subscription(key)
+	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
+		return false
+	}
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return conn.listen == nil || !conn.listen.carries(w.raw)
 }
 
 // needsReopen reports whether key is watched and its subscription is in
