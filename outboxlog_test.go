@@ -145,7 +145,7 @@ func TestOutboxLogModel(t *testing.T) {
 			want []OutboxEntry
 		}
 		var views []view
-		for step := range rapid.IntRange(1, 40).Draw(t, "steps") {
+		for step := range rapid.IntRange(1, 30).Draw(t, "steps") {
 			switch rapid.IntRange(0, 9).Draw(t, "op") {
 			case 0, 1:
 				seq := log.first - 1 + rapid.Uint64Range(0, uint64(len(model))).Draw(t, "through")
@@ -162,7 +162,7 @@ func TestOutboxLogModel(t *testing.T) {
 					views = append(views, view{log.view(), slices.Clone(model)})
 				}
 			default:
-				for range rapid.IntRange(1, 300).Draw(t, "appends") {
+				for range rapid.IntRange(1, 120).Draw(t, "appends") {
 					sub := subs[rapid.IntRange(0, 1).Draw(t, "sub")]
 					e := OutboxEntry{
 						Schema: SchemaInvalidation, Seq: log.last + 1, URI: sub.URI, Reason: InvalidateUpdated, Subject: sub.Subject,
