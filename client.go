@@ -1759,19 +1759,13 @@ func (c *Client) request(key string, trigger Trigger) {
 		// subscribed, so its own ticks still repair it.
 		if trigger == TriggerRevalidate || trigger == TriggerPoll {
 			c.repair(key)
+			c.rehear(key, trigger)
 		}
 		return
 	}
 	t, ok, err := c.engine.RequestRead(key, trigger)
-	if err == nil && trigger == TriggerRevalidate {
-		c.mu.Lock()
-		conn := c.conn
-		c.mu.Unlock()
-		if c.unheard(conn, key) {
-			// Read now, and opened again on a stream: its notifications
-			// reach nobody.
-			c.goAsync(func() { c.reopen(conn, key) })
-		}
+	if err == nil {
+		c.rehear(key, trigger)
 	}
 	switch {
 	case err == nil && ok:
@@ -1794,6 +1788,21 @@ func (c *Client) repair(key string) {
 				c.reopenFailed(key, err)
 			}
 		})
+	}
+}
+
+// rehear, at a revalidation tick of key, opens key again on a listen
+// stream if it is open in push mode and no stream carries it: its
+// notifications reach nobody.
+func (c *Client) rehear(key string, trigger Trigger) {
+	if trigger != TriggerRevalidate {
+		return
+	}
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if c.unheard(conn, key) {
+		c.goAsync(func() { c.reopen(conn, key) })
 	}
 }
 
