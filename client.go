@@ -1063,7 +1063,14 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	default:
 		if err := c.serverSubscribe(ctx, conn, raw); err != nil {
 			if ctx.Err() != nil {
-				return Subscription{}, ctx.Err() // the caller gave up: not a server that cannot push
+				// The caller gave up: not a server that cannot push. A
+				// resources/subscribe may have reached the server all the
+				// same; once the key is let go, the server is told what
+				// the caller wants then (reconcileServer).
+				if conn.era == EraLegacy {
+					c.goAsync(func() { c.reconcileServer(conn, raw) })
+				}
+				return Subscription{}, ctx.Err()
 			}
 			reason = "subscribe failed: " + err.Error()
 		} else {
