@@ -866,10 +866,14 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 		sub, err = c.subscribe(ctx, conn, key, TriggerInitial)
 		if err != nil && !had && !errors.Is(err, ErrNotFound) {
 			c.mu.Lock()
-			if c.conn == conn {
+			dropped := c.conn == conn
+			if dropped {
 				c.dropWatch(key) // never opened: no intent left behind
 			}
 			c.mu.Unlock()
+			if dropped && conn.era == EraModern {
+				conn.setWanted(uri, false) // nor a stream that goes on carrying it
+			}
 		}
 		return err
 	})
