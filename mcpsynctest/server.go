@@ -102,11 +102,15 @@ type Server struct {
 	versions  map[string]uint64 // set version per list kind; raised on every descriptor change
 	snapshots map[snapshotKey][]listItem
 	subs      map[subKey]any // value: the subscriptions/listen request id, nil for resources/subscribe
-	reads     map[string]int
-	subCalls  int
-	unsubs    int
-	notified  int
-	onPage    func(kind string, page int)
+	// gone holds the sessions mcp-go unregistered: a request of theirs
+	// that arrives late (a transport that still delivers it) subscribes
+	// nothing.
+	gone     map[server.ClientSession]struct{}
+	reads    map[string]int
+	subCalls int
+	unsubs   int
+	notified int
+	onPage   func(kind string, page int)
 }
 
 type storedResource struct {
@@ -139,6 +143,7 @@ func NewServer(opts *ServerOptions) *Server {
 		versions:  map[string]uint64{},
 		snapshots: map[snapshotKey][]listItem{},
 		subs:      map[subKey]any{},
+		gone:      map[server.ClientSession]struct{}{},
 		reads:     map[string]int{},
 	}
 	if opts != nil {
@@ -182,6 +187,9 @@ func NewServer(opts *ServerOptions) *Server {
 		}
 	})
 	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) {
+		s.mu.Lock()
+		s.gone[session] = struct{}{}
+		s.mu.Unlock()
 		s.removeSubs(func(k subKey) bool { return k.session == session })
 	})
 	hooks.AddBeforeListResources(func(_ context.Context, _ any, req *mcp.ListResourcesRequest) {
@@ -312,6 +320,9 @@ func (s *Server) addSubs(session server.ClientSession, uris []string, listenID a
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, gone := s.gone[session]; gone {
+		return
+	}
 	for _, uri := range uris {
 		if uri != "" {
 			s.subs[subKey{session: session, uri: uri, listen: listen}] = listenID
