@@ -887,9 +887,10 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 const subscribeAllInFlight = 64
 
 // SubscribeAll subscribes every URI of uris, as Subscribe does each, and
-// returns their subscriptions in the same order (the zero Subscription for
-// one that failed) and the errors of those that failed, joined, each
-// naming its URI. A URI that is not a URI fails alone; the others go on.
+// returns what Subscribe returned for each, in the same order (the zero
+// Subscription for one that never opened; a not-found one stays open, as
+// with Subscribe), and the errors, joined, each naming its URI. A URI that
+// is not a URI fails alone; the others go on.
 //
 // It is the way to subscribe a catalog. From 2026-07-28 on, a
 // subscriptions/listen stream must name every URI, so Subscribes that each
@@ -1642,7 +1643,7 @@ func (c *Client) closeClosed(ctx context.Context, conn *connection, key, raw str
 		return before, nil
 	}
 	acked := true
-	if tell && (stuck || carried) {
+	if tell {
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
 		if !acked && conn.era == EraLegacy {
 			c.goAsync(func() { c.reconcileServer(conn, raw) })
