@@ -93,8 +93,24 @@ func subscribeAll(b *testing.B, c *mcpsync.Client, uris []string, parallel int) 
 		}
 		return
 	}
-	if parallel <= 0 || parallel > len(uris) {
-		parallel = len(uris)
+	inFlight(b, len(uris), parallel, func(i int) error {
+		sub, err := c.Subscribe(b.Context(), uris[i])
+		if err == nil && (!scaleOpen(sub.State) || sub.Mode != mcpsync.ModePush) {
+			err = fmt.Errorf("%s: %s in mode %s", uris[i], sub.State, sub.Mode)
+		}
+		if err == nil {
+			_, err = c.Lookup(uris[i])
+		}
+		return err
+	})
+}
+
+// inFlight runs fn for 0 to n-1, parallel at a time (0: all at once),
+// and fails b with the first error; a worker stops at its error.
+func inFlight(b *testing.B, n, parallel int, fn func(i int) error) {
+	b.Helper()
+	if parallel <= 0 || parallel > n {
+		parallel = n
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -103,17 +119,10 @@ func subscribeAll(b *testing.B, c *mcpsync.Client, uris []string, parallel int) 
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(uris) {
+				if i >= n {
 					return
 				}
-				sub, err := c.Subscribe(b.Context(), uris[i])
-				if err == nil && (!scaleOpen(sub.State) || sub.Mode != mcpsync.ModePush) {
-					err = fmt.Errorf("%s: %s in mode %s", uris[i], sub.State, sub.Mode)
-				}
-				if err == nil {
-					_, err = c.Lookup(uris[i])
-				}
-				if err != nil {
+				if err := fn(i); err != nil {
 					errs <- err
 					return
 				}
@@ -208,25 +217,12 @@ func BenchmarkEraReads(b *testing.B) {
 				}
 				b.StartTimer()
 				start := time.Now()
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				for range 64 {
-					wg.Go(func() {
-						for {
-							i := int(next.Add(1)) - 1
-							if i >= len(uris) {
-								return
-							}
-							req := mcp.ReadResourceRequest{}
-							req.Params.URI = uris[i]
-							if _, err := mc.ReadResource(b.Context(), req); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
+				inFlight(b, len(uris), 64, func(i int) error {
+					req := mcp.ReadResourceRequest{}
+					req.Params.URI = uris[i]
+					_, err := mc.ReadResource(b.Context(), req)
+					return err
+				})
 				total += time.Since(start)
 				ops++
 				b.StopTimer()
