@@ -872,7 +872,13 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 			}
 			c.mu.Unlock()
 			if dropped && conn.era == EraModern {
-				conn.setWanted(uri, false) // nor a stream that goes on carrying it
+				// Nor a stream that goes on carrying it: the next one
+				// leaves it out, and the one open now is replaced once the
+				// key is let go (a SubscribeAll may have put it there).
+				conn.setWanted(uri, false)
+				if conn.wants(uri) {
+					c.goAsync(func() { c.reconcileServer(conn, uri) })
+				}
 			}
 		}
 		return err
@@ -1000,6 +1006,11 @@ func (c *Client) unwantUnwatched(p prewanted) {
 		c.mu.Unlock()
 		if w == nil || w.raw != raw {
 			p.conn.setWanted(raw, false)
+			if p.conn.wants(raw) {
+				// The stream open now carries it: replaced once the key
+				// is let go.
+				c.goAsync(func() { c.reconcileServer(p.conn, raw) })
+			}
 		}
 		unlock()
 	}
@@ -1071,7 +1082,8 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 				// The caller gave up: not a server that cannot push. A
 				// resources/subscribe may have reached the server all the
 				// same; once the key is let go, the server is told what
-				// the caller wants then (reconcileServer).
+				// the caller wants then (reconcileServer). (A listen
+				// stream carrying raw is Subscribe's to put right.)
 				if conn.era == EraLegacy {
 					c.goAsync(func() { c.reconcileServer(conn, raw) })
 				}
@@ -1093,6 +1105,13 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	if _, err := c.engine.activate(raw, mode, reason, bound); err != nil {
 		if errors.Is(err, ErrIllegalTransition) {
 			return c.engine.Subscription(raw) // its session ended meanwhile
+		}
+		if mode == ModePush && conn.era == EraLegacy {
+			// The server notifies raw, which may be watched by nobody
+			// once the key is let go (a Subscribe that fails drops its
+			// watch): the server is told what the caller wants then,
+			// as Subscribe does for a listen stream.
+			c.goAsync(func() { c.reconcileServer(conn, raw) })
 		}
 		return Subscription{}, err
 	}
@@ -1622,9 +1641,10 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 			return c.engine.FinishClose(key, false)
 		}
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
-		if !acked && conn.era == EraLegacy {
-			// Reconciled on the same session: the unsubscribe is tried
-			// again until the server acknowledges it or the session ends.
+		if !acked {
+			// Reconciled on the same session: the unsubscribe (or the
+			// stream without raw) is tried again until the server
+			// acknowledges it or the session ends.
 			c.goAsync(func() { c.reconcileServer(conn, raw) })
 		}
 	}
@@ -1645,7 +1665,7 @@ func (c *Client) closeClosed(ctx context.Context, conn *connection, key, raw str
 	acked := true
 	if tell {
 		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
-		if !acked && conn.era == EraLegacy {
+		if !acked {
 			c.goAsync(func() { c.reconcileServer(conn, raw) })
 		}
 	}
@@ -1655,13 +1675,16 @@ func (c *Client) closeClosed(ctx context.Context, conn *connection, key, raw str
 	return c.engine.Subscription(key)
 }
 
-// reconcileServer makes the server's subscription of raw on conn (a legacy
-// session) what the caller wants now: subscribed while the caller watches it
-// in push mode, unsubscribed otherwise, closing an UNSUBSCRIBE_UNKNOWN
-// generation once the server acknowledged. It runs after a subscribe or
-// unsubscribe the client gave up on settled (it may have reached the server
-// after a later one), and after an unsubscribe that failed; it tries again
-// with a backoff until the server answers or the session is gone.
+// reconcileServer makes the server's subscription of raw on conn what the
+// caller wants now, closing an UNSUBSCRIBE_UNKNOWN generation once the
+// server acknowledged. Before 2026-07-28 the server is subscribed while the
+// caller watches raw in push mode, unsubscribed otherwise; from then on
+// the listen stream stops carrying raw unless the caller watches it under
+// that spelling (a watched one is the watch's own to carry). It runs after
+// a subscribe or unsubscribe the client gave up on settled (it may have
+// reached the server after a later one), after an unsubscribe that failed,
+// and after a Subscribe that failed once the server was asked; it tries
+// again with a backoff until the server answers or the session is gone.
 func (c *Client) reconcileServer(conn *connection, raw string) {
 	key, err := normalizeKey(raw)
 	if err != nil {
@@ -1685,12 +1708,26 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 	}
 	defer unlock()
 	c.mu.Lock()
-	_, watched := c.watches[key]
+	w := c.watches[key]
 	current := c.conn == conn && !c.closed
 	c.mu.Unlock()
 	if !current {
 		return true // the session's end settles it
 	}
+	if conn.era == EraModern {
+		if w != nil && w.raw == raw {
+			return true
+		}
+		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
+			c.report(fmt.Errorf("mcpsync: take %s off the listen stream: %w", raw, err))
+			return false
+		}
+		if sub, err := c.engine.Subscription(key); err == nil && w == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
+			_, _ = c.engine.ResolveUnsubscribe(key)
+		}
+		return true
+	}
+	watched := w != nil
 	if conn.deferUntilSettled(raw) {
 		return true // another request is still out; its settling comes back here
 	}
