@@ -1803,6 +1803,9 @@ func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 // request asks the engine for a coalesced read and dispatches it if one is
 // due now.
 func (c *Client) request(key string, trigger Trigger) {
+	if trigger == TriggerRevalidate || trigger == TriggerPoll {
+		c.reopened(key)
+	}
 	if c.skipRefresh(key, trigger) {
 		// Outside the refresh fraction (rollout.go): not read, but kept
 		// subscribed, so its own ticks still repair it.
@@ -1899,6 +1902,33 @@ func (c *Client) needsReopen(key string) (behind, stuck bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// reopened takes back what reopenFailed said of key once its subscription
+// is open again in the current session and, in push mode from 2026-07-28
+// on, carried by the listen stream: not only key's own reopen opens it
+// (which says so at once), but also a Reconnect, or another URI's reopen,
+// whose stream carries every watched URI.
+func (c *Client) reopened(key string) {
+	c.mu.Lock()
+	_, failed := c.unopened[key]
+	conn := c.conn
+	c.mu.Unlock()
+	if !failed {
+		return
+	}
+	if behind, stuck := c.needsReopen(key); behind || stuck || c.unheard(conn, key) {
+		return
+	}
+	sub, err := c.engine.Subscription(key)
+	if err != nil || sub.SessionGeneration != conn.gen || !sub.State.open() {
+		return
+	}
+	c.mu.Lock()
+	if c.conn == conn {
+		delete(c.unopened, key)
+	}
+	c.mu.Unlock()
 }
 
 // reopenFailed makes a failed reopen of key visible: OnError is told (a
