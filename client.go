@@ -2443,15 +2443,18 @@ func (c *Client) handle(n note) {
 // is opened and re-read. A server that keeps ending streams gets them back
 // no faster than a doubling backoff allows, up to RevalidateEvery; the
 // backoff starts afresh once a stream is acknowledged.
+//
+// A stream already replaced by a newer one (it was refused or ended while
+// the replacement was on its way) leaves only the URIs the newer one does
+// not carry: those whose Subscribe fell back to polling when it failed.
 func (c *Client) reestablish(conn *connection, stream *listenStream) {
 	conn.mu.Lock()
-	if conn.listen != stream {
-		conn.mu.Unlock()
-		return // already replaced by a newer stream
+	replaced := conn.listen != stream
+	if !replaced {
+		stream.cancel()
+		conn.listen = nil
+		conn.lastAcked = nil // what it carried is opened anew and read below
 	}
-	stream.cancel()
-	conn.listen = nil
-	conn.lastAcked = nil // what it carried is opened anew and read below
 	if conn.ends == nil {
 		conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
 	}
@@ -2464,6 +2467,9 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 		key, err := normalizeKey(raw)
 		if err != nil {
 			continue
+		}
+		if replaced && conn.wants(raw) {
+			continue // a newer stream carries it
 		}
 		c.reopen(conn, key)
 	}
