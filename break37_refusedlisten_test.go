@@ -8,6 +8,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // Progress: a server change (srv.Set) reaches Lookup once notifications
@@ -17,6 +19,9 @@ import (
 // every later one. With Subscribe alone the URI heals: the refused
 // stream's end is noted, Client.reestablish finds it still conn.listen
 // and, after its backoff, reopens the URI in push mode.
+//
+// (Since then, a URI whose stream was refused polls until its first poll
+// tick, which opens it on a stream again: Client.retryPush.)
 //
 // With SubscribeAll the URI whose Subscribe sent the refused stream
 // falls back to ModePoll ("subscribe failed: ...") and is taken off
@@ -46,8 +51,10 @@ func TestBreak37RefusedListenInSubscribeAllLeavesURIPolling(t *testing.T) {
 				r.faults().FailNext(string(mcp.MethodSubscriptionsListen), "", -32603, "not now")
 				_, err := r.c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)
-				// The reestablish backoff (1s, +-50%) and then some.
-				time.Sleep(5 * time.Second)
+				// The URI whose Subscribe sent the refused stream polls; its
+				// first poll tick (PollEvery, 30 s, and its jitter) opens it
+				// on a stream again.
+				time.Sleep(time.Minute)
 				quiesce()
 				b33Drain(r)
 				// Another URI's Subscribe replaces the stream, as any later
@@ -70,11 +77,11 @@ func TestBreak37RefusedListenInSubscribeAllLeavesURIPolling(t *testing.T) {
 					require.NoError(t, err)
 					entry, err := r.c.Lookup(u)
 					require.NoError(t, err)
-					if entry.Contents[0].Text != "v2" {
+					if entry.Contents[0].Text != "v2" || sub.Mode != mcpsync.ModePush || !r.srv.Subscribed(u) {
 						stale = append(stale, fmt.Sprintf("%s (%s mode: %q, carried: %v)", u, sub.Mode, sub.ModeReason, r.srv.Subscribed(u)))
 					}
 				}
-				require.Empty(t, stale, "changes that never reached Lookup")
+				require.Empty(t, stale, "changes that never reached Lookup, or URIs the server does not push")
 			})
 		})
 	}

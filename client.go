@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -345,6 +346,9 @@ type connection struct {
 // Client.sched.
 type watch struct {
 	raw string
+	// retryAt and retries pace retryPush; protected by Client.mu.
+	retryAt time.Time
+	retries uint
 	// position is the key's RefreshPosition, kept so that a notification
 	// need not hash the key again to learn it is outside the fraction.
 	position float64
@@ -889,6 +893,10 @@ func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error
 	return sub, err
 }
 
+// subscribeFailed begins the mode reason of a subscription that polls
+// because the server refused to notify it.
+const subscribeFailed = "subscribe failed: "
+
 // subscribeAllInFlight bounds the Subscribes SubscribeAll runs at once.
 const subscribeAllInFlight = 64
 
@@ -1089,7 +1097,7 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 				}
 				return Subscription{}, ctx.Err()
 			}
-			reason = "subscribe failed: " + err.Error()
+			reason = subscribeFailed + err.Error()
 		} else {
 			mode = ModePush
 		}
@@ -1117,6 +1125,9 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	}
 	c.mu.Lock()
 	delete(c.unopened, key) // open again
+	if w := c.watches[key]; w != nil && mode == ModePush {
+		w.retries = 0
+	}
 	c.mu.Unlock()
 	c.startWatch(key, interval, trig)
 	if trigger != TriggerInitial {
@@ -1204,6 +1215,9 @@ type listenStream struct {
 	id      string
 	acked   chan struct{} // closed at the stream's acknowledgement
 	ackURIs []string      // the URIs it acknowledged, once acked is closed
+	// sent and ackedAt are when it was sent and acknowledged; protected
+	// by connection.mu.
+	sent, ackedAt time.Time
 	// carried is uris as a set, built when first asked for (carries);
 	// ackSet is ackURIs as a set, written with it. Both are protected by
 	// connection.mu.
@@ -1338,7 +1352,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		return nil
 	}
 	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{})}
+	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{}), sent: time.Now()}
 	conn.listen = stream
 	conn.mu.Unlock()
 
@@ -1525,7 +1539,6 @@ func (c *Client) gather(ctx context.Context, conn *connection) bool {
 
 // acknowledged records a notifications/subscriptions/acknowledged for the
 // stream whose request id it names; one for a replaced stream is ignored.
-// acknowledged records the server's acknowledgement of the newest stream.
 // It reports whether a gap reader must start (noteGapLocked), and the URIs
 // the stream asked for and the server left out that the stream before
 // carried: no stream notifies them any more, so each is opened anew (and
@@ -1537,9 +1550,16 @@ func (conn *connection) acknowledged(uris []string, streamID string) (bool, []st
 	if s == nil || s.isAcked() || (streamID != "" && s.id != "" && streamID != s.id) {
 		return false, nil
 	}
-	s.ackURIs, s.ackSet = uris, setOf(uris)
+	// A URI the stream did not ask for is not subscribed by naming it:
+	// nothing would notify it.
+	asked := uris[:0:0]
+	for _, u := range uris {
+		if s.carries(u) {
+			asked = append(asked, u)
+		}
+	}
+	s.ackURIs, s.ackSet, s.ackedAt = asked, setOf(asked), time.Now()
 	close(s.acked)
-	conn.ends = nil
 	var left []string
 	if len(conn.lastAcked) > 0 {
 		before := setOf(conn.lastAcked)
@@ -1806,6 +1826,9 @@ func (c *Client) request(key string, trigger Trigger) {
 	if trigger == TriggerRevalidate || trigger == TriggerPoll {
 		c.reopened(key)
 	}
+	if trigger == TriggerPoll {
+		c.retryPush(key)
+	}
 	if c.skipRefresh(key, trigger) {
 		// Outside the refresh fraction (rollout.go): not read, but kept
 		// subscribed, so its own ticks still repair it.
@@ -1859,8 +1882,9 @@ func (c *Client) rehear(key string, trigger Trigger) {
 }
 
 // unheard reports whether key is watched and open in push mode on conn, a
-// 2026-07-28 connection, while no listen stream carries it: a reopen
-// after its stream ended failed before it closed the generation.
+// 2026-07-28 connection, while no listen stream carries it (hearing): a
+// reopen after its stream ended failed before it closed the generation, or
+// the stream that replaced its own never reached the server.
 func (c *Client) unheard(conn *connection, key string) bool {
 	c.mu.Lock()
 	w := c.watches[key]
@@ -1873,9 +1897,24 @@ func (c *Client) unheard(conn *connection, key string) bool {
 	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
 		return false
 	}
+	heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout)
+	return !heard && !coming
+}
+
+// hearing reports whether the server acknowledged a listen stream of conn
+// naming raw (heard), or whether one naming it went out less than patience
+// ago and is not acknowledged yet (coming).
+func (conn *connection) hearing(raw string, patience time.Duration) (heard, coming bool) {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
-	return conn.listen == nil || !conn.listen.carries(w.raw)
+	s := conn.listen
+	switch {
+	case s == nil:
+		return false, false
+	case s.isAcked():
+		return s.ackSet[raw], false
+	}
+	return false, s.carries(raw) && time.Since(s.sent) < patience
 }
 
 // needsReopen reports whether key is watched and its subscription is in
@@ -1906,7 +1945,7 @@ func (c *Client) needsReopen(key string) (behind, stuck bool) {
 
 // reopened takes back what reopenFailed said of key once its subscription
 // is open again in the current session and, in push mode from 2026-07-28
-// on, carried by the listen stream: not only key's own reopen opens it
+// on, on a listen stream the server acknowledged with it: not only key's own reopen opens it
 // (which says so at once), but also a Reconnect, or another URI's reopen,
 // whose stream carries every watched URI.
 func (c *Client) reopened(key string) {
@@ -1917,12 +1956,23 @@ func (c *Client) reopened(key string) {
 	if !failed {
 		return
 	}
-	if behind, stuck := c.needsReopen(key); behind || stuck || c.unheard(conn, key) {
+	if behind, stuck := c.needsReopen(key); behind || stuck {
 		return
 	}
 	sub, err := c.engine.Subscription(key)
 	if err != nil || sub.SessionGeneration != conn.gen || !sub.State.open() {
 		return
+	}
+	if conn.era == EraModern && sub.Mode == ModePush {
+		c.mu.Lock()
+		w := c.watches[key]
+		c.mu.Unlock()
+		if w == nil {
+			return
+		}
+		if heard, _ := conn.hearing(w.raw, 0); !heard {
+			return
+		}
 	}
 	c.mu.Lock()
 	if c.conn == conn {
@@ -2439,14 +2489,23 @@ func (c *Client) handle(n note) {
 
 // reestablish handles a listen stream the server ended: the subscriptions it
 // carried lost their notifications, so each generation the caller still
-// watches is closed (the server kept no state to unsubscribe) and a new one
-// is opened and re-read. A server that keeps ending streams gets them back
-// no faster than a doubling backoff allows, up to RevalidateEvery; the
-// backoff starts afresh once a stream is acknowledged.
+// watches open in push mode is closed (the server kept no state to
+// unsubscribe) and a new one is opened and re-read. One in poll mode is
+// left to its poll ticks (retryPush): its Subscribe fell back to polling
+// because this stream was refused, and a server refusing every stream that
+// names it would otherwise have every stream replaced again at once, for
+// ever. One being opened is its opener's.
+//
+// A server that keeps ending acknowledged streams gets them back no faster
+// than a doubling backoff allows, up to RevalidateEvery; the backoff starts
+// afresh once a stream stayed up for streamSteady. One it refused, or
+// ended before acknowledging it, is followed at once: that reopens only
+// what it had replaced, and each URI whose own stream it was fell back to
+// polling.
 //
 // A stream already replaced by a newer one (it was refused or ended while
 // the replacement was on its way) leaves only the URIs the newer one does
-// not carry: those whose Subscribe fell back to polling when it failed.
+// not carry.
 func (c *Client) reestablish(conn *connection, stream *listenStream) {
 	conn.mu.Lock()
 	replaced := conn.listen != stream
@@ -2455,12 +2514,15 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 		conn.listen = nil
 		conn.lastAcked = nil // what it carried is opened anew and read below
 	}
-	if conn.ends == nil {
-		conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
+	var delay time.Duration
+	if stream.isAcked() {
+		if conn.ends == nil || time.Since(stream.ackedAt) >= streamSteady {
+			conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
+		}
+		delay = conn.ends.NextBackOff()
 	}
-	delay := conn.ends.NextBackOff()
 	conn.mu.Unlock()
-	if !c.wait(delay) {
+	if delay > 0 && !c.wait(delay) {
 		return
 	}
 	for _, raw := range stream.uris {
@@ -2471,8 +2533,46 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 		if replaced && conn.wants(raw) {
 			continue // a newer stream carries it
 		}
+		if sub, err := c.engine.Subscription(key); err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
+			// Polled, or being opened by someone else (whose stream
+			// decides it), or stuck (repair), or of a session gone.
+			continue
+		}
 		c.reopen(conn, key)
 	}
+}
+
+// streamSteady is how long an acknowledged listen stream must stay up for
+// the backoff between re-establishments to start afresh when it ends.
+const streamSteady = 30 * time.Second
+
+// retryPush, at a poll tick of key, opens key again on a listen stream if
+// its Subscribe fell back to polling because a stream naming it was
+// refused, on a 2026-07-28 server that can subscribe: the refusal may have
+// been for the moment. Each URI tries again no sooner than PollEvery after
+// its fall-back (its first poll tick), then twice as long after each that
+// fails, up to RevalidateEvery.
+func (c *Client) retryPush(key string) {
+	c.mu.Lock()
+	conn, w := c.conn, c.watches[key]
+	due := w != nil && !c.closed && !time.Now().Before(w.retryAt)
+	c.mu.Unlock()
+	if !due || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
+		return
+	}
+	sub, err := c.engine.Subscription(key)
+	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePoll || !sub.State.open() || !strings.HasPrefix(sub.ModeReason, subscribeFailed) {
+		return
+	}
+	c.mu.Lock()
+	if c.watches[key] != w || time.Now().Before(w.retryAt) {
+		c.mu.Unlock()
+		return
+	}
+	w.retryAt = time.Now().Add(min(c.opts.PollEvery<<min(w.retries, 16), c.opts.RevalidateEvery))
+	w.retries++
+	c.mu.Unlock()
+	c.goAsync(func() { c.reopen(conn, key) })
 }
 
 // reopen closes key's generation and opens the next one on conn, if the
