@@ -317,9 +317,12 @@ type connection struct {
 	// right once their requests are all settled: one was abandoned, or an
 	// unsubscribe had to wait for them.
 	reconcile map[string]bool
-	want      []string        // URIs the next listen stream must carry, in the order wanted
-	wanted    map[string]bool // the same URIs, to look one up
-	wantEdits uint64          // changes to want so far
+	// reconciling marks URIs a reconcileServer loop runs for: 1, or 2
+	// when it was asked again meanwhile and makes one more pass.
+	reconciling map[string]int
+	want        []string        // URIs the next listen stream must carry, in the order wanted
+	wanted      map[string]bool // the same URIs, to look one up
+	wantEdits   uint64          // changes to want so far
 	// listenAcked is when the newest acknowledged stream was acknowledged,
 	// listenTook how long it took from request to acknowledgement.
 	listenAcked time.Time
@@ -649,7 +652,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	mc := mcpclient.NewClient(wrapped, options...)
 	conn := &connection{
 		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
-		unsettled: make(map[string]int), reconcile: make(map[string]bool),
+		unsettled: make(map[string]int), reconcile: make(map[string]bool), reconciling: make(map[string]int),
 	}
 	self.Store(conn)
 	// The handler is installed before Start, so no notification is lost
@@ -1252,27 +1255,30 @@ func (s *listenStream) isAcked() bool {
 }
 
 // tracked counts a resources/subscribe or unsubscribe of raw as unsettled
-// until the transport is done with it, and has the server-side subscription
-// put right (reconcileServer) once the last one settles, if one was
-// abandoned.
+// from the moment the transport sends it until it is done with it, and has
+// the server-side subscription put right (reconcileServer) once the last
+// one settles, if one was abandoned. One never sent (its context ended
+// first) is not counted: nothing would ever settle it.
 func (c *Client) tracked(ctx context.Context, conn *connection, raw string) context.Context {
-	conn.mu.Lock()
-	conn.unsettled[raw]++
-	conn.mu.Unlock()
-	return wire.WithSettled(ctx, func(abandoned bool) {
+	return wire.WithSettled(ctx, func() func(bool) {
 		conn.mu.Lock()
-		if abandoned {
-			conn.reconcile[raw] = true
-		}
-		conn.unsettled[raw]--
-		run := conn.unsettled[raw] <= 0 && conn.reconcile[raw]
-		if conn.unsettled[raw] <= 0 {
-			delete(conn.unsettled, raw)
-			delete(conn.reconcile, raw)
-		}
+		conn.unsettled[raw]++
 		conn.mu.Unlock()
-		if run {
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
+		return func(abandoned bool) {
+			conn.mu.Lock()
+			if abandoned {
+				conn.reconcile[raw] = true
+			}
+			conn.unsettled[raw]--
+			run := conn.unsettled[raw] <= 0 && conn.reconcile[raw]
+			if conn.unsettled[raw] <= 0 {
+				delete(conn.unsettled, raw)
+				delete(conn.reconcile, raw)
+			}
+			conn.mu.Unlock()
+			if run {
+				c.goAsync(func() { c.reconcileServer(conn, raw) })
+			}
 		}
 	})
 }
@@ -1643,9 +1649,10 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 			return Subscription{}, err
 		}
 		// Another worker took the URI's lease: the ledger row is its
-		// own now, and this client only stops asking the server.
-		if tell {
-			_ = c.serverUnsubscribe(ctx, conn, raw)
+		// own now, and this client only stops asking the server, again
+		// until the server acknowledges it.
+		if tell && c.serverUnsubscribe(ctx, conn, raw) != nil {
+			c.goAsync(func() { c.reconcileServer(conn, raw) })
 		}
 		c.mu.Lock()
 		c.abandoned[key] = [2]uint64{before.SessionGeneration, before.SubscriptionGeneration}
@@ -1710,9 +1717,33 @@ func (c *Client) reconcileServer(conn *connection, raw string) {
 	if err != nil {
 		return
 	}
-	b := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RetryMax}
-	for !c.reconcileServerOnce(conn, key, raw) {
-		if !c.wait(b.NextBackOff()) {
+	// One loop per URI and session: asked again while one runs, it makes
+	// one more pass once it is done, not a second loop beside it.
+	conn.mu.Lock()
+	if conn.reconciling[raw] != 0 {
+		conn.reconciling[raw] = 2
+		conn.mu.Unlock()
+		return
+	}
+	conn.reconciling[raw] = 1
+	conn.mu.Unlock()
+	defer func() {
+		conn.mu.Lock()
+		delete(conn.reconciling, raw)
+		conn.mu.Unlock()
+	}()
+	for {
+		b := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RetryMax}
+		for !c.reconcileServerOnce(conn, key, raw) {
+			if !c.wait(b.NextBackOff()) {
+				return
+			}
+		}
+		conn.mu.Lock()
+		again := conn.reconciling[raw] == 2
+		conn.reconciling[raw] = 1
+		conn.mu.Unlock()
+		if !again {
 			return
 		}
 	}
@@ -1747,12 +1778,14 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 		}
 		return true
 	}
-	watched := w != nil
+	// Another spelling of a watched key is not what the caller watches:
+	// the server is told to stop notifying it.
+	watched := w != nil && w.raw == raw
 	if conn.deferUntilSettled(raw) {
 		return true // another request is still out; its settling comes back here
 	}
 	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen {
+	if watched && (err != nil || sub.SessionGeneration != conn.gen) {
 		return true
 	}
 	if watched {
@@ -1767,13 +1800,16 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 			c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
 			return false
 		}
+		// A late unsubscribe may have left the server silent about raw
+		// for a while: what changed meanwhile is read now.
+		c.request(key, TriggerRevalidate)
 		return true
 	}
 	if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
 		c.report(fmt.Errorf("mcpsync: unsubscribe %s: %w", raw, err))
 		return false
 	}
-	if sub.State == StateUnsubscribeUnknown {
+	if err == nil && w == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
 		_, _ = c.engine.ResolveUnsubscribe(key)
 	}
 	return true

@@ -147,13 +147,16 @@ func Listens(tr transport.Interface) bool {
 
 type settledKey struct{}
 
-// WithSettled returns a context under which SendRequest calls settled once
-// the inner transport is done with the request, saying whether the caller
-// had given up on it first: a request abandoned at its deadline may still
-// reach the server, after requests sent later, and what depends on its
-// effect (an unsubscribe after a subscribe) must be put right then.
-func WithSettled(ctx context.Context, settled func(abandoned bool)) context.Context {
-	return context.WithValue(ctx, settledKey{}, settled)
+// WithSettled returns a context under which SendRequest calls begin as it
+// hands the request to the inner transport, and the function begin returned
+// once the inner transport is done with it, saying whether the caller had
+// given up on it first: a request abandoned at its deadline may still reach
+// the server, after requests sent later, and what depends on its effect (an
+// unsubscribe after a subscribe) must be put right then. A request that
+// never reaches this transport calls neither: mcp-go (v1.2.1) sends nothing
+// on a context that ended already.
+func WithSettled(ctx context.Context, begin func() (settled func(abandoned bool))) context.Context {
+	return context.WithValue(ctx, settledKey{}, begin)
 }
 
 // sendInner sends request through the inner transport and returns when it
@@ -173,7 +176,10 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	)
 	var state atomic.Int32 // who got there first: the answer or the caller's deadline
 	done := make(chan answer, 1)
-	settled, _ := ctx.Value(settledKey{}).(func(bool))
+	var settled func(bool)
+	if begin, ok := ctx.Value(settledKey{}).(func() func(bool)); ok {
+		settled = begin()
+	}
 	go func() {
 		resp, err := t.inner.SendRequest(ctx, request)
 		late := !state.CompareAndSwap(pending, answered)
