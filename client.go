@@ -349,9 +349,10 @@ type connection struct {
 // Client.sched.
 type watch struct {
 	raw string
-	// retryAt and retries pace retryPush; protected by Client.mu.
-	retryAt time.Time
-	retries uint
+	// retryAt and retries pace retryPush, pushedAt is when it was last
+	// activated in push mode; protected by Client.mu.
+	retryAt, pushedAt time.Time
+	retries           uint
 	// position is the key's RefreshPosition, kept so that a notification
 	// need not hash the key again to learn it is outside the fraction.
 	position float64
@@ -1129,7 +1130,7 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	c.mu.Lock()
 	delete(c.unopened, key) // open again
 	if w := c.watches[key]; w != nil && mode == ModePush {
-		w.retries = 0
+		w.pushedAt = time.Now()
 	}
 	c.mu.Unlock()
 	c.startWatch(key, interval, trig)
@@ -1914,6 +1915,23 @@ func (c *Client) rehear(key string, trigger Trigger) {
 	c.mu.Unlock()
 	if c.unheard(conn, key) {
 		c.goAsync(func() { c.reopen(conn, key) })
+		return
+	}
+	c.mu.Lock()
+	w := c.watches[key]
+	c.mu.Unlock()
+	if w == nil || conn.era != EraModern {
+		return
+	}
+	if heard, _ := conn.hearing(w.raw, 0); heard {
+		// Kept on a stream for a whole revalidation period: retryPush's
+		// backoff starts afresh. (Not at its activation: a server that
+		// keeps only the newest URIs drops it again at the next retry.)
+		c.mu.Lock()
+		if time.Since(w.pushedAt) >= c.opts.RevalidateEvery {
+			w.retries = 0
+		}
+		c.mu.Unlock()
 	}
 }
 
@@ -2534,7 +2552,8 @@ func (c *Client) handle(n note) {
 //
 // A server that keeps ending acknowledged streams gets them back no faster
 // than a doubling backoff allows, up to RevalidateEvery; the backoff starts
-// afresh once a stream stayed up for streamSteady. One it refused, or
+// afresh once a stream stayed up for a quarter of RevalidateEvery
+// (streamSteady). One it refused, or
 // ended before acknowledging it, is followed at once: that reopens only
 // what it had replaced, and each URI whose own stream it was fell back to
 // polling.
@@ -2552,7 +2571,7 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 	}
 	var delay time.Duration
 	if stream.isAcked() {
-		if conn.ends == nil || time.Since(stream.ackedAt) >= streamSteady {
+		if conn.ends == nil || time.Since(stream.ackedAt) >= c.opts.RevalidateEvery/streamSteady {
 			conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
 		}
 		delay = conn.ends.NextBackOff()
@@ -2578,9 +2597,12 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 	}
 }
 
-// streamSteady is how long an acknowledged listen stream must stay up for
-// the backoff between re-establishments to start afresh when it ends.
-const streamSteady = 30 * time.Second
+// An acknowledged listen stream must stay up for RevalidateEvery /
+// streamSteady for the backoff between re-establishments to start afresh
+// when it ends: a server that ends streams faster costs at most about
+// streamSteady re-establishments (each reading every URI again) per
+// revalidation period.
+const streamSteady = 4
 
 // retryPush, at a poll tick of key, opens key again on a listen stream if
 // its Subscribe fell back to polling because a stream naming it was

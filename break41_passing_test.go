@@ -1,0 +1,89 @@
+package mcpsync_test
+
+import (
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// b41Modes counts the URIs open in push mode and describes each.
+func b41Modes(r *b40Rig, uris []string) (push int, lines []string) {
+	for _, u := range uris {
+		sub, _ := r.c.Engine().Subscription(u)
+		if sub.Mode == mcpsync.ModePush {
+			push++
+		}
+		_, d := r.state(u)
+		lines = append(lines, u+": "+d)
+	}
+	return push, lines
+}
+
+// Passing: a server that refuses its first k listen requests while a
+// SubscribeAll of 50 URIs runs, then accepts every one: within two
+// minutes every URI is pushed, at a cost of about two listen requests per
+// refusal.
+func TestBreak41PassingTransientRefusalInSubscribeAll(t *testing.T) {
+	for _, k := range []int{1, 2, 3, 10} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var uris []string
+				for i := range 50 {
+					uris = append(uris, fmt.Sprintf("file:///b41/tsa/%02d.md", i))
+				}
+				r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
+					s.refuse = func([]string) bool { return s.listens <= k }
+				}, uris...)
+				_, err := r.c.SubscribeAll(t.Context(), uris)
+				require.NoError(t, err)
+				time.Sleep(2 * time.Minute)
+				quiesce()
+				push, lines := b41Modes(r, uris)
+				require.Equal(t, len(uris), push, "%v", lines)
+				require.LessOrEqual(t, r.server().Listens(), 2*k+2)
+				time.Sleep(20 * time.Minute)
+				quiesce()
+				require.LessOrEqual(t, r.server().Listens(), 2*k+2)
+			})
+		})
+	}
+}
+
+// Passing: 20 URIs pushed, then the server refuses every stream and ends
+// the open one: each URI polls (one listen request each), the retries stay
+// near one per URI per revalidation period, and once the server accepts
+// streams again every URI is pushed within ten minutes.
+func TestBreak41PassingRefuseAllAfterPushThenHeal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var uris []string
+		for i := range 20 {
+			uris = append(uris, fmt.Sprintf("file:///b41/rap/%02d.md", i))
+		}
+		r := newB40Rig(t, mcpsync.ClientOptions{}, nil, uris...)
+		_, err := r.c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		quiesce()
+		before := r.server().Listens()
+		r.server().set(func(s *b40Server) { s.refuse = func([]string) bool { return true } })
+		r.server().Interface.(*mcpsynctest.Transport).EndListenStreams()
+		time.Sleep(10 * time.Second)
+		quiesce()
+		require.LessOrEqual(t, r.server().Listens()-before, len(uris)+1)
+		time.Sleep(time.Hour)
+		quiesce()
+		push, _ := b41Modes(r, uris)
+		require.Zero(t, push)
+		require.LessOrEqual(t, r.server().Listens()-before, 12*2*len(uris))
+		r.server().set(func(s *b40Server) { s.refuse = nil })
+		time.Sleep(10 * time.Minute)
+		quiesce()
+		push, lines := b41Modes(r, uris)
+		require.Equal(t, len(uris), push, "%v", lines)
+	})
+}
