@@ -74,7 +74,10 @@ func TestBreak41PassingRefuseAllAfterPushThenHeal(t *testing.T) {
 		r.server().Interface.(*mcpsynctest.Transport).EndListenStreams()
 		time.Sleep(10 * time.Second)
 		quiesce()
-		require.LessOrEqual(t, r.server().Listens()-before, len(uris)+1)
+		// About one each; how the reopens interleave with the refused
+		// streams (a reopen may find another's stream still pending)
+		// can add a few, never one per URI more.
+		require.LessOrEqual(t, r.server().Listens()-before, 2*len(uris))
 		time.Sleep(time.Hour)
 		quiesce()
 		push, _ := b41Modes(r, uris)

@@ -1728,21 +1728,22 @@ func (c *Client) reconcileServer(conn *connection, raw string) {
 	}
 	conn.reconciling[raw] = 1
 	conn.mu.Unlock()
-	defer func() {
-		conn.mu.Lock()
-		delete(conn.reconciling, raw)
-		conn.mu.Unlock()
-	}()
 	for {
 		b := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RetryMax}
 		for !c.reconcileServerOnce(conn, key, raw) {
 			if !c.wait(b.NextBackOff()) {
-				return
+				break // closing
 			}
 		}
+		// Decided and let go under one lock: a call in between would
+		// find the loop still running and its "again" be lost.
 		conn.mu.Lock()
-		again := conn.reconciling[raw] == 2
-		conn.reconciling[raw] = 1
+		again := conn.reconciling[raw] == 2 && c.ctx.Err() == nil
+		if again {
+			conn.reconciling[raw] = 1
+		} else {
+			delete(conn.reconciling, raw)
+		}
 		conn.mu.Unlock()
 		if !again {
 			return
@@ -1798,8 +1799,12 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 		req := mcp.SubscribeRequest{}
 		req.Params.URI = raw
 		if err := conn.mc.Subscribe(c.tracked(ctx, conn, raw), req); err != nil {
+			// The server no longer notifies raw and will not again: its
+			// generation is opened anew, which polls, saying why, when
+			// the server refuses once more.
 			c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
-			return false
+			c.goAsync(func() { c.reopen(conn, key) })
+			return true
 		}
 		// A late unsubscribe may have left the server silent about raw
 		// for a while: what changed meanwhile is read now.
