@@ -1188,12 +1188,7 @@ func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw stri
 		req.Params.URI = raw
 		return conn.mc.Subscribe(c.tracked(ctx, conn, raw), req)
 	}
-	if err := c.relisten(ctx, conn, raw, true); err != nil {
-		// Not acknowledged: the next stream need not carry it.
-		conn.setWanted(raw, false)
-		return err
-	}
-	return nil
+	return c.relisten(ctx, conn, raw, true) // not acknowledged: taken off the next stream
 }
 
 // serverUnsubscribe tells the server to stop notifying raw:
@@ -1325,14 +1320,25 @@ func (conn *connection) setWanted(raw string, wanted bool) {
 // carried over is read again once the new stream is acknowledged.
 // Replacements are serialized; a caller whose URI a newer stream already
 // settled sends nothing.
-func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add bool) error {
+func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add bool) (err error) {
 	conn.setWanted(raw, add)
 	select {
 	case conn.relisten <- struct{}{}:
 	case <-ctx.Done():
+		if add {
+			conn.setWanted(raw, false)
+		}
 		return ctx.Err()
 	}
-	defer func() { <-conn.relisten }()
+	defer func() {
+		if err != nil && add {
+			// Not acknowledged: the next stream need not carry it. It is
+			// taken off before the next replacement can go out: one sent
+			// meanwhile would carry it, and be refused with it.
+			conn.setWanted(raw, false)
+		}
+		<-conn.relisten
+	}()
 	conn.mu.Lock()
 	old := conn.listen
 	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries(raw)) {
@@ -1800,10 +1806,18 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 		req.Params.URI = raw
 		if err := conn.mc.Subscribe(c.tracked(ctx, conn, raw), req); err != nil {
 			// The server no longer notifies raw and will not again: its
-			// generation is opened anew, which polls, saying why, when
-			// the server refuses once more.
+			// generation is opened anew, here, with key held, which
+			// polls, saying why, when the server refuses once more. A
+			// write of that failing is tried again by this loop.
 			c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
-			c.goAsync(func() { c.reopen(conn, key) })
+			if err := c.closeTold(key); err != nil {
+				c.reopenFailed(key, err)
+				return false
+			}
+			if _, err := c.subscribe(c.ctx, conn, key, TriggerReconnect); err != nil {
+				c.reopenFailed(key, err)
+				return false
+			}
 			return true
 		}
 		// A late unsubscribe may have left the server silent about raw
@@ -2010,10 +2024,16 @@ func (c *Client) needsReopen(key string) (behind, stuck bool) {
 func (c *Client) reopened(key string) {
 	c.mu.Lock()
 	_, failed := c.unopened[key]
-	conn := c.conn
+	conn, w := c.conn, c.watches[key]
 	c.mu.Unlock()
-	if !failed {
+	if !failed || w == nil {
 		return
+	}
+	conn.mu.Lock()
+	putting := conn.reconciling[w.raw] != 0
+	conn.mu.Unlock()
+	if putting {
+		return // the server is still being put right (reconcileServer)
 	}
 	if behind, stuck := c.needsReopen(key); behind || stuck {
 		return
@@ -2023,12 +2043,6 @@ func (c *Client) reopened(key string) {
 		return
 	}
 	if conn.era == EraModern && sub.Mode == ModePush {
-		c.mu.Lock()
-		w := c.watches[key]
-		c.mu.Unlock()
-		if w == nil {
-			return
-		}
 		if heard, _ := conn.hearing(w.raw, 0); !heard {
 			return
 		}
