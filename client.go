@@ -990,7 +990,7 @@ func (c *Client) wantAll(uris []string) prewanted {
 			p.keys[key] = uri
 			conn.setWanted(uri, true)
 		}
-		unlock()
+		c.letGo(key, unlock)
 	}
 	return p
 }
@@ -1024,7 +1024,7 @@ func (c *Client) unwantUnwatched(p prewanted) {
 				c.goAsync(func() { c.reconcileServer(p.conn, raw) })
 			}
 		}
-		unlock()
+		c.letGo(key, unlock)
 	}
 }
 
@@ -1052,6 +1052,25 @@ func (c *Client) settle(key string, unlock func(), step func(*connection) error)
 			return err
 		}
 		c.mu.Unlock()
+	}
+}
+
+// letGo releases key, held outside settle, as settle would: a reconnect
+// that found it held marked it (resync) and left its re-establishment to
+// the holder, which is started here. The key is released under c.mu, so a
+// reconnect sees it either still held (and its mark is seen here) or free.
+func (c *Client) letGo(key string, unlock func()) {
+	c.mu.Lock()
+	again := c.resync[key] && !c.closed
+	delete(c.resync, key)
+	unlock()
+	c.mu.Unlock()
+	if again {
+		c.goAsync(func() {
+			if err := c.resubscribe(c.ctx, key, true); err != nil {
+				c.reopenFailed(key, err)
+			}
+		})
 	}
 }
 
@@ -1089,7 +1108,13 @@ func (c *Client) subscribe(ctx context.Context, conn *connection, key string, tr
 	case conn.deaf != "":
 		reason = conn.deaf
 	default:
-		if err := c.serverSubscribe(ctx, conn, raw); err != nil {
+		err := c.serverSubscribe(ctx, conn, raw)
+		if err == nil && ctx.Err() != nil {
+			// The caller gave up as the server acknowledged: a select
+			// between the two picks either.
+			err = ctx.Err()
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				// The caller gave up: not a server that cannot push. A
 				// resources/subscribe may have reached the server all the
@@ -1765,7 +1790,7 @@ func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
 	if err != nil {
 		return true // closing
 	}
-	defer unlock()
+	defer c.letGo(key, unlock)
 	c.mu.Lock()
 	w := c.watches[key]
 	current := c.conn == conn && !c.closed
