@@ -1035,7 +1035,12 @@ func (c *Client) unwantUnwatched(p prewanted) {
 // again before letting go, so a subscribe that raced the reconnect ends up
 // in the new session. The key is released under c.mu, so a reconnect sees
 // it either still held (and its mark will be seen) or free.
+//
+// A step that fails once a reconnect asked for key again (its caller's
+// context ended, say) does not take that request with it: the
+// re-establishment is started anew on the client's own context.
 func (c *Client) settle(key string, unlock func(), step func(*connection) error) error {
+	asked := false
 	for {
 		c.mu.Lock()
 		conn, closed := c.conn, c.closed
@@ -1047,10 +1052,19 @@ func (c *Client) settle(key string, unlock func(), step func(*connection) error)
 		}
 		c.mu.Lock()
 		if c.closed || (!c.resync[key] && c.conn == conn) {
+			again := asked && err != nil && !c.closed
 			unlock()
 			c.mu.Unlock()
+			if again {
+				c.goAsync(func() {
+					if err := c.resubscribe(c.ctx, key, true); err != nil {
+						c.reopenFailed(key, err)
+					}
+				})
+			}
 			return err
 		}
+		asked = true
 		c.mu.Unlock()
 	}
 }
