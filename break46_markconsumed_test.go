@@ -49,6 +49,35 @@ type b46Rig struct {
 	hook func(conn int, method, uri string) chan struct{}
 }
 
+// parkTwo parks the first two requests of method on the second connection
+// (the one a Reconnect opens): each, as it arrives, names its URI on
+// arrived1 or arrived2 and waits until h1 or h2 is closed.
+func (r *b46Rig) parkTwo(method string) (h1, h2 chan struct{}, arrived1, arrived2 chan string) {
+	h1, h2 = make(chan struct{}), make(chan struct{})
+	arrived1, arrived2 = make(chan string, 1), make(chan string, 1)
+	seen := 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hook = func(conn int, m, u string) chan struct{} {
+		if conn != 2 || m != method {
+			return nil
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		seen++
+		switch seen {
+		case 1:
+			arrived1 <- u
+			return h1
+		case 2:
+			arrived2 <- u
+			return h2
+		}
+		return nil
+	}
+	return h1, h2, arrived1, arrived2
+}
+
 func newB46Rig(t *testing.T, version string, uris ...string) *b46Rig {
 	r := &b46Rig{srv: mcpsynctest.NewServer(nil)}
 	for _, u := range uris {
@@ -96,28 +125,7 @@ func TestBreak46HadSubscribeCancelledConsumesReconnectMark(t *testing.T) {
 				_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
 				require.NoError(t, err)
 				quiesce()
-				h1, h2 := make(chan struct{}), make(chan struct{})
-				arrived1, arrived2 := make(chan string, 1), make(chan string, 1)
-				seen := 0
-				r.mu.Lock()
-				r.hook = func(conn int, m, u string) chan struct{} {
-					if conn != 2 || m != era.method {
-						return nil
-					}
-					r.mu.Lock()
-					defer r.mu.Unlock()
-					seen++
-					switch seen {
-					case 1:
-						arrived1 <- u
-						return h1
-					case 2:
-						arrived2 <- u
-						return h2
-					}
-					return nil
-				}
-				r.mu.Unlock()
+				h1, h2, arrived1, arrived2 := r.parkTwo(era.method)
 				recDone := make(chan error, 1)
 				go func() { recDone <- r.c.Reconnect(context.Background()) }()
 				first := <-arrived1

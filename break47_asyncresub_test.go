@@ -34,28 +34,7 @@ func TestBreak47AsyncResubscribeRaces(t *testing.T) {
 					_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
 					require.NoError(t, err)
 					quiesce()
-					h1, h2 := make(chan struct{}), make(chan struct{})
-					arrived1, arrived2 := make(chan string, 1), make(chan string, 1)
-					seen := 0
-					r.mu.Lock()
-					r.hook = func(conn int, m, u string) chan struct{} {
-						if conn != 2 || m != era.method {
-							return nil
-						}
-						r.mu.Lock()
-						defer r.mu.Unlock()
-						seen++
-						switch seen {
-						case 1:
-							arrived1 <- u
-							return h1
-						case 2:
-							arrived2 <- u
-							return h2
-						}
-						return nil
-					}
-					r.mu.Unlock()
+					h1, h2, arrived1, arrived2 := r.parkTwo(era.method)
 					recDone := make(chan error, 1)
 					go func() { recDone <- r.c.Reconnect(context.Background()) }()
 					first := <-arrived1

@@ -1056,11 +1056,7 @@ func (c *Client) settle(key string, unlock func(), step func(*connection) error)
 			unlock()
 			c.mu.Unlock()
 			if again {
-				c.goAsync(func() {
-					if err := c.resubscribe(c.ctx, key, true); err != nil {
-						c.reopenFailed(key, err)
-					}
-				})
+				c.resubscribeLater(key, true)
 			}
 			return err
 		}
@@ -1080,12 +1076,18 @@ func (c *Client) letGo(key string, unlock func()) {
 	unlock()
 	c.mu.Unlock()
 	if again {
-		c.goAsync(func() {
-			if err := c.resubscribe(c.ctx, key, true); err != nil {
-				c.reopenFailed(key, err)
-			}
-		})
+		c.resubscribeLater(key, true)
 	}
+}
+
+// resubscribeLater opens key again in the background, on the client's
+// context (resubscribe), and makes a failure visible (reopenFailed).
+func (c *Client) resubscribeLater(key string, mark bool) {
+	c.goAsync(func() {
+		if err := c.resubscribe(c.ctx, key, mark); err != nil {
+			c.reopenFailed(key, err)
+		}
+	})
 }
 
 func (c *Client) isClosed() bool {
@@ -1953,11 +1955,7 @@ func (c *Client) request(key string, trigger Trigger) {
 // there, the next tick of its own timer opens it again.
 func (c *Client) repair(key string) {
 	if behind, stuck := c.needsReopen(key); behind || stuck {
-		c.goAsync(func() {
-			if err := c.resubscribe(c.ctx, key, behind); err != nil {
-				c.reopenFailed(key, err)
-			}
-		})
+		c.resubscribeLater(key, behind)
 	}
 }
 
