@@ -1,0 +1,88 @@
+package mcpsync_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// (2026-07-28) A server may clean up a replaced listen stream after the
+// stream that replaced it subscribed the same URIs, and unsubscribe them
+// for the whole session, as the official Go SDK server does: the new
+// stream stays acknowledged and open, and notifies none of them. A
+// replacement must not leave a URI it carries over silent: once the
+// replacement is done, a change of each such URI is read, or the URI is
+// visibly degraded. Revalidation is an hour away, so a periodic read
+// cannot stand in for the lost notifications.
+func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
+	carried := []string{"file:///replace/a.md", "file:///replace/b.md", "file:///replace/c.md"}
+	const extra = "file:///replace/extra.md"
+	for _, tc := range []struct {
+		name string
+		// before is subscribed before the replacement, carried first.
+		before []string
+		// replace replaces the listen stream.
+		replace func(ctx context.Context, c *mcpsync.Client) error
+	}{
+		{"by a Subscribe", carried, func(ctx context.Context, c *mcpsync.Client) error {
+			_, err := c.Subscribe(ctx, extra)
+			return err
+		}},
+		{"by an Unsubscribe", append(carried[:len(carried):len(carried)], extra), func(ctx context.Context, c *mcpsync.Client) error {
+			_, err := c.Unsubscribe(ctx, extra)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SessionWideListenEnd: true})
+				for _, u := range append(carried[:len(carried):len(carried)], extra) {
+					srv.Set(u, "text/markdown", "v1")
+				}
+				r, err := newLiveRig(t.Context(), srv, "2026-07-28", 1, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				for _, u := range tc.before {
+					r.subscribeSettled(t, u)
+				}
+
+				// The stream the replacement ends is cleaned up only once
+				// the client has gone on with it (the client may wait for
+				// that end, so the replacement runs beside the test).
+				hold := srv.HoldNextListenEnd()
+				defer hold.Release()
+				replaced := make(chan error, 1)
+				go func() { replaced <- tc.replace(context.Background(), r.c) }()
+				synctest.Wait()
+				require.True(t, arrived(hold), "the replaced stream ended and its clean-up is held")
+				for _, u := range carried {
+					t.Logf("before the old stream's clean-up, the server has %s subscribed: %v", u, srv.Subscribed(u))
+				}
+				hold.Release()
+				require.NoError(t, <-replaced)
+				time.Sleep(time.Minute) // every read the replacement asked for is done
+				quiesce()
+
+				for _, u := range carried {
+					srv.Set(u, "text/markdown", "v2")
+				}
+				// Four poll intervals, an hour short of revalidation.
+				time.Sleep(2 * time.Minute)
+				quiesce()
+				for _, u := range carried {
+					entry, err := r.c.Lookup(u)
+					require.NoError(t, err, r.describe(u))
+					if text := entry.Contents[0].Text; text != "v2" && entry.Degraded == "" {
+						t.Errorf("silently stale after a stream replacement: %q served, not degraded: %s", text, r.describe(u))
+					}
+				}
+			})
+		})
+	}
+}
