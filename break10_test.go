@@ -13,104 +13,21 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
-// b10Rig is a Client over an in-process mcpsynctest server whose dials can
-// be made to fail ("the server is down") and whose errors are recorded.
-type b10Rig struct {
-	srv *mcpsynctest.Server
-	c   *mcpsync.Client
-
-	mu     sync.Mutex
-	down   bool
-	dials  int
-	kit    *mcpsynctest.Transport
-	errs   []error
-	onErr  func(c *mcpsync.Client, err error)
-	closeF func() // wraps the next transports' Close, if set
-}
-
-func newB10Rig(t *testing.T, opts mcpsync.ClientOptions, uris ...string) *b10Rig {
-	t.Helper()
-	r := &b10Rig{srv: mcpsynctest.NewServer(nil)}
-	for _, u := range uris {
-		r.srv.Set(u, "text/markdown", "v1")
-	}
-	opts.Subject, opts.ProtocolVersion = alice, eras[0].version
-	opts.OnError = func(err error) {
-		r.mu.Lock()
-		r.errs = append(r.errs, err)
-		f, c := r.onErr, r.c
-		r.mu.Unlock()
-		if f != nil {
-			f(c, err)
-		}
-	}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.dials++
-		if r.down {
-			return nil, errors.New("dial: connection refused (server down)")
-		}
-		kit := mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), int64(r.dials))
-		r.kit = kit
-		if r.closeF != nil {
-			return &slowClose{Transport: kit, before: r.closeF}, nil
-		}
-		return kit, nil
-	}, &opts)
-	require.NoError(t, err)
-	r.mu.Lock()
-	r.c = c
-	r.mu.Unlock()
-	return r
-}
-
-// slowClose runs before when the transport is closed, then closes it.
-type slowClose struct {
-	*mcpsynctest.Transport
-	before func()
-}
-
-func (s *slowClose) Close() error {
-	s.before()
-	return s.Transport.Close()
-}
-
-func (r *b10Rig) setDown(down bool) {
-	r.mu.Lock()
-	r.down = down
-	r.mu.Unlock()
-}
-
-func (r *b10Rig) errors() []error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]error(nil), r.errs...)
-}
-
-func (r *b10Rig) gaveUp() int {
+// gaveUp counts the ErrReconnectGaveUp OnError was told.
+func gaveUp(r *rig) int {
 	n := 0
-	for _, err := range r.errors() {
+	for _, err := range r.errs.list() {
 		if errors.Is(err, mcpsync.ErrReconnectGaveUp) {
 			n++
 		}
 	}
 	return n
-}
-
-func (r *b10Rig) dropSession() {
-	r.mu.Lock()
-	kit := r.kit
-	r.mu.Unlock()
-	kit.DropSession()
 }
 
 // A natural OnError: once reconnecting gave up, the caller closes the
@@ -121,12 +38,12 @@ func (r *b10Rig) dropSession() {
 func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		closed := make(chan error, 1)
-		r := newB10Rig(t, mcpsync.ClientOptions{
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
 			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: time.Hour,
 			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond},
-		}, faultURI)
-		r.mu.Lock()
-		r.onErr = func(c *mcpsync.Client, err error) {
+		})
+		c := r.c
+		r.errs.setThen(func(err error) {
 			if errors.Is(err, mcpsync.ErrReconnectGaveUp) {
 				start := time.Now()
 				cerr := c.Close()
@@ -135,20 +52,19 @@ func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
 				}
 				closed <- cerr
 			}
-		}
-		r.mu.Unlock()
+		})
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		quiesce()
 		r.setDown(true)
-		r.dropSession()
+		r.faults().DropSession()
 		time.Sleep(30 * time.Second)
 		quiesce()
 		select {
 		case err := <-closed:
 			require.NoError(t, err, "Close called from OnError after ErrReconnectGaveUp")
 		default:
-			t.Fatalf("no ErrReconnectGaveUp within 30 s: %v (health %+v)", r.errors(), r.c.Health())
+			t.Fatalf("no ErrReconnectGaveUp within 30 s: %v (health %+v)", r.errs.list(), r.c.Health())
 		}
 		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
 	})
@@ -161,22 +77,22 @@ func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
 // server changed to during the outage is served).
 func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newB10Rig(t, mcpsync.ClientOptions{
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
 			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: 10 * time.Second, Jitter: 0.1,
 			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 3, Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond},
-		}, faultURI)
+		})
 		defer func() { require.NoError(t, r.c.Close()) }()
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		quiesce()
 		r.setDown(true)
-		r.dropSession()
+		r.faults().DropSession()
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		time.Sleep(5 * time.Second)
 		quiesce()
 		h := r.c.Health()
-		require.Equal(t, mcpsync.ConnectionFailed, h.State, "%+v; errors %v", h, r.errors())
-		require.Equal(t, 1, r.gaveUp(), "ErrReconnectGaveUp told once: %v", r.errors())
+		require.Equal(t, mcpsync.ConnectionFailed, h.State, "%+v; errors %v", h, r.errs.list())
+		require.Equal(t, 1, gaveUp(r), "ErrReconnectGaveUp told once: %v", r.errs.list())
 		require.Greater(t, h.Degraded, 3*time.Second)
 		e, err := r.c.Lookup(faultURI)
 		require.NoError(t, err)
@@ -184,7 +100,7 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 
 		time.Sleep(20 * time.Second) // past the 11 s bound
 		quiesce()
-		require.Equal(t, 1, r.gaveUp(), "ErrReconnectGaveUp told once: %v", r.errors())
+		require.Equal(t, 1, gaveUp(r), "ErrReconnectGaveUp told once: %v", r.errs.list())
 		_, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
 		require.ErrorIs(t, err, mcpsync.ErrStale)
 
@@ -199,7 +115,7 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "v2", e.Contents[0].Text)
 		assert.Empty(t, e.Degraded)
-		assert.Equal(t, 1, r.gaveUp())
+		assert.Equal(t, 1, gaveUp(r))
 	})
 }
 
@@ -214,43 +130,43 @@ func TestCloseDuringHealingStaysClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var slow sync.Mutex // protects closing
 		closing := false
-		r := newB10Rig(t, mcpsync.ClientOptions{
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
 			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: time.Hour,
 			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 400 * time.Millisecond, Max: 400 * time.Millisecond},
-		}, faultURI)
-		r.mu.Lock()
-		r.closeF = func() {
-			slow.Lock()
-			c := closing
-			slow.Unlock()
-			if c {
-				time.Sleep(3 * time.Second) // a server's graceful shutdown
+		})
+		r.wire.set(func(w *faultWire) {
+			w.closing = func() {
+				slow.Lock()
+				c := closing
+				slow.Unlock()
+				if c {
+					time.Sleep(3 * time.Second) // a server's graceful shutdown
+				}
 			}
-		}
-		r.mu.Unlock()
+		})
 		// A second session, whose transport has the slow close.
 		require.NoError(t, r.c.Reconnect(t.Context()))
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		quiesce()
 		r.setDown(true)
-		r.dropSession()
+		r.faults().DropSession()
 		// Wait until the loss was found and the first attempt failed.
 		for range 100 {
-			if len(r.errors()) >= 2 {
+			if len(r.errs.list()) >= 2 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		require.GreaterOrEqual(t, len(r.errors()), 2, "%v", r.errors())
-		before := len(r.errors())
+		require.GreaterOrEqual(t, len(r.errs.list()), 2, "%v", r.errs.list())
+		before := len(r.errs.list())
 		slow.Lock()
 		closing = true
 		slow.Unlock()
 		require.NoError(t, r.c.Close())
 		quiesce()
 		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
-		assert.Empty(t, r.errors()[before:], "errors told after Close was called")
+		assert.Empty(t, r.errs.list()[before:], "errors told after Close was called")
 	})
 }
 
@@ -298,21 +214,20 @@ func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
 func TestReconnectFromOnErrorDuringAFailedReconnectDoesNotDeadlock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inner := make(chan error, 4)
-		r := newB10Rig(t, mcpsync.ClientOptions{
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
 			PingEvery: -1, RevalidateEvery: time.Hour,
 			Reconnect: mcpsync.ReconnectPolicy{Disabled: true},
-		}, faultURI)
+		})
 		defer func() { _ = r.c.Close() }()
-		r.mu.Lock()
-		r.onErr = func(c *mcpsync.Client, err error) {
+		c := r.c
+		r.errs.setThen(func(err error) {
 			var ce *mcpsync.ConnectionError
 			if errors.As(err, &ce) && ce.Attempt == 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				inner <- c.Reconnect(ctx)
 			}
-		}
-		r.mu.Unlock()
+		})
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		quiesce()

@@ -2,28 +2,12 @@ package mcpsync_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 )
-
-// hookedLedger runs before, once, ahead of the first write that records
-// derived artifacts.
-type hookedLedger struct {
-	mcpsync.Ledger
-	once   sync.Once
-	before func()
-}
-
-func (l *hookedLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
-	if next != nil && len(next.Artifacts) > 0 && l.before != nil {
-		l.once.Do(l.before)
-	}
-	return l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
-}
 
 // Two engines share a ledger (the README's many workers). Worker A's
 // RecordDerived checks the subject's revocation, then worker B revokes the
@@ -34,8 +18,8 @@ func (l *hookedLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 // invalidations for every derived artifact that consumers recorded against
 // those versions" — this one stays in the index for ever.
 func TestBreak19RecordDerivedRacingARevocationOnAnotherEngineEscapesIt(t *testing.T) {
-	mem := mcpsync.NewMemoryLedger(nil)
-	hooked := &hookedLedger{Ledger: mem}
+	hooked := newFaultLedger()
+	mem := hooked.Ledger
 	a := newEngine(t, &mcpsync.Options{Ledger: hooked})
 	_, err := a.Subscribe(docURI, alice)
 	require.NoError(t, err)
@@ -47,10 +31,10 @@ func TestBreak19RecordDerivedRacingARevocationOnAnotherEngineEscapesIt(t *testin
 
 	b, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: mem})
 	require.NoError(t, err)
-	hooked.before = func() {
+	hooked.beforeWrite(func(_ string, next *mcpsync.Record) bool { return len(next.Artifacts) > 0 }, func() {
 		_, err := b.RevokeSubject(alice)
 		require.NoError(t, err)
-	}
+	})
 
 	recErr := a.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-0", Version: v1})
 	if recErr != nil {

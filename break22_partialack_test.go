@@ -1,64 +1,15 @@
 package mcpsync_test
 
 import (
-	"context"
-	"slices"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// break22PartialAck is a server that, once drop is set, no longer accepts
-// the URI drop names on its listen streams: its acknowledgements leave it
-// out and no resources/updated for it is delivered.
-type break22PartialAck struct {
-	transport.Interface
-	drop *atomic.Pointer[string]
-}
-
-func (p break22PartialAck) SetNotificationHandler(h func(mcp.JSONRPCNotification)) {
-	p.Interface.SetNotificationHandler(func(m mcp.JSONRPCNotification) {
-		drop := p.drop.Load()
-		if drop == nil {
-			h(m)
-			return
-		}
-		switch m.Method {
-		case string(mcp.MethodNotificationResourceUpdated):
-			if u, _ := m.Params.AdditionalFields["uri"].(string); u == *drop {
-				return
-			}
-		case mcp.MethodNotificationSubscriptionsAcknowledged:
-			var uris []string
-			switch f := m.Params.AdditionalFields["notifications"].(type) {
-			case mcp.SubscriptionFilter:
-				uris = f.ResourceSubscriptions
-			case map[string]any:
-				for _, x := range f["resourceSubscriptions"].([]any) {
-					uris = append(uris, x.(string))
-				}
-			}
-			fields := map[string]any{}
-			for k, v := range m.Params.AdditionalFields {
-				fields[k] = v
-			}
-			fields["notifications"] = mcp.SubscriptionFilter{
-				ResourceSubscriptions: slices.DeleteFunc(slices.Clone(uris), func(u string) bool { return u == *drop }),
-			}
-			m.Params.AdditionalFields = fields
-		}
-		h(m)
-	})
-}
 
 // Break22 (2026-07-28): a server that acknowledges only part of a
 // replacement stream. x is subscribed in push mode on an acknowledged
@@ -76,15 +27,10 @@ func (p break22PartialAck) SetNotificationHandler(h func(mcp.JSONRPCNotification
 func TestBreak22PartialAckDropsCarriedURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///partial/x.md", "file:///partial/y.md"
-		srv := mcpsynctest.NewServer(nil)
+		r := newRig(t, eras[1], &mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		c, srv := r.c, r.srv
 		srv.Set(x, "text/markdown", "v1")
 		srv.Set(y, "text/markdown", "v1")
-		var drop atomic.Pointer[string]
-		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-			return break22PartialAck{srv.NewInProcessTransport(), &drop}, nil
-		}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2026-07-28", RevalidateEvery: time.Hour})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, c.Close()) }()
 
 		sx, err := c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
@@ -92,8 +38,7 @@ func TestBreak22PartialAckDropsCarriedURI(t *testing.T) {
 		time.Sleep(time.Minute)
 		quiesce()
 
-		xs := x
-		drop.Store(&xs) // the server stops accepting x
+		r.wire.leaveOut(x) // the server stops accepting x
 		sy, err := c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePush, sy.Mode, sy.ModeReason)

@@ -21,23 +21,21 @@ func TestBreak33PassingReconnectOpenFailsHeals(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := newB33Ledger()
-				var errs b33Errors
-				r := newB33Rig(t, w, l, &errs)
+				r := newLedgerRig(t, w)
 				r.subscribe()
 
-				l.armCAS(1, b33OpeningWrite)
-				if err := r.c.Reconnect(t.Context()); err == nil || l.failures() != 1 {
-					t.Fatalf("the opening write was to fail once: Reconnect returned %v, %d failures", err, l.failures())
+				r.ledger.failWrites(1, openingWrite)
+				if err := r.c.Reconnect(t.Context()); err == nil || r.ledger.failures() != 1 {
+					t.Fatalf("the opening write was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
 				}
-				if len(errs.list()) == 0 {
+				if len(r.errs.list()) == 0 {
 					quiesce()
 				}
-				if len(errs.list()) == 0 {
+				if len(r.errs.list()) == 0 {
 					t.Fatal("the failed resubscribe was not told to OnError")
 				}
 				r.srv.Set(faultURI, "text/markdown", "v2")
-				b33Wait(r)
+				r.sixRevalidations()
 
 				sub, err := r.c.Engine().Subscription(faultURI)
 				if err != nil {
@@ -62,17 +60,15 @@ func TestBreak33PassingReconnectOpenFailsHeals(t *testing.T) {
 // served stale without saying so.
 func TestBreak33PassingReestablishBeginCloseFailsKeepsBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 
-		l.armNext(1, mcpsync.CounterCloseEpoch)
+		r.ledger.failReservations(1, mcpsync.CounterCloseEpoch)
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second)
 		quiesce()
-		if l.failures() != 1 {
-			t.Fatalf("the close was to fail once, %d failures", l.failures())
+		if r.ledger.failures() != 1 {
+			t.Fatalf("the close was to fail once, %d failures", r.ledger.failures())
 		}
 
 		r.srv.Set(faultURI, "text/markdown", "v2")
@@ -80,7 +76,6 @@ func TestBreak33PassingReestablishBeginCloseFailsKeepsBound(t *testing.T) {
 		for range 12 {
 			time.Sleep(time.Minute)
 			quiesce()
-			b33Drain(r)
 			entry, err := r.c.Lookup(faultURI)
 			if err != nil {
 				t.Fatal(err)

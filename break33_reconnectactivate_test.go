@@ -3,8 +3,6 @@ package mcpsync_test
 import (
 	"testing"
 	"testing/synctest"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // A Reconnect opens every watched URI again as a new generation of the new
@@ -33,25 +31,21 @@ func TestBreak33ReconnectActivateFailsLeavesURIStuck(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := newB33Ledger()
-				var errs b33Errors
-				r := newB33Rig(t, w, l, &errs)
+				r := newLedgerRig(t, w)
 				r.subscribe()
 
-				l.armCAS(1, func(_ string, next *mcpsync.Record) bool {
-					return next.State == mcpsync.StateActive && next.Sub != nil && next.Sub.Generation >= 2
-				})
+				r.ledger.failWrites(1, activatingWrite)
 				err := r.c.Reconnect(t.Context())
-				if err == nil || l.failures() != 1 {
-					t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, l.failures())
+				if err == nil || r.ledger.failures() != 1 {
+					t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
 				}
 				quiesce()
-				b33Told(t, r.c, &errs, faultURI)
+				r.requireToldReopen(faultURI)
 
 				// The ledger is healthy again; the server's content moves on.
 				r.srv.Set(faultURI, "text/markdown", "v2")
-				b33Wait(r)
-				b33Healed(t, r.c, faultURI, "v2")
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v2")
 			})
 		})
 	}

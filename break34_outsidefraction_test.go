@@ -28,20 +28,18 @@ import (
 // to read. Fails on the current code.
 func TestBreak34OutsideRefreshFractionNeverRepaired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
-		l.armCAS(1, b33OpeningWrite)
+		r.ledger.failWrites(1, openingWrite)
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		require.Equal(t, 1, l.failures(), "the write opening the next generation was refused")
+		require.Equal(t, 1, r.ledger.failures(), "the write opening the next generation was refused")
 
-		b33Wait(r) // half an hour, the ledger healthy
+		r.sixRevalidations() // half an hour, the ledger healthy
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		if sub.SessionGeneration != r.c.Health().SessionGeneration || !(sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted) {

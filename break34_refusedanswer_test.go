@@ -29,9 +29,7 @@ import (
 // the current code.
 func TestBreak34RefusedAnswerClearsDegradedOfStuckURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 
 		hold := r.faults().HoldNext("resources/read", faultURI)
@@ -43,16 +41,15 @@ func TestBreak34RefusedAnswerClearsDegradedOfStuckURI(t *testing.T) {
 			t.Fatal("the read never reached the server")
 		}
 
-		l.armCAS(1, b33OpeningWrite)
+		r.ledger.failWrites(1, openingWrite)
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		require.Equal(t, 1, l.failures(), "the write opening the next generation was refused")
-		b33Told(t, r.c, &errs, faultURI)
+		require.Equal(t, 1, r.ledger.failures(), "the write opening the next generation was refused")
+		r.requireToldReopen(faultURI)
 
 		hold.Release() // the old generation's answer comes back
 		quiesce()
-		b33Drain(r)
 
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)

@@ -33,16 +33,14 @@ import (
 // replaced. Fails on the current code.
 func TestBreak34UnsubscribeOfStuckCloseNeverDecidesIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 
-		l.armCAS(1, func(_ string, next *mcpsync.Record) bool { return next.State == mcpsync.StateClosed })
+		r.ledger.failWrites(1, writeTo(mcpsync.StateClosed))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		require.Equal(t, 1, l.failures(), "the write finishing the close was refused")
+		require.Equal(t, 1, r.ledger.failures(), "the write finishing the close was refused")
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
@@ -52,7 +50,6 @@ func TestBreak34UnsubscribeOfStuckCloseNeverDecidesIt(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(6 * time.Minute) // a revalidation period and more
 		quiesce()
-		b33Drain(r)
 		sub, err = r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		if sub.State == mcpsync.StateUnsubscribing {
@@ -65,7 +62,6 @@ func TestBreak34UnsubscribeOfStuckCloseNeverDecidesIt(t *testing.T) {
 		sub, err = r.c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err, "Subscribe after Unsubscribe (subscription %s, generation %d)", sub.State, sub.SubscriptionGeneration)
 		quiesce()
-		b33Drain(r)
 		require.Equal(t, "v2", r.served())
 	})
 }
@@ -80,24 +76,20 @@ func TestBreak34UnsubscribeOfStuckCloseNeverDecidesIt(t *testing.T) {
 func TestBreak34UnsubscribeOfStuckOpenKeepsServerSubscribed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const other = "file:///docs/other.md"
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		r.srv.Set(other, "text/markdown", "v1")
 		_, err := r.c.Subscribe(t.Context(), other)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 
 		// The write opening its next generation fails until the caller
 		// lets it go: the repair a read of it would start fails too.
-		l.armCAS(1000, func(key string, next *mcpsync.Record) bool { return key == faultURI && b33OpeningWrite(key, next) })
+		r.ledger.failWrites(1000, openingWriteOf(faultURI))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		b33Drain(r)
-		require.GreaterOrEqual(t, l.failures(), 1, "the write opening the next generation was refused")
+		require.GreaterOrEqual(t, r.ledger.failures(), 1, "the write opening the next generation was refused")
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.StateClosed, sub.State, "the reopen stopped half way")
@@ -105,7 +97,6 @@ func TestBreak34UnsubscribeOfStuckOpenKeepsServerSubscribed(t *testing.T) {
 		_, err = r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 		if r.srv.Subscribed(faultURI) {
 			t.Errorf("Unsubscribe returned nil, yet the server is still asked to notify %s", faultURI)
 		}
@@ -116,7 +107,6 @@ func TestBreak34UnsubscribeOfStuckOpenKeepsServerSubscribed(t *testing.T) {
 		_, err = r.c.Subscribe(t.Context(), third)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 		if r.srv.Subscribed(faultURI) {
 			t.Errorf("a stream opened after Unsubscribe still carries %s", faultURI)
 		}

@@ -34,22 +34,20 @@ import (
 // the watch, keeps Lookup degraded for the rest of the session.
 func TestBreak35ReopenBeginCloseFailsNeverRepaired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		require.True(t, r.srv.Subscribed(faultURI))
 
 		// The write beginning the reopen's close fails, once.
-		l.armCAS(1, func(_ string, next *mcpsync.Record) bool { return next.State == mcpsync.StateUnsubscribing })
+		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		require.Equal(t, 1, l.failures(), "the write beginning the close was refused")
-		b33Told(t, r.c, &errs, faultURI)
+		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.requireToldReopen(faultURI)
 
 		// The ledger is healthy again; six revalidation periods pass.
-		b33Wait(r)
+		r.sixRevalidations()
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		entry, err := r.c.Lookup(faultURI)
@@ -62,7 +60,6 @@ func TestBreak35ReopenBeginCloseFailsNeverRepaired(t *testing.T) {
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		time.Sleep(time.Second)
 		quiesce()
-		b33Drain(r)
 		assert.Equal(t, "v2", r.served(), "a change of a push subscription is not notified")
 	})
 }

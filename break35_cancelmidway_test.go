@@ -60,7 +60,6 @@ func TestBreak35SubscribeAllCancelledMidwayReportsSuccess(t *testing.T) {
 		defer func() {
 			hold.Release()
 			quiesce()
-			b33Drain(r)
 		}()
 
 		msg := ""

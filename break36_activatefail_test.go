@@ -16,23 +16,18 @@ import (
 func TestBreak36FailedActivationLeavesNoStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const other = "file:///docs/other.md"
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
-		l.armCAS(1, func(key string, next *mcpsync.Record) bool {
-			return key == faultURI && next.State == mcpsync.StateActive
-		})
+		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateActive))
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, l.failures())
+		require.Equal(t, 1, r.ledger.failures())
 		quiesce()
 
 		// Another Subscribe replaces the stream.
 		_, err = r.c.Subscribe(t.Context(), other)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 		require.True(t, r.srv.Subscribed(other))
 		require.False(t, r.srv.Subscribed(faultURI), "a stream still carries a URI whose Subscribe failed")
 	})

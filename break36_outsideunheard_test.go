@@ -29,23 +29,21 @@ import (
 // no stream will ever carry it while the fraction leaves it out.
 func TestBreak36OutsideFractionUnheardNeverRepaired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		require.True(t, r.srv.Subscribed(faultURI))
 		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
 		// The write beginning the reopen's close fails, once.
-		l.armCAS(1, func(_ string, next *mcpsync.Record) bool { return next.State == mcpsync.StateUnsubscribing })
+		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		require.Equal(t, 1, l.failures(), "the write beginning the close was refused")
-		b33Told(t, r.c, &errs, faultURI)
+		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.requireToldReopen(faultURI)
 
-		b33Wait(r) // half an hour, the ledger healthy
+		r.sixRevalidations() // half an hour, the ledger healthy
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.True(t, r.srv.Subscribed(faultURI),

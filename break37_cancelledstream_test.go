@@ -52,11 +52,9 @@ func TestBreak37CancelledSubscribeAllLeavesStreamCarryingUnwatched(t *testing.T)
 		require.ErrorIs(t, <-done, context.Canceled)
 		hold.Release()
 		quiesce()
-		b33Drain(r)
 
 		time.Sleep(30 * time.Minute) // every revalidation and repair tick there is
 		quiesce()
-		b33Drain(r)
 
 		for _, u := range uris {
 			if sub, err := r.c.Engine().Subscription(u); err == nil {

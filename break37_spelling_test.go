@@ -84,7 +84,6 @@ func TestBreak37TwoSpellingsUnsubscribedLeftOnStream(t *testing.T) {
 		hold.Release()
 		require.NoError(t, <-done)
 		quiesce()
-		b33Drain(r)
 
 		var carried []string
 		for i := range pairs {

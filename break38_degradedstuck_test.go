@@ -29,38 +29,32 @@ import (
 func TestBreak38DegradedNeverClearedWhenAnotherReopenCarriesURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const y = "file:///docs/zz-other.md"
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		r.srv.Set(y, "text/markdown", "y1")
 		_, err := r.c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 
-		l.armCAS(1, func(key string, next *mcpsync.Record) bool {
-			return key == faultURI && next.State == mcpsync.StateUnsubscribing
-		})
+		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateUnsubscribing))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		b33Drain(r)
-		require.Equal(t, 1, l.failures(), "x's close was refused once")
+		require.Equal(t, 1, r.ledger.failures(), "x's close was refused once")
 		// The failure was told when it happened. Degraded may already be
 		// clear again here: the stream y's reopen opened carries x, and
 		// x was read again after the gap.
 		told := false
-		for _, err := range errs.list() {
+		for _, err := range r.errs.list() {
 			var re *mcpsync.ReopenError
 			told = told || errors.As(err, &re) && re.URI == faultURI
 		}
-		require.True(t, told, "OnError was told no *ReopenError: %v", errs.list())
+		require.True(t, told, "OnError was told no *ReopenError: %v", r.errs.list())
 		require.True(t, r.srv.Subscribed(faultURI), "y's reopen put x back on a stream")
 
 		r.srv.Set(faultURI, "text/markdown", "v2")
-		b33Wait(r)
+		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(faultURI))
-		b33Healed(t, r.c, faultURI, "v2")
+		r.requireHealed(faultURI, "v2")
 	})
 }

@@ -11,13 +11,6 @@ import (
 	"github.com/mcpsync/mcpsync"
 )
 
-// b38ActivateOf matches the write activating uri's generation.
-func b38ActivateOf(uri string) func(string, *mcpsync.Record) bool {
-	return func(key string, next *mcpsync.Record) bool {
-		return key == uri && next.State == mcpsync.StateActive
-	}
-}
-
 // Bug: a 2025-11-25 Subscribe whose activation write fails after the
 // server acknowledged its resources/subscribe drops its watch and leaves
 // the URI subscribed on the server for the rest of the session.
@@ -31,15 +24,13 @@ func b38ActivateOf(uri string) func(string, *mcpsync.Record) bool {
 // watches (after a failed Subscribe) is not left subscribed on the server".
 func TestBreak38LegacyFailedActivationLeftSubscribedOnServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[0], l, &errs)
-		l.armCAS(1, b38ActivateOf(faultURI))
+		r := newLedgerRig(t, eras[0])
+		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateActive))
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, l.failures())
+		require.Equal(t, 1, r.ledger.failures())
 		quiesce()
-		b33Wait(r) // half an hour, the ledger healthy
+		r.sixRevalidations() // half an hour, the ledger healthy
 		require.False(t, r.srv.Subscribed(faultURI),
 			"the server still notifies %s, whose Subscribe failed and which nobody watches (unsubscribes sent: %d)",
 			faultURI, r.srv.UnsubscribeCalls())
@@ -57,20 +48,17 @@ func TestBreak38LegacyFailedActivationLeftSubscribedOnServer(t *testing.T) {
 func TestBreak38ModernFailedActivationStreamKeepsCarrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const other = "file:///docs/other.md"
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
 		_, err := r.c.Subscribe(t.Context(), other) // a watch that stays
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
-		l.armCAS(1, b38ActivateOf(faultURI))
+		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateActive))
 		_, err = r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, l.failures())
+		require.Equal(t, 1, r.ledger.failures())
 		quiesce()
-		b33Wait(r) // half an hour, the ledger healthy
+		r.sixRevalidations() // half an hour, the ledger healthy
 		require.True(t, r.srv.Subscribed(other))
 		require.False(t, r.srv.Subscribed(faultURI),
 			"a listen stream still carries %s half an hour after its Subscribe failed; nobody watches it", faultURI)
@@ -108,7 +96,7 @@ func TestBreak38ModernCancelledSubscribeStreamKeepsCarrying(t *testing.T) {
 		require.ErrorIs(t, <-done, context.Canceled)
 		hold.Release()
 		quiesce()
-		b33Wait(r)
+		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(faultURI))
 		require.False(t, r.srv.Subscribed(x),
 			"half an hour after its Subscribe was cancelled, a listen stream still carries %s, which nobody watches", x)

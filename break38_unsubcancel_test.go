@@ -35,7 +35,6 @@ func TestBreak38ModernCancelledUnsubscribeStreamKeepsCarrying(t *testing.T) {
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
 		subDone := make(chan error, 1)
@@ -58,12 +57,11 @@ func TestBreak38ModernCancelledUnsubscribeStreamKeepsCarrying(t *testing.T) {
 		hold.Release()
 		require.NoError(t, <-subDone)
 		quiesce()
-		b33Drain(r)
 		sub, err := r.c.Engine().Subscription(x)
 		require.NoError(t, err)
 		require.NotEqual(t, mcpsync.StateActive, sub.State, "x's generation is closed")
 
-		b33Wait(r)
+		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(z))
 		require.False(t, r.srv.Subscribed(x),
 			"half an hour after its Unsubscribe (state %s), a listen stream still carries %s, which nobody watches", sub.State, x)
@@ -76,12 +74,10 @@ func TestBreak38ModernCancelledUnsubscribeStreamKeepsCarrying(t *testing.T) {
 func TestBreak38ModernCancelledUnsubscribeOfStuckCloseKeepsCarrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const z = "file:///b38/unsub/z.md"
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.srv.Set(z, "text/markdown", "z1")
 		r.subscribe()
-		l.armCAS(1, func(_ string, next *mcpsync.Record) bool { return next.State == mcpsync.StateClosed })
+		r.ledger.failWrites(1, writeTo(mcpsync.StateClosed))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
@@ -110,9 +106,8 @@ func TestBreak38ModernCancelledUnsubscribeOfStuckCloseKeepsCarrying(t *testing.T
 		hold.Release()
 		require.NoError(t, <-subDone)
 		quiesce()
-		b33Drain(r)
 
-		b33Wait(r)
+		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(z))
 		require.False(t, r.srv.Subscribed(faultURI), "a listen stream still carries %s, which nobody watches", faultURI)
 	})

@@ -1,48 +1,16 @@
 package mcpsync_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"sync/atomic"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// b39Poison is the fault kit plus one steady fault: every
-// subscriptions/listen request whose filter names refuse is answered with
-// a JSON-RPC error (a server that refuses a stream naming a resource it
-// will not watch); every other listen request goes through. It counts the
-// listen requests the client sends.
-type b39Poison struct {
-	*mcpsynctest.Transport
-	refuse  string
-	listens *atomic.Int64
-	refused *atomic.Int64
-}
-
-func (p *b39Poison) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	if req.Method == string(mcp.MethodSubscriptionsListen) {
-		p.listens.Add(1)
-		b, _ := json.Marshal(req.Params)
-		if bytes.Contains(b, []byte(`"`+p.refuse+`"`)) {
-			p.refused.Add(1)
-			return &transport.JSONRPCResponse{
-				JSONRPC: mcp.JSONRPC_VERSION, ID: req.ID,
-				Error: &mcp.JSONRPCErrorDetails{Code: -32602, Message: "will not watch " + p.refuse},
-			}, nil
-		}
-	}
-	return p.Transport.SendRequest(ctx, req)
-}
 
 // Bug (progress: no request storm): a 2026-07-28 server that steadily
 // refuses any listen stream naming x, and accepts every stream without it,
@@ -64,21 +32,15 @@ func TestBreak39RefusedURIChurnsListenStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b39/poison/x.md"
 		const y = "file:///b39/poison/y.md"
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(x, "text/markdown", "x1")
-		srv.Set(y, "text/markdown", "y1")
-		var listens, refused atomic.Int64
-		var errs b33Errors
-		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-			kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), 1)
-			return &b39Poison{Transport: kit, refuse: x, listens: &listens, refused: &refused}, nil
-		}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2026-07-28", Seed: 1, OnError: errs.add})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, c.Close()) }()
+		r := newRig(t, eras[1], nil)
+		r.srv.Set(x, "text/markdown", "x1")
+		r.srv.Set(y, "text/markdown", "y1")
+		r.wire.refuseListens(func(uris []string) bool { return slices.Contains(uris, x) })
+		listen := string(mcp.MethodSubscriptionsListen)
 
-		_, err = c.Subscribe(t.Context(), y)
+		_, err := r.c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
-		sub, err := c.Subscribe(t.Context(), x)
+		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePoll, sub.Mode, "x's stream was refused")
 
@@ -87,13 +49,13 @@ func TestBreak39RefusedURIChurnsListenStreams(t *testing.T) {
 			time.Sleep(time.Minute)
 			quiesce()
 		}
-		before, refusedBefore := listens.Load(), refused.Load()
+		before, refusedBefore := r.wire.listens(), r.wire.refusals(listen)
 		for range 5 {
 			time.Sleep(time.Minute)
 			quiesce()
 		}
-		n, nr := listens.Load()-before, refused.Load()-refusedBefore
-		t.Logf("listen requests in the 5 minutes after the first 10: %d (%d refused); total %d", n, nr, listens.Load())
+		n, nr := r.wire.listens()-before, r.wire.refusals(listen)-refusedBefore
+		t.Logf("listen requests in the 5 minutes after the first 10: %d (%d refused); total %d", n, nr, r.wire.listens())
 		if n > 10 {
 			t.Fatalf("%d listen requests (%d refused) in one revalidation period against a server whose refusal never changes", n, nr)
 		}

@@ -36,7 +36,7 @@ func TestBreak39UnackedStreamHidesUncarriedURI(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePoll, sub.Mode, "y's stream was never acknowledged")
 		quiesce()
-		b33Wait(r) // half an hour
+		r.sixRevalidations() // half an hour
 		xs, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		entry, err := r.c.Lookup(faultURI)
@@ -63,11 +63,10 @@ func TestBreak39UnackedStreamFoundByOwnTick(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePoll, sub.Mode, "y's stream was never acknowledged")
 		quiesce()
-		b33Wait(r) // half an hour
+		r.sixRevalidations() // half an hour
 		require.True(t, r.srv.Subscribed(faultURI), "%s is carried by no stream the server has", faultURI)
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		quiesce()
-		b33Drain(r)
 		require.Equal(t, "v2", r.served(), "a change of %s was not pushed", faultURI)
 	})
 }

@@ -7,30 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// b39Settled checks, once things settled, that the server notifies
-// exactly the URIs whose subscription is open in push mode.
-func b39Settled(t *testing.T, c *mcpsync.Client, srv *mcpsynctest.Server, uris []string) {
-	t.Helper()
-	var bad []string
-	for _, u := range uris {
-		sub, err := c.Engine().Subscription(u)
-		open := err == nil && sub.SessionGeneration == c.Health().SessionGeneration &&
-			(sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted || sub.State == mcpsync.StateTombstonePending)
-		push := open && sub.Mode == mcpsync.ModePush
-		if push != srv.Subscribed(u) {
-			bad = append(bad, fmt.Sprintf("%s: state %s mode %s (err %v), server subscribed %v", u, sub.State, sub.Mode, err, srv.Subscribed(u)))
-		}
-	}
-	require.Empty(t, bad, "server subscriptions that do not match the client's")
-}
 
 // A SubscribeAll cancelled midway, with two of its requests parked (one
 // before the server sees it, one after the server answered), then
@@ -44,19 +23,12 @@ func TestBreak39SubscribeAllCancelledMidwaySettles(t *testing.T) {
 				if w.version == "2026-07-28" {
 					method = string(mcp.MethodSubscriptionsListen)
 				}
-				srv := mcpsynctest.NewServer(nil)
 				uris := make([]string, 12)
 				for i := range uris {
 					uris[i] = fmt.Sprintf("file:///b39/all/%02d.md", i)
-					srv.Set(uris[i], "text/markdown", "v1")
 				}
-				var kit *mcpsynctest.Transport
-				c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-					kit = mcpsynctest.NewTransport(srv.NewInProcessTransport(), 1)
-					return kit, nil
-				}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: w.version, Seed: 1})
-				require.NoError(t, err)
-				defer func() { require.NoError(t, c.Close()) }()
+				r := buildRig(t, w, rigConfig{uris: uris})
+				c, srv, kit := r.c, r.srv, r.faults()
 				u3, u5 := uris[3], uris[5]
 				if method == string(mcp.MethodSubscriptionsListen) {
 					u3, u5 = "", ""
@@ -87,7 +59,7 @@ func TestBreak39SubscribeAllCancelledMidwaySettles(t *testing.T) {
 					}
 				}
 				t.Logf("%d of %d URIs subscribed on the server after the cancel", open, len(uris))
-				b39Settled(t, c, srv, uris)
+				r.requireServerMatchesPush(uris)
 			})
 		})
 	}
@@ -101,16 +73,11 @@ func TestBreak39SubscribeAllRacingClose(t *testing.T) {
 		for _, d := range []time.Duration{0, time.Microsecond, 5 * time.Millisecond, 15 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%s/%v", w.name, d), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					srv := mcpsynctest.NewServer(nil)
 					uris := make([]string, 150)
 					for i := range uris {
 						uris[i] = fmt.Sprintf("file:///b39/close/%03d.md", i)
-						srv.Set(uris[i], "text/markdown", "v1")
 					}
-					c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-						return srv.NewInProcessTransport(), nil
-					}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: w.version, Seed: 1})
-					require.NoError(t, err)
+					c := buildRig(t, w, rigConfig{uris: uris}).c
 					done := make(chan error, 1)
 					go func() {
 						_, err := c.SubscribeAll(t.Context(), uris)

@@ -31,42 +31,36 @@ import (
 func TestBreak39ReopenedClearsDegradedOnUnackedStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const y = "file:///docs/zz-other.md"
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		r.srv.Set(y, "text/markdown", "y1")
 		_, err := r.c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 		quiesce()
-		b33Drain(r)
 
-		l.armCAS(1, func(key string, next *mcpsync.Record) bool {
-			return key == faultURI && next.State == mcpsync.StateUnsubscribing
-		})
+		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateUnsubscribing))
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
 		defer hold.Release()
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second) // the client's backoff before reopening
 		quiesce()
-		b33Drain(r)
-		require.Equal(t, 1, l.failures(), "x's close was refused once")
+		require.Equal(t, 1, r.ledger.failures(), "x's close was refused once")
 		select {
 		case <-hold.Arrived():
 		default:
 			t.Fatal("y's reopen sent no listen stream")
 		}
 		told := false
-		for _, err := range errs.list() {
+		for _, err := range r.errs.list() {
 			var re *mcpsync.ReopenError
 			told = told || errors.As(err, &re) && re.URI == faultURI
 		}
-		require.True(t, told, "OnError was told no *ReopenError: %v", errs.list())
+		require.True(t, told, "OnError was told no *ReopenError: %v", r.errs.list())
 		entry, err := r.c.Lookup(faultURI)
 		require.NoError(t, err)
 		require.NotEmpty(t, entry.Degraded, "just after the failed reopen")
 
-		b33Wait(r) // half an hour; the stream stays unacknowledged
+		r.sixRevalidations() // half an hour; the stream stays unacknowledged
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		entry, err = r.c.Lookup(faultURI)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // Break40 (2026-07-28): a server that acknowledges every
@@ -26,25 +24,25 @@ import (
 func TestBreak40AckThenEndStormsListens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		uris := []string{"file:///b40/end/a.md", "file:///b40/end/b.md", "file:///b40/end/c.md"}
-		r := newB40Rig(t, mcpsync.ClientOptions{}, nil, uris...)
+		r := buildRig(t, eras[1], rigConfig{uris: uris})
 		_, err := r.c.SubscribeAll(t.Context(), uris)
 		require.NoError(t, err)
 		quiesce()
 
-		r.server().set(func(s *b40Server) { s.endAfterAck = 100 * time.Millisecond })
+		r.wire.set(func(w *faultWire) { w.endAfterAck = 100 * time.Millisecond })
 		// One more Subscribe puts the fault on the stream that is open now.
 		const d = "file:///b40/end/d.md"
 		r.srv.Set(d, "text/markdown", "v1")
 		_, err = r.c.Subscribe(t.Context(), d)
 		require.NoError(t, err)
 
-		before, reads := r.server().Listens(), r.srv.Reads(uris[0])
+		before, reads := r.wire.listens(), r.srv.Reads(uris[0])
 		const periods = 6 // revalidation periods of 5 minutes
 		for range periods * 5 {
 			time.Sleep(time.Minute)
 			quiesce()
 		}
-		listens := r.server().Listens() - before
+		listens := r.wire.listens() - before
 		t.Logf("%d listen requests and %d reads of %s in %d revalidation periods", listens, r.srv.Reads(uris[0])-reads, uris[0], periods)
 		for _, u := range append(uris, d) {
 			_, desc := r.state(u)

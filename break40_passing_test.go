@@ -22,9 +22,9 @@ import (
 func TestBreak40PassingRefuseEveryListen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		uris := []string{"file:///b40/refuse/a.md", "file:///b40/refuse/b.md", "file:///b40/refuse/c.md"}
-		r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
-			s.refuse = func([]string) bool { return true }
-		}, uris...)
+		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+			w.refuse = listensWhere(anyURIs)
+		}})
 		for _, u := range uris {
 			sub, err := r.c.Subscribe(t.Context(), u)
 			require.NoError(t, err)
@@ -33,7 +33,7 @@ func TestBreak40PassingRefuseEveryListen(t *testing.T) {
 		}
 		time.Sleep(30 * time.Minute) // the backoff reaches RevalidateEvery
 		quiesce()
-		before := r.server().Listens()
+		before := r.wire.listens()
 		for i := range 12 { // an hour
 			time.Sleep(5 * time.Minute)
 			want := fmt.Sprintf("v%d", i)
@@ -47,7 +47,7 @@ func TestBreak40PassingRefuseEveryListen(t *testing.T) {
 				require.Equal(t, want, got, "%s: %s", u, desc)
 			}
 		}
-		listens := r.server().Listens() - before
+		listens := r.wire.listens() - before
 		t.Logf("%d listen requests in 12 revalidation periods", listens)
 		require.LessOrEqual(t, listens, 12*2*len(uris))
 	})
@@ -59,28 +59,28 @@ func TestBreak40PassingRefuseEveryListen(t *testing.T) {
 func TestBreak40PassingForeignNotificationsIgnored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, b, x = "file:///b40/foreign/a.md", "file:///b40/foreign/b.md", "file:///b40/foreign/x.md"
-		r := newB40Rig(t, mcpsync.ClientOptions{RevalidateEvery: time.Hour}, nil, a, b, x)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{a, b, x}})
 		_, err := r.c.Subscribe(t.Context(), a)
 		require.NoError(t, err)
 		_, err = r.c.Subscribe(t.Context(), b) // replaces a's first stream
 		require.NoError(t, err)
 		time.Sleep(time.Minute)
 		quiesce()
-		ids := r.server().IDs()
+		ids := r.wire.listenIDs()
 		require.Len(t, ids, 2)
 		old, cur := ids[0], ids[1]
-		r.server().set(func(s *b40Server) {
-			s.rewrite = func(m mcp.JSONRPCNotification) []mcp.JSONRPCNotification {
+		r.wire.set(func(w *faultWire) {
+			w.rewrite = func(m mcp.JSONRPCNotification) []mcp.JSONRPCNotification {
 				if m.Method != mcp.MethodNotificationResourceUpdated {
 					return []mcp.JSONRPCNotification{m}
 				}
 				switch m.Params.AdditionalFields["uri"] {
 				case a: // only on the replaced stream
-					return []mcp.JSONRPCNotification{b40WithStreamID(m, old)}
+					return []mcp.JSONRPCNotification{withStreamID(m, old)}
 				case b: // and, on the current one, x, which nobody watches
 					xm := m
 					xm.Params.AdditionalFields = map[string]any{"uri": x}
-					return []mcp.JSONRPCNotification{m, b40WithStreamID(xm, cur)}
+					return []mcp.JSONRPCNotification{m, withStreamID(xm, cur)}
 				}
 				return nil
 			}
@@ -107,21 +107,21 @@ func TestBreak40PassingWrongOrSlowAck(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const a, b = "file:///b40/ack/a.md", "file:///b40/ack/b.md"
-				r := newB40Rig(t, mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, nil, a, b)
+				r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{a, b}})
 				sa, err := r.c.Subscribe(t.Context(), a)
 				require.NoError(t, err)
 				require.Equal(t, mcpsync.ModePush, sa.Mode)
-				r.server().set(func(s *b40Server) {
+				r.wire.set(func(w *faultWire) {
 					switch fault {
 					case "wrong-id":
-						s.rewrite = func(m mcp.JSONRPCNotification) []mcp.JSONRPCNotification {
+						w.rewrite = func(m mcp.JSONRPCNotification) []mcp.JSONRPCNotification {
 							if m.Method == mcp.MethodNotificationSubscriptionsAcknowledged {
-								m = b40WithStreamID(m, "9999")
+								m = withStreamID(m, "9999")
 							}
 							return []mcp.JSONRPCNotification{m}
 						}
 					case "slow":
-						s.ackDelay = time.Minute
+						w.ackDelay = time.Minute
 					}
 				})
 				start := time.Now()

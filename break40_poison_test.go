@@ -36,9 +36,9 @@ import (
 func TestBreak40PoisonURIKnocksOutAcceptedStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, p = "file:///b40/poison/a.md", "file:///b40/poison/p.md"
-		r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
-			s.refuse = func(uris []string) bool { return slices.Contains(uris, p) }
-		}, a, p)
+		r := buildRig(t, eras[1], rigConfig{uris: []string{a, p}, wire: func(w *faultWire) {
+			w.refuse = listensWhere(func(uris []string) bool { return slices.Contains(uris, p) })
+		}})
 		sa, err := r.c.Subscribe(t.Context(), a)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePush, sa.Mode)
@@ -47,7 +47,7 @@ func TestBreak40PoisonURIKnocksOutAcceptedStream(t *testing.T) {
 		t.Logf("p: %s (%s)", sp.Mode, sp.ModeReason)
 		quiesce()
 
-		before := r.server().Listens()
+		before := r.wire.listens()
 		var late []string
 		for i := range 40 {
 			// Changes of a, 47 s apart over half an hour: each must be
@@ -61,8 +61,8 @@ func TestBreak40PoisonURIKnocksOutAcceptedStream(t *testing.T) {
 				late = append(late, fmt.Sprintf("change %d (t=%v): serves %q, server has %q; %s", i, time.Duration(i+1)*52*time.Second, got, want, desc))
 			}
 		}
-		listens := r.server().Listens() - before
-		f := r.server().Filters()
+		listens := r.wire.listens() - before
+		f := r.wire.listenFilters()
 		t.Logf("%d listen requests in %v; the last four: %v", listens, 40*52*time.Second, f[len(f)-4:])
 		require.Empty(t, late, "changes of an accepted URI not pushed while the server refuses another one")
 		// 40*52 s is about 7 revalidation periods of 5 minutes.

@@ -34,22 +34,22 @@ func TestBreak40AckOfUnaskedURITakenAsSubscribed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, z = "file:///b40/unasked/a.md", "file:///b40/unasked/z.md"
 		var forged bool
-		r := newB40Rig(t, mcpsync.ClientOptions{RevalidateEvery: time.Hour}, func(s *b40Server) {
-			s.ackFilter = func(asked []string) []string {
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{a, z}, wire: func(w *faultWire) {
+			w.ackFilter = func(asked []string) []string {
 				if forged {
 					return asked
 				}
 				forged = true
 				return append(slices.Clone(asked), z)
 			}
-		}, a, z)
+		}})
 		_, err := r.c.Subscribe(t.Context(), a)
 		require.NoError(t, err)
-		before := r.server().Listens()
+		before := r.wire.listens()
 		sz, err := r.c.Subscribe(t.Context(), z)
 		require.NoError(t, err)
 		t.Logf("z: %s %s (%q); listen requests sent for it: %d; filters so far %v",
-			sz.State, sz.Mode, sz.ModeReason, r.server().Listens()-before, r.server().Filters())
+			sz.State, sz.Mode, sz.ModeReason, r.wire.listens()-before, r.wire.listenFilters())
 		quiesce()
 
 		time.Sleep(time.Minute)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // Break41 (2026-07-28): a server that carries at most max URIs per listen
@@ -43,14 +41,14 @@ func TestBreak41CapNewestChurnsRetryPush(t *testing.T) {
 				for i := range tc.n {
 					uris = append(uris, fmt.Sprintf("file:///b41/cap/%02d.md", i))
 				}
-				r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
-					s.ackFilter = func(asked []string) []string {
+				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+					w.ackFilter = func(asked []string) []string {
 						if len(asked) <= tc.max {
 							return asked
 						}
 						return asked[len(asked)-tc.max:]
 					}
-				}, uris...)
+				}})
 				for _, u := range uris {
 					_, err := r.c.Subscribe(t.Context(), u)
 					require.NoError(t, err)
@@ -58,12 +56,12 @@ func TestBreak41CapNewestChurnsRetryPush(t *testing.T) {
 				// Let the fault become steady: half an hour.
 				time.Sleep(30 * time.Minute)
 				quiesce()
-				before, reads := r.server().Listens(), r.srv.Reads(uris[0])
+				before, reads := r.wire.listens(), r.srv.Reads(uris[0])
 				const periods = 12 // revalidation periods of 5 minutes
 				time.Sleep(periods * 5 * time.Minute)
 				quiesce()
-				listens := r.server().Listens() - before
-				push, _ := b41Modes(r, uris)
+				listens := r.wire.listens() - before
+				push, _ := r.pushed(uris)
 				t.Logf("%d listen requests and %d reads of %s in %d revalidation periods; %d of %d URIs pushed now",
 					listens, r.srv.Reads(uris[0])-reads, uris[0], periods, push, tc.n)
 				require.LessOrEqual(t, listens, periods*2*tc.n,

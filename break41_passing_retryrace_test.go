@@ -16,27 +16,27 @@ import (
 // b41RetryInFlight sets up a (pushed) and x (polled: its stream was
 // refused), then has the server accept streams again but acknowledge each
 // only after ackDelay, and waits until retryPush's stream for x is out.
-func b41RetryInFlight(t *testing.T, ackDelay time.Duration) (*b40Rig, string, string) {
+func b41RetryInFlight(t *testing.T, ackDelay time.Duration) (*rig, string, string) {
 	const a, x = "file:///b41/race/a.md", "file:///b41/race/x.md"
-	r := newB40Rig(t, mcpsync.ClientOptions{}, nil, a, x)
+	r := buildRig(t, eras[1], rigConfig{uris: []string{a, x}})
 	_, err := r.c.Subscribe(t.Context(), a)
 	require.NoError(t, err)
-	r.server().set(func(s *b40Server) { s.refuse = func(u []string) bool { return slices.Contains(u, x) } })
+	r.wire.set(func(w *faultWire) { w.refuse = listensWhere(func(u []string) bool { return slices.Contains(u, x) }) })
 	sx, err := r.c.Subscribe(t.Context(), x)
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.ModePoll, sx.Mode)
 	quiesce()
-	r.server().set(func(s *b40Server) { s.refuse = nil; s.ackDelay = ackDelay })
-	n := r.server().Listens()
-	for i := 0; r.server().Listens() == n; i++ {
+	r.wire.set(func(w *faultWire) { w.refuse = nil; w.ackDelay = ackDelay })
+	n := r.wire.listens()
+	for i := 0; r.wire.listens() == n; i++ {
 		require.Less(t, i, 120, "no retry of x within two minutes")
 		time.Sleep(time.Second)
 	}
-	t.Logf("retry out: filters %v", r.server().Filters())
+	t.Logf("retry out: filters %v", r.wire.listenFilters())
 	return r, a, x
 }
 
-func b41End(t *testing.T, r *b40Rig, d time.Duration) {
+func b41End(t *testing.T, r *rig, d time.Duration) {
 	require.NoError(t, r.c.Close())
 	time.Sleep(d) // the kit's delayed acknowledgements
 	synctest.Wait()

@@ -6,24 +6,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// b41Modes counts the URIs open in push mode and describes each.
-func b41Modes(r *b40Rig, uris []string) (push int, lines []string) {
-	for _, u := range uris {
-		sub, _ := r.c.Engine().Subscription(u)
-		if sub.Mode == mcpsync.ModePush {
-			push++
-		}
-		_, d := r.state(u)
-		lines = append(lines, u+": "+d)
-	}
-	return push, lines
-}
 
 // Passing: a server that refuses its first k listen requests while a
 // SubscribeAll of 50 URIs runs, then accepts every one: within two
@@ -37,19 +22,19 @@ func TestBreak41PassingTransientRefusalInSubscribeAll(t *testing.T) {
 				for i := range 50 {
 					uris = append(uris, fmt.Sprintf("file:///b41/tsa/%02d.md", i))
 				}
-				r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
-					s.refuse = func([]string) bool { return s.listens <= k }
-				}, uris...)
+				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+					w.refuse = func(req wireRequest) bool { return req.method == string(mcp.MethodSubscriptionsListen) && req.n <= k }
+				}})
 				_, err := r.c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)
 				time.Sleep(2 * time.Minute)
 				quiesce()
-				push, lines := b41Modes(r, uris)
+				push, lines := r.pushed(uris)
 				require.Equal(t, len(uris), push, "%v", lines)
-				require.LessOrEqual(t, r.server().Listens(), 2*k+2)
+				require.LessOrEqual(t, r.wire.listens(), 2*k+2)
 				time.Sleep(20 * time.Minute)
 				quiesce()
-				require.LessOrEqual(t, r.server().Listens(), 2*k+2)
+				require.LessOrEqual(t, r.wire.listens(), 2*k+2)
 			})
 		})
 	}
@@ -65,28 +50,28 @@ func TestBreak41PassingRefuseAllAfterPushThenHeal(t *testing.T) {
 		for i := range 20 {
 			uris = append(uris, fmt.Sprintf("file:///b41/rap/%02d.md", i))
 		}
-		r := newB40Rig(t, mcpsync.ClientOptions{}, nil, uris...)
+		r := buildRig(t, eras[1], rigConfig{uris: uris})
 		_, err := r.c.SubscribeAll(t.Context(), uris)
 		require.NoError(t, err)
 		quiesce()
-		before := r.server().Listens()
-		r.server().set(func(s *b40Server) { s.refuse = func([]string) bool { return true } })
-		r.server().Interface.(*mcpsynctest.Transport).EndListenStreams()
+		before := r.wire.listens()
+		r.wire.set(func(w *faultWire) { w.refuse = listensWhere(anyURIs) })
+		r.faults().EndListenStreams()
 		time.Sleep(10 * time.Second)
 		quiesce()
 		// About one each; how the reopens interleave with the refused
 		// streams (a reopen may find another's stream still pending)
 		// can add a few, never one per URI more.
-		require.LessOrEqual(t, r.server().Listens()-before, 2*len(uris))
+		require.LessOrEqual(t, r.wire.listens()-before, 2*len(uris))
 		time.Sleep(time.Hour)
 		quiesce()
-		push, _ := b41Modes(r, uris)
+		push, _ := r.pushed(uris)
 		require.Zero(t, push)
-		require.LessOrEqual(t, r.server().Listens()-before, 12*2*len(uris))
-		r.server().set(func(s *b40Server) { s.refuse = nil })
+		require.LessOrEqual(t, r.wire.listens()-before, 12*2*len(uris))
+		r.wire.set(func(w *faultWire) { w.refuse = nil })
 		time.Sleep(10 * time.Minute)
 		quiesce()
-		push, lines := b41Modes(r, uris)
+		push, lines := r.pushed(uris)
 		require.Equal(t, len(uris), push, "%v", lines)
 	})
 }

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // Break41 (2026-07-28): a slow but honest server, which acknowledges every
@@ -36,9 +34,9 @@ import (
 func TestBreak41SlowAckNeverPushes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		uris := []string{"file:///b41/slow/a.md", "file:///b41/slow/b.md", "file:///b41/slow/c.md"}
-		r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
-			s.ackDelay = 31 * time.Second // RequestTimeout is 30 s
-		}, uris...)
+		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+			w.ackDelay = 31 * time.Second // RequestTimeout is 30 s
+		}})
 		for _, u := range uris {
 			sub, err := r.c.Subscribe(t.Context(), u)
 			require.NoError(t, err)
@@ -46,11 +44,11 @@ func TestBreak41SlowAckNeverPushes(t *testing.T) {
 		}
 		time.Sleep(3 * time.Hour)
 		quiesce()
-		push, lines := b41Modes(r, uris)
+		push, lines := r.pushed(uris)
 		for _, l := range lines {
 			t.Log(l)
 		}
-		f := r.server().Filters()
+		f := r.wire.listenFilters()
 		t.Logf("%d listen requests in 3 hours; the last four filters: %v", len(f), f[len(f)-4:])
 		require.NoError(t, r.c.Close())
 		time.Sleep(time.Minute) // the kit's delayed acknowledgements

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // Break41 (2026-07-28), the streamSteady boundary: a server that ends
@@ -39,16 +37,16 @@ func TestBreak41EndAtStreamSteadyResetsBackoff(t *testing.T) {
 				for i := range 10 {
 					uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
 				}
-				r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) { s.endAfterAck = d }, uris...)
+				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck = d }})
 				_, err := r.c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)
 				time.Sleep(15 * time.Minute) // the fault becomes steady
 				quiesce()
-				before, reads := r.server().Listens(), r.srv.Reads(uris[0])
+				before, reads := r.wire.listens(), r.srv.Reads(uris[0])
 				const periods = 12
 				time.Sleep(periods * 5 * time.Minute)
 				quiesce()
-				listens, nreads := r.server().Listens()-before, r.srv.Reads(uris[0])-reads
+				listens, nreads := r.wire.listens()-before, r.srv.Reads(uris[0])-reads
 				t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
 					d, listens, nreads, uris[0], periods)
 				require.NoError(t, r.c.Close())

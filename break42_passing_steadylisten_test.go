@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // 2026-07-28, a server that refuses every subscriptions/listen (a steady
@@ -23,19 +21,19 @@ func TestBreak42PassingModernSteadyRefusedListensAtScale(t *testing.T) {
 		for i := range uris {
 			uris[i] = fmt.Sprintf("file:///b42/steady/%03d.md", i)
 		}
-		r := newB40Rig(t, mcpsync.ClientOptions{}, func(s *b40Server) {
-			s.refuse = func([]string) bool { return true }
-		}, uris...)
+		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+			w.refuse = listensWhere(anyURIs)
+		}})
 		_, err := r.c.SubscribeAll(t.Context(), uris)
 		t.Logf("SubscribeAll err: %v", err != nil)
 		quiesce()
 		time.Sleep(40 * time.Minute)
 		quiesce()
-		before := r.server().Listens()
+		before := r.wire.listens()
 		time.Sleep(5 * time.Minute)
 		quiesce()
-		per := r.server().Listens() - before
-		t.Logf("listens: %d in all, %d in the last 5 min", r.server().Listens(), per)
+		per := r.wire.listens() - before
+		t.Logf("listens: %d in all, %d in the last 5 min", r.wire.listens(), per)
 		for _, u := range uris {
 			r.srv.Set(u, "text/markdown", "v2")
 		}

@@ -6,12 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // 2025-11-25, a server that fails every resources/unsubscribe of x (a
@@ -26,19 +22,12 @@ import (
 func TestBreak42LegacyReconcileLoopsPileUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b42/loops/x.md"
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(x, "text/markdown", "v1")
-		var kit *mcpsynctest.Transport
-		var wire *b42Wire
-		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-			kit = mcpsynctest.NewTransport(srv.NewInProcessTransport(), 1)
-			wire = newB42Wire(kit, func(method, uri string, _ int) bool {
-				return method == string(mcp.MethodResourcesUnsubscribe) && uri == x
-			})
-			return wire, nil
-		}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", Seed: 1})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, c.Close()) }()
+		r := newRig(t, eras[0], nil)
+		r.srv.Set(x, "text/markdown", "v1")
+		r.wire.refuseWhen(func(method, uri string, _ int) bool {
+			return method == string(mcp.MethodResourcesUnsubscribe) && uri == x
+		})
+		c, kit := r.c, r.faults()
 
 		const cancels = 20
 		for range cancels {
@@ -57,11 +46,11 @@ func TestBreak42LegacyReconcileLoopsPileUp(t *testing.T) {
 		}
 		time.Sleep(30 * time.Minute) // the backoffs reach RetryMax
 		quiesce()
-		before := wire.count(string(mcp.MethodResourcesUnsubscribe))
+		before := r.wire.requests(string(mcp.MethodResourcesUnsubscribe))
 		time.Sleep(5 * time.Minute)
 		quiesce()
-		per := wire.count(string(mcp.MethodResourcesUnsubscribe)) - before
-		t.Logf("resources/unsubscribe of x: %d in all, %d in the last 5 min", wire.count(string(mcp.MethodResourcesUnsubscribe)), per)
+		per := r.wire.requests(string(mcp.MethodResourcesUnsubscribe)) - before
+		t.Logf("resources/unsubscribe of x: %d in all, %d in the last 5 min", r.wire.requests(string(mcp.MethodResourcesUnsubscribe)), per)
 		require.LessOrEqual(t, per, 40,
 			"after %d cancelled Subscribes of one URI, a steady unsubscribe fault draws %d requests per revalidation period", cancels, per)
 	})

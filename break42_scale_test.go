@@ -8,124 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// b42Rig is a client of an mcpsynctest server through the fault kit and a
-// b42Wire (outermost) that fails what fail says, on every connection.
-type b42Rig struct {
-	t    *testing.T
-	srv  *mcpsynctest.Server
-	c    *mcpsync.Client
-	mu   sync.Mutex
-	fail func(method, uri string, n int) bool
-	kit  *mcpsynctest.Transport
-	wire *b42Wire
-	all  []*b42Wire
-}
-
-func newB42Rig(t *testing.T, version string, opts mcpsync.ClientOptions, uris []string) *b42Rig {
-	t.Helper()
-	r := &b42Rig{t: t, srv: mcpsynctest.NewServer(nil)}
-	for _, u := range uris {
-		r.srv.Set(u, "text/markdown", "v1")
-	}
-	opts.Subject, opts.ProtocolVersion, opts.Seed = alice, version, 1
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), int64(len(r.all)+1))
-		r.wire = newB42Wire(r.kit, r.fail)
-		r.all = append(r.all, r.wire)
-		return r.wire, nil
-	}, &opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	return r
-}
-
-func (r *b42Rig) setFail(f func(method, uri string, n int) bool) {
-	r.mu.Lock()
-	r.fail = f
-	all := r.all
-	r.mu.Unlock()
-	for _, w := range all {
-		w.setFail(f)
-	}
-}
-
-func (r *b42Rig) requests(method string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, w := range r.all {
-		n += w.count(method)
-	}
-	return n
-}
-
-func b42Open(s mcpsync.SubscriptionState) bool {
-	return s == mcpsync.StateActive || s == mcpsync.StateVersionAccepted || s == mcpsync.StateTombstonePending
-}
-
-// b42Check checks, after things settled, every URI of uris: one that must
-// be watched (mustOpen) is open in the current session, in push mode with
-// the server notifying it, or polling with a reason, and serves the
-// server's current content; one that must not (mustClosed) is not open;
-// one that is not open is not subscribed on the server.
-func (r *b42Rig) check(uris []string, mustOpen, mustClosed map[string]bool) {
-	t := r.t
-	t.Helper()
-	for _, u := range uris {
-		r.srv.Set(u, "text/markdown", "v2")
-	}
-	for range 7 {
-		time.Sleep(time.Minute)
-		quiesce()
-	}
-	gen := r.c.Health().SessionGeneration
-	var bad []string
-	opened := 0
-	for _, u := range uris {
-		sub, err := r.c.Engine().Subscription(u)
-		open := err == nil && sub.SessionGeneration == gen && b42Open(sub.State)
-		e, lerr := r.c.Lookup(u)
-		text := ""
-		if lerr == nil && len(e.Contents) > 0 {
-			text = e.Contents[0].Text
-		}
-		desc := fmt.Sprintf("%s: %s %s (%q) session %d/%d, serves %q (err %v) degraded %q, server subscribed %v",
-			u, sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, text, lerr, e.Degraded, r.srv.Subscribed(u))
-		switch {
-		case mustOpen[u] && !open:
-			bad = append(bad, "watched but not open: "+desc)
-		case mustClosed[u] && open:
-			bad = append(bad, "unsubscribed but open: "+desc)
-		case open && text != "v2":
-			bad = append(bad, "open but stale: "+desc)
-		case open && sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(u):
-			bad = append(bad, "push but not notified: "+desc)
-		case open && sub.Mode == mcpsync.ModePoll && sub.ModeReason == "":
-			bad = append(bad, "polled without a reason: "+desc)
-		case !open && r.srv.Subscribed(u):
-			bad = append(bad, "not open but notified: "+desc)
-		}
-		if open {
-			opened++
-		}
-	}
-	t.Logf("%d of %d open after settling", opened, len(uris))
-	if len(bad) > 10 {
-		bad = append(bad[:10], fmt.Sprintf("... and %d more", len(bad)-10))
-	}
-	require.Empty(t, bad)
-}
 
 // SubscribeAll of 200 URIs while the server fails every 7th subscribe,
 // listen and unsubscribe request; then half of them are Unsubscribed
@@ -142,7 +26,7 @@ func TestBreak42ScaleSubscribeAllUnsubscribeHalfWithFaults(t *testing.T) {
 					for i := range uris {
 						uris[i] = fmt.Sprintf("file:///b42/scale/%03d.md", i)
 					}
-					r := newB42Rig(t, w.version, mcpsync.ClientOptions{}, uris)
+					r := buildRig(t, w, rigConfig{uris: uris})
 					faulty := func(method, _ string, k int) bool {
 						switch method {
 						case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe), string(mcp.MethodSubscriptionsListen):
@@ -150,7 +34,7 @@ func TestBreak42ScaleSubscribeAllUnsubscribeHalfWithFaults(t *testing.T) {
 						}
 						return false
 					}
-					r.setFail(faulty)
+					r.wire.refuseWhen(faulty)
 					_, err := r.c.SubscribeAll(t.Context(), uris)
 					t.Logf("SubscribeAll: %v", err != nil)
 					quiesce()
@@ -191,7 +75,7 @@ func TestBreak42ScaleSubscribeAllUnsubscribeHalfWithFaults(t *testing.T) {
 					quiesce()
 					time.Sleep(10 * time.Minute)
 					quiesce()
-					r.setFail(nil)
+					r.wire.refuseWhen(nil)
 					for range 30 {
 						time.Sleep(time.Minute)
 						quiesce()
@@ -203,7 +87,7 @@ func TestBreak42ScaleSubscribeAllUnsubscribeHalfWithFaults(t *testing.T) {
 							}
 						}
 					}()
-					r.check(uris, mustOpen, mustClosed)
+					r.requireWhereLeft(uris, mustOpen, mustClosed)
 				})
 			})
 		}

@@ -33,21 +33,18 @@ func TestBreak42LegacyReconcileOtherSpellingLeftOnServer(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
 		quiesce()
-		b33Drain(r)
 
 		sub, err := r.c.Subscribe(t.Context(), b)
 		require.NoError(t, err)
 		t.Logf("B: %s %s", sub.State, sub.Mode)
 		quiesce()
-		b33Drain(r)
 		hold.Release()
 		quiesce()
-		b33Drain(r)
 		t.Logf("while B watched: server subscribed A %v, B %v; subscribe calls %d", r.srv.Subscribed(a), r.srv.Subscribed(b), r.srv.SubscribeCalls())
 
 		_, err = r.c.Unsubscribe(t.Context(), b)
 		require.NoError(t, err)
-		b33Wait(r)
+		r.sixRevalidations()
 		require.False(t, r.srv.Subscribed(b), "B")
 		require.False(t, r.srv.Subscribed(a),
 			"half an hour after the URI's Unsubscribe, the server still notifies spelling %s, which nobody watches", a)

@@ -10,8 +10,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcpsync/mcpsync"
 )
 
 // 2025-11-25, stress on the exit of the one reconcileServer loop per URI.
@@ -32,10 +30,8 @@ func TestBreak43PassingLegacyReconcileLoopExitRace(t *testing.T) {
 		for i := range uris {
 			uris[i] = fmt.Sprintf("file:///b43/exit/%03d.md", i)
 		}
-		r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, uris)
-		r.mu.Lock()
-		kit := r.kit
-		r.mu.Unlock()
+		r := buildRig(t, eras[0], rigConfig{uris: uris})
+		kit := r.faults()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		cancelled := map[string]bool{}
@@ -67,7 +63,7 @@ func TestBreak43PassingLegacyReconcileLoopExitRace(t *testing.T) {
 				left = append(left, fmt.Sprintf("%s (%s %s)", u, sub.State, sub.Mode))
 			}
 		}
-		t.Logf("%d Subscribes cancelled; unsubscribes sent: %d", len(cancelled), r.requests(string(mcp.MethodResourcesUnsubscribe)))
+		t.Logf("%d Subscribes cancelled; unsubscribes sent: %d", len(cancelled), r.wire.requests(string(mcp.MethodResourcesUnsubscribe)))
 		require.Empty(t, left, "unwatched URIs the server still notifies, 10 minutes after their Subscribes were cancelled")
 	})
 }

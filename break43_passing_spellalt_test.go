@@ -36,8 +36,8 @@ func TestBreak43PassingLegacySpellingsAlternateWithFailures(t *testing.T) {
 		for _, failing := range []string{"unsub", "both"} {
 			t.Run(fmt.Sprintf("%s/%s", p.name, failing), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, []string{a, b})
-					r.setFail(func(method, _ string, n int) bool {
+					r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
+					r.wire.refuseWhen(func(method, _ string, n int) bool {
 						switch method {
 						case string(mcp.MethodResourcesUnsubscribe):
 							return true
@@ -64,7 +64,7 @@ func TestBreak43PassingLegacySpellingsAlternateWithFailures(t *testing.T) {
 					}
 					time.Sleep(5 * time.Minute)
 					quiesce()
-					r.setFail(nil)
+					r.wire.refuseWhen(nil)
 					for range 10 {
 						time.Sleep(time.Minute)
 						quiesce()
@@ -93,7 +93,7 @@ func TestBreak43PassingLegacySpellingsAlternateWithFailures(t *testing.T) {
 						require.True(t, r.srv.Subscribed(p.last), "push but not notified: "+desc)
 					}
 					if p.last != "" {
-						require.True(t, b42Open(sub.State), desc)
+						require.True(t, generationOpen(sub.State), desc)
 						require.True(t, push || sub.ModeReason != "", desc)
 						require.Equal(t, "v2", text, desc)
 					}

@@ -26,16 +26,14 @@ import (
 func TestBreak43LegacyLateUnsubscribeResubscribeRefusedStaysPush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b43/resub/x.md"
-		r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, []string{x})
+		r := buildRig(t, eras[0], rigConfig{uris: []string{x}})
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePush, sub.Mode)
 		quiesce()
 		require.True(t, r.srv.Subscribed(x))
 
-		r.mu.Lock()
-		kit := r.kit
-		r.mu.Unlock()
+		kit := r.faults()
 		hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), x)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -53,7 +51,7 @@ func TestBreak43LegacyLateUnsubscribeResubscribeRefusedStaysPush(t *testing.T) {
 		t.Logf("Subscribe again: %s %s", sub.State, sub.Mode)
 		quiesce()
 
-		r.setFail(func(method, uri string, _ int) bool {
+		r.wire.refuseWhen(func(method, uri string, _ int) bool {
 			return method == string(mcp.MethodResourcesSubscribe) && uri == x
 		})
 		hold.Release()
@@ -64,7 +62,7 @@ func TestBreak43LegacyLateUnsubscribeResubscribeRefusedStaysPush(t *testing.T) {
 			time.Sleep(time.Minute)
 			quiesce()
 		}
-		before := r.requests(string(mcp.MethodResourcesSubscribe))
+		before := r.wire.requests(string(mcp.MethodResourcesSubscribe))
 		r.srv.Set(x, "text/markdown", "v2")
 		time.Sleep(time.Minute)
 		quiesce()
@@ -74,7 +72,7 @@ func TestBreak43LegacyLateUnsubscribeResubscribeRefusedStaysPush(t *testing.T) {
 		require.NoError(t, lerr)
 		t.Logf("x: %s %s reason %q; server subscribed %v; serves %q degraded %q; subscribes sent %d (%d in the last minute)",
 			sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(x), e.Contents[0].Text, e.Degraded,
-			r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
+			r.wire.requests(string(mcp.MethodResourcesSubscribe)), r.wire.requests(string(mcp.MethodResourcesSubscribe))-before)
 		if sub.Mode == mcpsync.ModePush {
 			require.True(t, r.srv.Subscribed(x),
 				"x is in push mode (reason %q) but the server does not notify it, 21 minutes after the re-subscribe started failing", sub.ModeReason)

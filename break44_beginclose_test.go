@@ -16,19 +16,17 @@ import (
 // in push mode on an acknowledged stream the server keeps, not degraded.
 func TestBreak44PassingModernReestablishBeginCloseFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		r := newB33Rig(t, eras[1], l, &errs)
+		r := newLedgerRig(t, eras[1])
 		r.subscribe()
-		l.armCAS(1, func(_ string, next *mcpsync.Record) bool { return next.State == mcpsync.StateUnsubscribing })
+		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second)
 		quiesce()
-		require.Equal(t, 1, l.failures(), "the write was refused")
-		b33Told(t, r.c, &errs, faultURI)
+		require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+		r.requireToldReopen(faultURI)
 		r.srv.Set(faultURI, "text/markdown", "v2")
-		b33Wait(r)
-		b33Healed(t, r.c, faultURI, "v2")
+		r.sixRevalidations()
+		r.requireHealed(faultURI, "v2")
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePush, sub.Mode)

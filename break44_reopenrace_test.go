@@ -18,15 +18,13 @@ import (
 // resources/unsubscribe removed it on the server while the caller watches it
 // again in push mode, and releases it once fail is installed: the settling
 // queues reconcileServer, whose resources/subscribe meets fail.
-func b44LateUnsub(t *testing.T, r *b42Rig, a string, fail func(method, uri string, n int) bool) {
+func b44LateUnsub(t *testing.T, r *rig, a string, fail func(method, uri string, n int) bool) {
 	t.Helper()
 	sub, err := r.c.Subscribe(t.Context(), a)
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.ModePush, sub.Mode)
 	quiesce()
-	r.mu.Lock()
-	kit := r.kit
-	r.mu.Unlock()
+	kit := r.faults()
 	hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), a)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -42,7 +40,7 @@ func b44LateUnsub(t *testing.T, r *b42Rig, a string, fail func(method, uri strin
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.ModePush, sub.Mode)
 	quiesce()
-	r.setFail(fail)
+	r.wire.refuseWhen(fail)
 	hold.Release()
 	quiesce()
 }
@@ -55,33 +53,33 @@ func TestBreak44PassingLegacyReopenRacesCaller(t *testing.T) {
 	const a, b = "file:///b44/race/x.md", "file:///b44/race/%78.md"
 	cases := []struct {
 		name    string
-		act     func(r *b42Rig) // run when the reconcile's subscribe goes out
-		refuseB bool            // the server refuses b's subscribes too
-		watched string          // the spelling watched at the end, "" for none
+		act     func(r *rig) // run when the reconcile's subscribe goes out
+		refuseB bool         // the server refuses b's subscribes too
+		watched string       // the spelling watched at the end, "" for none
 		reconn  bool
 	}{
 		{name: "transient", act: nil, watched: a},
-		{name: "unsubscribe", act: func(r *b42Rig) { _, _ = r.c.Unsubscribe(context.Background(), a) }, watched: ""},
-		{name: "unsubscribe+subscribe-other-spelling", act: func(r *b42Rig) {
+		{name: "unsubscribe", act: func(r *rig) { _, _ = r.c.Unsubscribe(context.Background(), a) }, watched: ""},
+		{name: "unsubscribe+subscribe-other-spelling", act: func(r *rig) {
 			_, _ = r.c.Unsubscribe(context.Background(), a)
 			_, _ = r.c.Subscribe(context.Background(), b)
 		}, watched: b},
-		{name: "unsubscribe+subscribe-other-spelling-refused", act: func(r *b42Rig) {
+		{name: "unsubscribe+subscribe-other-spelling-refused", act: func(r *rig) {
 			_, _ = r.c.Unsubscribe(context.Background(), a)
 			_, _ = r.c.Subscribe(context.Background(), b)
 		}, refuseB: true, watched: b},
-		{name: "unsubscribe+subscribe-same", act: func(r *b42Rig) {
+		{name: "unsubscribe+subscribe-same", act: func(r *rig) {
 			_, _ = r.c.Unsubscribe(context.Background(), a)
 			_, _ = r.c.Subscribe(context.Background(), a)
 		}, watched: a},
-		{name: "reconnect", act: func(r *b42Rig) { _ = r.c.Reconnect(context.Background()) }, watched: a, reconn: true},
-		{name: "subscribe-other-spelling", act: func(r *b42Rig) { _, _ = r.c.Subscribe(context.Background(), b) }, watched: a},
+		{name: "reconnect", act: func(r *rig) { _ = r.c.Reconnect(context.Background()) }, watched: a, reconn: true},
+		{name: "subscribe-other-spelling", act: func(r *rig) { _, _ = r.c.Subscribe(context.Background(), b) }, watched: a},
 	}
 	for _, tc := range cases {
 		for _, steady := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/steady=%v", tc.name, steady), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, []string{a, b})
+					r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
 					var wg sync.WaitGroup
 					var once sync.Once
 					fail := func(method, uri string, _ int) bool {
@@ -109,14 +107,14 @@ func TestBreak44PassingLegacyReopenRacesCaller(t *testing.T) {
 						time.Sleep(time.Minute)
 						quiesce()
 					}
-					subs := r.requests(string(mcp.MethodResourcesSubscribe))
-					unsubs := r.requests(string(mcp.MethodResourcesUnsubscribe))
+					subs := r.wire.requests(string(mcp.MethodResourcesSubscribe))
+					unsubs := r.wire.requests(string(mcp.MethodResourcesUnsubscribe))
 					for range 10 {
 						time.Sleep(time.Minute)
 						quiesce()
 					}
-					subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
-					unsubs = r.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
+					subs = r.wire.requests(string(mcp.MethodResourcesSubscribe)) - subs
+					unsubs = r.wire.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
 					r.srv.Set(a, "text/markdown", "v2")
 					r.srv.Set(b, "text/markdown", "v2")
 					for range 7 {
@@ -131,7 +129,7 @@ func TestBreak44PassingLegacyReopenRacesCaller(t *testing.T) {
 					if lerr == nil && len(e.Contents) > 0 {
 						text = e.Contents[0].Text
 					}
-					open := sub.SessionGeneration == gen && b42Open(sub.State)
+					open := sub.SessionGeneration == gen && generationOpen(sub.State)
 					desc := fmt.Sprintf("key: %s %s %q session %d/%d; server a %v b %v; serves %q degraded %q; in the quiet 10 min: %d subscribes, %d unsubscribes",
 						sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, r.srv.Subscribed(a), r.srv.Subscribed(b), text, e.Degraded, subs, unsubs)
 					t.Log(desc)
@@ -177,54 +175,48 @@ func TestBreak44LegacyReopenLedgerWriteFails(t *testing.T) {
 	matchers := append([]struct {
 		name  string
 		match func(string, *mcpsync.Record) bool
-	}{{"begin-close", func(_ string, next *mcpsync.Record) bool {
-		return next.State == mcpsync.StateUnsubscribing
-	}}}, b33Matchers...)
+	}{{"begin-close", writeTo(mcpsync.StateUnsubscribing)}}, reopenWrites...)
 	for _, m := range matchers {
 		t.Run(m.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := newB33Ledger()
-				var errs b33Errors
-				eng, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
-				require.NoError(t, err)
-				r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{Engine: eng, OnError: errs.add}, []string{a})
+				r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
 				var armed sync.Once
 				b44LateUnsub(t, r, a, func(method, uri string, _ int) bool {
 					if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-						armed.Do(func() { l.armCAS(1, m.match) })
+						armed.Do(func() { r.ledger.failWrites(1, m.match) })
 						return true
 					}
 					return false
 				})
-				t.Logf("ledger failures: %d", l.failures())
+				t.Logf("ledger failures: %d", r.ledger.failures())
 				sub, _ := r.c.Engine().Subscription(a)
 				e, _ := r.c.Lookup(a)
 				t.Logf("right after: %s %s %q degraded %q", sub.State, sub.Mode, sub.ModeReason, e.Degraded)
-				if l.failures() > 0 {
-					b33Told(t, r.c, &errs, a)
+				if r.ledger.failures() > 0 {
+					r.requireToldReopen(a)
 				}
 				for range 10 {
 					time.Sleep(time.Minute)
 					quiesce()
 				}
-				subs := r.requests(string(mcp.MethodResourcesSubscribe))
+				subs := r.wire.requests(string(mcp.MethodResourcesSubscribe))
 				for range 10 {
 					time.Sleep(time.Minute)
 					quiesce()
 				}
-				subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
+				subs = r.wire.requests(string(mcp.MethodResourcesSubscribe)) - subs
 				r.srv.Set(a, "text/markdown", "v2")
 				for range 7 {
 					time.Sleep(time.Minute)
 					quiesce()
 				}
-				sub, err = r.c.Engine().Subscription(a)
+				sub, err := r.c.Engine().Subscription(a)
 				require.NoError(t, err)
 				t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
 					sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, sub.SubscriptionGeneration, r.srv.Subscribed(a), subs)
 				require.LessOrEqual(t, subs, 1)
-				require.Equal(t, 1, l.failures(), "the write was refused")
-				b33Healed(t, r.c, a, "v2")
+				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+				r.requireHealed(a, "v2")
 				if sub.Mode == mcpsync.ModePush {
 					require.True(t, r.srv.Subscribed(a), "push but not notified")
 				} else {
@@ -241,7 +233,7 @@ func TestBreak44LegacyReopenLedgerWriteFails(t *testing.T) {
 func TestBreak44PassingLegacyReopenRacesClose(t *testing.T) {
 	const a = "file:///b44/close/x.md"
 	synctest.Test(t, func(t *testing.T) {
-		r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, []string{a})
+		r := buildRig(t, eras[0], rigConfig{uris: []string{a}})
 		var wg sync.WaitGroup
 		var once sync.Once
 		closed := make(chan error, 1)
@@ -266,7 +258,7 @@ func TestBreak44PassingLegacyReopenRacesClose(t *testing.T) {
 func TestBreak44PassingLegacyReopenOfDeleted(t *testing.T) {
 	const a = "file:///b44/deleted/x.md"
 	synctest.Test(t, func(t *testing.T) {
-		r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, []string{a})
+		r := buildRig(t, eras[0], rigConfig{uris: []string{a}})
 		b44LateUnsub(t, r, a, func(method, uri string, _ int) bool {
 			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
 				r.srv.Delete(a)
@@ -310,16 +302,12 @@ func TestBreak44PassingLegacyReopenOfDeleted(t *testing.T) {
 func TestBreak44LegacyDegradedWhileReconcileRetries(t *testing.T) {
 	const a = "file:///b44/ledger/y.md"
 	synctest.Test(t, func(t *testing.T) {
-		l := newB33Ledger()
-		var errs b33Errors
-		eng, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
-		require.NoError(t, err)
-		r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{Engine: eng, OnError: errs.add}, []string{a})
-		beginClose := func(_ string, next *mcpsync.Record) bool { return next.State == mcpsync.StateUnsubscribing }
+		r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
+		beginClose := writeTo(mcpsync.StateUnsubscribing)
 		var armed sync.Once
 		b44LateUnsub(t, r, a, func(method, uri string, _ int) bool {
 			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-				armed.Do(func() { l.armCAS(1<<20, beginClose) })
+				armed.Do(func() { r.ledger.failWrites(1<<20, beginClose) })
 				return true
 			}
 			return false
@@ -332,9 +320,9 @@ func TestBreak44LegacyDegradedWhileReconcileRetries(t *testing.T) {
 			e, err := r.c.Lookup(a)
 			require.NoError(t, err)
 			require.False(t, sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(a) && e.Degraded == "",
-				"%s in push mode, not subscribed on the server, and Lookup says nothing (ledger failures %d)", a, l.failures())
+				"%s in push mode, not subscribed on the server, and Lookup says nothing (ledger failures %d)", a, r.ledger.failures())
 		}
-		l.armCAS(0, nil)
+		r.ledger.failWrites(0, nil)
 		for range 12 {
 			time.Sleep(time.Minute)
 			quiesce()
@@ -344,6 +332,6 @@ func TestBreak44LegacyDegradedWhileReconcileRetries(t *testing.T) {
 			time.Sleep(time.Minute)
 			quiesce()
 		}
-		b33Healed(t, r.c, a, "v2")
+		r.requireHealed(a, "v2")
 	})
 }

@@ -29,14 +29,12 @@ import (
 func TestBreak45LegacyInlineReopenRacesReconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b45/inline/x.md"
-		r := newB42Rig(t, "2025-11-25", mcpsync.ClientOptions{}, []string{x})
+		r := buildRig(t, eras[0], rigConfig{uris: []string{x}})
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePush, sub.Mode)
 		quiesce()
-		r.mu.Lock()
-		kit := r.kit
-		r.mu.Unlock()
+		kit := r.faults()
 		hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), x)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -69,7 +67,7 @@ func TestBreak45LegacyInlineReopenRacesReconnect(t *testing.T) {
 		require.NoError(t, lerr)
 		t.Logf("just after: x %s %s %q session %d/%d; server subscribed %v; degraded %q",
 			sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, r.srv.Subscribed(x), e.Degraded)
-		openNow := sub.SessionGeneration == gen && b42Open(sub.State)
+		openNow := sub.SessionGeneration == gen && generationOpen(sub.State)
 		if !openNow {
 			if e.Degraded == "" {
 				t.Errorf("x is not open in the current session (%s, session %d/%d) and Lookup says nothing", sub.State, sub.SessionGeneration, gen)
@@ -92,7 +90,7 @@ func TestBreak45LegacyInlineReopenRacesReconnect(t *testing.T) {
 		for i := range 30 {
 			time.Sleep(time.Minute)
 			quiesce()
-			if s, _ := r.c.Engine().Subscription(x); b42Open(s.State) {
+			if s, _ := r.c.Engine().Subscription(x); generationOpen(s.State) {
 				t.Logf("x open again after %d min", i+1)
 				break
 			}
@@ -111,7 +109,7 @@ func TestBreak45LegacyInlineReopenRacesReconnect(t *testing.T) {
 		}
 		t.Logf("after a minute: %s session %d/%d server subscribed %v", desc(), sub.SessionGeneration, gen, r.srv.Subscribed(x))
 		require.Equal(t, gen, sub.SessionGeneration, desc())
-		require.True(t, b42Open(sub.State), desc())
+		require.True(t, generationOpen(sub.State), desc())
 		if sub.Mode == mcpsync.ModePush {
 			require.True(t, r.srv.Subscribed(x), desc())
 		}

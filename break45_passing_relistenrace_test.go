@@ -25,14 +25,14 @@ func TestBreak45PassingModernSubscribeAllRacesSubscribeRefused(t *testing.T) {
 	for _, steady := range []bool{false, true} {
 		t.Run(fmt.Sprintf("steady=%v", steady), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := newB42Rig(t, "2026-07-28", mcpsync.ClientOptions{}, []string{x, y})
+				r := buildRig(t, eras[1], rigConfig{uris: []string{x, y}})
 				sub, err := r.c.Subscribe(t.Context(), x)
 				require.NoError(t, err)
 				require.Equal(t, mcpsync.ModePush, sub.Mode)
 				quiesce()
 				var mu sync.Mutex
 				refused := 0
-				r.setFail(func(method, _ string, _ int) bool {
+				r.wire.refuseWhen(func(method, _ string, _ int) bool {
 					if method != string(mcp.MethodSubscriptionsListen) {
 						return false
 					}
@@ -50,7 +50,7 @@ func TestBreak45PassingModernSubscribeAllRacesSubscribeRefused(t *testing.T) {
 				wg.Wait()
 				quiesce()
 				if steady {
-					r.setFail(nil)
+					r.wire.refuseWhen(nil)
 				}
 				r.srv.Set(x, "text/markdown", "v2")
 				r.srv.Set(y, "text/markdown", "v2")
@@ -66,7 +66,7 @@ func TestBreak45PassingModernSubscribeAllRacesSubscribeRefused(t *testing.T) {
 					require.NoError(t, lerr)
 					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
 					t.Log(desc)
-					require.True(t, s.SessionGeneration == gen && b42Open(s.State), desc)
+					require.True(t, s.SessionGeneration == gen && generationOpen(s.State), desc)
 					if s.Mode == mcpsync.ModePush {
 						require.True(t, r.srv.Subscribed(u), desc)
 					} else {

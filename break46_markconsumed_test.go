@@ -3,106 +3,15 @@ package mcpsync_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-// b46Wire parks requests the hook chooses (outside any lock) and forwards
-// them, once released, with their context's cancellation ignored (a
-// listen stream excepted, which ends with the client): the request was on
-// its way, and the server answers it.
-type b46Wire struct {
-	transport.Interface
-	n    int
-	hook func(conn int, method, uri string) chan struct{}
-}
-
-func (w *b46Wire) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	if w.hook != nil {
-		if ch := w.hook(w.n, req.Method, b42URI(req.Params)); ch != nil {
-			<-ch
-			if req.Method == string(mcp.MethodSubscriptionsListen) {
-				// A stream lives on the client's context, not the
-				// caller's, and must end with the client.
-				return w.Interface.SendRequest(ctx, req)
-			}
-			return w.Interface.SendRequest(context.WithoutCancel(ctx), req)
-		}
-	}
-	return w.Interface.SendRequest(ctx, req)
-}
-
-type b46Rig struct {
-	srv  *mcpsynctest.Server
-	c    *mcpsync.Client
-	mu   sync.Mutex
-	n    int
-	hook func(conn int, method, uri string) chan struct{}
-}
-
-// parkTwo parks the first two requests of method on the second connection
-// (the one a Reconnect opens): each, as it arrives, names its URI on
-// arrived1 or arrived2 and waits until h1 or h2 is closed.
-func (r *b46Rig) parkTwo(method string) (h1, h2 chan struct{}, arrived1, arrived2 chan string) {
-	h1, h2 = make(chan struct{}), make(chan struct{})
-	arrived1, arrived2 = make(chan string, 1), make(chan string, 1)
-	seen := 0
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.hook = func(conn int, m, u string) chan struct{} {
-		if conn != 2 || m != method {
-			return nil
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		seen++
-		switch seen {
-		case 1:
-			arrived1 <- u
-			return h1
-		case 2:
-			arrived2 <- u
-			return h2
-		}
-		return nil
-	}
-	return h1, h2, arrived1, arrived2
-}
-
-func newB46Rig(t *testing.T, version string, uris ...string) *b46Rig {
-	r := &b46Rig{srv: mcpsynctest.NewServer(nil)}
-	for _, u := range uris {
-		r.srv.Set(u, "text/markdown", "v1")
-	}
-	opts := mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, Seed: 1}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.n++
-		return &b46Wire{Interface: r.srv.NewInProcessTransport(), n: r.n, hook: func(conn int, m, u string) chan struct{} {
-			r.mu.Lock()
-			h := r.hook
-			r.mu.Unlock()
-			if h == nil {
-				return nil
-			}
-			return h(conn, m, u)
-		}}, nil
-	}, &opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	return r
-}
 
 // x and y are watched. A Reconnect re-subscribes them one by one; the
 // first one's request is parked. Meanwhile a second caller Subscribes the
@@ -121,7 +30,7 @@ func TestBreak46HadSubscribeCancelledConsumesReconnectMark(t *testing.T) {
 		t.Run(era.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const x, y = "file:///b46/mark/x.md", "file:///b46/mark/y.md"
-				r := newB46Rig(t, era.version, x, y)
+				r := buildRig(t, wiring{name: era.name, version: era.version}, rigConfig{uris: []string{x, y}})
 				_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
 				require.NoError(t, err)
 				quiesce()
@@ -201,7 +110,7 @@ func TestBreak46HadSubscribeCancelledConsumesReconnectMark(t *testing.T) {
 					e, _ := r.c.Lookup(u)
 					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
 					t.Logf("12 min after: %s", desc)
-					if !(s.SessionGeneration == gen && b42Open(s.State)) || e.Contents[0].Text != "v2" {
+					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "not healed: "+desc)
 					} else if s.Mode == mcpsync.ModePush && !r.srv.Subscribed(u) {
 						bad = append(bad, "push but not notified: "+desc)

@@ -30,7 +30,7 @@ func TestBreak47AsyncResubscribeRaces(t *testing.T) {
 			t.Run(era.name+"/"+mode, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					const x, y, z = "file:///b47/x.md", "file:///b47/y.md", "file:///b47/z.md"
-					r := newB46Rig(t, era.version, x, y, z)
+					r := buildRig(t, wiring{name: era.name, version: era.version}, rigConfig{uris: []string{x, y, z}})
 					_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
 					require.NoError(t, err)
 					quiesce()
@@ -89,13 +89,13 @@ func TestBreak47AsyncResubscribeRaces(t *testing.T) {
 					e, _ := r.c.Lookup(keep)
 					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", keep, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(keep), e.Contents[0].Text, e.Degraded)
 					t.Logf("kept: %s", desc)
-					if !(s.SessionGeneration == gen && b42Open(s.State)) || e.Contents[0].Text != "v2" {
+					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "watched URI not healed: "+desc)
 					}
 					ts, _ := r.c.Engine().Subscription(target)
 					desc = fmt.Sprintf("%s: %s %s session %d/%d server %v", target, ts.State, ts.Mode, ts.SessionGeneration, gen, r.srv.Subscribed(target))
 					t.Logf("unwatched: %s", desc)
-					if b42Open(ts.State) && ts.SessionGeneration == gen {
+					if generationOpen(ts.State) && ts.SessionGeneration == gen {
 						bad = append(bad, "unwatched URI open again: "+desc)
 					}
 					if r.srv.Subscribed(target) {

@@ -18,11 +18,9 @@ func TestBreak47SteadyFailureRepeatedReconnects(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := newB33Ledger()
-				var errs b33Errors
-				r := newB33Rig(t, w, l, &errs)
+				r := newLedgerRig(t, w)
 				r.subscribe()
-				l.armCAS(1<<20, b33OpeningWrite)
+				r.ledger.failWrites(1<<20, openingWrite)
 				const rounds = 20
 				for range rounds {
 					done := make(chan struct{}, 4)
@@ -39,23 +37,21 @@ func TestBreak47SteadyFailureRepeatedReconnects(t *testing.T) {
 						<-done
 					}
 					quiesce()
-					b33Drain(r)
 				}
-				f := l.failures()
-				t.Logf("failed writes after %d rounds: %d; errors told: %d", rounds, f, len(errs.list()))
+				f := r.ledger.failures()
+				t.Logf("failed writes after %d rounds: %d; errors told: %d", rounds, f, len(r.errs.list()))
 				time.Sleep(30 * time.Second)
 				quiesce()
-				b33Drain(r)
-				f2 := l.failures()
+				f2 := r.ledger.failures()
 				t.Logf("failed writes 30s later: %d", f2)
 				require.LessOrEqual(t, f2, 20*rounds, "ledger write storm")
 				e, err := r.c.Lookup(faultURI)
 				require.NoError(t, err)
 				require.NotEmpty(t, e.Degraded, "URI not open and not degraded")
-				l.armCAS(0, nil)
+				r.ledger.failWrites(0, nil)
 				r.srv.Set(faultURI, "text/markdown", "v2")
-				b33Wait(r)
-				b33Healed(t, r.c, faultURI, "v2")
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v2")
 			})
 		})
 	}
