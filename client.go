@@ -9,7 +9,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
+	"github.com/mcpsync/mcpsync/internal/workqueue"
 )
 
 // SchemaCapabilityReceipt is the schema of capability receipts.
@@ -233,10 +233,10 @@ type Client struct {
 	closed  bool
 	rng     *rand.Rand
 
-	// keys serializes the subscribe, unsubscribe and resubscribe of one
-	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
-	// Subscribe that raced it.
-	keys    keyLocks
+	// queue holds the keys the controller must look at (controller.go);
+	// retry is the one backoff of the session layer.
+	queue   *workqueue.Queue[string]
+	retry   retryPolicy
 	metrics *metrics // write-once at Connect
 	errs    errorQueue
 	// paced limits the rate of reads with trigger reconnect.
@@ -256,9 +256,11 @@ type Client struct {
 	// client's side (a framing violation), kept for SessionErr once healing
 	// replaced it; protected by mu.
 	endedBy error
-	// resync marks keys a reconnect found held by someone else; the holder
-	// opens them in the current session before it lets go (settle).
-	resync map[string]bool // protected by mu
+	// epochs counts the caller's changes of each key's intent, waiters the
+	// callers waiting for a pass over each key (controller.go); protected by
+	// mu.
+	epochs  map[string]uint64
+	waiters map[string][]*waiter
 	// abandoned holds, by key, the generation (session and subscription)
 	// an Unsubscribe let go of without closing it: the URI's lease had
 	// moved, so the close could not be written. Should the lease come
@@ -313,16 +315,17 @@ type connection struct {
 	// given up on some, which can still reach the server after requests
 	// sent later.
 	unsettled map[string]int
-	// reconcile marks URIs whose server-side subscription must be put
-	// right once their requests are all settled: one was abandoned, or an
-	// unsubscribe had to wait for them.
-	reconcile map[string]bool
-	// reconciling marks URIs a reconcileServer loop runs for: 1, or 2
-	// when it was asked again meanwhile and makes one more pass.
-	reconciling map[string]int
-	want        []string        // URIs the next listen stream must carry, in the order wanted
-	wanted      map[string]bool // the same URIs, to look one up
-	wantEdits   uint64          // changes to want so far
+	// putRights holds, per key, the spellings whose server-side
+	// subscription its next pass must put right (putRight), once their
+	// requests are all settled: one was abandoned, an unsubscribe had to
+	// wait for them or failed.
+	putRights map[string]map[string]bool
+	// held marks spellings whose put-right waits for requests still out:
+	// the last to settle marks the key.
+	held      map[string]bool
+	want      []string        // URIs the next listen stream must carry, in the order wanted
+	wanted    map[string]bool // the same URIs, to look one up
+	wantEdits uint64          // changes to want so far
 	// listenAcked is when the newest acknowledged stream was acknowledged,
 	// listenTook how long it took from request to acknowledgement.
 	listenAcked time.Time
@@ -340,8 +343,10 @@ type connection struct {
 	gapSince  time.Time // the oldest replacement whose gap is unread
 	gapLast   time.Time // the newest one
 	// ends paces the re-establishment of streams the server ended; nil
-	// again once a stream is acknowledged.
-	ends *backoff.ExponentialBackOff
+	// again once a stream is acknowledged. reopenAt is when the URIs of
+	// the newest one ended may be opened anew.
+	ends     *backoff.ExponentialBackOff
+	reopenAt time.Time
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
@@ -349,6 +354,16 @@ type connection struct {
 // Client.sched.
 type watch struct {
 	raw string
+	// opened is set once the watch was opened: later openings read with
+	// TriggerReconnect. tick is the periodic read due at the key's next
+	// pass, asked that a caller's Subscribe asked for it (a tombstoned
+	// generation is opened anew only then). Protected by Client.mu.
+	opened bool
+	tick   Trigger
+	asked  bool
+	// toldAt is when OnError was last told that the key could not be
+	// opened (reopenFailed); protected by Client.mu.
+	toldAt time.Time
 	// retryAt and retries pace retryPush, pushedAt is when it was last
 	// activated in push mode; protected by Client.mu.
 	retryAt, pushedAt time.Time
@@ -360,73 +375,6 @@ type watch struct {
 
 func newWatch(key, raw string) *watch {
 	return &watch{raw: raw, position: position(key)}
-}
-
-// keyLocks is a mutex per key, dropped when nobody holds or waits for it.
-type keyLocks struct {
-	mu    sync.Mutex // protects locks
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sem  chan struct{} // holds a token while the key is locked
-	refs int           // holders and waiters; protected by keyLocks.mu
-}
-
-// tryLock locks key if nobody holds or waits for it.
-func (k *keyLocks) tryLock(key string) (func(), bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.locks[key] != nil {
-		return nil, false
-	}
-	l := k.add(key)
-	l.sem <- struct{}{} // new, so free
-	return k.unlocker(key, l), true
-}
-
-// lock locks key and returns its unlock, or ctx's error if ctx ends first.
-func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	l := k.add(key)
-	k.mu.Unlock()
-	select {
-	case l.sem <- struct{}{}:
-		return k.unlocker(key, l), nil
-	case <-ctx.Done():
-		k.drop(key, l)
-		return nil, ctx.Err()
-	}
-}
-
-// drop counts one holder or waiter of key less.
-func (k *keyLocks) drop(key string, l *keyLock) {
-	k.mu.Lock()
-	if l.refs--; l.refs == 0 {
-		delete(k.locks, key)
-	}
-	k.mu.Unlock()
-}
-
-// add counts one more holder or waiter of key; k.mu must be held.
-func (k *keyLocks) add(key string) *keyLock {
-	if k.locks == nil {
-		k.locks = make(map[string]*keyLock)
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{sem: make(chan struct{}, 1)}
-		k.locks[key] = l
-	}
-	l.refs++
-	return l
-}
-
-func (k *keyLocks) unlocker(key string, l *keyLock) func() {
-	return func() {
-		<-l.sem
-		k.drop(key, l)
-	}
 }
 
 // wireMethods are the methods whose JSON-RPC errors the client branches on.
@@ -539,7 +487,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c := &Client{
 		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
-		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string), resync: make(map[string]bool),
+		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string),
+		epochs: make(map[string]uint64), waiters: make(map[string][]*waiter),
+		retry:        retryPolicy{initial: o.RetryInitial, max: o.RetryMax},
 		abandoned:    make(map[string][2]uint64),
 		refused:      make(map[string]error),
 		reconnecting: make(chan struct{}, 1),
@@ -559,6 +509,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
 	c.sched.init()
+	c.newQueue()
 	// One Client drives an engine: two would each open, read and close
 	// the same keys in sessions of their own, and fence each other out.
 	if !o.Engine.driver.CompareAndSwap(nil, c) {
@@ -585,6 +536,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.goAsync(c.pump)
 	c.goAsync(c.runSchedule)
+	c.startWorkers()
 	c.startHeartbeat(conn)
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })
@@ -653,7 +605,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	mc := mcpclient.NewClient(wrapped, options...)
 	conn := &connection{
 		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
-		unsettled: make(map[string]int), reconcile: make(map[string]bool), reconciling: make(map[string]int),
+		unsettled: make(map[string]int), putRights: make(map[string]map[string]bool), held: make(map[string]bool),
 	}
 	self.Store(conn)
 	// The handler is installed before Start, so no notification is lost
@@ -769,6 +721,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	// to exit (stdin closed, then SIGTERM).
 	err := conn.mc.Close()
 	c.cancel()
+	c.queue.ShutDown()
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
@@ -846,63 +799,13 @@ func (c *Client) current() (*connection, error) {
 // The subscription is the caller's until Unsubscribe: a Reconnect, even one
 // racing this call, re-establishes it in the new session.
 func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error) {
-	key, err := normalizeKey(uri)
-	if err != nil {
-		return Subscription{}, err
-	}
-	if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
-		return Subscription{}, err // no read of the subject will ever pass the fence
-	}
-	unlock, err := c.keys.lock(ctx, key)
-	if err != nil {
-		return Subscription{}, err
-	}
-	w := newWatch(key, uri)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		unlock()
-		return Subscription{}, ErrClientClosed
-	}
-	_, had := c.watches[key]
-	if !had {
-		c.watches[key] = w
-	}
-	c.mu.Unlock()
-	var sub Subscription
-	err = c.settle(key, unlock, func(conn *connection) error {
-		sub, err = c.subscribe(ctx, conn, key, TriggerInitial)
-		if err != nil && !had && !errors.Is(err, ErrNotFound) {
-			c.mu.Lock()
-			dropped := c.conn == conn
-			if dropped {
-				c.dropWatch(key) // never opened: no intent left behind
-			}
-			c.mu.Unlock()
-			if dropped && conn.era == EraModern {
-				// Nor a stream that goes on carrying it: the next one
-				// leaves it out, and the one open now is replaced once the
-				// key is let go (a SubscribeAll may have put it there).
-				conn.setWanted(uri, false)
-				if conn.wants(uri) {
-					c.goAsync(func() { c.reconcileServer(conn, uri) })
-				}
-			}
-		}
-		return err
-	})
-	if err == nil && c.isClosed() {
-		return sub, ErrClientClosed
-	}
-	return sub, err
+	subs, errs := c.subscribeAll(ctx, []string{uri})
+	return subs[0], errs[0]
 }
 
 // subscribeFailed begins the mode reason of a subscription that polls
 // because the server refused to notify it.
 const subscribeFailed = "subscribe failed: "
-
-// subscribeAllInFlight bounds the Subscribes SubscribeAll runs at once.
-const subscribeAllInFlight = 64
 
 // SubscribeAll subscribes every URI of uris, as Subscribe does each, and
 // returns what Subscribe returned for each, in the same order (the zero
@@ -915,8 +818,8 @@ const subscribeAllInFlight = 64
 // wait for their own stream cost a stream of every URI each; SubscribeAll
 // has the first stream it opens carry all of uris, and the Subscribes
 // after it find theirs acknowledged. Before 2026-07-28 it sends their
-// resources/subscribe requests side by side. Either way at most 64
-// Subscribes run at once.
+// resources/subscribe requests side by side, as many at once as the
+// controller has workers.
 func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscription, error) {
 	subs, errs := c.subscribeAll(ctx, uris)
 	var failed []error
@@ -928,263 +831,10 @@ func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	return subs, errors.Join(failed...)
 }
 
-// subscribeAll is SubscribeAll with the error of each URI apart.
-func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscription, []error) {
-	subs := make([]Subscription, len(uris))
-	errs := make([]error, len(uris))
-	prewanted := c.wantAll(uris)
-	sem := make(chan struct{}, subscribeAllInFlight)
-	var wg sync.WaitGroup
-	for i, uri := range uris {
-		if err := ctx.Err(); err != nil {
-			errs[i] = err
-			continue
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			errs[i] = ctx.Err()
-			continue
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			subs[i], errs[i] = c.Subscribe(ctx, uri)
-		})
-	}
-	wg.Wait()
-	c.unwantUnwatched(prewanted)
-	return subs, errs
-}
-
-// wantAll adds to the listen stream the current 2026-07-28 connection
-// opens next every URI of uris not watched yet, so that the first
-// replacement carries them all, and returns the connection and what it
-// added (none before 2026-07-28, or when the server cannot subscribe).
-// Each is added holding its key, and a key someone holds (a Subscribe or
-// an Unsubscribe under way, whose own stream decides it) is left out.
-func (c *Client) wantAll(uris []string) prewanted {
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if conn == nil || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
-		return prewanted{}
-	}
-	p := prewanted{conn: conn, keys: make(map[string]string)}
-	for _, uri := range uris {
-		key, err := normalizeKey(uri)
-		if err != nil {
-			continue
-		}
-		if _, dup := p.keys[key]; dup {
-			continue
-		}
-		unlock, ok := c.keys.tryLock(key)
-		if !ok {
-			continue
-		}
-		c.mu.Lock()
-		_, watched := c.watches[key]
-		current := c.conn == conn && !c.closed
-		c.mu.Unlock()
-		if !watched && current {
-			p.keys[key] = uri
-			conn.setWanted(uri, true)
-		}
-		c.letGo(key, unlock)
-	}
-	return p
-}
-
-// prewanted is what wantAll added to a connection's wanted URIs: the raw
-// URI of each key.
-type prewanted struct {
-	conn *connection
-	keys map[string]string
-}
-
-// unwantUnwatched takes back from the listen stream what wantAll added
-// for a URI whose Subscribe failed before it was watched, or that another
-// caller watches under another spelling: no caller wants notifications
-// of it under that one. Each is taken back holding its key; one someone
-// holds is theirs to decide.
-func (c *Client) unwantUnwatched(p prewanted) {
-	for key, raw := range p.keys {
-		unlock, ok := c.keys.tryLock(key)
-		if !ok {
-			continue
-		}
-		c.mu.Lock()
-		w := c.watches[key]
-		c.mu.Unlock()
-		if w == nil || w.raw != raw {
-			p.conn.setWanted(raw, false)
-			if p.conn.wants(raw) {
-				// The stream open now carries it: replaced once the key
-				// is let go.
-				c.goAsync(func() { c.reconcileServer(p.conn, raw) })
-			}
-		}
-		c.letGo(key, unlock)
-	}
-}
-
-// settle runs step against the current session, with key locked (unlock
-// releases it), until it ran on the session that is still current and no
-// reconnect asked for key again meanwhile. A reconnect never waits for a
-// locked key: it marks it (resync), and whoever holds the key runs step
-// again before letting go, so a subscribe that raced the reconnect ends up
-// in the new session. The key is released under c.mu, so a reconnect sees
-// it either still held (and its mark will be seen) or free.
-//
-// A step that fails once a reconnect asked for key again (its caller's
-// context ended, say) does not take that request with it: the
-// re-establishment is started anew on the client's own context.
-func (c *Client) settle(key string, unlock func(), step func(*connection) error) error {
-	asked := false
-	for {
-		c.mu.Lock()
-		conn, closed := c.conn, c.closed
-		delete(c.resync, key)
-		c.mu.Unlock()
-		var err error
-		if !closed {
-			err = step(conn)
-		}
-		c.mu.Lock()
-		if c.closed || (!c.resync[key] && c.conn == conn) {
-			again := asked && err != nil && !c.closed
-			unlock()
-			c.mu.Unlock()
-			if again {
-				c.resubscribeLater(key, true)
-			}
-			return err
-		}
-		asked = true
-		c.mu.Unlock()
-	}
-}
-
-// letGo releases key, held outside settle, as settle would: a reconnect
-// that found it held marked it (resync) and left its re-establishment to
-// the holder, which is started here. The key is released under c.mu, so a
-// reconnect sees it either still held (and its mark is seen here) or free.
-func (c *Client) letGo(key string, unlock func()) {
-	c.mu.Lock()
-	again := c.resync[key] && !c.closed
-	delete(c.resync, key)
-	unlock()
-	c.mu.Unlock()
-	if again {
-		c.resubscribeLater(key, true)
-	}
-}
-
-// resubscribeLater opens key again in the background, on the client's
-// context (resubscribe), and makes a failure visible (reopenFailed).
-func (c *Client) resubscribeLater(key string, mark bool) {
-	c.goAsync(func() {
-		if err := c.resubscribe(c.ctx, key, mark); err != nil {
-			c.reopenFailed(key, err)
-		}
-	})
-}
-
 func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
-}
-
-// subscribe opens key's subscription generation on conn, for a URI the
-// caller watches, with key locked. It does nothing when the engine's session
-// is already newer than conn's: the Reconnect under way opens it there.
-func (c *Client) subscribe(ctx context.Context, conn *connection, key string, trigger Trigger) (Subscription, error) {
-	c.mu.Lock()
-	w := c.watches[key]
-	c.mu.Unlock()
-	if w == nil {
-		return c.engine.Subscription(key) // unsubscribed meanwhile
-	}
-	raw := w.raw
-	sub, err := c.engine.Subscribe(raw, c.opts.Subject)
-	if err == nil && sub.State != StateSubscribing && c.wasAbandoned(key, sub) {
-		sub, err = c.reopenAbandoned(key, raw)
-	}
-	if err != nil || sub.SessionGeneration != conn.gen {
-		return sub, err
-	}
-	if sub.State != StateSubscribing {
-		return sub, nil // already open in this session
-	}
-	mode, reason := ModePoll, ""
-	switch {
-	case !conn.caps.Subscribe:
-		reason = "the server does not declare resources.subscribe"
-	case conn.deaf != "":
-		reason = conn.deaf
-	default:
-		err := c.serverSubscribe(ctx, conn, raw)
-		if err == nil && ctx.Err() != nil {
-			// The caller gave up as the server acknowledged: a select
-			// between the two picks either.
-			err = ctx.Err()
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				// The caller gave up: not a server that cannot push. A
-				// resources/subscribe may have reached the server all the
-				// same; once the key is let go, the server is told what
-				// the caller wants then (reconcileServer). (A listen
-				// stream carrying raw is Subscribe's to put right.)
-				if conn.era == EraLegacy {
-					c.goAsync(func() { c.reconcileServer(conn, raw) })
-				}
-				return Subscription{}, ctx.Err()
-			}
-			reason = subscribeFailed + err.Error()
-		} else {
-			mode = ModePush
-		}
-	}
-	interval := c.opts.RevalidateEvery
-	trig := TriggerRevalidate
-	if mode == ModePoll {
-		interval, trig = c.opts.PollEvery, TriggerPoll
-	}
-	// Activated with its staleness bound in one write: how old the copy
-	// may get before the next revalidation (or poll) catches a change.
-	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
-	if _, err := c.engine.activate(raw, mode, reason, bound); err != nil {
-		if errors.Is(err, ErrIllegalTransition) {
-			return c.engine.Subscription(raw) // its session ended meanwhile
-		}
-		if mode == ModePush && conn.era == EraLegacy {
-			// The server notifies raw, which may be watched by nobody
-			// once the key is let go (a Subscribe that fails drops its
-			// watch): the server is told what the caller wants then,
-			// as Subscribe does for a listen stream.
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-		return Subscription{}, err
-	}
-	c.mu.Lock()
-	delete(c.unopened, key) // open again
-	if w := c.watches[key]; w != nil && mode == ModePush {
-		w.pushedAt = time.Now()
-	}
-	c.mu.Unlock()
-	c.startWatch(key, interval, trig)
-	if trigger != TriggerInitial {
-		c.request(key, trigger)
-		return c.engine.Subscription(raw)
-	}
-	notFound := c.readNow(ctx, key)
-	sub, err = c.engine.Subscription(raw)
-	if err == nil && notFound {
-		err = fmt.Errorf("%w: %s", ErrNotFound, raw)
-	}
-	return sub, err
 }
 
 // wasAbandoned reports whether sub is the generation an Unsubscribe let go
@@ -1227,7 +877,7 @@ func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw stri
 	if conn.era == EraLegacy {
 		req := mcp.SubscribeRequest{}
 		req.Params.URI = raw
-		return conn.mc.Subscribe(c.tracked(ctx, conn, raw), req)
+		return conn.mc.Subscribe(c.tracked(ctx, conn, spelledKey(raw), raw), req)
 	}
 	return c.relisten(ctx, conn, raw, true) // not acknowledged: taken off the next stream
 }
@@ -1241,9 +891,19 @@ func (c *Client) serverUnsubscribe(ctx context.Context, conn *connection, raw st
 	if conn.era == EraLegacy {
 		req := mcp.UnsubscribeRequest{}
 		req.Params.URI = raw
-		return conn.mc.Unsubscribe(c.tracked(ctx, conn, raw), req)
+		return conn.mc.Unsubscribe(c.tracked(ctx, conn, spelledKey(raw), raw), req)
 	}
 	return c.relisten(ctx, conn, raw, false)
+}
+
+// spelledKey is the key of raw, a spelling the client subscribed, so normalized
+// once already.
+func spelledKey(raw string) string {
+	key, err := normalizeKey(raw)
+	if err != nil {
+		return raw
+	}
+	return key
 }
 
 // listenStream is one subscriptions/listen request, open until cancelled.
@@ -1292,11 +952,12 @@ func (s *listenStream) isAcked() bool {
 }
 
 // tracked counts a resources/subscribe or unsubscribe of raw as unsettled
-// from the moment the transport sends it until it is done with it, and has
-// the server-side subscription put right (reconcileServer) once the last
-// one settles, if one was abandoned. One never sent (its context ended
-// first) is not counted: nothing would ever settle it.
-func (c *Client) tracked(ctx context.Context, conn *connection, raw string) context.Context {
+// from the moment the transport sends it until it is done with it; one
+// the caller gave up on may still reach the server after requests sent
+// later, so the server-side subscription of raw is put right by key's next
+// pass once the last one settles. One never sent (its context ended first)
+// is not counted: nothing would ever settle it.
+func (c *Client) tracked(ctx context.Context, conn *connection, key, raw string) context.Context {
 	return wire.WithSettled(ctx, func() func(bool) {
 		conn.mu.Lock()
 		conn.unsettled[raw]++
@@ -1304,17 +965,19 @@ func (c *Client) tracked(ctx context.Context, conn *connection, raw string) cont
 		return func(abandoned bool) {
 			conn.mu.Lock()
 			if abandoned {
-				conn.reconcile[raw] = true
+				conn.markPutRightLocked(key, raw)
+				conn.held[raw] = true
 			}
 			conn.unsettled[raw]--
-			run := conn.unsettled[raw] <= 0 && conn.reconcile[raw]
+			mark := false
 			if conn.unsettled[raw] <= 0 {
 				delete(conn.unsettled, raw)
-				delete(conn.reconcile, raw)
+				mark = conn.held[raw]
+				delete(conn.held, raw)
 			}
 			conn.mu.Unlock()
-			if run {
-				c.goAsync(func() { c.reconcileServer(conn, raw) })
+			if mark {
+				c.mark(key)
 			}
 		}
 	})
@@ -1322,14 +985,58 @@ func (c *Client) tracked(ctx context.Context, conn *connection, raw string) cont
 
 // deferUntilSettled reports whether raw has unsettled requests; if so, the
 // server-side subscription is put right once they settle.
-func (conn *connection) deferUntilSettled(raw string) bool {
+func (conn *connection) deferUntilSettled(key, raw string) bool {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
 	if conn.unsettled[raw] == 0 {
 		return false
 	}
-	conn.reconcile[raw] = true
+	conn.markPutRightLocked(key, raw)
+	conn.held[raw] = true
 	return true
+}
+
+// markPutRightLocked has raw, a spelling of key, put right by key's next
+// pass; conn.mu is held.
+func (conn *connection) markPutRightLocked(key, raw string) {
+	if conn.putRights[key] == nil {
+		conn.putRights[key] = make(map[string]bool)
+	}
+	conn.putRights[key][raw] = true
+}
+
+// toPutRight returns the spellings of key to put right now: marked, and
+// with no request still out.
+func (conn *connection) toPutRight(key string) []string {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	var raws []string
+	for raw := range conn.putRights[key] {
+		if conn.unsettled[raw] == 0 {
+			raws = append(raws, raw)
+		} else {
+			conn.held[raw] = true
+		}
+	}
+	slices.Sort(raws)
+	return raws
+}
+
+// putRightDone takes back the mark of raw, put right.
+func (conn *connection) putRightDone(key, raw string) {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	delete(conn.putRights[key], raw)
+	if len(conn.putRights[key]) == 0 {
+		delete(conn.putRights, key)
+	}
+}
+
+// puttingRight reports whether a spelling of key waits to be put right.
+func (conn *connection) puttingRight(key string) bool {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return len(conn.putRights[key]) > 0
 }
 
 // setWanted adds raw to, or removes it from, the URIs the next stream must
@@ -1340,13 +1047,20 @@ func (conn *connection) setWanted(raw string, wanted bool) {
 	if conn.wanted == nil {
 		conn.wanted = make(map[string]bool)
 	}
-	had := conn.wanted[raw]
 	switch {
-	case wanted && !had:
+	case wanted && !conn.wanted[raw]:
 		conn.want = append(conn.want, raw)
 		conn.wanted[raw] = true
 		conn.wantEdits++
-	case !wanted && had:
+	case !wanted:
+		conn.unwantLocked(raw)
+	}
+}
+
+// unwantLocked takes raw off the URIs the next stream must carry; conn.mu
+// is held.
+func (conn *connection) unwantLocked(raw string) {
+	if conn.wanted[raw] {
 		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
 		delete(conn.wanted, raw)
 		conn.wantEdits++
@@ -1396,6 +1110,11 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	}
 	conn.mu.Lock()
 	old = conn.listen
+	if !add {
+		// This pass decides raw: a Subscribe of it meanwhile puts it on a
+		// stream of its own pass.
+		conn.unwantLocked(raw)
+	}
 	uris := slices.Clone(conn.want)
 	if old != nil {
 		old.cancel()
@@ -1539,7 +1258,7 @@ func (c *Client) readAfterGap(conn *connection) {
 		slices.Sort(uris)
 		for _, u := range uris {
 			if key, err := normalizeKey(u); err == nil {
-				c.request(key, TriggerRevalidate)
+				c.requestRead(key, TriggerRevalidate)
 			}
 		}
 		return
@@ -1594,9 +1313,10 @@ func (c *Client) gather(ctx context.Context, conn *connection) bool {
 // acknowledged records a notifications/subscriptions/acknowledged for the
 // stream whose request id it names; one for a replaced stream is ignored.
 // It reports whether a gap reader must start (noteGapLocked), and the URIs
-// the stream asked for and the server left out that the stream before
-// carried: no stream notifies them any more, so each is opened anew (and
-// polled, should the server leave it out again).
+// whose pass must look again: those the stream asked for and the server
+// left out that the stream before carried (no stream notifies them any
+// more, so each is opened anew, and polled, should the server leave it out
+// again), and those acknowledged after their Subscribe gave up waiting.
 func (conn *connection) acknowledged(uris []string, streamID string) (bool, []string) {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
@@ -1614,16 +1334,22 @@ func (conn *connection) acknowledged(uris []string, streamID string) (bool, []st
 	}
 	s.ackURIs, s.ackSet, s.ackedAt = asked, setOf(asked), time.Now()
 	close(s.acked)
-	var left []string
+	var changed []string
 	if len(conn.lastAcked) > 0 {
 		before := setOf(conn.lastAcked)
 		for _, u := range s.uris {
 			if before[u] && !s.ackSet[u] {
-				left = append(left, u)
+				changed = append(changed, u)
 			}
 		}
 	}
-	return conn.noteGapLocked(s), left
+	for _, u := range asked {
+		if !conn.wanted[u] {
+			// Its Subscribe gave up waiting: acknowledged late.
+			changed = append(changed, u)
+		}
+	}
+	return conn.noteGapLocked(s), changed
 }
 
 func (conn *connection) stopListen() {
@@ -1658,222 +1384,28 @@ func (c *Client) Forget(ctx context.Context, uri string) error {
 // racing it does not bring the subscription back. On a ledger shared by
 // many workers, a URI whose lease another worker took is only let go: the
 // server is told, and the ledger row, that worker's now, is left alone.
+//
+// ctx bounds the wait for the close, not the close: once called, the URI
+// is closed whether or not the caller waits.
 func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, error) {
 	key, err := normalizeKey(uri)
 	if err != nil {
 		return Subscription{}, err
 	}
-	unlock, err := c.keys.lock(ctx, key)
-	if err != nil {
-		return Subscription{}, err
-	}
-	defer unlock()
-	conn, err := c.current()
-	if err != nil {
-		return Subscription{}, err
-	}
-	raw := uri
 	c.mu.Lock()
-	if w := c.watches[key]; w != nil {
-		raw = w.raw
-		c.dropWatch(key)
-	}
-	c.mu.Unlock()
-	before, err := c.engine.Subscription(key)
-	if err != nil {
-		return Subscription{}, err
-	}
-	// A legacy subscribe that failed may still have been recorded by the
-	// server (and its notifications keep coming), so the server is told
-	// whenever it can subscribe at all; a 2026-07-28 stream is told
-	// whenever it may carry the URI.
-	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
-		(conn.era == EraModern && conn.wants(raw))
-	if before.CloseEpoch != 0 {
-		return c.closeClosed(ctx, conn, key, raw, before, tell)
-	}
-	if _, err := c.engine.BeginClose(key); err != nil {
-		if !errors.Is(err, ErrNotLeaseholder) {
-			return Subscription{}, err
-		}
-		// Another worker took the URI's lease: the ledger row is its
-		// own now, and this client only stops asking the server, again
-		// until the server acknowledges it.
-		if tell && c.serverUnsubscribe(ctx, conn, raw) != nil {
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-		c.mu.Lock()
-		c.abandoned[key] = [2]uint64{before.SessionGeneration, before.SubscriptionGeneration}
+	if c.closed {
 		c.mu.Unlock()
-		return c.engine.Subscription(key)
+		return Subscription{}, ErrClientClosed
 	}
-	acked := true
-	if tell && before.SessionGeneration == conn.gen {
-		if conn.era == EraLegacy && conn.deferUntilSettled(raw) {
-			// A subscribe the client gave up on may still reach the server
-			// after an unsubscribe sent now; the unsubscribe waits for it,
-			// and the generation's outcome is unknown until then.
-			return c.engine.FinishClose(key, false)
-		}
-		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
-		if !acked {
-			// Reconciled on the same session: the unsubscribe (or the
-			// stream without raw) is tried again until the server
-			// acknowledges it or the session ends.
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-	}
-	return c.engine.FinishClose(key, acked)
-}
-
-// closeClosed is Unsubscribe of a generation whose close began already:
-// finished, or stopped half way by a failed write of a reopen (its
-// generation UNSUBSCRIBING in conn's session, which this finishes). A
-// 2026-07-28 stream may still carry the URI a reopen closed without
-// opening the next generation: it is told too.
-func (c *Client) closeClosed(ctx context.Context, conn *connection, key, raw string, before Subscription, tell bool) (Subscription, error) {
-	stuck := before.State == StateUnsubscribing && before.SessionGeneration == conn.gen
-	carried := conn.era == EraModern && conn.wants(raw)
-	if !stuck && !carried {
-		return before, nil
-	}
-	acked := true
-	if tell {
-		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
-		if !acked {
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-	}
-	if stuck {
-		return c.engine.FinishClose(key, acked)
-	}
-	return c.engine.Subscription(key)
-}
-
-// reconcileServer makes the server's subscription of raw on conn what the
-// caller wants now, closing an UNSUBSCRIBE_UNKNOWN generation once the
-// server acknowledged. Before 2026-07-28 the server is subscribed while the
-// caller watches raw in push mode, unsubscribed otherwise; from then on
-// the listen stream stops carrying raw unless the caller watches it under
-// that spelling (a watched one is the watch's own to carry). It runs after
-// a subscribe or unsubscribe the client gave up on settled (it may have
-// reached the server after a later one), after an unsubscribe that failed,
-// and after a Subscribe that failed once the server was asked; it tries
-// again with a backoff until the server answers or the session is gone.
-func (c *Client) reconcileServer(conn *connection, raw string) {
-	key, err := normalizeKey(raw)
-	if err != nil {
-		return
-	}
-	// One loop per URI and session: asked again while one runs, it makes
-	// one more pass once it is done, not a second loop beside it.
-	conn.mu.Lock()
-	if conn.reconciling[raw] != 0 {
-		conn.reconciling[raw] = 2
-		conn.mu.Unlock()
-		return
-	}
-	conn.reconciling[raw] = 1
-	conn.mu.Unlock()
-	for {
-		b := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RetryMax}
-		for !c.reconcileServerOnce(conn, key, raw) {
-			if !c.wait(b.NextBackOff()) {
-				break // closing
-			}
-		}
-		// Decided and let go under one lock: a call in between would
-		// find the loop still running and its "again" be lost.
-		conn.mu.Lock()
-		again := conn.reconciling[raw] == 2 && c.ctx.Err() == nil
-		if again {
-			conn.reconciling[raw] = 1
-		} else {
-			delete(conn.reconciling, raw)
-		}
-		conn.mu.Unlock()
-		if !again {
-			return
-		}
-	}
-}
-
-// reconcileServerOnce makes one attempt, with key held so that a Subscribe
-// or Unsubscribe cannot slip between the check and the send; it reports
-// whether there is nothing left to do.
-func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
-	unlock, err := c.keys.lock(c.ctx, key)
-	if err != nil {
-		return true // closing
-	}
-	defer c.letGo(key, unlock)
-	c.mu.Lock()
-	w := c.watches[key]
-	current := c.conn == conn && !c.closed
+	c.dropWatch(key)
+	w := c.wantLocked(key)
 	c.mu.Unlock()
-	if !current {
-		return true // the session's end settles it
+	c.mark(key)
+	res := c.awaitPass(ctx, key, w)
+	if res.err != nil {
+		return Subscription{}, res.err
 	}
-	if conn.era == EraModern {
-		if w != nil && w.raw == raw {
-			return true
-		}
-		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
-			c.report(fmt.Errorf("mcpsync: take %s off the listen stream: %w", raw, err))
-			return false
-		}
-		if sub, err := c.engine.Subscription(key); err == nil && w == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
-			_, _ = c.engine.ResolveUnsubscribe(key)
-		}
-		return true
-	}
-	// Another spelling of a watched key is not what the caller watches:
-	// the server is told to stop notifying it.
-	watched := w != nil && w.raw == raw
-	if conn.deferUntilSettled(raw) {
-		return true // another request is still out; its settling comes back here
-	}
-	sub, err := c.engine.Subscription(key)
-	if watched && (err != nil || sub.SessionGeneration != conn.gen) {
-		return true
-	}
-	if watched {
-		if sub.Mode != ModePush || !sub.State.readable() {
-			return true
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
-		defer cancel()
-		req := mcp.SubscribeRequest{}
-		req.Params.URI = raw
-		if err := conn.mc.Subscribe(c.tracked(ctx, conn, raw), req); err != nil {
-			// The server no longer notifies raw and will not again: its
-			// generation is opened anew, here, with key held, which
-			// polls, saying why, when the server refuses once more. A
-			// write of that failing is tried again by this loop.
-			c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
-			if err := c.closeTold(key); err != nil {
-				c.reopenFailed(key, err)
-				return false
-			}
-			if _, err := c.subscribe(c.ctx, conn, key, TriggerReconnect); err != nil {
-				c.reopenFailed(key, err)
-				return false
-			}
-			return true
-		}
-		// A late unsubscribe may have left the server silent about raw
-		// for a while: what changed meanwhile is read now.
-		c.request(key, TriggerRevalidate)
-		return true
-	}
-	if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
-		c.report(fmt.Errorf("mcpsync: unsubscribe %s: %w", raw, err))
-		return false
-	}
-	if err == nil && w == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
-		_, _ = c.engine.ResolveUnsubscribe(key)
-	}
-	return true
+	return res.sub, res.subErr
 }
 
 // wants reports whether the listen stream carries raw or the next one would.
@@ -1917,98 +1449,18 @@ func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 	return entry, err
 }
 
-// request asks the engine for a coalesced read and dispatches it if one is
-// due now.
-func (c *Client) request(key string, trigger Trigger) {
-	if trigger == TriggerRevalidate || trigger == TriggerPoll {
-		c.reopened(key)
-	}
-	if trigger == TriggerPoll {
-		c.retryPush(key)
-	}
-	if c.skipRefresh(key, trigger) {
-		// Outside the refresh fraction (rollout.go): not read, but kept
-		// subscribed, so its own ticks still repair it.
-		if trigger == TriggerRevalidate || trigger == TriggerPoll {
-			c.repair(key)
-			c.rehear(key, trigger)
-		}
-		return
-	}
-	t, ok, err := c.engine.RequestRead(key, trigger)
-	if err == nil {
-		c.rehear(key, trigger)
-	}
-	switch {
-	case err == nil && ok:
-		c.dispatch(t)
-	case errors.Is(err, ErrNotLeaseholder):
-		c.report(err) // another worker holds key; its shard lets it go
-	case err != nil:
-		c.repair(key)
-	}
-}
-
-// repair opens key again when the caller watches it but no open
-// subscription keeps it: it belongs to a session that is gone, or a
-// reopen stopped half way (a ledger write failed). Whatever left it
-// there, the next tick of its own timer opens it again.
-func (c *Client) repair(key string) {
-	if behind, stuck := c.needsReopen(key); behind || stuck {
-		c.resubscribeLater(key, behind)
-	}
-}
-
-// rehear, at a revalidation tick of key, opens key again on a listen
-// stream if it is open in push mode and no stream carries it: its
-// notifications reach nobody.
-func (c *Client) rehear(key string, trigger Trigger) {
-	if trigger != TriggerRevalidate {
-		return
-	}
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if c.unheard(conn, key) {
-		c.goAsync(func() { c.reopen(conn, key) })
-		return
-	}
+// tick marks key for its periodic read (trigger TriggerRevalidate or
+// TriggerPoll): its next pass looks at the key, then requests the read.
+func (c *Client) tick(key string, trigger Trigger) {
 	c.mu.Lock()
 	w := c.watches[key]
+	if w != nil {
+		w.tick = trigger
+	}
 	c.mu.Unlock()
-	if w == nil || conn.era != EraModern {
-		return
+	if w != nil {
+		c.mark(key)
 	}
-	if heard, _ := conn.hearing(w.raw, 0); heard {
-		// Kept on a stream for a whole revalidation period: retryPush's
-		// backoff starts afresh. (Not at its activation: a server that
-		// keeps only the newest URIs drops it again at the next retry.)
-		c.mu.Lock()
-		if time.Since(w.pushedAt) >= c.opts.RevalidateEvery {
-			w.retries = 0
-		}
-		c.mu.Unlock()
-	}
-}
-
-// unheard reports whether key is watched and open in push mode on conn, a
-// 2026-07-28 connection, while no listen stream carries it (hearing): a
-// reopen after its stream ended failed before it closed the generation, or
-// the stream that replaced its own never reached the server.
-func (c *Client) unheard(conn *connection, key string) bool {
-	c.mu.Lock()
-	w := c.watches[key]
-	current := c.conn == conn && !c.closed
-	c.mu.Unlock()
-	if w == nil || !current || conn.era != EraModern {
-		return false
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
-		return false
-	}
-	heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout)
-	return !heard && !coming
 }
 
 // hearing reports whether the server acknowledged a listen stream of conn
@@ -2027,82 +1479,25 @@ func (conn *connection) hearing(raw string, patience time.Duration) (heard, comi
 	return false, s.carries(raw) && time.Since(s.sent) < patience
 }
 
-// needsReopen reports whether key is watched and its subscription is in
-// a session that is gone (behind), or in the current one but neither open
-// nor being opened by anyone (stuck): a generation that stopped between
-// its close and the next one's activation.
-func (c *Client) needsReopen(key string) (behind, stuck bool) {
-	c.mu.Lock()
-	_, watched := c.watches[key]
-	gen, closed := c.conn.gen, c.closed
-	c.mu.Unlock()
-	if !watched || closed {
-		return false, false
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil {
-		return false, false
-	}
-	if sub.SessionGeneration != gen {
-		return true, false
-	}
-	switch sub.State {
-	case StateSubscribing, StateUnsubscribing, StateClosed, StateUnsubscribeUnknown:
-		return false, true
-	}
-	return false, false
-}
-
-// reopened takes back what reopenFailed said of key once its subscription
-// is open again in the current session and, in push mode from 2026-07-28
-// on, on a listen stream the server acknowledged with it: not only key's own reopen opens it
-// (which says so at once), but also a Reconnect, or another URI's reopen,
-// whose stream carries every watched URI.
-func (c *Client) reopened(key string) {
-	c.mu.Lock()
-	_, failed := c.unopened[key]
-	conn, w := c.conn, c.watches[key]
-	c.mu.Unlock()
-	if !failed || w == nil {
-		return
-	}
-	conn.mu.Lock()
-	putting := conn.reconciling[w.raw] != 0
-	conn.mu.Unlock()
-	if putting {
-		return // the server is still being put right (reconcileServer)
-	}
-	if behind, stuck := c.needsReopen(key); behind || stuck {
-		return
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || !sub.State.open() {
-		return
-	}
-	if conn.era == EraModern && sub.Mode == ModePush {
-		if heard, _ := conn.hearing(w.raw, 0); !heard {
-			return
-		}
-	}
-	c.mu.Lock()
-	if c.conn == conn {
-		delete(c.unopened, key)
-	}
-	c.mu.Unlock()
-}
-
 // reopenFailed makes a failed reopen of key visible: OnError is told (a
 // *ReopenError), and Lookup says the copy is not kept fresh until key's
 // subscription is open again. The watch's next tick tries again (request).
+//
+// Its pass is retried with the retry policy's backoff; a failure that
+// lasts is told again once a revalidation period at most, not at every
+// retry.
 func (c *Client) reopenFailed(key string, err error) {
 	c.mu.Lock()
-	_, watched := c.watches[key]
-	watched = watched && !c.closed
-	if watched {
+	w := c.watches[key]
+	tell := w != nil && !c.closed && time.Since(w.toldAt) >= c.opts.RevalidateEvery
+	if w != nil && !c.closed {
 		c.unopened[key] = "its subscription could not be opened again: " + err.Error()
 	}
+	if tell {
+		w.toldAt = time.Now()
+	}
 	c.mu.Unlock()
-	if watched {
+	if tell {
 		c.report(&ReopenError{URI: key, Err: err})
 	}
 }
@@ -2376,70 +1771,37 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	c.health.Reconnects++
 	c.metrics.reconnects.Add(context.Background(), 1)
 	c.setHealth(ConnectionUp, "")
+	// Every watched key is marked once the session is up: its pass opens
+	// it in the new session, a new generation, and reads it again.
 	keys := slices.Collect(maps.Keys(c.watches))
+	waiters := make([]*waiter, len(keys))
+	for i, key := range keys {
+		waiters[i] = c.wantLocked(key)
+	}
 	c.mu.Unlock()
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: session opened", "sessionGeneration", conn.gen, "protocol", conn.caps.ProtocolVersion)
 	}
 	c.startHeartbeat(conn)
-	var errs []error
 	for _, key := range keys {
-		if err := c.resubscribe(ctx, key, true); err != nil {
-			c.reopenFailed(key, err)
+		c.mark(key)
+	}
+	if expect != nil {
+		return nil // healing: nobody waits
+	}
+	var errs []error
+	for i, key := range keys {
+		if err := c.awaitPass(ctx, key, waiters[i]).err; err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // startHeartbeat runs the heartbeat of conn until it is replaced, lost or
 // the client closes.
 func (c *Client) startHeartbeat(conn *connection) {
 	c.goAsync(func() { c.heartbeat(conn, conn.stop) })
-}
-
-// resubscribe opens key's subscription in the current session if the caller
-// still watches it. A key someone else holds is only marked: its holder
-// opens it in the current session before it lets go (settle).
-func (c *Client) resubscribe(ctx context.Context, key string, mark bool) error {
-	c.mu.Lock()
-	unlock, ok := c.keys.tryLock(key)
-	if !ok && mark {
-		c.resync[key] = true
-	}
-	c.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	return c.settle(key, unlock, func(conn *connection) error {
-		if err := c.finishStuckClose(conn, key); err != nil {
-			return err
-		}
-		_, err := c.subscribe(ctx, conn, key, TriggerReconnect)
-		return err
-	})
-}
-
-// finishStuckClose ends a close of key's generation in conn's session that
-// began and never finished (its last write failed), so that the next
-// generation may open: whether the server was told is not known, and the
-// close says so (UNSUBSCRIBE_UNKNOWN).
-func (c *Client) finishStuckClose(conn *connection, key string) error {
-	c.mu.Lock()
-	_, watched := c.watches[key]
-	c.mu.Unlock()
-	if !watched {
-		return nil // unsubscribed meanwhile: its Unsubscribe decides the close
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateUnsubscribing {
-		return nil
-	}
-	_, err = c.engine.FinishClose(key, false)
-	return err
 }
 
 // ListChanged returns how many list_changed notifications the client has
@@ -2544,7 +1906,7 @@ func (c *Client) handle(n note) {
 		return
 	case n.streamEnded != nil:
 		if n.conn == current {
-			c.goAsync(func() { c.reestablish(n.conn, n.streamEnded) })
+			c.streamEnded(n.conn, n.streamEnded)
 		}
 		return
 	}
@@ -2590,40 +1952,25 @@ func (c *Client) handle(n note) {
 			c.startGapReader(n.conn)
 		}
 		for _, raw := range left {
-			if key, err := normalizeKey(raw); err == nil {
-				c.goAsync(func() { c.reopen(n.conn, key) })
-			}
+			c.mark(spelledKey(raw))
 		}
 	}
 }
 
-// reestablish handles a listen stream the server ended: the subscriptions it
-// carried lost their notifications, so each generation the caller still
-// watches open in push mode is closed (the server kept no state to
-// unsubscribe) and a new one is opened and re-read. One in poll mode is
-// left to its poll ticks (retryPush): its Subscribe fell back to polling
-// because this stream was refused, and a server refusing every stream that
-// names it would otherwise have every stream replaced again at once, for
-// ever. One being opened is its opener's.
-//
-// A server that keeps ending acknowledged streams gets them back no faster
-// than a doubling backoff allows, up to RevalidateEvery; the backoff starts
-// afresh once a stream stayed up for a quarter of RevalidateEvery
-// (streamSteady). One it refused, or
-// ended before acknowledging it, is followed at once: that reopens only
-// what it had replaced, and each URI whose own stream it was fell back to
-// polling.
-//
-// A stream already replaced by a newer one (it was refused or ended while
-// the replacement was on its way) leaves only the URIs the newer one does
-// not carry.
-func (c *Client) reestablish(conn *connection, stream *listenStream) {
+// streamEnded handles a listen stream the server ended: the subscriptions
+// it carried lost their notifications, so each key it carried is marked,
+// and its pass opens anew one still open in push mode that no newer stream
+// carries (needsReopen). A server that keeps ending acknowledged streams
+// gets them back no faster than a doubling backoff allows, up to
+// RevalidateEvery; the backoff starts afresh once a stream stayed up for a
+// quarter of RevalidateEvery (streamSteady). One it refused, or ended
+// before acknowledging it, is followed at once.
+func (c *Client) streamEnded(conn *connection, stream *listenStream) {
 	conn.mu.Lock()
-	replaced := conn.listen != stream
-	if !replaced {
+	if conn.listen == stream {
 		stream.cancel()
 		conn.listen = nil
-		conn.lastAcked = nil // what it carried is opened anew and read below
+		conn.lastAcked = nil // what it carried is opened anew and read
 	}
 	var delay time.Duration
 	if stream.isAcked() {
@@ -2631,26 +1978,20 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 			conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
 		}
 		delay = conn.ends.NextBackOff()
+		conn.reopenAt = time.Now().Add(delay)
 	}
 	conn.mu.Unlock()
-	if delay > 0 && !c.wait(delay) {
-		return
-	}
 	for _, raw := range stream.uris {
-		key, err := normalizeKey(raw)
-		if err != nil {
-			continue
-		}
-		if replaced && conn.wants(raw) {
-			continue // a newer stream carries it
-		}
-		if sub, err := c.engine.Subscription(key); err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
-			// Polled, or being opened by someone else (whose stream
-			// decides it), or stuck (repair), or of a session gone.
-			continue
-		}
-		c.reopen(conn, key)
+		c.queue.AddAfter(spelledKey(raw), delay)
 	}
+}
+
+// reopenWait is how long the URIs of the stream the server ended last must
+// wait before they are opened anew.
+func (conn *connection) reopenWait() time.Duration {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return time.Until(conn.reopenAt)
 }
 
 // An acknowledged listen stream must stay up for RevalidateEvery /
@@ -2659,64 +2000,6 @@ func (c *Client) reestablish(conn *connection, stream *listenStream) {
 // streamSteady re-establishments (each reading every URI again) per
 // revalidation period.
 const streamSteady = 4
-
-// retryPush, at a poll tick of key, opens key again on a listen stream if
-// its Subscribe fell back to polling because a stream naming it was
-// refused, on a 2026-07-28 server that can subscribe: the refusal may have
-// been for the moment. Each URI tries again no sooner than PollEvery after
-// its fall-back (its first poll tick), then twice as long after each that
-// fails, up to RevalidateEvery.
-func (c *Client) retryPush(key string) {
-	c.mu.Lock()
-	conn, w := c.conn, c.watches[key]
-	due := w != nil && !c.closed && !time.Now().Before(w.retryAt)
-	c.mu.Unlock()
-	if !due || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
-		return
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePoll || !sub.State.open() || !strings.HasPrefix(sub.ModeReason, subscribeFailed) {
-		return
-	}
-	c.mu.Lock()
-	if c.watches[key] != w || time.Now().Before(w.retryAt) {
-		c.mu.Unlock()
-		return
-	}
-	w.retryAt = time.Now().Add(min(c.opts.PollEvery<<min(w.retries, 16), c.opts.RevalidateEvery))
-	w.retries++
-	c.mu.Unlock()
-	c.goAsync(func() { c.reopen(conn, key) })
-}
-
-// reopen closes key's generation and opens the next one on conn, if the
-// caller still watches it and conn is still current.
-func (c *Client) reopen(conn *connection, key string) {
-	unlock, err := c.keys.lock(c.ctx, key)
-	if err != nil {
-		return // closing
-	}
-	c.mu.Lock()
-	_, watched := c.watches[key]
-	current := c.conn == conn && !c.closed
-	c.mu.Unlock()
-	if !watched || !current {
-		unlock()
-		return
-	}
-	err = c.settle(key, unlock, func(now *connection) error {
-		if now == conn {
-			if err := c.closeTold(key); err != nil {
-				return err
-			}
-		}
-		_, err := c.subscribe(c.ctx, now, key, TriggerReconnect)
-		return err
-	})
-	if err != nil {
-		c.reopenFailed(key, err)
-	}
-}
 
 // acknowledgedURIs returns the resource URIs a subscriptions/acknowledged
 // notification names. It carries every URI of the stream, so the common

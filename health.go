@@ -430,7 +430,7 @@ func (c *Client) flooded(conn *connection) {
 		keys := slices.Collect(maps.Keys(c.watches))
 		c.mu.Unlock()
 		for _, key := range keys {
-			c.request(key, TriggerRevalidate)
+			c.requestRead(key, TriggerRevalidate)
 		}
 	})
 }

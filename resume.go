@@ -97,9 +97,7 @@ func (c *Client) resume(keys []string) {
 		return
 	}
 	for _, key := range keys {
-		if err := c.resubscribe(c.ctx, key, true); err != nil {
-			c.reopenFailed(key, err)
-		}
+		c.mark(key)
 	}
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: resumed subscriptions", "count", len(keys))

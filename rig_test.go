@@ -133,6 +133,13 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: r.ledger})
 		require.NoError(t, err)
 		o.Engine = e
+		if o.RetryInitial == 0 {
+			// A pass a refused write failed is retried minutes later, as a
+			// revalidation tick would: a check made right after the fault
+			// sees what a caller sees while it lasts, and the tests that
+			// wait for healing wait long enough for the retry.
+			o.RetryInitial, o.RetryMax = 2*time.Minute, 5*time.Minute
+		}
 	}
 	o.Subject, o.ProtocolVersion, o.Seed = alice, w.version, 1
 	o.OnOutcome = func(out mcpsync.Outcome) {
@@ -400,8 +407,11 @@ func (r *rig) requireWhereLeft(uris []string, mustOpen, mustClosed map[string]bo
 
 // parkTwo parks the first two requests of method on the second connection
 // (the one a Reconnect opens): each, as it arrives, names its URI on
-// arrived1 or arrived2 and waits until h1 or h2 is closed.
-func (r *rig) parkTwo(method string) (h1, h2 chan struct{}, arrived1, arrived2 chan string) {
+// arrived1 or arrived2 and waits until h1 or h2 is closed. With second set,
+// the second one parked is the first after the first that names it: a
+// Reconnect re-subscribes its URIs side by side, and a test that parks a
+// caller's own request beside the Reconnect's names it.
+func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, arrived1, arrived2 chan string) {
 	h1, h2 = make(chan struct{}), make(chan struct{})
 	arrived1, arrived2 = make(chan string, 1), make(chan string, 1)
 	var mu sync.Mutex // protects seen
@@ -413,6 +423,9 @@ func (r *rig) parkTwo(method string) (h1, h2 chan struct{}, arrived1, arrived2 c
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			if seen == 1 && len(second) > 0 && req.uri != second[0] {
+				return nil
+			}
 			seen++
 			switch seen {
 			case 1:

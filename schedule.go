@@ -104,13 +104,12 @@ func (s *schedule) reschedule(e *dueEntry, after time.Duration) {
 	heap.Push(&s.due, e)
 }
 
-// runSchedule requests the read of every entry as it falls due, until the
-// client closes. Jitter is drawn outside the schedule's lock, as
+// runSchedule marks the key of every entry as it falls due (Client.tick),
+// until the client closes. Jitter is drawn outside the schedule's lock, as
 // Client.jittered takes Client.mu, which set and remove may be called under.
 func (c *Client) runSchedule() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	inflight := make(chan struct{}, scheduleAtOnce)
 	for {
 		at, ok := c.sched.next()
 		timer.Stop()
@@ -127,27 +126,11 @@ func (c *Client) runSchedule() {
 		case <-fire:
 		}
 		for _, e := range c.sched.takeDue(time.Now()) {
-			// Requested scheduleAtOnce at a time, off this goroutine: a
-			// request waits on the ledger (round trips on a shared one),
-			// and a slow one must not hold back the others due.
-			select {
-			case inflight <- struct{}{}:
-			case <-c.ctx.Done():
-				return
-			}
-			if !c.goAsync(func() {
-				defer func() { <-inflight }()
-				c.request(e.key, e.trigger)
-			}) {
-				return // closed
-			}
+			c.tick(e.key, e.trigger)
 			c.sched.reschedule(e, c.jittered(e.interval))
 		}
 	}
 }
-
-// scheduleAtOnce bounds the periodic read requests in flight.
-const scheduleAtOnce = 16
 
 // dueHeap orders entries by due time.
 type dueHeap []*dueEntry
