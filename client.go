@@ -923,6 +923,16 @@ type listenStream struct {
 	// connection.mu.
 	carried map[string]bool
 	ackSet  map[string]bool
+	// ended is closed once the server is done with the stream's request
+	// (listenEnded); wired is set once its request reached the transport.
+	// outlived is the stream that replaced it before that, and suspect
+	// marks a stream sent before the server was done with one it
+	// replaced, once that end came; both protected by connection.mu.
+	ended    chan struct{}
+	endOnce  sync.Once
+	wired    atomic.Bool
+	outlived *listenStream
+	suspect  bool
 }
 
 // carries reports whether the stream's filter names raw; connection.mu
@@ -1096,7 +1106,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	}()
 	conn.mu.Lock()
 	old := conn.listen
-	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries(raw)) {
+	if old != nil && old.isAcked() && !old.suspect && old.ackSet[raw] == add && (add || !old.carries(raw)) {
 		conn.mu.Unlock()
 		return nil
 	}
@@ -1115,17 +1125,35 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		// stream of its own pass.
 		conn.unwantLocked(raw)
 	}
-	uris := slices.Clone(conn.want)
 	if old != nil {
 		old.cancel()
 		conn.listen = nil
 	}
+	patience := min(max(4*conn.listenTook, listenEndPatience), c.opts.RequestTimeout/10)
+	conn.mu.Unlock()
+	// The server is done with the old stream before the new one goes out:
+	// a server may clean up an ended stream by unsubscribing its URIs for
+	// the whole session (the official Go SDK does, once the stream's
+	// handler returns), which would silence the same URIs on the new one.
+	ended := old == nil || c.awaitListenEnd(old, patience)
+
+	conn.mu.Lock()
+	uris := slices.Clone(conn.want)
 	if len(uris) == 0 {
 		conn.mu.Unlock()
 		return nil
 	}
 	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{}), sent: time.Now()}
+	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{}), sent: time.Now(), ended: make(chan struct{})}
+	if !ended {
+		select {
+		case <-old.ended:
+		default:
+			// Not done yet: once it is, this stream may have lost what
+			// the server cleaned up (listenEnded).
+			old.outlived = stream
+		}
+	}
 	conn.listen = stream
 	conn.mu.Unlock()
 
@@ -1134,10 +1162,18 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		stream.id = id
 		conn.mu.Unlock()
 	})
-	ended := make(chan error, 1)
+	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout)
+	lctx = wire.WithSettled(lctx, func() func(bool) {
+		stream.wired.Store(true)
+		return func(bool) { c.listenEnded(conn, stream) }
+	})
+	ended2 := make(chan error, 1)
 	if !c.goAsync(func() {
 		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: stream.uris})
-		ended <- err
+		if !stream.wired.Load() {
+			c.listenEnded(conn, stream) // never sent: nothing to wait for
+		}
+		ended2 <- err
 		if lctx.Err() == nil {
 			// The server ended a stream nobody cancelled: every subscription
 			// it carried has lost its notifications.
@@ -1154,7 +1190,7 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		conn.listenAcked = time.Now()
 		conn.listenTook = conn.listenAcked.Sub(sent)
 		conn.mu.Unlock()
-	case err := <-ended:
+	case err := <-ended2:
 		if err == nil {
 			err = errors.New("mcpsync: listen stream ended before it was acknowledged")
 		}
@@ -1169,6 +1205,48 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
 	}
 	return nil
+}
+
+// listenEndPatience is the least a replacement waits for the server to be
+// done with the stream it replaces (four times what the last stream took
+// to be acknowledged, when longer; a tenth of RequestTimeout at most).
+const listenEndPatience = 250 * time.Millisecond
+
+// awaitListenEnd waits, at most patience, until the server is done with the
+// cancelled stream s (its request settled: answered, or given up on where
+// the transport cannot tell), and reports whether it is.
+func (c *Client) awaitListenEnd(s *listenStream, patience time.Duration) bool {
+	timer := time.NewTimer(patience)
+	defer timer.Stop()
+	select {
+	case <-s.ended:
+		return true
+	case <-timer.C:
+	case <-c.ctx.Done():
+	}
+	return false
+}
+
+// listenEnded records that the server is done with stream s. A stream that
+// replaced s before that (s outlived its patience) may have lost to the
+// server's clean-up of s the URIs it carries: the stream open now is no
+// longer trusted, and every URI it carries is opened anew by its pass.
+func (c *Client) listenEnded(conn *connection, s *listenStream) {
+	s.endOnce.Do(func() {
+		close(s.ended)
+		conn.mu.Lock()
+		late := s.outlived != nil
+		cur := conn.listen
+		if late && cur != nil {
+			cur.suspect = true
+		}
+		conn.mu.Unlock()
+		if late && cur != nil {
+			for _, raw := range cur.uris {
+				c.mark(spelledKey(raw))
+			}
+		}
+	})
 }
 
 // Replacements of a listen stream come in bursts (a caller subscribing a
@@ -1474,7 +1552,7 @@ func (conn *connection) hearing(raw string, patience time.Duration) (heard, comi
 	case s == nil:
 		return false, false
 	case s.isAcked():
-		return s.ackSet[raw], false
+		return s.ackSet[raw] && !s.suspect, false
 	}
 	return false, s.carries(raw) && time.Since(s.sent) < patience
 }

@@ -29,15 +29,22 @@ func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
 		before []string
 		// replace replaces the listen stream.
 		replace func(ctx context.Context, c *mcpsync.Client) error
+		// late holds the old stream's clean-up until after the client
+		// stopped waiting for it and sent the new stream.
+		late bool
 	}{
 		{"by a Subscribe", carried, func(ctx context.Context, c *mcpsync.Client) error {
 			_, err := c.Subscribe(ctx, extra)
 			return err
-		}},
+		}, false},
 		{"by an Unsubscribe", append(carried[:len(carried):len(carried)], extra), func(ctx context.Context, c *mcpsync.Client) error {
 			_, err := c.Unsubscribe(ctx, extra)
 			return err
-		}},
+		}, false},
+		{"by a Subscribe, cleaned up after the new stream went out", carried, func(ctx context.Context, c *mcpsync.Client) error {
+			_, err := c.Subscribe(ctx, extra)
+			return err
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -64,8 +71,16 @@ func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
 				for _, u := range carried {
 					t.Logf("before the old stream's clean-up, the server has %s subscribed: %v", u, srv.Subscribed(u))
 				}
+				if tc.late {
+					require.NoError(t, <-replaced) // sent and acknowledged
+					for _, u := range carried {
+						require.True(t, srv.Subscribed(u), "the new stream carries %s", u)
+					}
+				}
 				hold.Release()
-				require.NoError(t, <-replaced)
+				if !tc.late {
+					require.NoError(t, <-replaced)
+				}
 				time.Sleep(time.Minute) // every read the replacement asked for is done
 				quiesce()
 

@@ -283,7 +283,7 @@ func churnRound(t *testing.T, dropAfter map[int]int, want int, deadline time.Dur
 		uri := churnDoc(i)
 		sub, err := c.Subscribe(ctx, uri)
 		require.NoError(t, err, uri)
-		require.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %s", uri, sub.ModeReason)
+		require.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %s %+v", uri, sub.ModeReason, sub)
 		kept[uri] = true
 		if d, ok := dropAfter[i+1]; ok {
 			gone := churnDoc(d - 1)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -159,6 +160,37 @@ func WithSettled(ctx context.Context, begin func() (settled func(abandoned bool)
 	return context.WithValue(ctx, settledKey{}, begin)
 }
 
+type answerKey struct{}
+
+// WithAnswerAwaited returns a context under which a request sent to a
+// remote server (stdio, streamable HTTP) stays open after ctx ends, for d at
+// most, so that what settles it (WithSettled) is the server's answer: a
+// server answers a cancelled request once it is done with it, and mcp-go
+// tells it of the cancellation (notifications/cancelled) as ever. The caller
+// still returns at ctx's end. An in-process transport needs none of this:
+// its request returns when the server's handler does.
+func WithAnswerAwaited(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, answerKey{}, d)
+}
+
+// remote reports whether tr, or what it wraps (Unwrap), talks to a server
+// over a connection: mcp-go's stdio and streamable HTTP transports and the
+// ones built on them here.
+func remote(tr transport.Interface) bool {
+	for tr != nil {
+		switch tr.(type) {
+		case *transport.Stdio, *transport.StreamableHTTP, *stream, *process:
+			return true
+		}
+		u, ok := tr.(interface{ Unwrap() transport.Interface })
+		if !ok {
+			return false
+		}
+		tr = u.Unwrap()
+	}
+	return false
+}
+
 // sendInner sends request through the inner transport and returns when it
 // answers or ctx ends, whichever is first. mcp-go's in-process transport
 // (v1.2.1) runs the server's handler on the caller's goroutine, so a handler
@@ -180,8 +212,13 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	if begin, ok := ctx.Value(settledKey{}).(func() func(bool)); ok {
 		settled = begin()
 	}
+	ictx, icancel := ctx, context.CancelFunc(func() {})
+	if d, ok := ctx.Value(answerKey{}).(time.Duration); ok && remote(t.inner) {
+		ictx, icancel = context.WithTimeout(context.WithoutCancel(ctx), d)
+	}
 	go func() {
-		resp, err := t.inner.SendRequest(ctx, request)
+		defer icancel()
+		resp, err := t.inner.SendRequest(ictx, request)
 		late := !state.CompareAndSwap(pending, answered)
 		// Settled before the caller has the answer: whatever the caller does
 		// next (an unsubscribe after its subscribe) must find it settled.
