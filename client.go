@@ -235,8 +235,12 @@ type Client struct {
 
 	// queue holds the keys the controller must look at (controller.go);
 	// retry is the one backoff of the session layer.
-	queue   *workqueue.Queue[string]
-	retry   retryPolicy
+	queue *workqueue.Queue[string]
+	retry retryPolicy
+	// readq holds the keys with reads to send, reads their tickets
+	// (reads.go).
+	readq   *workqueue.Queue[string]
+	reads   readsOf
 	metrics *metrics // write-once at Connect
 	errs    errorQueue
 	// paced limits the rate of reads with trigger reconnect.
@@ -245,6 +249,7 @@ type Client struct {
 	// semaphore, so that a caller waits no longer than its context.
 	reconnecting chan struct{}
 	health       Health            // protected by mu
+	healing      healing           // protected by mu
 	failing      map[string]string // key -> why its reads fail; protected by mu
 	unopened     map[string]string // key -> why its subscription is not open again (reopenFailed); protected by mu
 	// refused holds, per key, the fence's refusal of its last answered
@@ -297,11 +302,14 @@ type connection struct {
 	// deaf, when set, says why the session cannot receive notifications
 	// (so subscriptions poll, saying so).
 	deaf     string
-	lost     bool          // the loss was handled; protected by Client.mu
-	flooding bool          // catching up after dropped notifications; protected by Client.mu
-	probe    chan struct{} // asks the heartbeat to ping now
-	stop     chan struct{} // closed when the heartbeat must stop
-	stopOnce sync.Once
+	lost     bool  // the loss was handled; protected by Client.mu
+	flooding bool  // catching up after dropped notifications; protected by Client.mu
+	dropped  int64 // notifications dropped when last looked at, while flooding; protected by Client.mu
+	// pingAt is when the heartbeat pings next, probed asks for a ping now,
+	// pings counts them (session.go); protected by Client.mu.
+	pingAt time.Time
+	probed bool
+	pings  int
 
 	// relisten serializes replacements of the subscriptions/listen stream
 	// of a 2026-07-28 session (a semaphore, so that a caller waits no longer
@@ -361,6 +369,9 @@ type watch struct {
 	opened bool
 	tick   Trigger
 	asked  bool
+	// streamEnded marks a watch whose stream the server ended: its
+	// generation is opened anew (needsReopen). Protected by Client.mu.
+	streamEnded bool
 	// toldAt is when OnError was last told that the key could not be
 	// opened (reopenFailed); protected by Client.mu.
 	toldAt time.Time
@@ -510,6 +521,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c.notes.init()
 	c.sched.init()
 	c.newQueue()
+	c.newReadQueue()
 	// One Client drives an engine: two would each open, read and close
 	// the same keys in sessions of their own, and fence each other out.
 	if !o.Engine.driver.CompareAndSwap(nil, c) {
@@ -537,7 +549,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	c.goAsync(c.pump)
 	c.goAsync(c.runSchedule)
 	c.startWorkers()
-	c.startHeartbeat(conn)
+	c.startReaders()
+	c.mark(sessionKey) // the heartbeat
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })
 	}
@@ -604,7 +617,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	wrapped := wire.New(tr, rpcError, mon, wireMethods...)
 	mc := mcpclient.NewClient(wrapped, options...)
 	conn := &connection{
-		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
+		mc: mc, tr: wrapped, mon: mon, relisten: make(chan struct{}, 1),
 		unsettled: make(map[string]int), putRights: make(map[string]map[string]bool), held: make(map[string]bool),
 	}
 	self.Store(conn)
@@ -714,7 +727,6 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.setHealth(ConnectionClosed, "")
 	conn := c.conn
 	c.mu.Unlock()
-	conn.stopHeartbeat()
 	conn.stopListen()
 	// The transport closes before the client's context ends: a stdio
 	// server started with that context would be killed rather than asked
@@ -722,9 +734,11 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	err := conn.mc.Close()
 	c.cancel()
 	c.queue.ShutDown()
+	c.readq.ShutDown()
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
+		c.failPending()
 		// The engine is free for another Client once nothing of this one
 		// runs.
 		c.release()
@@ -1580,106 +1594,6 @@ func (c *Client) reopenFailed(key string, err error) {
 	}
 }
 
-// dispatch runs a read and its follow-ups in the background. A read that
-// gets no answer (a transport error, a timeout) is tried again after a
-// capped, jittered backoff while its subscription is open, so the pulse
-// that asked for it is not lost; the read of a session that is gone is not
-// (the new session reads everything again).
-func (c *Client) dispatch(t Ticket) {
-	c.goAsync(func() { c.drive(&t, nil) })
-}
-
-// drive sends next and its follow-ups; failed, if set, is a read that got
-// no answer, asked for again after the backoff.
-func (c *Client) drive(next, failed *Ticket) {
-	var retry *backoff.ExponentialBackOff
-	for next != nil || failed != nil {
-		if failed != nil {
-			if retry == nil {
-				retry = &backoff.ExponentialBackOff{
-					InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
-					Multiplier: 2, MaxInterval: c.opts.RetryMax,
-				}
-			}
-			if !c.wait(retry.NextBackOff()) {
-				return
-			}
-			tk, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
-			if failed = nil; err != nil || !ok {
-				return
-			}
-			next = &tk
-		}
-		if !c.coalesce() || (next.Trigger == TriggerReconnect && c.paced.Wait(c.ctx) != nil) {
-			_, _ = c.engine.Fail(*next) // closing: release the queue
-			return
-		}
-		sent := *next
-		out, err := c.read(c.ctx, sent)
-		if next = out.FollowUp; next != nil || !errors.Is(err, errReadFailed) {
-			retry = nil
-			continue
-		}
-		failed = &sent
-	}
-}
-
-// readNow sends key's initial read on the caller's goroutine, bounded by
-// ctx, and reports whether the server said it has no such resource. Its
-// follow-ups, and its retries if it got no answer, go on in the background
-// like those of any queued read.
-func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
-	if c.skipRefresh(key, TriggerInitial) {
-		return false // outside the refresh fraction (rollout.go)
-	}
-	t, ok, err := c.engine.RequestRead(key, TriggerInitial)
-	if err != nil {
-		return false
-	}
-	if !ok {
-		// A read was already queued or in flight (a notification, a read
-		// after a stream replacement): the request is covered by it or by
-		// its follow-up, which Subscribe waits for, so that it returns
-		// with the first read settled.
-		return c.awaitRead(ctx, key)
-	}
-	out, err := c.read(ctx, t)
-	switch {
-	case out.FollowUp != nil:
-		c.dispatch(*out.FollowUp)
-	case errors.Is(err, errReadFailed):
-		c.goAsync(func() { c.drive(nil, &t) })
-	}
-	return out.Accepted && (out.Version.Decision == DecisionTombstonePending || out.Version.Decision == DecisionTombstoned)
-}
-
-// awaitRead waits, bounded by ctx and RequestTimeout, until key has no
-// read queued or in flight, and reports whether the server said it has no
-// such resource.
-func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
-	for {
-		wake := c.progress.wait()
-		sub, err := c.engine.Subscription(key)
-		if err != nil {
-			return false
-		}
-		switch sub.State {
-		case StateUpdateSeen, StateReadPending:
-		default:
-			return sub.State == StateTombstonePending || sub.State == StateTombstoned
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return false
-		case <-c.ctx.Done():
-			return false
-		}
-	}
-}
-
 // wait waits d, and reports false when the client closes meanwhile.
 func (c *Client) wait(d time.Duration) bool {
 	timer := time.NewTimer(d)
@@ -1690,68 +1604,6 @@ func (c *Client) wait(d time.Duration) bool {
 	case <-c.ctx.Done():
 		return false
 	}
-}
-
-// coalesce waits CoalesceWindow before a queued read goes out, so that
-// duplicate pulses arriving meanwhile are covered by it (the engine has
-// ConfirmSends, which Connect turns on). It reports false when the client
-// closes meanwhile.
-func (c *Client) coalesce() bool {
-	if c.opts.CoalesceWindow <= 0 {
-		return c.ctx.Err() == nil
-	}
-	return c.wait(c.opts.CoalesceWindow)
-}
-
-// read sends the read of ticket t on the session that issued it, and hands
-// the answer to the fence. A read of a session that is gone is abandoned:
-// the fence would refuse its answer anyway.
-func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
-	c.mu.Lock()
-	conn, raw := c.conn, t.URI
-	if w := c.watches[t.URI]; w != nil {
-		raw = w.raw
-	}
-	c.mu.Unlock()
-	if conn.gen != t.SessionGeneration {
-		next, err := c.engine.Fail(t)
-		return Outcome{FollowUp: next}, err
-	}
-	c.engine.Sending(t)
-	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	req := mcp.ReadResourceRequest{}
-	req.Params.URI = raw
-	res, err := conn.mc.ReadResource(rctx, req)
-	cancel()
-	var result ReadResult
-	var rpc *RPCError
-	var lim *LimitError
-	switch {
-	case err == nil:
-		result = ReadResultFromMCP(res)
-	case errors.As(err, &rpc) && rpc.ResourceNotFound():
-		result = NotFoundResult()
-	case errors.As(err, &lim) && lim.Method == string(mcp.MethodResourcesRead):
-		result = limitResult(lim) // refused with a receipt; the session goes on
-	default:
-		c.metrics.read(t.Trigger, "FAILED")
-		c.failedRead(conn, t, err)
-		next, ferr := c.engine.Fail(t)
-		c.progress.notify()
-		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
-	}
-	c.answered(t.URI)
-	out, err := c.engine.FinishRead(t, result)
-	c.noteRefusal(t.URI, out, err)
-	if errors.Is(err, ErrNotLeaseholder) {
-		c.report(err) // refused by the ledger: another worker took key
-	}
-	c.progress.notify()
-	c.metrics.read(t.Trigger, outcomeOf(out))
-	if c.opts.OnOutcome != nil {
-		c.errs.pushOutcome(out)
-	}
-	return out, err
 }
 
 // startWatch schedules the jittered revalidation (or poll) reads of a
@@ -1820,7 +1672,6 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	if expect != nil && old != expect {
 		return errSuperseded
 	}
-	old.stopHeartbeat()
 	old.stopListen()
 	c.mu.Lock()
 	lost := old.lost
@@ -1860,7 +1711,7 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: session opened", "sessionGeneration", conn.gen, "protocol", conn.caps.ProtocolVersion)
 	}
-	c.startHeartbeat(conn)
+	c.mark(sessionKey) // the new session's heartbeat
 	for _, key := range keys {
 		c.mark(key)
 	}
@@ -1874,12 +1725,6 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// startHeartbeat runs the heartbeat of conn until it is replaced, lost or
-// the client closes.
-func (c *Client) startHeartbeat(conn *connection) {
-	c.goAsync(func() { c.heartbeat(conn, conn.stop) })
 }
 
 // ListChanged returns how many list_changed notifications the client has
@@ -2045,7 +1890,8 @@ func (c *Client) handle(n note) {
 // before acknowledging it, is followed at once.
 func (c *Client) streamEnded(conn *connection, stream *listenStream) {
 	conn.mu.Lock()
-	if conn.listen == stream {
+	current := conn.listen == stream
+	if current {
 		stream.cancel()
 		conn.listen = nil
 		conn.lastAcked = nil // what it carried is opened anew and read
@@ -2059,6 +1905,17 @@ func (c *Client) streamEnded(conn *connection, stream *listenStream) {
 		conn.reopenAt = time.Now().Add(delay)
 	}
 	conn.mu.Unlock()
+	if current {
+		// Every generation it carried lost its notifications, whatever
+		// carries it next: each is opened anew, a new generation, and read.
+		c.mu.Lock()
+		for _, raw := range stream.uris {
+			if w := c.watches[spelledKey(raw)]; w != nil && w.raw == raw {
+				w.streamEnded = true
+			}
+		}
+		c.mu.Unlock()
+	}
 	for _, raw := range stream.uris {
 		c.queue.AddAfter(spelledKey(raw), delay)
 	}

@@ -202,6 +202,9 @@ func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResul
 // returns how long until it must look again (0: not before an event marks
 // it), or a failure, retried with the retry policy's backoff.
 func (c *Client) syncKey(key string) (time.Duration, error) {
+	if key == sessionKey {
+		return c.syncSession(), nil
+	}
 	c.mu.Lock()
 	conn, closed, w := c.conn, c.closed, c.watches[key]
 	lost := conn.lost

@@ -65,7 +65,9 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 
 // needsReopen reports whether key's open generation must be closed and a
 // new one opened: from 2026-07-28 on, in push mode while no stream carries
-// it (the stream ended, was refused, or was acknowledged without it); or,
+// it (the stream ended, was refused, or was acknowledged without it) or the
+// stream it was carried by ended (notifications sent since reached nobody,
+// so a new generation opens and reads it); or,
 // at a poll tick, polling because a stream naming it was refused, which
 // may have been for the moment, or at once when a stream acknowledged late
 // carries it. Each URI tries a stream again no sooner
@@ -77,9 +79,12 @@ func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick 
 	if conn.era != EraModern || !sub.State.open() {
 		return false, 0
 	}
+	c.mu.Lock()
+	ended := w.streamEnded
+	c.mu.Unlock()
 	switch sub.Mode {
 	case ModePush:
-		if heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout); heard || coming {
+		if heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout); (heard || coming) && !ended {
 			return false, 0
 		}
 		if wait := conn.reopenWait(); wait > 0 {
@@ -184,7 +189,7 @@ func (c *Client) open(conn *connection, key string, w *watch) error {
 	c.mu.Lock()
 	delete(c.unopened, key) // open again
 	first := !w.opened
-	w.opened = true
+	w.opened, w.streamEnded = true, false
 	if mode == ModePush {
 		w.pushedAt = time.Now()
 	}
