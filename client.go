@@ -281,9 +281,6 @@ type Client struct {
 	// keepStop ends the kept scan running (KeepScanning); protected by mu.
 	keepStop context.CancelFunc
 
-	// sched holds the next revalidation or poll read of every watch; one
-	// goroutine (runSchedule) sends them.
-	sched       schedule
 	scanner     *Scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
@@ -341,13 +338,13 @@ type connection struct {
 	listen      *listenStream // the newest stream; nil when none is open
 	// gap holds URIs carried from one acknowledged stream to its
 	// replacement: a change in between may have been notified to neither,
-	// so each is read again once replacements pause (readAfterGap).
+	// so each is read again once replacements pause (readGap).
 	gap map[string]bool
 	// lastAcked is what the newest acknowledged stream carried: a stream
 	// acknowledged next notes as its gap what it carries of them, however
 	// many unacknowledged streams came between.
 	lastAcked []string
-	gapReader bool      // a readAfterGap is under way for this connection
+	gapReader bool      // a gap waits to be read (readGap)
 	gapSince  time.Time // the oldest replacement whose gap is unread
 	gapLast   time.Time // the newest one
 	// ends paces the re-establishment of streams the server ended; nil
@@ -363,12 +360,15 @@ type connection struct {
 type watch struct {
 	raw string
 	// opened is set once the watch was opened: later openings read with
-	// TriggerReconnect. tick is the periodic read due at the key's next
-	// pass, asked that a caller's Subscribe asked for it (a tombstoned
-	// generation is opened anew only then). Protected by Client.mu.
-	opened bool
-	tick   Trigger
-	asked  bool
+	// TriggerReconnect. asked, that a caller's Subscribe asked for it (a
+	// tombstoned generation is opened anew only then). every and periodic
+	// are its periodic reads (RevalidateEvery or PollEvery), tickAt when
+	// the next is due. Protected by Client.mu.
+	opened   bool
+	asked    bool
+	every    time.Duration
+	periodic Trigger
+	tickAt   time.Time
 	// streamEnded marks a watch whose stream the server ended: its
 	// generation is opened anew (needsReopen). Protected by Client.mu.
 	streamEnded bool
@@ -519,7 +519,6 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
-	c.sched.init()
 	c.newQueue()
 	c.newReadQueue()
 	// One Client drives an engine: two would each open, read and close
@@ -547,7 +546,6 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		}
 	}
 	c.goAsync(c.pump)
-	c.goAsync(c.runSchedule)
 	c.startWorkers()
 	c.startReaders()
 	c.mark(sessionKey) // the heartbeat
@@ -1275,10 +1273,10 @@ const (
 // noteGapLocked, at the acknowledgement of stream, notes the URIs it
 // carries over from the newest stream acknowledged before it: mcp-go
 // (v1.2.1) ends the old stream before it sends the new one, so a change in
-// between reaches neither, and each of them is read again (readAfterGap).
+// between reaches neither, and each of them is read again (readGap).
 // Reading them at every replacement would make a burst of n Subscribes
-// cost O(n²) reads. It reports whether a reader must start. conn.mu is
-// held.
+// cost O(n²) reads. It reports whether the session pass must be marked to
+// read it. conn.mu is held.
 func (conn *connection) noteGapLocked(stream *listenStream) bool {
 	before := conn.lastAcked
 	conn.lastAcked = stream.ackURIs
@@ -1301,60 +1299,6 @@ func (conn *connection) noteGapLocked(stream *listenStream) bool {
 	start := !conn.gapReader
 	conn.gapReader = true
 	return start
-}
-
-// startGapReader starts readAfterGap for conn.
-func (c *Client) startGapReader(conn *connection) {
-	if !c.goAsync(func() { c.readAfterGap(conn) }) {
-		conn.mu.Lock()
-		conn.gapReader = false
-		conn.mu.Unlock()
-	}
-}
-
-// readAfterGap waits for the replacements of conn's listen stream to
-// pause, then reads every URI carried across a replacement that the
-// current stream still carries.
-func (c *Client) readAfterGap(conn *connection) {
-	for {
-		conn.mu.Lock()
-		due := conn.gapLast.Add(relistenQuiet)
-		if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
-			due = latest
-		}
-		wait := time.Until(due)
-		var uris []string
-		if cur := conn.listen; wait <= 0 && cur != nil && !cur.isAcked() {
-			// A replacement waits for its acknowledgement: the gap is
-			// read once a stream carries it, not dropped.
-			wait = relistenQuiet
-		} else if wait <= 0 {
-			cur := conn.listen
-			for u := range conn.gap {
-				if cur != nil && cur.isAcked() && cur.ackSet[u] {
-					uris = append(uris, u)
-				}
-			}
-			conn.gap, conn.gapSince, conn.gapLast, conn.gapReader = nil, time.Time{}, time.Time{}, false
-		}
-		conn.mu.Unlock()
-		if now, err := c.current(); err != nil || now != conn {
-			return // closed, or a new session reads everything again
-		}
-		if wait > 0 {
-			if !c.wait(wait) {
-				return
-			}
-			continue
-		}
-		slices.Sort(uris)
-		for _, u := range uris {
-			if key, err := normalizeKey(u); err == nil {
-				c.requestRead(key, TriggerRevalidate)
-			}
-		}
-		return
-	}
 }
 
 // gather holds a stream replacement that follows another within its window
@@ -1541,20 +1485,6 @@ func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 	return entry, err
 }
 
-// tick marks key for its periodic read (trigger TriggerRevalidate or
-// TriggerPoll): its next pass looks at the key, then requests the read.
-func (c *Client) tick(key string, trigger Trigger) {
-	c.mu.Lock()
-	w := c.watches[key]
-	if w != nil {
-		w.tick = trigger
-	}
-	c.mu.Unlock()
-	if w != nil {
-		c.mark(key)
-	}
-}
-
 // hearing reports whether the server acknowledged a listen stream of conn
 // naming raw (heard), or whether one naming it went out less than patience
 // ago and is not acknowledged yet (coming).
@@ -1607,32 +1537,50 @@ func (c *Client) wait(d time.Duration) bool {
 }
 
 // startWatch schedules the jittered revalidation (or poll) reads of a
-// watched URI, replacing the ones it had.
+// watched URI, replacing the ones it had: the controller's queue holds the
+// next one as a delayed mark of the key, and the key's pass that finds it
+// due reads (syncKey).
 func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
-	first := c.jittered(interval)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.watches[key] != nil && !c.closed {
-		c.sched.set(key, first, interval, trigger)
+	w := c.watches[key]
+	if w == nil || c.closed {
+		c.mu.Unlock()
+		return
 	}
+	w.every, w.periodic = interval, trigger
+	w.tickAt = time.Now().Add(c.jitteredLocked(interval))
+	first := time.Until(w.tickAt)
+	c.mu.Unlock()
+	c.queue.AddAfter(key, first)
 }
 
-// dropWatch forgets the caller's intent for key and stops its periodic
+// dueTickLocked reports the periodic read of w due now, if any, and
+// schedules the next one; untilTick is how long until that. c.mu is held.
+func (c *Client) dueTickLocked(w *watch) (due Trigger, untilTick time.Duration) {
+	if w.every <= 0 {
+		return "", 0
+	}
+	now := time.Now()
+	if !now.Before(w.tickAt) {
+		due = w.periodic
+		w.tickAt = now.Add(c.jitteredLocked(w.every))
+	}
+	return due, w.tickAt.Sub(now)
+}
+
+// dropWatch forgets the caller's intent for key, and with it its periodic
 // reads; c.mu must be held.
 func (c *Client) dropWatch(key string) {
 	delete(c.unopened, key)
 	if c.watches[key] != nil {
-		c.sched.remove(key)
 		delete(c.watches, key)
 		c.progress.notify()
 	}
 }
 
-// jittered returns d varied by up to ±Jitter.
-func (c *Client) jittered(d time.Duration) time.Duration {
-	c.mu.Lock()
+// jitteredLocked returns d varied by up to ±Jitter; c.mu is held.
+func (c *Client) jitteredLocked(d time.Duration) time.Duration {
 	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
-	c.mu.Unlock()
 	return time.Duration(float64(d) * f)
 }
 
@@ -1872,7 +1820,7 @@ func (c *Client) handle(n note) {
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
 		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
 		if start {
-			c.startGapReader(n.conn)
+			c.queue.AddAfter(sessionKey, relistenQuiet) // its pass reads the gap (readGap)
 		}
 		for _, raw := range left {
 			c.mark(spelledKey(raw))

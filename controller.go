@@ -209,12 +209,16 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	conn, closed, w := c.conn, c.closed, c.watches[key]
 	lost := conn.lost
 	var tick Trigger
+	var untilTick time.Duration
 	asked := false
 	if w != nil {
-		tick, w.tick = w.tick, ""
+		tick, untilTick = c.dueTickLocked(w)
 		asked, w.asked = w.asked, false
 	}
 	c.mu.Unlock()
+	if untilTick > 0 {
+		c.queue.AddAfter(key, untilTick) // the next periodic read
+	}
 	if closed {
 		return 0, nil
 	}
@@ -236,8 +240,8 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	if err != nil {
 		// Tried again by the next pass, with what this one was to do.
 		c.mu.Lock()
-		if w.tick == "" {
-			w.tick = tick
+		if tick != "" {
+			w.tickAt = time.Now() // the periodic read is due at once
 		}
 		w.asked = w.asked || asked
 		opened := w.opened && c.watches[key] == w

@@ -45,10 +45,51 @@ func (c *Client) syncSession() time.Duration {
 	if flooding {
 		again = c.floodOver(conn)
 	}
-	if ping := c.heartbeat(conn); ping > 0 && (again == 0 || ping < again) {
-		again = ping
+	for _, next := range []time.Duration{c.readGap(conn), c.heartbeat(conn)} {
+		if next > 0 && (again == 0 || next < again) {
+			again = next
+		}
 	}
 	return again
+}
+
+// readGap reads, once replacements of conn's listen stream paused, every
+// URI carried across a replacement that the current stream still carries,
+// and otherwise says when to look again (0: no gap waits).
+func (c *Client) readGap(conn *connection) time.Duration {
+	conn.mu.Lock()
+	if !conn.gapReader {
+		conn.mu.Unlock()
+		return 0
+	}
+	due := conn.gapLast.Add(relistenQuiet)
+	if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
+		due = latest
+	}
+	wait := time.Until(due)
+	if cur := conn.listen; wait <= 0 && cur != nil && !cur.isAcked() {
+		// A replacement waits for its acknowledgement: the gap is read
+		// once a stream carries it, not dropped.
+		wait = relistenQuiet
+	}
+	if wait > 0 {
+		conn.mu.Unlock()
+		return wait
+	}
+	var uris []string
+	cur := conn.listen
+	for u := range conn.gap {
+		if cur != nil && cur.isAcked() && cur.ackSet[u] {
+			uris = append(uris, u)
+		}
+	}
+	conn.gap, conn.gapSince, conn.gapLast, conn.gapReader = nil, time.Time{}, time.Time{}, false
+	conn.mu.Unlock()
+	slices.Sort(uris)
+	for _, u := range uris {
+		c.requestRead(spelledKey(u), TriggerRevalidate)
+	}
+	return 0
 }
 
 // heal makes one attempt to replace the lost session conn. It reports when
