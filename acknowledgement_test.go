@@ -134,11 +134,11 @@ func TestAcknowledgementOfAnUnaskedURIIsNotTakenAsSubscribed(t *testing.T) {
 		}})
 		_, err := r.c.Subscribe(t.Context(), a)
 		require.NoError(t, err)
-		before := r.wire.listens()
+		before := r.listens()
 		sz, err := r.c.Subscribe(t.Context(), z)
 		require.NoError(t, err)
 		t.Logf("z: %s %s (%q); listen requests sent for it: %d; filters so far %v",
-			sz.State, sz.Mode, sz.ModeReason, r.wire.listens()-before, r.wire.listenFilters())
+			sz.State, sz.Mode, sz.ModeReason, r.listens()-before, r.wire.listenFilters())
 		quiesce()
 
 		time.Sleep(time.Minute)
@@ -177,7 +177,7 @@ func TestLateButHonestAcknowledgementsEndPushed(t *testing.T) {
 		f := r.wire.listenFilters()
 		t.Logf("%d listen requests in 3 hours; the last four filters: %v", len(f), f[len(f)-4:])
 		require.NoError(t, r.c.Close())
-		time.Sleep(time.Minute) // the kit's delayed acknowledgements
+		time.Sleep(time.Minute) // the wire's delayed acknowledgements
 		require.Equal(t, len(uris), push, fmt.Sprintf("after 3 hours, %d of %d URIs pushed by a server that acknowledges every stream", push, len(uris)))
 	})
 }
@@ -212,11 +212,11 @@ func TestServerCarryingOnlyTheNewestURIsDrawsNoStorm(t *testing.T) {
 				// Let the fault become steady: half an hour.
 				time.Sleep(30 * time.Minute)
 				quiesce()
-				before, reads := r.wire.listens(), r.srv.Reads(uris[0])
+				before, reads := r.listens(), r.srv.Reads(uris[0])
 				const periods = 12 // revalidation periods of 5 minutes
 				time.Sleep(periods * 5 * time.Minute)
 				quiesce()
-				listens := r.wire.listens() - before
+				listens := r.listens() - before
 				push, _ := r.pushed(uris)
 				t.Logf("%d listen requests and %d reads of %s in %d revalidation periods; %d of %d URIs pushed now",
 					listens, r.srv.Reads(uris[0])-reads, uris[0], periods, push, tc.n)

@@ -123,12 +123,12 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 					time.Sleep(time.Minute)
 					quiesce()
 				}
-				subs := r.wire.requests(string(mcp.MethodResourcesSubscribe))
+				subs := r.requests(string(mcp.MethodResourcesSubscribe))
 				for range 10 {
 					time.Sleep(time.Minute)
 					quiesce()
 				}
-				subs = r.wire.requests(string(mcp.MethodResourcesSubscribe)) - subs
+				subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
 				r.srv.Set(a, "text/markdown", "v2")
 				for range 7 {
 					time.Sleep(time.Minute)

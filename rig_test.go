@@ -185,6 +185,21 @@ func (r *rig) faults() *mcpsynctest.Transport {
 	return r.kit
 }
 
+// requests counts the requests of method the client sent, on every
+// connection, whatever became of them.
+func (r *rig) requests(method string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, kit := range r.kits {
+		n += kit.Requests(method)
+	}
+	return n
+}
+
+// listens counts the subscriptions/listen requests the client sent.
+func (r *rig) listens() int { return r.requests(string(mcp.MethodSubscriptionsListen)) }
+
 // setDown makes every later dial fail (down) or succeed again.
 func (r *rig) setDown(down bool) {
 	r.mu.Lock()
@@ -488,9 +503,11 @@ type wireRequest struct {
 
 // faultWire stands for the server's side of every connection of a rig: it
 // refuses, parks or answers what its hooks pick, and it can make a
-// 2026-07-28 server's listen streams misbehave. It counts every request.
+// 2026-07-28 server's listen streams misbehave. It keeps what each listen
+// request named, and counts what it refused.
 // Every hook is read under mu when it applies, so a test may change one at
-// any time (set); hooks run outside mu.
+// any time (set); hooks run outside mu. A hook holds for every connection:
+// a fault of one connection's server only is cleared in the rig's onDial.
 type faultWire struct {
 	mu sync.Mutex
 	// refuse answers a request it picks with a JSON-RPC error the server
@@ -519,14 +536,13 @@ type faultWire struct {
 	// ackDelay > 0 delivers every acknowledgement that much later.
 	ackDelay time.Duration
 
-	counts  map[string]int // requests by method, refused ones included
 	refused map[string]int // refused requests by method
 	filters [][]string     // the URIs of every listen request, in order
 	ids     []string       // the JSON-RPC id of every listen request
 }
 
 func newFaultWire() *faultWire {
-	return &faultWire{endAfterAck: -1, counts: map[string]int{}, refused: map[string]int{}}
+	return &faultWire{endAfterAck: -1, refused: map[string]int{}}
 }
 
 // set changes the wire's hooks under its lock.
@@ -609,22 +625,12 @@ func (w *faultWire) cancelAsAnswered(method string, cancel context.CancelFunc) {
 	})
 }
 
-// requests counts the requests of method sent on every connection.
-func (w *faultWire) requests(method string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.counts[method]
-}
-
 // refusals counts the requests of method the wire refused.
 func (w *faultWire) refusals(method string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.refused[method]
 }
-
-// listens counts the subscriptions/listen requests sent.
-func (w *faultWire) listens() int { return w.requests(string(mcp.MethodSubscriptionsListen)) }
 
 // listenFilters returns the URIs each listen request named, in order.
 func (w *faultWire) listenFilters() [][]string {
@@ -684,7 +690,6 @@ func (c *wireConn) SendRequest(ctx context.Context, req transport.JSONRPCRequest
 	c.mu.Unlock()
 	w := c.w
 	w.mu.Lock()
-	w.counts[req.Method]++
 	if listen {
 		w.filters = append(w.filters, wr.uris)
 		w.ids = append(w.ids, id)

@@ -187,14 +187,14 @@ func TestRefusedResubscribeRacingTheCallerEndsWhereTheCallerLeftIt(t *testing.T)
 						time.Sleep(time.Minute)
 						quiesce()
 					}
-					subs := r.wire.requests(string(mcp.MethodResourcesSubscribe))
-					unsubs := r.wire.requests(string(mcp.MethodResourcesUnsubscribe))
+					subs := r.requests(string(mcp.MethodResourcesSubscribe))
+					unsubs := r.requests(string(mcp.MethodResourcesUnsubscribe))
 					for range 10 {
 						time.Sleep(time.Minute)
 						quiesce()
 					}
-					subs = r.wire.requests(string(mcp.MethodResourcesSubscribe)) - subs
-					unsubs = r.wire.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
+					subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
+					unsubs = r.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
 					r.srv.Set(a, "text/markdown", "v2")
 					r.srv.Set(b, "text/markdown", "v2")
 					for range 7 {
@@ -381,11 +381,11 @@ func TestCancelledSubscribesOfOneURIDrawAPacedUnsubscribe(t *testing.T) {
 		}
 		time.Sleep(30 * time.Minute) // the backoffs reach RetryMax
 		quiesce()
-		before := r.wire.requests(string(mcp.MethodResourcesUnsubscribe))
+		before := r.requests(string(mcp.MethodResourcesUnsubscribe))
 		time.Sleep(5 * time.Minute)
 		quiesce()
-		per := r.wire.requests(string(mcp.MethodResourcesUnsubscribe)) - before
-		t.Logf("resources/unsubscribe of x: %d in all, %d in the last 5 min", r.wire.requests(string(mcp.MethodResourcesUnsubscribe)), per)
+		per := r.requests(string(mcp.MethodResourcesUnsubscribe)) - before
+		t.Logf("resources/unsubscribe of x: %d in all, %d in the last 5 min", r.requests(string(mcp.MethodResourcesUnsubscribe)), per)
 		require.LessOrEqual(t, per, 40,
 			"after %d cancelled Subscribes of one URI, a steady unsubscribe fault draws %d requests per revalidation period", cancels, per)
 	})
@@ -437,7 +437,7 @@ func TestCancelledSubscribesAnsweredAtOnceAreUnsubscribed(t *testing.T) {
 				left = append(left, fmt.Sprintf("%s (%s %s)", u, sub.State, sub.Mode))
 			}
 		}
-		t.Logf("%d Subscribes cancelled; unsubscribes sent: %d", len(cancelled), r.wire.requests(string(mcp.MethodResourcesUnsubscribe)))
+		t.Logf("%d Subscribes cancelled; unsubscribes sent: %d", len(cancelled), r.requests(string(mcp.MethodResourcesUnsubscribe)))
 		require.Empty(t, left, "unwatched URIs the server still notifies, 10 minutes after their Subscribes were cancelled")
 	})
 }
@@ -489,7 +489,7 @@ func TestRefusedResubscribeAfterALateUnsubscribePollsSayingWhy(t *testing.T) {
 			time.Sleep(time.Minute)
 			quiesce()
 		}
-		before := r.wire.requests(string(mcp.MethodResourcesSubscribe))
+		before := r.requests(string(mcp.MethodResourcesSubscribe))
 		r.srv.Set(x, "text/markdown", "v2")
 		time.Sleep(time.Minute)
 		quiesce()
@@ -499,7 +499,7 @@ func TestRefusedResubscribeAfterALateUnsubscribePollsSayingWhy(t *testing.T) {
 		require.NoError(t, lerr)
 		t.Logf("x: %s %s reason %q; server subscribed %v; serves %q degraded %q; subscribes sent %d (%d in the last minute)",
 			sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(x), e.Contents[0].Text, e.Degraded,
-			r.wire.requests(string(mcp.MethodResourcesSubscribe)), r.wire.requests(string(mcp.MethodResourcesSubscribe))-before)
+			r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
 		if sub.Mode == mcpsync.ModePush {
 			require.True(t, r.srv.Subscribed(x),
 				"x is in push mode (reason %q) but the server does not notify it, 21 minutes after the re-subscribe started failing", sub.ModeReason)

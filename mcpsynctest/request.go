@@ -125,6 +125,7 @@ func (t *Transport) takeRule(method, uri string) *requestRule {
 // SendRequest sends a request through the inner transport, applying the
 // first request fault that matches it and the list faults to list results.
 func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	t.countSent(req.Method)
 	if t.isDropped() {
 		return nil, ErrSessionDropped
 	}
