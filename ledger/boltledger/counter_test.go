@@ -1,6 +1,11 @@
 package boltledger_test
 
+// Counters of the bolt ledger: no value is ever handed out twice, the
+// outbox numbering included; a reservation or an append past the top of
+// uint64 is refused, never wrapped round.
+
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
@@ -11,14 +16,31 @@ import (
 	"github.com/mcpsync/mcpsync"
 )
 
+// Next promises no value is ever returned twice: a reservation past the top
+// of the counter is refused, or, if granted, request id 1 is not handed out
+// again.
+func TestNextNeverWrapsAround(t *testing.T) {
+	ctx := context.Background()
+	l := open(t, nil)
+	first, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), first)
+	if _, err = l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64); err != nil {
+		return // refused: fine
+	}
+	again, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	if err == nil {
+		assert.NotEqual(t, uint64(1), again, "request id 1 handed out twice")
+	}
+}
+
 // The outbox numbering is a counter like the others: "entries are numbered
-// consecutively" and a consumer's position only rises. Restored (or grown)
-// to the top of uint64, the bolt ledger's next append wraps it: the entry is
-// numbered 0 and the outbox's Last goes back from MaxUint64 to 0, so every
-// consumer (at MaxUint64) is beyond every entry appended from then on and
-// never sees one. Next refuses the same wrap with ErrCounterExhausted; the
-// append, or the restore, must refuse it too.
-func TestBreak17OutboxNumberingWrapsToZero(t *testing.T) {
+// consecutively" and a consumer's position only rises. Restored to the top
+// of uint64, the ledger refuses the snapshot or the next append
+// (ErrCounterExhausted), as Next refuses the same wrap, rather than
+// numbering the entry 0 and leaving every consumer beyond every entry
+// appended from then on.
+func TestOutboxNumberingNeverWrapsToZero(t *testing.T) {
 	l := open(t, nil)
 	snap := mcpsync.LedgerSnapshot{
 		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{}, Counters: map[mcpsync.Counter]uint64{},
