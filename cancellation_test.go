@@ -447,3 +447,44 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 		require.False(t, r.srv.Subscribed(faultURI), "after a clean Unsubscribe the server still notifies %s", faultURI)
 	})
 }
+
+// A Subscribe of a URI nobody watched that fails (its caller gives up)
+// leaves nothing watched, even when a Reconnect lands while it waits: x's
+// pass is slow (the ledger write opening x's generation takes a while), a
+// Reconnect replaces the session meanwhile, then the caller's context ends.
+// Subscribe fails with context.Canceled; once settled x is not open in the
+// current session and the server does not notify it. Both eras.
+func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const x = "file:///cancel/reconnect/x.md"
+				r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+				slow, opening := make(chan struct{}), make(chan struct{})
+				r.ledger.beforeWrite(writeOf(x, mcpsync.StateSubscribing), func() {
+					close(opening)
+					<-slow
+				})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				go func() {
+					_, err := r.c.Subscribe(ctx, x)
+					done <- err
+				}()
+				<-opening
+
+				reconnected := make(chan error, 1)
+				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+				synctest.Wait() // the new session is up; its pass over x waits for x's first
+				cancel()
+				require.ErrorIs(t, <-done, context.Canceled)
+				close(slow)
+				t.Logf("reconnect: %v", <-reconnected)
+
+				r.sixRevalidations()
+				r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+			})
+		})
+	}
+}
