@@ -447,3 +447,107 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 		require.False(t, r.srv.Subscribed(faultURI), "after a clean Unsubscribe the server still notifies %s", faultURI)
 	})
 }
+
+// A Subscribe of a URI nobody watched that fails (its caller gives up)
+// leaves nothing watched, even when a Reconnect lands while it waits: x's
+// pass is slow (the ledger write opening x's generation takes a while), a
+// Reconnect replaces the session meanwhile, then the caller's context ends.
+// Subscribe fails with context.Canceled; once settled x is not open in the
+// current session and the server does not notify it. Both eras.
+func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const x = "file:///cancel/reconnect/x.md"
+				r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+				slow, opening := make(chan struct{}), make(chan struct{})
+				r.ledger.beforeWrite(writeOf(x, mcpsync.StateSubscribing), func() {
+					close(opening)
+					<-slow
+				})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				go func() {
+					_, err := r.c.Subscribe(ctx, x)
+					done <- err
+				}()
+				<-opening
+
+				reconnected := make(chan error, 1)
+				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+				synctest.Wait() // the new session is up; its pass over x waits for x's first
+				cancel()
+				require.ErrorIs(t, <-done, context.Canceled)
+				close(slow)
+				t.Logf("reconnect: %v", <-reconnected)
+
+				r.sixRevalidations()
+				r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+			})
+		})
+	}
+}
+
+// Subscribes of a URI nobody watched that all fail (every caller gives up
+// while the first pass is slow: the ledger write opening the generation
+// takes a while) leave nothing watched, whether they come from two callers
+// or from one SubscribeAll naming the URI twice, and whether they spell it
+// alike or differently: each call returns context.Canceled, and once
+// settled the URI is not open in the current session and the server does
+// not notify it. Both eras.
+func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
+	const x, xAlias = "file:///cancel/twice/x.md", "file:///cancel/twice/%78.md"
+	for _, w := range eras {
+		for _, tc := range []struct {
+			name      string
+			spellings []string
+			together  bool // one SubscribeAll rather than one Subscribe each
+		}{
+			{"two callers, one spelling", []string{x, x}, false},
+			{"two callers, two spellings", []string{x, xAlias}, false},
+			{"one SubscribeAll, two spellings", []string{x, xAlias}, true},
+		} {
+			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+					slow, opening := make(chan struct{}), make(chan struct{})
+					r.ledger.beforeWrite(writeOf(x, mcpsync.StateSubscribing), func() {
+						close(opening)
+						<-slow
+					})
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					errs := make(chan error, len(tc.spellings))
+					if tc.together {
+						go func() {
+							_, err := r.c.SubscribeAll(ctx, tc.spellings)
+							errs <- err
+						}()
+					} else {
+						for _, u := range tc.spellings {
+							go func() {
+								_, err := r.c.Subscribe(ctx, u)
+								errs <- err
+							}()
+						}
+					}
+					<-opening
+					synctest.Wait() // every call waits for its pass
+					cancel()
+					calls := 1
+					if !tc.together {
+						calls = len(tc.spellings)
+					}
+					for range calls {
+						require.ErrorIs(t, <-errs, context.Canceled)
+					}
+					close(slow)
+
+					r.sixRevalidations()
+					r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+				})
+			})
+		}
+	}
+}

@@ -488,3 +488,28 @@ func TestUnsubscribeOfAHalfDoneReopenTellsTheServer(t *testing.T) {
 		}
 	})
 }
+
+// 2026-07-28. A first Subscribe of x whose opening write fails returns the
+// error and leaves x unwatched; the server is never told to notify x: a
+// later Subscribe of y replaces the listen stream, and the new stream does
+// not carry x. Once settled x is not open, and the server does not notify
+// it.
+func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///failed/first/x.md", "file:///failed/first/y.md"
+		r := buildRig(t, eras[1], rigConfig{ledger: true, uris: []string{x, y}})
+		r.subscribe()
+		r.ledger.failWrites(1, writeOf(x, mcpsync.StateSubscribing))
+		_, err := r.c.Subscribe(t.Context(), x)
+		require.Error(t, err, "the write opening x failed")
+		quiesce()
+		_, err = r.c.Subscribe(t.Context(), y)
+		require.NoError(t, err)
+		quiesce()
+		for i, f := range r.wire.listenFilters() {
+			t.Logf("listen stream %d carries %v", i+1, f)
+		}
+		assert.False(t, r.srv.Subscribed(x), "the server notifies %s, which a failed Subscribe left unwatched", x)
+		r.requireWhereLeft([]string{faultURI, x, y}, map[string]bool{faultURI: true, y: true}, map[string]bool{x: true})
+	})
+}

@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
@@ -100,4 +102,83 @@ func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
 			})
 		})
 	}
+}
+
+// (2026-07-28) A Subscribe that returns no error returns its subscription
+// activated (push or poll, open in the current session), even when the
+// replaced stream's clean-up lands while it waits for its first read:
+//
+//  1. a and b are on stream A; Subscribe(x) cancels A, whose clean-up the
+//     server holds past the client's patience, and sends B (a, b, x),
+//     acknowledged: x's pass activates it and its first read goes out
+//     (held).
+//  2. A's clean-up lands: B is suspect, and x's next pass closes the
+//     generation and opens a new one, whose stream the server holds.
+//  3. x's first read is answered: Subscribe returns.
+//
+// Subscribe returned nil with a subscription never activated (Mode "",
+// state SUBSCRIBING): the interop run against the go-sdk server saw it.
+func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const a, b, x = "file:///late/a.md", "file:///late/b.md", "file:///late/x.md"
+		r := buildRig(t, eras[1], rigConfig{
+			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
+			uris:   []string{a, b, x},
+		})
+		for _, u := range []string{a, b} {
+			_, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+			minutes(1)
+		}
+
+		endHold := r.srv.HoldNextListenEnd()
+		defer endHold.Release()
+		// B's clean-up is held too: the replacement after A's late end
+		// waits its patience with no stream open, so that x's pass finds
+		// none carrying it.
+		endHold2 := r.srv.HoldNextListenEnd()
+		defer endHold2.Release()
+		readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
+		defer readHold.Release()
+		type result struct {
+			sub mcpsync.Subscription
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			sub, err := r.c.Subscribe(context.Background(), x)
+			done <- result{sub, err}
+		}()
+		synctest.Wait()
+		require.True(t, arrived(endHold), "stream A ended and its clean-up is held")
+		time.Sleep(time.Second) // past the patience: B goes out and is acknowledged
+		quiesce()
+		require.True(t, arrived(readHold), "x's first read went out on B")
+
+		listenHold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		defer listenHold.Release()
+		endHold.Release()
+		time.Sleep(time.Second) // past the patience for B's end
+		quiesce()
+		require.True(t, arrived(listenHold), "the stream sent after A's late end is held")
+		readHold.Release()
+		quiesce()
+		var res result
+		select {
+		case res = <-done:
+		default: // still waiting for the held stream: let it go
+			listenHold.Release()
+			res = <-done
+		}
+		listenHold.Release()
+		endHold2.Release()
+		require.NoError(t, res.err)
+		assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.sub.Mode,
+			"Subscribe returned nil with a subscription never activated: %+v", res.sub)
+		assert.True(t, openState(res.sub.State), "Subscribe returned nil with a subscription not open: %s", res.sub.State)
+
+		minutes(2)
+		r.requireWhereLeft([]string{a, b, x}, map[string]bool{a: true, b: true, x: true}, nil)
+	})
 }

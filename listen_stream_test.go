@@ -10,6 +10,8 @@ package mcpsync_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -730,4 +732,38 @@ func TestStreamsEndedAtTheSteadyBoundaryDrawNoStorm(t *testing.T) {
 			})
 		})
 	}
+}
+
+// 2026-07-28, over stdio. A server that never answers a cancelled
+// subscriptions/listen request (it ignores notifications/cancelled, or its
+// clean-up hangs): every replacement outlives its patience for the old
+// stream's end, and that end never comes. A steady fault: the client sends
+// a bounded number of listen requests and reads per revalidation period
+// (four streams per period at most, as for a server that ends streams,
+// and a few reads of each URI), rather than a replacement, and a reopen
+// and read of every URI, every RequestTimeout. Real time: the server is a
+// process.
+func TestServerThatNeverAnswersACancelledListenDrawsNoStorm(t *testing.T) {
+	const revalidate = 10 * time.Second
+	r := buildRig(t, eras[1], rigConfig{
+		opts: mcpsync.ClientOptions{RequestTimeout: time.Second, RevalidateEvery: revalidate, PollEvery: revalidate},
+		dial: mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), deafListenServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
+			return cmd, nil
+		}),
+	})
+	for _, u := range deafListenURIs {
+		sub, err := r.c.Subscribe(t.Context(), u)
+		require.NoError(t, err)
+		t.Logf("%s: %s %s", u, sub.State, sub.Mode)
+	}
+	read := string(mcp.MethodResourcesRead)
+	listens, reads := r.wire.listens(), r.wire.requests(read)
+	const periods = 2
+	time.Sleep(periods * revalidate)
+	listens, reads = r.wire.listens()-listens, r.wire.requests(read)-reads
+	t.Logf("%d listen requests and %d reads in %d revalidation periods", listens, reads, periods)
+	assert.LessOrEqual(t, listens, periods*4, "listen requests against a server that never answers a cancelled one")
+	assert.LessOrEqual(t, reads, periods*4*len(deafListenURIs), "reads against a server that never answers a cancelled listen")
 }

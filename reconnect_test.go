@@ -761,3 +761,65 @@ func TestSteadyLedgerFailureAcrossRepeatedReconnectsDrawsNoStorm(t *testing.T) {
 		})
 	}
 }
+
+// A Subscribe that returns no error returns its subscription activated
+// (push or poll, open), even when a Reconnect lands while it waits for its
+// first read: x's pass opened it, its first read is held on the old
+// session, the Reconnect opens x anew in the new session (that session's
+// subscribe request, or listen stream, held), then the old read fails with
+// its session and Subscribe returns. It must not return the new session's
+// generation half opened (SUBSCRIBING, no mode) with a nil error. Both eras.
+func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const x = "file:///race/reconnect/x.md"
+				r := buildRig(t, w, rigConfig{uris: []string{x}})
+				readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
+				defer readHold.Release()
+				subHold := make(chan *mcpsynctest.Hold, 1)
+				r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
+					subHold <- kit.HoldNextRequest(subscribeMethod(w.version), "")
+				})
+				type result struct {
+					sub mcpsync.Subscription
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					sub, err := r.c.Subscribe(context.Background(), x)
+					done <- result{sub, err}
+				}()
+				synctest.Wait()
+				time.Sleep(time.Second)
+				synctest.Wait()
+				require.True(t, arrived(readHold), "x's first read is held")
+
+				reconnected := make(chan error, 1)
+				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+				synctest.Wait()
+				hold := <-subHold
+				defer hold.Release()
+				require.True(t, arrived(hold), "the new session's subscribe of x is held")
+				readHold.Release()
+				quiesce()
+				var res result
+				select {
+				case res = <-done:
+				default: // still waiting for the new session: let it go
+					hold.Release()
+					res = <-done
+				}
+				hold.Release()
+				require.NoError(t, <-reconnected)
+				require.NoError(t, res.err)
+				assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.sub.Mode,
+					"Subscribe returned nil with a subscription never activated: %s session %d", res.sub.State, res.sub.SessionGeneration)
+				assert.True(t, openState(res.sub.State), "Subscribe returned nil with a subscription not open: %s", res.sub.State)
+
+				minutes(2)
+				r.requireWhereLeft([]string{x}, map[string]bool{x: true}, nil)
+			})
+		})
+	}
+}

@@ -65,6 +65,9 @@ type rigConfig struct {
 	uris []string
 	// wire, if set, sets the fault wire's hooks before the client connects.
 	wire func(w *faultWire)
+	// dial, if set, reaches a server of the test's own instead of the
+	// rig's (a stdio process, say); srv is then the rig's, unused.
+	dial mcpsync.Dialer
 }
 
 // rig is a Client synced to an mcpsynctest server. Every connection is
@@ -119,11 +122,14 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	for _, u := range cfg.uris {
 		r.srv.Set(u, "text/markdown", "v1")
 	}
-	inner := func() (transport.Interface, error) { return r.srv.NewInProcessTransport(), nil }
+	inner := func(context.Context) (transport.Interface, error) { return r.srv.NewInProcessTransport(), nil }
+	if cfg.dial != nil {
+		inner = cfg.dial
+	}
 	if w.http {
 		hs := httptest.NewServer(server.NewStreamableHTTPServer(r.srv.MCPServer()))
 		t.Cleanup(hs.Close)
-		inner = func() (transport.Interface, error) {
+		inner = func(context.Context) (transport.Interface, error) {
 			return transport.NewStreamableHTTP(hs.URL, transport.WithContinuousListening())
 		}
 	}
@@ -152,13 +158,13 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 		r.errs.then = then
 	}
 	o.OnError = r.errs.add
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+	c, err := mcpsync.Connect(t.Context(), func(ctx context.Context) (transport.Interface, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.down {
 			return nil, errors.New("dial: connection refused (server down)")
 		}
-		tr, err := inner()
+		tr, err := inner(ctx)
 		if err != nil {
 			return nil, err
 		}
