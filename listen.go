@@ -280,9 +280,22 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 		// stream of its own pass.
 		conn.unwantLocked(raw)
 	}
+	if len(conn.want) == 0 {
+		if old != nil {
+			old.cancel()
+			conn.listen = nil
+		}
+		conn.mu.Unlock()
+		return nil
+	}
+	// The new stream is the connection's from now on, on its way (not
+	// acknowledged: what it carries is coming, not heard), though it is
+	// sent only once the server is done with the old one.
+	lctx, cancel := context.WithCancel(c.ctx)
+	stream := &listenStream{cancel: cancel, uris: slices.Clone(conn.want), acked: make(chan struct{}), sent: time.Now(), ended: make(chan struct{})}
+	conn.listen = stream
 	if old != nil {
 		old.cancel()
-		conn.listen = nil
 	}
 	patience := min(max(4*conn.listenTook, listenEndPatience), c.opts.RequestTimeout/10)
 	conn.mu.Unlock()
@@ -293,13 +306,16 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	ended := old == nil || c.awaitListenEnd(old, patience)
 
 	conn.mu.Lock()
-	uris := slices.Clone(conn.want)
-	if len(uris) == 0 {
+	// What is wanted now, the wait included.
+	stream.uris, stream.carried, stream.sent = slices.Clone(conn.want), nil, time.Now()
+	if len(stream.uris) == 0 || conn.listen != stream {
+		if conn.listen == stream {
+			conn.listen = nil
+		}
 		conn.mu.Unlock()
+		cancel()
 		return nil
 	}
-	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{}), sent: time.Now(), ended: make(chan struct{})}
 	if !ended {
 		select {
 		case <-old.ended:
@@ -309,7 +325,6 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 			old.outlived = stream
 		}
 	}
-	conn.listen = stream
 	conn.mu.Unlock()
 
 	lctx = wire.WithRequestID(lctx, func(id string) {

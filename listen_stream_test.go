@@ -759,10 +759,10 @@ func TestServerThatNeverAnswersACancelledListenDrawsNoStorm(t *testing.T) {
 		t.Logf("%s: %s %s", u, sub.State, sub.Mode)
 	}
 	read := string(mcp.MethodResourcesRead)
-	listens, reads := r.wire.listens(), r.wire.requests(read)
+	listens, reads := r.requests(string(mcp.MethodSubscriptionsListen)), r.requests(read)
 	const periods = 2
 	time.Sleep(periods * revalidate)
-	listens, reads = r.wire.listens()-listens, r.wire.requests(read)-reads
+	listens, reads = r.requests(string(mcp.MethodSubscriptionsListen))-listens, r.requests(read)-reads
 	t.Logf("%d listen requests and %d reads in %d revalidation periods", listens, reads, periods)
 	assert.LessOrEqual(t, listens, periods*4, "listen requests against a server that never answers a cancelled one")
 	assert.LessOrEqual(t, reads, periods*4*len(deafListenURIs), "reads against a server that never answers a cancelled listen")
