@@ -293,8 +293,14 @@ type watch struct {
 	// tombstoned generation is opened anew only then). every and periodic
 	// are its periodic reads (RevalidateEvery or PollEvery), tickAt when
 	// the next is due. Protected by Client.mu.
-	opened   bool
-	asked    bool
+	opened bool
+	asked  bool
+	// pending counts the Subscribes of it under way, kept says one of them
+	// (or a resume) has it: a watch no Subscribe kept is taken back when
+	// the last one in flight fails (settleSubscribe). Protected by
+	// Client.mu.
+	pending  int
+	kept     bool
 	every    time.Duration
 	periodic Trigger
 	tickAt   time.Time

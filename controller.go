@@ -2,6 +2,7 @@ package mcpsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -279,7 +280,6 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		key    string
 		w      *watch
 		waiter *waiter
-		fresh  bool
 	}
 	all := make([]asked, len(uris))
 	c.mu.Lock()
@@ -303,12 +303,13 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 			c.watches[key] = w
 		}
 		w.asked = true
-		all[i] = asked{key: key, w: w, waiter: c.wantLocked(key), fresh: !had}
+		w.pending++
+		all[i] = asked{key: key, w: w, waiter: c.wantLocked(key)}
 	}
 	c.mu.Unlock()
 	if conn.era == EraModern && conn.caps.Subscribe && conn.deaf == "" {
 		for _, a := range all {
-			if a.fresh {
+			if a.key != "" && !a.w.kept {
 				conn.setWanted(a.w.raw, true)
 			}
 		}
@@ -322,41 +323,76 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		if a.key == "" {
 			continue
 		}
-		subs[i], errs[i] = c.subscribed(ctx, a.key, a.w, a.waiter, a.fresh)
+		subs[i], errs[i] = c.subscribed(ctx, a.key, a.w, a.waiter)
+		c.settleSubscribe(a.key, a.w, errs[i])
 	}
 	return subs, errs
 }
 
-// subscribed waits for the pass that took up a Subscribe of key at epoch,
-// then for its first read, bounded by ctx and RequestTimeout. A Subscribe
-// of a key nobody watched before that fails or is given up on takes back
-// its intent: no watch is left behind, and the next pass closes what was
-// opened.
-func (c *Client) subscribed(ctx context.Context, key string, w *watch, pw *waiter, fresh bool) (Subscription, error) {
-	err := c.awaitPass(ctx, key, pw).err
-	if err == nil && ctx.Err() != nil {
-		// Given up as the pass ended: a select between the two picks either.
-		err = ctx.Err()
+// settleSubscribe records how one Subscribe of w ended. A watch no
+// Subscribe has kept yet (the first ones in flight, none succeeded) is
+// taken back when the last of them fails or is given up on: nothing stays
+// watched that no caller has, and the next pass closes what was opened
+// and takes its spelling off the listen stream.
+func (c *Client) settleSubscribe(key string, w *watch, err error) {
+	c.mu.Lock()
+	w.pending--
+	if err == nil || errors.Is(err, ErrNotFound) {
+		w.kept = true
 	}
-	if err != nil {
-		if fresh {
-			c.mu.Lock()
-			if c.watches[key] == w && c.epochs[key] == pw.epoch && !c.closed {
-				c.dropWatch(key)
-				c.wantLocked(key)
-			}
-			c.mu.Unlock()
-			c.mark(key)
+	drop := !w.kept && w.pending == 0 && c.watches[key] == w && !c.closed
+	if drop {
+		c.dropWatch(key)
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	if !drop {
+		return
+	}
+	if conn.era == EraModern {
+		conn.setWanted(w.raw, false)
+		c.putRightLater(conn, key, w.raw) // a stream sent meanwhile may carry it
+	}
+	c.mark(key)
+}
+
+// subscribed waits for the pass that took up a Subscribe of key (pw), then
+// for its first read, bounded by ctx and RequestTimeout. A later pass may
+// open the key anew meanwhile (a reconnect, a stream the server ended):
+// the caller then waits for that pass too, so that what it gets back is an
+// open subscription with its first read in it.
+func (c *Client) subscribed(ctx context.Context, key string, w *watch, pw *waiter) (Subscription, error) {
+	for {
+		err := c.awaitPass(ctx, key, pw).err
+		if err == nil && ctx.Err() != nil {
+			// Given up as the pass ended: a select between the two picks either.
+			err = ctx.Err()
 		}
-		return Subscription{}, err
+		if err != nil {
+			return Subscription{}, err
+		}
+		notFound := c.awaitRead(ctx, key)
+		sub, err := c.engine.Subscription(key)
+		if err == nil && (sub.State == StateSubscribing || sub.State == StateDiscovered) && ctx.Err() == nil && !c.isClosed() {
+			pw = c.nextPass(key) // being opened anew
+			continue
+		}
+		if err == nil && notFound {
+			err = fmt.Errorf("%w: %s", ErrNotFound, w.raw)
+		}
+		if err == nil && c.isClosed() {
+			return sub, ErrClientClosed
+		}
+		return sub, err
 	}
-	notFound := c.awaitRead(ctx, key)
-	sub, err := c.engine.Subscription(key)
-	if err == nil && notFound {
-		err = fmt.Errorf("%w: %s", ErrNotFound, w.raw)
-	}
-	if err == nil && c.isClosed() {
-		return sub, ErrClientClosed
-	}
-	return sub, err
+}
+
+// nextPass returns a waiter for the next pass over key to end, the one
+// under way included, without a change of intent.
+func (c *Client) nextPass(key string) *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := &waiter{epoch: c.epochs[key], done: make(chan passResult, 1)}
+	c.waiters[key] = append(c.waiters[key], w)
+	return w
 }

@@ -328,20 +328,19 @@ func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add
 	conn.mu.Unlock()
 
 	lctx = wire.WithRequestID(lctx, func(id string) {
+		stream.wired.Store(true)
 		conn.mu.Lock()
 		stream.id = id
 		conn.mu.Unlock()
 	})
-	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout)
-	lctx = wire.WithSettled(lctx, func() func(bool) {
-		stream.wired.Store(true)
-		return func(bool) { c.listenEnded(conn, stream) }
+	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout, func(answered bool) {
+		c.listenEnded(conn, stream, answered)
 	})
 	ended2 := make(chan error, 1)
 	if !c.goAsync(func() {
 		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: stream.uris})
 		if !stream.wired.Load() {
-			c.listenEnded(conn, stream) // never sent: nothing to wait for
+			c.listenEnded(conn, stream, true) // never sent: nothing to wait for
 		}
 		ended2 <- err
 		if lctx.Err() == nil {
@@ -398,14 +397,17 @@ func (c *Client) awaitListenEnd(s *listenStream, patience time.Duration) bool {
 }
 
 // listenEnded records that the server is done with stream s. A stream that
-// replaced s before that (s outlived its patience) may have lost to the
-// server's clean-up of s the URIs it carries: the stream open now is no
-// longer trusted, and every URI it carries is opened anew by its pass.
-func (c *Client) listenEnded(conn *connection, s *listenStream) {
+// replaced s before the server answered it (s outlived its patience) may
+// have lost to the server's clean-up of s the URIs it carries: the stream
+// open now is no longer trusted, and every URI it carries is opened anew by
+// its pass. A server that never answered tells nothing, and a stream is not
+// replaced again for it: against a server that does not answer cancelled
+// requests that would replace streams for ever.
+func (c *Client) listenEnded(conn *connection, s *listenStream, answered bool) {
 	s.endOnce.Do(func() {
 		close(s.ended)
 		conn.mu.Lock()
-		late := s.outlived != nil
+		late := s.outlived != nil && answered
 		cur := conn.listen
 		if late && cur != nil {
 			cur.suspect = true

@@ -73,7 +73,9 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 		if raw == "" {
 			raw = sub.URI
 		}
-		c.watches[sub.URI] = newWatch(sub.URI, raw)
+		w := newWatch(sub.URI, raw)
+		w.opened, w.kept = true, true // its earlier process's, read anew with TriggerReconnect
+		c.watches[sub.URI] = w
 		keys = append(keys, sub.URI)
 	}
 	return keys, nil

@@ -40,7 +40,8 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 	// Open here: in conn's session and not closing, past its activation;
 	// a tombstoned one stays until a caller's Subscribe asks for it anew.
 	here := err == nil && sub.SessionGeneration == conn.gen && sub.CloseEpoch == 0 &&
-		sub.State != StateSubscribing && sub.State != StateDiscovered && !(asked && sub.State == StateTombstoned)
+		sub.State != StateSubscribing && sub.State != StateDiscovered && !(asked && sub.State == StateTombstoned) &&
+		!c.abandonedGeneration(key, sub) // its lease came back: open opens a new one
 	if here {
 		if lost {
 			return 0, nil
@@ -61,6 +62,15 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 		}
 	}
 	return 0, c.open(conn, key, w)
+}
+
+// abandonedGeneration reports whether sub is the generation an Unsubscribe
+// let go of without closing it, its lease having moved.
+func (c *Client) abandonedGeneration(key string, sub Subscription) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, ok := c.abandoned[key]
+	return ok && gen == [2]uint64{sub.SessionGeneration, sub.SubscriptionGeneration}
 }
 
 // needsReopen reports whether key's open generation must be closed and a

@@ -162,15 +162,22 @@ func WithSettled(ctx context.Context, begin func() (settled func(abandoned bool)
 
 type answerKey struct{}
 
-// WithAnswerAwaited returns a context under which a request sent to a
+type answerAwait struct {
+	d     time.Duration
+	ended func(answered bool)
+}
+
+// WithAnswerAwaited returns a context under which the server being done
+// with a request is told to ended, whenever that is: a server answers a
+// cancelled request once it is done with it (mcp-go tells it of the
+// cancellation, notifications/cancelled, as ever). A request sent to a
 // remote server (stdio, streamable HTTP) stays open after ctx ends, for d at
-// most, so that what settles it (WithSettled) is the server's answer: a
-// server answers a cancelled request once it is done with it, and mcp-go
-// tells it of the cancellation (notifications/cancelled) as ever. The caller
-// still returns at ctx's end. An in-process transport needs none of this:
-// its request returns when the server's handler does.
-func WithAnswerAwaited(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, answerKey{}, d)
+// most, for that answer; answered is false when none came. An in-process
+// transport's request returns when the server's handler does, which is
+// that answer. The caller still returns at ctx's end; ended is not called
+// for a request that never reached the transport.
+func WithAnswerAwaited(ctx context.Context, d time.Duration, ended func(answered bool)) context.Context {
+	return context.WithValue(ctx, answerKey{}, answerAwait{d: d, ended: ended})
 }
 
 // remote reports whether tr, or what it wraps (Unwrap), talks to a server
@@ -213,12 +220,19 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 		settled = begin()
 	}
 	ictx, icancel := ctx, context.CancelFunc(func() {})
-	if d, ok := ctx.Value(answerKey{}).(time.Duration); ok && remote(t.inner) {
-		ictx, icancel = context.WithTimeout(context.WithoutCancel(ctx), d)
+	aw, awaited := ctx.Value(answerKey{}).(answerAwait)
+	far := awaited && remote(t.inner)
+	if far {
+		ictx, icancel = context.WithTimeout(context.WithoutCancel(ctx), aw.d)
 	}
 	go func() {
 		defer icancel()
 		resp, err := t.inner.SendRequest(ictx, request)
+		if awaited {
+			// A remote server answered if a response came; another
+			// transport returns when the server's handler did.
+			aw.ended(!far || resp != nil)
+		}
 		late := !state.CompareAndSwap(pending, answered)
 		// Settled before the caller has the answer: whatever the caller does
 		// next (an unsubscribe after its subscribe) must find it settled.
