@@ -216,9 +216,13 @@ type Client struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	// wg counts every goroutine the client starts; it is only added to
-	// under mu while closed is false (goAsync), never once Close waits.
-	wg sync.WaitGroup
+	// running counts the goroutines the client started (goAsync) and
+	// that have not returned; it only grows under mu while closed is
+	// false. stopped is closed once the client is closed and none runs,
+	// after the engine was given back (stop). Protected by mu.
+	running  int
+	stopping bool
+	stopped  chan struct{}
 
 	mu   sync.Mutex // protects conn, watches, closed, rng
 	conn *connection
@@ -432,7 +436,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		seed = rand.Uint64()
 	}
 	c := &Client{
-		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
+		stopped: make(chan struct{}),
+		opts:    o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string),
 		epochs: make(map[string]uint64), waiters: make(map[string][]*waiter),
 		retry:        retryPolicy{initial: o.RetryInitial, max: o.RetryMax},
@@ -464,7 +469,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	drivenEngines.Store(o.Engine.id, struct{}{})
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
-	go c.deliverErrors() // outside wg: Close waits for it apart (Shutdown)
+	go c.deliverErrors() // not counted in running: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
@@ -544,27 +549,50 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.cancel()
 	c.queue.ShutDown()
 	c.readq.ShutDown()
-	done := make(chan struct{})
-	go func() {
-		c.wg.Wait()
-		c.failPending()
-		// The engine is free for another Client once nothing of this one
-		// runs.
-		c.release()
-		if !c.errs.delivering.Load() {
-			// Failures told after the last goroutine ended reach OnError
-			// before Close returns; a Close from inside OnError does not
-			// wait for the goroutine it runs on.
-			<-c.errs.done
-		}
-		close(done)
-	}()
+	if c.lastOut(false) {
+		c.stop()
+	}
 	select {
-	case <-done:
-		return err
+	case <-c.stopped:
 	case <-ctx.Done():
 		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
 	}
+	if !c.errs.delivering.Load() {
+		// Failures told after the last goroutine ended reach OnError
+		// before Close returns; a Close from inside OnError does not
+		// wait for the goroutine it runs on.
+		select {
+		case <-c.errs.done:
+		case <-ctx.Done():
+			return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
+		}
+	}
+	return err
+}
+
+// lastOut counts one goroutine of the client less (exiting), and reports
+// whether the client is now closed with none running, for the first time:
+// its caller then stops it.
+func (c *Client) lastOut(exiting bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exiting {
+		c.running--
+	}
+	if c.running > 0 || !c.closed || c.stopping {
+		return false
+	}
+	c.stopping = true
+	return true
+}
+
+// stop runs once the client is closed and none of its goroutines runs, on
+// whichever of Shutdown and the last goroutine gets there: queued reads go
+// back to the engine, and the engine is free for another Client.
+func (c *Client) stop() {
+	c.failPending()
+	c.release()
+	close(c.stopped)
 }
 
 // drivenEngines holds the ID of every engine of this process a Client
@@ -579,7 +607,7 @@ func (c *Client) release() {
 	}
 }
 
-// goAsync runs f in a goroutine of the client's wait group, unless the
+// goAsync runs f in a goroutine the client counts (running), unless the
 // client is closed (then it reports false and runs nothing).
 func (c *Client) goAsync(f func()) bool {
 	c.mu.Lock()
@@ -587,9 +615,13 @@ func (c *Client) goAsync(f func()) bool {
 	if c.closed {
 		return false
 	}
-	c.wg.Add(1)
+	c.running++
 	go func() {
-		defer c.wg.Done()
+		defer func() {
+			if c.lastOut(true) {
+				c.stop()
+			}
+		}()
 		f()
 	}()
 	return true

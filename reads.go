@@ -15,8 +15,9 @@ import (
 // revalidation, a follow-up) is queued by its key in the reads queue, which
 // its own workers drain: a read that hangs on the server never holds a pass
 // of the controller, and one key's reads go out one at a time, in order.
-// A queued read waits CoalesceWindow first, so that duplicate pulses
-// arriving meanwhile are covered by it (the engine has ConfirmSends, which
+// A queued read waits CoalesceWindow first (a Subscribe's first read
+// does not: its caller waits for it), so that duplicate pulses arriving
+// meanwhile are covered by it (the engine has ConfirmSends, which
 // Connect turns on); reads a reconnect asks for are paced by
 // ReconnectReads. A read that gets no answer (a transport error, a timeout)
 // is asked for again after the retry policy's backoff while its
@@ -73,7 +74,10 @@ func (c *Client) dispatch(t Ticket) {
 	kr.next = append(kr.next, t)
 	c.reads.mu.Unlock()
 	delay := c.opts.CoalesceWindow
-	if t.Trigger == TriggerReconnect {
+	switch t.Trigger {
+	case TriggerInitial:
+		delay = 0 // a caller waits for it, and no pulse came before it to cover
+	case TriggerReconnect:
 		delay = max(delay, c.paced.Reserve().Delay())
 	}
 	c.readq.AddAfter(t.URI, delay)
