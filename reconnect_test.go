@@ -823,3 +823,66 @@ func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
 		})
 	}
 }
+
+// While a session is lost and healing keeps failing, no subscription
+// changes generation or mode, whatever ticks and polls fall due meanwhile,
+// and the staleness bound a strict Lookup checks is never widened; once
+// the server is back, every watched URI is open in push mode in the new
+// session and serves the server's current content. Both eras.
+func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const y = "file:///case/lost/y.md"
+				r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
+					RevalidateEvery: time.Minute, PingEvery: 10 * time.Second,
+					Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
+				}})
+				r.subscribe()
+				_, err := r.c.Subscribe(t.Context(), y)
+				require.NoError(t, err)
+				quiesce()
+				before := map[string]mcpsync.Subscription{}
+				for _, u := range []string{faultURI, y} {
+					sub, err := r.c.Engine().Subscription(u)
+					require.NoError(t, err)
+					require.Equal(t, mcpsync.ModePush, sub.Mode)
+					before[u] = sub
+				}
+
+				r.setDown(true)
+				r.faults().DropSession()
+				for range 10 { // five revalidation periods, lost
+					time.Sleep(30 * time.Second)
+					quiesce()
+					require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
+					for u, was := range before {
+						sub, err := r.c.Engine().Subscription(u)
+						require.NoError(t, err)
+						require.Equal(t, was.SubscriptionGeneration, sub.SubscriptionGeneration, "%s changed generation while the session was lost", u)
+						require.Equal(t, was.SessionGeneration, sub.SessionGeneration, u)
+						require.Equal(t, was.Mode, sub.Mode, "%s changed mode while the session was lost", u)
+						require.LessOrEqual(t, sub.StalenessBoundMs, was.StalenessBoundMs, "%s's bound widened while the session was lost", u)
+					}
+				}
+
+				r.setDown(false)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				r.srv.Set(y, "text/markdown", "y2")
+				time.Sleep(time.Minute)
+				quiesce()
+				require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
+				for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
+					sub, err := r.c.Engine().Subscription(u)
+					require.NoError(t, err)
+					require.Equal(t, r.c.Health().SessionGeneration, sub.SessionGeneration, "%s open in the new session", u)
+					require.Equal(t, mcpsync.ModePush, sub.Mode, u)
+					e, err := r.c.Lookup(u)
+					require.NoError(t, err)
+					require.Equal(t, text, e.Contents[0].Text, u)
+					require.Empty(t, e.Degraded, u)
+				}
+			})
+		})
+	}
+}
