@@ -486,8 +486,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		}
 	}
 	c.goAsync(c.pump)
-	c.startWorkers()
-	c.startReaders()
+	c.serve(c.queue, syncWorkers, c.runPass)
+	c.serve(c.readq, readWorkers, c.readPass)
 	c.mark(sessionKey) // the heartbeat
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })

@@ -78,23 +78,20 @@ func (c *Client) newQueue() {
 	c.queue = workqueue.New[string](workqueue.Options{Backoff: c.retry.delay})
 }
 
-// startWorkers starts the controller's workers; Close shuts the queue
-// down, which ends them.
-func (c *Client) startWorkers() {
-	for range syncWorkers {
-		c.goAsync(c.work)
-	}
-}
-
-// work runs passes until the queue shuts down.
-func (c *Client) work() {
-	for {
-		key, shutdown := c.queue.Get()
-		if shutdown {
-			return
-		}
-		c.runPass(key)
-		c.queue.Done(key)
+// serve starts n workers that run pass over the keys of q until it shuts
+// down (Close shuts both of the client's queues down).
+func (c *Client) serve(q *workqueue.Queue[string], n int, pass func(key string)) {
+	for range n {
+		c.goAsync(func() {
+			for {
+				key, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				pass(key)
+				q.Done(key)
+			}
+		})
 	}
 }
 

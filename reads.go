@@ -44,25 +44,6 @@ func (c *Client) newReadQueue() {
 	c.reads.pending = make(map[string]*keyReads)
 }
 
-// startReaders starts the read path's workers; Close shuts its queue down,
-// which ends them.
-func (c *Client) startReaders() {
-	for range readWorkers {
-		c.goAsync(c.readWork)
-	}
-}
-
-func (c *Client) readWork() {
-	for {
-		key, shutdown := c.readq.Get()
-		if shutdown {
-			return
-		}
-		c.readPass(key)
-		c.readq.Done(key)
-	}
-}
-
 // dispatch queues the read of ticket t.
 func (c *Client) dispatch(t Ticket) {
 	c.reads.mu.Lock()

@@ -405,17 +405,10 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 // isHTTP reports whether tr is, or wraps (Unwrap), mcp-go's streamable
 // HTTP transport.
 func isHTTP(tr transport.Interface) bool {
-	for tr != nil {
-		if _, ok := tr.(*transport.StreamableHTTP); ok {
-			return true
-		}
-		u, ok := tr.(interface{ Unwrap() transport.Interface })
-		if !ok {
-			return false
-		}
-		tr = u.Unwrap()
-	}
-	return false
+	return wire.Wraps(tr, func(tr transport.Interface) bool {
+		_, ok := tr.(*transport.StreamableHTTP)
+		return ok
+	})
 }
 
 func (c *Client) current() (*connection, error) {

@@ -184,9 +184,20 @@ func WithAnswerAwaited(ctx context.Context, d time.Duration, ended func(answered
 // over a connection: mcp-go's stdio and streamable HTTP transports and the
 // ones built on them here.
 func remote(tr transport.Interface) bool {
-	for tr != nil {
+	return Wraps(tr, func(tr transport.Interface) bool {
 		switch tr.(type) {
 		case *transport.Stdio, *transport.StreamableHTTP, *stream, *process:
+			return true
+		}
+		return false
+	})
+}
+
+// Wraps reports whether tr, or a transport it wraps (Unwrap), is one that
+// is picks.
+func Wraps(tr transport.Interface, is func(transport.Interface) bool) bool {
+	for tr != nil {
+		if is(tr) {
 			return true
 		}
 		u, ok := tr.(interface{ Unwrap() transport.Interface })
