@@ -665,3 +665,46 @@ func TestHangingReadsHoldNoOtherURIsRead(t *testing.T) {
 		})
 	}
 }
+
+// 2025-11-25. The server never answers the resources/subscribe of some
+// URIs the caller subscribes: the passes that wait on them hold no other
+// key, so an Unsubscribe of another URI closes it at once, however many
+// such Subscribes wait.
+func TestHangingSubscribesHoldNoOtherURIsPass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := make([]string, 64)
+		isHung := map[string]bool{}
+		for i := range hung {
+			hung[i] = fmt.Sprintf("file:///hang/sub/%02d.md", i)
+			isHung[hung[i]] = true
+		}
+		r := buildRig(t, eras[0], rigConfig{uris: hung,
+			opts: mcpsync.ClientOptions{RequestTimeout: 30 * time.Second, RevalidateEvery: time.Hour}})
+		r.subscribe()
+		release := make(chan struct{})
+		defer close(release)
+		r.wire.set(func(fw *faultWire) {
+			fw.park = func(req wireRequest) <-chan struct{} {
+				if req.method == string(mcp.MethodResourcesSubscribe) && isHung[req.uri] {
+					return release
+				}
+				return nil
+			}
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = r.c.SubscribeAll(t.Context(), hung)
+		}()
+		time.Sleep(time.Second)
+		quiesce()
+
+		start := time.Now()
+		sub, err := r.c.Unsubscribe(t.Context(), faultURI)
+		took := time.Since(start)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateClosed, sub.State)
+		assert.Less(t, took, 5*time.Second, "Unsubscribe of another URI took %v, waiting on Subscribes the server never answers", took)
+		<-done
+	})
+}
