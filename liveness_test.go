@@ -610,3 +610,101 @@ func TestReadAtTheCapSendsItsFollowUp(t *testing.T) {
 		})
 	}
 }
+
+// Reads of some URIs hang in the server (it never answers them): the read
+// path has its own workers so that a hanging read holds nothing else, and
+// a Subscribe of another URI still gets its first read at once, its
+// content in the subscription it returns, however many URIs hang.
+func TestHangingReadsHoldNoOtherURIsRead(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				hung := make([]string, 64)
+				for i := range hung {
+					hung[i] = fmt.Sprintf("file:///hang/%02d.md", i)
+				}
+				r := buildRig(t, w, rigConfig{uris: append(slices.Clone(hung), otherURI),
+					opts: mcpsync.ClientOptions{RequestTimeout: 30 * time.Second, RevalidateEvery: time.Hour}})
+				_, err := r.c.SubscribeAll(t.Context(), hung)
+				require.NoError(t, err)
+				time.Sleep(15 * time.Second) // the reads after listen stream replacements
+				quiesce()
+				release := make(chan struct{})
+				defer close(release)
+				isHung := map[string]bool{}
+				for _, u := range hung {
+					isHung[u] = true
+				}
+				r.wire.set(func(fw *faultWire) {
+					fw.park = func(req wireRequest) <-chan struct{} {
+						if req.method == string(mcp.MethodResourcesRead) && isHung[req.uri] {
+							return release
+						}
+						return nil
+					}
+				})
+				for _, u := range hung {
+					r.srv.Set(u, "text/markdown", "v2") // each read of it now hangs
+				}
+				time.Sleep(time.Second)
+				quiesce()
+
+				r.srv.Set(otherURI, "text/markdown", "v2")
+				start := time.Now()
+				sub, err := r.c.Subscribe(t.Context(), otherURI)
+				took := time.Since(start)
+				require.NoError(t, err)
+				entry, lerr := r.c.Lookup(otherURI)
+				text := ""
+				if lerr == nil {
+					text = entry.Contents[0].Text
+				}
+				assert.Less(t, took, 5*time.Second, "Subscribe of a URI the server answers took %v, waiting on other URIs' hanging reads", took)
+				assert.Equal(t, "v2", text, "the subscription returned (%s) has no first read in it (Lookup: %v)", sub.State, lerr)
+			})
+		})
+	}
+}
+
+// 2025-11-25. The server never answers the resources/subscribe of some
+// URIs the caller subscribes: the passes that wait on them hold no other
+// key, so an Unsubscribe of another URI closes it at once, however many
+// such Subscribes wait.
+func TestHangingSubscribesHoldNoOtherURIsPass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := make([]string, 64)
+		isHung := map[string]bool{}
+		for i := range hung {
+			hung[i] = fmt.Sprintf("file:///hang/sub/%02d.md", i)
+			isHung[hung[i]] = true
+		}
+		r := buildRig(t, eras[0], rigConfig{uris: hung,
+			opts: mcpsync.ClientOptions{RequestTimeout: 30 * time.Second, RevalidateEvery: time.Hour}})
+		r.subscribe()
+		release := make(chan struct{})
+		defer close(release)
+		r.wire.set(func(fw *faultWire) {
+			fw.park = func(req wireRequest) <-chan struct{} {
+				if req.method == string(mcp.MethodResourcesSubscribe) && isHung[req.uri] {
+					return release
+				}
+				return nil
+			}
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = r.c.SubscribeAll(t.Context(), hung)
+		}()
+		time.Sleep(time.Second)
+		quiesce()
+
+		start := time.Now()
+		sub, err := r.c.Unsubscribe(t.Context(), faultURI)
+		took := time.Since(start)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateClosed, sub.State)
+		assert.Less(t, took, 5*time.Second, "Unsubscribe of another URI took %v, waiting on Subscribes the server never answers", took)
+		<-done
+	})
+}
