@@ -47,6 +47,15 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 			return 0, nil
 		}
 		reopen, again := c.needsReopen(conn, w, sub, tick)
+		if spelled := cmp.Or(sub.RawURI, key); spelled != w.raw {
+			// Opened under a spelling the caller no longer watches (it was
+			// unsubscribed and another subscribed before this pass): the
+			// server is told to stop that one, and the next generation is
+			// opened under the caller's.
+			c.putRightLater(conn, key, spelled)
+			c.putRight(conn, key, w)
+			reopen = true
+		}
 		if !reopen {
 			c.converged(conn, key, w, sub)
 			return again, nil
