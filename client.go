@@ -570,6 +570,14 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// leave counts one goroutine of the client less, and stops the client if
+// it was the last of a closed one.
+func (c *Client) leave() {
+	if c.lastOut(true) {
+		c.stop()
+	}
+}
+
 // lastOut counts one goroutine of the client less (exiting), and reports
 // whether the client is now closed with none running, for the first time:
 // its caller then stops it.
@@ -600,8 +608,13 @@ func (c *Client) stop() {
 // client of another engine on the same ledger does not resume them.
 var drivenEngines sync.Map
 
-// release frees the engine for another Client.
+// release frees the engine for another Client. It takes the engine's
+// session lock, so that a session this client opens (a Reconnect's dial
+// that came back late) either begins before the engine is freed or is
+// refused (beginSessionOf).
 func (c *Client) release() {
+	c.engine.sessionMu.Lock()
+	defer c.engine.sessionMu.Unlock()
 	if c.engine.driver.CompareAndSwap(c, nil) {
 		drivenEngines.Delete(c.engine.id)
 	}
@@ -617,11 +630,7 @@ func (c *Client) goAsync(f func()) bool {
 	}
 	c.running++
 	go func() {
-		defer func() {
-			if c.lastOut(true) {
-				c.stop()
-			}
-		}()
+		defer c.leave()
 		f()
 	}()
 	return true
@@ -764,6 +773,9 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 // Read sends one fenced read of a subscribed URI now, outside the
 // coalescing queue, and returns what the fence decided.
 func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
+	if c.isClosed() {
+		return Outcome{}, ErrClientClosed
+	}
 	t, err := c.engine.IssueTicket(uri, TriggerRevalidate)
 	if err != nil {
 		return Outcome{}, err

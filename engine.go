@@ -60,7 +60,7 @@ type Engine struct {
 	id string
 
 	session   atomic.Pointer[session] // never nil
-	sessionMu sync.Mutex              // serializes BeginSession
+	sessionMu sync.Mutex              // serializes BeginSession and a Client's release of the engine
 	requests  idBlock                 // request ids reserved from the ledger
 
 	// revokeMu is read-held by every write that binds content to a subject
@@ -209,7 +209,19 @@ func (e *Engine) Ledger() Ledger { return e.ledger }
 // refused. Subscriptions whose unsubscribe outcome stayed unknown end with
 // their session: they become CLOSED.
 func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
+	return e.beginSessionOf(nil, info)
+}
+
+// beginSessionOf is BeginSession for the Client c that drives the engine:
+// refused once c no longer does (it was closed, and the engine may drive
+// another Client's sessions by now). Client.release frees the engine under
+// the same lock.
+func (e *Engine) beginSessionOf(c *Client, info SessionInfo) (CapabilityReceipt, error) {
 	e.sessionMu.Lock()
+	if c != nil && e.driver.Load() != c {
+		e.sessionMu.Unlock()
+		return CapabilityReceipt{}, ErrClientClosed
+	}
 	gen, err := e.ledger.Next(context.Background(), CounterSession, 1)
 	if err != nil {
 		e.sessionMu.Unlock()

@@ -194,9 +194,9 @@ func (c *Client) probe(conn *connection) {
 // the transport's read loop and only marks the session.
 func (c *Client) flooded(conn *connection) {
 	c.mu.Lock()
-	if conn.flooding || c.closed {
+	if conn.flooding || c.closed || c.conn != conn {
 		c.mu.Unlock()
-		return
+		return // a replaced session's flood: the new one reads everything
 	}
 	conn.flooding = true
 	conn.dropped = conn.mon.Dropped()
@@ -222,6 +222,14 @@ func (c *Client) floodOver(conn *connection) time.Duration {
 	keys := slices.Collect(maps.Keys(c.watches))
 	c.mu.Unlock()
 	for _, key := range keys {
+		if c.skipRefresh(key, TriggerRevalidate) {
+			// Outside the refresh fraction: not read, so not left saying
+			// it will be.
+			c.mu.Lock()
+			delete(c.failing, key)
+			c.mu.Unlock()
+			continue
+		}
 		c.requestRead(key, TriggerRevalidate)
 	}
 	return 0
@@ -390,7 +398,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 		}
 		conn.deaf = "streamable HTTP without a notification stream (mcp-go's continuous listening is off; HTTPDialer turns it on)"
 	}
-	conn.caps, err = c.engine.BeginSession(SessionInfo{SessionID: tr.GetSessionId(), Capabilities: caps})
+	conn.caps, err = c.engine.beginSessionOf(c, SessionInfo{SessionID: tr.GetSessionId(), Capabilities: caps})
 	if err != nil {
 		_ = mc.Close()
 		return nil, err
