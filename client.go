@@ -239,10 +239,13 @@ type Client struct {
 	retry retryPolicy
 	// readq holds the keys with reads to send, reads their tickets
 	// (reads.go).
-	readq   *workqueue.Queue[string]
-	reads   readsOf
-	metrics *metrics // write-once at Connect
-	errs    errorQueue
+	readq *workqueue.Queue[string]
+	// sessionq holds the session item (session.go), apart: a pass stuck on
+	// a server never holds the heartbeat or healing up.
+	sessionq *workqueue.Queue[string]
+	reads    readsOf
+	metrics  *metrics // write-once at Connect
+	errs     errorQueue
 	// paced limits the rate of reads with trigger reconnect.
 	paced *rate.Limiter
 	// reconnecting serializes reconnects, the caller's and healing's; a
@@ -487,8 +490,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.goAsync(c.pump)
 	c.serve(c.queue, syncWorkers, c.runPass)
+	c.serve(c.sessionq, 1, c.runSession)
 	c.serve(c.readq, readWorkers, c.readPass)
-	c.mark(sessionKey) // the heartbeat
+	c.markSession(0) // the heartbeat
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })
 	}
@@ -548,6 +552,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	err := conn.mc.Close()
 	c.cancel()
 	c.queue.ShutDown()
+	c.sessionq.ShutDown()
 	c.readq.ShutDown()
 	if c.lastOut(false) {
 		c.stop()

@@ -76,6 +76,7 @@ type passResult struct {
 // newQueue makes the controller's queue.
 func (c *Client) newQueue() {
 	c.queue = workqueue.New[string](workqueue.Options{Backoff: c.retry.delay})
+	c.sessionq = workqueue.New[string](workqueue.Options{})
 }
 
 // serve starts n workers that run pass over the keys of q until it shuts
@@ -200,9 +201,6 @@ func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResul
 // returns how long until it must look again (0: not before an event marks
 // it), or a failure, retried with the retry policy's backoff.
 func (c *Client) syncKey(key string) (time.Duration, error) {
-	if key == sessionKey {
-		return c.syncSession(), nil
-	}
 	c.mu.Lock()
 	conn, closed, w := c.conn, c.closed, c.watches[key]
 	lost := conn.lost

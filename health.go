@@ -286,7 +286,7 @@ func (c *Client) lose(conn *connection, err error) {
 	c.mu.Unlock()
 	c.report(&ConnectionError{SessionGeneration: conn.gen, Err: err})
 	if state == ConnectionHealing {
-		c.mark(sessionKey) // its pass heals
+		c.markSession(0) // its pass heals
 	}
 }
 

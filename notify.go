@@ -149,7 +149,7 @@ func (c *Client) handle(n note) {
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
 		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
 		if start {
-			c.queue.AddAfter(sessionKey, relistenQuiet) // its pass reads the gap (readGap)
+			c.markSession(relistenQuiet) // its pass reads the gap (readGap)
 		}
 		for _, raw := range left {
 			c.mark(spelledKey(raw))

@@ -19,18 +19,28 @@ import (
 )
 
 // The session: connecting (dial, initialize, capability receipt), replacing
-// a session (Reconnect), and the session pass. The connection is one more
-// item of the controller's queue (sessionKey), worked on by the same workers
-// as the URI keys: its pass pings the server every PingEvery (a probe asks
-// for one at once), heals a lost session with a capped, jittered backoff,
-// ends the catch-up after dropped notifications and reads what a listen
-// stream replacement may have missed (readGap). It runs again when it asks
+// a session (Reconnect), and the session pass. The session is the item of a
+// queue of its own with one worker, apart from the URI keys, so that passes
+// stuck on a server never hold it up: its pass pings the server every
+// PingEvery (a probe asks for one at once), heals a lost session with a
+// capped, jittered backoff, ends the catch-up after dropped notifications
+// and reads what a listen stream replacement may have missed (readGap). It runs again when it asks
 // to or when an event marks it: a loss, a probe, a flood, an
 // acknowledgement. A lost session marks no URI key; once a new one is up,
 // every watched key is marked once.
 
-// sessionKey is the queue item of the session; no URI key is empty.
-const sessionKey = ""
+// sessionKey is the one item of the session's queue.
+const sessionKey = "session"
+
+// markSession has the session pass run after d (at once for 0).
+func (c *Client) markSession(d time.Duration) { c.sessionq.AddAfter(sessionKey, d) }
+
+// runSession runs one session pass and has it run again when it asks to.
+func (c *Client) runSession(string) {
+	if again := c.syncSession(); again > 0 {
+		c.markSession(again)
+	}
+}
 
 // healing is how a lost session is being healed; protected by Client.mu.
 type healing struct {
@@ -184,7 +194,7 @@ func (c *Client) probe(conn *connection) {
 	c.mu.Lock()
 	conn.probed = true
 	c.mu.Unlock()
-	c.mark(sessionKey)
+	c.markSession(0)
 }
 
 // flooded handles notifications dropped over Limits.NotificationsPerSecond
@@ -204,7 +214,7 @@ func (c *Client) flooded(conn *connection) {
 		c.failing[key] = "notifications dropped over the rate limit; every subscription is read again once it falls"
 	}
 	c.mu.Unlock()
-	c.queue.AddAfter(sessionKey, time.Second)
+	c.markSession(time.Second)
 }
 
 // floodOver ends a flood on conn once a whole second passed without a
@@ -515,7 +525,7 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: session opened", "sessionGeneration", conn.gen, "protocol", conn.caps.ProtocolVersion)
 	}
-	c.mark(sessionKey) // the new session's heartbeat
+	c.markSession(0) // the new session's heartbeat
 	for _, key := range keys {
 		c.mark(key)
 	}
