@@ -443,7 +443,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		opts:    o, engine: o.Engine, dial: dial, scanner: scanner,
 		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string),
 		epochs: make(map[string]uint64), waiters: make(map[string][]*waiter),
-		retry:        retryPolicy{initial: o.RetryInitial, max: o.RetryMax},
+		retry:        retryPolicy{initial: o.RetryInitial, max: o.RetryMax, jitter: 0.5},
 		abandoned:    make(map[string][2]uint64),
 		refused:      make(map[string]error),
 		reconnecting: make(chan struct{}, 1),

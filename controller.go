@@ -35,16 +35,22 @@ import (
 // this also bounds the requests the controller has out.
 const syncWorkers = 64
 
-// retryPolicy is the one backoff of the session layer: a failed pass of a
-// key, a read that got no answer, a put-right of the server. It starts at
-// initial, doubles with jitter and stops growing at max.
+// retryPolicy is the one backoff type of the session layer: it starts at
+// initial, doubles, stops growing at max, and varies each wait by up to
+// ±jitter of it. The client's own (RetryInitial, RetryMax, ±50%) paces a
+// failed pass of a key, a read that got no answer, a put-right of the
+// server and the rounds of a resume; the reconnect policy's paces healing
+// (full jitter); a stream the server ended is re-established on one from a
+// second to RevalidateEvery, and a refused stream is tried again on one
+// from PollEvery to RevalidateEvery, without jitter.
 type retryPolicy struct {
 	initial, max time.Duration
+	jitter       float64
 }
 
-// exponential returns a fresh backoff of the policy.
+// exponential returns a fresh backoff sequence of the policy.
 func (p retryPolicy) exponential() *backoff.ExponentialBackOff {
-	return &backoff.ExponentialBackOff{InitialInterval: p.initial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: p.max}
+	return &backoff.ExponentialBackOff{InitialInterval: p.initial, RandomizationFactor: p.jitter, Multiplier: 2, MaxInterval: p.max}
 }
 
 // delay is the wait before the n-th consecutive retry (n from 1).
@@ -54,8 +60,7 @@ func (p retryPolicy) delay(n int) time.Duration {
 		d *= 2
 	}
 	d = min(d, p.max)
-	// ±50%, as the backoff package jitters.
-	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+	return time.Duration(float64(d) * (1 + p.jitter*(2*rand.Float64()-1)))
 }
 
 // waiter is a caller waiting for the first pass over a key that begins at

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
@@ -599,7 +598,7 @@ func (c *Client) streamEnded(conn *connection, stream *listenStream) {
 	var delay time.Duration
 	if stream.isAcked() {
 		if conn.ends == nil || time.Since(stream.ackedAt) >= c.opts.RevalidateEvery/streamSteady {
-			conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
+			conn.ends = retryPolicy{initial: time.Second, max: c.opts.RevalidateEvery, jitter: 0.5}.exponential()
 		}
 		delay = conn.ends.NextBackOff()
 		conn.reopenAt = time.Now().Add(delay)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-
-	"github.com/cenkalti/backoff/v5"
 )
 
 // Resuming after a restart, and waiting for the first reads.
@@ -110,8 +108,7 @@ func (c *Client) resume(keys []string) {
 	// scans and reconciles if one of them waits for evidence. Its newest
 	// not-found may postdate the scan, so rounds go on, after a growing
 	// pause, until none waits.
-	pause := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
-		Multiplier: 2, MaxInterval: c.opts.RetryMax}
+	pause := c.retry.exponential()
 	for {
 		if err := c.waitSynced(c.ctx, keys); err != nil {
 			return // closing, or the session failed: nothing to reconcile on

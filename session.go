@@ -125,7 +125,7 @@ func (c *Client) heal(conn *connection) time.Duration {
 	h := &c.healing
 	if h.lost != conn {
 		*h = healing{lost: conn, start: time.Now(),
-			backoff: &backoff.ExponentialBackOff{InitialInterval: p.Initial, RandomizationFactor: 1, Multiplier: 2, MaxInterval: p.Max}}
+			backoff: retryPolicy{initial: p.Initial, max: p.Max, jitter: 1}.exponential()}
 	}
 	h.attempt++
 	attempt, start, b := h.attempt, h.start, h.backoff

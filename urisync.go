@@ -127,7 +127,7 @@ func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick 
 		if time.Now().Before(w.retryAt) {
 			return false, 0
 		}
-		w.retryAt = time.Now().Add(min(c.opts.PollEvery<<min(w.retries, 16), c.opts.RevalidateEvery))
+		w.retryAt = time.Now().Add(retryPolicy{initial: c.opts.PollEvery, max: c.opts.RevalidateEvery}.delay(int(w.retries) + 1))
 		w.retries++
 		return true, 0
 	}
