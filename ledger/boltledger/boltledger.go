@@ -129,8 +129,16 @@ type Ledger struct {
 	// bbolt locks the file, so no other process writes behind it; an entry
 	// is only ever replaced by a higher revision, so a writer that stores
 	// late cannot put an older record back.
-	cacheMu sync.RWMutex // protects cache
+	//
+	// bbolt shows a commit to new readers before its commit returns (the
+	// meta page is written, then synced), so the cached record of a key
+	// whose write is being committed may already be older than what a
+	// reader of the outbox has seen: while writing counts a write of a
+	// key, Load reads the key from the file and caches nothing, and the
+	// cache learns the new record once the commit returned.
+	cacheMu sync.RWMutex // protects cache and writing
 	cache   map[string]*mcpsync.Record
+	writing map[string]int // writes of each key under way
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
 	// counted at Open and raised after each commit that adds one, so the
@@ -167,7 +175,8 @@ func Open(path string, opts *Options) (*Ledger, error) {
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
 	l := &Ledger{
-		db: db, retain: o.Ledger.Retention(), batch: o.Batch, cache: map[string]*mcpsync.Record{},
+		db: db, retain: o.Ledger.Retention(), batch: o.Batch,
+		cache: map[string]*mcpsync.Record{}, writing: map[string]int{},
 		appended: make(chan struct{}), closed: make(chan struct{}),
 	}
 	l.revokeGen.Store(uint64(revoked))
@@ -333,10 +342,13 @@ func u64(b []byte) uint64 {
 
 func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-// Load implements mcpsync.Ledger.
+// Load implements mcpsync.Ledger. A key being written is read from the
+// file: its commit may be visible there, with its outbox entries, before
+// the cache learns it.
 func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
 	l.cacheMu.RLock()
 	r, ok := l.cache[key]
+	ok = ok && l.writing[key] == 0
 	l.cacheMu.RUnlock()
 	if ok {
 		return r, l.usable(ctx)
@@ -356,16 +368,38 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 	return l.remember(key, r), nil
 }
 
-// remember caches r unless a newer revision is cached, and returns the
-// record cached.
+// remember caches r, read from the file, unless a newer revision is cached
+// or a write of key is under way (which may have committed since r was
+// read), and returns the record to hand out: r, or the newer one cached.
 func (l *Ledger) remember(key string, r *mcpsync.Record) *mcpsync.Record {
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	if held, ok := l.cache[key]; ok && held.Revision >= r.Revision {
 		return held
 	}
-	l.cache[key] = r
+	if l.writing[key] == 0 {
+		l.cache[key] = r
+	}
 	return r
+}
+
+// beginWrite counts a write of key under way, until endWrite, which caches
+// r, the record as the write left it (nil: unknown), unless a newer one is.
+func (l *Ledger) beginWrite(key string) {
+	l.cacheMu.Lock()
+	l.writing[key]++
+	l.cacheMu.Unlock()
+}
+
+func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	if l.writing[key]--; l.writing[key] == 0 {
+		delete(l.writing, key)
+	}
+	if held, ok := l.cache[key]; r != nil && (!ok || held.Revision < r.Revision) {
+		l.cache[key] = r
+	}
 }
 
 func encodeRecord(r *mcpsync.Record) ([]byte, error) {
@@ -396,6 +430,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	var first uint64
 	var ok bool
 	var stored *mcpsync.Record // what beat the caller's record, if it was stale
+	l.beginWrite(key)
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		first, ok, stored = 0, false, nil
 		records := tx.Bucket(bucketRecords)
@@ -439,16 +474,16 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		}
 		return l.trim(tx)
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
-	}
 	switch {
+	case err != nil:
+		l.endWrite(key, nil)
+		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
 	case ok:
-		l.remember(key, next)
-	case stored != nil:
+		l.endWrite(key, next)
+	default:
 		// The caller's record is stale, perhaps from the cache: cache what
 		// is stored, so its retry starts from there.
-		l.remember(key, stored)
+		l.endWrite(key, stored)
 	}
 	if first != 0 {
 		l.wake()

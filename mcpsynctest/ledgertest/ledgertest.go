@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func RunDurable(t *testing.T, open Opener, reopen Reopener) {
 	t.Run("Retention", func(t *testing.T) { testRetention(t, open) })
 	t.Run("WaitOutbox", func(t *testing.T) { testWaitOutbox(t, open) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, open) })
+	t.Run("EntriesNeverAheadOfRecords", func(t *testing.T) { testEntriesNeverAheadOfRecords(t, open) })
 	t.Run("ExportRestore", func(t *testing.T) { testExportRestore(t, open) })
 	t.Run("ExportNeverTears", func(t *testing.T) { testExportNeverTears(t, open) })
 	t.Run("Index", func(t *testing.T) { testIndex(t, open, reopen) })
@@ -354,6 +356,66 @@ func testConcurrency(t *testing.T, open Opener) {
 		assert.Greater(t, e.Version.ReadOrdinal, last[e.URI], "in order per key")
 		last[e.URI] = e.Version.ReadOrdinal
 	}
+}
+
+// A consumer that has seen an outbox entry and loads the entry's record
+// must find the record as of that entry or later: otherwise it takes the
+// entry for superseded, acknowledges it, and what it feeds misses that
+// version for good. Readers poll the outbox and load each entry's record
+// while writers append, every entry naming the revision that wrote it.
+func testEntriesNeverAheadOfRecords(t *testing.T, open Opener) {
+	l := open(t, nil)
+	keys := []string{"file:///seen/a", "file:///seen/b"}
+	const writes = 100
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(done)
+		for rev := uint64(1); rev <= writes; rev++ {
+			for _, k := range keys {
+				_, ok, err := l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []mcpsync.OutboxEntry{entry(k, rev)})
+				if !assert.NoError(t, err) || !assert.True(t, ok) {
+					return
+				}
+			}
+		}
+	})
+	var ahead atomic.Int32
+	for reader := range 2 {
+		wg.Go(func() {
+			var after uint64
+			for running := true; running; {
+				select {
+				case <-done:
+					running = false // one more pass sees the last entries
+				default:
+				}
+				entries, err := l.Outbox(ctx, after, 0)
+				if !assert.NoError(t, err) {
+					return
+				}
+				for _, e := range entries {
+					after = e.Seq
+					r, err := l.Load(ctx, e.URI)
+					if !assert.NoError(t, err) {
+						return
+					}
+					if r == nil || r.Revision < e.Version.ReadOrdinal {
+						var at uint64
+						if r != nil {
+							at = r.Revision
+						}
+						assert.Failf(t, "an entry ahead of its record",
+							"reader %d saw entry %d (%s at revision %d) and then loaded revision %d", reader, e.Seq, e.URI, e.Version.ReadOrdinal, at)
+						if ahead.Add(1) > 3 {
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func testExportRestore(t *testing.T, open Opener) {
