@@ -3,8 +3,11 @@
 // Every decision of the fence is written in one bbolt transaction: the
 // record, the outbox entries it appends and the outbox numbering commit
 // together or not at all, and a commit is on disk (fsync) before
-// CompareAndSwap returns. With Options.Batch, concurrent decisions share a
-// transaction and its fsync, each still whole. A
+// CompareAndSwap returns. Decisions made at once share a transaction and
+// its fsync (group commit, with no delay: the next group forms while one
+// is written), each still whole and with its own result. A write the
+// engine needs no durability for (CompareAndSwapDeferred: a ticket, a
+// pulse) is written with the next group instead of one of its own. A
 // process killed at any point reopens the file with every accepted version
 // and its outbox entry, or neither. bbolt locks the file: one process (one
 // writer) uses it at a time.
@@ -102,28 +105,19 @@ type Options struct {
 	// Timeout bounds the wait for the file's lock when another process
 	// holds it; 0 means one second.
 	Timeout time.Duration
-	// Batch commits CompareAndSwap, Next, Revoke and Ack through bbolt's
-	// DB.Batch instead of DB.Update: writes from concurrent goroutines
-	// join one transaction and share its fsync. It trades latency for
-	// throughput under concurrency. A batch commits once bbolt's
-	// MaxBatchDelay (10 ms) has passed since its first write, or once it
-	// holds MaxBatchSize (1000) writes, so each write waits up to 10 ms
-	// longer, and a goroutine that writes one decision after another waits
-	// that long every time, where an unbatched write waits for one fsync.
-	// The Client subscribes, and resumes after a restart, one URI after
-	// another, several writes each: batched, that is some 40 ms per URI
-	// instead of a few. Batch pays off when many goroutines accept at once
-	// (BenchmarkAcceptConcurrent). Each write is still whole and on disk
-	// before it returns, and one that fails fails alone: bbolt runs the
-	// writes batched with it again without it.
+	// Batch is ignored: every ledger commits writes made at once in one
+	// transaction (group commit), without the fixed delay of bbolt's
+	// DB.Batch that this option used to turn on.
+	//
+	// Deprecated: group commit is always on.
 	Batch bool
 }
 
 // Ledger is an mcpsync.Ledger stored in one bbolt file.
 type Ledger struct {
-	db     *bolt.DB
-	retain uint64
-	batch  bool // Options.Batch
+	db      *bolt.DB
+	retain  uint64
+	commits committer
 
 	// cache holds decoded records, so that a Load does not decode JSON.
 	// bbolt locks the file, so no other process writes behind it; an entry
@@ -136,9 +130,14 @@ type Ledger struct {
 	// reader of the outbox has seen: while writing counts a write of a
 	// key, Load reads the key from the file and caches nothing, and the
 	// cache learns the new record once the commit returned.
-	cacheMu sync.RWMutex // protects cache and writing
-	cache   map[string]*mcpsync.Record
-	writing map[string]int // writes of each key under way
+	//
+	// deferred holds the records CompareAndSwapDeferred wrote and no
+	// commit has yet: each is also the key's cached record, until a later
+	// write replaces it.
+	cacheMu  sync.RWMutex // protects cache, writing and deferred
+	cache    map[string]*mcpsync.Record
+	writing  map[string]int // writes of each key under way
+	deferred map[string]*deferredRecord
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
 	// counted at Open and raised after each commit that adds one, so the
@@ -175,11 +174,12 @@ func Open(path string, opts *Options) (*Ledger, error) {
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
 	l := &Ledger{
-		db: db, retain: o.Ledger.Retention(), batch: o.Batch,
-		cache: map[string]*mcpsync.Record{}, writing: map[string]int{},
+		db: db, retain: o.Ledger.Retention(),
+		cache: map[string]*mcpsync.Record{}, writing: map[string]int{}, deferred: map[string]*deferredRecord{},
 		appended: make(chan struct{}), closed: make(chan struct{}),
 	}
 	l.revokeGen.Store(uint64(revoked))
+	l.startCommitter()
 	return l, nil
 }
 
@@ -286,13 +286,15 @@ func check64(name string, v []byte) error {
 	return nil
 }
 
-// Close closes the file; it is idempotent. Calls after it fail with
-// mcpsync.ErrLedgerClosed, and waiters in WaitOutbox return it.
+// Close commits the writes under way and the deferred ones and closes the
+// file; it is idempotent. Calls after it fail with mcpsync.ErrLedgerClosed,
+// and waiters in WaitOutbox return it.
 func (l *Ledger) Close() error {
 	var err error
 	l.once.Do(func() {
+		err = l.stopCommitter()
 		close(l.closed)
-		err = l.db.Close()
+		err = errors.Join(err, l.db.Close())
 	})
 	return err
 }
@@ -305,23 +307,6 @@ func (l *Ledger) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 		return err
 	}
 	return l.db.View(fn)
-}
-
-// update runs fn in a write transaction, batched with other writers' when
-// Options.Batch is set. Batched, fn runs in a transaction that holds other
-// writers' uncommitted changes, and may run more than once: when one
-// function of a batch fails, bbolt rolls the batch back, runs that one
-// alone and the rest again. So fn sets every result it captures afresh on
-// each run, and the caller acts on them (the cache, wake-ups) only once
-// update returned nil.
-func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := l.usable(ctx); err != nil {
-		return err
-	}
-	if l.batch {
-		return l.db.Batch(fn)
-	}
-	return l.db.Update(fn)
 }
 
 func (l *Ledger) usable(ctx context.Context) error {
@@ -344,15 +329,18 @@ func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // Load implements mcpsync.Ledger. A key being written is read from the
 // file: its commit may be visible there, with its outbox entries, before
-// the cache learns it.
+// the cache learns it; a deferred record newer than the file's is what
+// Load returns then.
 func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
 	l.cacheMu.RLock()
 	r, ok := l.cache[key]
-	ok = ok && l.writing[key] == 0
+	busy := l.writing[key] > 0
+	d := l.deferred[key]
 	l.cacheMu.RUnlock()
-	if ok {
+	if ok && !busy {
 		return r, l.usable(ctx)
 	}
+	r = nil
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get([]byte(key))
 		if v == nil {
@@ -362,8 +350,13 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 		r, err = decodeRecord(v)
 		return err
 	})
-	if err != nil || r == nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case busy && d != nil && d.rec.Revision > revisionOf(r):
+		return d.rec, nil
+	case r == nil:
+		return nil, nil
 	}
 	return l.remember(key, r), nil
 }
@@ -400,6 +393,29 @@ func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
 	if held, ok := l.cache[key]; r != nil && (!ok || held.Revision < r.Revision) {
 		l.cache[key] = r
 	}
+}
+
+// failedWrite ends a write of key that failed: what the cache holds may no
+// longer be what the file does (a commit can fail once written), so it
+// keeps only a deferred record, which the next commit writes again.
+func (l *Ledger) failedWrite(key string) {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	if l.writing[key]--; l.writing[key] == 0 {
+		delete(l.writing, key)
+	}
+	if d := l.deferred[key]; d != nil {
+		l.cache[key] = d.rec
+	} else {
+		delete(l.cache, key)
+	}
+}
+
+func revisionOf(r *mcpsync.Record) uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.Revision
 }
 
 func encodeRecord(r *mcpsync.Record) ([]byte, error) {
@@ -476,7 +492,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	})
 	switch {
 	case err != nil:
-		l.endWrite(key, nil)
+		l.failedWrite(key)
 		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
 	case ok:
 		l.endWrite(key, next)
@@ -489,6 +505,43 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		l.wake()
 	}
 	return first, ok, nil
+}
+
+// CompareAndSwapDeferred implements mcpsync.DeferringLedger: when key's
+// record is cached at revision prev and no write of it is under way, next
+// becomes its record at once, in memory, and is written in the transaction
+// of the next group commit (or Close), before the writes of that group; a
+// crash before then loses it. Otherwise, and for a new key, it is
+// CompareAndSwap.
+func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *mcpsync.Record) (bool, error) {
+	if next == nil || next.Revision != prev+1 {
+		return false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
+	}
+	if err := l.usable(ctx); err != nil {
+		return false, err
+	}
+	val, err := encodeRecord(next)
+	if err != nil {
+		return false, err
+	}
+	// A write the next commit would refuse is made now, to fail alone.
+	if key != "" && len(key) <= bolt.MaxKeySize && len(val) <= bolt.MaxValueSize && prev != 0 {
+		l.cacheMu.Lock()
+		cur, cached := l.cache[key]
+		if cached && l.writing[key] == 0 {
+			if cur.Revision != prev {
+				l.cacheMu.Unlock()
+				return false, nil
+			}
+			l.cache[key] = next
+			l.deferred[key] = &deferredRecord{key: key, rec: next, val: val}
+			l.cacheMu.Unlock()
+			return true, nil
+		}
+		l.cacheMu.Unlock()
+	}
+	_, ok, err := l.CompareAndSwap(ctx, key, prev, next, nil)
+	return ok, err
 }
 
 // wake wakes every WaitOutbox sleeping on the outbox, after a commit.
@@ -553,6 +606,9 @@ func minPosition(b *bolt.Bucket) (uint64, bool) {
 // Range implements mcpsync.Ledger. It reads rangeStep records per read
 // transaction and calls fn outside it.
 func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
+	if err := l.flush(ctx); err != nil {
+		return fmt.Errorf("boltledger: range: %w", err)
+	}
 	var after []byte
 	for {
 		var keys []string
@@ -799,6 +855,9 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{},
 		Counters: map[mcpsync.Counter]uint64{}, Outbox: []mcpsync.OutboxEntry{},
 	}
+	if err := l.flush(ctx); err != nil {
+		return mcpsync.LedgerSnapshot{}, fmt.Errorf("boltledger: export: %w", err)
+	}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(v)
@@ -846,10 +905,10 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("boltledger: restore: %w", err)
 	}
-	// Never batched: one large transaction, rare, that must find the file
-	// empty.
+	// One large transaction, rare, that must find the file empty: a
+	// deferred record, written before it, is found.
 	var joined uint64
-	err = l.db.Update(func(tx *bolt.Tx) error {
+	err = l.update(ctx, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if !bytes.Equal(name, bucketMeta) && firstKey(tx.Bucket(name).Cursor()) != nil {
 				return mcpsync.ErrLedgerNotEmpty

@@ -30,9 +30,12 @@ type Reopener func(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger
 // Run checks the contract every ledger keeps: compare-and-swap, outbox
 // numbering, acknowledgements per consumer, the retention bound, wake-ups,
 // counters never reused, revocations, export and restore (consistent under
-// concurrent writes), concurrency (run it under -race), and, for a ledger
-// that implements mcpsync.LedgerIndex, that its index answers what a walk
-// of every record does after any sequence of an engine's writes.
+// concurrent writes), concurrency (run it under -race), that a reader who
+// saw an outbox entry finds its record at least as new, for a ledger that
+// implements mcpsync.LedgerIndex, that its index answers what a walk of
+// every record does after any sequence of an engine's writes, and, for one
+// that implements mcpsync.DeferringLedger, that deferred writes are seen
+// by every later call.
 func Run(t *testing.T, open Opener) {
 	RunDurable(t, open, nil)
 }
@@ -52,6 +55,7 @@ func RunDurable(t *testing.T, open Opener, reopen Reopener) {
 	t.Run("ExportRestore", func(t *testing.T) { testExportRestore(t, open) })
 	t.Run("ExportNeverTears", func(t *testing.T) { testExportNeverTears(t, open) })
 	t.Run("Index", func(t *testing.T) { testIndex(t, open, reopen) })
+	t.Run("Deferred", func(t *testing.T) { testDeferred(t, open, reopen) })
 	if reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { testReopen(t, open, reopen) })
 	}
@@ -362,9 +366,11 @@ func testConcurrency(t *testing.T, open Opener) {
 // must find the record as of that entry or later: otherwise it takes the
 // entry for superseded, acknowledges it, and what it feeds misses that
 // version for good. Readers poll the outbox and load each entry's record
-// while writers append, every entry naming the revision that wrote it.
+// while writers append, every entry naming the revision that wrote it (on a
+// ledger that defers writes, every third write is deferred, with no entry).
 func testEntriesNeverAheadOfRecords(t *testing.T, open Opener) {
 	l := open(t, nil)
+	d, _ := l.(mcpsync.DeferringLedger)
 	keys := []string{"file:///seen/a", "file:///seen/b"}
 	const writes = 100
 	done := make(chan struct{})
@@ -373,7 +379,13 @@ func testEntriesNeverAheadOfRecords(t *testing.T, open Opener) {
 		defer close(done)
 		for rev := uint64(1); rev <= writes; rev++ {
 			for _, k := range keys {
-				_, ok, err := l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []mcpsync.OutboxEntry{entry(k, rev)})
+				var ok bool
+				var err error
+				if d != nil && rev%3 == 0 {
+					ok, err = d.CompareAndSwapDeferred(ctx, k, rev-1, record(k, rev))
+				} else {
+					_, ok, err = l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []mcpsync.OutboxEntry{entry(k, rev)})
+				}
 				if !assert.NoError(t, err) || !assert.True(t, ok) {
 					return
 				}

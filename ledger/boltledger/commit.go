@@ -1,0 +1,239 @@
+package boltledger
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// Group commit.
+//
+// Every write of the ledger is a function of a bbolt transaction handed to
+// one goroutine, the committer, which runs every write queued while it was
+// committing the last group in one transaction, with one fsync, and then
+// tells each writer its own result. Nothing waits for a group to fill: a
+// writer alone is committed at once, and sixty-four writers arriving
+// together wait for the commit under way and then share the next. A write
+// that fails fails alone: the group is rolled back, that write gets its
+// error, and the others are run again, without it, in a new transaction.
+//
+// Deferred writes (CompareAndSwapDeferred) are not queued: they are kept
+// in memory, visible to Load at once, and written first in the transaction
+// of the next group, so a durable write is never on disk before a deferred
+// one that returned before it was made.
+
+// maxGroup bounds the writes one transaction carries.
+const maxGroup = 1024
+
+// write is one queued write: fn runs in the group's transaction, perhaps
+// more than once (the group's transaction may be rolled back for another
+// write's failure), so it sets whatever it reports afresh on each run;
+// its caller reads err, and what fn reported, once done is closed.
+type write struct {
+	fn   func(tx *bolt.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// deferredRecord is a record written by CompareAndSwapDeferred and not yet
+// committed: the record, and its stored form.
+type deferredRecord struct {
+	key string
+	rec *mcpsync.Record
+	val []byte
+}
+
+// committer is the ledger's group commit: its queue and the goroutine that
+// drains it.
+type committer struct {
+	mu       sync.Mutex // protects queue and stopping
+	wake     sync.Cond  // on mu: a write was queued, or the committer stops
+	queue    []*write
+	stopping bool          // Close began: no write is queued any more
+	stopped  chan struct{} // closed when the committer returns
+	// count is how many transactions the committer committed.
+	count atomic.Uint64
+}
+
+// startCommitter starts the committer of l.
+func (l *Ledger) startCommitter() {
+	c := &l.commits
+	c.wake.L = &c.mu
+	c.stopped = make(chan struct{})
+	go l.commitLoop()
+}
+
+// update runs fn in a write transaction, with the writes queued beside it,
+// and returns once that transaction committed (or fn's error); a nil fn
+// writes nothing but the deferred records (flush). fn may run
+// more than once: it sets every result it captures afresh on each run, and
+// the caller acts on them (the cache, wake-ups) only once update returned.
+// Once update was called, the write is carried out whatever ctx does.
+func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	w := &write{fn: fn, done: make(chan struct{})}
+	c := &l.commits
+	c.mu.Lock()
+	if c.stopping {
+		c.mu.Unlock()
+		return mcpsync.ErrLedgerClosed
+	}
+	c.queue = append(c.queue, w)
+	c.wake.Signal()
+	c.mu.Unlock()
+	<-w.done
+	return w.err
+}
+
+// flush commits the deferred writes, if there are any; read paths that
+// read records from the file (Range, Export, the index) call it first, so
+// that they see every write that returned before them.
+func (l *Ledger) flush(ctx context.Context) error {
+	l.cacheMu.RLock()
+	n := len(l.deferred)
+	l.cacheMu.RUnlock()
+	if n == 0 {
+		return nil
+	}
+	return l.update(ctx, nil)
+}
+
+// stopCommitter commits what is queued and deferred and stops the
+// committer; writes made after it began fail with ErrLedgerClosed. It
+// returns the error of that last commit.
+func (l *Ledger) stopCommitter() error {
+	c := &l.commits
+	last := &write{done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, last)
+	c.stopping = true
+	c.wake.Signal()
+	c.mu.Unlock()
+	<-c.stopped
+	return last.err
+}
+
+// commitLoop is the committer: it takes every write queued, up to
+// maxGroup, commits them as one group, and goes on with what was queued
+// meanwhile, until Close.
+func (l *Ledger) commitLoop() {
+	c := &l.commits
+	defer close(c.stopped)
+	for {
+		c.mu.Lock()
+		for len(c.queue) == 0 && !c.stopping {
+			c.wake.Wait()
+		}
+		if len(c.queue) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		n := min(len(c.queue), maxGroup)
+		group := slices.Clone(c.queue[:n])
+		c.queue = slices.Delete(c.queue, 0, n)
+		c.mu.Unlock()
+		l.commitGroup(group)
+	}
+}
+
+// commitGroup commits group, and the deferred records, in one
+// transaction. The deferred records are taken after the group: a write of
+// the group made from a deferred record (its revision) finds it written
+// before it runs.
+func (l *Ledger) commitGroup(group []*write) {
+	deferred := l.takeDeferred()
+	for {
+		if len(deferred) == 0 && !writes(group) {
+			// Flushes alone, with nothing deferred: no transaction.
+			for _, w := range group {
+				close(w.done)
+			}
+			return
+		}
+		failed, ferr := -1, error(nil)
+		err := l.db.Update(func(tx *bolt.Tx) error {
+			records := tx.Bucket(bucketRecords)
+			for _, d := range deferred {
+				if err := records.Put([]byte(d.key), d.val); err != nil {
+					return fmt.Errorf("deferred write of %s: %w", d.key, err)
+				}
+				if err := index(tx, []byte(d.key), d.rec); err != nil {
+					return fmt.Errorf("deferred write of %s: %w", d.key, err)
+				}
+			}
+			for i, w := range group {
+				if w.fn == nil {
+					continue
+				}
+				if err := w.fn(tx); err != nil {
+					failed, ferr = i, err
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 {
+			// Rolled back for one write: it fails alone, and the rest go
+			// again without it.
+			w := group[failed]
+			w.err = ferr
+			close(w.done)
+			group = slices.Delete(group, failed, failed+1)
+			continue
+		}
+		if err == nil {
+			l.commits.count.Add(1)
+		}
+		l.committed(deferred, err == nil)
+		for _, w := range group {
+			w.err = err
+			close(w.done)
+		}
+		return
+	}
+}
+
+// writes reports whether group holds a write other than a flush.
+func writes(group []*write) bool {
+	return slices.ContainsFunc(group, func(w *write) bool { return w.fn != nil })
+}
+
+// takeDeferred returns the deferred records, in key order; they stay
+// deferred until committed says they were written.
+func (l *Ledger) takeDeferred() []*deferredRecord {
+	l.cacheMu.RLock()
+	defer l.cacheMu.RUnlock()
+	if len(l.deferred) == 0 {
+		return nil
+	}
+	out := make([]*deferredRecord, 0, len(l.deferred))
+	for _, d := range l.deferred {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b *deferredRecord) int { return cmp.Compare(a.key, b.key) })
+	return out
+}
+
+// committed forgets the deferred records a commit wrote (ok), unless a
+// later deferred write of the same key replaced them meanwhile.
+func (l *Ledger) committed(written []*deferredRecord, ok bool) {
+	if !ok || len(written) == 0 {
+		return
+	}
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	for _, d := range written {
+		if l.deferred[d.key] == d {
+			delete(l.deferred, d.key)
+		}
+	}
+}
