@@ -1,0 +1,99 @@
+package boltledger_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
+)
+
+// A read costs the file one commit: its ticket, and a pulse or an
+// abandoned read before it, are refused after any crash anyway, so they are
+// written with the accept of its answer, which is durable before it
+// returns, with everything written before it.
+func TestAReadCostsOneCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	const doc = "file:///docs/a.md"
+	_, err = e.Subscribe(doc, "user:alice")
+	require.NoError(t, err)
+	_, err = e.Activate(doc, mcpsync.ModePush)
+	require.NoError(t, err)
+	tk, err := e.IssueTicket(doc, mcpsync.TriggerInitial) // reserves the block of request ids
+	require.NoError(t, err)
+	require.NoError(t, e.AbandonRead(tk))
+
+	before := boltledger.Commits(l)
+	pulsed, ok, err := e.Notify(doc)
+	require.NoError(t, err)
+	require.True(t, ok, "the pulse issued a read")
+	_, err = e.Fail(pulsed)
+	require.NoError(t, err)
+	tk, err = e.IssueTicket(doc, mcpsync.TriggerNotification)
+	require.NoError(t, err)
+	assert.Equal(t, before, boltledger.Commits(l), "a pulse, tickets and an abandoned read commit nothing")
+	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: "v1"}}))
+	require.NoError(t, err)
+	require.True(t, out.Changed())
+	assert.Equal(t, before+1, boltledger.Commits(l), "the accept is one commit")
+	require.NoError(t, l.Close())
+
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	r, err := l.Load(ctx, doc)
+	require.NoError(t, err)
+	assert.Equal(t, tk.ReadOrdinal, r.Watermark)
+	assert.Equal(t, uint64(3), r.LastIssued, "every ticket before the accept is on disk with it")
+	assert.Equal(t, uint64(1), r.LastNotificationSeq, "and the pulse")
+	assert.Empty(t, r.Tickets)
+}
+
+// Opening and activating a subscription generation are deferred when a
+// crash that lost them would leave a generation a restart resumes for the
+// same subject, server and spelling (a worker resuming after a restart),
+// and durable otherwise (a URI subscribed for the first time, or for
+// another subject): a Client's Subscribe that returned is resumed after a
+// crash either way.
+func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
+	l := openWith(t, nil).(*boltledger.Ledger)
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	const doc, other = "file:///docs/a.md", "file:///docs/b.md"
+
+	before := boltledger.Commits(l)
+	_, err = e.Subscribe(doc, "user:alice")
+	require.NoError(t, err)
+	assert.Equal(t, before+1, boltledger.Commits(l), "a first subscription is durable")
+	_, err = e.Activate(doc, mcpsync.ModePush)
+	require.NoError(t, err)
+	assert.Equal(t, before+1, boltledger.Commits(l), "its activation is resumed anyway")
+	_, err = e.Subscribe(other, "user:alice")
+	require.NoError(t, err)
+	_, err = e.Activate(other, mcpsync.ModePush)
+	require.NoError(t, err)
+
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	before = boltledger.Commits(l)
+	sub, err := e.Subscribe(doc, "user:alice")
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.StateSubscribing, sub.State)
+	_, err = e.Activate(doc, mcpsync.ModePush)
+	require.NoError(t, err)
+	assert.Equal(t, before, boltledger.Commits(l), "a restart resumes the same subject's generation anyway")
+	_, err = e.Subscribe(other, "user:bob")
+	require.NoError(t, err)
+	assert.Equal(t, before+1, boltledger.Commits(l), "another subject's is not resumed by a restart: durable")
+}
