@@ -520,12 +520,8 @@ func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev ui
 	if err := l.usable(ctx); err != nil {
 		return false, err
 	}
-	val, err := encodeRecord(next)
-	if err != nil {
-		return false, err
-	}
 	// A write the next commit would refuse is made now, to fail alone.
-	if key != "" && len(key) <= bolt.MaxKeySize && len(val) <= bolt.MaxValueSize && prev != 0 {
+	if key != "" && len(key) <= bolt.MaxKeySize && prev != 0 {
 		l.cacheMu.Lock()
 		cur, cached := l.cache[key]
 		if cached && l.writing[key] == 0 {
@@ -534,7 +530,7 @@ func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev ui
 				return false, nil
 			}
 			l.cache[key] = next
-			l.deferred[key] = &deferredRecord{key: key, rec: next, val: val}
+			l.deferred[key] = &deferredRecord{key: key, rec: next}
 			l.cacheMu.Unlock()
 			return true, nil
 		}
@@ -604,7 +600,7 @@ func minPosition(b *bolt.Bucket) (uint64, bool) {
 }
 
 // Range implements mcpsync.Ledger. It reads rangeStep records per read
-// transaction and calls fn outside it.
+// transaction, caches them as Load does, and calls fn outside it.
 func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
 	if err := l.flush(ctx); err != nil {
 		return fmt.Errorf("boltledger: range: %w", err)
@@ -633,6 +629,11 @@ func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Recor
 		})
 		if err != nil {
 			return fmt.Errorf("boltledger: range: %w", err)
+		}
+		// Decoded once: a restart ranges over every record (to resume)
+		// and then loads each.
+		for i, k := range keys {
+			recs[i] = l.remember(k, recs[i])
 		}
 		for i, k := range keys {
 			if !fn(k, recs[i]) {

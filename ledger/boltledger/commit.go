@@ -43,11 +43,12 @@ type write struct {
 }
 
 // deferredRecord is a record written by CompareAndSwapDeferred and not yet
-// committed: the record, and its stored form.
+// committed. It is encoded by the commit that writes it: a key deferred
+// again before then (a subscription opened, activated and read) is encoded
+// once.
 type deferredRecord struct {
 	key string
 	rec *mcpsync.Record
-	val []byte
 }
 
 // committer is the ledger's group commit: its queue and the goroutine that
@@ -150,7 +151,7 @@ func (l *Ledger) commitLoop() {
 // the group made from a deferred record (its revision) finds it written
 // before it runs.
 func (l *Ledger) commitGroup(group []*write) {
-	deferred := l.takeDeferred()
+	deferred, vals := l.encodeDeferred(l.takeDeferred())
 	for {
 		if len(deferred) == 0 && !writes(group) {
 			// Flushes alone, with nothing deferred: no transaction.
@@ -162,8 +163,8 @@ func (l *Ledger) commitGroup(group []*write) {
 		failed, ferr := -1, error(nil)
 		err := l.db.Update(func(tx *bolt.Tx) error {
 			records := tx.Bucket(bucketRecords)
-			for _, d := range deferred {
-				if err := records.Put([]byte(d.key), d.val); err != nil {
+			for i, d := range deferred {
+				if err := records.Put([]byte(d.key), vals[i]); err != nil {
 					return fmt.Errorf("deferred write of %s: %w", d.key, err)
 				}
 				if err := index(tx, []byte(d.key), d.rec); err != nil {
@@ -221,6 +222,29 @@ func (l *Ledger) takeDeferred() []*deferredRecord {
 	}
 	slices.SortFunc(out, func(a, b *deferredRecord) int { return cmp.Compare(a.key, b.key) })
 	return out
+}
+
+// encodeDeferred returns the stored form of each of deferred, and deferred
+// without any that cannot be encoded (none can: each is a record of the
+// same types the ledger encoded before it). Such a record is dropped,
+// as a crash would drop it, and the cache forgets it.
+func (l *Ledger) encodeDeferred(deferred []*deferredRecord) ([]*deferredRecord, [][]byte) {
+	vals := make([][]byte, 0, len(deferred))
+	kept := deferred[:0]
+	for _, d := range deferred {
+		val, err := encodeRecord(d.rec)
+		if err != nil || len(val) > bolt.MaxValueSize {
+			l.cacheMu.Lock()
+			if l.deferred[d.key] == d {
+				delete(l.deferred, d.key)
+				delete(l.cache, d.key)
+			}
+			l.cacheMu.Unlock()
+			continue
+		}
+		kept, vals = append(kept, d), append(vals, val)
+	}
+	return kept, vals
 }
 
 // committed forgets the deferred records a commit wrote (ok), unless a
