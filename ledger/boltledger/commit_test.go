@@ -1,6 +1,8 @@
 package boltledger_test
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -96,4 +98,36 @@ func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
 	_, err = e.Subscribe(other, "user:bob")
 	require.NoError(t, err)
 	assert.Equal(t, before+1, boltledger.Commits(l), "another subject's is not resumed by a restart: durable")
+}
+
+// Subscribing many URIs at once shares commits: sixty-four first
+// subscriptions, each durable, reach the file in a few transactions, not
+// one each; their activations (resumed anyway) and first tickets in none.
+func TestSubscribingManyURIsSharesCommits(t *testing.T) {
+	l := openWith(t, nil).(*boltledger.Ledger)
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	uris := make([]string, 64)
+	acts := make([]mcpsync.Activation, len(uris))
+	for i := range uris {
+		uris[i] = fmt.Sprintf("file:///docs/many/%02d.md", i)
+		acts[i] = mcpsync.Activation{URI: uris[i], Mode: mcpsync.ModePush}
+	}
+
+	before := boltledger.Commits(l)
+	_, errs := e.SubscribeAll(uris, "user:alice")
+	require.NoError(t, errors.Join(errs...))
+	subscribed := boltledger.Commits(l) - before
+	assert.Less(t, subscribed, uint64(len(uris)/4), "%d durable subscriptions in %d commits", len(uris), subscribed)
+	_, errs = e.ActivateAll(acts)
+	require.NoError(t, errors.Join(errs...))
+	for _, r := range e.RequestReads(uris, mcpsync.TriggerInitial) {
+		require.NoError(t, r.Err)
+		require.True(t, r.Send)
+	}
+	// The first ticket reserves a block of 64 request ids, and the one
+	// that takes the middle of it the next block.
+	assert.Equal(t, before+subscribed+2, boltledger.Commits(l), "activations and tickets: none but the request ids' two")
 }
