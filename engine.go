@@ -327,7 +327,7 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(
 // swap stores next over cur by compare-and-swap, with entries; a write
 // with no entries that a crash makes moot (deferrable) is deferred on a
 // ledger that can defer it (DeferringLedger): it is visible at once and
-// durable with the next durable write.
+// durable with the key's next durable write.
 func (e *Engine) swap(ctx context.Context, key string, cur, next *Record, entries []OutboxEntry, deferrable bool) (uint64, bool, error) {
 	if deferrable && len(entries) == 0 && e.deferring != nil {
 		ok, err := e.deferring.CompareAndSwapDeferred(ctx, key, cur.revision(), next)

@@ -597,10 +597,11 @@ type DeferringLedger interface {
 	// entries that need not be durable when it returns. Once it returned
 	// ok, next is key's record for every call made after it (Load, Range,
 	// Export, the LedgerIndex answers, compare-and-swap of revision
-	// next.Revision), and it becomes durable no later than any write
-	// durable that was made after it returned: a crash may lose it, but
-	// never keeps a later write without it. A ledger may also write it
-	// durably at once.
+	// next.Revision). It is durable once the next durable write of key,
+	// made from it, is (that write stores the key's state whole), or once
+	// Range, Export or a LedgerIndex answer returned, or the ledger was
+	// closed. A crash may lose it, but never keeps a later write of key
+	// without it. A ledger may also write it durably at once.
 	CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *Record) (ok bool, err error)
 }
 

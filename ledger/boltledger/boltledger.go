@@ -7,7 +7,8 @@
 // its fsync (group commit, with no delay: the next group forms while one
 // is written), each still whole and with its own result. A write the
 // engine needs no durability for (CompareAndSwapDeferred: a ticket, a
-// pulse) is written with the next group instead of one of its own. A
+// pulse) waits in memory for the key's next durable write, which stores
+// the key's whole state, instead of a commit of its own. A
 // process killed at any point reopens the file with every accepted version
 // and its outbox entry, or neither. bbolt locks the file: one process (one
 // writer) uses it at a time.
@@ -378,13 +379,20 @@ func (l *Ledger) remember(key string, r *mcpsync.Record) *mcpsync.Record {
 
 // beginWrite counts a write of key under way, until endWrite, which caches
 // r, the record as the write left it (nil: unknown), unless a newer one is.
-func (l *Ledger) beginWrite(key string) {
+// It returns the deferred record of key (nil: none): a write from revision
+// prev made from it supersedes it, and is stored over the record it was
+// deferred over; a write from any other revision is stale.
+func (l *Ledger) beginWrite(key string) *deferredRecord {
 	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
 	l.writing[key]++
-	l.cacheMu.Unlock()
+	return l.deferred[key]
 }
 
-func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
+// endWrite ends a write of key that committed: r is the record as it left
+// it, stored or found (nil: none), and superseded the deferred record it
+// replaced, if it stored it.
+func (l *Ledger) endWrite(key string, r *mcpsync.Record, superseded *deferredRecord) {
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	if l.writing[key]--; l.writing[key] == 0 {
@@ -392,6 +400,9 @@ func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
 	}
 	if held, ok := l.cache[key]; r != nil && (!ok || held.Revision < r.Revision) {
 		l.cache[key] = r
+	}
+	if superseded != nil && l.deferred[key] == superseded {
+		delete(l.deferred, key)
 	}
 }
 
@@ -446,11 +457,22 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	var first uint64
 	var ok bool
 	var stored *mcpsync.Record // what beat the caller's record, if it was stale
-	l.beginWrite(key)
+	// Made from a deferred record, the write replaces it: the file holds
+	// the record it was deferred over (or, after a flush, the record).
+	// Made from an older one, it is stale.
+	over := prev
+	d := l.beginWrite(key)
+	if d != nil {
+		if d.rec.Revision != prev {
+			l.endWrite(key, d.rec, nil)
+			return 0, false, nil
+		}
+		over = d.base
+	}
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		first, ok, stored = 0, false, nil
 		records := tx.Bucket(bucketRecords)
-		if v := records.Get([]byte(key)); u64(v) != prev {
+		if v := records.Get([]byte(key)); u64(v) != prev && u64(v) != over {
 			if v != nil {
 				if r, err := decodeRecord(v); err == nil {
 					stored = r
@@ -495,11 +517,11 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		l.failedWrite(key)
 		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
 	case ok:
-		l.endWrite(key, next)
+		l.endWrite(key, next, d)
 	default:
 		// The caller's record is stale, perhaps from the cache: cache what
 		// is stored, so its retry starts from there.
-		l.endWrite(key, stored)
+		l.endWrite(key, stored, nil)
 	}
 	if first != 0 {
 		l.wake()
@@ -509,10 +531,10 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 
 // CompareAndSwapDeferred implements mcpsync.DeferringLedger: when key's
 // record is cached at revision prev and no write of it is under way, next
-// becomes its record at once, in memory, and is written in the transaction
-// of the next group commit (or Close), before the writes of that group; a
-// crash before then loses it. Otherwise, and for a new key, it is
-// CompareAndSwap.
+// becomes its record at once, in memory, until the next durable write of
+// key, made from it, writes the key's state whole, or a flush (Range,
+// Export, the index, Close) writes it; a crash before then loses it.
+// Otherwise, and for a new key, it is CompareAndSwap.
 func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *mcpsync.Record) (bool, error) {
 	if next == nil || next.Revision != prev+1 {
 		return false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
@@ -529,8 +551,12 @@ func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev ui
 				l.cacheMu.Unlock()
 				return false, nil
 			}
+			base := prev
+			if d := l.deferred[key]; d != nil {
+				base = d.base
+			}
 			l.cache[key] = next
-			l.deferred[key] = &deferredRecord{key: key, rec: next}
+			l.deferred[key] = &deferredRecord{key: key, rec: next, base: base}
 			l.cacheMu.Unlock()
 			return true, nil
 		}

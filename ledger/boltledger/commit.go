@@ -25,9 +25,12 @@ import (
 // error, and the others are run again, without it, in a new transaction.
 //
 // Deferred writes (CompareAndSwapDeferred) are not queued: they are kept
-// in memory, visible to Load at once, and written first in the transaction
-// of the next group, so a durable write is never on disk before a deferred
-// one that returned before it was made.
+// in memory, visible to Load at once. The next durable write of the same
+// key, made from the deferred record, supersedes it and writes the key's
+// state whole; a flush (Range, Export, the index, Close) writes every
+// deferred record first in the transaction of its group. So no write of a
+// key is ever on disk before a deferred write of that key made before it,
+// and the committer encodes no record that a later write replaces.
 
 // maxGroup bounds the writes one transaction carries.
 const maxGroup = 1024
@@ -43,12 +46,13 @@ type write struct {
 }
 
 // deferredRecord is a record written by CompareAndSwapDeferred and not yet
-// committed. It is encoded by the commit that writes it: a key deferred
-// again before then (a subscription opened, activated and read) is encoded
-// once.
+// committed, over the key's record at revision base in the file. It is
+// encoded by the flush that writes it, if one does before a durable write
+// of the key supersedes it.
 type deferredRecord struct {
-	key string
-	rec *mcpsync.Record
+	key  string
+	rec  *mcpsync.Record
+	base uint64
 }
 
 // committer is the ledger's group commit: its queue and the goroutine that
@@ -97,7 +101,8 @@ func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 
 // flush commits the deferred writes, if there are any; read paths that
 // read records from the file (Range, Export, the index) call it first, so
-// that they see every write that returned before them.
+// that they see every write that returned before them. A flush is a write
+// of no function (fn nil).
 func (l *Ledger) flush(ctx context.Context) error {
 	l.cacheMu.RLock()
 	n := len(l.deferred)
@@ -146,12 +151,16 @@ func (l *Ledger) commitLoop() {
 	}
 }
 
-// commitGroup commits group, and the deferred records, in one
-// transaction. The deferred records are taken after the group: a write of
-// the group made from a deferred record (its revision) finds it written
-// before it runs.
+// commitGroup commits group in one transaction, with every deferred record
+// when group holds a flush. The deferred records are taken after the group
+// was: each is written before the writes of the group, and a write made
+// from one (its revision) finds it written.
 func (l *Ledger) commitGroup(group []*write) {
-	deferred, vals := l.encodeDeferred(l.takeDeferred())
+	var deferred []*deferredRecord
+	var vals [][]byte
+	if slices.ContainsFunc(group, func(w *write) bool { return w.fn == nil }) {
+		deferred, vals = l.encodeDeferred(l.takeDeferred())
+	}
 	for {
 		if len(deferred) == 0 && !writes(group) {
 			// Flushes alone, with nothing deferred: no transaction.

@@ -88,10 +88,11 @@ func TestWritesMadeDuringACommitShareTheNext(t *testing.T) {
 	}
 }
 
-// A deferred write is in memory until the next commit, which writes it in
-// its own transaction before the writes of its group: never on disk after
-// a durable write made after it returned.
-func TestDeferredWriteRidesWithTheNextCommit(t *testing.T) {
+// A deferred write is in memory until the key's next durable write, made
+// from it, writes the key's state whole in its transaction (the file goes
+// from the record it was deferred over to that write's), or a flush
+// writes it; a durable write of another key leaves it deferred.
+func TestDeferredWriteIsWrittenByTheKeysNextWrite(t *testing.T) {
 	ctx := context.Background()
 	l := openInternal(t)
 	rec := func(key string, rev uint64) *mcpsync.Record {
@@ -105,26 +106,48 @@ func TestDeferredWriteRidesWithTheNextCommit(t *testing.T) {
 		}))
 		return rev
 	}
-	_, ok, err := l.CompareAndSwap(ctx, "file:///a", 0, rec("file:///a", 1), nil)
-	require.NoError(t, err)
-	require.True(t, ok)
+	deferred := func() int {
+		l.cacheMu.RLock()
+		defer l.cacheMu.RUnlock()
+		return len(l.deferred)
+	}
+	for _, k := range []string{"file:///a", "file:///b"} {
+		_, ok, err := l.CompareAndSwap(ctx, k, 0, rec(k, 1), nil)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
 
 	before := l.commits.count.Load()
-	ok, err = l.CompareAndSwapDeferred(ctx, "file:///a", 1, rec("file:///a", 2))
-	require.NoError(t, err)
-	require.True(t, ok)
+	for rev := uint64(2); rev <= 3; rev++ {
+		ok, err := l.CompareAndSwapDeferred(ctx, "file:///a", rev-1, rec("file:///a", rev))
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
 	assert.Equal(t, before, l.commits.count.Load(), "a deferred write commits nothing")
 	assert.Equal(t, uint64(1), stored("file:///a"), "nor is it in the file")
 	got, err := l.Load(ctx, "file:///a")
 	require.NoError(t, err)
-	assert.Equal(t, uint64(2), got.Revision, "but it is the key's record")
+	assert.Equal(t, uint64(3), got.Revision, "but it is the key's record")
 
-	_, ok, err = l.CompareAndSwap(ctx, "file:///b", 0, rec("file:///b", 1), nil)
+	_, ok, err := l.CompareAndSwap(ctx, "file:///b", 1, rec("file:///b", 2), nil)
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, before+1, l.commits.count.Load(), "one transaction")
-	assert.Equal(t, uint64(2), stored("file:///a"), "carried the deferred write with the next one")
-	l.cacheMu.RLock()
-	assert.Empty(t, l.deferred, "which is no longer deferred")
-	l.cacheMu.RUnlock()
+	assert.Equal(t, uint64(1), stored("file:///a"), "another key's write leaves it deferred")
+	_, ok, err = l.CompareAndSwap(ctx, "file:///a", 2, rec("file:///a", 3), nil)
+	require.NoError(t, err)
+	assert.False(t, ok, "a write from a revision the deferred one replaced is stale")
+
+	_, ok, err = l.CompareAndSwap(ctx, "file:///a", 3, rec("file:///a", 4), nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, before+2, l.commits.count.Load(), "one transaction each")
+	assert.Equal(t, uint64(4), stored("file:///a"), "the key's next write stores its state whole")
+	assert.Zero(t, deferred(), "and the deferred record is gone")
+
+	ok, err = l.CompareAndSwapDeferred(ctx, "file:///b", 2, rec("file:///b", 3))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, l.flush(ctx))
+	assert.Equal(t, uint64(3), stored("file:///b"), "a flush writes it")
+	assert.Zero(t, deferred())
 }

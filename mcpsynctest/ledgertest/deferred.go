@@ -12,8 +12,8 @@ import (
 // testDeferred holds a ledger that defers writes (mcpsync.DeferringLedger)
 // to its contract: a deferred write is the key's record for every call made
 // after it, compared and replaced like any other, seen by Range, Export
-// and the index, refused when stale, and durable once a write made after
-// it is.
+// and the index, refused when stale, and durable once the key's next write
+// is, or the ledger was closed.
 func testDeferred(t *testing.T, open Opener, reopen Reopener) {
 	l := open(t, nil)
 	d, ok := l.(mcpsync.DeferringLedger)
@@ -60,7 +60,10 @@ func testDeferred(t *testing.T, open Opener, reopen Reopener) {
 	ok, err = d.CompareAndSwapDeferred(ctx, a, 3, record(a, 4))
 	require.NoError(t, err)
 	require.True(t, ok)
-	write(t, l, b, 2, 1)
+	ok, err = d.CompareAndSwapDeferred(ctx, b, 1, record(b, 2))
+	require.NoError(t, err)
+	require.True(t, ok)
+	write(t, l, b, 3, 1)
 	if reopen == nil {
 		return
 	}
@@ -70,5 +73,5 @@ func testDeferred(t *testing.T, open Opener, reopen Reopener) {
 	assertSameRecord(t, record(a, 4), got)
 	got, err = l.Load(ctx, b)
 	require.NoError(t, err)
-	assertSameRecord(t, record(b, 2), got)
+	assertSameRecord(t, record(b, 3), got)
 }
