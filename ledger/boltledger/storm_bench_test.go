@@ -3,6 +3,7 @@ package boltledger_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mcpsync/mcpsync"
@@ -13,19 +14,15 @@ import (
 // BenchmarkNotificationStorm: 10 pulses to each of 10,000 URIs.
 const stormURIs, stormPulses = 10_000, 10
 
-// stormReaders is how many reads a storm has in flight at once: a Client
-// sends a URI's read as soon as its pulse issues it, and completes each
-// when its answer comes.
-const stormReaders = 64
-
 // BenchmarkNotificationStorm sends 10 pulses to each of 10,000 URIs and
 // completes the reads they issue until the engine is quiescent, on the bolt
 // ledger (bolt) beside the same storm on the memory ledger in the same run
 // (baseline=memory). The pulses all arrive before the reads go out, as in a
-// burst (they are coalesced to one read per URI); 64 goroutines complete
-// the reads, as answers arriving at once. On the bolt ledger the pulses and
-// tickets are deferred and the accepts of the reads completed together
-// share commits. -short storms 1,000 URIs.
+// burst (they are coalesced to one read per URI); each read is completed on
+// a goroutine of its own, as a Client sends each read a pulse issues on
+// one. On the bolt ledger the pulses and tickets are deferred and the
+// accepts of the reads completed together share commits. -short storms
+// 1,000 URIs.
 func BenchmarkNotificationStorm(b *testing.B) {
 	n := stormURIs
 	if testing.Short() {
@@ -85,33 +82,27 @@ func BenchmarkNotificationStorm(b *testing.B) {
 					}
 				}
 				reads += len(pending)
+				close(pending)
 				var wg sync.WaitGroup
-				var mu sync.Mutex
-				for range stormReaders {
-					wg.Go(func() {
-						for {
-							var t mcpsync.Ticket
-							select {
-							case t = <-pending:
-							default:
-								return
-							}
-							e.Sending(t)
-							out, err := e.FinishRead(t, answers[t.URI])
-							if err != nil || !out.Changed() {
-								b.Error("not accepted", err)
-								return
-							}
-							if out.FollowUp != nil {
-								mu.Lock()
-								reads++
-								mu.Unlock()
-								pending <- *out.FollowUp
-							}
-						}
-					})
+				var followUps atomic.Int64
+				var read func(t mcpsync.Ticket)
+				read = func(t mcpsync.Ticket) {
+					e.Sending(t)
+					out, err := e.FinishRead(t, answers[t.URI])
+					if err != nil || !out.Changed() {
+						b.Error("not accepted", err)
+						return
+					}
+					if out.FollowUp != nil {
+						followUps.Add(1)
+						read(*out.FollowUp)
+					}
+				}
+				for t := range pending {
+					wg.Go(func() { read(t) })
 				}
 				wg.Wait()
+				reads += int(followUps.Load())
 			}
 			b.ReportMetric(float64(reads)/float64(b.N)/float64(n), "reads/URI")
 		})
