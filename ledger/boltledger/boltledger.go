@@ -135,10 +135,17 @@ type Ledger struct {
 	// deferred holds the records CompareAndSwapDeferred wrote and no
 	// commit has yet: each is also the key's cached record, until a later
 	// write replaces it.
-	cacheMu  sync.RWMutex // protects cache, writing and deferred
-	cache    map[string]*mcpsync.Record
-	writing  map[string]int // writes of each key under way
-	deferred map[string]*deferredRecord
+	//
+	// committing holds, for a key being written, the record a transaction
+	// of the committer stored (not yet committed, perhaps rolled back):
+	// while the write is under way, Load finds the file's revision and
+	// hands out the one of the cached, deferred or committing records that
+	// has it, and decodes the file's only when none has.
+	cacheMu    sync.RWMutex // protects cache, writing, deferred and committing
+	cache      map[string]*mcpsync.Record
+	writing    map[string]int // writes of each key under way
+	deferred   map[string]*deferredRecord
+	committing map[string]*mcpsync.Record
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
 	// counted at Open and raised after each commit that adds one, so the
@@ -177,7 +184,8 @@ func Open(path string, opts *Options) (*Ledger, error) {
 	l := &Ledger{
 		db: db, retain: o.Ledger.Retention(),
 		cache: map[string]*mcpsync.Record{}, writing: map[string]int{}, deferred: map[string]*deferredRecord{},
-		appended: make(chan struct{}), closed: make(chan struct{}),
+		committing: map[string]*mcpsync.Record{},
+		appended:   make(chan struct{}), closed: make(chan struct{}),
 	}
 	l.revokeGen.Store(uint64(revoked))
 	l.startCommitter()
@@ -330,22 +338,33 @@ func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // Load implements mcpsync.Ledger. A key being written is read from the
 // file: its commit may be visible there, with its outbox entries, before
-// the cache learns it; a deferred record newer than the file's is what
-// Load returns then.
+// the cache learns it. Load then hands out the record of the file's
+// revision (the revision prefix tells it without decoding): the cached
+// one, the one being committed, or the file's, decoded; or a deferred
+// record newer than the file's.
 func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
 	l.cacheMu.RLock()
-	r, ok := l.cache[key]
+	held, ok := l.cache[key]
 	busy := l.writing[key] > 0
-	d := l.deferred[key]
 	l.cacheMu.RUnlock()
 	if ok && !busy {
-		return r, l.usable(ctx)
+		return held, l.usable(ctx)
 	}
-	r = nil
+	var r *mcpsync.Record
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get([]byte(key))
 		if v == nil {
 			return nil
+		}
+		if busy {
+			// Read under the file's transaction: what a commit stored is
+			// either in the file now or not yet.
+			l.cacheMu.RLock()
+			r = l.ofRevision(key, u64(v))
+			l.cacheMu.RUnlock()
+			if r != nil {
+				return nil
+			}
 		}
 		var err error
 		r, err = decodeRecord(v)
@@ -354,12 +373,27 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 	switch {
 	case err != nil:
 		return nil, err
-	case busy && d != nil && d.rec.Revision > revisionOf(r):
-		return d.rec, nil
 	case r == nil:
 		return nil, nil
+	case busy:
+		return r, nil
 	}
 	return l.remember(key, r), nil
+}
+
+// ofRevision returns, of key's cached, deferred and committing records,
+// the one the file holds at revision rev, or a deferred one newer than it;
+// nil when none is. Its caller holds cacheMu.
+func (l *Ledger) ofRevision(key string, rev uint64) *mcpsync.Record {
+	if d := l.deferred[key]; d != nil && d.rec.Revision > rev {
+		return d.rec
+	}
+	for _, r := range []*mcpsync.Record{l.committing[key], l.cache[key]} {
+		if r != nil && r.Revision == rev {
+			return r
+		}
+	}
+	return nil
 }
 
 // remember caches r, read from the file, unless a newer revision is cached
@@ -390,19 +424,16 @@ func (l *Ledger) beginWrite(key string) *deferredRecord {
 }
 
 // endWrite ends a write of key that committed: r is the record as it left
-// it, stored or found (nil: none), and superseded the deferred record it
-// replaced, if it stored it.
-func (l *Ledger) endWrite(key string, r *mcpsync.Record, superseded *deferredRecord) {
+// it, stored or found (nil: none).
+func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	if l.writing[key]--; l.writing[key] == 0 {
 		delete(l.writing, key)
+		delete(l.committing, key)
 	}
 	if held, ok := l.cache[key]; r != nil && (!ok || held.Revision < r.Revision) {
 		l.cache[key] = r
-	}
-	if superseded != nil && l.deferred[key] == superseded {
-		delete(l.deferred, key)
 	}
 }
 
@@ -414,6 +445,7 @@ func (l *Ledger) failedWrite(key string) {
 	defer l.cacheMu.Unlock()
 	if l.writing[key]--; l.writing[key] == 0 {
 		delete(l.writing, key)
+		delete(l.committing, key)
 	}
 	if d := l.deferred[key]; d != nil {
 		l.cache[key] = d.rec
@@ -458,13 +490,14 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	var ok bool
 	var stored *mcpsync.Record // what beat the caller's record, if it was stale
 	// Made from a deferred record, the write replaces it: the file holds
-	// the record it was deferred over (or, after a flush, the record).
-	// Made from an older one, it is stale.
+	// the record it was deferred over, or one of the deferred records
+	// between (a flush wrote it), each an earlier state of the record the
+	// write was made from. Made from an older one, it is stale.
 	over := prev
 	d := l.beginWrite(key)
 	if d != nil {
 		if d.rec.Revision != prev {
-			l.endWrite(key, d.rec, nil)
+			l.endWrite(key, d.rec)
 			return 0, false, nil
 		}
 		over = d.base
@@ -472,7 +505,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		first, ok, stored = 0, false, nil
 		records := tx.Bucket(bucketRecords)
-		if v := records.Get([]byte(key)); u64(v) != prev && u64(v) != over {
+		if v := records.Get([]byte(key)); u64(v) < over || u64(v) > prev {
 			if v != nil {
 				if r, err := decodeRecord(v); err == nil {
 					stored = r
@@ -487,6 +520,12 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 			return err
 		}
 		ok = true
+		if d != nil {
+			l.supersede(d)
+		}
+		l.cacheMu.Lock()
+		l.committing[key] = next
+		l.cacheMu.Unlock()
 		if len(entries) == 0 {
 			return nil
 		}
@@ -517,11 +556,11 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		l.failedWrite(key)
 		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
 	case ok:
-		l.endWrite(key, next, d)
+		l.endWrite(key, next)
 	default:
 		// The caller's record is stale, perhaps from the cache: cache what
 		// is stored, so its retry starts from there.
-		l.endWrite(key, stored, nil)
+		l.endWrite(key, stored)
 	}
 	if first != 0 {
 		l.wake()

@@ -65,6 +65,12 @@ type committer struct {
 	stopped  chan struct{} // closed when the committer returns
 	// count is how many transactions the committer committed.
 	count atomic.Uint64
+	// superseded are the deferred records the writes of the transaction
+	// being run replaced (supersede); only the committer touches it, and
+	// it forgets them in the same step as the commit, before the next
+	// group, whose flush would otherwise write them over what replaced
+	// them.
+	superseded []*deferredRecord
 }
 
 // startCommitter starts the committer of l.
@@ -170,6 +176,7 @@ func (l *Ledger) commitGroup(group []*write) {
 			return
 		}
 		failed, ferr := -1, error(nil)
+		l.commits.superseded = l.commits.superseded[:0]
 		err := l.db.Update(func(tx *bolt.Tx) error {
 			records := tx.Bucket(bucketRecords)
 			for i, d := range deferred {
@@ -202,8 +209,8 @@ func (l *Ledger) commitGroup(group []*write) {
 		}
 		if err == nil {
 			l.commits.count.Add(1)
+			l.committed(deferred, l.commits.superseded)
 		}
-		l.committed(deferred, err == nil)
 		for _, w := range group {
 			w.err = err
 			close(w.done)
@@ -256,15 +263,21 @@ func (l *Ledger) encodeDeferred(deferred []*deferredRecord) ([]*deferredRecord, 
 	return kept, vals
 }
 
-// committed forgets the deferred records a commit wrote (ok), unless a
-// later deferred write of the same key replaced them meanwhile.
-func (l *Ledger) committed(written []*deferredRecord, ok bool) {
-	if !ok || len(written) == 0 {
+// supersede records, from a write run in the committer's transaction, that
+// the write replaces deferred record d.
+func (l *Ledger) supersede(d *deferredRecord) {
+	l.commits.superseded = append(l.commits.superseded, d)
+}
+
+// committed forgets the deferred records a commit wrote or replaced,
+// unless a later deferred write of the same key replaced them meanwhile.
+func (l *Ledger) committed(written, superseded []*deferredRecord) {
+	if len(written) == 0 && len(superseded) == 0 {
 		return
 	}
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
-	for _, d := range written {
+	for _, d := range append(written, superseded...) {
 		if l.deferred[d.key] == d {
 			delete(l.deferred, d.key)
 		}

@@ -151,3 +151,140 @@ func TestDeferredWriteIsWrittenByTheKeysNextWrite(t *testing.T) {
 	assert.Equal(t, uint64(3), stored("file:///b"), "a flush writes it")
 	assert.Zero(t, deferred())
 }
+
+// What a crash would leave - the file at any instant - holds, for every
+// key, a record at least as new as the key's newest outbox entry, while
+// writers mix deferred writes, durable writes with entries and flushes
+// (Range) on shared keys; and a write made from the key's record as Load
+// gives it is refused only when another writer got there first.
+func TestTheFileIsNeverBehindItsEntries(t *testing.T) {
+	ctx := context.Background()
+	l := openInternal(t)
+	keys := []string{"file:///a", "file:///b", "file:///c"}
+	rec := func(key string, rev uint64) *mcpsync.Record {
+		return &mcpsync.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev)}
+	}
+	check := func() {
+		require.NoError(t, l.db.View(func(tx *bolt.Tx) error {
+			newest := map[string]uint64{}
+			if err := tx.Bucket(bucketOutbox).ForEach(func(_, v []byte) error {
+				e, err := mcpsync.DecodeOutboxEntry(v)
+				newest[e.URI] = max(newest[e.URI], e.Version.ReadOrdinal)
+				return err
+			}); err != nil {
+				return err
+			}
+			for k, rev := range newest {
+				stored := u64(tx.Bucket(bucketRecords).Get([]byte(k)))
+				require.GreaterOrEqual(t, stored, rev, "%s: the file's record is behind its entry of revision %d", k, rev)
+			}
+			return nil
+		}))
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			refused := 0
+			for i := range 150 {
+				k := keys[(w+i)%len(keys)]
+				cur, err := l.Load(ctx, k)
+				if !assert.NoError(t, err) {
+					return
+				}
+				var prev uint64
+				if cur != nil {
+					prev = cur.Revision
+				}
+				next := rec(k, prev+1)
+				var ok bool
+				if prev > 0 && i%2 == 0 {
+					ok, err = l.CompareAndSwapDeferred(ctx, k, prev, next)
+				} else {
+					e := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: k, Reason: mcpsync.InvalidateUpdated,
+						Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, URI: k, ReadOrdinal: prev + 1}}
+					_, ok, err = l.CompareAndSwap(ctx, k, prev, next, []mcpsync.OutboxEntry{e})
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				if ok {
+					refused = 0
+				} else if refused++; refused == 100 {
+					assert.Fail(t, "a write refused for good", "%s: refused 100 times in a row", k)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			assert.NoError(t, l.Range(ctx, func(string, *mcpsync.Record) bool { return true }))
+		}
+	})
+	go func() {
+		defer close(done)
+		for range 200 {
+			check()
+		}
+	}()
+	<-done
+	wg.Wait()
+	check()
+}
+
+// A flush writes the deferred record it found when its group began; a key
+// deferred again while that group commits keeps its newer deferred record,
+// and the write made from that one is stored over what the flush wrote (an
+// earlier state of the same record), not refused as if another writer had
+// won.
+func TestAWriteOverAnEarlierDeferredRecordAFlushWroteIsStored(t *testing.T) {
+	ctx := context.Background()
+	l := openInternal(t)
+	const k = "file:///a"
+	rec := func(rev uint64) *mcpsync.Record { return &mcpsync.Record{Revision: rev} }
+	_, ok, err := l.CompareAndSwap(ctx, k, 0, rec(1), nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	block := func(running, release chan struct{}) func(*bolt.Tx) error {
+		return func(*bolt.Tx) error {
+			close(running)
+			<-release
+			return nil
+		}
+	}
+	running1, release1 := make(chan struct{}), make(chan struct{})
+	running2, release2 := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.NoError(t, l.update(ctx, block(running1, release1))) })
+	<-running1
+	ok, err = l.CompareAndSwapDeferred(ctx, k, 1, rec(2))
+	require.NoError(t, err)
+	require.True(t, ok)
+	// The next group: a write that holds it open, and a flush, which
+	// finds the deferred record of revision 2.
+	wg.Go(func() { assert.NoError(t, l.update(ctx, block(running2, release2))) })
+	waitQueued(t, l, 1)
+	wg.Go(func() { assert.NoError(t, l.flush(ctx)) })
+	waitQueued(t, l, 2)
+	close(release1)
+	<-running2
+	ok, err = l.CompareAndSwapDeferred(ctx, k, 2, rec(3))
+	require.NoError(t, err)
+	require.True(t, ok)
+	close(release2)
+	wg.Wait()
+
+	_, ok, err = l.CompareAndSwap(ctx, k, 3, rec(4), nil)
+	require.NoError(t, err)
+	assert.True(t, ok, "the write made from the newest deferred record is stored")
+	got, err := l.Load(ctx, k)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(4), got.Revision)
+}
