@@ -141,11 +141,12 @@ type Ledger struct {
 	// while the write is under way, Load finds the file's revision and
 	// hands out the one of the cached, deferred or committing records that
 	// has it, and decodes the file's only when none has.
-	cacheMu    sync.RWMutex // protects cache, writing, deferred and committing
+	cacheMu    sync.RWMutex // protects cache, writing, deferred, committing and closing
 	cache      map[string]*mcpsync.Record
 	writing    map[string]int // writes of each key under way
 	deferred   map[string]*deferredRecord
 	committing map[string]*mcpsync.Record
+	closing    bool // Close began: no write is deferred any more
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
 	// counted at Open and raised after each commit that adds one, so the
@@ -168,7 +169,8 @@ var (
 // Open opens (creating if needed) the ledger file at path. A file of the
 // previous schema is upgraded in place, in one transaction that builds its
 // index from its records; a file of any other schema is refused with
-// mcpsync.ErrLedgerSchema.
+// mcpsync.ErrLedgerSchema. The ledger commits its writes on a goroutine of
+// its own, which Close stops.
 func Open(path string, opts *Options) (*Ledger, error) {
 	var o Options
 	if opts != nil {
@@ -581,11 +583,12 @@ func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev ui
 	if err := l.usable(ctx); err != nil {
 		return false, err
 	}
-	// A write the next commit would refuse is made now, to fail alone.
+	// A write the next commit would refuse is made now, to fail alone; one
+	// made as the ledger closes too (its last flush may be behind it).
 	if key != "" && len(key) <= bolt.MaxKeySize && prev != 0 {
 		l.cacheMu.Lock()
 		cur, cached := l.cache[key]
-		if cached && l.writing[key] == 0 {
+		if cached && l.writing[key] == 0 && !l.closing {
 			if cur.Revision != prev {
 				l.cacheMu.Unlock()
 				return false, nil

@@ -123,6 +123,11 @@ func (l *Ledger) flush(ctx context.Context) error {
 // committer; writes made after it began fail with ErrLedgerClosed. It
 // returns the error of that last commit.
 func (l *Ledger) stopCommitter() error {
+	// No write is deferred from now on: the last group's flush finds
+	// every one made before.
+	l.cacheMu.Lock()
+	l.closing = true
+	l.cacheMu.Unlock()
 	c := &l.commits
 	last := &write{done: make(chan struct{})}
 	c.mu.Lock()
