@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -461,4 +462,17 @@ func TestBatchedWritesKeepTheRetentionBound(t *testing.T) {
 		require.LessOrEqual(t, n, uint64(retain),
 			"after each statement of two batched writes the outbox keeps %v entries, beyond its bound of %d (round %d)", kept, retain, round)
 	}
+}
+
+// A statement PostgreSQL refused wrote nothing and is retried apart (when
+// one of several may be its cause, or it gave up on a lock); one that
+// committed but whose flush could not be waited for is not: it may have
+// been made, and a retry would be told its revision moved.
+func TestOnlyAStatementThatWroteNothingIsRetriedApart(t *testing.T) {
+	refused := &pgconn.PgError{Code: "23505"}
+	assert.True(t, retryApart(refused, 2), "one of several refused")
+	assert.False(t, retryApart(refused, 1), "one refused: its own error")
+	assert.True(t, retryApart(&pgconn.PgError{Code: lockNotAvailable}, 1), "a lock given up on")
+	assert.False(t, retryApart(&unflushedError{err: &pgconn.PgError{Code: "57P01"}}, 2), "committed, flush not seen")
+	assert.False(t, retryApart(errors.New("connection reset"), 2), "not known to have written nothing")
 }
