@@ -159,9 +159,12 @@ type ClientOptions struct {
 	// sampling, roots or elicitation handlers, say. Session gives the live
 	// session to call tools on.
 	MCPOptions []mcpclient.ClientOption
-	// ReconnectReads bounds the rate of the reads a reconnect sends (one
-	// per subscription), so a restarted server is not stampeded; 0 means
-	// 100 per second, with bursts of 20.
+	// ReconnectReads, if set, bounds the rate of the reads a reconnect
+	// sends (one per subscription), with bursts of 20. Whether set or not,
+	// a reconnect's reads are paced by how many are out at once: a window
+	// that starts at 8, grows by one with each read the server answers and
+	// halves at each it does not, so a restarted server is not stampeded
+	// and one that answers fast is not kept waiting. 0 means no rate bound.
 	ReconnectReads rate.Limit
 	// OnOutcome, if set, is told of every fenced read, outside every lock,
 	// on the goroutine that delivers OnError too, one call at a time, in
@@ -246,8 +249,10 @@ type Client struct {
 	reads    readsOf
 	metrics  *metrics // write-once at Connect
 	errs     errorQueue
-	// paced limits the rate of reads with trigger reconnect.
-	paced *rate.Limiter
+	// paced limits the rate of reads with trigger reconnect (ReconnectReads),
+	// window how many are out at once.
+	paced  *rate.Limiter
+	window readWindow
 	// reconnecting serializes reconnects, the caller's and healing's; a
 	// semaphore, so that a caller waits no longer than its context.
 	reconnecting chan struct{}
@@ -409,7 +414,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		o.PingTimeout = 10 * time.Second
 	}
 	if o.ReconnectReads <= 0 {
-		o.ReconnectReads = 100
+		o.ReconnectReads = rate.Inf
 	}
 	if o.Reconnect.Initial <= 0 {
 		o.Reconnect.Initial = 500 * time.Millisecond

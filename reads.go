@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -18,8 +19,8 @@ import (
 // A queued read waits CoalesceWindow first (a Subscribe's first read
 // does not: its caller waits for it), so that duplicate pulses arriving
 // meanwhile are covered by it (the engine has ConfirmSends, which
-// Connect turns on); reads a reconnect asks for are paced by
-// ReconnectReads. A read that gets no answer (a transport error, a timeout)
+// Connect turns on); reads a reconnect asks for are paced by a window
+// of reads out at once (readWindow), and by ReconnectReads when set. A read that gets no answer (a transport error, a timeout)
 // is asked for again after the retry policy's backoff while its
 // subscription is open, so the pulse that asked for it is not lost.
 
@@ -65,13 +66,31 @@ func (c *Client) dispatch(t Ticket) {
 }
 
 // readPass sends key's next read: a queued ticket, or the read that got no
-// answer, asked for again.
+// answer, asked for again. A reconnect's read waits for room in the
+// reconnect window.
 func (c *Client) readPass(key string) {
 	t, ok := c.nextRead(key)
 	if !ok {
 		return
 	}
+	if t.Trigger == TriggerReconnect {
+		if !c.window.take() {
+			c.reads.mu.Lock()
+			kr := c.reads.pending[key]
+			if kr == nil {
+				kr = &keyReads{}
+				c.reads.pending[key] = kr
+			}
+			kr.next = append([]Ticket{t}, kr.next...)
+			c.reads.mu.Unlock()
+			c.readq.AddAfter(key, windowWait)
+			return
+		}
+	}
 	out, err := c.read(c.ctx, t)
+	if t.Trigger == TriggerReconnect {
+		c.window.give(!errors.Is(err, errReadFailed))
+	}
 	switch {
 	case out.FollowUp != nil:
 		c.readq.Forget(key)
@@ -122,6 +141,50 @@ func (c *Client) nextRead(key string) (Ticket, bool) {
 	}
 	t, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
 	return t, err == nil && ok
+}
+
+// windowWait is how long a reconnect's read waits before it looks for
+// room in the window again.
+const windowWait = 10 * time.Millisecond
+
+// readWindow bounds the reads a reconnect has out at once, the way TCP
+// bounds a connection's: it starts small, grows by one with every read the
+// server answers and halves at every one it does not (an error, a
+// timeout), so that a restarted server gets reads as fast as it answers
+// them, and no faster.
+type readWindow struct {
+	mu       sync.Mutex // protects limit and inflight
+	limit    int
+	inflight int
+}
+
+const (
+	windowStart = 8
+	windowMax   = readWorkers
+)
+
+func (w *readWindow) take() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.limit == 0 {
+		w.limit = windowStart
+	}
+	if w.inflight >= w.limit {
+		return false
+	}
+	w.inflight++
+	return true
+}
+
+func (w *readWindow) give(answered bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	if answered {
+		w.limit = min(w.limit+1, windowMax)
+	} else {
+		w.limit = max(w.limit/2, 1)
+	}
 }
 
 // failPending gives the engine back every queued read once the client is
