@@ -284,6 +284,9 @@ type Client struct {
 	// progress wakes WaitForSync: a read settled, a watch ended or the
 	// connection changed state.
 	progress signal
+	// settled wakes a caller waiting for a key's read (awaitRead): a read
+	// of the key ended, or a pass over it did.
+	settled keyedSignal
 	// listChanges wakes a kept scan: a list_changed arrived.
 	listChanges signal
 	// keepStop ends the kept scan running (KeepScanning); protected by mu.

@@ -146,6 +146,7 @@ func (c *Client) runPass(key string) {
 	}
 	c.mu.Unlock()
 	c.progress.notify()
+	c.settled.notify(key)
 }
 
 // leftToPutRight reports whether the current connection has a spelling of

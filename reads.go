@@ -212,6 +212,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	}
 	c.mu.Unlock()
 	if conn.gen != t.SessionGeneration {
+		defer c.settled.notify(t.URI)
 		next, err := c.engine.Fail(t)
 		return Outcome{FollowUp: next}, err
 	}
@@ -236,6 +237,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		c.failedRead(conn, t, err)
 		next, ferr := c.engine.Fail(t)
 		c.progress.notify()
+		c.settled.notify(t.URI)
 		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	c.answered(t.URI)
@@ -245,6 +247,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		c.report(err) // refused by the ledger: another worker took key
 	}
 	c.progress.notify()
+	c.settled.notify(t.URI)
 	c.metrics.read(t.Trigger, outcomeOf(out))
 	if c.opts.OnOutcome != nil {
 		c.errs.pushOutcome(out)
@@ -259,7 +262,7 @@ func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
 	for {
-		wake := c.progress.wait()
+		wake := c.settled.wait(key)
 		sub, err := c.engine.Subscription(key)
 		if err != nil {
 			return false

@@ -290,3 +290,33 @@ func (s *signal) notify() {
 	}
 	s.mu.Unlock()
 }
+
+// keyedSignal is a signal per key: a waiter on one key is not woken by
+// the others (a Subscribe waiting for its first read, among many).
+type keyedSignal struct {
+	mu sync.Mutex // protects ch
+	ch map[string]chan struct{}
+}
+
+func (s *keyedSignal) wait(key string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(map[string]chan struct{})
+	}
+	ch := s.ch[key]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.ch[key] = ch
+	}
+	return ch
+}
+
+func (s *keyedSignal) notify(key string) {
+	s.mu.Lock()
+	if ch := s.ch[key]; ch != nil {
+		close(ch)
+		delete(s.ch, key)
+	}
+	s.mu.Unlock()
+}
