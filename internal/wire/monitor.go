@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -32,13 +33,10 @@ type Monitor struct {
 	window   time.Time // start of the current second of notifications
 	count    int       // notifications in the current second
 	dropped  int64     // notifications dropped over the rate
-}
 
-// call is one request in flight.
-type call struct {
-	method string
-	err    error // why the wire layer failed it
-	cancel context.CancelCauseFunc
+	// watched: a transport reads its messages through the monitor, which
+	// then knows the requests in flight and judges their answers.
+	watched atomic.Bool
 }
 
 // NewMonitor returns a monitor applying lim; report, if set, is told of every
@@ -77,37 +75,21 @@ func (m *Monitor) Err() error {
 	return m.fatal
 }
 
-// begin registers a request in flight. The context it returns ends when the
-// wire layer fails the request; finish unregisters it and returns that
-// failure, if any.
-func (m *Monitor) begin(ctx context.Context, id, method string) (context.Context, func() error) {
-	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, ownerKey{}, id))
-	c := &call{method: method, cancel: cancel}
-	m.mu.Lock()
-	if m.fatal != nil {
-		c.err = m.fatal
-		cancel(c.err)
-	} else {
-		m.pending[id] = c
-		if prefix, n, ok := splitID(id); ok {
-			m.issued[prefix] = max(m.issued[prefix], n)
-		}
+// call is one request in flight, and the context it is sent under: the
+// caller's, ended with the cause when the wire layer fails the request.
+type call struct {
+	context.Context
+	id, method string
+	err        error // why the wire layer failed it
+	cancel     context.CancelCauseFunc
+}
+
+// Value gives the request's id to ownerFrom.
+func (c *call) Value(key any) any {
+	if _, ok := key.(ownerKey); ok {
+		return c.id
 	}
-	m.mu.Unlock()
-	return ctx, func() error {
-		m.mu.Lock()
-		if m.pending[id] == c {
-			delete(m.pending, id)
-			if _, _, ok := splitID(id); !ok {
-				m.late[m.lateNext] = id
-				m.lateNext = (m.lateNext + 1) % len(m.late)
-			}
-		}
-		err := c.err
-		m.mu.Unlock()
-		cancel(nil)
-		return err
-	}
+	return c.Context.Value(key)
 }
 
 type ownerKey struct{}
@@ -119,6 +101,47 @@ func ownerFrom(ctx context.Context) (string, bool) {
 	id, ok := ctx.Value(ownerKey{}).(string)
 	return id, ok
 }
+
+// begin registers a request in flight. The call is the context to send it
+// under: it ends when the wire layer fails the request. finish unregisters
+// it.
+func (m *Monitor) begin(ctx context.Context, id, method string) *call {
+	c := &call{id: id, method: method}
+	c.Context, c.cancel = context.WithCancelCause(ctx)
+	m.mu.Lock()
+	if m.fatal != nil {
+		c.err = m.fatal
+		c.cancel(c.err)
+	} else {
+		m.pending[id] = c
+		if prefix, n, ok := splitID(id); ok {
+			m.issued[prefix] = max(m.issued[prefix], n)
+		}
+	}
+	m.mu.Unlock()
+	return c
+}
+
+// finish unregisters c and returns why the wire layer failed it, if it did.
+func (m *Monitor) finish(c *call) error {
+	m.mu.Lock()
+	if m.pending[c.id] == c {
+		delete(m.pending, c.id)
+		if _, _, ok := splitID(c.id); !ok {
+			m.late[m.lateNext] = c.id
+			m.lateNext = (m.lateNext + 1) % len(m.late)
+		}
+	}
+	err := c.err
+	m.mu.Unlock()
+	c.cancel(nil)
+	return err
+}
+
+// watch records that a transport reads its messages through m (a stdio
+// framer, an HTTP client's bodies), so that m judges every answer before
+// mcp-go sees it.
+func (m *Monitor) watch() { m.watched.Store(true) }
 
 // failLocked fails one request in flight with err.
 func (m *Monitor) failLocked(id string, err error) bool {
