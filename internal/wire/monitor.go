@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -214,11 +215,49 @@ func idKey(raw []byte) string {
 	if raw == nil {
 		return ""
 	}
+	if key, ok := plainIDKey(raw); ok {
+		return key
+	}
 	var id mcp.RequestId
 	if err := json.Unmarshal(raw, &id); err != nil {
 		return ""
 	}
 	return id.String()
+}
+
+// plainIDKey spells the ids every answer to this library carries without
+// decoding them: an integer of at most 15 digits (mcp-go decodes a number
+// through float64, exact below 2^53) or a string with nothing to unescape.
+// ok is false for any other id, which idKey decodes as mcp-go does.
+func plainIDKey(raw []byte) (key string, ok bool) {
+	switch {
+	case len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"':
+		s := raw[1 : len(raw)-1]
+		for _, c := range s {
+			if c < 0x20 || c == '"' || c == '\\' {
+				return "", false
+			}
+		}
+		if !utf8.Valid(s) { // decoded, each invalid byte is U+FFFD
+			return "", false
+		}
+		return "string:" + string(s), true
+	case len(raw) > 0 && len(raw) <= 16:
+		digits := raw
+		if digits[0] == '-' {
+			digits = digits[1:]
+		}
+		if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && (len(digits) > 1 || len(raw) > 1) {
+			return "", false // empty, too long, a leading zero, or -0
+		}
+		for _, c := range digits {
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+		return "int64:" + string(raw), true
+	}
+	return "", false
 }
 
 // errSkip is the verdict on a message that is dropped without a fault: a
@@ -251,7 +290,7 @@ func (m *Monitor) judge(s source, msg []byte) error {
 		}
 		return refuse(&LimitError{Limit: LimitDepth, Max: int64(m.lim.Depth), Observed: int64(f.depth), Method: method})
 	}
-	if !json.Valid(msg) {
+	if !valid(msg) {
 		var v any
 		err := json.Unmarshal(msg, &v) // only for the offset of the error
 		me := &MessageError{Fault: FaultMalformed, ID: string(f.id), Err: err}
