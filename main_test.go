@@ -2,23 +2,39 @@ package mcpsync_test
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
+
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // docServerEnv makes the test binary serve newDocServer over stdio instead
 // of running tests, so that stdio tests need no other program.
 const docServerEnv = "MCPSYNC_TEST_STDIO_SERVER"
 
+// readServerEnv makes the test binary serve faultURI over stdio, that many
+// bytes long, for the stdio read benchmark.
+const readServerEnv = "MCPSYNC_TEST_STDIO_READ_BYTES"
+
 // The Client starts goroutines (notification pump, reads, timers); every
 // one must be gone when a test is done with it.
 func TestMain(m *testing.M) {
 	if os.Getenv(docServerEnv) == "1" {
 		if err := server.ServeStdio(newDocServer("v1").srv); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if size, err := strconv.Atoi(os.Getenv(readServerEnv)); err == nil {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(faultURI, "text/plain", strings.Repeat("x", size))
+		if err := server.ServeStdio(srv.MCPServer()); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
