@@ -6,22 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/time/rate"
 
-	"github.com/mcpsync/mcpsync/internal/wire"
+	"github.com/mcpsync/mcpsync/internal/workqueue"
 )
 
 // SchemaCapabilityReceipt is the schema of capability receipts.
@@ -163,9 +159,12 @@ type ClientOptions struct {
 	// sampling, roots or elicitation handlers, say. Session gives the live
 	// session to call tools on.
 	MCPOptions []mcpclient.ClientOption
-	// ReconnectReads bounds the rate of the reads a reconnect sends (one
-	// per subscription), so a restarted server is not stampeded; 0 means
-	// 100 per second, with bursts of 20.
+	// ReconnectReads, if set, bounds the rate of the reads a reconnect
+	// sends (one per subscription), with bursts of 20. Whether set or not,
+	// a reconnect's reads are paced by how many are out at once: a window
+	// that starts at 8, grows by one with each read the server answers and
+	// halves at each it does not, so a restarted server is not stampeded
+	// and one that answers fast is not kept waiting. 0 means no rate bound.
 	ReconnectReads rate.Limit
 	// OnOutcome, if set, is told of every fenced read, outside every lock,
 	// on the goroutine that delivers OnError too, one call at a time, in
@@ -220,9 +219,13 @@ type Client struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	// wg counts every goroutine the client starts; it is only added to
-	// under mu while closed is false (goAsync), never once Close waits.
-	wg sync.WaitGroup
+	// running counts the goroutines the client started (goAsync) and
+	// that have not returned; it only grows under mu while closed is
+	// false. stopped is closed once the client is closed and none runs,
+	// after the engine was given back (stop). Protected by mu.
+	running  int
+	stopping bool
+	stopped  chan struct{}
 
 	mu   sync.Mutex // protects conn, watches, closed, rng
 	conn *connection
@@ -233,18 +236,28 @@ type Client struct {
 	closed  bool
 	rng     *rand.Rand
 
-	// keys serializes the subscribe, unsubscribe and resubscribe of one
-	// URI, so that a Reconnect can neither undo an Unsubscribe nor miss a
-	// Subscribe that raced it.
-	keys    keyLocks
-	metrics *metrics // write-once at Connect
-	errs    errorQueue
-	// paced limits the rate of reads with trigger reconnect.
-	paced *rate.Limiter
+	// queue holds the keys the controller must look at (controller.go);
+	// retry is the one backoff of the session layer.
+	queue *workqueue.Queue[string]
+	retry retryPolicy
+	// readq holds the keys with reads to send, reads their tickets
+	// (reads.go).
+	readq *workqueue.Queue[string]
+	// sessionq holds the session item (session.go), apart: a pass stuck on
+	// a server never holds the heartbeat or healing up.
+	sessionq *workqueue.Queue[string]
+	reads    readsOf
+	metrics  *metrics // write-once at Connect
+	errs     errorQueue
+	// paced limits the rate of reads with trigger reconnect (ReconnectReads),
+	// window how many are out at once.
+	paced  *rate.Limiter
+	window readWindow
 	// reconnecting serializes reconnects, the caller's and healing's; a
 	// semaphore, so that a caller waits no longer than its context.
 	reconnecting chan struct{}
 	health       Health            // protected by mu
+	healing      healing           // protected by mu
 	failing      map[string]string // key -> why its reads fail; protected by mu
 	unopened     map[string]string // key -> why its subscription is not open again (reopenFailed); protected by mu
 	// refused holds, per key, the fence's refusal of its last answered
@@ -256,9 +269,11 @@ type Client struct {
 	// client's side (a framing violation), kept for SessionErr once healing
 	// replaced it; protected by mu.
 	endedBy error
-	// resync marks keys a reconnect found held by someone else; the holder
-	// opens them in the current session before it lets go (settle).
-	resync map[string]bool // protected by mu
+	// epochs counts the caller's changes of each key's intent, waiters the
+	// callers waiting for a pass over each key (controller.go); protected by
+	// mu.
+	epochs  map[string]uint64
+	waiters map[string][]*waiter
 	// abandoned holds, by key, the generation (session and subscription)
 	// an Unsubscribe let go of without closing it: the URI's lease had
 	// moved, so the close could not be written. Should the lease come
@@ -274,74 +289,10 @@ type Client struct {
 	// keepStop ends the kept scan running (KeepScanning); protected by mu.
 	keepStop context.CancelFunc
 
-	// sched holds the next revalidation or poll read of every watch; one
-	// goroutine (runSchedule) sends them.
-	sched       schedule
 	scanner     *Scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
 	rollout     rollout                   // refresh fraction (rollout.go)
-}
-
-// connection is one initialized session.
-type connection struct {
-	mc   *mcpclient.Client
-	tr   transport.Interface // the wrapped transport mc sends through
-	gen  uint64
-	era  Era
-	caps CapabilityReceipt
-	mon  *wire.Monitor // limits of the session; its Err ends the session
-
-	// deaf, when set, says why the session cannot receive notifications
-	// (so subscriptions poll, saying so).
-	deaf     string
-	lost     bool          // the loss was handled; protected by Client.mu
-	flooding bool          // catching up after dropped notifications; protected by Client.mu
-	probe    chan struct{} // asks the heartbeat to ping now
-	stop     chan struct{} // closed when the heartbeat must stop
-	stopOnce sync.Once
-
-	// relisten serializes replacements of the subscriptions/listen stream
-	// of a 2026-07-28 session (a semaphore, so that a caller waits no longer
-	// than its context); callers that queue behind one often find their
-	// URI carried by it and send nothing.
-	relisten chan struct{}
-
-	mu sync.Mutex // protects the fields below
-	// unsettled counts, per URI, the resources/subscribe and unsubscribe
-	// requests the transport has not finished with; the caller may have
-	// given up on some, which can still reach the server after requests
-	// sent later.
-	unsettled map[string]int
-	// reconcile marks URIs whose server-side subscription must be put
-	// right once their requests are all settled: one was abandoned, or an
-	// unsubscribe had to wait for them.
-	reconcile map[string]bool
-	// reconciling marks URIs a reconcileServer loop runs for: 1, or 2
-	// when it was asked again meanwhile and makes one more pass.
-	reconciling map[string]int
-	want        []string        // URIs the next listen stream must carry, in the order wanted
-	wanted      map[string]bool // the same URIs, to look one up
-	wantEdits   uint64          // changes to want so far
-	// listenAcked is when the newest acknowledged stream was acknowledged,
-	// listenTook how long it took from request to acknowledgement.
-	listenAcked time.Time
-	listenTook  time.Duration
-	listen      *listenStream // the newest stream; nil when none is open
-	// gap holds URIs carried from one acknowledged stream to its
-	// replacement: a change in between may have been notified to neither,
-	// so each is read again once replacements pause (readAfterGap).
-	gap map[string]bool
-	// lastAcked is what the newest acknowledged stream carried: a stream
-	// acknowledged next notes as its gap what it carries of them, however
-	// many unacknowledged streams came between.
-	lastAcked []string
-	gapReader bool      // a readAfterGap is under way for this connection
-	gapSince  time.Time // the oldest replacement whose gap is unread
-	gapLast   time.Time // the newest one
-	// ends paces the re-establishment of streams the server ended; nil
-	// again once a stream is acknowledged.
-	ends *backoff.ExponentialBackOff
 }
 
 // watch is a subscription the caller asked for: the URI as the caller
@@ -349,6 +300,28 @@ type connection struct {
 // Client.sched.
 type watch struct {
 	raw string
+	// opened is set once the watch was opened: later openings read with
+	// TriggerReconnect. asked, that a caller's Subscribe asked for it (a
+	// tombstoned generation is opened anew only then). every and periodic
+	// are its periodic reads (RevalidateEvery or PollEvery), tickAt when
+	// the next is due. Protected by Client.mu.
+	opened bool
+	asked  bool
+	// pending counts the Subscribes of it under way, kept says one of them
+	// (or a resume) has it: a watch no Subscribe kept is taken back when
+	// the last one in flight fails (settleSubscribe). Protected by
+	// Client.mu.
+	pending  int
+	kept     bool
+	every    time.Duration
+	periodic Trigger
+	tickAt   time.Time
+	// streamEnded marks a watch whose stream the server ended: its
+	// generation is opened anew (needsReopen). Protected by Client.mu.
+	streamEnded bool
+	// toldAt is when OnError was last told that the key could not be
+	// opened (reopenFailed); protected by Client.mu.
+	toldAt time.Time
 	// retryAt and retries pace retryPush, pushedAt is when it was last
 	// activated in push mode; protected by Client.mu.
 	retryAt, pushedAt time.Time
@@ -360,73 +333,6 @@ type watch struct {
 
 func newWatch(key, raw string) *watch {
 	return &watch{raw: raw, position: position(key)}
-}
-
-// keyLocks is a mutex per key, dropped when nobody holds or waits for it.
-type keyLocks struct {
-	mu    sync.Mutex // protects locks
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sem  chan struct{} // holds a token while the key is locked
-	refs int           // holders and waiters; protected by keyLocks.mu
-}
-
-// tryLock locks key if nobody holds or waits for it.
-func (k *keyLocks) tryLock(key string) (func(), bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.locks[key] != nil {
-		return nil, false
-	}
-	l := k.add(key)
-	l.sem <- struct{}{} // new, so free
-	return k.unlocker(key, l), true
-}
-
-// lock locks key and returns its unlock, or ctx's error if ctx ends first.
-func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	l := k.add(key)
-	k.mu.Unlock()
-	select {
-	case l.sem <- struct{}{}:
-		return k.unlocker(key, l), nil
-	case <-ctx.Done():
-		k.drop(key, l)
-		return nil, ctx.Err()
-	}
-}
-
-// drop counts one holder or waiter of key less.
-func (k *keyLocks) drop(key string, l *keyLock) {
-	k.mu.Lock()
-	if l.refs--; l.refs == 0 {
-		delete(k.locks, key)
-	}
-	k.mu.Unlock()
-}
-
-// add counts one more holder or waiter of key; k.mu must be held.
-func (k *keyLocks) add(key string) *keyLock {
-	if k.locks == nil {
-		k.locks = make(map[string]*keyLock)
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{sem: make(chan struct{}, 1)}
-		k.locks[key] = l
-	}
-	l.refs++
-	return l
-}
-
-func (k *keyLocks) unlocker(key string, l *keyLock) func() {
-	return func() {
-		<-l.sem
-		k.drop(key, l)
-	}
 }
 
 // wireMethods are the methods whose JSON-RPC errors the client branches on.
@@ -508,7 +414,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		o.PingTimeout = 10 * time.Second
 	}
 	if o.ReconnectReads <= 0 {
-		o.ReconnectReads = 100
+		o.ReconnectReads = rate.Inf
 	}
 	if o.Reconnect.Initial <= 0 {
 		o.Reconnect.Initial = 500 * time.Millisecond
@@ -538,8 +444,11 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		seed = rand.Uint64()
 	}
 	c := &Client{
-		opts: o, engine: o.Engine, dial: dial, scanner: scanner,
-		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string), resync: make(map[string]bool),
+		stopped: make(chan struct{}),
+		opts:    o, engine: o.Engine, dial: dial, scanner: scanner,
+		watches: make(map[string]*watch), failing: make(map[string]string), unopened: make(map[string]string),
+		epochs: make(map[string]uint64), waiters: make(map[string][]*waiter),
+		retry:        retryPolicy{initial: o.RetryInitial, max: o.RetryMax, jitter: 0.5},
 		abandoned:    make(map[string][2]uint64),
 		refused:      make(map[string]error),
 		reconnecting: make(chan struct{}, 1),
@@ -558,7 +467,8 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()
-	c.sched.init()
+	c.newQueue()
+	c.newReadQueue()
 	// One Client drives an engine: two would each open, read and close
 	// the same keys in sessions of their own, and fence each other out.
 	if !o.Engine.driver.CompareAndSwap(nil, c) {
@@ -567,7 +477,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	drivenEngines.Store(o.Engine.id, struct{}{})
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
-	go c.deliverErrors() // outside wg: Close waits for it apart (Shutdown)
+	go c.deliverErrors() // not counted in running: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
@@ -584,8 +494,10 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		}
 	}
 	c.goAsync(c.pump)
-	c.goAsync(c.runSchedule)
-	c.startHeartbeat(conn)
+	c.serve(c.queue, syncWorkers, c.runPass)
+	c.serve(c.sessionq, 1, c.runSession)
+	c.serve(c.readq, readWorkers, c.readPass)
+	c.markSession(0) // the heartbeat
 	if len(resumed) > 0 {
 		c.goAsync(func() { c.resume(resumed) })
 	}
@@ -613,130 +525,6 @@ func (c *Client) Capabilities() CapabilityReceipt {
 	return c.conn.caps
 }
 
-// connect dials and initializes a new session and tells the engine.
-func (c *Client) connect(ctx context.Context) (*connection, error) {
-	conn, err := c.connectOnce(ctx, false)
-	if errors.Is(err, errNeedsListening) {
-		conn, err = c.connectOnce(ctx, true)
-	}
-	return conn, err
-}
-
-// errNeedsListening: a legacy streamable HTTP session without the stream
-// that carries server notifications; dial again asking for it.
-var errNeedsListening = errors.New("mcpsync: dial again with a notification stream")
-
-// connectOnce dials and initializes one session; listen asks the dialer for
-// a standalone notification stream (HTTPDialer opens mcp-go's continuous
-// listening, which pins a legacy revision, so it is asked for only once a
-// server answered with one).
-func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, error) {
-	var self atomic.Pointer[connection]
-	mon := wire.NewMonitor(c.opts.Limits.wire(), func(err error) {
-		if conn := self.Load(); conn != nil && errors.Is(err, ErrSessionDegraded) {
-			c.flooded(conn)
-		}
-		if c.opts.OnFault != nil {
-			c.opts.OnFault(err)
-		}
-	})
-	tr, err := c.dial(wire.WithListening(wire.WithMonitor(ctx, mon), listen))
-	if err != nil {
-		return nil, fmt.Errorf("mcpsync: dial: %w", err)
-	}
-	var options []mcpclient.ClientOption
-	if c.opts.ProtocolVersion != "" {
-		options = append(options, mcpclient.WithProtocolVersion(c.opts.ProtocolVersion))
-	}
-	options = append(options, c.opts.MCPOptions...)
-	wrapped := wire.New(tr, rpcError, mon, wireMethods...)
-	mc := mcpclient.NewClient(wrapped, options...)
-	conn := &connection{
-		mc: mc, tr: wrapped, mon: mon, probe: make(chan struct{}, 1), stop: make(chan struct{}), relisten: make(chan struct{}, 1),
-		unsettled: make(map[string]int), reconcile: make(map[string]bool), reconciling: make(map[string]int),
-	}
-	self.Store(conn)
-	// The handler is installed before Start, so no notification is lost
-	// to a missing handler; it only queues, stamped with the session it
-	// arrived on, whose generation is set once initialize is done.
-	var gen atomic.Uint64
-	mc.OnNotification(func(n mcp.JSONRPCNotification) {
-		// list_changed is counted here, on the transport's read loop, before
-		// any response that follows it is delivered: a scan that reads the
-		// count after its last page cannot miss one the server sent first.
-		c.countListChanged(n.Method)
-		c.notes.push(note{gen: gen.Load(), conn: conn, n: n})
-	})
-	// mcp-go keeps the context of Start for the life of the transport (an
-	// HTTP listening stream ends with it, a stdio server is killed with it),
-	// so it gets the client's own; ctx bounds the handshake only.
-	if err := mc.Start(c.ctx); err != nil {
-		_ = mc.Close()
-		return nil, fmt.Errorf("mcpsync: start: %w", err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = c.opts.ProtocolVersion
-	init.Params.ClientInfo = mcp.Implementation{Name: c.opts.ClientInfo.Name, Version: c.opts.ClientInfo.Version}
-	res, err := mc.Initialize(ctx, init)
-	if err != nil {
-		_ = mc.Close()
-		return nil, fmt.Errorf("mcpsync: initialize: %w", err)
-	}
-	version := mc.ProtocolVersion()
-	if version == "" {
-		version = res.ProtocolVersion
-	}
-	caps := CapabilityReceipt{
-		ProtocolVersion: version,
-		Server:          Implementation{Name: res.ServerInfo.Name, Version: res.ServerInfo.Version},
-		ServerID:        c.opts.ServerID,
-	}
-	if caps.ServerID == "" {
-		caps.ServerID = res.ServerInfo.Name
-	}
-	if r := res.Capabilities.Resources; r != nil {
-		caps.Resources, caps.Subscribe, caps.ListChanged = true, r.Subscribe, r.ListChanged
-	}
-	_, inExperimental := res.Capabilities.Experimental[SnapshotCapability]
-	_, inExtensions := res.Capabilities.Extensions[SnapshotCapability]
-	caps.SnapshotList = inExperimental || inExtensions
-	if EraOf(version) == EraLegacy && caps.Subscribe && isHTTP(tr) && !wire.Listens(tr) {
-		// Before 2026-07-28, notifications travel only on the standalone
-		// GET stream, which mcp-go opens only with continuous listening.
-		if !listen {
-			_ = mc.Close()
-			return nil, errNeedsListening
-		}
-		conn.deaf = "streamable HTTP without a notification stream (mcp-go's continuous listening is off; HTTPDialer turns it on)"
-	}
-	conn.caps, err = c.engine.BeginSession(SessionInfo{SessionID: tr.GetSessionId(), Capabilities: caps})
-	if err != nil {
-		_ = mc.Close()
-		return nil, err
-	}
-	conn.gen = conn.caps.SessionGeneration
-	conn.era = EraOf(version)
-	gen.Store(conn.gen)
-	mc.OnConnectionLost(func(err error) { c.notes.push(note{gen: conn.gen, conn: conn, lost: err}) })
-	return conn, nil
-}
-
-// isHTTP reports whether tr is, or wraps (Unwrap), mcp-go's streamable
-// HTTP transport.
-func isHTTP(tr transport.Interface) bool {
-	for tr != nil {
-		if _, ok := tr.(*transport.StreamableHTTP); ok {
-			return true
-		}
-		u, ok := tr.(interface{ Unwrap() transport.Interface })
-		if !ok {
-			return false
-		}
-		tr = u.Unwrap()
-	}
-	return false
-}
-
 // Close unsubscribes nothing (the server forgets a session that ends), stops
 // every goroutine of the client and closes the connection. Cached versions
 // stay in the engine. Close is idempotent. It waits for the client's
@@ -762,33 +550,67 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.setHealth(ConnectionClosed, "")
 	conn := c.conn
 	c.mu.Unlock()
-	conn.stopHeartbeat()
 	conn.stopListen()
 	// The transport closes before the client's context ends: a stdio
 	// server started with that context would be killed rather than asked
 	// to exit (stdin closed, then SIGTERM).
 	err := conn.mc.Close()
 	c.cancel()
-	done := make(chan struct{})
-	go func() {
-		c.wg.Wait()
-		// The engine is free for another Client once nothing of this one
-		// runs.
-		c.release()
-		if !c.errs.delivering.Load() {
-			// Failures told after the last goroutine ended reach OnError
-			// before Close returns; a Close from inside OnError does not
-			// wait for the goroutine it runs on.
-			<-c.errs.done
-		}
-		close(done)
-	}()
+	c.queue.ShutDown()
+	c.sessionq.ShutDown()
+	c.readq.ShutDown()
+	if c.lastOut(false) {
+		c.stop()
+	}
 	select {
-	case <-done:
-		return err
+	case <-c.stopped:
 	case <-ctx.Done():
 		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
 	}
+	if !c.errs.delivering.Load() {
+		// Failures told after the last goroutine ended reach OnError
+		// before Close returns; a Close from inside OnError does not
+		// wait for the goroutine it runs on.
+		select {
+		case <-c.errs.done:
+		case <-ctx.Done():
+			return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
+		}
+	}
+	return err
+}
+
+// leave counts one goroutine of the client less, and stops the client if
+// it was the last of a closed one.
+func (c *Client) leave() {
+	if c.lastOut(true) {
+		c.stop()
+	}
+}
+
+// lastOut counts one goroutine of the client less (exiting), and reports
+// whether the client is now closed with none running, for the first time:
+// its caller then stops it.
+func (c *Client) lastOut(exiting bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exiting {
+		c.running--
+	}
+	if c.running > 0 || !c.closed || c.stopping {
+		return false
+	}
+	c.stopping = true
+	return true
+}
+
+// stop runs once the client is closed and none of its goroutines runs, on
+// whichever of Shutdown and the last goroutine gets there: queued reads go
+// back to the engine, and the engine is free for another Client.
+func (c *Client) stop() {
+	c.failPending()
+	c.release()
+	close(c.stopped)
 }
 
 // drivenEngines holds the ID of every engine of this process a Client
@@ -796,14 +618,19 @@ func (c *Client) Shutdown(ctx context.Context) error {
 // client of another engine on the same ledger does not resume them.
 var drivenEngines sync.Map
 
-// release frees the engine for another Client.
+// release frees the engine for another Client. It takes the engine's
+// session lock, so that a session this client opens (a Reconnect's dial
+// that came back late) either begins before the engine is freed or is
+// refused (beginSessionOf).
 func (c *Client) release() {
+	c.engine.sessionMu.Lock()
+	defer c.engine.sessionMu.Unlock()
 	if c.engine.driver.CompareAndSwap(c, nil) {
 		drivenEngines.Delete(c.engine.id)
 	}
 }
 
-// goAsync runs f in a goroutine of the client's wait group, unless the
+// goAsync runs f in a goroutine the client counts (running), unless the
 // client is closed (then it reports false and runs nothing).
 func (c *Client) goAsync(f func()) bool {
 	c.mu.Lock()
@@ -811,21 +638,12 @@ func (c *Client) goAsync(f func()) bool {
 	if c.closed {
 		return false
 	}
-	c.wg.Add(1)
+	c.running++
 	go func() {
-		defer c.wg.Done()
+		defer c.leave()
 		f()
 	}()
 	return true
-}
-
-func (c *Client) current() (*connection, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClientClosed
-	}
-	return c.conn, nil
 }
 
 // Subscribe opens a subscription generation for uri and sends the first
@@ -846,63 +664,13 @@ func (c *Client) current() (*connection, error) {
 // The subscription is the caller's until Unsubscribe: a Reconnect, even one
 // racing this call, re-establishes it in the new session.
 func (c *Client) Subscribe(ctx context.Context, uri string) (Subscription, error) {
-	key, err := normalizeKey(uri)
-	if err != nil {
-		return Subscription{}, err
-	}
-	if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
-		return Subscription{}, err // no read of the subject will ever pass the fence
-	}
-	unlock, err := c.keys.lock(ctx, key)
-	if err != nil {
-		return Subscription{}, err
-	}
-	w := newWatch(key, uri)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		unlock()
-		return Subscription{}, ErrClientClosed
-	}
-	_, had := c.watches[key]
-	if !had {
-		c.watches[key] = w
-	}
-	c.mu.Unlock()
-	var sub Subscription
-	err = c.settle(key, unlock, func(conn *connection) error {
-		sub, err = c.subscribe(ctx, conn, key, TriggerInitial)
-		if err != nil && !had && !errors.Is(err, ErrNotFound) {
-			c.mu.Lock()
-			dropped := c.conn == conn
-			if dropped {
-				c.dropWatch(key) // never opened: no intent left behind
-			}
-			c.mu.Unlock()
-			if dropped && conn.era == EraModern {
-				// Nor a stream that goes on carrying it: the next one
-				// leaves it out, and the one open now is replaced once the
-				// key is let go (a SubscribeAll may have put it there).
-				conn.setWanted(uri, false)
-				if conn.wants(uri) {
-					c.goAsync(func() { c.reconcileServer(conn, uri) })
-				}
-			}
-		}
-		return err
-	})
-	if err == nil && c.isClosed() {
-		return sub, ErrClientClosed
-	}
-	return sub, err
+	subs, errs := c.subscribeAll(ctx, []string{uri})
+	return subs[0], errs[0]
 }
 
 // subscribeFailed begins the mode reason of a subscription that polls
 // because the server refused to notify it.
 const subscribeFailed = "subscribe failed: "
-
-// subscribeAllInFlight bounds the Subscribes SubscribeAll runs at once.
-const subscribeAllInFlight = 64
 
 // SubscribeAll subscribes every URI of uris, as Subscribe does each, and
 // returns what Subscribe returned for each, in the same order (the zero
@@ -915,8 +683,8 @@ const subscribeAllInFlight = 64
 // wait for their own stream cost a stream of every URI each; SubscribeAll
 // has the first stream it opens carry all of uris, and the Subscribes
 // after it find theirs acknowledged. Before 2026-07-28 it sends their
-// resources/subscribe requests side by side. Either way at most 64
-// Subscribes run at once.
+// resources/subscribe requests side by side, as many at once as the
+// controller has workers.
 func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscription, error) {
 	subs, errs := c.subscribeAll(ctx, uris)
 	var failed []error
@@ -928,263 +696,10 @@ func (c *Client) SubscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	return subs, errors.Join(failed...)
 }
 
-// subscribeAll is SubscribeAll with the error of each URI apart.
-func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscription, []error) {
-	subs := make([]Subscription, len(uris))
-	errs := make([]error, len(uris))
-	prewanted := c.wantAll(uris)
-	sem := make(chan struct{}, subscribeAllInFlight)
-	var wg sync.WaitGroup
-	for i, uri := range uris {
-		if err := ctx.Err(); err != nil {
-			errs[i] = err
-			continue
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			errs[i] = ctx.Err()
-			continue
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			subs[i], errs[i] = c.Subscribe(ctx, uri)
-		})
-	}
-	wg.Wait()
-	c.unwantUnwatched(prewanted)
-	return subs, errs
-}
-
-// wantAll adds to the listen stream the current 2026-07-28 connection
-// opens next every URI of uris not watched yet, so that the first
-// replacement carries them all, and returns the connection and what it
-// added (none before 2026-07-28, or when the server cannot subscribe).
-// Each is added holding its key, and a key someone holds (a Subscribe or
-// an Unsubscribe under way, whose own stream decides it) is left out.
-func (c *Client) wantAll(uris []string) prewanted {
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if conn == nil || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
-		return prewanted{}
-	}
-	p := prewanted{conn: conn, keys: make(map[string]string)}
-	for _, uri := range uris {
-		key, err := normalizeKey(uri)
-		if err != nil {
-			continue
-		}
-		if _, dup := p.keys[key]; dup {
-			continue
-		}
-		unlock, ok := c.keys.tryLock(key)
-		if !ok {
-			continue
-		}
-		c.mu.Lock()
-		_, watched := c.watches[key]
-		current := c.conn == conn && !c.closed
-		c.mu.Unlock()
-		if !watched && current {
-			p.keys[key] = uri
-			conn.setWanted(uri, true)
-		}
-		c.letGo(key, unlock)
-	}
-	return p
-}
-
-// prewanted is what wantAll added to a connection's wanted URIs: the raw
-// URI of each key.
-type prewanted struct {
-	conn *connection
-	keys map[string]string
-}
-
-// unwantUnwatched takes back from the listen stream what wantAll added
-// for a URI whose Subscribe failed before it was watched, or that another
-// caller watches under another spelling: no caller wants notifications
-// of it under that one. Each is taken back holding its key; one someone
-// holds is theirs to decide.
-func (c *Client) unwantUnwatched(p prewanted) {
-	for key, raw := range p.keys {
-		unlock, ok := c.keys.tryLock(key)
-		if !ok {
-			continue
-		}
-		c.mu.Lock()
-		w := c.watches[key]
-		c.mu.Unlock()
-		if w == nil || w.raw != raw {
-			p.conn.setWanted(raw, false)
-			if p.conn.wants(raw) {
-				// The stream open now carries it: replaced once the key
-				// is let go.
-				c.goAsync(func() { c.reconcileServer(p.conn, raw) })
-			}
-		}
-		c.letGo(key, unlock)
-	}
-}
-
-// settle runs step against the current session, with key locked (unlock
-// releases it), until it ran on the session that is still current and no
-// reconnect asked for key again meanwhile. A reconnect never waits for a
-// locked key: it marks it (resync), and whoever holds the key runs step
-// again before letting go, so a subscribe that raced the reconnect ends up
-// in the new session. The key is released under c.mu, so a reconnect sees
-// it either still held (and its mark will be seen) or free.
-//
-// A step that fails once a reconnect asked for key again (its caller's
-// context ended, say) does not take that request with it: the
-// re-establishment is started anew on the client's own context.
-func (c *Client) settle(key string, unlock func(), step func(*connection) error) error {
-	asked := false
-	for {
-		c.mu.Lock()
-		conn, closed := c.conn, c.closed
-		delete(c.resync, key)
-		c.mu.Unlock()
-		var err error
-		if !closed {
-			err = step(conn)
-		}
-		c.mu.Lock()
-		if c.closed || (!c.resync[key] && c.conn == conn) {
-			again := asked && err != nil && !c.closed
-			unlock()
-			c.mu.Unlock()
-			if again {
-				c.resubscribeLater(key, true)
-			}
-			return err
-		}
-		asked = true
-		c.mu.Unlock()
-	}
-}
-
-// letGo releases key, held outside settle, as settle would: a reconnect
-// that found it held marked it (resync) and left its re-establishment to
-// the holder, which is started here. The key is released under c.mu, so a
-// reconnect sees it either still held (and its mark is seen here) or free.
-func (c *Client) letGo(key string, unlock func()) {
-	c.mu.Lock()
-	again := c.resync[key] && !c.closed
-	delete(c.resync, key)
-	unlock()
-	c.mu.Unlock()
-	if again {
-		c.resubscribeLater(key, true)
-	}
-}
-
-// resubscribeLater opens key again in the background, on the client's
-// context (resubscribe), and makes a failure visible (reopenFailed).
-func (c *Client) resubscribeLater(key string, mark bool) {
-	c.goAsync(func() {
-		if err := c.resubscribe(c.ctx, key, mark); err != nil {
-			c.reopenFailed(key, err)
-		}
-	})
-}
-
 func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
-}
-
-// subscribe opens key's subscription generation on conn, for a URI the
-// caller watches, with key locked. It does nothing when the engine's session
-// is already newer than conn's: the Reconnect under way opens it there.
-func (c *Client) subscribe(ctx context.Context, conn *connection, key string, trigger Trigger) (Subscription, error) {
-	c.mu.Lock()
-	w := c.watches[key]
-	c.mu.Unlock()
-	if w == nil {
-		return c.engine.Subscription(key) // unsubscribed meanwhile
-	}
-	raw := w.raw
-	sub, err := c.engine.Subscribe(raw, c.opts.Subject)
-	if err == nil && sub.State != StateSubscribing && c.wasAbandoned(key, sub) {
-		sub, err = c.reopenAbandoned(key, raw)
-	}
-	if err != nil || sub.SessionGeneration != conn.gen {
-		return sub, err
-	}
-	if sub.State != StateSubscribing {
-		return sub, nil // already open in this session
-	}
-	mode, reason := ModePoll, ""
-	switch {
-	case !conn.caps.Subscribe:
-		reason = "the server does not declare resources.subscribe"
-	case conn.deaf != "":
-		reason = conn.deaf
-	default:
-		err := c.serverSubscribe(ctx, conn, raw)
-		if err == nil && ctx.Err() != nil {
-			// The caller gave up as the server acknowledged: a select
-			// between the two picks either.
-			err = ctx.Err()
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				// The caller gave up: not a server that cannot push. A
-				// resources/subscribe may have reached the server all the
-				// same; once the key is let go, the server is told what
-				// the caller wants then (reconcileServer). (A listen
-				// stream carrying raw is Subscribe's to put right.)
-				if conn.era == EraLegacy {
-					c.goAsync(func() { c.reconcileServer(conn, raw) })
-				}
-				return Subscription{}, ctx.Err()
-			}
-			reason = subscribeFailed + err.Error()
-		} else {
-			mode = ModePush
-		}
-	}
-	interval := c.opts.RevalidateEvery
-	trig := TriggerRevalidate
-	if mode == ModePoll {
-		interval, trig = c.opts.PollEvery, TriggerPoll
-	}
-	// Activated with its staleness bound in one write: how old the copy
-	// may get before the next revalidation (or poll) catches a change.
-	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
-	if _, err := c.engine.activate(raw, mode, reason, bound); err != nil {
-		if errors.Is(err, ErrIllegalTransition) {
-			return c.engine.Subscription(raw) // its session ended meanwhile
-		}
-		if mode == ModePush && conn.era == EraLegacy {
-			// The server notifies raw, which may be watched by nobody
-			// once the key is let go (a Subscribe that fails drops its
-			// watch): the server is told what the caller wants then,
-			// as Subscribe does for a listen stream.
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-		return Subscription{}, err
-	}
-	c.mu.Lock()
-	delete(c.unopened, key) // open again
-	if w := c.watches[key]; w != nil && mode == ModePush {
-		w.pushedAt = time.Now()
-	}
-	c.mu.Unlock()
-	c.startWatch(key, interval, trig)
-	if trigger != TriggerInitial {
-		c.request(key, trigger)
-		return c.engine.Subscription(raw)
-	}
-	notFound := c.readNow(ctx, key)
-	sub, err = c.engine.Subscription(raw)
-	if err == nil && notFound {
-		err = fmt.Errorf("%w: %s", ErrNotFound, raw)
-	}
-	return sub, err
 }
 
 // wasAbandoned reports whether sub is the generation an Unsubscribe let go
@@ -1218,423 +733,6 @@ func (c *Client) closeTold(key string) error {
 	return err
 }
 
-// serverSubscribe asks the server for notifications on raw: resources/subscribe
-// before 2026-07-28; from then on a subscriptions/listen stream whose filter
-// names every subscribed URI, subscribed once the server acknowledges raw.
-func (c *Client) serverSubscribe(ctx context.Context, conn *connection, raw string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
-	if conn.era == EraLegacy {
-		req := mcp.SubscribeRequest{}
-		req.Params.URI = raw
-		return conn.mc.Subscribe(c.tracked(ctx, conn, raw), req)
-	}
-	return c.relisten(ctx, conn, raw, true) // not acknowledged: taken off the next stream
-}
-
-// serverUnsubscribe tells the server to stop notifying raw:
-// resources/unsubscribe before 2026-07-28; from then on a listen stream
-// without raw replaces the current one (or none, when nothing is left).
-func (c *Client) serverUnsubscribe(ctx context.Context, conn *connection, raw string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
-	if conn.era == EraLegacy {
-		req := mcp.UnsubscribeRequest{}
-		req.Params.URI = raw
-		return conn.mc.Unsubscribe(c.tracked(ctx, conn, raw), req)
-	}
-	return c.relisten(ctx, conn, raw, false)
-}
-
-// listenStream is one subscriptions/listen request, open until cancelled.
-type listenStream struct {
-	cancel context.CancelFunc
-	uris   []string
-	// id is the JSON-RPC id of its listen request, which the server puts
-	// in _meta of every message on the stream; set just before it is sent.
-	id      string
-	acked   chan struct{} // closed at the stream's acknowledgement
-	ackURIs []string      // the URIs it acknowledged, once acked is closed
-	// sent and ackedAt are when it was sent and acknowledged; protected
-	// by connection.mu.
-	sent, ackedAt time.Time
-	// carried is uris as a set, built when first asked for (carries);
-	// ackSet is ackURIs as a set, written with it. Both are protected by
-	// connection.mu.
-	carried map[string]bool
-	ackSet  map[string]bool
-}
-
-// carries reports whether the stream's filter names raw; connection.mu
-// must be held.
-func (s *listenStream) carries(raw string) bool {
-	if s.carried == nil {
-		s.carried = setOf(s.uris)
-	}
-	return s.carried[raw]
-}
-
-func setOf(uris []string) map[string]bool {
-	m := make(map[string]bool, len(uris))
-	for _, u := range uris {
-		m[u] = true
-	}
-	return m
-}
-
-func (s *listenStream) isAcked() bool {
-	select {
-	case <-s.acked:
-		return true
-	default:
-		return false
-	}
-}
-
-// tracked counts a resources/subscribe or unsubscribe of raw as unsettled
-// from the moment the transport sends it until it is done with it, and has
-// the server-side subscription put right (reconcileServer) once the last
-// one settles, if one was abandoned. One never sent (its context ended
-// first) is not counted: nothing would ever settle it.
-func (c *Client) tracked(ctx context.Context, conn *connection, raw string) context.Context {
-	return wire.WithSettled(ctx, func() func(bool) {
-		conn.mu.Lock()
-		conn.unsettled[raw]++
-		conn.mu.Unlock()
-		return func(abandoned bool) {
-			conn.mu.Lock()
-			if abandoned {
-				conn.reconcile[raw] = true
-			}
-			conn.unsettled[raw]--
-			run := conn.unsettled[raw] <= 0 && conn.reconcile[raw]
-			if conn.unsettled[raw] <= 0 {
-				delete(conn.unsettled, raw)
-				delete(conn.reconcile, raw)
-			}
-			conn.mu.Unlock()
-			if run {
-				c.goAsync(func() { c.reconcileServer(conn, raw) })
-			}
-		}
-	})
-}
-
-// deferUntilSettled reports whether raw has unsettled requests; if so, the
-// server-side subscription is put right once they settle.
-func (conn *connection) deferUntilSettled(raw string) bool {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	if conn.unsettled[raw] == 0 {
-		return false
-	}
-	conn.reconcile[raw] = true
-	return true
-}
-
-// setWanted adds raw to, or removes it from, the URIs the next stream must
-// carry.
-func (conn *connection) setWanted(raw string, wanted bool) {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	if conn.wanted == nil {
-		conn.wanted = make(map[string]bool)
-	}
-	had := conn.wanted[raw]
-	switch {
-	case wanted && !had:
-		conn.want = append(conn.want, raw)
-		conn.wanted[raw] = true
-		conn.wantEdits++
-	case !wanted && had:
-		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
-		delete(conn.wanted, raw)
-		conn.wantEdits++
-	}
-}
-
-// relisten makes the connection's listen stream carry raw (add) or not, and
-// returns once the server acknowledged a stream that does. A server keeps no
-// subscription state across streams (2026-07-28), so a new stream carries
-// every wanted URI; mcp-go (v1.2.1) cancels the old stream when it opens the
-// new one, so notifications sent in between reach nobody, and every URI
-// carried over is read again once the new stream is acknowledged.
-// Replacements are serialized; a caller whose URI a newer stream already
-// settled sends nothing.
-func (c *Client) relisten(ctx context.Context, conn *connection, raw string, add bool) (err error) {
-	conn.setWanted(raw, add)
-	select {
-	case conn.relisten <- struct{}{}:
-	case <-ctx.Done():
-		if add {
-			conn.setWanted(raw, false)
-		}
-		return ctx.Err()
-	}
-	defer func() {
-		if err != nil && add {
-			// Not acknowledged: the next stream need not carry it. It is
-			// taken off before the next replacement can go out: one sent
-			// meanwhile would carry it, and be refused with it.
-			conn.setWanted(raw, false)
-		}
-		<-conn.relisten
-	}()
-	conn.mu.Lock()
-	old := conn.listen
-	if old != nil && old.isAcked() && old.ackSet[raw] == add && (add || !old.carries(raw)) {
-		conn.mu.Unlock()
-		return nil
-	}
-	if old == nil && !add {
-		conn.mu.Unlock()
-		return nil
-	}
-	conn.mu.Unlock()
-	if !c.gather(ctx, conn) {
-		return ctx.Err()
-	}
-	conn.mu.Lock()
-	old = conn.listen
-	uris := slices.Clone(conn.want)
-	if old != nil {
-		old.cancel()
-		conn.listen = nil
-	}
-	if len(uris) == 0 {
-		conn.mu.Unlock()
-		return nil
-	}
-	lctx, cancel := context.WithCancel(c.ctx)
-	stream := &listenStream{cancel: cancel, uris: uris, acked: make(chan struct{}), sent: time.Now()}
-	conn.listen = stream
-	conn.mu.Unlock()
-
-	lctx = wire.WithRequestID(lctx, func(id string) {
-		conn.mu.Lock()
-		stream.id = id
-		conn.mu.Unlock()
-	})
-	ended := make(chan error, 1)
-	if !c.goAsync(func() {
-		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: stream.uris})
-		ended <- err
-		if lctx.Err() == nil {
-			// The server ended a stream nobody cancelled: every subscription
-			// it carried has lost its notifications.
-			c.notes.push(note{gen: conn.gen, conn: conn, streamEnded: stream})
-		}
-	}) {
-		cancel()
-		return ErrClientClosed
-	}
-	sent := time.Now()
-	select {
-	case <-stream.acked:
-		conn.mu.Lock()
-		conn.listenAcked = time.Now()
-		conn.listenTook = conn.listenAcked.Sub(sent)
-		conn.mu.Unlock()
-	case err := <-ended:
-		if err == nil {
-			err = errors.New("mcpsync: listen stream ended before it was acknowledged")
-		}
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if stream.ackSet[raw] != add {
-		if add {
-			return fmt.Errorf("mcpsync: subscriptions/listen acknowledged without %s", raw)
-		}
-		return fmt.Errorf("mcpsync: subscriptions/listen still acknowledges %s", raw)
-	}
-	return nil
-}
-
-// Replacements of a listen stream come in bursts (a caller subscribing a
-// catalog): the URIs carried across them are read again once
-// relistenQuiet passes without one, or relistenQuietMax after the first
-// unread gap, whichever is sooner, each once however many gaps it crossed.
-const (
-	relistenQuiet    = time.Second
-	relistenQuietMax = 10 * time.Second
-)
-
-// noteGapLocked, at the acknowledgement of stream, notes the URIs it
-// carries over from the newest stream acknowledged before it: mcp-go
-// (v1.2.1) ends the old stream before it sends the new one, so a change in
-// between reaches neither, and each of them is read again (readAfterGap).
-// Reading them at every replacement would make a burst of n Subscribes
-// cost O(n²) reads. It reports whether a reader must start. conn.mu is
-// held.
-func (conn *connection) noteGapLocked(stream *listenStream) bool {
-	before := conn.lastAcked
-	conn.lastAcked = stream.ackURIs
-	for _, u := range before {
-		if stream.ackSet[u] {
-			if conn.gap == nil {
-				conn.gap = make(map[string]bool)
-			}
-			conn.gap[u] = true
-		}
-	}
-	if len(conn.gap) == 0 {
-		return false
-	}
-	now := time.Now()
-	if conn.gapSince.IsZero() {
-		conn.gapSince = now
-	}
-	conn.gapLast = now
-	start := !conn.gapReader
-	conn.gapReader = true
-	return start
-}
-
-// startGapReader starts readAfterGap for conn.
-func (c *Client) startGapReader(conn *connection) {
-	if !c.goAsync(func() { c.readAfterGap(conn) }) {
-		conn.mu.Lock()
-		conn.gapReader = false
-		conn.mu.Unlock()
-	}
-}
-
-// readAfterGap waits for the replacements of conn's listen stream to
-// pause, then reads every URI carried across a replacement that the
-// current stream still carries.
-func (c *Client) readAfterGap(conn *connection) {
-	for {
-		conn.mu.Lock()
-		due := conn.gapLast.Add(relistenQuiet)
-		if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
-			due = latest
-		}
-		wait := time.Until(due)
-		var uris []string
-		if cur := conn.listen; wait <= 0 && cur != nil && !cur.isAcked() {
-			// A replacement waits for its acknowledgement: the gap is
-			// read once a stream carries it, not dropped.
-			wait = relistenQuiet
-		} else if wait <= 0 {
-			cur := conn.listen
-			for u := range conn.gap {
-				if cur != nil && cur.isAcked() && cur.ackSet[u] {
-					uris = append(uris, u)
-				}
-			}
-			conn.gap, conn.gapSince, conn.gapLast, conn.gapReader = nil, time.Time{}, time.Time{}, false
-		}
-		conn.mu.Unlock()
-		if now, err := c.current(); err != nil || now != conn {
-			return // closed, or a new session reads everything again
-		}
-		if wait > 0 {
-			if !c.wait(wait) {
-				return
-			}
-			continue
-		}
-		slices.Sort(uris)
-		for _, u := range uris {
-			if key, err := normalizeKey(u); err == nil {
-				c.request(key, TriggerRevalidate)
-			}
-		}
-		return
-	}
-}
-
-// gather holds a stream replacement that follows another within its window
-// back while Subscribes and Unsubscribes keep arriving, so that one stream
-// carries them all: it returns once a tick passes without a change to the
-// wanted URIs, or at the end of the window: CoalesceWindow or four times
-// what the last stream took to be acknowledged, whichever is longer, and
-// never more than a tenth of RequestTimeout. A stream carries every URI,
-// so each replacement costs O(n), and a burst of n Subscribes, replaced
-// one window at a time, spends about a fifth of its time on replacements
-// at most. A replacement after a quiet spell goes at once. It reports
-// false when ctx ends first.
-func (c *Client) gather(ctx context.Context, conn *connection) bool {
-	if c.opts.CoalesceWindow <= 0 {
-		return ctx.Err() == nil
-	}
-	tick := max(c.opts.CoalesceWindow/10, time.Millisecond)
-	conn.mu.Lock()
-	edits, window, last := conn.wantEdits, max(c.opts.CoalesceWindow, 4*conn.listenTook), conn.listenAcked
-	conn.mu.Unlock()
-	// Callers queued behind this one wait within their RequestTimeout.
-	window = min(window, c.opts.RequestTimeout/10)
-	if last.IsZero() || time.Since(last) >= window {
-		return ctx.Err() == nil
-	}
-	deadline := time.Now().Add(window)
-	timer := time.NewTimer(tick)
-	defer timer.Stop()
-	for {
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return false
-		case <-c.ctx.Done():
-			return false
-		}
-		conn.mu.Lock()
-		now := conn.wantEdits
-		conn.mu.Unlock()
-		if now == edits || !time.Now().Before(deadline) {
-			return true
-		}
-		edits = now
-		timer.Reset(tick)
-	}
-}
-
-// acknowledged records a notifications/subscriptions/acknowledged for the
-// stream whose request id it names; one for a replaced stream is ignored.
-// It reports whether a gap reader must start (noteGapLocked), and the URIs
-// the stream asked for and the server left out that the stream before
-// carried: no stream notifies them any more, so each is opened anew (and
-// polled, should the server leave it out again).
-func (conn *connection) acknowledged(uris []string, streamID string) (bool, []string) {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	s := conn.listen
-	if s == nil || s.isAcked() || (streamID != "" && s.id != "" && streamID != s.id) {
-		return false, nil
-	}
-	// A URI the stream did not ask for is not subscribed by naming it:
-	// nothing would notify it.
-	asked := uris[:0:0]
-	for _, u := range uris {
-		if s.carries(u) {
-			asked = append(asked, u)
-		}
-	}
-	s.ackURIs, s.ackSet, s.ackedAt = asked, setOf(asked), time.Now()
-	close(s.acked)
-	var left []string
-	if len(conn.lastAcked) > 0 {
-		before := setOf(conn.lastAcked)
-		for _, u := range s.uris {
-			if before[u] && !s.ackSet[u] {
-				left = append(left, u)
-			}
-		}
-	}
-	return conn.noteGapLocked(s), left
-}
-
-func (conn *connection) stopListen() {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	if conn.listen != nil {
-		conn.listen.cancel()
-		conn.listen = nil
-	}
-}
-
 // Forget unsubscribes uri when it is subscribed, then evicts its version
 // and the artifacts derived from it (Engine.Forget): Lookup no longer
 // serves it, and consumers are told to delete what it fed. A Subscribe
@@ -1658,234 +756,36 @@ func (c *Client) Forget(ctx context.Context, uri string) error {
 // racing it does not bring the subscription back. On a ledger shared by
 // many workers, a URI whose lease another worker took is only let go: the
 // server is told, and the ledger row, that worker's now, is left alone.
+//
+// ctx bounds the wait for the close, not the close: once called, the URI
+// is closed whether or not the caller waits.
 func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, error) {
 	key, err := normalizeKey(uri)
 	if err != nil {
 		return Subscription{}, err
 	}
-	unlock, err := c.keys.lock(ctx, key)
-	if err != nil {
-		return Subscription{}, err
-	}
-	defer unlock()
-	conn, err := c.current()
-	if err != nil {
-		return Subscription{}, err
-	}
-	raw := uri
 	c.mu.Lock()
-	if w := c.watches[key]; w != nil {
-		raw = w.raw
-		c.dropWatch(key)
-	}
-	c.mu.Unlock()
-	before, err := c.engine.Subscription(key)
-	if err != nil {
-		return Subscription{}, err
-	}
-	// A legacy subscribe that failed may still have been recorded by the
-	// server (and its notifications keep coming), so the server is told
-	// whenever it can subscribe at all; a 2026-07-28 stream is told
-	// whenever it may carry the URI.
-	tell := before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
-		(conn.era == EraModern && conn.wants(raw))
-	if before.CloseEpoch != 0 {
-		return c.closeClosed(ctx, conn, key, raw, before, tell)
-	}
-	if _, err := c.engine.BeginClose(key); err != nil {
-		if !errors.Is(err, ErrNotLeaseholder) {
-			return Subscription{}, err
-		}
-		// Another worker took the URI's lease: the ledger row is its
-		// own now, and this client only stops asking the server, again
-		// until the server acknowledges it.
-		if tell && c.serverUnsubscribe(ctx, conn, raw) != nil {
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-		c.mu.Lock()
-		c.abandoned[key] = [2]uint64{before.SessionGeneration, before.SubscriptionGeneration}
+	if c.closed {
 		c.mu.Unlock()
-		return c.engine.Subscription(key)
+		return Subscription{}, ErrClientClosed
 	}
-	acked := true
-	if tell && before.SessionGeneration == conn.gen {
-		if conn.era == EraLegacy && conn.deferUntilSettled(raw) {
-			// A subscribe the client gave up on may still reach the server
-			// after an unsubscribe sent now; the unsubscribe waits for it,
-			// and the generation's outcome is unknown until then.
-			return c.engine.FinishClose(key, false)
-		}
-		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
-		if !acked {
-			// Reconciled on the same session: the unsubscribe (or the
-			// stream without raw) is tried again until the server
-			// acknowledges it or the session ends.
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-	}
-	return c.engine.FinishClose(key, acked)
-}
-
-// closeClosed is Unsubscribe of a generation whose close began already:
-// finished, or stopped half way by a failed write of a reopen (its
-// generation UNSUBSCRIBING in conn's session, which this finishes). A
-// 2026-07-28 stream may still carry the URI a reopen closed without
-// opening the next generation: it is told too.
-func (c *Client) closeClosed(ctx context.Context, conn *connection, key, raw string, before Subscription, tell bool) (Subscription, error) {
-	stuck := before.State == StateUnsubscribing && before.SessionGeneration == conn.gen
-	carried := conn.era == EraModern && conn.wants(raw)
-	if !stuck && !carried {
-		return before, nil
-	}
-	acked := true
-	if tell {
-		acked = c.serverUnsubscribe(ctx, conn, raw) == nil
-		if !acked {
-			c.goAsync(func() { c.reconcileServer(conn, raw) })
-		}
-	}
-	if stuck {
-		return c.engine.FinishClose(key, acked)
-	}
-	return c.engine.Subscription(key)
-}
-
-// reconcileServer makes the server's subscription of raw on conn what the
-// caller wants now, closing an UNSUBSCRIBE_UNKNOWN generation once the
-// server acknowledged. Before 2026-07-28 the server is subscribed while the
-// caller watches raw in push mode, unsubscribed otherwise; from then on
-// the listen stream stops carrying raw unless the caller watches it under
-// that spelling (a watched one is the watch's own to carry). It runs after
-// a subscribe or unsubscribe the client gave up on settled (it may have
-// reached the server after a later one), after an unsubscribe that failed,
-// and after a Subscribe that failed once the server was asked; it tries
-// again with a backoff until the server answers or the session is gone.
-func (c *Client) reconcileServer(conn *connection, raw string) {
-	key, err := normalizeKey(raw)
-	if err != nil {
-		return
-	}
-	// One loop per URI and session: asked again while one runs, it makes
-	// one more pass once it is done, not a second loop beside it.
-	conn.mu.Lock()
-	if conn.reconciling[raw] != 0 {
-		conn.reconciling[raw] = 2
-		conn.mu.Unlock()
-		return
-	}
-	conn.reconciling[raw] = 1
-	conn.mu.Unlock()
-	for {
-		b := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RetryMax}
-		for !c.reconcileServerOnce(conn, key, raw) {
-			if !c.wait(b.NextBackOff()) {
-				break // closing
-			}
-		}
-		// Decided and let go under one lock: a call in between would
-		// find the loop still running and its "again" be lost.
-		conn.mu.Lock()
-		again := conn.reconciling[raw] == 2 && c.ctx.Err() == nil
-		if again {
-			conn.reconciling[raw] = 1
-		} else {
-			delete(conn.reconciling, raw)
-		}
-		conn.mu.Unlock()
-		if !again {
-			return
-		}
-	}
-}
-
-// reconcileServerOnce makes one attempt, with key held so that a Subscribe
-// or Unsubscribe cannot slip between the check and the send; it reports
-// whether there is nothing left to do.
-func (c *Client) reconcileServerOnce(conn *connection, key, raw string) bool {
-	unlock, err := c.keys.lock(c.ctx, key)
-	if err != nil {
-		return true // closing
-	}
-	defer c.letGo(key, unlock)
-	c.mu.Lock()
-	w := c.watches[key]
-	current := c.conn == conn && !c.closed
+	c.dropWatch(key)
+	w := c.wantLocked(key)
 	c.mu.Unlock()
-	if !current {
-		return true // the session's end settles it
+	c.mark(key)
+	res := c.awaitPass(ctx, key, w)
+	if res.err != nil {
+		return Subscription{}, res.err
 	}
-	if conn.era == EraModern {
-		if w != nil && w.raw == raw {
-			return true
-		}
-		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
-			c.report(fmt.Errorf("mcpsync: take %s off the listen stream: %w", raw, err))
-			return false
-		}
-		if sub, err := c.engine.Subscription(key); err == nil && w == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
-			_, _ = c.engine.ResolveUnsubscribe(key)
-		}
-		return true
-	}
-	// Another spelling of a watched key is not what the caller watches:
-	// the server is told to stop notifying it.
-	watched := w != nil && w.raw == raw
-	if conn.deferUntilSettled(raw) {
-		return true // another request is still out; its settling comes back here
-	}
-	sub, err := c.engine.Subscription(key)
-	if watched && (err != nil || sub.SessionGeneration != conn.gen) {
-		return true
-	}
-	if watched {
-		if sub.Mode != ModePush || !sub.State.readable() {
-			return true
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
-		defer cancel()
-		req := mcp.SubscribeRequest{}
-		req.Params.URI = raw
-		if err := conn.mc.Subscribe(c.tracked(ctx, conn, raw), req); err != nil {
-			// The server no longer notifies raw and will not again: its
-			// generation is opened anew, here, with key held, which
-			// polls, saying why, when the server refuses once more. A
-			// write of that failing is tried again by this loop.
-			c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
-			if err := c.closeTold(key); err != nil {
-				c.reopenFailed(key, err)
-				return false
-			}
-			if _, err := c.subscribe(c.ctx, conn, key, TriggerReconnect); err != nil {
-				c.reopenFailed(key, err)
-				return false
-			}
-			return true
-		}
-		// A late unsubscribe may have left the server silent about raw
-		// for a while: what changed meanwhile is read now.
-		c.request(key, TriggerRevalidate)
-		return true
-	}
-	if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
-		c.report(fmt.Errorf("mcpsync: unsubscribe %s: %w", raw, err))
-		return false
-	}
-	if err == nil && w == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
-		_, _ = c.engine.ResolveUnsubscribe(key)
-	}
-	return true
-}
-
-// wants reports whether the listen stream carries raw or the next one would.
-func (conn *connection) wants(raw string) bool {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries(raw))
+	return res.sub, res.subErr
 }
 
 // Read sends one fenced read of a subscribed URI now, outside the
 // coalescing queue, and returns what the fence decided.
 func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
+	if c.isClosed() {
+		return Outcome{}, ErrClientClosed
+	}
 	t, err := c.engine.IssueTicket(uri, TriggerRevalidate)
 	if err != nil {
 		return Outcome{}, err
@@ -1917,529 +817,75 @@ func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 	return entry, err
 }
 
-// request asks the engine for a coalesced read and dispatches it if one is
-// due now.
-func (c *Client) request(key string, trigger Trigger) {
-	if trigger == TriggerRevalidate || trigger == TriggerPoll {
-		c.reopened(key)
-	}
-	if trigger == TriggerPoll {
-		c.retryPush(key)
-	}
-	if c.skipRefresh(key, trigger) {
-		// Outside the refresh fraction (rollout.go): not read, but kept
-		// subscribed, so its own ticks still repair it.
-		if trigger == TriggerRevalidate || trigger == TriggerPoll {
-			c.repair(key)
-			c.rehear(key, trigger)
-		}
-		return
-	}
-	t, ok, err := c.engine.RequestRead(key, trigger)
-	if err == nil {
-		c.rehear(key, trigger)
-	}
-	switch {
-	case err == nil && ok:
-		c.dispatch(t)
-	case errors.Is(err, ErrNotLeaseholder):
-		c.report(err) // another worker holds key; its shard lets it go
-	case err != nil:
-		c.repair(key)
-	}
-}
-
-// repair opens key again when the caller watches it but no open
-// subscription keeps it: it belongs to a session that is gone, or a
-// reopen stopped half way (a ledger write failed). Whatever left it
-// there, the next tick of its own timer opens it again.
-func (c *Client) repair(key string) {
-	if behind, stuck := c.needsReopen(key); behind || stuck {
-		c.resubscribeLater(key, behind)
-	}
-}
-
-// rehear, at a revalidation tick of key, opens key again on a listen
-// stream if it is open in push mode and no stream carries it: its
-// notifications reach nobody.
-func (c *Client) rehear(key string, trigger Trigger) {
-	if trigger != TriggerRevalidate {
-		return
-	}
-	c.mu.Lock()
-	conn := c.conn
-	c.mu.Unlock()
-	if c.unheard(conn, key) {
-		c.goAsync(func() { c.reopen(conn, key) })
-		return
-	}
-	c.mu.Lock()
-	w := c.watches[key]
-	c.mu.Unlock()
-	if w == nil || conn.era != EraModern {
-		return
-	}
-	if heard, _ := conn.hearing(w.raw, 0); heard {
-		// Kept on a stream for a whole revalidation period: retryPush's
-		// backoff starts afresh. (Not at its activation: a server that
-		// keeps only the newest URIs drops it again at the next retry.)
-		c.mu.Lock()
-		if time.Since(w.pushedAt) >= c.opts.RevalidateEvery {
-			w.retries = 0
-		}
-		c.mu.Unlock()
-	}
-}
-
-// unheard reports whether key is watched and open in push mode on conn, a
-// 2026-07-28 connection, while no listen stream carries it (hearing): a
-// reopen after its stream ended failed before it closed the generation, or
-// the stream that replaced its own never reached the server.
-func (c *Client) unheard(conn *connection, key string) bool {
-	c.mu.Lock()
-	w := c.watches[key]
-	current := c.conn == conn && !c.closed
-	c.mu.Unlock()
-	if w == nil || !current || conn.era != EraModern {
-		return false
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
-		return false
-	}
-	heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout)
-	return !heard && !coming
-}
-
-// hearing reports whether the server acknowledged a listen stream of conn
-// naming raw (heard), or whether one naming it went out less than patience
-// ago and is not acknowledged yet (coming).
-func (conn *connection) hearing(raw string, patience time.Duration) (heard, coming bool) {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	s := conn.listen
-	switch {
-	case s == nil:
-		return false, false
-	case s.isAcked():
-		return s.ackSet[raw], false
-	}
-	return false, s.carries(raw) && time.Since(s.sent) < patience
-}
-
-// needsReopen reports whether key is watched and its subscription is in
-// a session that is gone (behind), or in the current one but neither open
-// nor being opened by anyone (stuck): a generation that stopped between
-// its close and the next one's activation.
-func (c *Client) needsReopen(key string) (behind, stuck bool) {
-	c.mu.Lock()
-	_, watched := c.watches[key]
-	gen, closed := c.conn.gen, c.closed
-	c.mu.Unlock()
-	if !watched || closed {
-		return false, false
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil {
-		return false, false
-	}
-	if sub.SessionGeneration != gen {
-		return true, false
-	}
-	switch sub.State {
-	case StateSubscribing, StateUnsubscribing, StateClosed, StateUnsubscribeUnknown:
-		return false, true
-	}
-	return false, false
-}
-
-// reopened takes back what reopenFailed said of key once its subscription
-// is open again in the current session and, in push mode from 2026-07-28
-// on, on a listen stream the server acknowledged with it: not only key's own reopen opens it
-// (which says so at once), but also a Reconnect, or another URI's reopen,
-// whose stream carries every watched URI.
-func (c *Client) reopened(key string) {
-	c.mu.Lock()
-	_, failed := c.unopened[key]
-	conn, w := c.conn, c.watches[key]
-	c.mu.Unlock()
-	if !failed || w == nil {
-		return
-	}
-	conn.mu.Lock()
-	putting := conn.reconciling[w.raw] != 0
-	conn.mu.Unlock()
-	if putting {
-		return // the server is still being put right (reconcileServer)
-	}
-	if behind, stuck := c.needsReopen(key); behind || stuck {
-		return
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || !sub.State.open() {
-		return
-	}
-	if conn.era == EraModern && sub.Mode == ModePush {
-		if heard, _ := conn.hearing(w.raw, 0); !heard {
-			return
-		}
-	}
-	c.mu.Lock()
-	if c.conn == conn {
-		delete(c.unopened, key)
-	}
-	c.mu.Unlock()
-}
-
 // reopenFailed makes a failed reopen of key visible: OnError is told (a
 // *ReopenError), and Lookup says the copy is not kept fresh until key's
 // subscription is open again. The watch's next tick tries again (request).
+//
+// Its pass is retried with the retry policy's backoff; a failure that
+// lasts is told again once a revalidation period at most, not at every
+// retry.
 func (c *Client) reopenFailed(key string, err error) {
 	c.mu.Lock()
-	_, watched := c.watches[key]
-	watched = watched && !c.closed
-	if watched {
+	w := c.watches[key]
+	tell := w != nil && !c.closed && time.Since(w.toldAt) >= c.opts.RevalidateEvery
+	if w != nil && !c.closed {
 		c.unopened[key] = "its subscription could not be opened again: " + err.Error()
 	}
+	if tell {
+		w.toldAt = time.Now()
+	}
 	c.mu.Unlock()
-	if watched {
+	if tell {
 		c.report(&ReopenError{URI: key, Err: err})
 	}
 }
 
-// dispatch runs a read and its follow-ups in the background. A read that
-// gets no answer (a transport error, a timeout) is tried again after a
-// capped, jittered backoff while its subscription is open, so the pulse
-// that asked for it is not lost; the read of a session that is gone is not
-// (the new session reads everything again).
-func (c *Client) dispatch(t Ticket) {
-	c.goAsync(func() { c.drive(&t, nil) })
-}
-
-// drive sends next and its follow-ups; failed, if set, is a read that got
-// no answer, asked for again after the backoff.
-func (c *Client) drive(next, failed *Ticket) {
-	var retry *backoff.ExponentialBackOff
-	for next != nil || failed != nil {
-		if failed != nil {
-			if retry == nil {
-				retry = &backoff.ExponentialBackOff{
-					InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
-					Multiplier: 2, MaxInterval: c.opts.RetryMax,
-				}
-			}
-			if !c.wait(retry.NextBackOff()) {
-				return
-			}
-			tk, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
-			if failed = nil; err != nil || !ok {
-				return
-			}
-			next = &tk
-		}
-		if !c.coalesce() || (next.Trigger == TriggerReconnect && c.paced.Wait(c.ctx) != nil) {
-			_, _ = c.engine.Fail(*next) // closing: release the queue
-			return
-		}
-		sent := *next
-		out, err := c.read(c.ctx, sent)
-		if next = out.FollowUp; next != nil || !errors.Is(err, errReadFailed) {
-			retry = nil
-			continue
-		}
-		failed = &sent
-	}
-}
-
-// readNow sends key's initial read on the caller's goroutine, bounded by
-// ctx, and reports whether the server said it has no such resource. Its
-// follow-ups, and its retries if it got no answer, go on in the background
-// like those of any queued read.
-func (c *Client) readNow(ctx context.Context, key string) (notFound bool) {
-	if c.skipRefresh(key, TriggerInitial) {
-		return false // outside the refresh fraction (rollout.go)
-	}
-	t, ok, err := c.engine.RequestRead(key, TriggerInitial)
-	if err != nil {
-		return false
-	}
-	if !ok {
-		// A read was already queued or in flight (a notification, a read
-		// after a stream replacement): the request is covered by it or by
-		// its follow-up, which Subscribe waits for, so that it returns
-		// with the first read settled.
-		return c.awaitRead(ctx, key)
-	}
-	out, err := c.read(ctx, t)
-	switch {
-	case out.FollowUp != nil:
-		c.dispatch(*out.FollowUp)
-	case errors.Is(err, errReadFailed):
-		c.goAsync(func() { c.drive(nil, &t) })
-	}
-	return out.Accepted && (out.Version.Decision == DecisionTombstonePending || out.Version.Decision == DecisionTombstoned)
-}
-
-// awaitRead waits, bounded by ctx and RequestTimeout, until key has no
-// read queued or in flight, and reports whether the server said it has no
-// such resource.
-func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
-	for {
-		wake := c.progress.wait()
-		sub, err := c.engine.Subscription(key)
-		if err != nil {
-			return false
-		}
-		switch sub.State {
-		case StateUpdateSeen, StateReadPending:
-		default:
-			return sub.State == StateTombstonePending || sub.State == StateTombstoned
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return false
-		case <-c.ctx.Done():
-			return false
-		}
-	}
-}
-
-// wait waits d, and reports false when the client closes meanwhile.
-func (c *Client) wait(d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-c.ctx.Done():
-		return false
-	}
-}
-
-// coalesce waits CoalesceWindow before a queued read goes out, so that
-// duplicate pulses arriving meanwhile are covered by it (the engine has
-// ConfirmSends, which Connect turns on). It reports false when the client
-// closes meanwhile.
-func (c *Client) coalesce() bool {
-	if c.opts.CoalesceWindow <= 0 {
-		return c.ctx.Err() == nil
-	}
-	return c.wait(c.opts.CoalesceWindow)
-}
-
-// read sends the read of ticket t on the session that issued it, and hands
-// the answer to the fence. A read of a session that is gone is abandoned:
-// the fence would refuse its answer anyway.
-func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
-	c.mu.Lock()
-	conn, raw := c.conn, t.URI
-	if w := c.watches[t.URI]; w != nil {
-		raw = w.raw
-	}
-	c.mu.Unlock()
-	if conn.gen != t.SessionGeneration {
-		next, err := c.engine.Fail(t)
-		return Outcome{FollowUp: next}, err
-	}
-	c.engine.Sending(t)
-	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	req := mcp.ReadResourceRequest{}
-	req.Params.URI = raw
-	res, err := conn.mc.ReadResource(rctx, req)
-	cancel()
-	var result ReadResult
-	var rpc *RPCError
-	var lim *LimitError
-	switch {
-	case err == nil:
-		result = ReadResultFromMCP(res)
-	case errors.As(err, &rpc) && rpc.ResourceNotFound():
-		result = NotFoundResult()
-	case errors.As(err, &lim) && lim.Method == string(mcp.MethodResourcesRead):
-		result = limitResult(lim) // refused with a receipt; the session goes on
-	default:
-		c.metrics.read(t.Trigger, "FAILED")
-		c.failedRead(conn, t, err)
-		next, ferr := c.engine.Fail(t)
-		c.progress.notify()
-		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
-	}
-	c.answered(t.URI)
-	out, err := c.engine.FinishRead(t, result)
-	c.noteRefusal(t.URI, out, err)
-	if errors.Is(err, ErrNotLeaseholder) {
-		c.report(err) // refused by the ledger: another worker took key
-	}
-	c.progress.notify()
-	c.metrics.read(t.Trigger, outcomeOf(out))
-	if c.opts.OnOutcome != nil {
-		c.errs.pushOutcome(out)
-	}
-	return out, err
-}
-
 // startWatch schedules the jittered revalidation (or poll) reads of a
-// watched URI, replacing the ones it had.
+// watched URI, replacing the ones it had: the controller's queue holds the
+// next one as a delayed mark of the key, and the key's pass that finds it
+// due reads (syncKey).
 func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
-	first := c.jittered(interval)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.watches[key] != nil && !c.closed {
-		c.sched.set(key, first, interval, trigger)
+	w := c.watches[key]
+	if w == nil || c.closed {
+		c.mu.Unlock()
+		return
 	}
+	w.every, w.periodic = interval, trigger
+	w.tickAt = time.Now().Add(c.jitteredLocked(interval))
+	first := time.Until(w.tickAt)
+	c.mu.Unlock()
+	c.queue.AddAfter(key, first)
 }
 
-// dropWatch forgets the caller's intent for key and stops its periodic
+// dueTickLocked reports the periodic read of w due now, if any, and
+// schedules the next one; untilTick is how long until that. c.mu is held.
+func (c *Client) dueTickLocked(w *watch) (due Trigger, untilTick time.Duration) {
+	if w.every <= 0 {
+		return "", 0
+	}
+	now := time.Now()
+	if !now.Before(w.tickAt) {
+		due = w.periodic
+		w.tickAt = now.Add(c.jitteredLocked(w.every))
+	}
+	return due, w.tickAt.Sub(now)
+}
+
+// dropWatch forgets the caller's intent for key, and with it its periodic
 // reads; c.mu must be held.
 func (c *Client) dropWatch(key string) {
 	delete(c.unopened, key)
 	if c.watches[key] != nil {
-		c.sched.remove(key)
 		delete(c.watches, key)
 		c.progress.notify()
 	}
 }
 
-// jittered returns d varied by up to ±Jitter.
-func (c *Client) jittered(d time.Duration) time.Duration {
-	c.mu.Lock()
+// jitteredLocked returns d varied by up to ±Jitter; c.mu is held.
+func (c *Client) jitteredLocked(d time.Duration) time.Duration {
 	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
-	c.mu.Unlock()
 	return time.Duration(float64(d) * f)
-}
-
-// Reconnect replaces the session: a new connection and session generation,
-// every subscription re-established as a new generation and re-read
-// (notifications sent during the gap are lost by definition). Results of the
-// old session are refused from now on. A lost session is reconnected
-// without the caller (ClientOptions.Reconnect); Reconnect is for a caller
-// who wants a new session now.
-func (c *Client) Reconnect(ctx context.Context) error {
-	return c.reconnect(ctx, nil)
-}
-
-// errSuperseded: a reconnect found the session it was to replace already
-// replaced.
-var errSuperseded = errors.New("mcpsync: session already replaced")
-
-// reconnect replaces the current session, or, with expect set, that session
-// only (errSuperseded once another reconnect replaced it). It fails only
-// when no new session could be opened; subscriptions that cannot be
-// re-established are reported, and their errors returned, once the session
-// is up.
-func (c *Client) reconnect(ctx context.Context, expect *connection) error {
-	select {
-	case c.reconnecting <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-c.reconnecting }()
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrClientClosed
-	}
-	old := c.conn
-	c.mu.Unlock()
-	if expect != nil && old != expect {
-		return errSuperseded
-	}
-	old.stopHeartbeat()
-	old.stopListen()
-	c.mu.Lock()
-	lost := old.lost
-	c.mu.Unlock()
-	if a, ok := old.tr.(interface{ Abort() error }); ok && lost {
-		// A lost server gets no grace periods (stdin, then SIGTERM): it is
-		// dead or hung, and healing must not wait for it.
-		_ = a.Abort()
-	} else {
-		_ = old.mc.Close()
-	}
-	conn, err := c.connect(ctx)
-	if err != nil {
-		// The old session is closed and no new one is up: that is a lost
-		// session, healed (or failed) like any other.
-		c.lose(old, err)
-		return err
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		_ = conn.mc.Close()
-		return ErrClientClosed
-	}
-	c.conn = conn
-	c.health.Reconnects++
-	c.metrics.reconnects.Add(context.Background(), 1)
-	c.setHealth(ConnectionUp, "")
-	keys := slices.Collect(maps.Keys(c.watches))
-	c.mu.Unlock()
-	if c.opts.Logger != nil {
-		c.opts.Logger.Info("mcpsync: session opened", "sessionGeneration", conn.gen, "protocol", conn.caps.ProtocolVersion)
-	}
-	c.startHeartbeat(conn)
-	var errs []error
-	for _, key := range keys {
-		if err := c.resubscribe(ctx, key, true); err != nil {
-			c.reopenFailed(key, err)
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return nil
-}
-
-// startHeartbeat runs the heartbeat of conn until it is replaced, lost or
-// the client closes.
-func (c *Client) startHeartbeat(conn *connection) {
-	c.goAsync(func() { c.heartbeat(conn, conn.stop) })
-}
-
-// resubscribe opens key's subscription in the current session if the caller
-// still watches it. A key someone else holds is only marked: its holder
-// opens it in the current session before it lets go (settle).
-func (c *Client) resubscribe(ctx context.Context, key string, mark bool) error {
-	c.mu.Lock()
-	unlock, ok := c.keys.tryLock(key)
-	if !ok && mark {
-		c.resync[key] = true
-	}
-	c.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	return c.settle(key, unlock, func(conn *connection) error {
-		if err := c.finishStuckClose(conn, key); err != nil {
-			return err
-		}
-		_, err := c.subscribe(ctx, conn, key, TriggerReconnect)
-		return err
-	})
-}
-
-// finishStuckClose ends a close of key's generation in conn's session that
-// began and never finished (its last write failed), so that the next
-// generation may open: whether the server was told is not known, and the
-// close says so (UNSUBSCRIBE_UNKNOWN).
-func (c *Client) finishStuckClose(conn *connection, key string) error {
-	c.mu.Lock()
-	_, watched := c.watches[key]
-	c.mu.Unlock()
-	if !watched {
-		return nil // unsubscribed meanwhile: its Unsubscribe decides the close
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateUnsubscribing {
-		return nil
-	}
-	_, err = c.engine.FinishClose(key, false)
-	return err
 }
 
 // ListChanged returns how many list_changed notifications the client has
@@ -2451,351 +897,6 @@ func (c *Client) ListChanged(method string) uint64 {
 		return n.Load()
 	}
 	return 0
-}
-
-// countListChanged counts a list_changed notification of method, if it is one.
-func (c *Client) countListChanged(method string) {
-	switch method {
-	case string(mcp.MethodNotificationResourcesListChanged):
-		// One notification covers resources and their templates.
-		c.listChanged[string(mcp.MethodResourcesList)].Add(1)
-		c.listChanged[string(mcp.MethodResourcesTemplatesList)].Add(1)
-		c.listChanges.notify()
-	case string(mcp.MethodNotificationToolsListChanged):
-		c.listChanged[string(mcp.MethodToolsList)].Add(1)
-	case string(mcp.MethodNotificationPromptsListChanged):
-		c.listChanged[string(mcp.MethodPromptsList)].Add(1)
-	}
-}
-
-// note is one notification as it arrived, stamped with its session.
-type note struct {
-	gen  uint64
-	conn *connection
-	n    mcp.JSONRPCNotification
-	lost error // set instead of n when the connection was lost
-	// streamEnded is set instead of n when the server ended a listen stream.
-	streamEnded *listenStream
-}
-
-// noteQueue is an unbounded FIFO: push never blocks, so mcp-go's read loop
-// never waits on the client (mcp-go's own buffer drops notifications when
-// full, which is one of the losses the revalidation read exists for).
-type noteQueue struct {
-	mu    sync.Mutex // protects items
-	items []note
-	ready chan struct{} // holds a token while items is non-empty
-}
-
-func (q *noteQueue) init() { q.ready = make(chan struct{}, 1) }
-
-func (q *noteQueue) push(n note) {
-	q.mu.Lock()
-	q.items = append(q.items, n)
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// noteSpareMax is the longest drained batch whose room the queue reuses: a
-// burst longer than that gives its memory back once handled.
-const noteSpareMax = 1024
-
-// drain returns the queued notifications and queues the next ones in spare,
-// the batch drained before and handled since (nil at first), so that
-// notifications arriving one at a time allocate nothing for the queue.
-func (q *noteQueue) drain(spare []note) []note {
-	clear(spare) // the handled notes' maps and connections are not kept
-	if cap(spare) > noteSpareMax {
-		spare = nil
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	items := q.items
-	q.items = spare[:0]
-	return items
-}
-
-// pump handles queued notifications in arrival order.
-func (c *Client) pump() {
-	var batch []note
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-c.notes.ready:
-		}
-		batch = c.notes.drain(batch)
-		for _, n := range batch {
-			c.handle(n)
-		}
-	}
-}
-
-func (c *Client) handle(n note) {
-	c.mu.Lock()
-	current := c.conn
-	c.mu.Unlock()
-	switch {
-	case n.lost != nil:
-		c.lose(n.conn, n.lost)
-		return
-	case n.streamEnded != nil:
-		if n.conn == current {
-			c.goAsync(func() { c.reestablish(n.conn, n.streamEnded) })
-		}
-		return
-	}
-	params := n.n.Params.AdditionalFields
-	switch n.n.Method {
-	case string(mcp.MethodNotificationResourceUpdated):
-		uri := notifiedURI(params)
-		if n.gen != current.gen {
-			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
-			return
-		}
-		if id := streamIDOf(n.n); id != "" && !n.conn.currentStream(id) {
-			// A stream this client replaced: the server may still deliver
-			// on it for a moment, and the new stream carries the same URIs,
-			// so reading again would only amplify.
-			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
-			return
-		}
-		// Normalized here, once: the rollout and the engine are handed the
-		// key, which they find normalized and keep as it is, allocating
-		// nothing.
-		key, err := normalizeKey(uri)
-		if err != nil {
-			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
-			return
-		}
-		if c.skipRefresh(key, TriggerNotification) {
-			return // outside the refresh fraction (rollout.go)
-		}
-		t, ok, err := c.engine.Notify(key)
-		switch {
-		case err != nil:
-			if errors.Is(err, ErrNotLeaseholder) {
-				c.report(err)
-			}
-			c.engine.RefuseNotification(key, n.gen, ReasonNotSubscribed, err.Error())
-		case ok:
-			c.dispatch(t)
-		}
-	case mcp.MethodNotificationSubscriptionsAcknowledged:
-		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
-		if start {
-			c.startGapReader(n.conn)
-		}
-		for _, raw := range left {
-			if key, err := normalizeKey(raw); err == nil {
-				c.goAsync(func() { c.reopen(n.conn, key) })
-			}
-		}
-	}
-}
-
-// reestablish handles a listen stream the server ended: the subscriptions it
-// carried lost their notifications, so each generation the caller still
-// watches open in push mode is closed (the server kept no state to
-// unsubscribe) and a new one is opened and re-read. One in poll mode is
-// left to its poll ticks (retryPush): its Subscribe fell back to polling
-// because this stream was refused, and a server refusing every stream that
-// names it would otherwise have every stream replaced again at once, for
-// ever. One being opened is its opener's.
-//
-// A server that keeps ending acknowledged streams gets them back no faster
-// than a doubling backoff allows, up to RevalidateEvery; the backoff starts
-// afresh once a stream stayed up for a quarter of RevalidateEvery
-// (streamSteady). One it refused, or
-// ended before acknowledging it, is followed at once: that reopens only
-// what it had replaced, and each URI whose own stream it was fell back to
-// polling.
-//
-// A stream already replaced by a newer one (it was refused or ended while
-// the replacement was on its way) leaves only the URIs the newer one does
-// not carry.
-func (c *Client) reestablish(conn *connection, stream *listenStream) {
-	conn.mu.Lock()
-	replaced := conn.listen != stream
-	if !replaced {
-		stream.cancel()
-		conn.listen = nil
-		conn.lastAcked = nil // what it carried is opened anew and read below
-	}
-	var delay time.Duration
-	if stream.isAcked() {
-		if conn.ends == nil || time.Since(stream.ackedAt) >= c.opts.RevalidateEvery/streamSteady {
-			conn.ends = &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.opts.RevalidateEvery}
-		}
-		delay = conn.ends.NextBackOff()
-	}
-	conn.mu.Unlock()
-	if delay > 0 && !c.wait(delay) {
-		return
-	}
-	for _, raw := range stream.uris {
-		key, err := normalizeKey(raw)
-		if err != nil {
-			continue
-		}
-		if replaced && conn.wants(raw) {
-			continue // a newer stream carries it
-		}
-		if sub, err := c.engine.Subscription(key); err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePush || !sub.State.open() {
-			// Polled, or being opened by someone else (whose stream
-			// decides it), or stuck (repair), or of a session gone.
-			continue
-		}
-		c.reopen(conn, key)
-	}
-}
-
-// An acknowledged listen stream must stay up for RevalidateEvery /
-// streamSteady for the backoff between re-establishments to start afresh
-// when it ends: a server that ends streams faster costs at most about
-// streamSteady re-establishments (each reading every URI again) per
-// revalidation period.
-const streamSteady = 4
-
-// retryPush, at a poll tick of key, opens key again on a listen stream if
-// its Subscribe fell back to polling because a stream naming it was
-// refused, on a 2026-07-28 server that can subscribe: the refusal may have
-// been for the moment. Each URI tries again no sooner than PollEvery after
-// its fall-back (its first poll tick), then twice as long after each that
-// fails, up to RevalidateEvery.
-func (c *Client) retryPush(key string) {
-	c.mu.Lock()
-	conn, w := c.conn, c.watches[key]
-	due := w != nil && !c.closed && !time.Now().Before(w.retryAt)
-	c.mu.Unlock()
-	if !due || conn.era != EraModern || !conn.caps.Subscribe || conn.deaf != "" {
-		return
-	}
-	sub, err := c.engine.Subscription(key)
-	if err != nil || sub.SessionGeneration != conn.gen || sub.Mode != ModePoll || !sub.State.open() || !strings.HasPrefix(sub.ModeReason, subscribeFailed) {
-		return
-	}
-	c.mu.Lock()
-	if c.watches[key] != w || time.Now().Before(w.retryAt) {
-		c.mu.Unlock()
-		return
-	}
-	w.retryAt = time.Now().Add(min(c.opts.PollEvery<<min(w.retries, 16), c.opts.RevalidateEvery))
-	w.retries++
-	c.mu.Unlock()
-	c.goAsync(func() { c.reopen(conn, key) })
-}
-
-// reopen closes key's generation and opens the next one on conn, if the
-// caller still watches it and conn is still current.
-func (c *Client) reopen(conn *connection, key string) {
-	unlock, err := c.keys.lock(c.ctx, key)
-	if err != nil {
-		return // closing
-	}
-	c.mu.Lock()
-	_, watched := c.watches[key]
-	current := c.conn == conn && !c.closed
-	c.mu.Unlock()
-	if !watched || !current {
-		unlock()
-		return
-	}
-	err = c.settle(key, unlock, func(now *connection) error {
-		if now == conn {
-			if err := c.closeTold(key); err != nil {
-				return err
-			}
-		}
-		_, err := c.subscribe(c.ctx, now, key, TriggerReconnect)
-		return err
-	})
-	if err != nil {
-		c.reopenFailed(key, err)
-	}
-}
-
-// acknowledgedURIs returns the resource URIs a subscriptions/acknowledged
-// notification names. It carries every URI of the stream, so the common
-// shapes (mcp-go's in-process Go value, a decoded JSON array) are read
-// without the JSON round trip of decodeParams.
-func acknowledgedURIs(params map[string]any) []string {
-	switch f := params["notifications"].(type) {
-	case mcp.SubscriptionFilter:
-		return f.ResourceSubscriptions
-	case map[string]any:
-		if uris, ok := stringList(f["resourceSubscriptions"]); ok {
-			return uris
-		}
-	}
-	var ack struct {
-		Notifications mcp.SubscriptionFilter `json:"notifications"`
-	}
-	decodeParams(params, &ack)
-	return ack.Notifications.ResourceSubscriptions
-}
-
-// stringList returns v as a []string if it is a JSON array of strings.
-func stringList(v any) ([]string, bool) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, false
-	}
-	out := make([]string, 0, len(list))
-	for _, x := range list {
-		s, ok := x.(string)
-		if !ok {
-			return nil, false
-		}
-		out = append(out, s)
-	}
-	return out, true
-}
-
-// decodeParams reads notification params into dst through JSON. mcp-go's
-// in-process transport (v1.2.1) hands params over as the server's Go values
-// (an mcp.SubscriptionFilter, say) rather than decoded JSON, so a type
-// assertion on map[string]any would see nothing; a JSON round trip reads
-// both alike. A notification that does not decode leaves dst zero.
-func decodeParams(params map[string]any, dst any) {
-	raw, err := json.Marshal(params)
-	if err == nil {
-		_ = json.Unmarshal(raw, dst)
-	}
-}
-
-// Scan lists kind completely over the current session, as Scanner.Scan
-// says: two identical clean passes at least, or one pass with snapshot proof
-// where the server negotiated the snapshot extension. list_changed
-// notifications seen during a pass force another.
-//
-// A server that declares no resources capability has no resources or
-// templates to list: Scan of those kinds returns ErrNoResources and an
-// empty catalog, without asking.
-func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
-	conn, err := c.current()
-	if err != nil {
-		return Catalog{}, err
-	}
-	if (kind == KindResources || kind == KindResourceTemplates) && !conn.caps.Resources {
-		return Catalog{}, fmt.Errorf("%w (%s %s)", ErrNoResources, conn.caps.Server.Name, conn.caps.Server.Version)
-	}
-	method := kind.Method()
-	timeout := c.opts.Limits.ScanTimeout
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout,
-		&LimitError{Limit: LimitScanDuration, Max: timeout.Milliseconds(), Observed: timeout.Milliseconds()})
-	defer cancel()
-	cat, err := c.scanner.Scan(ctx, kind, conn.era, conn.caps, c.pages(conn, kind),
-		func() uint64 { return c.ListChanged(method) })
-	if se, ok := errors.AsType[*ScanError](err); ok && errors.Is(se.Err, context.DeadlineExceeded) {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrScanTimeout) {
-			se.Err = cause // name the limit, not only the deadline
-		}
-	}
-	return cat, err
 }
 
 // SessionErr returns the error that ended the current session on the
@@ -2810,154 +911,4 @@ func (c *Client) SessionErr() error {
 		return err
 	}
 	return ended
-}
-
-// pages fetches list pages of kind on conn. The cursor goes out untouched;
-// the page is read from the raw result, since mcp-go's typed result cannot
-// tell an absent nextCursor from "" (see wire.WithRawResult). mcp-go also
-// omits an empty cursor from its request (omitempty), so a 2026-07-28 server
-// that hands out "" gets its first page again, which the scanner's cycle
-// detection reports rather than a short listing.
-func (c *Client) pages(conn *connection, kind ListKind) PageFunc {
-	return func(ctx context.Context, cursor *string) (Page, error) {
-		ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-		var raw json.RawMessage
-		ctx = wire.WithRawResult(ctx, &raw)
-		var paged mcp.PaginatedRequest
-		if cursor != nil {
-			paged.Params.Cursor = mcp.Cursor(*cursor)
-		}
-		var err error
-		switch kind {
-		case KindResources:
-			_, err = conn.mc.ListResourcesByPage(ctx, mcp.ListResourcesRequest{PaginatedRequest: paged})
-		case KindResourceTemplates:
-			_, err = conn.mc.ListResourceTemplatesByPage(ctx, mcp.ListResourceTemplatesRequest{PaginatedRequest: paged})
-		case KindTools:
-			_, err = conn.mc.ListToolsByPage(ctx, mcp.ListToolsRequest{PaginatedRequest: paged})
-		case KindPrompts:
-			_, err = conn.mc.ListPromptsByPage(ctx, mcp.ListPromptsRequest{PaginatedRequest: paged})
-		default:
-			return Page{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
-		}
-		if err != nil {
-			return Page{}, err
-		}
-		return pageFromRaw(kind, raw)
-	}
-}
-
-// listResult is the part of a list result discovery reads.
-type listResult struct {
-	Resources []struct {
-		URI      string `json:"uri"`
-		Name     string `json:"name"`
-		MIMEType string `json:"mimeType"`
-	} `json:"resources"`
-	ResourceTemplates []struct {
-		URITemplate string `json:"uriTemplate"`
-		Name        string `json:"name"`
-		MIMEType    string `json:"mimeType"`
-	} `json:"resourceTemplates"`
-	Tools []struct {
-		Name string `json:"name"`
-	} `json:"tools"`
-	Prompts []struct {
-		Name string `json:"name"`
-	} `json:"prompts"`
-	NextCursor *string        `json:"nextCursor"`
-	Meta       map[string]any `json:"_meta"`
-}
-
-func pageFromRaw(kind ListKind, raw json.RawMessage) (Page, error) {
-	var r listResult
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return Page{}, fmt.Errorf("mcpsync: %s result: %w", kind.Method(), err)
-	}
-	p := Page{NextCursor: r.NextCursor}
-	if id, ok := r.Meta[SnapshotIDMetaKey].(string); ok {
-		p.SnapshotID = id
-	}
-	switch kind {
-	case KindResources:
-		for _, x := range r.Resources {
-			p.Items = append(p.Items, Descriptor{URI: x.URI, Name: x.Name, MIMEType: x.MIMEType})
-		}
-	case KindResourceTemplates:
-		for _, x := range r.ResourceTemplates {
-			p.Items = append(p.Items, Descriptor{URITemplate: x.URITemplate, Name: x.Name, MIMEType: x.MIMEType})
-		}
-	case KindTools:
-		for _, x := range r.Tools {
-			p.Items = append(p.Items, Descriptor{Name: x.Name})
-		}
-	case KindPrompts:
-		for _, x := range r.Prompts {
-			p.Items = append(p.Items, Descriptor{Name: x.Name})
-		}
-	}
-	return p, nil
-}
-
-// Reconcile hands a resources catalog's verdicts to the engine under the
-// client's deletion policy (Catalog.ReconcileWith) and sends the reads it
-// asks for.
-func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
-	rec, err := cat.ReconcileWith(c.engine, c.opts.Deletion)
-	for _, t := range rec.Tickets {
-		c.dispatch(t)
-	}
-	return rec, err
-}
-
-// streamIDOf returns the subscriptions/listen stream a 2026-07-28
-// notification names in _meta, or "" when it names none. mcp-go decodes
-// _meta into Params.Meta off the wire; its in-process transport leaves it
-// among the other params.
-func streamIDOf(n mcp.JSONRPCNotification) string {
-	id, ok := n.Params.Meta[mcp.MetaKeySubscriptionID]
-	if !ok {
-		switch meta := n.Params.AdditionalFields["_meta"].(type) {
-		case nil:
-		case map[string]any:
-			id, ok = meta[mcp.MetaKeySubscriptionID]
-		default:
-			var m struct {
-				Meta map[string]any `json:"_meta"`
-			}
-			decodeParams(n.Params.AdditionalFields, &m)
-			id, ok = m.Meta[mcp.MetaKeySubscriptionID]
-		}
-	}
-	switch id := id.(type) {
-	case nil:
-		return ""
-	case string:
-		return id
-	}
-	if !ok {
-		return ""
-	}
-	return fmt.Sprint(id)
-}
-
-// notifiedURI returns the uri of a resources/updated notification's
-// params. Off the wire it is a string; only other shapes (typed values an
-// in-process transport passes through) take the JSON round trip.
-func notifiedURI(params map[string]any) string {
-	if uri, ok := params["uri"].(string); ok {
-		return uri
-	}
-	var updated mcp.ResourceUpdatedNotificationParams
-	decodeParams(params, &updated)
-	return updated.URI
-}
-
-// currentStream reports whether id names the newest stream (or there is
-// none whose id is known, so there is nothing to compare with).
-func (conn *connection) currentStream(id string) bool {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	return conn.listen == nil || conn.listen.id == "" || conn.listen.id == id
 }

@@ -361,3 +361,33 @@ func TestClientAbsorbsDuplicatesOnACallersEngine(t *testing.T) {
 		assert.Equal(t, "v2", lookupText(t, c))
 	})
 }
+
+// A server lists docURI but answers every read of it with the contents of
+// another URI, so every read is refused (URI_MISMATCH). WaitForSync,
+// documented to return once every watched URI had "a first version, or a
+// definite answer", returns rather than waiting out the caller's context
+// (an hour here) saying nothing of why: the quick start calls WaitForSync
+// with the caller's context.
+func TestWaitForSyncReturnsOnAServerThatAnswersForAnotherURI(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := server.NewMCPServer("liar", "1.0.0", server.WithResourceCapabilities(true, true))
+		srv.AddResource(mcp.NewResource(docURI, "a", mcp.WithMIMEType("text/markdown")),
+			func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+				return []mcp.ResourceContents{mcp.TextResourceContents{URI: "file:///docs/secret.md", MIMEType: "text/markdown", Text: "not yours"}}, nil
+			})
+		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+			return transport.NewInProcessTransport(srv), nil
+		}, &mcpsync.ClientOptions{Subject: alice})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+
+		_, subErr := c.Subscribe(t.Context(), docURI)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		err = c.WaitForSync(ctx)
+		_, lerr := c.Lookup(docURI)
+		t.Logf("Subscribe: %v; Lookup: %v", subErr, lerr)
+		require.NotErrorIs(t, err, context.DeadlineExceeded,
+			"WaitForSync waited an hour for a URI whose every read the fence refuses, and said nothing of why")
+	})
+}

@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // pendingEngine returns an engine whose docURI served "v1" (ordinal 1) and
@@ -284,4 +286,88 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 	sub := state(t, e)
 	assert.True(t, sub.TombstonedAt.IsZero(), "found again")
 	assert.Equal(t, "back", served(t, e))
+}
+
+// A subscribed resource is deleted and the tombstone confirmed by a proven
+// catalog; the caller then unsubscribes. A confirmed tombstone is still
+// subscribed on the server, so it closes like an open generation: the
+// server is told, and when the resource is recreated the unsubscribed URI
+// stays closed instead of coming back against the caller's last word. Both
+// eras.
+func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
+				srv.Set(faultURI, "text/markdown", "v1")
+				srv.Set(otherURI, "text/markdown", "v1")
+				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = r.c.Close() })
+				r.subscribeSettled(t, faultURI)
+				srv.Delete(faultURI)
+				time.Sleep(time.Second)
+				quiesce()
+				cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+				require.NoError(t, err)
+				_, err = r.c.Reconcile(cat)
+				require.NoError(t, err)
+				sub, err := r.c.Engine().Subscription(faultURI)
+				require.NoError(t, err)
+				require.Equal(t, mcpsync.StateTombstoned, sub.State, r.describe(faultURI))
+
+				closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
+				t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
+				quiesce()
+				srv.Recreate(faultURI, "v2")
+				time.Sleep(time.Minute)
+				quiesce()
+				sub, err = r.c.Engine().Subscription(faultURI)
+				require.NoError(t, err)
+				if uerr != nil || openState(sub.State) || srv.Subscribed(faultURI) {
+					t.Fatalf("unsubscribe of a tombstoned URI not done (Unsubscribe err %v); after recreation: %s", uerr, r.describe(faultURI))
+				}
+			})
+		})
+	}
+}
+
+// Corroborate on a pending tombstone whose URI has a queued read in flight
+// (sent before the read that said not found passed) issues no read of its
+// own: the queue issues the second read when the one in flight ends. The
+// read in flight, answered not found too, is older than the scan, so it
+// neither confirms nor ends the corroboration; the second read, issued
+// after the scan and not found again, confirms the deletion at once rather
+// than making the tombstone pending once more and waiting for another scan.
+func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
+	clock := newClock()
+	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	require.NoError(t, err)
+
+	// A read outside the queue (Client.Read), then a pulse's queued read.
+	direct := issue(t, e, mcpsync.TriggerRevalidate)
+	queued, ok, err := e.Notify(docURI)
+	require.NoError(t, err)
+	require.True(t, ok)
+	out, err := e.AcceptResourceVersion(direct, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.DecisionTombstonePending, out.Decision())
+
+	_, ok, err = e.Corroborate(docURI, scanAfter(clock))
+	require.NoError(t, err)
+	require.False(t, ok, "the queued read is in flight: the queue issues the second read after it")
+	require.NotNil(t, state(t, e).Corroboration)
+
+	// The read in flight, sent before the scan: not found either.
+	out, _ = e.FinishRead(queued, mcpsync.NotFoundResult())
+	require.NotNil(t, out.FollowUp, "the second read")
+	second := *out.FollowUp
+	assert.NotNil(t, state(t, e).Corroboration, "an answer older than the scan, not found, says nothing the scan did not know")
+
+	out, err = e.FinishRead(second, mcpsync.NotFoundResult())
+	require.NoError(t, err)
+	assert.Equal(t, mcpsync.DecisionTombstoned, out.Decision(), "the second not-found, issued after the scan, confirms the deletion")
+	assert.NotNil(t, out.Tombstone)
+	assert.Equal(t, mcpsync.StateTombstoned, state(t, e).State)
 }

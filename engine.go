@@ -48,7 +48,9 @@ type Engine struct {
 	ledger Ledger
 	// mem is ledger when it is the memory ledger, whose writes the fence
 	// makes in place (change); nil for every other ledger.
-	mem          *memoryLedger
+	mem *memoryLedger
+	// deferring is ledger when it can defer writes (DeferringLedger).
+	deferring    DeferringLedger
 	guard        ContentGuard
 	now          func() time.Time
 	onTransition func(Transition)
@@ -60,7 +62,7 @@ type Engine struct {
 	id string
 
 	session   atomic.Pointer[session] // never nil
-	sessionMu sync.Mutex              // serializes BeginSession
+	sessionMu sync.Mutex              // serializes BeginSession and a Client's release of the engine
 	requests  idBlock                 // request ids reserved from the ledger
 
 	// revokeMu is read-held by every write that binds content to a subject
@@ -129,6 +131,7 @@ func NewEngine(opts *Options) (*Engine, error) {
 		maxTickets:   o.MaxReadsInFlight,
 	}
 	e.mem, _ = o.Ledger.(*memoryLedger)
+	e.deferring, _ = o.Ledger.(DeferringLedger)
 	e.queue.init(o.ConfirmSends)
 	var auditMu *sync.Mutex
 	if e.mem != nil {
@@ -162,20 +165,52 @@ func (e *Engine) ID() string { return e.id }
 // a crash only leaves the rest of a block unused.
 const requestBlock = 64
 
-// idBlock holds request ids reserved from the ledger and not yet used.
+// idBlock holds request ids reserved from the ledger and not yet used, and
+// the next block, reserved while this one still has ids, so that readers do
+// not all wait for its reservation when this one runs out.
 // On the memory ledger the ledger's lock guards it instead of mu: only
 // steps in place (issue) hand ids out there (requestIDLocked).
 type idBlock struct {
-	mu        sync.Mutex // protects next and end
+	mu        sync.Mutex // protects every field
 	next, end uint64     // next is free while next < end
+	// spare is the first id of the next block (0: none yet); reserving
+	// says a reader is reserving it.
+	spare     uint64
+	reserving bool
 }
 
 // requestID hands out a request id the ledger will never hand out again.
+// The reader that takes the middle id of a block reserves the next one,
+// outside the lock, while the others go on taking ids.
 func (e *Engine) requestID(ctx context.Context) (uint64, error) {
 	b := &e.requests
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.take(func() (uint64, error) { return e.ledger.Next(ctx, CounterRequest, requestBlock) })
+	if b.next == b.end && b.spare != 0 {
+		b.next, b.end, b.spare = b.spare, b.spare+requestBlock, 0
+	}
+	if b.next == b.end {
+		// None left and none reserved: reserve under the lock, which the
+		// others wait on (as they would for any id).
+		defer b.mu.Unlock()
+		return b.take(func() (uint64, error) { return e.ledger.Next(ctx, CounterRequest, requestBlock) })
+	}
+	id, _ := b.take(nil)
+	reserve := !b.reserving && b.spare == 0 && b.end-b.next <= requestBlock/2
+	if reserve {
+		b.reserving = true
+	}
+	b.mu.Unlock()
+	if reserve {
+		first, err := e.ledger.Next(ctx, CounterRequest, requestBlock)
+		b.mu.Lock()
+		b.reserving = false
+		if err == nil {
+			b.spare = first
+		}
+		b.mu.Unlock()
+		// A failed reservation is tried again by whoever runs out.
+	}
+	return id, nil
 }
 
 // requestIDLocked is requestID in a step on the memory ledger, whose lock
@@ -209,7 +244,19 @@ func (e *Engine) Ledger() Ledger { return e.ledger }
 // refused. Subscriptions whose unsubscribe outcome stayed unknown end with
 // their session: they become CLOSED.
 func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
+	return e.beginSessionOf(nil, info)
+}
+
+// beginSessionOf is BeginSession for the Client c that drives the engine:
+// refused once c no longer does (it was closed, and the engine may drive
+// another Client's sessions by now). Client.release frees the engine under
+// the same lock.
+func (e *Engine) beginSessionOf(c *Client, info SessionInfo) (CapabilityReceipt, error) {
 	e.sessionMu.Lock()
+	if c != nil && e.driver.Load() != c {
+		e.sessionMu.Unlock()
+		return CapabilityReceipt{}, ErrClientClosed
+	}
 	gen, err := e.ledger.Next(context.Background(), CounterSession, 1)
 	if err != nil {
 		e.sessionMu.Unlock()
@@ -249,13 +296,16 @@ const casAttempts = 100
 // fn must depend only on the record it is given; it returns a nil record to
 // write nothing. update returns the record as stored afterwards.
 func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
-	return e.updateFrom(key, nil, false, fn)
+	return e.updateFrom(key, nil, false, nil, fn)
 }
 
 // updateFrom is update starting from cur, the record as the caller just
 // loaded it, when loaded: one round trip fewer, and when another writer got
-// there since, the compare-and-swap says so and the next attempt loads.
-func (e *Engine) updateFrom(key string, cur *Record, loaded bool, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
+// there since, the compare-and-swap says so and the next attempt loads. A
+// write for which mayDefer (when not nil) says so may be deferred
+// (swap).
+func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(cur, next *Record) bool,
+	fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
 	// Engine calls take no context yet; a ledger write is one short
 	// transaction.
 	ctx := context.Background()
@@ -274,7 +324,8 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, fn func(cur *R
 		for i := range entries {
 			entries[i].Engine = e.id
 		}
-		seq, ok, err := e.ledger.CompareAndSwap(ctx, key, cur.revision(), next, entries)
+		deferrable := mayDefer != nil && mayDefer(cur, next)
+		seq, ok, err := e.swap(ctx, key, cur, next, entries, deferrable)
 		if err != nil {
 			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}
@@ -283,6 +334,54 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, fn func(cur *R
 		}
 	}
 	return nil, 0, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
+}
+
+// swap stores next over cur by compare-and-swap, with entries; a write
+// with no entries that a crash makes moot (deferrable) is deferred on a
+// ledger that can defer it (DeferringLedger): it is visible at once and
+// durable with the key's next durable write.
+func (e *Engine) swap(ctx context.Context, key string, cur, next *Record, entries []OutboxEntry, deferrable bool) (uint64, bool, error) {
+	if deferrable && len(entries) == 0 && e.deferring != nil {
+		ok, err := e.deferring.CompareAndSwapDeferred(ctx, key, cur.revision(), next)
+		return 0, ok, err
+	}
+	return e.ledger.CompareAndSwap(ctx, key, cur.revision(), next, entries)
+}
+
+// resumedAnyway reports whether a write of cur that leaves next may be
+// deferred because a crash that lost it would leave the key as a restart
+// resumes it anyway: cur and next are both generations a restart resumes
+// (ResumableSubscriptions), of one subject, server and spelling. A deferred
+// write is only ever made on a record such a write left or a durable one,
+// so the record a crash leaves is resumed as next would be.
+func resumedAnyway(cur, next *Record) bool {
+	if cur == nil || cur.Sub == nil || next == nil || next.Sub == nil || !resumes(cur) || !resumes(next) {
+		return false
+	}
+	a, b := cur.Sub, next.Sub
+	return a.Subject == b.Subject && a.URI == b.URI && a.RawURI == b.RawURI && serverIDOf(a) == serverIDOf(b)
+}
+
+// resumes reports whether a restart resumes r's generation (as
+// ResumableSubscriptions picks them, whatever its session).
+func resumes(r *Record) bool {
+	if r.Sub.Generation == 0 || r.CloseEpoch != 0 {
+		return false
+	}
+	switch st := r.State; {
+	case st.open(), st == StateSubscribing, st == StateTombstonePending,
+		st == StateTombstoned, st == StateReconciliationRequired:
+		return true
+	}
+	return false
+}
+
+// serverIDOf is the ServerID s was opened with (serverOf).
+func serverIDOf(s *SubscriptionInfo) string {
+	if s.Capabilities != nil && s.Capabilities.ServerID != "" {
+		return s.Capabilities.ServerID
+	}
+	return s.Server.Name
 }
 
 // stepFunc is one write of a record, made on a copy: cur is the record as
@@ -299,9 +398,10 @@ type stepFunc func(cur, next *Record, entries *[]OutboxEntry) (bool, error)
 // change applies fn to the record of key and stores its result: on the
 // memory ledger in place, under its lock (memoryLedger.update), on any
 // other ledger by compare-and-swap, retrying with the fresh record when
-// another writer won, starting from cur when loaded (as updateFrom). It
-// returns the number of the first outbox entry written (0: none).
-func (e *Engine) change(key string, cur *Record, loaded bool, fn stepFunc) (uint64, error) {
+// another writer won, starting from cur when loaded (as updateFrom), and
+// deferring it when deferrable (swap). It returns the number of the first
+// outbox entry written (0: none).
+func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn stepFunc) (uint64, error) {
 	ctx := context.Background()
 	if e.mem != nil {
 		return e.mem.update(key, e.id, nil, fn)
@@ -334,7 +434,7 @@ func (e *Engine) change(key string, cur *Record, loaded bool, fn stepFunc) (uint
 		for i := range entries {
 			entries[i].Engine = e.id
 		}
-		seq, ok, err := e.ledger.CompareAndSwap(ctx, key, cur.revision(), next, entries)
+		seq, ok, err := e.swap(ctx, key, cur, next, entries, deferrable)
 		if err != nil {
 			return 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}

@@ -7,115 +7,18 @@ package mcpsync_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
-
-const faultURI = "file:///docs/handbook.md"
-
-// wiring is a way to reach the server: a protocol revision over a transport.
-type wiring struct {
-	name    string
-	version string
-	http    bool
-}
-
-var eras = []wiring{{"legacy", "2025-11-25", false}, {"modern", "2026-07-28", false}}
-
-// withHTTP adds streamable HTTP (2025-11-25: the stateful streamable HTTP
-// server of mcp-go speaks the legacy revision).
-var withHTTP = append(eras[:len(eras):len(eras)], wiring{"legacy-http", "2025-11-25", true})
-
-// rig is a client synced to an mcpsynctest server through the fault kit.
-type rig struct {
-	t        *testing.T
-	srv      *mcpsynctest.Server
-	c        *mcpsync.Client
-	outcomes chan mcpsync.Outcome
-
-	mu  sync.Mutex
-	kit *mcpsynctest.Transport // of the current connection
-}
-
-func newRig(t *testing.T, w wiring, opts *mcpsync.ClientOptions) *rig {
-	t.Helper()
-	r := &rig{t: t, srv: mcpsynctest.NewServer(nil), outcomes: make(chan mcpsync.Outcome, 64)}
-	r.srv.Set(faultURI, "text/markdown", "v1")
-	var dial func() (transport.Interface, error)
-	if w.http {
-		hs := httptest.NewServer(server.NewStreamableHTTPServer(r.srv.MCPServer()))
-		t.Cleanup(hs.Close)
-		dial = func() (transport.Interface, error) {
-			return transport.NewStreamableHTTP(hs.URL, transport.WithContinuousListening())
-		}
-	} else {
-		dial = func() (transport.Interface, error) { return r.srv.NewInProcessTransport(), nil }
-	}
-	var o mcpsync.ClientOptions
-	if opts != nil {
-		o = *opts
-	}
-	o.Subject, o.ProtocolVersion, o.Seed = alice, w.version, 1
-	o.OnOutcome = func(out mcpsync.Outcome) { r.outcomes <- out }
-	c, err := mcpsync.Connect(t.Context(), func(ctx context.Context) (transport.Interface, error) {
-		inner, err := dial()
-		if err != nil {
-			return nil, err
-		}
-		kit := mcpsynctest.NewTransport(inner, 1)
-		r.mu.Lock()
-		r.kit = kit
-		r.mu.Unlock()
-		return kit, nil
-	}, &o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	require.Equal(t, w.version, c.Capabilities().ProtocolVersion)
-	return r
-}
-
-func (r *rig) faults() *mcpsynctest.Transport {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kit
-}
-
-// subscribe subscribes faultURI and waits for the initial read to pass.
-func (r *rig) subscribe() mcpsync.Subscription {
-	r.t.Helper()
-	sub, err := r.c.Subscribe(r.t.Context(), faultURI)
-	require.NoError(r.t, err)
-	require.Equal(r.t, mcpsync.ModePush, sub.Mode)
-	require.True(r.t, next(r.t, r.outcomes).Accepted)
-	return sub
-}
-
-func (r *rig) served() string {
-	r.t.Helper()
-	entry, err := r.c.Lookup(faultURI)
-	require.NoError(r.t, err)
-	return entry.Contents[0].Text
-}
-
-func (r *rig) outbox() []mcpsync.OutboxEntry {
-	r.t.Helper()
-	entries, err := r.c.Engine().PullOutbox(0, 0)
-	require.NoError(r.t, err)
-	return entries
-}
 
 func waitFor(t *testing.T, ch <-chan struct{}) {
 	t.Helper()

@@ -116,7 +116,9 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Reco
 		issuedAt = e.now()
 	}
 	{
-		_, err := e.change(key, loaded, loaded != nil, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+		// Deferred: a ticket is refused after any crash (its engine and
+		// session are gone), so it rides with the write of its answer.
+		_, err := e.change(key, loaded, loaded != nil, true, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 			path.reset(cur)
 			if cur == nil || cur.Sub == nil {
 				return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -298,7 +300,7 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 	if e.mem == nil {
 		e.revokeMu.RLock()
 	}
-	seq, err := e.change(t.URI, cur, cur != nil, func(cur, next *Record, entries *[]OutboxEntry) (bool, error) {
+	seq, err := e.change(t.URI, cur, cur != nil, false, func(cur, next *Record, entries *[]OutboxEntry) (bool, error) {
 		return a.step(cur, next, entries, out, t, r)
 	})
 	if e.mem == nil {
@@ -782,7 +784,8 @@ func (e *Engine) stale(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, re
 // spent, so a late answer to it is refused.
 func (e *Engine) AbandonRead(t Ticket) error {
 	var path transitions
-	_, err := e.change(t.URI, nil, false, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+	// Deferred, like the ticket it settles.
+	_, err := e.change(t.URI, nil, false, true, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil || !holdsTicket(cur, &t) || cur.Sub.Generation != t.SubscriptionGeneration {
 			return false, nil

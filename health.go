@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -281,7 +278,6 @@ func (c *Client) lose(conn *connection, err error) {
 	if fatal := conn.mon.Err(); fatal != nil {
 		c.endedBy = fatal
 	}
-	conn.stopHeartbeat()
 	state := ConnectionHealing
 	if c.opts.Reconnect.Disabled {
 		state = ConnectionFailed
@@ -290,73 +286,7 @@ func (c *Client) lose(conn *connection, err error) {
 	c.mu.Unlock()
 	c.report(&ConnectionError{SessionGeneration: conn.gen, Err: err})
 	if state == ConnectionHealing {
-		c.goAsync(func() { c.heal(conn) })
-	}
-}
-
-// heal reconnects after the loss of lost, with a capped, jittered
-// exponential backoff, until a session is up, the policy gives up, or the
-// client closes.
-func (c *Client) heal(lost *connection) {
-	p := c.opts.Reconnect
-	b := &backoff.ExponentialBackOff{InitialInterval: p.Initial, RandomizationFactor: 1, Multiplier: 2, MaxInterval: p.Max}
-	start := time.Now()
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
-		err := c.reconnect(ctx, lost)
-		cancel()
-		if err == nil || errors.Is(err, errSuperseded) || errors.Is(err, ErrClientClosed) || c.isClosed() {
-			return // healed, healed by someone else, or closed: nothing failed
-		}
-		c.report(&ConnectionError{SessionGeneration: lost.gen, Attempt: attempt, Err: err})
-		if (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || (p.MaxElapsed > 0 && time.Since(start) >= p.MaxElapsed) {
-			c.mu.Lock()
-			c.setHealth(ConnectionFailed, err.Error())
-			c.mu.Unlock()
-			c.report(fmt.Errorf("%w after %d attempts: %w", ErrReconnectGaveUp, attempt, err))
-			return
-		}
-		if !c.wait(b.NextBackOff()) {
-			return
-		}
-	}
-}
-
-// heartbeat pings the server of conn every PingEvery; a ping without an
-// answer within PingTimeout, or a transport that is gone, is the loss of
-// the session. Any answer counts, an error included: it proves the server
-// reads and writes.
-func (c *Client) heartbeat(conn *connection, stop <-chan struct{}) {
-	if c.opts.PingEvery <= 0 {
-		return
-	}
-	timer := time.NewTimer(c.opts.PingEvery)
-	defer timer.Stop()
-	for n := 1; ; n++ {
-		select {
-		case <-stop:
-			return
-		case <-c.ctx.Done():
-			return
-		case <-conn.probe:
-		case <-timer.C:
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.PingTimeout)
-		err := conn.ping(ctx, n)
-		cancel()
-		if err != nil {
-			select {
-			case <-stop:
-				return // replaced meanwhile: its failure is no news
-			default:
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				err = fmt.Errorf("%w within %v", errPingTimeout, c.opts.PingTimeout)
-			}
-			c.lose(conn, err)
-			return
-		}
-		timer.Reset(c.opts.PingEvery)
+		c.markSession(0) // its pass heals
 	}
 }
 
@@ -370,19 +300,6 @@ func (conn *connection) ping(ctx context.Context, n int) error {
 	return err
 }
 
-// probeSoon asks the heartbeat of conn to ping now (a read timed out: the
-// session may be half-open).
-func (conn *connection) probeSoon() {
-	select {
-	case conn.probe <- struct{}{}:
-	default:
-	}
-}
-
-func (conn *connection) stopHeartbeat() {
-	conn.stopOnce.Do(func() { close(conn.stop) })
-}
-
 // failedRead records a read that got no answer.
 func (c *Client) failedRead(conn *connection, t Ticket, err error) {
 	c.failedReads.Add(1)
@@ -394,45 +311,8 @@ func (c *Client) failedRead(conn *connection, t Ticket, err error) {
 	case transportLost(err):
 		c.lose(conn, err)
 	case errors.Is(err, context.DeadlineExceeded):
-		conn.probeSoon()
+		c.probe(conn)
 	}
-}
-
-// flooded handles notifications dropped over Limits.NotificationsPerSecond
-// on conn: a resources/updated may have been among them, and a pulse must
-// never be lost, so every watched URI is degraded (saying why) and read
-// again once a whole second passed without a drop. It runs on the
-// transport's read loop and only starts the catch-up.
-func (c *Client) flooded(conn *connection) {
-	c.mu.Lock()
-	if conn.flooding || c.closed {
-		c.mu.Unlock()
-		return
-	}
-	conn.flooding = true
-	for key := range c.watches {
-		c.failing[key] = "notifications dropped over the rate limit; every subscription is read again once it falls"
-	}
-	c.mu.Unlock()
-	c.goAsync(func() {
-		for last := conn.mon.Dropped(); ; {
-			if !c.wait(time.Second) {
-				return
-			}
-			now := conn.mon.Dropped()
-			if now == last {
-				break
-			}
-			last = now
-		}
-		c.mu.Lock()
-		conn.flooding = false
-		keys := slices.Collect(maps.Keys(c.watches))
-		c.mu.Unlock()
-		for _, key := range keys {
-			c.request(key, TriggerRevalidate)
-		}
-	})
 }
 
 // answered records a read the server answered.

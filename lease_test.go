@@ -10,7 +10,9 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -121,5 +123,99 @@ func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, before.Revision, after.Revision, "nothing is written to a row another worker holds")
 		require.NoError(t, r.c.WaitForSync(t.Context()), "a URI let go is not waited for")
+	})
+}
+
+// Workers share a ledger; another worker took docURI's lease, so
+// Unsubscribe only lets the URI go and tells the server to stop. When that
+// one request fails (a transient server error), the server is still put
+// right once it answers, as for every other failed unsubscribe: half an
+// hour later it does not notify a URI this client no longer watches, and
+// still notifies the one it does. Both eras.
+func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const y = "file:///b42/lease/y.md"
+				l := newLeasedLedger()
+				e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+				require.NoError(t, err)
+				srv := mcpsynctest.NewServer(nil)
+				srv.Set(docURI, "text/markdown", "v1")
+				srv.Set(y, "text/markdown", "v1")
+				r, err := newLiveRig(t.Context(), srv, w.version, 1, mcpsync.ClientOptions{Engine: e})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				r.subscribeSettled(t, docURI)
+				r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
+				require.True(t, srv.Subscribed(docURI))
+
+				l.setForeign(docURI, true)
+				method := string(mcp.MethodResourcesUnsubscribe)
+				if w.version == "2026-07-28" {
+					method = string(mcp.MethodSubscriptionsListen)
+				}
+				r.faults().FailNext(method, "", mcp.INTERNAL_ERROR, "b42: try again")
+				_, err = r.c.Unsubscribe(t.Context(), docURI)
+				require.NoError(t, err)
+				for range 6 {
+					time.Sleep(5 * time.Minute)
+					quiesce()
+				}
+				require.True(t, srv.Subscribed(y), "y is still watched")
+				require.False(t, srv.Subscribed(docURI),
+					"half an hour after Unsubscribe let go of a URI whose lease moved, the server still notifies it (unsubscribes sent %d)", srv.UnsubscribeCalls())
+			})
+		})
+	}
+}
+
+// The same on 2026-07-28 with the caller giving up: an Unsubscribe of a
+// URI whose lease moved waits behind the stream replacement a Subscribe(z)
+// has under way (its listen request, slow to reach the server, naming the
+// URI); the caller's context ends. The replacement goes out naming the
+// URI, and with nothing else replacing it, half an hour later the stream
+// no longer carries it, while z stays carried.
+func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const z = "file:///b42/lease/z.md"
+		l := newLeasedLedger()
+		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		require.NoError(t, err)
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/markdown", "v1")
+		srv.Set(z, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, eras[1].version, 1, mcpsync.ClientOptions{Engine: e})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r.subscribeSettled(t, docURI)
+		require.True(t, srv.Subscribed(docURI))
+
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		subDone := make(chan error, 1)
+		go func() {
+			_, err := r.c.Subscribe(t.Context(), z)
+			subDone <- err
+		}()
+		<-hold.Arrived()
+		l.setForeign(docURI, true)
+		ctx, cancel := context.WithCancel(t.Context())
+		unsubDone := make(chan error, 1)
+		go func() {
+			_, err := r.c.Unsubscribe(ctx, docURI)
+			unsubDone <- err
+		}()
+		synctest.Wait()
+		cancel()
+		t.Logf("Unsubscribe: %v", <-unsubDone)
+		hold.Release()
+		require.NoError(t, <-subDone)
+		for range 6 {
+			time.Sleep(5 * time.Minute)
+			quiesce()
+		}
+		require.True(t, srv.Subscribed(z), "z is still watched")
+		require.False(t, srv.Subscribed(docURI),
+			"half an hour after Unsubscribe let go of a URI whose lease moved, the listen stream still carries it")
 	})
 }

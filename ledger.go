@@ -584,6 +584,27 @@ type LedgerIndex interface {
 	RevokedAfter(ctx context.Context, gen uint64) (subjects []string, now uint64, err error)
 }
 
+// DeferringLedger is implemented by durable ledgers that can take a write
+// the fence needs no durability for without a commit of its own. The
+// engine defers only writes that every crash makes moot: a read ticket and
+// its settling without an answer (a ticket is refused after any restart:
+// its engine and session generation are gone), a pulse, and the opening and
+// activating of a subscription generation whose record a restart resumes
+// anyway (docs/design.md, "What must be durable when"). Accepts, tombstones,
+// closes, revocations and anything with an outbox entry are never deferred.
+type DeferringLedger interface {
+	// CompareAndSwapDeferred is CompareAndSwap of a write with no outbox
+	// entries that need not be durable when it returns. Once it returned
+	// ok, next is key's record for every call made after it (Load, Range,
+	// Export, the LedgerIndex answers, compare-and-swap of revision
+	// next.Revision). It is durable once the next durable write of key,
+	// made from it, is (that write stores the key's state whole), or once
+	// Range, Export or a LedgerIndex answer returned, or the ledger was
+	// closed. A crash may lose it, but never keeps a later write of key
+	// without it. A ledger may also write it durably at once.
+	CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *Record) (ok bool, err error)
+}
+
 // Subjects returns the subjects a revocation of which changes r
 // (RevokeSubject), each once: the subject of its current version, unless that
 // version is revoked already, then those of its derived artifacts. A

@@ -3,6 +3,7 @@ package mcpsync_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"runtime"
 	"testing"
 	"testing/synctest"
@@ -339,5 +340,25 @@ func TestResumableSubscriptions(t *testing.T) {
 	for sub, err := range n.ResumableSubscriptions() {
 		require.NoError(t, err)
 		assert.NotEqual(t, "file:///docs/a.md", sub.URI, "resumed in this session")
+	}
+}
+
+// Next promises no value is ever returned twice. A reservation that runs
+// past the top of the counter is refused, or, if granted, the counter does
+// not wrap round: neither 0 nor a value already handed out comes next.
+func TestMemoryLedgerNextNeverWrapsAround(t *testing.T) {
+	ctx := context.Background()
+	l := mcpsync.NewMemoryLedger(nil)
+	first, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), first)
+	_, err = l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64)
+	if err != nil {
+		return // refused: fine
+	}
+	again, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	if err == nil {
+		assert.NotEqual(t, uint64(1), again, "request id 1 handed out twice")
+		assert.NotZero(t, again, "0 handed out, which no ticket may carry")
 	}
 }

@@ -1,12 +1,11 @@
 package mcpsync_test
 
-// One test per liveness finding that lives in the session layer: each
-// drives a Client over the mcpsynctest server into the interleaving the
-// finding names, then lets fake time pass with the server quiet, and checks
-// that the subscription reached the server's current content (or says why
-// not). Revalidation is set far beyond the test wherever only the read the
-// finding is about can bring the new content, so that a periodic read
-// cannot hide a lost one.
+// Liveness of the session layer: each test drives a Client over the
+// mcpsynctest server into an interleaving of calls and faults, then lets
+// fake time pass with the server quiet, and checks that the subscription
+// reached the server's current content (or says why not). Revalidation is
+// set far beyond the test wherever only the read under test can bring the
+// new content, so that a periodic read cannot hide a lost one.
 
 import (
 	"context"
@@ -571,4 +570,43 @@ func TestLivenessCloseBounded(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Client.Read at the read cap: with MaxReadsInFlight 1, a notification that
+// lands while a caller's Read is in flight is kept as one dirty bit, and
+// the Read's completion makes it a follow-up read. That follow-up is sent,
+// so the URI is not left "processing, unsent" for ever swallowing every
+// later notification and revalidation: the URI converges to the server's
+// text after two changes, both notified.
+func TestReadAtTheCapSendsItsFollowUp(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e, err := mcpsync.NewEngine(&mcpsync.Options{MaxReadsInFlight: 1})
+				require.NoError(t, err)
+				r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: e, RevalidateEvery: time.Minute}, faultURI)
+				r.subscribeSettled(t, faultURI)
+
+				hold := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+				read := make(chan mcpsync.Outcome, 1)
+				go func() {
+					out, _ := r.c.Read(context.Background(), faultURI)
+					read <- out
+				}()
+				synctest.Wait()
+				require.True(t, arrived(hold), "the caller's read is in flight")
+				r.srv.Set(faultURI, "text/markdown", "v2") // its pulse finds the URI at the cap
+				quiesce()
+				hold.Release()
+				out := <-read
+				t.Logf("Client.Read returned accepted=%v followUp=%+v", out.Accepted, out.FollowUp)
+
+				time.Sleep(5 * time.Second)
+				r.srv.Set(faultURI, "text/markdown", "v3") // a later pulse, nothing in flight
+				time.Sleep(5 * time.Minute)                // five revalidation intervals
+				quiesce()
+				r.requireConverged(t, faultURI, "pulse at the cap behind Client.Read")
+			})
+		})
+	}
 }

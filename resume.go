@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-
-	"github.com/cenkalti/backoff/v5"
 )
 
 // Resuming after a restart, and waiting for the first reads.
@@ -73,7 +71,9 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 		if raw == "" {
 			raw = sub.URI
 		}
-		c.watches[sub.URI] = newWatch(sub.URI, raw)
+		w := newWatch(sub.URI, raw)
+		w.opened, w.kept = true, true // its earlier process's, read anew with TriggerReconnect
+		c.watches[sub.URI] = w
 		keys = append(keys, sub.URI)
 	}
 	return keys, nil
@@ -97,9 +97,7 @@ func (c *Client) resume(keys []string) {
 		return
 	}
 	for _, key := range keys {
-		if err := c.resubscribe(c.ctx, key, true); err != nil {
-			c.reopenFailed(key, err)
-		}
+		c.mark(key)
 	}
 	if c.opts.Logger != nil {
 		c.opts.Logger.Info("mcpsync: resumed subscriptions", "count", len(keys))
@@ -110,8 +108,7 @@ func (c *Client) resume(keys []string) {
 	// scans and reconciles if one of them waits for evidence. Its newest
 	// not-found may postdate the scan, so rounds go on, after a growing
 	// pause, until none waits.
-	pause := &backoff.ExponentialBackOff{InitialInterval: c.opts.RetryInitial, RandomizationFactor: 0.5,
-		Multiplier: 2, MaxInterval: c.opts.RetryMax}
+	pause := c.retry.exponential()
 	for {
 		if err := c.waitSynced(c.ctx, keys); err != nil {
 			return // closing, or the session failed: nothing to reconcile on

@@ -528,3 +528,64 @@ func ExampleShadow() {
 	// DIFFERS 1
 	// AGREE map[AGREE:1 DIFFERS:1]
 }
+
+// The refresh fraction only decides which subscriptions the client reads:
+// "a subscription outside the fraction stays subscribed, discovered and
+// fenced, but the client sends it no reads of its own". A URI outside the
+// fraction (SetRefreshFraction(0): the rollout rolled back) whose reopen
+// stopped half way (a 2026-07-28 stream the server ends, the write opening
+// the next generation failing once) is still repaired at its ticks: half
+// an hour later, with the ledger healthy, it is open in the current
+// session, not left CLOSED.
+func TestURIOutsideTheRefreshFractionIsReopenedAfterAFailedReopen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
+		require.False(t, r.c.RefreshEnabled(faultURI))
+
+		r.ledger.failWrites(1, openingWrite)
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second) // the client's backoff before reopening
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the write opening the next generation was refused")
+
+		r.sixRevalidations() // half an hour, the ledger healthy
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		if sub.SessionGeneration != r.c.Health().SessionGeneration || !(sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted) {
+			t.Fatalf("a watched URI outside the refresh fraction is no longer subscribed: %s (generation %d) half an hour later, health %s",
+				sub.State, sub.SubscriptionGeneration, r.c.Health().State)
+		}
+	})
+}
+
+// The same URI outside the fraction, whose reopen failed at its first write
+// (beginning the close, once), is left open in push mode with no listen
+// stream carrying it. Its ticks put it back on a stream: half an hour later
+// the server notifies it again.
+func TestURIOutsideTheRefreshFractionIsPutBackOnAStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+		require.True(t, r.srv.Subscribed(faultURI))
+		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
+		require.False(t, r.c.RefreshEnabled(faultURI))
+
+		// The write beginning the reopen's close fails, once.
+		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second) // the client's backoff before reopening
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.requireToldReopen(faultURI)
+
+		r.sixRevalidations() // half an hour, the ledger healthy
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.True(t, r.srv.Subscribed(faultURI),
+			"a watched URI outside the refresh fraction is carried by no listen stream half an hour later, "+
+				"yet its subscription is %s in %s mode (session %d, client session %d), health %s",
+			sub.State, sub.Mode, sub.SessionGeneration, r.c.Health().SessionGeneration, r.c.Health().State)
+	})
+}

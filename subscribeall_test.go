@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -156,4 +159,162 @@ func TestSubscribeAllCancelled(t *testing.T) {
 			t.Errorf("%s opened", sub.URI)
 		}
 	})
+}
+
+// 2026-07-28. A caller unsubscribes x while another subscribes it again,
+// with Subscribe or with SubscribeAll, while a third URI's stream
+// replacement waits for its acknowledgement. Whichever call subscribes it
+// again, the two serialize on x: the Unsubscribe's close is decided (CLOSED,
+// not UNSUBSCRIBE_UNKNOWN, for an acknowledgement nobody lost), and x is
+// then open again in a newer generation, in push mode, notified by the
+// listen stream.
+func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
+	for _, all := range []bool{false, true} {
+		name := "Subscribe"
+		if all {
+			name = "SubscribeAll"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const z = "file:///b35/race/z.md"
+				r := newRig(t, eras[1], nil)
+				r.srv.Set(z, "text/markdown", "z")
+				r.subscribe()
+
+				// A replacement is under way (z's) and waits for its
+				// acknowledgement; the Unsubscribe of x queues behind it.
+				hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+				zDone := make(chan error, 1)
+				go func() {
+					_, err := r.c.Subscribe(t.Context(), z)
+					zDone <- err
+				}()
+				synctest.Wait()
+				<-hold.Arrived()
+
+				type result struct {
+					sub mcpsync.Subscription
+					err error
+				}
+				unsub := make(chan result, 1)
+				go func() {
+					sub, err := r.c.Unsubscribe(t.Context(), faultURI)
+					unsub <- result{sub, err}
+				}()
+				synctest.Wait()
+				resub := make(chan error, 1)
+				go func() {
+					if all {
+						_, err := r.c.SubscribeAll(t.Context(), []string{faultURI})
+						resub <- err
+						return
+					}
+					_, err := r.c.Subscribe(t.Context(), faultURI)
+					resub <- err
+				}()
+				synctest.Wait()
+				hold.Release()
+
+				require.NoError(t, <-zDone)
+				u := <-unsub
+				require.NoError(t, u.err)
+				require.NoError(t, <-resub)
+				quiesce()
+
+				assert.Equal(t, mcpsync.StateClosed, u.sub.State,
+					"the Unsubscribe that was answered left its generation %s", u.sub.State)
+				sub, err := r.c.Engine().Subscription(faultURI)
+				require.NoError(t, err)
+				assert.Equal(t, mcpsync.ModePush, sub.Mode)
+				assert.True(t, r.srv.Subscribed(faultURI))
+				assert.Greater(t, sub.SubscriptionGeneration, u.sub.SubscriptionGeneration)
+			})
+		})
+	}
+}
+
+// SubscribeAll of 200 URIs while the server fails every 7th subscribe,
+// listen and unsubscribe request; then half of them are Unsubscribed
+// concurrently, a third of those with a context that ends a moment in, and
+// a Reconnect comes in the middle (or not). Faults then stop. Once settled,
+// every URI is where its caller left it, and the server agrees: a watched
+// URI is open in the current session and serves current content, pushed
+// with the server notifying it or polled with a reason; an unsubscribed one
+// is not open and not notified. Both eras.
+func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
+	for _, w := range eras {
+		for _, reconnect := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/reconnect=%v", w.name, reconnect), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const n = 200
+					uris := make([]string, n)
+					for i := range uris {
+						uris[i] = fmt.Sprintf("file:///b42/scale/%03d.md", i)
+					}
+					r := buildRig(t, w, rigConfig{uris: uris})
+					faulty := func(method, _ string, k int) bool {
+						switch method {
+						case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe), string(mcp.MethodSubscriptionsListen):
+							return k%7 == 0
+						}
+						return false
+					}
+					r.wire.refuseWhen(faulty)
+					_, err := r.c.SubscribeAll(t.Context(), uris)
+					t.Logf("SubscribeAll: %v", err != nil)
+					quiesce()
+
+					mustOpen, mustClosed := map[string]bool{}, map[string]bool{}
+					var mu sync.Mutex
+					unsubErrs := map[string]error{}
+					var wg sync.WaitGroup
+					for i, u := range uris {
+						if i%2 == 0 {
+							mustOpen[u] = true
+							continue
+						}
+						ctx, cancel := context.WithCancel(t.Context())
+						if i%3 == 0 {
+							time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
+						}
+						wg.Go(func() {
+							defer cancel()
+							sub, err := r.c.Unsubscribe(ctx, u)
+							mu.Lock()
+							if err == nil {
+								mustClosed[u] = true
+							} else {
+								unsubErrs[u] = fmt.Errorf("%w (returned %s)", err, sub.State)
+							}
+							mu.Unlock()
+						})
+					}
+					if reconnect {
+						wg.Go(func() {
+							time.Sleep(2 * time.Millisecond)
+							_ = r.c.Reconnect(t.Context())
+						})
+					}
+					wg.Wait()
+					t.Logf("%d Unsubscribes returned nil", len(mustClosed))
+					quiesce()
+					time.Sleep(10 * time.Minute)
+					quiesce()
+					r.wire.refuseWhen(nil)
+					for range 30 {
+						time.Sleep(time.Minute)
+						quiesce()
+					}
+					defer func() {
+						if t.Failed() {
+							for u, err := range unsubErrs {
+								t.Logf("Unsubscribe(%s): %v", u, err)
+							}
+						}
+					}()
+					r.requireWhereLeft(uris, mustOpen, mustClosed)
+				})
+			})
+		}
+	}
 }

@@ -494,7 +494,9 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 		return Subscription{}, ErrNoSession
 	}
 	var path transitions
-	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	// Deferred when a crash that lost it would leave a generation a
+	// restart resumes for the same subject, server and spelling.
+	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		var gen uint64
 		next := &Record{Revision: 1}
@@ -560,7 +562,7 @@ func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string, b
 	if mode != ModePush && mode != ModePoll {
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
-	return e.step(rawURI, evActivate, func(next *Record, _ *transitions) error {
+	return e.step(rawURI, evActivate, resumedAnyway, func(next *Record, _ *transitions) error {
 		if next.Sub.SessionGeneration != e.sessionGeneration() {
 			// The server confirmed a subscription of a session that is
 			// gone: it notifies nobody now, so it must not look ACTIVE.
@@ -609,15 +611,15 @@ func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subs
 // UNSUBSCRIBE_UNKNOWN, which stays silent and is never reopened.
 func (e *Engine) FinishClose(rawURI string, acked bool) (Subscription, error) {
 	if acked {
-		return e.step(rawURI, evCloseAcked, e.ended)
+		return e.step(rawURI, evCloseAcked, nil, e.ended)
 	}
-	return e.step(rawURI, evCloseLost, nil)
+	return e.step(rawURI, evCloseLost, nil, nil)
 }
 
 // ResolveUnsubscribe closes an UNSUBSCRIBE_UNKNOWN generation once its outcome
 // was reconciled on the same session. (Ending the session closes it too.)
 func (e *Engine) ResolveUnsubscribe(rawURI string) (Subscription, error) {
-	return e.step(rawURI, evResolveClose, e.ended)
+	return e.step(rawURI, evResolveClose, nil, e.ended)
 }
 
 // Forget evicts the URI's version and the artifacts derived from it once
@@ -663,14 +665,14 @@ func (e *Engine) ended(next *Record, _ *transitions) error {
 }
 
 // step applies one event of the current generation, with an optional change
-// to the new record.
-func (e *Engine) step(rawURI, event string, change func(*Record, *transitions) error) (Subscription, error) {
+// to the new record, deferred when mayDefer says so (updateFrom).
+func (e *Engine) step(rawURI, event string, mayDefer func(cur, next *Record) bool, change func(*Record, *transitions) error) (Subscription, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Subscription{}, err
 	}
 	var path transitions
-	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	next, _, err := e.updateFrom(key, nil, false, mayDefer, func(cur *Record) (*Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -750,7 +752,9 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		return Ticket{}, false, err
 	}
 	var path transitions
-	_, err = e.change(key, nil, false, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+	// Deferred: a pulse lost in a crash is moot, since a restart reads
+	// every URI it resumes.
+	_, err = e.change(key, nil, false, true, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -849,7 +853,7 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 		}
 		// Reads issued before the not-found may still be in flight; their
 		// answers are reads of this generation like any other.
-		if _, err := e.step(key, evPresent, func(next *Record, path *transitions) error {
+		if _, err := e.step(key, evPresent, nil, func(next *Record, path *transitions) error {
 			next.Corroboration = nil
 			if len(next.Tickets) > 0 {
 				return path.move(next, evReadsInFlight)

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(gosdkEnv) == "1" {
 		os.Exit(runGoSDKServer())
 	}
+	if os.Getenv(gosdkChurnEnv) == "1" {
+		os.Exit(runGoSDKChurnServer())
+	}
 	if os.Getenv(mcpgoEnv) == "1" {
 		os.Exit(runMCPGoServer())
 	}

@@ -32,8 +32,11 @@ type requestRule struct {
 	hold    *Hold
 }
 
-// Hold is a request response that the kit keeps from the client until
-// Release, so a later request can overtake it.
+// Hold is a step the kit keeps back until Release, so that a later step
+// can overtake it: a request before the server sees it
+// (Transport.HoldNextRequest), a response before the client sees it
+// (Transport.HoldNext), or the clean-up of a listen stream that ended
+// (Server.HoldNextListenEnd).
 type Hold struct {
 	arrived     chan struct{}
 	release     chan struct{}
@@ -41,18 +44,19 @@ type Hold struct {
 	releaseOnce sync.Once
 }
 
-// Arrived is closed once the server has answered the held request and the
-// kit is holding the response.
+// Arrived is closed once the held step is reached and the kit is holding
+// it: as each of the functions that hand out a Hold says.
 func (h *Hold) Arrived() <-chan struct{} { return h.arrived }
 
-// Release lets the held response through. It may be called before the
-// request arrives, and more than once.
+// Release lets the held step go on. It may be called before the step is
+// reached, and more than once.
 func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
 
 // HoldNext holds the response to the next request of method for uri ("" for
 // any): the request reaches the server at once, and its response reaches the
-// client only after Release. Cancelling the request's context, DropSession
-// or Close end the wait with an error instead.
+// client only after Release. Arrived is closed once the server has answered
+// and the kit is holding the response. Cancelling the request's context,
+// DropSession or Close end the wait with an error instead.
 func (t *Transport) HoldNext(method, uri string) *Hold {
 	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
 	t.addRule(&requestRule{kind: ruleHold, method: method, uri: uri, hold: h})
@@ -121,6 +125,7 @@ func (t *Transport) takeRule(method, uri string) *requestRule {
 // SendRequest sends a request through the inner transport, applying the
 // first request fault that matches it and the list faults to list results.
 func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	t.countSent(req.Method)
 	if t.isDropped() {
 		return nil, ErrSessionDropped
 	}

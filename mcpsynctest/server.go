@@ -78,6 +78,18 @@ type ServerOptions struct {
 	// ChangeOnRead makes every read return different text (the stored text
 	// with a read counter appended), like a resource that embeds a clock.
 	ChangeOnRead bool
+	// SessionWideListenEnd makes the end of a subscriptions/listen stream
+	// unsubscribe its session from every URI the stream carried, whichever
+	// stream subscribed the URI since, as the official Go SDK server
+	// (v1.8.0) does: its listen handler subscribes each URI for the session
+	// and defers an unsubscribe of each, which runs once that stream's
+	// context ends. A client that replaces a stream by one carrying the
+	// same URIs, and whose new stream is subscribed before the old one's
+	// clean-up runs, is left with an acknowledged, open stream that
+	// notifies none of them. HoldNextListenEnd makes the clean-up land
+	// after the new stream subscribed. Without it, a stream's end removes
+	// that stream's own subscriptions only.
+	SessionWideListenEnd bool
 }
 
 // Server is an mcp-go server whose resources a test can add, change, delete
@@ -102,6 +114,11 @@ type Server struct {
 	versions  map[string]uint64 // set version per list kind; raised on every descriptor change
 	snapshots map[snapshotKey][]listItem
 	subs      map[subKey]any // value: the subscriptions/listen request id, nil for resources/subscribe
+	// streams holds the URIs each open subscriptions/listen stream
+	// subscribed, until the stream ends.
+	streams map[streamKey][]string
+	// endHolds are the HoldNextListenEnd holds not yet taken, in order.
+	endHolds []*Hold
 	// gone holds the sessions mcp-go unregistered: a request of theirs
 	// that arrives late (a transport that still delivers it) subscribes
 	// nothing.
@@ -135,6 +152,11 @@ type subKey struct {
 	listen  string // "" for resources/subscribe
 }
 
+type streamKey struct {
+	session server.ClientSession
+	listen  string
+}
+
 // NewServer returns a Server configured by opts; nil means defaults.
 func NewServer(opts *ServerOptions) *Server {
 	s := &Server{
@@ -143,6 +165,7 @@ func NewServer(opts *ServerOptions) *Server {
 		versions:  map[string]uint64{},
 		snapshots: map[snapshotKey][]listItem{},
 		subs:      map[subKey]any{},
+		streams:   map[streamKey][]string{},
 		gone:      map[server.ClientSession]struct{}{},
 		reads:     map[string]int{},
 	}
@@ -189,6 +212,11 @@ func NewServer(opts *ServerOptions) *Server {
 	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) {
 		s.mu.Lock()
 		s.gone[session] = struct{}{}
+		for k := range s.streams {
+			if k.session == session {
+				delete(s.streams, k)
+			}
+		}
 		s.mu.Unlock()
 		s.removeSubs(func(k subKey) bool { return k.session == session })
 	})
@@ -328,12 +356,59 @@ func (s *Server) addSubs(session server.ClientSession, uris []string, listenID a
 			s.subs[subKey{session: session, uri: uri, listen: listen}] = listenID
 		}
 	}
+	if listenID != nil {
+		s.streams[streamKey{session: session, listen: listen}] = uris
+	}
 }
 
+// HoldNextListenEnd parks the clean-up of the next subscriptions/listen
+// stream to end, of any session, until Release: the stream's subscriptions
+// stay as they are, and so does its request's answer, since a server
+// answers a listen request once its handler returned. Arrived is closed
+// when the stream has ended and its clean-up is parked. A client can
+// meanwhile open the stream that replaces it, so that with
+// SessionWideListenEnd the clean-up, once released, unsubscribes what the
+// new stream carries. A parked clean-up keeps the old request's goroutine,
+// so a test must release every hold it takes.
+func (s *Server) HoldNextListenEnd() *Hold {
+	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	s.endHolds = append(s.endHolds, h)
+	s.mu.Unlock()
+	return h
+}
+
+// endListen is the clean-up of the stream id of the session in ctx, run
+// on the listen request's goroutine once the stream ended, before its
+// answer goes out.
 func (s *Server) endListen(ctx context.Context, id any) {
 	session := server.ClientSessionFromContext(ctx)
 	listen := fmt.Sprint(id)
-	s.removeSubs(func(k subKey) bool { return k.session == session && k.listen == listen })
+	s.mu.Lock()
+	var hold *Hold
+	if len(s.endHolds) > 0 {
+		hold = s.endHolds[0]
+		s.endHolds = s.endHolds[1:]
+	}
+	s.mu.Unlock()
+	if hold != nil {
+		hold.arriveOnce.Do(func() { close(hold.arrived) })
+		<-hold.release
+	}
+	s.mu.Lock()
+	key := streamKey{session: session, listen: listen}
+	uris := s.streams[key]
+	delete(s.streams, key)
+	s.mu.Unlock()
+	if !s.opts.SessionWideListenEnd {
+		s.removeSubs(func(k subKey) bool { return k.session == session && k.listen == listen })
+		return
+	}
+	carried := make(map[string]bool, len(uris))
+	for _, u := range uris {
+		carried[u] = true
+	}
+	s.removeSubs(func(k subKey) bool { return k.session == session && carried[k.uri] })
 }
 
 func (s *Server) removeSubs(match func(subKey) bool) {

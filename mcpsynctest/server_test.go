@@ -296,3 +296,61 @@ func TestNoSubscribeCapability(t *testing.T) {
 	require.ErrorIs(t, err, mcp.ErrMethodNotFound)
 	assert.False(t, s.Subscribed("file:///a"))
 }
+
+// A stream replaced by one carrying the same URI, whose clean-up is held
+// until the new stream subscribed: a server that cleans up per stream
+// keeps the URI subscribed; one that cleans up per session, as the
+// official Go SDK server does, unsubscribes it although the new stream is
+// open and acknowledged.
+func TestListenEndAfterTheNextStreamSubscribed(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		sessionWide bool
+	}{
+		{"per stream", false},
+		{"session wide", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := NewServer(&ServerOptions{SessionWideListenEnd: tc.sessionWide})
+				s.Set("file:///a", "text/plain", "v1")
+				s.Set("file:///b", "text/plain", "v1")
+				c, _, rec := connect(t, s.NewInProcessTransport(), 1)
+				stopA, err := c.ListenAsync(context.Background(), mcp.SubscriptionFilter{ResourceSubscriptions: []string{"file:///a"}}, nil)
+				require.NoError(t, err)
+				synctest.Wait()
+				hold := s.HoldNextListenEnd()
+
+				// mcp-go ends stream A as it opens B.
+				stopB, err := c.ListenAsync(context.Background(), mcp.SubscriptionFilter{ResourceSubscriptions: []string{"file:///a", "file:///b"}}, nil)
+				require.NoError(t, err)
+				synctest.Wait()
+				select {
+				case <-hold.Arrived():
+				default:
+					t.Fatal("stream A's clean-up is not held")
+				}
+				require.Equal(t, 2, rec.count(mcp.MethodNotificationSubscriptionsAcknowledged), "B is acknowledged")
+				assert.True(t, s.Subscribed("file:///a"), "held: A's clean-up has not run")
+
+				hold.Release()
+				stopA()
+				synctest.Wait()
+				assert.Equal(t, !tc.sessionWide, s.Subscribed("file:///a"), "file:///a after A's clean-up")
+				assert.True(t, s.Subscribed("file:///b"), "A never carried file:///b")
+				s.Set("file:///a", "text/plain", "v2")
+				s.Set("file:///b", "text/plain", "v2")
+				synctest.Wait()
+				want := []string{"file:///a", "file:///b"}
+				if tc.sessionWide {
+					want = []string{"file:///b"}
+				}
+				assert.Equal(t, want, rec.updated(), "B stays open and notifies what the server still has subscribed")
+
+				stopB()
+				synctest.Wait()
+				assert.False(t, s.Subscribed("file:///b"))
+			})
+		})
+	}
+}

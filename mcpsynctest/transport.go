@@ -79,6 +79,7 @@ type Transport struct {
 	cycles    map[string]cycleRule
 	walks     map[string]map[mcp.Cursor]int // per list kind: cursor -> page it fetches
 	log       []string
+	sent      map[string]int // requests by method, as the client sent them
 }
 
 type delayRule struct {

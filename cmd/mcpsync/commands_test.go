@@ -346,3 +346,18 @@ func TestWatchAllKeepsScanning(t *testing.T) {
 		require.FailNow(t, "watch did not stop")
 	}
 }
+
+// Two spellings of one resource are one key (README: "Two spellings of one
+// resource share one fence"): watch given both subscribes once, reports one
+// subscription and counts the URI once in its summary.
+func TestWatchCountsTwoSpellingsOfOneURIOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	r := runCmd(t.Context(), "watch", "--url", f.url, "--json", "--duration", "200ms",
+		"file:///docs/a.md", "FILE:///docs/%61.md")
+	require.Equal(t, exitOK, r.code, r)
+	evs := events(t, r.stdout)
+	sum := evs[len(evs)-1]
+	require.Equal(t, "summary", sum["event"])
+	assert.Len(t, ofKind(evs, "subscribed"), 1, "one resource, one subscription")
+	assert.EqualValues(t, 1, sum["subscriptions"], "one resource, one subscription")
+}

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
+	"github.com/mcpsync/mcpsync/ledger/pgledger"
+	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // entriesOf decodes outbox --json output: every line must be an entry in
@@ -251,4 +256,58 @@ func TestLedgerInUseIsAClearError(t *testing.T) {
 			assert.Equal(t, "mcpsync: ledger "+path+" is in use by another process (one process opens a ledger at a time)\n", r.stderr)
 		})
 	}
+}
+
+// schemaExists reports whether the test database has schema.
+func schemaExists(t *testing.T, conn, schema string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, conn)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var ok bool
+	require.NoError(t, c.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&ok))
+	return ok
+}
+
+// outbox inspects a ledger, and refuses one that is not there, for a ledger
+// file ("creating an empty file would only hide a mistyped path") as on
+// PostgreSQL: a mistyped ?schema= is not created, migrated and reported as
+// an empty outbox with exit 0, but fails.
+func TestOutboxOfAMistypedSchemaIsRefused(t *testing.T) {
+	conn, typo := pgtest.Schema(t) // a schema nobody created
+	if !strings.Contains(conn, "://") {
+		t.Skip("--ledger takes a postgres:// URL")
+	}
+	r := runCmd(t.Context(), "outbox", "--ledger", withQuery(conn, "schema="+typo))
+	assert.False(t, schemaExists(t, conn, typo), "outbox created schema %s to inspect it", typo)
+	assert.Equal(t, exitFailure, r.code, "outbox of a ledger that is not there must fail, as it does for a file: %+v", r)
+}
+
+// An empty ?schema= (an unset variable in 'postgres://…?schema=$SCHEMA') is
+// refused: the command does not take it as no schema at all and open,
+// create and write the default schema "mcpsync", shared by every deployment
+// that did not name one.
+func TestEmptySchemaParameterIsRefused(t *testing.T) {
+	conn := pgtest.ConnString(t)
+	if !strings.Contains(conn, "://") {
+		t.Skip("--ledger takes a postgres:// URL")
+	}
+	if schemaExists(t, conn, pgledger.DefaultSchema) {
+		t.Skipf("schema %s exists on the test server; not touching it", pgledger.DefaultSchema)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, conn)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{pgledger.DefaultSchema}.Sanitize()+" CASCADE")
+	})
+	r := runCmd(t.Context(), "outbox", "--ledger", withQuery(conn, "schema="))
+	assert.False(t, schemaExists(t, conn, pgledger.DefaultSchema), "?schema= (empty) opened the default schema")
+	assert.NotEqual(t, exitOK, r.code, "an empty schema name must be refused: %+v", r)
 }

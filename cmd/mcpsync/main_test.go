@@ -239,3 +239,12 @@ func TestRuntimeFailuresExitOneWithOneLine(t *testing.T) {
 		})
 	}
 }
+
+// A URI argument that is no URI is a usage error (exit 2, before anything
+// is dialed), as a flag that cannot be parsed is, not a runtime failure
+// after connecting.
+func TestWatchWithAMalformedURIArgumentIsAUsageError(t *testing.T) {
+	f := newFixture(t, nil)
+	r := runCmd(t.Context(), "watch", "--url", f.url, "--json", "--duration", "100ms", "::not a uri")
+	assert.Equal(t, exitUsage, r.code, "stderr: %s", r.stderr)
+}

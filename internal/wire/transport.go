@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -30,8 +31,10 @@ type Transport struct {
 	methods map[string]bool
 	toError ErrorFunc
 	mon     *Monitor
-	// workers run the requests of an inner transport that may hold its
-	// caller past the request's context; nil for one that does not.
+	// inline: the inner transport returns at a request's context's end on
+	// its own, so a request runs on the caller's goroutine; any other runs
+	// on one of workers.
+	inline  bool
 	workers *workers
 }
 
@@ -51,10 +54,7 @@ func New(inner transport.Interface, toError ErrorFunc, mon *Monitor, methods ...
 	for _, name := range methods {
 		m[name] = true
 	}
-	t := &Transport{inner: inner, methods: m, toError: toError, mon: mon}
-	if !returnsAtContextEnd(inner) {
-		t.workers = &workers{}
-	}
+	t := &Transport{inner: inner, methods: m, toError: toError, mon: mon, inline: returnsAtContextEnd(inner), workers: &workers{}}
 	if _, ok := inner.(transport.HTTPConnection); ok {
 		return httpTransport{t}
 	}
@@ -173,12 +173,62 @@ func WithSettled(ctx context.Context, begin func() (settled func(abandoned bool)
 	return context.WithValue(ctx, settledKey{}, begin)
 }
 
+type answerKey struct{}
+
+type answerAwait struct {
+	d     time.Duration
+	ended func(answered bool)
+}
+
+// WithAnswerAwaited returns a context under which the server being done
+// with a request is told to ended, whenever that is: a server answers a
+// cancelled request once it is done with it (mcp-go tells it of the
+// cancellation, notifications/cancelled, as ever). A request sent to a
+// remote server (stdio, streamable HTTP) stays open after ctx ends, for d at
+// most, for that answer; answered is false when none came. An in-process
+// transport's request returns when the server's handler does, which is
+// that answer. The caller still returns at ctx's end; ended is not called
+// for a request that never reached the transport.
+func WithAnswerAwaited(ctx context.Context, d time.Duration, ended func(answered bool)) context.Context {
+	return context.WithValue(ctx, answerKey{}, answerAwait{d: d, ended: ended})
+}
+
+// remote reports whether tr, or what it wraps (Unwrap), talks to a server
+// over a connection: mcp-go's stdio and streamable HTTP transports and the
+// ones built on them here.
+func remote(tr transport.Interface) bool {
+	return Wraps(tr, func(tr transport.Interface) bool {
+		switch tr.(type) {
+		case *transport.Stdio, *transport.StreamableHTTP, *stream, *process:
+			return true
+		}
+		return false
+	})
+}
+
+// Wraps reports whether tr, or a transport it wraps (Unwrap), is one that
+// is picks.
+func Wraps(tr transport.Interface, is func(transport.Interface) bool) bool {
+	for tr != nil {
+		if is(tr) {
+			return true
+		}
+		u, ok := tr.(interface{ Unwrap() transport.Interface })
+		if !ok {
+			return false
+		}
+		tr = u.Unwrap()
+	}
+	return false
+}
+
 // sendInner sends request through the inner transport and returns when it
 // answers or ctx ends, whichever is first.
 //
 // A transport that returns at its context's end on its own (HTTP, where
 // net/http bounds every step by the request's context) is called on the
-// caller's goroutine. Any other runs the request on one of its workers:
+// caller's goroutine, unless the request is to stay open past its context
+// (WithAnswerAwaited). Any other runs the request on one of its workers:
 // mcp-go's in-process transport (v1.2.1) runs the server's handler on the
 // goroutine that sends the request, so a handler that ignores its context
 // would hold the caller, and whatever it locked, for ever; here the caller
@@ -188,8 +238,13 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	if begin, ok := ctx.Value(settledKey{}).(func() func(bool)); ok {
 		settled = begin()
 	}
-	if t.workers == nil {
+	aw, awaited := ctx.Value(answerKey{}).(answerAwait)
+	far := awaited && remote(t.inner)
+	if t.inline && !far {
 		resp, err := t.inner.SendRequest(ctx, request)
+		if awaited {
+			aw.ended(true) // it returned when the server was done with it
+		}
 		if settled != nil {
 			// Given up on if it ended with its context: the server may
 			// still have it.
@@ -198,6 +253,15 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 		return resp, err
 	}
 	x := t.workers.newExchange(t.inner, ctx, request, settled)
+	if far {
+		// Open after ctx ends, for d at most, for the server's answer: on
+		// a worker, whatever the transport, as the caller returns at
+		// ctx's end.
+		x.ctx, x.cancel = context.WithTimeout(context.WithoutCancel(ctx), aw.d)
+	}
+	if awaited {
+		x.ended, x.far = aw.ended, far
+	}
 	t.workers.run(x)
 	select {
 	case <-x.done:

@@ -29,7 +29,7 @@ func BenchmarkSendInner(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.Run("inline", func(b *testing.B) {
-		t := &Transport{inner: &nopTransport{}}
+		t := &Transport{inner: &nopTransport{}, inline: true, workers: &workers{}}
 		b.ReportAllocs()
 		for b.Loop() {
 			t.sendInner(ctx, transport.JSONRPCRequest{})

@@ -74,12 +74,8 @@ func (ws *workers) park(w *worker) bool {
 }
 
 // stop ends the waiting workers, and every other one once its request is
-// done. Requests sent after it each get a worker that ends with them. A nil
-// ws (a transport that needs no workers) has none to stop.
+// done. Requests sent after it each get a worker that ends with them.
 func (ws *workers) stop() {
-	if ws == nil {
-		return
-	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.stopped = true
@@ -101,9 +97,12 @@ const (
 // gave up on belongs to its worker, and is dropped when the request ends.
 type exchange struct {
 	inner   transport.Interface
-	ctx     context.Context
+	ctx     context.Context // the request's, or one that outlives it (WithAnswerAwaited)
+	cancel  context.CancelFunc
 	req     transport.JSONRPCRequest
 	settled func(abandoned bool)
+	ended   func(answered bool) // WithAnswerAwaited's
+	far     bool                // a remote server's request, kept open for its answer
 	state   atomic.Int32
 	done    chan struct{} // one value once the answer is in resp and err
 	resp    *transport.JSONRPCResponse
@@ -132,6 +131,14 @@ func (ws *workers) newExchange(inner transport.Interface, ctx context.Context, r
 // the caller, unless the caller gave up on it first.
 func (x *exchange) send() {
 	resp, err := x.inner.SendRequest(x.ctx, x.req)
+	if x.cancel != nil {
+		x.cancel()
+	}
+	if x.ended != nil {
+		// A remote server answered if a response came; another
+		// transport returns when the server's handler did.
+		x.ended(!x.far || resp != nil)
+	}
 	late := !x.state.CompareAndSwap(pending, answered)
 	// Settled before the caller has the answer: whatever the caller does
 	// next (an unsubscribe after its subscribe) must find it settled.
@@ -147,7 +154,8 @@ func (x *exchange) send() {
 // release keeps x, whose answer its caller has taken, for reuse (up to
 // maxIdle of them).
 func (ws *workers) release(x *exchange) {
-	x.inner, x.ctx, x.req, x.settled, x.resp, x.err = nil, nil, transport.JSONRPCRequest{}, nil, nil, nil
+	x.inner, x.ctx, x.cancel, x.req, x.settled, x.ended, x.far = nil, nil, nil, transport.JSONRPCRequest{}, nil, nil, false
+	x.resp, x.err = nil, nil
 	ws.mu.Lock()
 	if len(ws.free) < maxIdle {
 		ws.free = append(ws.free, x)

@@ -3,8 +3,12 @@
 // Every decision of the fence is written in one bbolt transaction: the
 // record, the outbox entries it appends and the outbox numbering commit
 // together or not at all, and a commit is on disk (fsync) before
-// CompareAndSwap returns. With Options.Batch, concurrent decisions share a
-// transaction and its fsync, each still whole. A
+// CompareAndSwap returns. Decisions made at once share a transaction and
+// its fsync (group commit, with no delay: the next group forms while one
+// is written), each still whole and with its own result. A write the
+// engine needs no durability for (CompareAndSwapDeferred: a ticket, a
+// pulse) waits in memory for the key's next durable write, which stores
+// the key's whole state, instead of a commit of its own. A
 // process killed at any point reopens the file with every accepted version
 // and its outbox entry, or neither. bbolt locks the file: one process (one
 // writer) uses it at a time.
@@ -102,35 +106,47 @@ type Options struct {
 	// Timeout bounds the wait for the file's lock when another process
 	// holds it; 0 means one second.
 	Timeout time.Duration
-	// Batch commits CompareAndSwap, Next, Revoke and Ack through bbolt's
-	// DB.Batch instead of DB.Update: writes from concurrent goroutines
-	// join one transaction and share its fsync. It trades latency for
-	// throughput under concurrency. A batch commits once bbolt's
-	// MaxBatchDelay (10 ms) has passed since its first write, or once it
-	// holds MaxBatchSize (1000) writes, so each write waits up to 10 ms
-	// longer, and a goroutine that writes one decision after another waits
-	// that long every time, where an unbatched write waits for one fsync.
-	// The Client subscribes, and resumes after a restart, one URI after
-	// another, several writes each: batched, that is some 40 ms per URI
-	// instead of a few. Batch pays off when many goroutines accept at once
-	// (BenchmarkAcceptConcurrent). Each write is still whole and on disk
-	// before it returns, and one that fails fails alone: bbolt runs the
-	// writes batched with it again without it.
+	// Batch is ignored: every ledger commits writes made at once in one
+	// transaction (group commit), without the fixed delay of bbolt's
+	// DB.Batch that this option used to turn on.
+	//
+	// Deprecated: group commit is always on.
 	Batch bool
 }
 
 // Ledger is an mcpsync.Ledger stored in one bbolt file.
 type Ledger struct {
-	db     *bolt.DB
-	retain uint64
-	batch  bool // Options.Batch
+	db      *bolt.DB
+	retain  uint64
+	commits committer
 
 	// cache holds decoded records, so that a Load does not decode JSON.
 	// bbolt locks the file, so no other process writes behind it; an entry
 	// is only ever replaced by a higher revision, so a writer that stores
 	// late cannot put an older record back.
-	cacheMu sync.RWMutex // protects cache
-	cache   map[string]*mcpsync.Record
+	//
+	// bbolt shows a commit to new readers before its commit returns (the
+	// meta page is written, then synced), so the cached record of a key
+	// whose write is being committed may already be older than what a
+	// reader of the outbox has seen: while writing counts a write of a
+	// key, Load reads the key from the file and caches nothing, and the
+	// cache learns the new record once the commit returned.
+	//
+	// deferred holds the records CompareAndSwapDeferred wrote and no
+	// commit has yet: each is also the key's cached record, until a later
+	// write replaces it.
+	//
+	// committing holds, for a key being written, the record a transaction
+	// of the committer stored (not yet committed, perhaps rolled back):
+	// while the write is under way, Load finds the file's revision and
+	// hands out the one of the cached, deferred or committing records that
+	// has it, and decodes the file's only when none has.
+	cacheMu    sync.RWMutex // protects cache, writing, deferred, committing and closing
+	cache      map[string]*mcpsync.Record
+	writing    map[string]int // writes of each key under way
+	deferred   map[string]*deferredRecord
+	committing map[string]*mcpsync.Record
+	closing    bool // Close began: no write is deferred any more
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
 	// counted at Open and raised after each commit that adds one, so the
@@ -153,7 +169,8 @@ var (
 // Open opens (creating if needed) the ledger file at path. A file of the
 // previous schema is upgraded in place, in one transaction that builds its
 // index from its records; a file of any other schema is refused with
-// mcpsync.ErrLedgerSchema.
+// mcpsync.ErrLedgerSchema. The ledger commits its writes on a goroutine of
+// its own, which Close stops.
 func Open(path string, opts *Options) (*Ledger, error) {
 	var o Options
 	if opts != nil {
@@ -167,10 +184,13 @@ func Open(path string, opts *Options) (*Ledger, error) {
 		return nil, fmt.Errorf("boltledger: open %s: %w", path, err)
 	}
 	l := &Ledger{
-		db: db, retain: o.Ledger.Retention(), batch: o.Batch, cache: map[string]*mcpsync.Record{},
-		appended: make(chan struct{}), closed: make(chan struct{}),
+		db: db, retain: o.Ledger.Retention(),
+		cache: map[string]*mcpsync.Record{}, writing: map[string]int{}, deferred: map[string]*deferredRecord{},
+		committing: map[string]*mcpsync.Record{},
+		appended:   make(chan struct{}), closed: make(chan struct{}),
 	}
 	l.revokeGen.Store(uint64(revoked))
+	l.startCommitter()
 	return l, nil
 }
 
@@ -277,13 +297,15 @@ func check64(name string, v []byte) error {
 	return nil
 }
 
-// Close closes the file; it is idempotent. Calls after it fail with
-// mcpsync.ErrLedgerClosed, and waiters in WaitOutbox return it.
+// Close commits the writes under way and the deferred ones and closes the
+// file; it is idempotent. Calls after it fail with mcpsync.ErrLedgerClosed,
+// and waiters in WaitOutbox return it.
 func (l *Ledger) Close() error {
 	var err error
 	l.once.Do(func() {
+		err = l.stopCommitter()
 		close(l.closed)
-		err = l.db.Close()
+		err = errors.Join(err, l.db.Close())
 	})
 	return err
 }
@@ -296,23 +318,6 @@ func (l *Ledger) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 		return err
 	}
 	return l.db.View(fn)
-}
-
-// update runs fn in a write transaction, batched with other writers' when
-// Options.Batch is set. Batched, fn runs in a transaction that holds other
-// writers' uncommitted changes, and may run more than once: when one
-// function of a batch fails, bbolt rolls the batch back, runs that one
-// alone and the rest again. So fn sets every result it captures afresh on
-// each run, and the caller acts on them (the cache, wake-ups) only once
-// update returned nil.
-func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := l.usable(ctx); err != nil {
-		return err
-	}
-	if l.batch {
-		return l.db.Batch(fn)
-	}
-	return l.db.Update(fn)
 }
 
 func (l *Ledger) usable(ctx context.Context) error {
@@ -333,39 +338,129 @@ func u64(b []byte) uint64 {
 
 func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-// Load implements mcpsync.Ledger.
+// Load implements mcpsync.Ledger. A key being written is read from the
+// file: its commit may be visible there, with its outbox entries, before
+// the cache learns it. Load then hands out the record of the file's
+// revision (the revision prefix tells it without decoding): the cached
+// one, the one being committed, or the file's, decoded; or a deferred
+// record newer than the file's.
 func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
 	l.cacheMu.RLock()
-	r, ok := l.cache[key]
+	held, ok := l.cache[key]
+	busy := l.writing[key] > 0
 	l.cacheMu.RUnlock()
-	if ok {
-		return r, l.usable(ctx)
+	if ok && !busy {
+		return held, l.usable(ctx)
 	}
+	var r *mcpsync.Record
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get([]byte(key))
 		if v == nil {
 			return nil
 		}
+		if busy {
+			// Read under the file's transaction: what a commit stored is
+			// either in the file now or not yet.
+			l.cacheMu.RLock()
+			r = l.ofRevision(key, u64(v))
+			l.cacheMu.RUnlock()
+			if r != nil {
+				return nil
+			}
+		}
 		var err error
 		r, err = decodeRecord(v)
 		return err
 	})
-	if err != nil || r == nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case r == nil:
+		return nil, nil
+	case busy:
+		return r, nil
 	}
 	return l.remember(key, r), nil
 }
 
-// remember caches r unless a newer revision is cached, and returns the
-// record cached.
+// ofRevision returns, of key's cached, deferred and committing records,
+// the one the file holds at revision rev, or a deferred one newer than it;
+// nil when none is. Its caller holds cacheMu.
+func (l *Ledger) ofRevision(key string, rev uint64) *mcpsync.Record {
+	if d := l.deferred[key]; d != nil && d.rec.Revision > rev {
+		return d.rec
+	}
+	for _, r := range []*mcpsync.Record{l.committing[key], l.cache[key]} {
+		if r != nil && r.Revision == rev {
+			return r
+		}
+	}
+	return nil
+}
+
+// remember caches r, read from the file, unless a newer revision is cached
+// or a write of key is under way (which may have committed since r was
+// read), and returns the record to hand out: r, or the newer one cached.
 func (l *Ledger) remember(key string, r *mcpsync.Record) *mcpsync.Record {
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	if held, ok := l.cache[key]; ok && held.Revision >= r.Revision {
 		return held
 	}
-	l.cache[key] = r
+	if l.writing[key] == 0 {
+		l.cache[key] = r
+	}
 	return r
+}
+
+// beginWrite counts a write of key under way, until endWrite, which caches
+// r, the record as the write left it (nil: unknown), unless a newer one is.
+// It returns the deferred record of key (nil: none): a write from revision
+// prev made from it supersedes it, and is stored over the record it was
+// deferred over; a write from any other revision is stale.
+func (l *Ledger) beginWrite(key string) *deferredRecord {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	l.writing[key]++
+	return l.deferred[key]
+}
+
+// endWrite ends a write of key that committed: r is the record as it left
+// it, stored or found (nil: none).
+func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	if l.writing[key]--; l.writing[key] == 0 {
+		delete(l.writing, key)
+		delete(l.committing, key)
+	}
+	if held, ok := l.cache[key]; r != nil && (!ok || held.Revision < r.Revision) {
+		l.cache[key] = r
+	}
+}
+
+// failedWrite ends a write of key that failed: what the cache holds may no
+// longer be what the file does (a commit can fail once written), so it
+// keeps only a deferred record, which the next commit writes again.
+func (l *Ledger) failedWrite(key string) {
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	if l.writing[key]--; l.writing[key] == 0 {
+		delete(l.writing, key)
+		delete(l.committing, key)
+	}
+	if d := l.deferred[key]; d != nil {
+		l.cache[key] = d.rec
+	} else {
+		delete(l.cache, key)
+	}
+}
+
+func revisionOf(r *mcpsync.Record) uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.Revision
 }
 
 func encodeRecord(r *mcpsync.Record) ([]byte, error) {
@@ -396,10 +491,23 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	var first uint64
 	var ok bool
 	var stored *mcpsync.Record // what beat the caller's record, if it was stale
+	// Made from a deferred record, the write replaces it: the file holds
+	// the record it was deferred over, or one of the deferred records
+	// between (a flush wrote it), each an earlier state of the record the
+	// write was made from. Made from an older one, it is stale.
+	over := prev
+	d := l.beginWrite(key)
+	if d != nil {
+		if d.rec.Revision != prev {
+			l.endWrite(key, d.rec)
+			return 0, false, nil
+		}
+		over = d.base
+	}
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		first, ok, stored = 0, false, nil
 		records := tx.Bucket(bucketRecords)
-		if v := records.Get([]byte(key)); u64(v) != prev {
+		if v := records.Get([]byte(key)); u64(v) < over || u64(v) > prev {
 			if v != nil {
 				if r, err := decodeRecord(v); err == nil {
 					stored = r
@@ -414,6 +522,12 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 			return err
 		}
 		ok = true
+		if d != nil {
+			l.supersede(d)
+		}
+		l.cacheMu.Lock()
+		l.committing[key] = next
+		l.cacheMu.Unlock()
 		if len(entries) == 0 {
 			return nil
 		}
@@ -439,21 +553,59 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		}
 		return l.trim(tx)
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
-	}
 	switch {
+	case err != nil:
+		l.failedWrite(key)
+		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
 	case ok:
-		l.remember(key, next)
-	case stored != nil:
+		l.endWrite(key, next)
+	default:
 		// The caller's record is stale, perhaps from the cache: cache what
 		// is stored, so its retry starts from there.
-		l.remember(key, stored)
+		l.endWrite(key, stored)
 	}
 	if first != 0 {
 		l.wake()
 	}
 	return first, ok, nil
+}
+
+// CompareAndSwapDeferred implements mcpsync.DeferringLedger: when key's
+// record is cached at revision prev and no write of it is under way, next
+// becomes its record at once, in memory, until the next durable write of
+// key, made from it, writes the key's state whole, or a flush (Range,
+// Export, the index, Close) writes it; a crash before then loses it.
+// Otherwise, and for a new key, it is CompareAndSwap.
+func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *mcpsync.Record) (bool, error) {
+	if next == nil || next.Revision != prev+1 {
+		return false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
+	}
+	if err := l.usable(ctx); err != nil {
+		return false, err
+	}
+	// A write the next commit would refuse is made now, to fail alone; one
+	// made as the ledger closes too (its last flush may be behind it).
+	if key != "" && len(key) <= bolt.MaxKeySize && prev != 0 {
+		l.cacheMu.Lock()
+		cur, cached := l.cache[key]
+		if cached && l.writing[key] == 0 && !l.closing {
+			if cur.Revision != prev {
+				l.cacheMu.Unlock()
+				return false, nil
+			}
+			base := prev
+			if d := l.deferred[key]; d != nil {
+				base = d.base
+			}
+			l.cache[key] = next
+			l.deferred[key] = &deferredRecord{key: key, rec: next, base: base}
+			l.cacheMu.Unlock()
+			return true, nil
+		}
+		l.cacheMu.Unlock()
+	}
+	_, ok, err := l.CompareAndSwap(ctx, key, prev, next, nil)
+	return ok, err
 }
 
 // wake wakes every WaitOutbox sleeping on the outbox, after a commit.
@@ -516,8 +668,11 @@ func minPosition(b *bolt.Bucket) (uint64, bool) {
 }
 
 // Range implements mcpsync.Ledger. It reads rangeStep records per read
-// transaction and calls fn outside it.
+// transaction, caches them as Load does, and calls fn outside it.
 func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
+	if err := l.flush(ctx); err != nil {
+		return fmt.Errorf("boltledger: range: %w", err)
+	}
 	var after []byte
 	for {
 		var keys []string
@@ -542,6 +697,11 @@ func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Recor
 		})
 		if err != nil {
 			return fmt.Errorf("boltledger: range: %w", err)
+		}
+		// Decoded once: a restart ranges over every record (to resume)
+		// and then loads each.
+		for i, k := range keys {
+			recs[i] = l.remember(k, recs[i])
 		}
 		for i, k := range keys {
 			if !fn(k, recs[i]) {
@@ -764,6 +924,9 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{},
 		Counters: map[mcpsync.Counter]uint64{}, Outbox: []mcpsync.OutboxEntry{},
 	}
+	if err := l.flush(ctx); err != nil {
+		return mcpsync.LedgerSnapshot{}, fmt.Errorf("boltledger: export: %w", err)
+	}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(v)
@@ -811,10 +974,10 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("boltledger: restore: %w", err)
 	}
-	// Never batched: one large transaction, rare, that must find the file
-	// empty.
+	// One large transaction, rare, that must find the file empty: a
+	// deferred record, written before it, is found.
 	var joined uint64
-	err = l.db.Update(func(tx *bolt.Tx) error {
+	err = l.update(ctx, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if !bytes.Equal(name, bucketMeta) && firstKey(tx.Bucket(name).Cursor()) != nil {
 				return mcpsync.ErrLedgerNotEmpty

@@ -2,10 +2,7 @@ package boltledger_test
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,76 +45,6 @@ func reopenWith(t *testing.T, l mcpsync.Ledger, opts *boltledger.Options) mcpsyn
 
 func TestConformance(t *testing.T) {
 	ledgertest.RunDurable(t, open, reopen)
-}
-
-// Batched commits keep the same contract: writers that share a transaction
-// still each get their own outcome, numbering and wake-up.
-func TestConformanceBatched(t *testing.T) {
-	batched := &boltledger.Options{Batch: true}
-	ledgertest.RunDurable(t, func(t *testing.T, opts *mcpsync.LedgerOptions) mcpsync.Ledger {
-		return openWith(t, &boltledger.Options{Ledger: opts, Batch: true})
-	}, func(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger {
-		return reopenWith(t, l, batched)
-	})
-}
-
-// A writer that fails in a batch fails alone: its error (here a counter that
-// would wrap) rolls back the writes batched with it, which bbolt runs again.
-// Every other writer's outcome, its outbox number and what the ledger caches
-// are those of the run that committed.
-func TestBatchedWriterFailsAlone(t *testing.T) {
-	l := openWith(t, &boltledger.Options{Batch: true})
-	_, err := l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64-1)
-	require.NoError(t, err)
-	const rounds, writers = 20, 8
-	for round := range rounds {
-		key := fmt.Sprintf("file:///contended/%d", round)
-		type outcome struct {
-			first uint64
-			ok    bool
-		}
-		outcomes := make([]outcome, writers)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for w := range writers {
-			wg.Go(func() {
-				<-start
-				rec := &mcpsync.Record{Revision: 1, LastAcceptedDigest: fmt.Sprintf("writer %d", w)}
-				e := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated, Subject: fmt.Sprintf("writer %d", w)}
-				first, ok, err := l.CompareAndSwap(ctx, key, 0, rec, []mcpsync.OutboxEntry{e})
-				assert.NoError(t, err)
-				outcomes[w] = outcome{first, ok}
-			})
-		}
-		wg.Go(func() {
-			<-start
-			_, err := l.Next(ctx, mcpsync.CounterRequest, 2)
-			assert.ErrorIs(t, err, mcpsync.ErrCounterExhausted)
-		})
-		close(start)
-		wg.Wait()
-
-		winners := 0
-		var won outcome
-		var winner int
-		for w, o := range outcomes {
-			if o.ok {
-				winners, won, winner = winners+1, o, w
-			}
-		}
-		require.Equal(t, 1, winners, "round %d: one writer wins", round)
-		snap, err := l.Export(ctx)
-		require.NoError(t, err)
-		want := fmt.Sprintf("writer %d", winner)
-		require.Equal(t, want, snap.Records[key].LastAcceptedDigest, "round %d: the winner's record is stored", round)
-		cached, err := l.Load(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, want, cached.LastAcceptedDigest, "round %d: the cache holds what is stored", round)
-		entries, err := l.Outbox(ctx, won.first-1, 1)
-		require.NoError(t, err)
-		require.Len(t, entries, 1)
-		require.Equal(t, want, entries[0].Subject, "round %d: the winner's entry is numbered as it was told", round)
-	}
 }
 
 // A worker restarted on its file: the fence, the counters and the

@@ -257,6 +257,9 @@ func buildIndex(tx *bolt.Tx) error {
 func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, error) {
 	name := subjectBucket(jsontext.AsStored(subject))
 	var keys []string
+	if err := l.flush(ctx); err != nil {
+		return nil, err
+	}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		keys = nil
 		b := tx.Bucket(bucketBySubject).Bucket(name)
@@ -279,6 +282,9 @@ func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, err
 func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record, error) {
 	var keys []string
 	var recs []*mcpsync.Record
+	if err := l.flush(ctx); err != nil {
+		return nil, nil, err
+	}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		keys, recs = nil, nil
 		records := tx.Bucket(bucketRecords)

@@ -27,7 +27,7 @@ const resumeURIs = 10_000
 // session with a first read accepted: open the file, a new engine, Connect
 // (which resumes them) and WaitForSync (restart). Beside it in the same run,
 // the baseline builds the same state from nothing: a fresh engine on a fresh
-// file, Connect, Subscribe to all 10,000 and WaitForSync (cold).
+// file, Connect, SubscribeAll of the 10,000 and WaitForSync (cold).
 //
 // The server is in process and pinned to protocol 2025-11-25: a 2026-07-28
 // session subscribes by replacing its listen stream, which carries every
@@ -58,10 +58,8 @@ func BenchmarkRestartResumed(b *testing.B) {
 	stopped := ""
 	subscribeAll := func(b *testing.B, path string) {
 		w := startBenchWorker(b, srv, path)
-		for _, u := range uris {
-			if _, err := w.client.Subscribe(b.Context(), u); err != nil {
-				b.Fatal(err)
-			}
+		if _, err := w.client.SubscribeAll(b.Context(), uris); err != nil {
+			b.Fatal(err)
 		}
 		if err := w.client.WaitForSync(b.Context()); err != nil {
 			b.Fatal(err)

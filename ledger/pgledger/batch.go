@@ -180,10 +180,12 @@ func (b *batcher[Q, R]) goAlone(c *call[Q, R]) {
 // retryApart retries apart the calls of a statement PostgreSQL refused:
 // several, since one of them may be the cause, or one, when it gave up
 // waiting for a lock (lockNotAvailable, compare_and_swap_all's lock
-// timeout).
+// timeout). A statement that committed and whose flush could not be
+// waited for is not retried.
 func retryApart(err error, n int) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	var unflushed *unflushedError
+	if !errors.As(err, &pgErr) || errors.As(err, &unflushed) {
 		return false
 	}
 	return n > 1 || pgErr.Code == lockNotAvailable
@@ -290,6 +292,9 @@ func (l *Ledger) swapOne(ctx context.Context, s swap) (swapped, error) {
 	var first *int64
 	err := l.pool.QueryRow(ctx, l.q.cas, s.key, s.prev, s.record, s.entries, l.retain, trimStep, owner, epoch,
 		s.index.subjects, s.index.unknown).Scan(&first)
+	if err == nil && first != nil {
+		err = l.flushed(ctx)
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == fencedSQLState && owner != nil:
@@ -336,6 +341,11 @@ func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 		subjects, subjectCounts, unknown).Scan(&res); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(res, func(r *int64) bool { return r != nil && *r >= 0 }) {
+		if err := l.flushed(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if len(res) != len(swaps) {
 		return nil, fmt.Errorf("%w: %d results for %d writes", mcpsync.ErrLedgerCorrupt, len(res), len(swaps))
 	}
@@ -350,6 +360,28 @@ func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 	}
 	return out, nil
 }
+
+// flushed returns once every transaction committed before it is on disk:
+// the writes of records commit without waiting for their flush, so that
+// the locks they hold are let go at once (compare_and_swap_unflushed), and
+// are reported only after this. An error says the write may or may not
+// be durable, as a connection lost at a commit does.
+func (l *Ledger) flushed(ctx context.Context) error {
+	if _, err := l.pool.Exec(ctx, l.q.flush); err != nil {
+		return &unflushedError{err: err}
+	}
+	return nil
+}
+
+// unflushedError is the failure of the wait for the flush of writes that
+// committed: they are not retried, since they may have been made.
+type unflushedError struct{ err error }
+
+func (e *unflushedError) Error() string {
+	return "wait for the flush of a commit: " + e.err.Error()
+}
+
+func (e *unflushedError) Unwrap() error { return e.err }
 
 // readRevGen reads the revocation generation once for every caller
 // waiting: each asked before the query was sent.

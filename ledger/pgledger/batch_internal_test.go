@@ -2,13 +2,19 @@ package pgledger
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -252,7 +258,7 @@ func TestSwapAllDecidesEachKey(t *testing.T) {
 // leases going on, share statements without losing or crossing a write:
 // every stored write is counted once, and the outbox is numbered without a
 // gap. (The lock orders are pinned down, deterministically, by the
-// break23 deadlock tests; this load rarely meets them.)
+// deadlock tests of lease_test.go; this load rarely meets them.)
 func TestConcurrentWritesShareStatements(t *testing.T) {
 	conn, schema := pgtest.Schema(t)
 	l, err := Open(t.Context(), conn, &Options{Schema: schema, Leases: &LeaseOptions{}})
@@ -319,4 +325,154 @@ func TestConcurrentWritesShareStatements(t *testing.T) {
 	for i, e := range entries {
 		require.Equal(t, uint64(i+1), e.Seq)
 	}
+}
+
+// Two callers of one ledger write at once: one a key PostgreSQL refuses (a
+// long URI, its key beyond what the records index holds: "index row size
+// exceeds btree maximum"), the other an ordinary key. Queued together while
+// earlier writes are in flight, they share one compare_and_swap_all
+// statement; each still gets its own answer, as alone: the long key an
+// error, the ordinary one stored. Results never cross between calls.
+//
+// Deterministic: the two senders are held inside statements that wait on
+// rows the test locks, the two calls are seen queued, and one sender is
+// let go, which takes both in one statement.
+func TestBadKeyFailsNoOtherWriteBatchedWithIt(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	l, err := Open(ctx, conn, &Options{Schema: schema})
+	require.NoError(t, err)
+	defer l.Close()
+	rec := func(rev uint64) *mcpsync.Record {
+		return &mcpsync.Record{Revision: rev, State: mcpsync.StateActive}
+	}
+	b := make([]byte, 4096)
+	_, err = rand.Read(b)
+	require.NoError(t, err)
+	long := "file:///" + hex.EncodeToString(b)
+	const ok = "file:///ok"
+
+	// Alone, the long key fails on its own.
+	_, _, err = l.CompareAndSwap(ctx, long, 0, rec(1), nil)
+	require.Error(t, err, "the long key is refused by PostgreSQL")
+
+	// Hold both senders in statements waiting on rows the test locks.
+	holders := []string{"file:///x1", "file:///x2"}
+	var txs []pgx.Tx
+	for _, k := range holders {
+		_, stored, err := l.CompareAndSwap(ctx, k, 0, rec(1), nil)
+		require.NoError(t, err)
+		require.True(t, stored)
+		c, err := pgx.Connect(ctx, conn)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		tx, err := c.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(context.Background())
+		_, err = tx.Exec(ctx, "SELECT FROM "+pgx.Identifier{schema, "records"}.Sanitize()+" WHERE key = $1 FOR UPDATE", k)
+		require.NoError(t, err)
+		txs = append(txs, tx)
+	}
+	watcher, err := pgx.Connect(ctx, conn)
+	require.NoError(t, err)
+	defer watcher.Close(context.Background())
+	held := make(chan error, len(holders))
+	for i, k := range holders {
+		go func() { _, _, err := l.CompareAndSwap(ctx, k, 1, rec(2), nil); held <- err }()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var c int
+			require.NoError(t, watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%compare_and_swap%'`).Scan(&c))
+			if c > i {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "sender %d never waited", i)
+			runtime.Gosched()
+		}
+	}
+
+	type result struct {
+		stored bool
+		err    error
+	}
+	okDone, longDone := make(chan result, 1), make(chan result, 1)
+	go func() { _, s, err := l.CompareAndSwap(ctx, ok, 0, rec(1), nil); okDone <- result{s, err} }()
+	go func() { _, s, err := l.CompareAndSwap(ctx, long, 0, rec(1), nil); longDone <- result{s, err} }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(l.swaps.calls) < 2 {
+		require.True(t, time.Now().Before(deadline), "the two writes never queued")
+		runtime.Gosched()
+	}
+	require.NoError(t, txs[0].Rollback(ctx)) // one sender finishes, and takes both queued writes
+	got := <-okDone
+	long_ := <-longDone
+	require.NoError(t, txs[1].Rollback(ctx))
+	for range holders {
+		require.NoError(t, <-held)
+	}
+	require.Error(t, long_.err, "the long key fails")
+	require.NoError(t, got.err, "the write of %s is its own: another caller's bad key must not fail it", ok)
+	require.True(t, got.stored)
+}
+
+// The outbox keeps "at most LedgerOptions.OutboxRetention entries" whether
+// writes come one at a time or share one compare_and_swap_all statement
+// (here two writes of 600 entries each, four times over, in the statement
+// the batcher sends for two writes that queued together, as
+// TestSwapAllDecidesEachKey calls it): trimming keeps up with everything
+// a statement appends.
+func TestBatchedWritesKeepTheRetentionBound(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	const retain, each = 10, 600
+	l, err := Open(ctx, conn, &Options{Schema: schema, Ledger: &mcpsync.LedgerOptions{OutboxRetention: retain}})
+	require.NoError(t, err)
+	defer l.Close()
+	write := func(key string) swap {
+		rec, err := mcpsync.EncodeRecord(&mcpsync.Record{Revision: 1, State: mcpsync.StateActive})
+		require.NoError(t, err)
+		s := swap{key: key, record: rec}
+		for range each {
+			b, err := encodeEntry(mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated})
+			require.NoError(t, err)
+			s.entries = append(s.entries, b)
+		}
+		return s
+	}
+
+	// One at a time, a write of 600 entries keeps the bound.
+	_, _, err = l.CompareAndSwap(ctx, "file:///alone", 0, &mcpsync.Record{Revision: 1, State: mcpsync.StateActive},
+		make([]mcpsync.OutboxEntry, each))
+	require.NoError(t, err)
+	st, err := l.OutboxState(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, st.Last-st.First+1, uint64(retain), "a write alone keeps the bound")
+
+	var kept []uint64
+	for round := range 4 {
+		got, err := l.swapAll(ctx, []swap{write(fmt.Sprintf("file:///a%d", round)), write(fmt.Sprintf("file:///b%d", round))})
+		require.NoError(t, err)
+		require.True(t, got[0].stored && got[1].stored)
+		st, err := l.OutboxState(ctx)
+		require.NoError(t, err)
+		kept = append(kept, st.Last-st.First+1)
+	}
+	for round, n := range kept {
+		require.LessOrEqual(t, n, uint64(retain),
+			"after each statement of two batched writes the outbox keeps %v entries, beyond its bound of %d (round %d)", kept, retain, round)
+	}
+}
+
+// A statement PostgreSQL refused wrote nothing and is retried apart (when
+// one of several may be its cause, or it gave up on a lock); one that
+// committed but whose flush could not be waited for is not: it may have
+// been made, and a retry would be told its revision moved.
+func TestOnlyAStatementThatWroteNothingIsRetriedApart(t *testing.T) {
+	refused := &pgconn.PgError{Code: "23505"}
+	assert.True(t, retryApart(refused, 2), "one of several refused")
+	assert.False(t, retryApart(refused, 1), "one refused: its own error")
+	assert.True(t, retryApart(&pgconn.PgError{Code: lockNotAvailable}, 1), "a lock given up on")
+	assert.False(t, retryApart(&unflushedError{err: &pgconn.PgError{Code: "57P01"}}, 2), "committed, flush not seen")
+	assert.False(t, retryApart(errors.New("connection reset"), 2), "not known to have written nothing")
 }

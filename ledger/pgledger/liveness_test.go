@@ -1,6 +1,8 @@
 package pgledger_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +95,88 @@ func TestWorkerWhoseSessionEndedComesBack(t *testing.T) {
 	members, err := a.Members(ctx)
 	require.NoError(t, err)
 	assert.Contains(t, members, b.Worker(), "b is a member again")
+}
+
+// endsAfterCheck is a context whose deadline passes right after Renew
+// first looks at it: the caller's timeout ends while Renew is under way,
+// as any per-call timeout (or Shard.Run's stop) may.
+type endsAfterCheck struct {
+	context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (c *endsAfterCheck) Err() error {
+	err := c.Context.Err()
+	c.once.Do(c.cancel)
+	return err
+}
+
+// A live worker holds a lease with an hour left and renews it. One Renew is
+// given up on (its context ends) while it pings the liveness connection.
+// A failed ping caused by the caller's context is no lost session: the
+// worker stays live (its membership names a lock it holds), and no other
+// worker takes its lease an hour early, so its writes are not refused
+// with ErrNotLeaseholder though its process and its sessions are fine.
+func TestRenewGivenUpOnKeepsTheWorkerLive(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	w, other := fenced(t, conn, schema, time.Hour), fenced(t, conn, schema, time.Hour)
+	const key = "file:///docs/a.md"
+	_, err := w.Acquire(ctx, key)
+	require.NoError(t, err)
+	for _, l := range []*pgledger.Ledger{w, other} {
+		_, err := l.Renew(ctx)
+		require.NoError(t, err)
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, err = w.Renew(&endsAfterCheck{Context: rctx, cancel: cancel})
+	require.ErrorIs(t, err, context.Canceled, "the Renew given up on fails, as it may")
+
+	members, err := other.Members(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, members, w.Worker(), "a worker whose Renew was given up on is alive: its process and sessions are fine")
+	_, err = other.Acquire(ctx, key)
+	require.ErrorIs(t, err, pgledger.ErrLeaseHeld, "the lease has an hour left and its holder lives")
+}
+
+// A worker keeps its identity across restarts (LeaseOptions.Worker, read
+// from its configuration): its process was killed, and the new one opens
+// the ledger under the same UUID, never two at once. The new process
+// acquires a key (a fresh one, at epoch 1, an hour's TTL) before its first
+// Renew, as Acquire allows (Assigned: "until its first Renew a worker is
+// not a member, yet it is live"). The restarted worker counts as live from
+// Open on: no other worker takes its brand-new lease, and its first writes
+// are not refused.
+func TestRestartedWorkerKeepsLeasesTakenBeforeItsFirstRenew(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	id := uuid.New()
+	open := func() *pgledger.Ledger {
+		l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema,
+			Leases: &pgledger.LeaseOptions{Worker: id, TTL: time.Hour}})
+		require.NoError(t, err)
+		return l
+	}
+	before := open()
+	_, err := before.Renew(ctx)
+	require.NoError(t, err)
+	require.NoError(t, before.Close()) // killed: its sessions end
+
+	after := open() // the restarted process, same identity
+	t.Cleanup(func() { require.NoError(t, after.Close()) })
+	other := fenced(t, conn, schema, time.Hour)
+	_, err = other.Renew(ctx)
+	require.NoError(t, err)
+
+	const key = "file:///docs/a.md"
+	epoch, err := after.Acquire(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), epoch)
+
+	leases, err := other.Leases(ctx)
+	require.NoError(t, err)
+	assert.True(t, leases[key].Live, "a lease just taken by a live worker, with an hour left, is live")
+	took, err := other.Acquire(ctx, key)
+	require.ErrorIs(t, err, pgledger.ErrLeaseHeld, "another worker took the live worker's lease at epoch %d", took)
 }

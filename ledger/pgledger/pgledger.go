@@ -3,11 +3,15 @@
 //
 // Every decision of the fence is one PostgreSQL transaction: the record, the
 // outbox entries it appends and their numbering commit together or not at
-// all, in one round trip (the schema's compare_and_swap function). Outbox
+// all, in one statement (the schema's compare_and_swap function). Outbox
 // numbers come from a one-row counter updated in that transaction, so they
 // are consecutive and unique across every process appending, and counters
 // (Next) are rows updated in place, so no two workers are ever handed the
-// same identity. A connection killed mid-transaction leaves nothing behind:
+// same identity. A write of records commits without waiting for its WAL
+// flush, so that the numbering's row and the other locks it holds are let
+// go at its commit and other workers' writes do not queue behind its
+// fsync; CompareAndSwap returns only once a synchronous commit made after
+// it (whose flush covers it) returned, so a write it reports is durable. A connection killed mid-transaction leaves nothing behind:
 // PostgreSQL rolls it back, and the pool replaces the connection on the
 // next call.
 //
@@ -218,6 +222,7 @@ func (l *Ledger) usable(ctx context.Context) error {
 // queries are the ledger's statements in its schema, expanded once.
 type queries struct {
 	load, loadAll, cas, casAll, rangeFirst, rangeAfter string
+	flush                                              string
 	next, counter, revokeAdd, revokeReplace, revGen    string
 	raiseRevGen, subjectKeys, unknownCloses            string
 	revokedAfter                                       string
@@ -228,10 +233,13 @@ type queries struct {
 
 func newQueries(n names) queries {
 	q := queries{
-		load:       n.expand(`SELECT revision, record FROM {{schema}}.records WHERE key = $1`),
-		loadAll:    n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key = ANY($1)`),
-		cas:        n.expand(`SELECT {{schema}}.compare_and_swap($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`),
-		casAll:     n.expand(`SELECT {{schema}}.compare_and_swap_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`),
+		load:    n.expand(`SELECT revision, record FROM {{schema}}.records WHERE key = $1`),
+		loadAll: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key = ANY($1)`),
+		cas:     n.expand(`SELECT {{schema}}.compare_and_swap_unflushed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`),
+		casAll:  n.expand(`SELECT {{schema}}.compare_and_swap_all_unflushed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`),
+		// A transaction with an id, committed synchronously: its flush
+		// covers every commit before it (see compare_and_swap_unflushed).
+		flush:      `SELECT txid_current()`,
 		rangeFirst: n.expand(`SELECT key, revision, record FROM {{schema}}.records ORDER BY key LIMIT $1`),
 		rangeAfter: n.expand(`SELECT key, revision, record FROM {{schema}}.records WHERE key > $2 ORDER BY key LIMIT $1`),
 		// A counter's row is made by its first reservation; the WHERE

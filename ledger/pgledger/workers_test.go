@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -371,3 +372,86 @@ func TestListenerKilled(t *testing.T) {
 }
 
 func schemaTable(schema, table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+
+// A pool whose connections are made by a BeforeConnect hook (rotating
+// credentials, IAM tokens, a proxy address chosen at connect time) works
+// for every query, WaitOutbox's listening included: an entry appended
+// before the wait began is found at once (or the wait fails), rather than
+// the consumer sleeping until its deadline on a listening connection that
+// never comes up.
+func TestWaitOutboxReturnsOnEntriesThatExistWhenListeningFails(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	cfg, err := pgxpool.ParseConfig(conn)
+	require.NoError(t, err)
+	realPort := cfg.ConnConfig.Port
+	cfg.ConnConfig.Port = 1 // the hook knows where the server is
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		cc.Port = realPort
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	l, err := pgledger.New(ctx, pool, &pgledger.Options{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+
+	_, ok, err := l.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []mcpsync.OutboxEntry{entry("file:///a", 1)})
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, l.WaitOutbox(wctx, 0), "entry 1 was appended before the wait: WaitOutbox must return at once (or fail), not sleep")
+}
+
+// A subject that read nothing anywhere is revoked on a ledger shared by two
+// workers, the other of which holds and has written its own URI. Updates
+// that write nothing (a sweep of a record that holds nothing of the
+// subject) are not refused for a lease held elsewhere: the receipt lists
+// nothing as left to another worker, and the revocation is marked swept,
+// so engines opened on the ledger do not sweep it again for ever.
+func TestRevocationOfNothingIsSweptWhateverOtherWorkersHold(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	a, b := fenced(t, conn, schema, time.Hour), fenced(t, conn, schema, time.Hour)
+	// Worker b holds its URI and has written it; the revoked subject never
+	// read it.
+	const theirs = "file:///b"
+	_, err := b.Acquire(ctx, theirs)
+	require.NoError(t, err)
+	_, ok, err := write(b, theirs, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: a})
+	require.NoError(t, err)
+	rc, err := e.RevokeSubject("user:gone")
+	require.NoError(t, err)
+	revoked, err := a.Revoked(ctx)
+	require.NoError(t, err)
+	require.Len(t, revoked, 1)
+	require.True(t, len(rc.Elsewhere) == 0 && revoked[0].Swept,
+		"a subject that read nothing anywhere is revoked, yet the receipt says %v is left to another worker and the "+
+			"revocation is not swept (swept: %v): every engine opened on the ledger sweeps it again for ever",
+		rc.Elsewhere, revoked[0].Swept)
+}
+
+// ForgetDerived: "Forgetting an unknown artifact is not an error." On a
+// fenced ledger that holds for every URI, one held by another worker
+// included: an outbox consumer (which runs on any worker) that forgets
+// what it never recorded gets no ErrNotLeaseholder.
+func TestForgetUnknownArtifactOnAnotherWorkersKeyIsNoError(t *testing.T) {
+	conn, schema := pgtest.Schema(t)
+	a, b := fenced(t, conn, schema, time.Hour), fenced(t, conn, schema, time.Hour)
+	const theirs = "file:///b"
+	_, err := b.Acquire(ctx, theirs)
+	require.NoError(t, err)
+	_, ok, err := write(b, theirs, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: a})
+	require.NoError(t, err)
+	require.NoError(t, e.ForgetDerived(theirs, "index", "never-recorded"),
+		"forgetting an artifact that was never recorded changes nothing and is not an error")
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,9 +30,12 @@ type Reopener func(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger
 // Run checks the contract every ledger keeps: compare-and-swap, outbox
 // numbering, acknowledgements per consumer, the retention bound, wake-ups,
 // counters never reused, revocations, export and restore (consistent under
-// concurrent writes), concurrency (run it under -race), and, for a ledger
-// that implements mcpsync.LedgerIndex, that its index answers what a walk
-// of every record does after any sequence of an engine's writes.
+// concurrent writes), concurrency (run it under -race), that a reader who
+// saw an outbox entry finds its record at least as new, for a ledger that
+// implements mcpsync.LedgerIndex, that its index answers what a walk of
+// every record does after any sequence of an engine's writes, and, for one
+// that implements mcpsync.DeferringLedger, that deferred writes are seen
+// by every later call.
 func Run(t *testing.T, open Opener) {
 	RunDurable(t, open, nil)
 }
@@ -47,9 +51,11 @@ func RunDurable(t *testing.T, open Opener, reopen Reopener) {
 	t.Run("Retention", func(t *testing.T) { testRetention(t, open) })
 	t.Run("WaitOutbox", func(t *testing.T) { testWaitOutbox(t, open) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, open) })
+	t.Run("EntriesNeverAheadOfRecords", func(t *testing.T) { testEntriesNeverAheadOfRecords(t, open) })
 	t.Run("ExportRestore", func(t *testing.T) { testExportRestore(t, open) })
 	t.Run("ExportNeverTears", func(t *testing.T) { testExportNeverTears(t, open) })
 	t.Run("Index", func(t *testing.T) { testIndex(t, open, reopen) })
+	t.Run("Deferred", func(t *testing.T) { testDeferred(t, open, reopen) })
 	if reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { testReopen(t, open, reopen) })
 	}
@@ -354,6 +360,74 @@ func testConcurrency(t *testing.T, open Opener) {
 		assert.Greater(t, e.Version.ReadOrdinal, last[e.URI], "in order per key")
 		last[e.URI] = e.Version.ReadOrdinal
 	}
+}
+
+// A consumer that has seen an outbox entry and loads the entry's record
+// must find the record as of that entry or later: otherwise it takes the
+// entry for superseded, acknowledges it, and what it feeds misses that
+// version for good. Readers poll the outbox and load each entry's record
+// while writers append, every entry naming the revision that wrote it (on a
+// ledger that defers writes, every third write is deferred, with no entry).
+func testEntriesNeverAheadOfRecords(t *testing.T, open Opener) {
+	l := open(t, nil)
+	d, _ := l.(mcpsync.DeferringLedger)
+	keys := []string{"file:///seen/a", "file:///seen/b"}
+	const writes = 100
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(done)
+		for rev := uint64(1); rev <= writes; rev++ {
+			for _, k := range keys {
+				var ok bool
+				var err error
+				if d != nil && rev%3 == 0 {
+					ok, err = d.CompareAndSwapDeferred(ctx, k, rev-1, record(k, rev))
+				} else {
+					_, ok, err = l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []mcpsync.OutboxEntry{entry(k, rev)})
+				}
+				if !assert.NoError(t, err) || !assert.True(t, ok) {
+					return
+				}
+			}
+		}
+	})
+	var ahead atomic.Int32
+	for reader := range 2 {
+		wg.Go(func() {
+			var after uint64
+			for running := true; running; {
+				select {
+				case <-done:
+					running = false // one more pass sees the last entries
+				default:
+				}
+				entries, err := l.Outbox(ctx, after, 0)
+				if !assert.NoError(t, err) {
+					return
+				}
+				for _, e := range entries {
+					after = e.Seq
+					r, err := l.Load(ctx, e.URI)
+					if !assert.NoError(t, err) {
+						return
+					}
+					if r == nil || r.Revision < e.Version.ReadOrdinal {
+						var at uint64
+						if r != nil {
+							at = r.Revision
+						}
+						assert.Failf(t, "an entry ahead of its record",
+							"reader %d saw entry %d (%s at revision %d) and then loaded revision %d", reader, e.Seq, e.URI, e.Version.ReadOrdinal, at)
+						if ahead.Add(1) > 3 {
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func testExportRestore(t *testing.T, open Opener) {

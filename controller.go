@@ -1,0 +1,398 @@
+package mcpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/mcpsync/mcpsync/internal/workqueue"
+)
+
+// The session controller, level-triggered like a Kubernetes controller.
+//
+// What the caller wants of each key is its desired record: Client.watches
+// holds a watch for every key the caller watches (the spelling the server
+// is asked with is data on it), and Client.epochs counts the caller's
+// changes of each key. What the server and the engine have is observed
+// state: the engine's record, read fresh on every pass, and what the
+// connection told the server (its listen stream, the requests still out,
+// the spellings to put right). Every event only marks a key dirty in one
+// keyed work queue; a worker takes the key and runs syncKey, which compares
+// the two and takes the next step. A key is never worked on by two workers
+// at once, and a key marked while it is worked on is worked on again.
+//
+// Callers (Subscribe, Unsubscribe) change the desired record, mark the key
+// and wait for the first pass that began after their change: their context
+// bounds the wait, never the work.
+
+// syncWorkers is how many keys are worked on at once. A pass may wait on
+// the server (a resources/subscribe, a listen stream's acknowledgement), so
+// this also bounds the requests the controller has out.
+const syncWorkers = 64
+
+// retryPolicy is the one backoff type of the session layer: it starts at
+// initial, doubles, stops growing at max, and varies each wait by up to
+// ±jitter of it. The client's own (RetryInitial, RetryMax, ±50%) paces a
+// failed pass of a key, a read that got no answer, a put-right of the
+// server and the rounds of a resume; the reconnect policy's paces healing
+// (full jitter); a stream the server ended is re-established on one from a
+// second to RevalidateEvery, and a refused stream is tried again on one
+// from PollEvery to RevalidateEvery, without jitter.
+type retryPolicy struct {
+	initial, max time.Duration
+	jitter       float64
+}
+
+// exponential returns a fresh backoff sequence of the policy.
+func (p retryPolicy) exponential() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: p.initial, RandomizationFactor: p.jitter, Multiplier: 2, MaxInterval: p.max}
+}
+
+// delay is the wait before the n-th consecutive retry (n from 1).
+func (p retryPolicy) delay(n int) time.Duration {
+	d := p.initial
+	for i := 1; i < n && d < p.max; i++ {
+		d *= 2
+	}
+	d = min(d, p.max)
+	return time.Duration(float64(d) * (1 + p.jitter*(2*rand.Float64()-1)))
+}
+
+// waiter is a caller waiting for the first pass over a key that begins at
+// its epoch or later; done gets what the pass left.
+type waiter struct {
+	epoch uint64
+	done  chan passResult // buffered: a pass never waits on a caller
+}
+
+// passResult is what one pass over a key left: the pass's failure (nil
+// when it took its step) and the key's subscription as the pass left it.
+type passResult struct {
+	err    error
+	sub    Subscription
+	subErr error
+}
+
+// newQueue makes the controller's queue.
+func (c *Client) newQueue() {
+	c.queue = workqueue.New[string](workqueue.Options{Backoff: c.retry.delay})
+	c.sessionq = workqueue.New[string](workqueue.Options{})
+}
+
+// serve starts n workers that run pass over the keys of q until it shuts
+// down (Close shuts both of the client's queues down).
+func (c *Client) serve(q *workqueue.Queue[string], n int, pass func(key string)) {
+	for range n {
+		c.goAsync(func() {
+			for {
+				key, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				pass(key)
+				q.Done(key)
+			}
+		})
+	}
+}
+
+// runPass runs one pass of syncKey over key, requeues it as the pass asks
+// and tells the callers waiting on it. A failed pass is retried with the
+// retry policy's backoff and told to OnError.
+func (c *Client) runPass(key string) {
+	c.mu.Lock()
+	epoch := c.epochs[key]
+	c.mu.Unlock()
+	again, err := c.syncKey(key)
+	switch {
+	case err != nil || c.leftToPutRight(key):
+		// A spelling left to put right (its request failed) is retried
+		// with the backoff too, without failing the caller's step.
+		c.queue.AddRateLimited(key)
+	case again > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, again)
+	default:
+		c.queue.Forget(key)
+	}
+	var res passResult
+	c.mu.Lock()
+	told := len(c.waiters[key]) > 0
+	c.mu.Unlock()
+	if told {
+		// Read before the next pass can change it: a caller gets what its
+		// own pass left.
+		res = passResult{err: err}
+		res.sub, res.subErr = c.engine.Subscription(key)
+	}
+	c.mu.Lock()
+	waiting := c.waiters[key][:0]
+	for _, w := range c.waiters[key] {
+		if w.epoch <= epoch {
+			w.done <- res
+		} else {
+			waiting = append(waiting, w)
+		}
+	}
+	if len(waiting) == 0 {
+		delete(c.waiters, key)
+	} else {
+		c.waiters[key] = waiting
+	}
+	c.mu.Unlock()
+	c.progress.notify()
+}
+
+// leftToPutRight reports whether the current connection has a spelling of
+// key to put right that no request still out will mark it for.
+func (c *Client) leftToPutRight(key string) bool {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	for raw := range conn.putRights[key] {
+		if !conn.held[raw] {
+			return true
+		}
+	}
+	return false
+}
+
+// wantLocked records a change of the caller's intent for key, c.mu held,
+// and returns the waiter that the first pass to see the change tells.
+func (c *Client) wantLocked(key string) *waiter {
+	c.epochs[key]++
+	w := &waiter{epoch: c.epochs[key], done: make(chan passResult, 1)}
+	c.waiters[key] = append(c.waiters[key], w)
+	return w
+}
+
+// mark has key worked on soon.
+func (c *Client) mark(key string) { c.queue.Add(key) }
+
+// awaitPass waits, bounded by ctx, for the pass w waits for, and returns
+// what it left.
+func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResult {
+	select {
+	case res := <-w.done:
+		return res
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	c.mu.Lock()
+	c.waiters[key] = slices.DeleteFunc(c.waiters[key], func(x *waiter) bool { return x == w })
+	if len(c.waiters[key]) == 0 {
+		delete(c.waiters, key)
+	}
+	c.mu.Unlock()
+	select {
+	case res := <-w.done: // the pass ended as the wait did
+		return res
+	default:
+	}
+	if ctx.Err() != nil {
+		return passResult{err: ctx.Err()}
+	}
+	return passResult{err: ErrClientClosed}
+}
+
+// syncKey takes key's next step toward what the caller wants of it. It
+// returns how long until it must look again (0: not before an event marks
+// it), or a failure, retried with the retry policy's backoff.
+func (c *Client) syncKey(key string) (time.Duration, error) {
+	c.mu.Lock()
+	conn, closed, w := c.conn, c.closed, c.watches[key]
+	lost := conn.lost
+	var tick Trigger
+	var untilTick time.Duration
+	asked := false
+	if w != nil {
+		tick, untilTick = c.dueTickLocked(w)
+		asked, w.asked = w.asked, false
+	}
+	c.mu.Unlock()
+	if untilTick > 0 {
+		c.queue.AddAfter(key, untilTick) // the next periodic read
+	}
+	if closed {
+		return 0, nil
+	}
+	// A spelling the server must be told about again is put right first;
+	// its failure leaves it marked (runPass retries it) and stops the
+	// caller's step only when it is the spelling the caller watches.
+	failed, err := c.putRight(conn, key, w)
+	if w == nil {
+		return 0, c.syncUnwatched(conn, key)
+	}
+	var again time.Duration
+	if err != nil && !failed[w.raw] {
+		c.reopenFailed(key, err) // Degraded while the server is being put right
+		err = nil
+	}
+	if err == nil {
+		again, err = c.syncWatched(conn, key, w, tick, asked, lost)
+	}
+	if err != nil {
+		// Tried again by the next pass, with what this one was to do.
+		c.mu.Lock()
+		if tick != "" {
+			w.tickAt = time.Now() // the periodic read is due at once
+		}
+		w.asked = w.asked || asked
+		opened := w.opened && c.watches[key] == w
+		c.mu.Unlock()
+		if opened {
+			c.reopenFailed(key, err)
+		}
+		return 0, err
+	}
+	if tick != "" && !lost {
+		c.requestRead(key, tick)
+	}
+	return again, nil
+}
+
+// subscribeAll is SubscribeAll with the error of each URI apart: every
+// URI's intent is set and its key marked at once, then each is waited for.
+// From 2026-07-28 on, the URIs not watched yet are put on the listen
+// stream the connection opens next, so that its first replacement carries
+// them all.
+func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscription, []error) {
+	subs := make([]Subscription, len(uris))
+	errs := make([]error, len(uris))
+	err := c.engine.refuseRevoked(c.opts.Subject) // no read of the subject will ever pass the fence
+	if err == nil {
+		err = ctx.Err() // nothing started
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return subs, errs
+	}
+	type asked struct {
+		key    string
+		w      *watch
+		waiter *waiter
+	}
+	all := make([]asked, len(uris))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		for i := range errs {
+			errs[i] = ErrClientClosed
+		}
+		return subs, errs
+	}
+	conn := c.conn
+	for i, uri := range uris {
+		key, err := normalizeKey(uri)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		w, had := c.watches[key]
+		if !had {
+			w = newWatch(key, uri)
+			c.watches[key] = w
+		}
+		w.asked = true
+		w.pending++
+		all[i] = asked{key: key, w: w, waiter: c.wantLocked(key)}
+	}
+	c.mu.Unlock()
+	if conn.era == EraModern && conn.caps.Subscribe && conn.deaf == "" {
+		for _, a := range all {
+			if a.key != "" && !a.w.kept {
+				conn.setWanted(a.w.raw, true)
+			}
+		}
+	}
+	for _, a := range all {
+		if a.key != "" {
+			c.mark(a.key)
+		}
+	}
+	for i, a := range all {
+		if a.key == "" {
+			continue
+		}
+		subs[i], errs[i] = c.subscribed(ctx, a.key, a.w, a.waiter)
+		c.settleSubscribe(a.key, a.w, errs[i])
+	}
+	return subs, errs
+}
+
+// settleSubscribe records how one Subscribe of w ended. A watch no
+// Subscribe has kept yet (the first ones in flight, none succeeded) is
+// taken back when the last of them fails or is given up on: nothing stays
+// watched that no caller has, and the next pass closes what was opened
+// and takes its spelling off the listen stream.
+func (c *Client) settleSubscribe(key string, w *watch, err error) {
+	c.mu.Lock()
+	w.pending--
+	if err == nil || errors.Is(err, ErrNotFound) {
+		w.kept = true
+	}
+	drop := !w.kept && w.pending == 0 && c.watches[key] == w && !c.closed
+	if drop {
+		c.dropWatch(key)
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	if !drop {
+		return
+	}
+	if conn.era == EraModern {
+		conn.setWanted(w.raw, false)
+		c.putRightLater(conn, key, w.raw) // a stream sent meanwhile may carry it
+	}
+	c.mark(key)
+}
+
+// subscribed waits for the pass that took up a Subscribe of key (pw), then
+// for its first read, bounded by ctx and RequestTimeout. A later pass may
+// open the key anew meanwhile (a reconnect, a stream the server ended):
+// the caller then waits for that pass too, so that what it gets back is an
+// open subscription with its first read in it.
+func (c *Client) subscribed(ctx context.Context, key string, w *watch, pw *waiter) (Subscription, error) {
+	for {
+		err := c.awaitPass(ctx, key, pw).err
+		if err == nil && ctx.Err() != nil {
+			// Given up as the pass ended: a select between the two picks either.
+			err = ctx.Err()
+		}
+		if err != nil {
+			return Subscription{}, err
+		}
+		notFound := c.awaitRead(ctx, key)
+		sub, err := c.engine.Subscription(key)
+		if err == nil && (sub.State == StateSubscribing || sub.State == StateDiscovered) && ctx.Err() == nil && !c.isClosed() {
+			pw = c.nextPass(key) // being opened anew
+			continue
+		}
+		if err == nil && notFound {
+			err = fmt.Errorf("%w: %s", ErrNotFound, w.raw)
+		}
+		if err == nil && c.isClosed() {
+			return sub, ErrClientClosed
+		}
+		return sub, err
+	}
+}
+
+// nextPass returns a waiter for the next pass over key to end, the one
+// under way included, without a change of intent.
+func (c *Client) nextPass(key string) *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := &waiter{epoch: c.epochs[key], done: make(chan passResult, 1)}
+	c.waiters[key] = append(c.waiters[key], w)
+	return w
+}

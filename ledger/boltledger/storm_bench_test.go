@@ -1,0 +1,121 @@
+package boltledger_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
+)
+
+// stormURIs and stormPulses are the storm of the library's
+// BenchmarkNotificationStorm: 10 pulses to each of 10,000 URIs.
+const stormURIs, stormPulses = 10_000, 10
+
+// BenchmarkNotificationStorm sends 10 pulses to each of 10,000 URIs and
+// completes the reads they issue until the engine is quiescent, on the bolt
+// ledger (bolt) beside the same storm on the memory ledger in the same run
+// (baseline=memory). The pulses all arrive before the reads go out, as in a
+// burst (they are coalesced to one read per URI); each read is completed on
+// a goroutine of its own, as a Client sends each read a pulse issues on
+// one. On the bolt ledger the pulses and tickets are deferred and the
+// accepts of the reads completed together share commits. -short storms
+// 1,000 URIs.
+func BenchmarkNotificationStorm(b *testing.B) {
+	n := stormURIs
+	if testing.Short() {
+		n = 1_000
+	}
+	uris := make([]string, n)
+	// Two answers per URI, one for odd runs and one for even: every read
+	// of a run gives new text.
+	var results [2]map[string]mcpsync.ReadResult
+	for i := range results {
+		results[i] = make(map[string]mcpsync.ReadResult, n)
+	}
+	for i := range uris {
+		uris[i] = fmt.Sprintf("file:///storm/%05d.md", i)
+		for r := range results {
+			results[r][uris[i]] = mcpsync.NewReadResult([]mcpsync.Content{{URI: uris[i], MIMEType: "text/markdown", Text: fmt.Sprintf("answer %d of %s", r, uris[i])}})
+		}
+	}
+	for _, ledger := range []string{"baseline=memory", "bolt"} {
+		b.Run(ledger, func(b *testing.B) {
+			opts := &mcpsync.Options{ConfirmSends: true}
+			if ledger == "bolt" {
+				opts.Ledger = openBench(b)
+			}
+			e, err := mcpsync.NewEngine(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.BeginSession(mcpsync.SessionInfo{}); err != nil {
+				b.Fatal(err)
+			}
+			_, errs := e.SubscribeAll(uris, "user:alice")
+			acts := make([]mcpsync.Activation, n)
+			for i, u := range uris {
+				acts[i] = mcpsync.Activation{URI: u, Mode: mcpsync.ModePush}
+			}
+			_, aerrs := e.ActivateAll(acts)
+			for i := range errs {
+				if errs[i] != nil || aerrs[i] != nil {
+					b.Fatal(errs[i], aerrs[i])
+				}
+			}
+			reads, run := 0, 0
+			for b.Loop() {
+				run++
+				answers := results[run%2]
+				pending := make(chan mcpsync.Ticket, n)
+				for _, u := range uris {
+					for range stormPulses {
+						t, ok, err := e.Notify(u)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if ok {
+							pending <- t
+						}
+					}
+				}
+				reads += len(pending)
+				close(pending)
+				var wg sync.WaitGroup
+				var followUps atomic.Int64
+				var read func(t mcpsync.Ticket)
+				read = func(t mcpsync.Ticket) {
+					e.Sending(t)
+					out, err := e.FinishRead(t, answers[t.URI])
+					if err != nil || !out.Changed() {
+						b.Error("not accepted", err)
+						return
+					}
+					if out.FollowUp != nil {
+						followUps.Add(1)
+						read(*out.FollowUp)
+					}
+				}
+				for t := range pending {
+					wg.Go(func() { read(t) })
+				}
+				wg.Wait()
+				reads += int(followUps.Load())
+			}
+			b.ReportMetric(float64(reads)/float64(b.N)/float64(n), "reads/URI")
+		})
+	}
+}
+
+// openBench opens a bolt ledger in a new file, closed when b ends.
+func openBench(b *testing.B) *boltledger.Ledger {
+	b.Helper()
+	l, err := boltledger.Open(b.TempDir()+"/ledger.db", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}

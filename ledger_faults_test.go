@@ -1,0 +1,515 @@
+package mcpsync_test
+
+// Ledger faults while a subscription is reopened: a write of the close and
+// open that a reconnect, a re-established listen stream, a left-out URI or
+// a refused re-subscribe needs fails (a ledger briefly, or for an hour,
+// unavailable). The failure is visible when it happens (OnError is told a
+// *ReopenError, Lookup's Degraded says why), the URI never gets stuck, and
+// once the ledger is healthy it comes back: open in the current session,
+// notified by the server, serving current content, not degraded.
+
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// A re-established listen stream whose old generation cannot be closed
+// (its close epoch cannot be reserved, once) leaves that generation open:
+// the URI keeps its revalidation reads, so a change is read within the
+// staleness bound the subscription publishes, and Lookup never serves a
+// copy older than that bound without saying so.
+func TestReestablishWhoseCloseEpochFailsKeepsTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+
+		r.ledger.failReservations(1, mcpsync.CounterCloseEpoch)
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second)
+		quiesce()
+		if r.ledger.failures() != 1 {
+			t.Fatalf("the close was to fail once, %d failures", r.ledger.failures())
+		}
+
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		changed := time.Now()
+		for range 12 {
+			time.Sleep(time.Minute)
+			quiesce()
+			entry, err := r.c.Lookup(faultURI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := entry.Contents[0].Text
+			if text != "v2" && entry.Degraded == "" && time.Since(changed) > entry.StalenessBound {
+				t.Fatalf("serves %q %v after the change, past its bound %v, without saying so", text, time.Since(changed), entry.StalenessBound)
+			}
+		}
+		if got := r.served(); got != "v2" {
+			t.Fatalf("serves %q, the server has v2", got)
+		}
+	})
+}
+
+// Poll mode (a server without the subscribe capability): a Reconnect whose
+// opening write fails twice in a row (at the Reconnect, then at the first
+// repair) is told, and healed by a later poll tick. Both eras.
+func TestPolledURIWhoseOpeningWriteFailsTwiceHeals(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{server: &mcpsynctest.ServerOptions{NoSubscribe: true}, ledger: true})
+				sub, err := r.c.Subscribe(t.Context(), faultURI)
+				require.NoError(t, err)
+				require.Equal(t, mcpsync.ModePoll, sub.Mode)
+
+				r.ledger.failWrites(2, openingWrite)
+				require.Error(t, r.c.Reconnect(t.Context()))
+				quiesce()
+				r.requireToldReopen(faultURI)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				minutes(6)
+				require.Equal(t, 2, r.ledger.failures())
+				r.requireHealed(faultURI, "v2")
+			})
+		})
+	}
+}
+
+// 2025-11-25. The client's request subscribing a URI again after a late
+// unsubscribe is refused, and the reopen that follows meets one failed
+// ledger write (each write of the close and the next generation in turn,
+// beginning the close first). The failure is visible (OnError, Lookup's
+// Degraded), and once the ledger is healthy the URI is open again in the
+// current session, polling with a reason (the server still refuses it) or
+// notified in push mode, serving current content, not degraded, and the
+// client does not keep asking the server (at most one subscribe in a quiet
+// ten minutes).
+func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
+	const a = "file:///b44/ledger/x.md"
+	matchers := append([]struct {
+		name  string
+		match func(string, *mcpsync.Record) bool
+	}{{"begin-close", writeTo(mcpsync.StateUnsubscribing)}}, reopenWrites...)
+	for _, m := range matchers {
+		t.Run(m.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
+				var armed sync.Once
+				lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
+					if method == string(mcp.MethodResourcesSubscribe) && uri == a {
+						armed.Do(func() { r.ledger.failWrites(1, m.match) })
+						return true
+					}
+					return false
+				})
+				t.Logf("ledger failures: %d", r.ledger.failures())
+				sub, _ := r.c.Engine().Subscription(a)
+				e, _ := r.c.Lookup(a)
+				t.Logf("right after: %s %s %q degraded %q", sub.State, sub.Mode, sub.ModeReason, e.Degraded)
+				if r.ledger.failures() > 0 {
+					r.requireToldReopen(a)
+				}
+				for range 10 {
+					time.Sleep(time.Minute)
+					quiesce()
+				}
+				subs := r.requests(string(mcp.MethodResourcesSubscribe))
+				for range 10 {
+					time.Sleep(time.Minute)
+					quiesce()
+				}
+				subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
+				r.srv.Set(a, "text/markdown", "v2")
+				for range 7 {
+					time.Sleep(time.Minute)
+					quiesce()
+				}
+				sub, err := r.c.Engine().Subscription(a)
+				require.NoError(t, err)
+				t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
+					sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, sub.SubscriptionGeneration, r.srv.Subscribed(a), subs)
+				require.LessOrEqual(t, subs, 1)
+				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+				r.requireHealed(a, "v2")
+				if sub.Mode == mcpsync.ModePush {
+					require.True(t, r.srv.Subscribed(a), "push but not notified")
+				} else {
+					require.NotEmpty(t, sub.ModeReason)
+				}
+			})
+		})
+	}
+}
+
+// A listen stream the server ends is re-established: each URI it carried
+// has its generation closed and the next one opened. When one ledger write
+// of that close and open fails once (the one opening the next generation,
+// the one finishing the close, or the activation), the failure is told
+// when it happens, and once the ledger is healthy the URI comes back with
+// current content (DESIGN: everything right is eventually accepted, or the
+// failure is visible; nothing is served stale without saying so).
+func TestReestablishWhoseWriteFailsIsToldAndHeals(t *testing.T) {
+	for _, m := range reopenWrites {
+		t.Run(m.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newLedgerRig(t, eras[1])
+				r.subscribe()
+
+				r.ledger.failWrites(1, m.match) // one write of the reopen fails, once
+				r.faults().EndListenStreams()
+				time.Sleep(2 * time.Second) // the client's backoff before reopening
+				quiesce()
+				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+				r.requireToldReopen(faultURI)
+
+				// The ledger is healthy again; the server's content moves on.
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v2")
+			})
+		})
+	}
+}
+
+// The server leaves x out of the acknowledgement of the stream that adds y,
+// so the client reopens x, and the write opening x's next generation fails,
+// once. The failure is told; once the ledger and the server are healthy
+// again, x comes back with current content.
+func TestReopenOfALeftOutURIWhoseWriteFailsIsToldAndHeals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///b33/x.md", "file:///b33/y.md"
+		r := newLedgerRig(t, eras[1], x, y)
+		sx, err := r.c.Subscribe(t.Context(), x)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.ModePush, sx.Mode)
+		quiesce()
+
+		// The server leaves x out of the acknowledgement of the stream
+		// that adds y; the client reopens x, and the write opening its next
+		// generation fails, once.
+		r.ledger.failWrites(1, openingWriteOf(x))
+		r.wire.leaveOut(x)
+		_, err = r.c.Subscribe(t.Context(), y)
+		require.NoError(t, err)
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "x's reopen was refused by the ledger")
+		r.requireToldReopen(x)
+
+		// The ledger and the server are healthy again; x's content moves on.
+		r.wire.leaveOut("")
+		r.srv.Set(x, "text/markdown", "v2")
+		r.sixRevalidations()
+		r.requireHealed(x, "v2")
+	})
+}
+
+// A listen stream the server ends is re-established, and the first write of
+// the URI's reopen (the one beginning the close) fails once: OnError is
+// told a *ReopenError and Lookup says the copy is degraded. Once the ledger
+// is healthy the URI comes back: within six revalidation periods a listen
+// stream carries it again (the server notifies it), Lookup is no longer
+// degraded, and a change is pushed, not only found by the next
+// revalidation.
+func TestReopenWhoseBeginCloseFailsIsRepaired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+		require.True(t, r.srv.Subscribed(faultURI))
+
+		// The write beginning the reopen's close fails, once.
+		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second) // the client's backoff before reopening
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.requireToldReopen(faultURI)
+
+		// The ledger is healthy again; six revalidation periods pass.
+		r.sixRevalidations()
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		assert.True(t, r.srv.Subscribed(faultURI),
+			"no listen stream carries the URI half an hour later, yet its subscription is %s in %s mode", sub.State, sub.Mode)
+		assert.Empty(t, entry.Degraded, "the URI is never repaired: Lookup stays degraded")
+
+		// A change is notified, not only found by the next revalidation.
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(time.Second)
+		quiesce()
+		assert.Equal(t, "v2", r.served(), "a change of a push subscription is not notified")
+	})
+}
+
+// 2026-07-28. The server ends the listen stream; the reopen that follows
+// meets one failed write of its close's first step (the generation stays
+// ACTIVE in push mode, no stream carries it). Once the ledger is healthy,
+// the URI is open in push mode on a stream the server keeps, not degraded,
+// and serves current content.
+func TestReestablishWhoseBeginCloseFailsEndsPushedOnAStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second)
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+		r.requireToldReopen(faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.sixRevalidations()
+		r.requireHealed(faultURI, "v2")
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.ModePush, sub.Mode)
+		require.True(t, r.srv.Subscribed(faultURI), "push but the server carries it on no stream")
+	})
+}
+
+// A URI whose reopen stopped half way (one ledger write of the close and
+// open failed) and that a later revalidation tick opened again is pushed
+// again: a change on the server reaches it by notification within a second,
+// not by the next revalidation minutes later. The repaired subscription is
+// carried by the listen stream (2026-07-28) or subscribed on the server
+// (2025-11-25, after a Reconnect whose activation failed) again.
+func TestRepairedURIIsPushedAgain(t *testing.T) {
+	for _, m := range reopenWrites {
+		t.Run("reestablish-"+m.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newLedgerRig(t, eras[1])
+				r.subscribe()
+
+				r.ledger.failWrites(1, m.match)
+				r.faults().EndListenStreams()
+				time.Sleep(2 * time.Second)
+				quiesce()
+				require.Equal(t, 1, r.ledger.failures())
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v1")
+				r.requirePushed()
+			})
+		})
+	}
+	for _, w := range eras {
+		t.Run("reconnect-activate-"+w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newLedgerRig(t, w)
+				r.subscribe()
+
+				r.ledger.failWrites(1, activatingWrite)
+				require.Error(t, r.c.Reconnect(t.Context()))
+				quiesce()
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v1")
+				r.requirePushed()
+			})
+		})
+	}
+}
+
+// A ledger that refuses a reopen's write every time for an hour, then
+// recovers: the URI is repaired once it does, and OnError hears one
+// *ReopenError per revalidation tick at most, not a burst (DESIGN:
+// everything right is eventually accepted; a repeating failure is visible
+// without flooding the caller).
+func TestRepeatingLedgerFaultHealsWithoutFloodingOnError(t *testing.T) {
+	for _, m := range reopenWrites {
+		t.Run("reestablish-"+m.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newLedgerRig(t, eras[1])
+				r.subscribe()
+
+				r.ledger.failWrites(1000, m.match)
+				r.faults().EndListenStreams()
+				r.requireReopensPaced()
+				r.ledger.failWrites(0, nil)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v2")
+			})
+		})
+	}
+	for _, w := range eras {
+		t.Run("reconnect-activate-"+w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newLedgerRig(t, w)
+				r.subscribe()
+
+				r.ledger.failWrites(1000, activatingWrite)
+				require.Error(t, r.c.Reconnect(t.Context()))
+				r.requireReopensPaced()
+				r.ledger.failWrites(0, nil)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v2")
+			})
+		})
+	}
+}
+
+// requireReopensPaced waits an hour of failing writes and checks that
+// OnError heard at most one *ReopenError per revalidation period (5 min,
+// jitter 20%), plus the first failure.
+func (r *rig) requireReopensPaced() {
+	t := r.t
+	t.Helper()
+	start := time.Now()
+	for range 60 {
+		time.Sleep(time.Minute)
+		quiesce()
+		limit := 2 + int(time.Since(start)/(4*time.Minute))
+		if n := r.reopenErrors(); n > limit {
+			t.Fatalf("%d *ReopenError in %v: more than one per revalidation tick", n, time.Since(start))
+		}
+	}
+	require.Positive(t, r.reopenErrors(), "the failing reopen was never told")
+}
+
+// A server without resources.subscribe: the URI polls. A Reconnect whose
+// activation write fails once leaves it SUBSCRIBING in the new session; the
+// failure is told, and its next poll tick opens it again, and it reads the
+// server's current content. Both eras.
+func TestPolledURIWhoseActivationFailsIsRepaired(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{server: &mcpsynctest.ServerOptions{NoSubscribe: true}, ledger: true})
+				sub, err := r.c.Subscribe(t.Context(), faultURI)
+				require.NoError(t, err)
+				require.Equal(t, mcpsync.ModePoll, sub.Mode)
+
+				r.ledger.failWrites(1, activatingWrite)
+				require.Error(t, r.c.Reconnect(t.Context()))
+				quiesce()
+				r.requireToldReopen(faultURI)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				r.sixRevalidations()
+				r.requireHealed(faultURI, "v2")
+			})
+		})
+	}
+}
+
+// A listen stream the server ends is re-established, and the write
+// finishing the URI's close fails once: the URI is left UNSUBSCRIBING in
+// the current session. The caller then unsubscribes it, before any tick
+// repairs it. Unsubscribe is documented as closing the generation and being
+// idempotent, and it returns no error: after it returned the generation is
+// closed (CLOSED or UNSUBSCRIBE_UNKNOWN, not UNSUBSCRIBING), and a later
+// Subscribe of the same URI opens a new generation and serves the current
+// text, as Subscribe promises.
+func TestUnsubscribeDecidesAHalfDoneClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+
+		r.ledger.failWrites(1, writeTo(mcpsync.StateClosed))
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second) // the client's backoff before reopening
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the write finishing the close was refused")
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
+
+		// The caller no longer wants the URI.
+		_, err = r.c.Unsubscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		time.Sleep(6 * time.Minute) // a revalidation period and more
+		quiesce()
+		sub, err = r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		if sub.State == mcpsync.StateUnsubscribing {
+			t.Errorf("Unsubscribe returned nil, yet the generation is still %s in the current session", sub.State)
+		}
+
+		// Then it wants it again.
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		sub, err = r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err, "Subscribe after Unsubscribe (subscription %s, generation %d)", sub.State, sub.SubscriptionGeneration)
+		quiesce()
+		require.Equal(t, "v2", r.served())
+	})
+}
+
+// The reopen stopped after the close instead (the write opening the next
+// generation keeps failing): the URI is CLOSED in the current session. An
+// Unsubscribe of it still tells the server: afterwards the server does not
+// notify the URI, and a stream opened later for another URI does not carry
+// it either.
+func TestUnsubscribeOfAHalfDoneReopenTellsTheServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const other = "file:///docs/other.md"
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
+		r.srv.Set(other, "text/markdown", "v1")
+		_, err := r.c.Subscribe(t.Context(), other)
+		require.NoError(t, err)
+		quiesce()
+
+		// The write opening its next generation fails until the caller
+		// lets it go: the repair a read of it would start fails too.
+		r.ledger.failWrites(1000, openingWriteOf(faultURI))
+		r.faults().EndListenStreams()
+		time.Sleep(2 * time.Second) // the client's backoff before reopening
+		quiesce()
+		require.GreaterOrEqual(t, r.ledger.failures(), 1, "the write opening the next generation was refused")
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.StateClosed, sub.State, "the reopen stopped half way")
+
+		_, err = r.c.Unsubscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		if r.srv.Subscribed(faultURI) {
+			t.Errorf("Unsubscribe returned nil, yet the server is still asked to notify %s", faultURI)
+		}
+		// Another Subscribe replaces the stream: it must not carry the URI
+		// the caller let go of.
+		const third = "file:///docs/third.md"
+		r.srv.Set(third, "text/markdown", "v1")
+		_, err = r.c.Subscribe(t.Context(), third)
+		require.NoError(t, err)
+		quiesce()
+		if r.srv.Subscribed(faultURI) {
+			t.Errorf("a stream opened after Unsubscribe still carries %s", faultURI)
+		}
+	})
+}
+
+// 2026-07-28. A first Subscribe of x whose opening write fails returns the
+// error and leaves x unwatched; the server is never told to notify x: a
+// later Subscribe of y replaces the listen stream, and the new stream does
+// not carry x. Once settled x is not open, and the server does not notify
+// it.
+func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///failed/first/x.md", "file:///failed/first/y.md"
+		r := buildRig(t, eras[1], rigConfig{ledger: true, uris: []string{x, y}})
+		r.subscribe()
+		r.ledger.failWrites(1, writeOf(x, mcpsync.StateSubscribing))
+		_, err := r.c.Subscribe(t.Context(), x)
+		require.Error(t, err, "the write opening x failed")
+		quiesce()
+		_, err = r.c.Subscribe(t.Context(), y)
+		require.NoError(t, err)
+		quiesce()
+		for i, f := range r.wire.listenFilters() {
+			t.Logf("listen stream %d carries %v", i+1, f)
+		}
+		assert.False(t, r.srv.Subscribed(x), "the server notifies %s, which a failed Subscribe left unwatched", x)
+		r.requireWhereLeft([]string{faultURI, x, y}, map[string]bool{faultURI: true, y: true}, map[string]bool{x: true})
+	})
+}

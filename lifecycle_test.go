@@ -1,0 +1,257 @@
+package mcpsync_test
+
+// Connect and Close: a Connect cancelled mid-handshake frees the engine,
+// and Close is bounded, clean and final whatever it races (healing,
+// SubscribeAll, a refused re-subscribe, a stdio server's helper).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// Close while healing waits out a backoff: the client stays CLOSED, and
+// the healing it ended is no failure the caller is told about, even when
+// the lost session's transport takes seconds to close (a stdio server's
+// graceful shutdown) and the healing wakes meanwhile at its last attempt:
+// no ErrReconnectGaveUp, no FAILED, after Close.
+func TestCloseDuringHealingStaysClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var slow sync.Mutex // protects closing
+		closing := false
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
+			PingEvery: time.Second, PingTimeout: time.Second, RevalidateEvery: time.Hour,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 400 * time.Millisecond, Max: 400 * time.Millisecond},
+		})
+		r.wire.set(func(w *faultWire) {
+			w.closing = func() {
+				slow.Lock()
+				c := closing
+				slow.Unlock()
+				if c {
+					time.Sleep(3 * time.Second) // a server's graceful shutdown
+				}
+			}
+		})
+		// A second session, whose transport has the slow close.
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		r.setDown(true)
+		r.faults().DropSession()
+		// Wait until the loss was found and the first attempt failed.
+		for range 100 {
+			if len(r.errs.list()) >= 2 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.GreaterOrEqual(t, len(r.errs.list()), 2, "%v", r.errs.list())
+		before := len(r.errs.list())
+		slow.Lock()
+		closing = true
+		slow.Unlock()
+		require.NoError(t, r.c.Close())
+		quiesce()
+		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+		assert.Empty(t, r.errs.list()[before:], "errors told after Close was called")
+	})
+}
+
+// A stdio server started through a wrapper that leaves a helper behind (a
+// shell, npx, a server that forks a watcher): the helper keeps the server's
+// stderr open. The server itself exits cleanly when its stdin closes. Close
+// is still bounded (stdin, SIGTERM, SIGKILL, each bounded) and returns nil
+// for the clean exit, rather than waiting for every holder of stderr.
+func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
+	dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+		cmd := exec.Command("sh", "-c", `sleep 15 >/dev/null </dev/null & exec "$0" -test.run='^$'`, os.Args[0])
+		cmd.Env = append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
+		return cmd, nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Subject: "p"})
+	require.NoError(t, err)
+	_, err = c.Subscribe(ctx, docURI)
+	require.NoError(t, err)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		assert.NoError(t, err, "the server exited cleanly on stdin EOF")
+		assert.Less(t, took, 5*time.Second, "Close took %v", took)
+	case <-time.After(6 * time.Second):
+		t.Errorf("Close still running %v after it was called (stdin close + SIGTERM grace is 4 s)", time.Since(start))
+		err := <-done
+		t.Logf("Close returned after %v: %v", time.Since(start), err)
+	}
+}
+
+// Connect's context ends while the server holds the initialize answer: the
+// Connect fails, and the engine is free for the next Connect.
+func TestConnectCancelledMidHandshakeFreesTheEngine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/plain", "v1")
+		e := newEngine(t, nil)
+		var holds []*mcpsynctest.Hold
+		defer func() {
+			for _, h := range holds {
+				h.Release()
+			}
+		}()
+		hold := true
+		dial := func(context.Context) (transport.Interface, error) {
+			kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), 1)
+			if hold {
+				holds = append(holds, kit.HoldNext("initialize", ""), kit.HoldNext("server/discover", ""))
+			}
+			return kit, nil
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Engine: e, Subject: alice})
+		cancel()
+		require.Error(t, err)
+		hold = false
+		c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice})
+		require.NoError(t, err, "a Connect cancelled mid-handshake left the engine in use")
+		require.NoError(t, c.Close())
+	})
+}
+
+// SubscribeAll racing Close: Close returns with nothing of the client left
+// running (synctest reports a goroutine left blocked in the bubble; goleak
+// one left outside), whichever fake-time moment Close comes at.
+func TestSubscribeAllRacingCloseLeavesNothingRunning(t *testing.T) {
+	for _, w := range eras {
+		for _, d := range []time.Duration{0, time.Microsecond, 5 * time.Millisecond, 15 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s/%v", w.name, d), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					uris := make([]string, 150)
+					for i := range uris {
+						uris[i] = fmt.Sprintf("file:///b39/close/%03d.md", i)
+					}
+					c := buildRig(t, w, rigConfig{uris: uris}).c
+					done := make(chan error, 1)
+					go func() {
+						_, err := c.SubscribeAll(t.Context(), uris)
+						done <- err
+					}()
+					time.Sleep(d)
+					require.NoError(t, c.Close())
+					<-done
+					synctest.Wait()
+				})
+			})
+		}
+	}
+}
+
+// 2025-11-25. The client's request subscribing a URI again after a late
+// unsubscribe is refused at the moment the client is closed: Close returns
+// cleanly, and nothing of the client is left running (goleak in TestMain).
+func TestRefusedResubscribeRacingCloseLeavesNothingRunning(t *testing.T) {
+	const a = "file:///b44/close/x.md"
+	synctest.Test(t, func(t *testing.T) {
+		r := buildRig(t, eras[0], rigConfig{uris: []string{a}})
+		var wg sync.WaitGroup
+		var once sync.Once
+		closed := make(chan error, 1)
+		lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
+			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
+				once.Do(func() { wg.Go(func() { closed <- r.c.Close() }) })
+				return true
+			}
+			return false
+		})
+		wg.Wait()
+		require.NoError(t, <-closed)
+		time.Sleep(time.Hour)
+		quiesce()
+	})
+}
+
+// Close is final for a Reconnect the caller started before it: the
+// Reconnect's dial is slow, Close returns meanwhile and frees the engine,
+// and a second Client drives the engine from then on. When the first
+// Client's dial comes back, it must start no session on the engine that
+// is no longer its own: the second Client's subscription keeps hearing
+// the server (its change is read within seconds), and Subscribes of the
+// second Client still open.
+func TestCloseIsFinalForAReconnectUnderWay(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const other = "file:///docs/other.md"
+				srv := mcpsynctest.NewServer(nil)
+				srv.Set(docURI, "text/plain", "v1")
+				srv.Set(other, "text/plain", "v1")
+				e := newEngine(t, nil)
+				gate := make(chan struct{})
+				dialing := make(chan struct{}, 1)
+				dials := 0
+				slowDial := func(context.Context) (transport.Interface, error) {
+					dials++
+					if dials == 2 {
+						dialing <- struct{}{}
+						<-gate // a dial that takes a while, whatever the context says
+					}
+					return srv.NewInProcessTransport(), nil
+				}
+				a, err := mcpsync.Connect(t.Context(), slowDial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+				require.NoError(t, err)
+				reconnected := make(chan error, 1)
+				go func() { reconnected <- a.Reconnect(context.Background()) }()
+				<-dialing
+				require.NoError(t, a.Close())
+
+				b, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+					return srv.NewInProcessTransport(), nil
+				}, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+				require.NoError(t, err, "Close left the engine in use")
+				defer func() { require.NoError(t, b.Close()) }()
+				_, err = b.Subscribe(t.Context(), docURI)
+				require.NoError(t, err)
+				srv.Set(docURI, "text/plain", "v1.5")
+				time.Sleep(5 * time.Second)
+				quiesce()
+				entry, err := b.Lookup(docURI)
+				require.NoError(t, err)
+				require.Equal(t, "v1.5", entry.Contents[0].Text, "the second client hears its server")
+
+				close(gate) // the closed client's dial comes back
+				assert.Error(t, <-reconnected, "a Reconnect of a closed client")
+				quiesce()
+
+				srv.Set(docURI, "text/plain", "v2")
+				time.Sleep(5 * time.Second)
+				quiesce()
+				entry, err = b.Lookup(docURI)
+				require.NoError(t, err)
+				assert.Equal(t, "v2", entry.Contents[0].Text,
+					"the second client's copy went stale (Degraded %q): the closed client started a session on its engine", entry.Degraded)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				_, err = b.Subscribe(ctx, other)
+				assert.NoError(t, err, "a Subscribe of the second client after the closed client's dial came back")
+			})
+		})
+	}
+}

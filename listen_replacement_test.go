@@ -1,0 +1,184 @@
+package mcpsync_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// (2026-07-28) A server may clean up a replaced listen stream after the
+// stream that replaced it subscribed the same URIs, and unsubscribe them
+// for the whole session, as the official Go SDK server does: the new
+// stream stays acknowledged and open, and notifies none of them. A
+// replacement must not leave a URI it carries over silent: once the
+// replacement is done, a change of each such URI is read, or the URI is
+// visibly degraded. Revalidation is an hour away, so a periodic read
+// cannot stand in for the lost notifications.
+func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
+	carried := []string{"file:///replace/a.md", "file:///replace/b.md", "file:///replace/c.md"}
+	const extra = "file:///replace/extra.md"
+	for _, tc := range []struct {
+		name string
+		// before is subscribed before the replacement, carried first.
+		before []string
+		// replace replaces the listen stream.
+		replace func(ctx context.Context, c *mcpsync.Client) error
+		// late holds the old stream's clean-up until after the client
+		// stopped waiting for it and sent the new stream.
+		late bool
+	}{
+		{"by a Subscribe", carried, func(ctx context.Context, c *mcpsync.Client) error {
+			_, err := c.Subscribe(ctx, extra)
+			return err
+		}, false},
+		{"by an Unsubscribe", append(carried[:len(carried):len(carried)], extra), func(ctx context.Context, c *mcpsync.Client) error {
+			_, err := c.Unsubscribe(ctx, extra)
+			return err
+		}, false},
+		{"by a Subscribe, cleaned up after the new stream went out", carried, func(ctx context.Context, c *mcpsync.Client) error {
+			_, err := c.Subscribe(ctx, extra)
+			return err
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SessionWideListenEnd: true})
+				for _, u := range append(carried[:len(carried):len(carried)], extra) {
+					srv.Set(u, "text/markdown", "v1")
+				}
+				r, err := newLiveRig(t.Context(), srv, "2026-07-28", 1, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				for _, u := range tc.before {
+					r.subscribeSettled(t, u)
+				}
+
+				// The stream the replacement ends is cleaned up only once
+				// the client has gone on with it (the client may wait for
+				// that end, so the replacement runs beside the test).
+				hold := srv.HoldNextListenEnd()
+				defer hold.Release()
+				replaced := make(chan error, 1)
+				go func() { replaced <- tc.replace(context.Background(), r.c) }()
+				synctest.Wait()
+				require.True(t, arrived(hold), "the replaced stream ended and its clean-up is held")
+				for _, u := range carried {
+					t.Logf("before the old stream's clean-up, the server has %s subscribed: %v", u, srv.Subscribed(u))
+				}
+				if tc.late {
+					require.NoError(t, <-replaced) // sent and acknowledged
+					for _, u := range carried {
+						require.True(t, srv.Subscribed(u), "the new stream carries %s", u)
+					}
+				}
+				hold.Release()
+				if !tc.late {
+					require.NoError(t, <-replaced)
+				}
+				time.Sleep(time.Minute) // every read the replacement asked for is done
+				quiesce()
+
+				for _, u := range carried {
+					srv.Set(u, "text/markdown", "v2")
+				}
+				// Four poll intervals, an hour short of revalidation.
+				time.Sleep(2 * time.Minute)
+				quiesce()
+				for _, u := range carried {
+					entry, err := r.c.Lookup(u)
+					require.NoError(t, err, r.describe(u))
+					if text := entry.Contents[0].Text; text != "v2" && entry.Degraded == "" {
+						t.Errorf("silently stale after a stream replacement: %q served, not degraded: %s", text, r.describe(u))
+					}
+				}
+			})
+		})
+	}
+}
+
+// (2026-07-28) A Subscribe that returns no error returns its subscription
+// activated (push or poll, open in the current session), even when the
+// replaced stream's clean-up lands while it waits for its first read:
+//
+//  1. a and b are on stream A; Subscribe(x) cancels A, whose clean-up the
+//     server holds past the client's patience, and sends B (a, b, x),
+//     acknowledged: x's pass activates it and its first read goes out
+//     (held).
+//  2. A's clean-up lands: B is suspect, and x's next pass closes the
+//     generation and opens a new one, whose stream the server holds.
+//  3. x's first read is answered: Subscribe returns.
+//
+// Subscribe returned nil with a subscription never activated (Mode "",
+// state SUBSCRIBING): the interop run against the go-sdk server saw it.
+func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const a, b, x = "file:///late/a.md", "file:///late/b.md", "file:///late/x.md"
+		r := buildRig(t, eras[1], rigConfig{
+			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
+			uris:   []string{a, b, x},
+		})
+		for _, u := range []string{a, b} {
+			_, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+			minutes(1)
+		}
+
+		endHold := r.srv.HoldNextListenEnd()
+		defer endHold.Release()
+		// B's clean-up is held too: the replacement after A's late end
+		// waits its patience with no stream open, so that x's pass finds
+		// none carrying it.
+		endHold2 := r.srv.HoldNextListenEnd()
+		defer endHold2.Release()
+		readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
+		defer readHold.Release()
+		type result struct {
+			sub mcpsync.Subscription
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			sub, err := r.c.Subscribe(context.Background(), x)
+			done <- result{sub, err}
+		}()
+		synctest.Wait()
+		require.True(t, arrived(endHold), "stream A ended and its clean-up is held")
+		time.Sleep(time.Second) // past the patience: B goes out and is acknowledged
+		quiesce()
+		require.True(t, arrived(readHold), "x's first read went out on B")
+
+		listenHold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		defer listenHold.Release()
+		endHold.Release()
+		time.Sleep(time.Second) // past the patience for B's end
+		quiesce()
+		require.True(t, arrived(listenHold), "the stream sent after A's late end is held")
+		readHold.Release()
+		quiesce()
+		var res result
+		select {
+		case res = <-done:
+		default: // still waiting for the held stream: let it go
+			listenHold.Release()
+			res = <-done
+		}
+		listenHold.Release()
+		endHold2.Release()
+		require.NoError(t, res.err)
+		assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.sub.Mode,
+			"Subscribe returned nil with a subscription never activated: %+v", res.sub)
+		assert.True(t, openState(res.sub.State), "Subscribe returned nil with a subscription not open: %s", res.sub.State)
+
+		minutes(2)
+		r.requireWhereLeft([]string{a, b, x}, map[string]bool{a: true, b: true, x: true}, nil)
+	})
+}

@@ -1,0 +1,213 @@
+package mcpsync
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The notification path. mcp-go's handler runs on the transport's read
+// loop, so it only queues (noteQueue); one goroutine (pump) handles the
+// notifications in arrival order: a resources/updated becomes the engine's
+// coalesced read, an acknowledgement or a stream's end marks the keys whose
+// stream changed, a lost connection marks the session.
+
+// countListChanged counts a list_changed notification of method, if it is one.
+func (c *Client) countListChanged(method string) {
+	switch method {
+	case string(mcp.MethodNotificationResourcesListChanged):
+		// One notification covers resources and their templates.
+		c.listChanged[string(mcp.MethodResourcesList)].Add(1)
+		c.listChanged[string(mcp.MethodResourcesTemplatesList)].Add(1)
+		c.listChanges.notify()
+	case string(mcp.MethodNotificationToolsListChanged):
+		c.listChanged[string(mcp.MethodToolsList)].Add(1)
+	case string(mcp.MethodNotificationPromptsListChanged):
+		c.listChanged[string(mcp.MethodPromptsList)].Add(1)
+	}
+}
+
+// note is one notification as it arrived, stamped with its session.
+type note struct {
+	gen  uint64
+	conn *connection
+	n    mcp.JSONRPCNotification
+	lost error // set instead of n when the connection was lost
+	// streamEnded is set instead of n when the server ended a listen stream.
+	streamEnded *listenStream
+}
+
+// noteQueue is an unbounded FIFO: push never blocks, so mcp-go's read loop
+// never waits on the client (mcp-go's own buffer drops notifications when
+// full, which is one of the losses the revalidation read exists for).
+type noteQueue struct {
+	mu    sync.Mutex // protects items
+	items []note
+	ready chan struct{} // holds a token while items is non-empty
+}
+
+func (q *noteQueue) init() { q.ready = make(chan struct{}, 1) }
+
+func (q *noteQueue) push(n note) {
+	q.mu.Lock()
+	q.items = append(q.items, n)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// noteSpareMax is the longest drained batch whose room the queue reuses: a
+// burst longer than that gives its memory back once handled.
+const noteSpareMax = 1024
+
+// drain returns the queued notifications and queues the next ones in spare,
+// the batch drained before and handled since (nil at first), so that
+// notifications arriving one at a time allocate nothing for the queue.
+func (q *noteQueue) drain(spare []note) []note {
+	clear(spare) // the handled notes' maps and connections are not kept
+	if cap(spare) > noteSpareMax {
+		spare = nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = spare[:0]
+	return items
+}
+
+// pump handles queued notifications in arrival order.
+func (c *Client) pump() {
+	var batch []note
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.notes.ready:
+		}
+		batch = c.notes.drain(batch)
+		for _, n := range batch {
+			c.handle(n)
+		}
+	}
+}
+
+func (c *Client) handle(n note) {
+	c.mu.Lock()
+	current := c.conn
+	c.mu.Unlock()
+	switch {
+	case n.lost != nil:
+		c.lose(n.conn, n.lost)
+		return
+	case n.streamEnded != nil:
+		if n.conn == current {
+			c.streamEnded(n.conn, n.streamEnded)
+		}
+		return
+	}
+	params := n.n.Params.AdditionalFields
+	switch n.n.Method {
+	case string(mcp.MethodNotificationResourceUpdated):
+		uri := notifiedURI(params)
+		if n.gen != current.gen {
+			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
+			return
+		}
+		if id := streamIDOf(n.n); id != "" && !n.conn.currentStream(id) {
+			// A stream this client replaced: the server may still deliver
+			// on it for a moment, and the new stream carries the same URIs,
+			// so reading again would only amplify.
+			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
+			return
+		}
+		// Normalized here, once: the rollout and the engine are handed the
+		// key, which they find normalized and keep as it is, allocating
+		// nothing.
+		key, err := normalizeKey(uri)
+		if err != nil {
+			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
+			return
+		}
+		if c.skipRefresh(key, TriggerNotification) {
+			return // outside the refresh fraction (rollout.go)
+		}
+		t, ok, err := c.engine.Notify(key)
+		switch {
+		case err != nil:
+			if errors.Is(err, ErrNotLeaseholder) {
+				c.report(err)
+			}
+			c.engine.RefuseNotification(key, n.gen, ReasonNotSubscribed, err.Error())
+		case ok:
+			c.dispatch(t)
+		}
+	case mcp.MethodNotificationSubscriptionsAcknowledged:
+		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
+		if start {
+			c.markSession(relistenQuiet) // its pass reads the gap (readGap)
+		}
+		for _, raw := range left {
+			c.mark(spelledKey(raw))
+		}
+	}
+}
+
+// decodeParams reads notification params into dst through JSON. mcp-go's
+// in-process transport (v1.2.1) hands params over as the server's Go values
+// (an mcp.SubscriptionFilter, say) rather than decoded JSON, so a type
+// assertion on map[string]any would see nothing; a JSON round trip reads
+// both alike. A notification that does not decode leaves dst zero.
+func decodeParams(params map[string]any, dst any) {
+	raw, err := json.Marshal(params)
+	if err == nil {
+		_ = json.Unmarshal(raw, dst)
+	}
+}
+
+// streamIDOf returns the subscriptions/listen stream a 2026-07-28
+// notification names in _meta, or "" when it names none. mcp-go decodes
+// _meta into Params.Meta off the wire; its in-process transport leaves it
+// among the other params.
+func streamIDOf(n mcp.JSONRPCNotification) string {
+	id, ok := n.Params.Meta[mcp.MetaKeySubscriptionID]
+	if !ok {
+		switch meta := n.Params.AdditionalFields["_meta"].(type) {
+		case nil:
+		case map[string]any:
+			id, ok = meta[mcp.MetaKeySubscriptionID]
+		default:
+			var m struct {
+				Meta map[string]any `json:"_meta"`
+			}
+			decodeParams(n.Params.AdditionalFields, &m)
+			id, ok = m.Meta[mcp.MetaKeySubscriptionID]
+		}
+	}
+	switch id := id.(type) {
+	case nil:
+		return ""
+	case string:
+		return id
+	}
+	if !ok {
+		return ""
+	}
+	return fmt.Sprint(id)
+}
+
+// notifiedURI returns the uri of a resources/updated notification's
+// params. Off the wire it is a string; only other shapes (typed values an
+// in-process transport passes through) take the JSON round trip.
+func notifiedURI(params map[string]any) string {
+	if uri, ok := params["uri"].(string); ok {
+		return uri
+	}
+	var updated mcp.ResourceUpdatedNotificationParams
+	decodeParams(params, &updated)
+	return updated.URI
+}

@@ -1,0 +1,280 @@
+package mcpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/workqueue"
+)
+
+// The read path. A ticket the engine hands out (a notification's read, a
+// revalidation, a follow-up) is queued by its key in the reads queue, which
+// its own workers drain: a read that hangs on the server never holds a pass
+// of the controller, and one key's reads go out one at a time, in order.
+// A queued read waits CoalesceWindow first (a Subscribe's first read
+// does not: its caller waits for it), so that duplicate pulses arriving
+// meanwhile are covered by it (the engine has ConfirmSends, which
+// Connect turns on); reads a reconnect asks for are paced by a window
+// of reads out at once (readWindow), and by ReconnectReads when set. A read that gets no answer (a transport error, a timeout)
+// is asked for again after the retry policy's backoff while its
+// subscription is open, so the pulse that asked for it is not lost.
+
+// readWorkers is how many reads are out at once.
+const readWorkers = 64
+
+// readsOf holds, per key, the tickets waiting to be sent and the read that
+// got no answer, to be asked for again.
+type readsOf struct {
+	mu      sync.Mutex // protects pending
+	pending map[string]*keyReads
+}
+
+type keyReads struct {
+	next   []Ticket
+	failed *Ticket
+}
+
+// newReadQueue makes the read path's queue.
+func (c *Client) newReadQueue() {
+	c.readq = workqueue.New[string](workqueue.Options{Backoff: c.retry.delay})
+	c.reads.pending = make(map[string]*keyReads)
+}
+
+// dispatch queues the read of ticket t.
+func (c *Client) dispatch(t Ticket) {
+	c.reads.mu.Lock()
+	kr := c.reads.pending[t.URI]
+	if kr == nil {
+		kr = &keyReads{}
+		c.reads.pending[t.URI] = kr
+	}
+	kr.next = append(kr.next, t)
+	c.reads.mu.Unlock()
+	delay := c.opts.CoalesceWindow
+	switch t.Trigger {
+	case TriggerInitial:
+		delay = 0 // a caller waits for it, and no pulse came before it to cover
+	case TriggerReconnect:
+		delay = max(delay, c.paced.Reserve().Delay())
+	}
+	c.readq.AddAfter(t.URI, delay)
+}
+
+// readPass sends key's next read: a queued ticket, or the read that got no
+// answer, asked for again. A reconnect's read waits for room in the
+// reconnect window.
+func (c *Client) readPass(key string) {
+	t, ok := c.nextRead(key)
+	if !ok {
+		return
+	}
+	if t.Trigger == TriggerReconnect {
+		if !c.window.take() {
+			c.reads.mu.Lock()
+			kr := c.reads.pending[key]
+			if kr == nil {
+				kr = &keyReads{}
+				c.reads.pending[key] = kr
+			}
+			kr.next = append([]Ticket{t}, kr.next...)
+			c.reads.mu.Unlock()
+			c.readq.AddAfter(key, windowWait)
+			return
+		}
+	}
+	out, err := c.read(c.ctx, t)
+	if t.Trigger == TriggerReconnect {
+		c.window.give(!errors.Is(err, errReadFailed))
+	}
+	switch {
+	case out.FollowUp != nil:
+		c.readq.Forget(key)
+		c.dispatch(*out.FollowUp)
+	case errors.Is(err, errReadFailed) && c.ctx.Err() == nil:
+		c.reads.mu.Lock()
+		kr := c.reads.pending[key]
+		if kr == nil {
+			kr = &keyReads{}
+			c.reads.pending[key] = kr
+		}
+		kr.failed = &t
+		c.reads.mu.Unlock()
+		c.readq.AddRateLimited(key)
+	default:
+		c.readq.Forget(key)
+	}
+	c.reads.mu.Lock()
+	more := c.reads.pending[key] != nil && len(c.reads.pending[key].next) > 0
+	c.reads.mu.Unlock()
+	if more {
+		c.readq.Add(key)
+	}
+}
+
+// nextRead takes key's next read to send.
+func (c *Client) nextRead(key string) (Ticket, bool) {
+	c.reads.mu.Lock()
+	kr := c.reads.pending[key]
+	if kr == nil {
+		c.reads.mu.Unlock()
+		return Ticket{}, false
+	}
+	if len(kr.next) > 0 {
+		t := kr.next[0]
+		kr.next = kr.next[1:]
+		if len(kr.next) == 0 && kr.failed == nil {
+			delete(c.reads.pending, key)
+		}
+		c.reads.mu.Unlock()
+		return t, true
+	}
+	failed := kr.failed
+	delete(c.reads.pending, key)
+	c.reads.mu.Unlock()
+	if failed == nil {
+		return Ticket{}, false
+	}
+	t, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
+	return t, err == nil && ok
+}
+
+// windowWait is how long a reconnect's read waits before it looks for
+// room in the window again.
+const windowWait = 10 * time.Millisecond
+
+// readWindow bounds the reads a reconnect has out at once, the way TCP
+// bounds a connection's: it starts small, grows by one with every read the
+// server answers and halves at every one it does not (an error, a
+// timeout), so that a restarted server gets reads as fast as it answers
+// them, and no faster.
+type readWindow struct {
+	mu       sync.Mutex // protects limit and inflight
+	limit    int
+	inflight int
+}
+
+const (
+	windowStart = 8
+	windowMax   = readWorkers
+)
+
+func (w *readWindow) take() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.limit == 0 {
+		w.limit = windowStart
+	}
+	if w.inflight >= w.limit {
+		return false
+	}
+	w.inflight++
+	return true
+}
+
+func (w *readWindow) give(answered bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	if answered {
+		w.limit = min(w.limit+1, windowMax)
+	} else {
+		w.limit = max(w.limit/2, 1)
+	}
+}
+
+// failPending gives the engine back every queued read once the client is
+// closed, so that another Client of the engine finds its read queue free.
+func (c *Client) failPending() {
+	c.reads.mu.Lock()
+	pending := c.reads.pending
+	c.reads.pending = make(map[string]*keyReads)
+	c.reads.mu.Unlock()
+	for _, kr := range pending {
+		for _, t := range kr.next {
+			_, _ = c.engine.Fail(t)
+		}
+	}
+}
+
+// read sends the read of ticket t on the session that issued it, and hands
+// the answer to the fence. A read of a session that is gone is abandoned:
+// the fence would refuse its answer anyway.
+func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
+	c.mu.Lock()
+	conn, raw := c.conn, t.URI
+	if w := c.watches[t.URI]; w != nil {
+		raw = w.raw
+	}
+	c.mu.Unlock()
+	if conn.gen != t.SessionGeneration {
+		next, err := c.engine.Fail(t)
+		return Outcome{FollowUp: next}, err
+	}
+	c.engine.Sending(t)
+	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = raw
+	res, err := conn.mc.ReadResource(rctx, req)
+	cancel()
+	var result ReadResult
+	var rpc *RPCError
+	var lim *LimitError
+	switch {
+	case err == nil:
+		result = ReadResultFromMCP(res)
+	case errors.As(err, &rpc) && rpc.ResourceNotFound():
+		result = NotFoundResult()
+	case errors.As(err, &lim) && lim.Method == string(mcp.MethodResourcesRead):
+		result = limitResult(lim) // refused with a receipt; the session goes on
+	default:
+		c.metrics.read(t.Trigger, "FAILED")
+		c.failedRead(conn, t, err)
+		next, ferr := c.engine.Fail(t)
+		c.progress.notify()
+		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
+	}
+	c.answered(t.URI)
+	out, err := c.engine.FinishRead(t, result)
+	c.noteRefusal(t.URI, out, err)
+	if errors.Is(err, ErrNotLeaseholder) {
+		c.report(err) // refused by the ledger: another worker took key
+	}
+	c.progress.notify()
+	c.metrics.read(t.Trigger, outcomeOf(out))
+	if c.opts.OnOutcome != nil {
+		c.errs.pushOutcome(out)
+	}
+	return out, err
+}
+
+// awaitRead waits, bounded by ctx and RequestTimeout, until key has no
+// read queued or in flight, and reports whether the server said it has no
+// such resource.
+func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	for {
+		wake := c.progress.wait()
+		sub, err := c.engine.Subscription(key)
+		if err != nil {
+			return false
+		}
+		switch sub.State {
+		case StateUpdateSeen, StateReadPending:
+		default:
+			return sub.State == StateTombstonePending || sub.State == StateTombstoned
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+}

@@ -1,0 +1,427 @@
+package mcpsync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The URI sync: one pass over one key, comparing what the caller wants
+// (its watch, or none) with what the engine and the server have, and
+// taking the next step. Every case the session layer knows is a branch
+// here, read side by side:
+//
+//   - the server told something the caller no longer wants, or left
+//     unsure by a request that settled late (putRight);
+//   - a watched key not open in the current session: opened, a new
+//     generation when the old one belongs to a dead session or was
+//     abandoned after its lease moved (open);
+//   - a close that stopped half way: finished first;
+//   - open in push mode from 2026-07-28 on, but no acknowledged stream
+//     carries it: opened anew (needsReopen);
+//   - polling because a stream naming it was refused: tried on a stream
+//     again at its poll ticks (needsReopen);
+//   - open and heard: Degraded cleared (converged);
+//   - an unwatched key still open: closed, the server told (syncUnwatched).
+
+// syncWatched brings watched key to an open subscription in conn's
+// session. While conn is lost, an open subscription keeps its generation
+// and mode: the next session opens it anew.
+func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigger, asked, lost bool) (time.Duration, error) {
+	sub, err := c.engine.Subscription(key)
+	if err != nil && !errors.Is(err, ErrUnknownURI) {
+		return 0, err
+	}
+	// Open here: in conn's session and not closing, past its activation;
+	// a tombstoned one stays until a caller's Subscribe asks for it anew.
+	here := err == nil && sub.SessionGeneration == conn.gen && sub.CloseEpoch == 0 &&
+		sub.State != StateSubscribing && sub.State != StateDiscovered && !(asked && sub.State == StateTombstoned) &&
+		!c.abandonedGeneration(key, sub) // its lease came back: open opens a new one
+	if here {
+		if lost {
+			return 0, nil
+		}
+		reopen, again := c.needsReopen(conn, w, sub, tick)
+		if spelled := cmp.Or(sub.RawURI, key); spelled != w.raw {
+			// Opened under a spelling the caller no longer watches (it was
+			// unsubscribed and another subscribed before this pass): the
+			// server is told to stop that one, and the next generation is
+			// opened under the caller's.
+			c.putRightLater(conn, key, spelled)
+			c.putRight(conn, key, w)
+			reopen = true
+		}
+		if !reopen {
+			c.converged(conn, key, w, sub)
+			return again, nil
+		}
+		if err := c.closeTold(key); err != nil {
+			return 0, err
+		}
+	} else if err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribing {
+		// A close that stopped half way (its last write failed): whether
+		// the server was told is not known, and the close says so.
+		if _, err := c.engine.FinishClose(key, false); err != nil {
+			return 0, err
+		}
+	}
+	return 0, c.open(conn, key, w)
+}
+
+// abandonedGeneration reports whether sub is the generation an Unsubscribe
+// let go of without closing it, its lease having moved.
+func (c *Client) abandonedGeneration(key string, sub Subscription) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, ok := c.abandoned[key]
+	return ok && gen == [2]uint64{sub.SessionGeneration, sub.SubscriptionGeneration}
+}
+
+// needsReopen reports whether key's open generation must be closed and a
+// new one opened: from 2026-07-28 on, in push mode while no stream carries
+// it (the stream ended, was refused, or was acknowledged without it) or the
+// stream it was carried by ended (notifications sent since reached nobody,
+// so a new generation opens and reads it); or,
+// at a poll tick, polling because a stream naming it was refused, which
+// may have been for the moment, or at once when a stream acknowledged late
+// carries it. Each URI tries a stream again no sooner
+// than PollEvery after its fall-back (its first poll tick), then twice as
+// long after each that fails, up to RevalidateEvery. again is when to look
+// once more, for a stream the server ended and whose re-establishment is
+// paced.
+func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick Trigger) (reopen bool, again time.Duration) {
+	if conn.era != EraModern || !sub.State.open() {
+		return false, 0
+	}
+	c.mu.Lock()
+	ended := w.streamEnded
+	c.mu.Unlock()
+	switch sub.Mode {
+	case ModePush:
+		if heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout); (heard || coming) && !ended {
+			return false, 0
+		}
+		if wait := conn.reopenWait(); wait > 0 {
+			return false, wait
+		}
+		return true, 0
+	case ModePoll:
+		if !conn.caps.Subscribe || conn.deaf != "" || !strings.HasPrefix(sub.ModeReason, subscribeFailed) {
+			return false, 0
+		}
+		if heard, _ := conn.hearing(w.raw, 0); heard {
+			// Acknowledged after its Subscribe gave up on it: the stream
+			// that carries it is the server's answer, late.
+			return true, 0
+		}
+		if tick != TriggerPoll {
+			return false, 0
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if time.Now().Before(w.retryAt) {
+			return false, 0
+		}
+		w.retryAt = time.Now().Add(retryPolicy{initial: c.opts.PollEvery, max: c.opts.RevalidateEvery}.delay(int(w.retries) + 1))
+		w.retries++
+		return true, 0
+	}
+	return false, 0
+}
+
+// converged is the pass over a key that is open as wanted: what
+// reopenFailed said of it is taken back once it is open in the current
+// session and, in push mode from 2026-07-28 on, on a stream the server
+// acknowledged with it, and nothing is left to put right on the server.
+// A URI kept on a stream for a whole revalidation period has its stream
+// retries start afresh.
+func (c *Client) converged(conn *connection, key string, w *watch, sub Subscription) {
+	heard := true
+	if conn.era == EraModern && sub.Mode == ModePush {
+		heard, _ = conn.hearing(w.raw, 0)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if heard && conn.era == EraModern && sub.Mode == ModePush && time.Since(w.pushedAt) >= c.opts.RevalidateEvery {
+		w.retries = 0
+	}
+	if heard && !conn.puttingRight(key) && c.conn == conn {
+		delete(c.unopened, key)
+	}
+}
+
+// open opens watched key's subscription generation on conn and requests
+// its first read: TriggerInitial the first time after the caller's
+// Subscribe, TriggerReconnect after that. It does nothing when the
+// engine's session is already newer than conn's: the next pass opens it
+// there.
+func (c *Client) open(conn *connection, key string, w *watch) error {
+	raw := w.raw
+	sub, err := c.engine.Subscribe(raw, c.opts.Subject)
+	if err == nil && sub.State != StateSubscribing && c.wasAbandoned(key, sub) {
+		sub, err = c.reopenAbandoned(key, raw)
+	}
+	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateSubscribing {
+		return err // already open in this session, or a newer one's
+	}
+	mode, reason := ModePoll, ""
+	switch {
+	case !conn.caps.Subscribe:
+		reason = "the server does not declare resources.subscribe"
+	case conn.deaf != "":
+		reason = conn.deaf
+	default:
+		if err := c.serverSubscribe(c.ctx, conn, raw); err != nil {
+			if c.ctx.Err() != nil {
+				return ErrClientClosed
+			}
+			reason = subscribeFailed + err.Error()
+		} else {
+			mode = ModePush
+		}
+	}
+	interval := c.opts.RevalidateEvery
+	trig := TriggerRevalidate
+	if mode == ModePoll {
+		interval, trig = c.opts.PollEvery, TriggerPoll
+	}
+	// Activated with its staleness bound in one write: how old the copy
+	// may get before the next revalidation (or poll) catches a change.
+	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
+	if _, err := c.engine.activate(raw, mode, reason, bound); err != nil {
+		if errors.Is(err, ErrIllegalTransition) {
+			return nil // its session ended meanwhile
+		}
+		if mode == ModePush && conn.era == EraLegacy {
+			// The server notifies raw, which may be watched by nobody
+			// once this pass fails (a Subscribe that fails takes back its
+			// watch): the server is told what the caller wants then.
+			c.putRightLater(conn, key, raw)
+		}
+		return err
+	}
+	c.mu.Lock()
+	delete(c.unopened, key) // open again
+	first := !w.opened
+	w.opened, w.streamEnded = true, false
+	if mode == ModePush {
+		w.pushedAt = time.Now()
+	}
+	c.mu.Unlock()
+	c.startWatch(key, interval, trig)
+	if first {
+		c.requestRead(key, TriggerInitial)
+	} else {
+		c.requestRead(key, TriggerReconnect)
+	}
+	return nil
+}
+
+// syncUnwatched closes the generation of a key nobody watches: the fence is
+// frozen first (BeginClose), then the server is told. A lost or timed-out
+// ack leaves the generation UNSUBSCRIBE_UNKNOWN, silent and never reopened;
+// the server is put right on the same session (putRight). On a ledger
+// shared by many workers, a URI whose lease another worker took is only
+// let go: the server is told, and the ledger row, that worker's now, is
+// left alone.
+func (c *Client) syncUnwatched(conn *connection, key string) error {
+	before, err := c.engine.Subscription(key)
+	if errors.Is(err, ErrUnknownURI) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	raw := before.RawURI
+	if raw == "" {
+		raw = key
+	}
+	c.mu.Lock()
+	lost := conn.lost
+	c.mu.Unlock()
+	// A legacy subscribe that failed may still have been recorded by the
+	// server (and its notifications keep coming), so the server is told
+	// whenever it can subscribe at all; a 2026-07-28 stream is told
+	// whenever it may carry the URI. A lost session's server keeps nothing.
+	tell := !lost && (before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
+		(conn.era == EraModern && conn.wants(raw)))
+	if before.CloseEpoch != 0 {
+		return c.closeClosed(conn, key, raw, before, tell)
+	}
+	if _, err := c.engine.BeginClose(key); err != nil {
+		if !errors.Is(err, ErrNotLeaseholder) {
+			return err
+		}
+		// Another worker took the URI's lease: the ledger row is its
+		// own now, and this client only stops asking the server, again
+		// until the server acknowledges it.
+		if tell && c.serverUnsubscribe(c.ctx, conn, raw) != nil {
+			c.putRightLater(conn, key, raw)
+		}
+		c.mu.Lock()
+		c.abandoned[key] = [2]uint64{before.SessionGeneration, before.SubscriptionGeneration}
+		c.mu.Unlock()
+		return nil
+	}
+	acked := true
+	if tell && before.SessionGeneration == conn.gen {
+		if conn.era == EraLegacy && conn.deferUntilSettled(key, raw) {
+			// A subscribe given up on may still reach the server after an
+			// unsubscribe sent now; the unsubscribe waits for it, and the
+			// generation's outcome is unknown until then.
+			_, err := c.engine.FinishClose(key, false)
+			return err
+		}
+		if acked = c.serverUnsubscribe(c.ctx, conn, raw) == nil; !acked {
+			// Put right on the same session: the unsubscribe (or the
+			// stream without raw) is tried again until the server
+			// acknowledges it or the session ends.
+			c.putRightLater(conn, key, raw)
+		}
+	}
+	_, err = c.engine.FinishClose(key, acked)
+	return err
+}
+
+// closeClosed is the pass over an unwatched generation whose close began
+// already: finished, or stopped half way by a failed write (its generation
+// UNSUBSCRIBING in conn's session, which this finishes). A 2026-07-28
+// stream may still carry the URI: it is told too.
+func (c *Client) closeClosed(conn *connection, key, raw string, before Subscription, tell bool) error {
+	stuck := before.State == StateUnsubscribing && before.SessionGeneration == conn.gen
+	carried := conn.era == EraModern && conn.wants(raw)
+	if !stuck && !carried {
+		return nil
+	}
+	acked := true
+	if tell {
+		if acked = c.serverUnsubscribe(c.ctx, conn, raw) == nil; !acked {
+			c.putRightLater(conn, key, raw)
+		}
+	}
+	if stuck {
+		_, err := c.engine.FinishClose(key, acked)
+		return err
+	}
+	return nil
+}
+
+// putRightLater has the server's subscription of raw on conn put right by
+// key's next pass (putRight), once every request of raw still out settled:
+// a pass that leaves a spelling to put right is retried with the retry
+// policy's backoff (runPass).
+func (c *Client) putRightLater(conn *connection, key, raw string) {
+	conn.mu.Lock()
+	conn.markPutRightLocked(key, raw)
+	conn.mu.Unlock()
+}
+
+// putRight makes the server's subscription of each spelling of key marked
+// on conn what the caller wants now, closing an UNSUBSCRIBE_UNKNOWN
+// generation once the server acknowledged. Before 2026-07-28 the server is
+// subscribed while the caller watches that spelling in push mode,
+// unsubscribed otherwise; from then on the listen stream stops carrying it
+// unless the caller watches it under that spelling. A spelling with
+// requests still out waits for them: the last to settle marks key again.
+//
+// It returns the spellings that failed, which stay marked, and the first
+// failure.
+func (c *Client) putRight(conn *connection, key string, w *watch) (failed map[string]bool, first error) {
+	for _, raw := range conn.toPutRight(key) {
+		if err := c.putRightOnce(conn, key, raw, w); err != nil {
+			if failed == nil {
+				failed = make(map[string]bool)
+			}
+			failed[raw] = true
+			first = cmp.Or(first, err)
+			continue
+		}
+		conn.putRightDone(key, raw)
+	}
+	return failed, first
+}
+
+func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error {
+	watched := w != nil && w.raw == raw
+	if conn.era == EraModern {
+		if watched {
+			return nil
+		}
+		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
+			err = fmt.Errorf("mcpsync: take %s off the listen stream: %w", raw, err)
+			c.report(err)
+			return err
+		}
+		c.resolveUnknown(conn, key, w)
+		return nil
+	}
+	sub, err := c.engine.Subscription(key)
+	if watched && (err != nil || sub.SessionGeneration != conn.gen) {
+		return nil
+	}
+	if !watched {
+		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
+			err = fmt.Errorf("mcpsync: unsubscribe %s: %w", raw, err)
+			c.report(err)
+			return err
+		}
+		c.resolveUnknown(conn, key, w)
+		return nil
+	}
+	if sub.Mode != ModePush || !sub.State.readable() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	req := mcp.SubscribeRequest{}
+	req.Params.URI = raw
+	if err := conn.mc.Subscribe(c.tracked(ctx, conn, key, raw), req); err != nil {
+		// The server no longer notifies raw and will not again: its
+		// generation is opened anew, which polls, saying why, when the
+		// server refuses once more.
+		c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
+		if err := c.closeTold(key); err != nil {
+			return err
+		}
+		return c.open(conn, key, w)
+	}
+	// A late unsubscribe may have left the server silent about raw for a
+	// while: what changed meanwhile is read now.
+	c.requestRead(key, TriggerRevalidate)
+	return nil
+}
+
+// resolveUnknown closes key's UNSUBSCRIBE_UNKNOWN generation in conn's
+// session once the server acknowledged that it stopped, if nobody watches
+// key.
+func (c *Client) resolveUnknown(conn *connection, key string, w *watch) {
+	if w != nil {
+		return
+	}
+	if sub, err := c.engine.Subscription(key); err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
+		_, _ = c.engine.ResolveUnsubscribe(key)
+	}
+}
+
+// requestRead asks the engine for a coalesced read of key and dispatches
+// it if one is due now. A key that cannot be read (not open in the
+// current session) is marked: its pass opens it again.
+func (c *Client) requestRead(key string, trigger Trigger) {
+	if c.skipRefresh(key, trigger) {
+		return // outside the refresh fraction (rollout.go)
+	}
+	t, ok, err := c.engine.RequestRead(key, trigger)
+	switch {
+	case err == nil && ok:
+		c.dispatch(t)
+	case errors.Is(err, ErrNotLeaseholder):
+		c.report(err) // another worker holds key; its shard lets it go
+	case err != nil:
+		c.mark(key)
+	}
+}
