@@ -237,3 +237,39 @@ func TestUnreadAnswersAreHeldToTheLimits(t *testing.T) {
 	assert.EqualValues(t, 4, le.Observed, `"here"`)
 	assert.Len(t, faults, 1, "reported")
 }
+
+// A request kept open for its answer past its context (WithAnswerAwaited)
+// over streamable HTTP, which otherwise runs on the caller's goroutine,
+// still returns to its caller at the context's end; the server's answer
+// comes later and is told.
+func TestAwaitedRequestReturnsAtItsContextsEndOverHTTP(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	httpServer := httptest.NewServer(server.NewStreamableHTTPServer(blockingServer(release, entered)))
+	defer httpServer.Close()
+	defer close(release)
+	tr, err := transport.NewStreamableHTTP(httpServer.URL)
+	require.NoError(t, err)
+	c := startClient(t, wire.New(tr, toError, nil, "resources/read"))
+	defer c.Close()
+
+	ended := make(chan bool, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = "test://blocked"
+	returned := make(chan error, 1)
+	go func() {
+		_, err := c.ReadResource(wire.WithAnswerAwaited(ctx, time.Minute, func(answered bool) { ended <- answered }), req)
+		returned <- err
+	}()
+	<-entered
+	cancel()
+	require.ErrorIs(t, <-returned, context.Canceled, "returned at its context's end, the handler still running")
+	select {
+	case <-ended:
+		t.Fatal("told the request ended while the server still had it")
+	default:
+	}
+	release <- struct{}{}
+	assert.True(t, <-ended, "the server's answer came after the caller had gone")
+}
