@@ -3,8 +3,12 @@ package mcpsync_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -40,6 +44,13 @@ func syncClient(b *testing.B, srv *mcpsynctest.Server) *mcpsync.Client {
 	return c
 }
 
+// reportCPU reports the process's CPU time per op since since: every
+// thread's, so a hand-off that wakes another thread counts, and so does the
+// garbage collector; over stdio the server's, in its own process, does not.
+func reportCPU(b *testing.B, since time.Duration) {
+	b.ReportMetric(float64(cpuTime()-since)/float64(b.N), "cpu-ns/op")
+}
+
 // BenchmarkRead compares a read through mcpsync (ticket, wire, digest,
 // fence, receipt) with a raw mcp-go ReadResource of the same resource over
 // the in-process transport.
@@ -53,11 +64,13 @@ func BenchmarkRead(b *testing.B) {
 			req.Params.URI = faultURI
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu := cpuTime()
 			for b.Loop() {
 				if _, err := c.ReadResource(b.Context(), req); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 		b.Run(byteSize(size)+"/mcpsync", func(b *testing.B) {
 			c := syncClient(b, srv)
@@ -66,12 +79,74 @@ func BenchmarkRead(b *testing.B) {
 			}
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu := cpuTime()
 			for b.Loop() {
 				out, err := c.Read(b.Context(), faultURI)
 				if err != nil || !out.Accepted {
 					b.Fatal("read not accepted", err)
 				}
 			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// BenchmarkReadStdio is BenchmarkRead over stdio: each side starts this
+// test binary as a stdio server of the same resource, mcp-go's stdio
+// client beside a Client of StdioDialer.
+func BenchmarkReadStdio(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int{1 << 10, 1 << 20} {
+		env := append(os.Environ(), readServerEnv+"="+strconv.Itoa(size))
+		b.Run(byteSize(size)+"/baseline=mcp-go", func(b *testing.B) {
+			tr := transport.NewStdio(self, env)
+			if err := tr.Start(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			c := mcpclient.NewClient(tr, mcpclient.WithProtocolVersion("2025-11-25"))
+			defer c.Close()
+			if _, err := c.Initialize(b.Context(), mcp.InitializeRequest{}); err != nil {
+				b.Fatal(err)
+			}
+			req := mcp.ReadResourceRequest{}
+			req.Params.URI = faultURI
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				if _, err := c.ReadResource(b.Context(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpu)
+		})
+		b.Run(byteSize(size)+"/mcpsync", func(b *testing.B) {
+			dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+				cmd := exec.Command(self)
+				cmd.Env = env
+				return cmd, nil
+			})
+			c, err := mcpsync.Connect(b.Context(), dial, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Subscribe(b.Context(), faultURI); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				out, err := c.Read(b.Context(), faultURI)
+				if err != nil || !out.Accepted {
+					b.Fatal("read not accepted", err)
+				}
+			}
+			reportCPU(b, cpu)
 		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,6 +20,10 @@ import (
 // of running tests, so that stdio tests need no other program.
 const docServerEnv = "MCPSYNC_TEST_STDIO_SERVER"
 
+// readServerEnv makes the test binary serve faultURI over stdio, that many
+// bytes long, for the stdio read benchmark.
+const readServerEnv = "MCPSYNC_TEST_STDIO_READ_BYTES"
+
 // deafListenServerEnv makes the test binary serve, over stdio, an
 // mcpsynctest server that never answers a cancelled subscriptions/listen
 // request (its clean-up never runs), with deafListenURIs.
@@ -30,6 +36,14 @@ var deafListenURIs = []string{"file:///deaf/a.md", "file:///deaf/b.md", "file://
 func TestMain(m *testing.M) {
 	if os.Getenv(docServerEnv) == "1" {
 		if err := server.ServeStdio(newDocServer("v1").srv); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if size, err := strconv.Atoi(os.Getenv(readServerEnv)); err == nil {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(faultURI, "text/plain", strings.Repeat("x", size))
+		if err := server.ServeStdio(srv.MCPServer()); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)

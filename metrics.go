@@ -2,6 +2,7 @@ package mcpsync
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -25,6 +26,16 @@ const meterName = "github.com/mcpsync/mcpsync"
 type metrics struct {
 	reads      metric.Int64Counter
 	reconnects metric.Int64Counter
+
+	mu sync.Mutex // protects readOpts
+	// readOpts are the attributes of each trigger and outcome counted so
+	// far (a few dozen at most), built once: every read is counted.
+	readOpts map[readKey][]metric.AddOption
+}
+
+type readKey struct {
+	trigger Trigger
+	outcome string
 }
 
 func newMetrics(c *Client, mp metric.MeterProvider) (*metrics, error) {
@@ -66,13 +77,21 @@ func newMetrics(c *Client, mp metric.MeterProvider) (*metrics, error) {
 		})); err != nil {
 		return nil, err
 	}
-	return &metrics{reads: reads, reconnects: reconnects}, nil
+	return &metrics{reads: reads, reconnects: reconnects, readOpts: make(map[readKey][]metric.AddOption)}, nil
 }
 
 // read counts one read of trigger with its outcome.
 func (m *metrics) read(trigger Trigger, outcome string) {
-	m.reads.Add(context.Background(), 1, metric.WithAttributes(
-		attribute.String("trigger", string(trigger)), attribute.String("outcome", outcome)))
+	key := readKey{trigger, outcome}
+	m.mu.Lock()
+	opts := m.readOpts[key]
+	if opts == nil {
+		opts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("trigger", string(trigger)), attribute.String("outcome", outcome)))}
+		m.readOpts[key] = opts
+	}
+	m.mu.Unlock()
+	m.reads.Add(context.Background(), 1, opts...)
 }
 
 // outcomeOf names what the fence did with a read.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -125,7 +126,9 @@ func NewReadResult(contents []Content) ReadResult {
 		return r
 	}
 	r.keys = make([]string, len(contents))
-	w := hashWriter{h: sha256.New()}
+	w := hashWriters.Get().(*hashWriter)
+	defer hashWriters.Put(w)
+	w.h.Reset()
 	w.raw("mcpsync.content.v1\x00")
 	w.len(len(contents))
 	for i, c := range contents {
@@ -150,19 +153,33 @@ func NewReadResult(contents []Content) ReadResult {
 			r.bytes += int64(len(c.Text))
 		}
 	}
-	r.digest = "sha256:" + hex.EncodeToString(w.h.Sum(nil))
+	r.digest = digestString(w.h.Sum(w.n[:0]))
 	return r
+}
+
+// hashWriters keep SHA-256 states for NewReadResult, which every read
+// prepares.
+var hashWriters = sync.Pool{New: func() any { return &hashWriter{h: sha256.New()} }}
+
+// digestString spells a SHA-256 sum as a digest: "sha256:" and its
+// lower-case hex.
+func digestString(sum []byte) string {
+	const prefix = "sha256:"
+	var b [len(prefix) + 2*sha256.Size]byte
+	copy(b[:], prefix)
+	hex.Encode(b[len(prefix):], sum[:sha256.Size])
+	return string(b[:])
 }
 
 // hashWriter writes the length-prefixed fields of the canonical form.
 type hashWriter struct {
 	h hash.Hash
-	n [8]byte
+	n [sha256.Size]byte // a length's 8 bytes; then the sum
 }
 
 func (w *hashWriter) len(l int) {
-	binary.BigEndian.PutUint64(w.n[:], uint64(l))
-	w.h.Write(w.n[:])
+	binary.BigEndian.PutUint64(w.n[:8], uint64(l))
+	w.h.Write(w.n[:8])
 }
 
 func (w *hashWriter) str(s string) {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -198,4 +199,17 @@ func TestReceiptsGolden(t *testing.T) {
 			assert.JSONEq(t, string(want), string(got))
 		})
 	}
+}
+
+// Preparing a read allocates what the result keeps, the normalized keys
+// and the digest, and nothing on the way: every read prepares one.
+func TestPreparingAReadAllocatesOnlyWhatItKeeps(t *testing.T) {
+	if raceDetector {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	contents := []mcpsync.Content{{URI: docURI, MIMEType: "text/plain", Text: strings.Repeat("x", 1<<10)}}
+	var r mcpsync.ReadResult
+	n := testing.AllocsPerRun(1000, func() { r = mcpsync.NewReadResult(contents) })
+	require.NoError(t, r.Err())
+	assert.LessOrEqual(t, n, 2.0, "the keys and the digest")
 }

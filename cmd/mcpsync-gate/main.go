@@ -29,6 +29,8 @@
 //     how long until every subscription is validated again, and whether
 //     any lookup served a copy past its bound meanwhile.
 //   - revocation (revocation.go) and memory (memory.go): the Engine alone.
+//   - reads (reads.go, not in -short): a Client's fenced read beside
+//     mcp-go's own, interleaved, in process and over stdio.
 //
 // Scenarios that wait on time run in real time with every nominal interval
 // divided by -scale (default 20: the 60 s convergence window lasts 3 s of
@@ -53,6 +55,9 @@ import (
 )
 
 func main() {
+	if size := os.Getenv(stdioServerEnv); size != "" {
+		os.Exit(serveStdio(size))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -152,6 +157,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			m, err := measureMemory(cfg.memSubs)
 			return []figure{memoryFigure(m)}, m, err
 		}},
+		{"reads", func() ([]figure, any, error) {
+			if cfg.short {
+				return nil, nil, nil // timing figures: the long form only
+			}
+			s, err := runReads(ctx, readPlans)
+			return readFigures(s), s, err
+		}},
 		{"catalogs", func() ([]figure, any, error) {
 			s, err := runCatalogs(ctx, p, cfg.seed, cfg.catalogScans)
 			return catalogFigures(s), s, err
@@ -197,7 +209,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rep.Durations["total"] = time.Since(begin).Round(time.Millisecond).String()
 	// Printed in a fixed order, catalogs first.
 	failed := false
-	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "deletions", "healing", "revocation", "memory"} {
+	for _, name := range []string{"catalogs", "orderings", "amplification", "convergence", "deletions", "healing", "revocation", "memory", "reads"} {
 		for _, f := range byStep[name] {
 			fmt.Fprintln(stdout, f.line())
 			rep.Figures = append(rep.Figures, f)

@@ -20,6 +20,9 @@ import (
 // The scenarios start Clients, whose goroutines must all be gone when a
 // scenario returns.
 func TestMain(m *testing.M) {
+	if size := os.Getenv(stdioServerEnv); size != "" {
+		os.Exit(serveStdio(size)) // the stdio server of the read cases
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -250,6 +253,7 @@ func TestFiguresCanFail(t *testing.T) {
 		revocationFigure(revocationStats{P99Seconds: 30}),
 		revocationFigure(revocationStats{P99Seconds: 0.001, Missing: 1}),
 		memoryFigure(memoryStats{PerSub: 1025}),
+		readFigures([]readCase{{Name: "read_ratio_1KiB", Ratio: 1.151}})[0],
 		judge("nan", nan(), bound{">=", 0}, nil, "", true, ""),
 	}
 	for _, f := range bad {
@@ -261,17 +265,13 @@ func TestFiguresCanFail(t *testing.T) {
 		convergenceFigure(convergenceStats{Share: 0.999}),
 		revocationFigure(revocationStats{P99Seconds: 29.9}),
 		memoryFigure(memoryStats{PerSub: 1024}),
+		readFigures([]readCase{{Name: "read_ratio_1KiB", Ratio: 1.15}})[0],
 	}
 	for _, f := range good {
 		assert.True(t, f.Pass, f.line())
 	}
 	assert.False(t, good[0].GoalMet, "1.1 misses the 1.05 goal")
 	assert.Equal(t, "read_amplification 1.100000 <1.2 PASS", good[0].line())
-}
-
-func nan() float64 {
-	zero := 0.0
-	return zero / zero
 }
 
 // A catalog whose receipts do not earn its status is counted.
@@ -305,6 +305,25 @@ func TestReconciledChecksReceipts(t *testing.T) {
 			assert.False(t, reconciled(c, false))
 		})
 	}
+}
+
+// The read cases run both sides, in process and over stdio (this test
+// binary serves the resource), and report medians of what they timed.
+func TestReadsMeasureBothSides(t *testing.T) {
+	cases, err := runReads(t.Context(), []readPlan{
+		{name: "read_ratio_1KiB", size: 1 << 10, rounds: 3, batch: 2},
+		{name: "read_ratio_stdio_1KiB", stdio: true, size: 1 << 10, rounds: 3, batch: 2},
+	})
+	require.NoError(t, err)
+	require.Len(t, cases, 2)
+	for _, rc := range cases {
+		assert.Positive(t, rc.Ratio, rc.Name)
+		assert.Positive(t, rc.RawMicros, rc.Name)
+		assert.Positive(t, rc.MCPSyncMicros, rc.Name)
+		assert.LessOrEqual(t, rc.P25, rc.Ratio, rc.Name)
+		assert.LessOrEqual(t, rc.Ratio, rc.P75, rc.Name)
+	}
+	assert.Equal(t, "stdio", cases[1].Transport)
 }
 
 func TestPercentile(t *testing.T) {

@@ -42,7 +42,7 @@ func FuzzDecode(f *testing.F) {
 			if id == "int64:2" {
 				method = "resources/list"
 			}
-			_, finish := mon.begin(context.Background(), id, method)
+			_, finish := begun(mon, context.Background(), id, method)
 			defer finish()
 		}
 		out, err := io.ReadAll(newFramer(bytes.NewReader(data), mon))

@@ -33,6 +33,7 @@ func HTTPClient(base *http.Client, mon *Monitor) *http.Client {
 		rt = sharedTransport
 	}
 	c.Transport = boundedTransport{rt: rt, mon: mon}
+	mon.watch()
 	return c
 }
 

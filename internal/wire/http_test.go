@@ -17,7 +17,7 @@ import (
 func TestEventBodyRebuildsEvents(t *testing.T) {
 	var faults []error
 	mon := NewMonitor(Limits{MessageBytes: 1 << 10, Depth: 8}, func(err error) { faults = append(faults, err) })
-	ctx, finish := mon.begin(context.Background(), "int64:1", "resources/read")
+	ctx, finish := begun(mon, context.Background(), "int64:1", "resources/read")
 	defer finish()
 	in := "retry: 50\r\nid: 7\r\nevent: message\r\ndata:\r\ndata: {\"jsonrpc\":\"2.0\",\r\ndata:  \"method\":\"notifications/x\"}\r\n\r\n" +
 		": comment\nid: 8\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":[[[[[[[[[[]]]]]]]]]]}\n\n" +
@@ -40,7 +40,7 @@ func TestEventBodyRebuildsEvents(t *testing.T) {
 func TestEventBodyBounds(t *testing.T) {
 	var faults []error
 	mon := NewMonitor(Limits{MessageBytes: 64}, func(err error) { faults = append(faults, err) })
-	ctx, finish := mon.begin(context.Background(), "int64:1", "resources/read")
+	ctx, finish := begun(mon, context.Background(), "int64:1", "resources/read")
 	defer finish()
 
 	listen := &eventBody{rc: io.NopCloser(strings.NewReader("data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n")), mon: mon, src: source{http: true}, limit: 64}
@@ -71,7 +71,7 @@ func TestJSONBodyTrailingWhitespace(t *testing.T) {
 		msg[:len(msg)-1] + " }": false,
 	} {
 		mon := NewMonitor(Limits{MessageBytes: int64(len(msg))}, nil)
-		_, finish := mon.begin(context.Background(), "int64:1", "resources/read")
+		_, finish := begun(mon, context.Background(), "int64:1", "resources/read")
 		b := &jsonBody{rc: io.NopCloser(strings.NewReader(body)), mon: mon, src: source{http: true, owner: "int64:1"}, limit: int64(len(msg))}
 		_, err := io.ReadAll(b)
 		if ok {

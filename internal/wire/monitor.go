@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -32,13 +34,10 @@ type Monitor struct {
 	window   time.Time // start of the current second of notifications
 	count    int       // notifications in the current second
 	dropped  int64     // notifications dropped over the rate
-}
 
-// call is one request in flight.
-type call struct {
-	method string
-	err    error // why the wire layer failed it
-	cancel context.CancelCauseFunc
+	// watched: a transport reads its messages through the monitor, which
+	// then knows the requests in flight and judges their answers.
+	watched atomic.Bool
 }
 
 // NewMonitor returns a monitor applying lim; report, if set, is told of every
@@ -77,37 +76,21 @@ func (m *Monitor) Err() error {
 	return m.fatal
 }
 
-// begin registers a request in flight. The context it returns ends when the
-// wire layer fails the request; finish unregisters it and returns that
-// failure, if any.
-func (m *Monitor) begin(ctx context.Context, id, method string) (context.Context, func() error) {
-	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, ownerKey{}, id))
-	c := &call{method: method, cancel: cancel}
-	m.mu.Lock()
-	if m.fatal != nil {
-		c.err = m.fatal
-		cancel(c.err)
-	} else {
-		m.pending[id] = c
-		if prefix, n, ok := splitID(id); ok {
-			m.issued[prefix] = max(m.issued[prefix], n)
-		}
+// call is one request in flight, and the context it is sent under: the
+// caller's, ended with the cause when the wire layer fails the request.
+type call struct {
+	context.Context
+	id, method string
+	err        error // why the wire layer failed it
+	cancel     context.CancelCauseFunc
+}
+
+// Value gives the request's id to ownerFrom.
+func (c *call) Value(key any) any {
+	if _, ok := key.(ownerKey); ok {
+		return c.id
 	}
-	m.mu.Unlock()
-	return ctx, func() error {
-		m.mu.Lock()
-		if m.pending[id] == c {
-			delete(m.pending, id)
-			if _, _, ok := splitID(id); !ok {
-				m.late[m.lateNext] = id
-				m.lateNext = (m.lateNext + 1) % len(m.late)
-			}
-		}
-		err := c.err
-		m.mu.Unlock()
-		cancel(nil)
-		return err
-	}
+	return c.Context.Value(key)
 }
 
 type ownerKey struct{}
@@ -119,6 +102,47 @@ func ownerFrom(ctx context.Context) (string, bool) {
 	id, ok := ctx.Value(ownerKey{}).(string)
 	return id, ok
 }
+
+// begin registers a request in flight. The call is the context to send it
+// under: it ends when the wire layer fails the request. finish unregisters
+// it.
+func (m *Monitor) begin(ctx context.Context, id, method string) *call {
+	c := &call{id: id, method: method}
+	c.Context, c.cancel = context.WithCancelCause(ctx)
+	m.mu.Lock()
+	if m.fatal != nil {
+		c.err = m.fatal
+		c.cancel(c.err)
+	} else {
+		m.pending[id] = c
+		if prefix, n, ok := splitID(id); ok {
+			m.issued[prefix] = max(m.issued[prefix], n)
+		}
+	}
+	m.mu.Unlock()
+	return c
+}
+
+// finish unregisters c and returns why the wire layer failed it, if it did.
+func (m *Monitor) finish(c *call) error {
+	m.mu.Lock()
+	if m.pending[c.id] == c {
+		delete(m.pending, c.id)
+		if _, _, ok := splitID(c.id); !ok {
+			m.late[m.lateNext] = c.id
+			m.lateNext = (m.lateNext + 1) % len(m.late)
+		}
+	}
+	err := c.err
+	m.mu.Unlock()
+	c.cancel(nil)
+	return err
+}
+
+// watch records that a transport reads its messages through m (a stdio
+// framer, an HTTP client's bodies), so that m judges every answer before
+// mcp-go sees it.
+func (m *Monitor) watch() { m.watched.Store(true) }
 
 // failLocked fails one request in flight with err.
 func (m *Monitor) failLocked(id string, err error) bool {
@@ -191,11 +215,49 @@ func idKey(raw []byte) string {
 	if raw == nil {
 		return ""
 	}
+	if key, ok := plainIDKey(raw); ok {
+		return key
+	}
 	var id mcp.RequestId
 	if err := json.Unmarshal(raw, &id); err != nil {
 		return ""
 	}
 	return id.String()
+}
+
+// plainIDKey spells the ids every answer to this library carries without
+// decoding them: an integer of at most 15 digits (mcp-go decodes a number
+// through float64, exact below 2^53) or a string with nothing to unescape.
+// ok is false for any other id, which idKey decodes as mcp-go does.
+func plainIDKey(raw []byte) (key string, ok bool) {
+	switch {
+	case len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"':
+		s := raw[1 : len(raw)-1]
+		for _, c := range s {
+			if c < 0x20 || c == '"' || c == '\\' {
+				return "", false
+			}
+		}
+		if !utf8.Valid(s) { // decoded, each invalid byte is U+FFFD
+			return "", false
+		}
+		return "string:" + string(s), true
+	case len(raw) > 0 && len(raw) <= 16:
+		digits := raw
+		if digits[0] == '-' {
+			digits = digits[1:]
+		}
+		if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && (len(digits) > 1 || len(raw) > 1) {
+			return "", false // empty, too long, a leading zero, or -0
+		}
+		for _, c := range digits {
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+		return "int64:" + string(raw), true
+	}
+	return "", false
 }
 
 // errSkip is the verdict on a message that is dropped without a fault: a
@@ -228,7 +290,7 @@ func (m *Monitor) judge(s source, msg []byte) error {
 		}
 		return refuse(&LimitError{Limit: LimitDepth, Max: int64(m.lim.Depth), Observed: int64(f.depth), Method: method})
 	}
-	if !json.Valid(msg) {
+	if !valid(msg) {
 		var v any
 		err := json.Unmarshal(msg, &v) // only for the offset of the error
 		me := &MessageError{Fault: FaultMalformed, ID: string(f.id), Err: err}

@@ -16,12 +16,12 @@ func TestLateAnswerAfterManyRequests(t *testing.T) {
 	var faults []error
 	mon := NewMonitor(Limits{}, func(err error) { faults = append(faults, err) })
 	for i := 1; i <= 1000; i++ {
-		_, finish := mon.begin(context.Background(), fmt.Sprintf("int64:%d", i), "resources/read")
+		_, finish := begun(mon, context.Background(), fmt.Sprintf("int64:%d", i), "resources/read")
 		require.NoError(t, finish())
 	}
-	_, finish := mon.begin(context.Background(), "string:mcpsync-ping-1", "ping")
+	_, finish := begun(mon, context.Background(), "string:mcpsync-ping-1", "ping")
 	require.NoError(t, finish())
-	ctx, finish := mon.begin(context.Background(), "int64:1001", "resources/read")
+	ctx, finish := begun(mon, context.Background(), "int64:1001", "resources/read")
 	defer finish()
 
 	for _, id := range []string{`1`, `500`, `1000`, `"mcpsync-ping-1"`} {
@@ -57,4 +57,10 @@ func TestSplitID(t *testing.T) {
 			assert.Equal(t, want.n, n, id)
 		}
 	}
+}
+
+// begun begins a request on m and returns its context and its finish.
+func begun(m *Monitor, ctx context.Context, id, method string) (context.Context, func() error) {
+	c := m.begin(ctx, id, method)
+	return c, func() error { return m.finish(c) }
 }

@@ -31,6 +31,7 @@ type framer struct {
 }
 
 func newFramer(r io.Reader, mon *Monitor) *framer {
+	mon.watch()
 	return &framer{src: bufio.NewReaderSize(r, 64<<10), mon: mon}
 }
 

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -32,6 +31,11 @@ type Transport struct {
 	methods map[string]bool
 	toError ErrorFunc
 	mon     *Monitor
+	// inline: the inner transport returns at a request's context's end on
+	// its own, so a request runs on the caller's goroutine; any other runs
+	// on one of workers.
+	inline  bool
+	workers *workers
 }
 
 // New wraps inner; the JSON-RPC errors of methods become toError's errors.
@@ -50,7 +54,7 @@ func New(inner transport.Interface, toError ErrorFunc, mon *Monitor, methods ...
 	for _, name := range methods {
 		m[name] = true
 	}
-	t := &Transport{inner: inner, methods: m, toError: toError, mon: mon}
+	t := &Transport{inner: inner, methods: m, toError: toError, mon: mon, inline: returnsAtContextEnd(inner), workers: &workers{}}
 	if _, ok := inner.(transport.HTTPConnection); ok {
 		return httpTransport{t}
 	}
@@ -93,23 +97,32 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 		// decodes to float64 and prints as the same digits.
 		seen(fmt.Sprint(request.ID.Value()))
 	}
-	rctx, finish := ctx, func() error { return nil }
-	if t.mon != nil {
-		rctx, finish = t.mon.begin(ctx, request.ID.String(), request.Method)
+	// A monitor that reads the transport's messages knows the requests in
+	// flight, fails one whose answer it refused, and has held every answer
+	// to the limits before mcp-go sees it. Answers it does not read (an
+	// in-process transport hands over decoded results) are held to them
+	// here, before mcp-go decodes them.
+	if t.mon == nil || !t.mon.watched.Load() {
+		resp, err := t.sendInner(ctx, request)
+		if t.mon != nil && err == nil && resp != nil && resp.Error == nil {
+			if lerr := t.mon.lim.checkResult(request.Method, resp.Result); lerr != nil {
+				t.mon.report(lerr)
+				return nil, lerr
+			}
+		}
+		return t.answer(ctx, request, resp, err)
 	}
-	resp, err := t.sendInner(rctx, request)
-	if refused := finish(); refused != nil {
+	c := t.mon.begin(ctx, request.ID.String(), request.Method)
+	resp, err := t.sendInner(c, request)
+	if refused := t.mon.finish(c); refused != nil {
 		return nil, refused
 	}
-	if t.mon != nil && err == nil && resp != nil && resp.Error == nil {
-		// Transports that hand over decoded results (in-process) or
-		// whose bytes the monitor did not see are held to the same
-		// limits here, before mcp-go decodes the result.
-		if lerr := t.mon.lim.checkResult(request.Method, resp.Result); lerr != nil {
-			t.mon.report(lerr)
-			return nil, lerr
-		}
-	}
+	return t.answer(ctx, request, resp, err)
+}
+
+// answer keeps the raw result if ctx asks for it, and turns the JSON-RPC
+// error of a selected method into an ErrorFunc error.
+func (t *Transport) answer(ctx context.Context, request transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) (*transport.JSONRPCResponse, error) {
 	if dst, ok := ctx.Value(rawKey{}).(*json.RawMessage); ok && err == nil && resp != nil {
 		*dst = append((*dst)[:0], resp.Result...)
 	}
@@ -210,60 +223,72 @@ func Wraps(tr transport.Interface, is func(transport.Interface) bool) bool {
 }
 
 // sendInner sends request through the inner transport and returns when it
-// answers or ctx ends, whichever is first. mcp-go's in-process transport
-// (v1.2.1) runs the server's handler on the caller's goroutine, so a handler
-// that ignores its context would hold the caller, and whatever it locked,
-// for ever; here the caller goes on and the send finishes on its own.
+// answers or ctx ends, whichever is first.
+//
+// A transport that returns at its context's end on its own (HTTP, where
+// net/http bounds every step by the request's context) is called on the
+// caller's goroutine, unless the request is to stay open past its context
+// (WithAnswerAwaited). Any other runs the request on one of its workers:
+// mcp-go's in-process transport (v1.2.1) runs the server's handler on the
+// goroutine that sends the request, so a handler that ignores its context
+// would hold the caller, and whatever it locked, for ever; here the caller
+// goes on and the request finishes on its worker.
 func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	type answer struct {
-		resp *transport.JSONRPCResponse
-		err  error
-	}
-	const (
-		pending = iota
-		answered
-		abandoned
-	)
-	var state atomic.Int32 // who got there first: the answer or the caller's deadline
-	done := make(chan answer, 1)
 	var settled func(bool)
 	if begin, ok := ctx.Value(settledKey{}).(func() func(bool)); ok {
 		settled = begin()
 	}
-	ictx, icancel := ctx, context.CancelFunc(func() {})
 	aw, awaited := ctx.Value(answerKey{}).(answerAwait)
 	far := awaited && remote(t.inner)
-	if far {
-		ictx, icancel = context.WithTimeout(context.WithoutCancel(ctx), aw.d)
-	}
-	go func() {
-		defer icancel()
-		resp, err := t.inner.SendRequest(ictx, request)
+	if t.inline && !far {
+		resp, err := t.inner.SendRequest(ctx, request)
 		if awaited {
-			// A remote server answered if a response came; another
-			// transport returns when the server's handler did.
-			aw.ended(!far || resp != nil)
+			aw.ended(true) // it returned when the server was done with it
 		}
-		late := !state.CompareAndSwap(pending, answered)
-		// Settled before the caller has the answer: whatever the caller does
-		// next (an unsubscribe after its subscribe) must find it settled.
 		if settled != nil {
-			settled(late)
+			// Given up on if it ended with its context: the server may
+			// still have it.
+			settled(err != nil && ctx.Err() != nil)
 		}
-		if !late {
-			done <- answer{resp, err}
-		}
-	}()
-	select {
-	case a := <-done:
-		return a.resp, a.err
-	case <-ctx.Done():
-		if state.CompareAndSwap(pending, abandoned) {
-			return nil, context.Cause(ctx)
-		}
-		a := <-done // answered at the same moment: take it
-		return a.resp, a.err
+		return resp, err
 	}
+	x := t.workers.newExchange(t.inner, ctx, request, settled)
+	if far {
+		// Open after ctx ends, for d at most, for the server's answer: on
+		// a worker, whatever the transport, as the caller returns at
+		// ctx's end.
+		x.ctx, x.cancel = context.WithTimeout(context.WithoutCancel(ctx), aw.d)
+	}
+	if awaited {
+		x.ended, x.far = aw.ended, far
+	}
+	t.workers.run(x)
+	select {
+	case <-x.done:
+	case <-ctx.Done():
+		if x.state.CompareAndSwap(pending, abandoned) {
+			return nil, context.Cause(ctx) // x is the worker's now
+		}
+		<-x.done // answered at the same moment: take it
+	}
+	resp, err := x.resp, x.err
+	t.workers.release(x)
+	return resp, err
+}
+
+// returnsAtContextEnd reports whether tr, by its type, returns from
+// SendRequest once the request's context ends, whatever the server does.
+// mcp-go's (v1.2.1) HTTP transports send and read under the request's
+// context. Its stdio transport waits for the answer under it too, but
+// writes the request without it: a server that stops reading its input
+// holds the writer once the pipe is full. Its in-process transport runs the
+// handler on the caller's goroutine. Any other transport is not known to.
+func returnsAtContextEnd(tr transport.Interface) bool {
+	switch tr.(type) {
+	case *transport.StreamableHTTP, *transport.SSE:
+		return true
+	}
+	return false
 }
 
 // SendNotification sends a notification through the inner transport.
@@ -284,12 +309,17 @@ func (t *Transport) SetNotificationHandler(handler func(mcp.JSONRPCNotification)
 	})
 }
 
-// Close closes the inner transport.
-func (t *Transport) Close() error { return t.inner.Close() }
+// Close closes the inner transport. Idle workers end; a worker held by a
+// request ends when the inner transport is done with it.
+func (t *Transport) Close() error {
+	t.workers.stop()
+	return t.inner.Close()
+}
 
 // Abort ends a session that is lost at once, without the graceful steps of
 // Close, where the inner transport can (a stdio server is killed).
 func (t *Transport) Abort() error {
+	t.workers.stop()
 	if a, ok := t.inner.(interface{ Abort() error }); ok {
 		return a.Abort()
 	}

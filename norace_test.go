@@ -1,0 +1,5 @@
+//go:build !race
+
+package mcpsync_test
+
+const raceDetector = false
