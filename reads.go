@@ -281,3 +281,40 @@ func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
 		}
 	}
 }
+
+// Read sends one fenced read of a subscribed URI now, outside the
+// coalescing queue, and returns what the fence decided.
+func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
+	if c.isClosed() {
+		return Outcome{}, ErrClientClosed
+	}
+	t, err := c.engine.IssueTicket(uri, TriggerRevalidate)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out, err := c.read(ctx, t)
+	if out.FollowUp != nil {
+		// A pulse that waited for room under the read cap: the Client sends
+		// it, like every queued read.
+		c.dispatch(*out.FollowUp)
+	}
+	return out, err
+}
+
+// Lookup returns the current version of uri if it may be served to the
+// client's subject (Engine.Lookup).
+//
+// The entry's Degraded says why the copy is not being kept fresh now, if it
+// is not: the session is lost, or the URI's reads keep failing.
+func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
+	entry, err := c.engine.Lookup(c.opts.Subject, uri, opts...)
+	if err == nil {
+		entry.Degraded = c.degradedReason(entry.Version.URI)
+		if age := time.Since(entry.ValidatedAt); entry.Degraded == "" && entry.StalenessBound > 0 && age > entry.StalenessBound {
+			// Nothing has failed yet (a read may be hanging), but the copy
+			// is already older than promised: say so.
+			entry.Degraded = fmt.Sprintf("last confirmed %v ago, past its staleness bound of %v", age.Round(time.Millisecond), entry.StalenessBound)
+		}
+	}
+	return entry, err
+}
