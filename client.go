@@ -485,6 +485,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	if err != nil {
 		c.cancel()
 		c.release()
+		close(c.stopped) // nothing of the client runs
 		return nil, err
 	}
 	c.conn = conn

@@ -178,15 +178,16 @@ func (q *errorQueue) add(ev event) {
 	}
 }
 
-// deliverErrors runs OnError for every queued failure until the client
-// closes, then delivers what is left and ends.
+// deliverErrors runs OnError for every queued failure until the client is
+// stopped (closed, none of its goroutines running), then delivers what is
+// left and ends.
 func (c *Client) deliverErrors() {
 	q := &c.errs
 	defer close(q.done)
 	for {
 		select {
 		case <-q.ready:
-		case <-c.ctx.Done():
+		case <-c.stopped:
 		}
 		q.mu.Lock()
 		items := q.items
@@ -197,13 +198,17 @@ func (c *Client) deliverErrors() {
 			c.deliver(ev)
 			q.delivering.Store(false)
 		}
-		if c.ctx.Err() != nil {
+		select {
+		case <-c.stopped:
+			// No goroutine of the client is left to tell anything: once
+			// what they told is delivered, delivery ends.
 			q.mu.Lock()
 			empty := len(q.items) == 0
 			q.mu.Unlock()
 			if empty {
 				return
 			}
+		default:
 		}
 	}
 }
