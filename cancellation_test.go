@@ -334,27 +334,7 @@ func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 		require.NoError(t, err)
 		quiesce()
 
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		subDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(t.Context(), z)
-			subDone <- err
-		}()
-		synctest.Wait()
-		<-hold.Arrived()
-
-		ctx, cancel := context.WithCancel(t.Context())
-		unsubDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, x)
-			unsubDone <- err
-		}()
-		synctest.Wait()
-		cancel()
-		<-unsubDone
-		hold.Release()
-		require.NoError(t, <-subDone)
-		quiesce()
+		unsubscribeBehindAHeldStream(t, r, x, z)
 		sub, err := r.c.Engine().Subscription(x)
 		require.NoError(t, err)
 		require.NotEqual(t, mcpsync.StateActive, sub.State, "x's generation is closed")
@@ -384,27 +364,7 @@ func TestCancelledUnsubscribeOfAHalfDoneCloseLeavesNoStreamCarryingIt(t *testing
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
 
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		subDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(t.Context(), z)
-			subDone <- err
-		}()
-		synctest.Wait()
-		<-hold.Arrived()
-
-		ctx, cancel := context.WithCancel(t.Context())
-		unsubDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, faultURI)
-			unsubDone <- err
-		}()
-		synctest.Wait()
-		cancel()
-		<-unsubDone
-		hold.Release()
-		require.NoError(t, <-subDone)
-		quiesce()
+		unsubscribeBehindAHeldStream(t, r, faultURI, z)
 
 		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(z))
@@ -550,4 +510,33 @@ func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 			})
 		}
 	}
+}
+
+// unsubscribeBehindAHeldStream has a Subscribe(z) replace the listen stream
+// with its request held before the server, then an Unsubscribe(gone) wait
+// behind it and its caller give up; then the held stream goes out, and
+// the Subscribe returns.
+func unsubscribeBehindAHeldStream(t *testing.T, r *rig, gone, z string) {
+	t.Helper()
+	hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+	subDone := make(chan error, 1)
+	go func() {
+		_, err := r.c.Subscribe(t.Context(), z)
+		subDone <- err
+	}()
+	synctest.Wait()
+	<-hold.Arrived()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	unsubDone := make(chan error, 1)
+	go func() {
+		_, err := r.c.Unsubscribe(ctx, gone)
+		unsubDone <- err
+	}()
+	synctest.Wait()
+	cancel()
+	<-unsubDone
+	hold.Release()
+	require.NoError(t, <-subDone)
+	quiesce()
 }
