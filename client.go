@@ -111,7 +111,9 @@ type ClientOptions struct {
 	// 0 means 5 minutes.
 	RevalidateEvery time.Duration
 	// PollEvery is the interval of periodic reads where the server cannot
-	// subscribe. 0 means 30 seconds.
+	// subscribe: it bounds how late a change of content is seen there (new
+	// and deleted resources are found by KeepScanOptions.Every). 0 means 30
+	// seconds.
 	PollEvery time.Duration
 	// Jitter is the fraction by which intervals vary at random, so that many
 	// URIs are not read in lock step. 0 means 0.2; it must be below 1.

@@ -14,13 +14,23 @@ import (
 // Many servers never send list_changed, and deletions are only confirmed by
 // scans (deletion.go), so a client that scans once, or only when told,
 // keeps deleted resources pending for ever and never sees new ones. A kept
-// scan lists the server's resources again at each catalog's NextReviewAt
-// (ScannerOptions.ReviewAfter after it was measured) and whenever a
-// list_changed arrives, reconciles every catalog under the client's
-// DeletionPolicy, and, when asked, subscribes what appeared.
+// scan lists the server's resources again every KeepScanOptions.Every (by
+// default at each catalog's NextReviewAt, ScannerOptions.ReviewAfter after
+// it was measured) and whenever a list_changed arrives, reconciles every
+// catalog under the client's DeletionPolicy, and, when asked, subscribes
+// what appeared.
 
 // KeepScanOptions configure Client.KeepScanning. The zero value (or nil)
 // means defaults.
+//
+// For a server that cannot subscribe (or never sends list_changed), two
+// intervals bound how late the copy learns of a change, and they bound
+// different things: Every bounds how late a resource created or deleted on
+// the server is found (a new URI subscribed, a deletion confirmed), since
+// only a listing shows them; ClientOptions.PollEvery bounds how late a
+// change of content is seen, since only a read shows it. Scanning more
+// often does not show new content sooner, and polling more often finds no
+// new resources.
 type KeepScanOptions struct {
 	// Subscribe subscribes every resource a scan lists that the client does
 	// not watch yet.
@@ -28,6 +38,14 @@ type KeepScanOptions struct {
 	// After delays the first scan until then, for a caller that has just
 	// scanned (the NextReviewAt of its catalog); zero means now.
 	After time.Time
+	// Every is the interval between scans: a resource created or deleted on
+	// a server that does not announce it is found within about Every (a
+	// deletion that needs corroboration takes a second scan, begun at once
+	// when a read says not found). 0 means each catalog's NextReviewAt
+	// (ScannerOptions.ReviewAfter, by default half of its 5-minute
+	// StaleAfter); it must not be negative. A failed scan is retried after
+	// the scanner's BackoffMax, or after Every if that is sooner.
+	Every time.Duration
 	// OnScan, if set, is told of every scan once it is reconciled, on the
 	// scanning goroutine: the next scan waits for it. It may call any
 	// method of the Client but Close.
@@ -51,8 +69,8 @@ type ScanReport struct {
 const listChangedGap = time.Second
 
 // KeepScanning starts a kept scan of the server's resources on the client's
-// goroutines: one scan now (or at After), then one at each catalog's NextReviewAt and one
-// soon after every list_changed. Each catalog is reconciled (Reconcile),
+// goroutines: one scan now (or at After), then one every Every (by default
+// at each catalog's NextReviewAt) and one soon after every list_changed. Each catalog is reconciled (Reconcile),
 // which reads open subscriptions the listing lost and confirms or
 // corroborates the deletions of pending ones; a scan that lost an open
 // subscription whose read then says not found is followed by another at
@@ -68,6 +86,9 @@ func (c *Client) KeepScanning(opts *KeepScanOptions) (stop func(), err error) {
 	var o KeepScanOptions
 	if opts != nil {
 		o = *opts
+	}
+	if o.Every < 0 {
+		return nil, fmt.Errorf("mcpsync: KeepScanOptions.Every %v is negative", o.Every)
 	}
 	conn, err := c.current()
 	if err != nil {
@@ -130,7 +151,11 @@ func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions) {
 // keptScan runs one scan of a kept scan and returns its report and when
 // the next scan is due.
 func (c *Client) keptScan(ctx context.Context, o KeepScanOptions) (ScanReport, time.Time) {
-	review := time.Now().Add(c.scanner.opts.ReviewAfter)
+	interval := c.scanner.opts.ReviewAfter
+	if o.Every > 0 {
+		interval = o.Every
+	}
+	review := time.Now().Add(interval)
 	if c.Health().State != ConnectionUp {
 		// Healing is under way and says so; the next session is scanned.
 		return ScanReport{}, time.Now().Add(c.scanner.opts.BackoffMax)
@@ -138,12 +163,16 @@ func (c *Client) keptScan(ctx context.Context, o KeepScanOptions) (ScanReport, t
 	var rep ScanReport
 	rep.Catalog, rep.Err = c.Scan(ctx, KindResources)
 	if rep.Err != nil {
-		if !rep.Catalog.NextReviewAt.IsZero() {
-			review = rep.Catalog.NextReviewAt
+		// A failed catalog's NextReviewAt is the scanner's retry.
+		if next := rep.Catalog.NextReviewAt; !next.IsZero() && (o.Every == 0 || next.Before(review)) {
+			review = next
 		}
 		return rep, review
 	}
 	review = rep.Catalog.NextReviewAt
+	if o.Every > 0 {
+		review = rep.Catalog.MeasuredAt.Add(o.Every)
+	}
 	var errs []error
 	var err error
 	if rep.Reconciliation, err = c.Reconcile(rep.Catalog); err != nil {

@@ -307,3 +307,49 @@ func TestKeptScanSubscribesACatalogOnOneStream(t *testing.T) {
 		assert.Len(t, r.scans[0].Subscribed, len(uris))
 	})
 }
+
+// KeepScanOptions.Every is the one knob of how often a kept scan lists the
+// server, whatever the scanner's review interval: a resource created on a
+// server that never announces it is subscribed within Every, and the
+// server is listed about once per Every, not more.
+func TestKeptScanEveryBoundsHowLateANewResourceIsFound(t *testing.T) {
+	const every = 2 * time.Second // keptReview, the catalogs' review, is 10 s
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const first, later = "file:///docs/first.md", "file:///docs/later.md"
+				r := newKeptRig(t, w, first)
+				_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, Every: every, OnScan: func(rep mcpsync.ScanReport) {
+					r.mu.Lock()
+					r.scans = append(r.scans, rep)
+					r.mu.Unlock()
+				}})
+				require.NoError(t, err)
+				quiesce()
+				r.srv.Set(later, "text/plain", "new")
+				time.Sleep(every)
+				quiesce()
+				entry, err := r.c.Lookup(later)
+				require.NoError(t, err, "subscribed by the scan one interval later")
+				assert.Equal(t, "new", entry.Contents[0].Text)
+
+				time.Sleep(5 * every)
+				quiesce()
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				assert.Empty(t, r.errs)
+				assert.InDelta(t, 7, len(r.scans), 1, "one scan now, then one per interval")
+			})
+		})
+	}
+}
+
+// Every must not be negative.
+func TestKeptScanRefusesANegativeInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newKeptRig(t, eras[0], "file:///docs/a.md")
+		stop, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Every: -time.Second})
+		require.Error(t, err)
+		assert.Nil(t, stop)
+	})
+}
