@@ -82,6 +82,7 @@ const usage = `usage: mcpsync <command> [flags] (--url URL | -- command args...)
 
 commands:
   scan    two-pass discovery of resources and templates; prints the catalog
+          (a list the server does not implement is UNSUPPORTED, not a failure)
   read    one fenced read of URI; prints the version receipt and the content
   watch   subscribe (or poll), keep scanning (--rescan) and stream events
           until --duration or Ctrl-C

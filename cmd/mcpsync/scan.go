@@ -9,14 +9,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/mcpsync/mcpsync"
 )
 
+// statusUnsupported is the status scan prints for a list the server does
+// not implement: it declares no resources capability, or it answered the
+// list's method with -32601 (method not found), as servers that list
+// resources but no templates do. It is a fact about the server, not a
+// fault: the scan succeeds.
+const statusUnsupported mcpsync.CatalogStatus = "UNSUPPORTED"
+
 // scanEvent is a catalog as the command prints it: one per listing kind.
 type scanEvent struct {
-	Event             string                `json:"event"`
-	Kind              mcpsync.ListKind      `json:"kind"`
-	Status            mcpsync.CatalogStatus `json:"status"`
+	Event  string                `json:"event"`
+	Kind   mcpsync.ListKind      `json:"kind"`
+	Status mcpsync.CatalogStatus `json:"status"`
+	// Reason says why a list is UNSUPPORTED; empty otherwise.
+	Reason            string                `json:"reason,omitempty"`
 	SessionGeneration uint64                `json:"sessionGeneration"`
 	SnapshotID        string                `json:"snapshotId,omitempty"`
 	SetDigest         string                `json:"setDigest,omitempty"`
@@ -59,6 +70,10 @@ func (e scanEvent) summaryLine() string {
 func (e scanEvent) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s (session %d)\n", e.Kind, e.Status, e.SessionGeneration)
+	if e.Status == statusUnsupported {
+		// The receipts of the refused page are in the JSON form.
+		return b.String() + "  " + e.Reason
+	}
 	for _, it := range e.Items {
 		id := it.URI
 		if id == "" {
@@ -130,17 +145,30 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if *templates {
 		kinds = append(kinds, mcpsync.KindResourceTemplates)
 	}
+	caps := conn.client.Capabilities()
 	var errs []error
 	for i, kind := range kinds {
-		p.progress("scanning %s…", kind.Method())
-		cat, err := conn.client.Scan(ctx, kind)
 		if i > 0 {
 			p.text("")
+		}
+		if !caps.Resources {
+			ev := scanEvent{Event: "scan", Kind: kind, Status: statusUnsupported, SessionGeneration: caps.SessionGeneration,
+				Reason: "the server declares no resources capability", Items: []scanItem{}}
+			p.emit(ev, ev.String())
+			continue
+		}
+		p.progress("scanning %s…", kind.Method())
+		cat, err := conn.client.Scan(ctx, kind)
+		ev := newScanEvent(cat)
+		if rpc, ok := errors.AsType[*mcpsync.RPCError](err); ok && rpc.Code == mcp.METHOD_NOT_FOUND {
+			ev.Status = statusUnsupported
+			ev.Reason = fmt.Sprintf("the server does not implement %s (it answered %d, method not found)", kind.Method(), rpc.Code)
+			p.emit(ev, ev.String())
+			continue
 		}
 		// An unreconciled catalog is printed too: its receipts say what
 		// was seen and why nothing can be trusted.
 		if cat.Schema != "" {
-			ev := newScanEvent(cat)
 			p.emit(ev, ev.String())
 		}
 		if err != nil {
