@@ -92,7 +92,8 @@ commands:
 common flags:
   --url URL          streamable HTTP endpoint of the server
   -- command args    run the server as a subprocess speaking stdio
-  --protocol V       auto|2025-06-18|2025-11-25|2026-07-28 (default auto)
+  --protocol V       auto|2025-06-18|2025-11-25|2026-07-28 (default auto); a pinned
+                     revision the server does not accept is an error
   --timeout D        bound on connecting, every request and closing (default 30s)
   --scan-timeout D   bound on a whole scan, every page included (default 5m)
   --subject S        authorization subject every read is bound to (default "cli")

@@ -135,7 +135,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		}
 	}()
 	// One-shot: what an earlier watch left open is for the next watch to resume.
-	conn, err := c.connect(ctx, mcpsync.ClientOptions{Engine: engine, NoResume: true}, nil)
+	conn, err := c.open(ctx, mcpsync.ClientOptions{Engine: engine, NoResume: true}, nil)
 	if err != nil {
 		return err
 	}

@@ -321,7 +321,7 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 	// Close ends a stdio server within --timeout, however it takes its end.
 	opts.CloseTimeout = w.c.timeout
 	listen := false
-	w.conn, err = w.c.connect(ctx, opts, &listen)
+	w.conn, err = w.c.open(ctx, opts, &listen)
 	if err != nil {
 		return err
 	}
