@@ -65,7 +65,7 @@ func TestScanTextIsReadable(t *testing.T) {
 
 func TestReadOverHTTPPrintsReceiptAndContent(t *testing.T) {
 	f := newFixture(t, nil)
-	r := runCmd(t.Context(), "read", "--url", f.url, "--json", "--principal", "user:alice", "file:///docs/b.md")
+	r := runCmd(t.Context(), "read", "--url", f.url, "--json", "--subject", "user:alice", "file:///docs/b.md")
 	require.Equal(t, exitOK, r.code, r)
 	evs := events(t, r.stdout)
 	require.Len(t, evs, 1, r)

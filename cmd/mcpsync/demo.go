@@ -70,7 +70,7 @@ type demoSummary struct {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	c.register(fs)
+	c.registerCommon(fs)
 	seed := fs.Int64("seed", 1, "seed of the injected faults")
 	count := fs.Int("resources", 12, "number of resources on the demo server (4 to 100)")
 	budget := fs.Duration("converge", 20*time.Second, "how long the local copy may take to converge")
@@ -86,7 +86,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case *budget <= 0:
 		return usagef("--converge must be positive")
 	}
-	if err := c.check(false); err != nil {
+	if err := c.validate(false); err != nil {
 		return err
 	}
 	d := &demo{c: &c, p: newPrinter(c.json, stdout, stderr), seed: *seed, count: *count, budget: *budget,

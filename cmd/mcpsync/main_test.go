@@ -173,7 +173,15 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		{"scan", "--url", "http://127.0.0.1:1", "--protocol", "2024-11-05"},
 		{"scan", "--url", "http://127.0.0.1:1", "--timeout", "0s"},
 		{"scan", "--url", "http://127.0.0.1:1", "--timeout", "soon"},
-		{"scan", "--url", "http://127.0.0.1:1", "--principal", ""},
+		{"scan", "--url", "http://127.0.0.1:1", "--subject", ""},
+		// --principal, the former name of --subject, is gone.
+		{"scan", "--url", "http://127.0.0.1:1", "--principal", "user:alice"},
+		// A --url that is no http(s) URL is a mistake in the command line.
+		{"scan", "--url", "::not a url::"},
+		{"scan", "--url", "localhost:8080/mcp"},
+		{"scan", "--url", "http://"},
+		{"read", "--url", "ftp://127.0.0.1/mcp", "file:///a"},
+		{"watch", "--url", "127.0.0.1:8080", "--all"},
 		{"scan", "--url", "http://127.0.0.1:1", "--json=maybe"},
 		{"read", "--url", "http://127.0.0.1:1"},
 		{"read", "--url", "http://127.0.0.1:1", "file:///a", "file:///b"},

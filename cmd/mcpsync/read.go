@@ -30,7 +30,7 @@ type contentItem struct {
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var c common
 	fs := flag.NewFlagSet("read", flag.ContinueOnError)
-	c.register(fs)
+	c.registerCommon(fs)
 	c.registerLedger(fs)
 	positional, err := parse(fs, &c, args)
 	if err != nil {
@@ -43,7 +43,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return usagef("read takes one URI, got %d arguments", len(positional))
 	}
 	uri := positional[0]
-	if err := c.check(true); err != nil {
+	if err := c.validate(true); err != nil {
 		return err
 	}
 	engine, closeLedger, err := c.newEngine(ctx, mcpsync.Options{})

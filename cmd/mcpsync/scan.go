@@ -109,7 +109,7 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var c common
 	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
-	c.register(fs)
+	c.registerCommon(fs)
 	c.registerLedger(fs)
 	templates := fs.Bool("templates", true, "scan resources/templates/list too")
 	positional, err := parse(fs, &c, args)
@@ -119,7 +119,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if len(positional) > 0 {
 		return usagef("scan takes no arguments, got %q", positional[0])
 	}
-	if err := c.check(true); err != nil {
+	if err := c.validate(true); err != nil {
 		return err
 	}
 	// A scan writes no record, but its session generation comes from the

@@ -115,7 +115,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var c common
 	var uris uriList
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	c.register(fs)
+	c.registerCommon(fs)
 	c.registerLedger(fs)
 	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
 	all := fs.Bool("all", false, "scan resources and subscribe every listed URI, and what later scans list")
@@ -163,7 +163,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// that, at least the library's 5 minutes.
 		scanner = &mcpsync.ScannerOptions{ReviewAfter: *rescan, StaleAfter: max(2**rescan, 5*time.Minute)}
 	}
-	if err := c.check(true); err != nil {
+	if err := c.validate(true); err != nil {
 		return err
 	}
 	w := &watcher{c: &c, p: newPrinter(c.json, stdout, stderr), all: *all, duration: *duration}
