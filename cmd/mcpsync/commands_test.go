@@ -124,7 +124,7 @@ func TestWatchForADurationEndsWithSummary(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, closed, "every subscription is closed on the way out")
-	assert.Len(t, ofKind(evs, "invalidation"), 3, "one per first version")
+	assert.Len(t, ofKind(evs, "change"), 3, "one per first version")
 
 	sum := evs[len(evs)-1]
 	require.Equal(t, "summary", sum["event"])
@@ -187,7 +187,7 @@ func TestWatchFollowsChangesUntilInterrupted(t *testing.T) {
 				return version("file:///docs/a.md", "ACCEPTED", "notification")(ev) || version("file:///docs/a.md", "ACCEPTED", "revalidate")(ev)
 			})
 			out.waitFor(t, "its invalidation", func(ev map[string]any) bool {
-				return ev["event"] == "invalidation" && ev["uri"] == "file:///docs/a.md" && ev["reason"] == "updated" && ev["previousDigest"] != nil
+				return ev["event"] == "change" && ev["uri"] == "file:///docs/a.md" && ev["reason"] == "updated" && ev["previousDigest"] != nil
 			})
 			f.srv.Delete("file:///docs/b.md")
 			out.waitFor(t, "the not-found read", version("file:///docs/b.md", "TOMBSTONE_PENDING", "notification"))
@@ -297,7 +297,7 @@ func TestDemoJSONLines(t *testing.T) {
 	r := runCmd(t.Context(), "demo", "--json", "--seed", "7")
 	require.Equal(t, exitOK, r.code, r)
 	evs := events(t, r.stdout)
-	for _, kind := range []string{"phase", "scan", "state", "version", "stale", "invalidation", "tombstone", "check"} {
+	for _, kind := range []string{"phase", "scan", "state", "version", "stale", "change", "delete", "check"} {
 		assert.NotEmpty(t, ofKind(evs, kind), kind)
 	}
 	sum := evs[len(evs)-1]
@@ -334,7 +334,7 @@ func TestWatchAllKeepsScanning(t *testing.T) {
 	f.srv.Delete("file:///docs/b.md")
 	out.waitFor(t, "b's corroborated tombstone", func(ev map[string]any) bool {
 		evidence, _ := ev["evidence"].(map[string]any)
-		return ev["event"] == "tombstone" && ev["uri"] == "file:///docs/b.md" && evidence["kind"] == "corroborated"
+		return ev["event"] == "delete" && ev["uri"] == "file:///docs/b.md" && evidence["kind"] == "corroborated"
 	})
 	f.srv.Set("file:///docs/d.md", "text/plain", "delta")
 	out.waitFor(t, "d subscribed by a later scan", subscribed("file:///docs/d.md"))

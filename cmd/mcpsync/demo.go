@@ -568,7 +568,7 @@ func (d *demo) pullOutbox() {
 	for _, e := range entries {
 		ev := newOutboxEvent(e)
 		text := ev.String()
-		if ev.Event == "invalidation" {
+		if ev.Event == "change" {
 			text = "" // one per accepted version: the version line said it
 		}
 		d.p.emit(ev, text)

@@ -138,7 +138,7 @@ func TestOutboxListsAndAcknowledgesPerConsumer(t *testing.T) {
 
 	r = runCmd(t.Context(), "outbox", "--ledger", path)
 	require.Equal(t, exitOK, r.code, r)
-	assert.Contains(t, r.stdout, "invalidation "+uri+"  outbox #1  updated")
+	assert.Contains(t, r.stdout, "change       "+uri+"  outbox #1  updated")
 	assert.Contains(t, r.stdout, "outbox #2")
 	assert.Contains(t, r.stdout, "summary      listed 2 retained; outbox last #2, first retained #1, dropped 0; consumers none")
 

@@ -11,10 +11,13 @@
 //
 // The server is given as --url (streamable HTTP) or as a command after "--"
 // (stdio), which mcpsync runs and ends. --json prints one JSON object per
-// line, each with an "event" field; the default is readable text. Exit
-// status: 0 on success, 1 on a runtime failure, 2 on a usage error, 3 when
-// an outbox consumer lost entries to the retention bound, with a one-line
-// message on stderr.
+// line, each with an "at" field (when it was written, RFC 3339 with
+// nanoseconds, UTC) and an "event" field; the default is readable text.
+// watch --events selects the kinds of event printed; text leaves state
+// transitions out unless asked. Exit status: 0 on success, 1 on a runtime
+// failure, 2 on a usage error (a bad flag, a malformed --url, a missing
+// argument), 3 when an outbox consumer lost entries to the retention bound,
+// with a one-line message on stderr.
 //
 // scan, read and watch keep their engine in memory unless --ledger names a
 // ledger file: then the fence, the versions, the revocations and the outbox
@@ -34,7 +37,9 @@
 // list_changed: that is how deletions are confirmed against servers that
 // cannot prove a listing complete (corroborated: two clean passes without
 // the URI, then a second read that is still not found), and, with --all, how
-// resources created later are subscribed.
+// resources created later are subscribed. Where the server cannot
+// subscribe, --rescan bounds how late a new or deleted resource is found and
+// --poll how late changed content is seen; neither does the other's work.
 //
 // The demo needs no server and no network: it runs an in-process server
 // from mcpsynctest, injects faults under --seed and exits 1 unless the
@@ -85,7 +90,10 @@ commands:
           (a list the server does not implement is UNSUPPORTED, not a failure)
   read    one fenced read of URI; prints the version receipt and the content
   watch   subscribe (or poll), keep scanning (--rescan) and stream events
-          until --duration or Ctrl-C
+          until --duration or Ctrl-C; --events change,delete,error selects
+          kinds (text leaves state transitions out by default). Where the
+          server cannot subscribe, --rescan bounds how late a new or deleted
+          resource is found, --poll how late changed content is seen
   outbox  list what a ledger's outbox holds for a consumer; --ack acknowledges it
   demo    the library converging under injected faults, in process
 
@@ -97,7 +105,8 @@ common flags:
   --timeout D        bound on connecting, every request and closing (default 30s)
   --scan-timeout D   bound on a whole scan, every page included (default 5m)
   --subject S        authorization subject every read is bound to (default "cli")
-  --json             JSON lines on stdout instead of text
+  --json             JSON lines on stdout instead of text, each with "at"
+                     (RFC 3339, nanoseconds, UTC) and "event"
   --ledger FILE      scan, read, watch: keep the fence, versions and outbox in
                      this file across runs (default: memory, forgotten at exit)
 

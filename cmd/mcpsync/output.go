@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mcpsync/mcpsync"
 )
@@ -16,13 +19,19 @@ import (
 // printer writes events: one JSON object per line with --json, readable
 // text otherwise. Events come from the library's callbacks on several
 // goroutines, so every line is written under one lock, and one encoder
-// serves every JSON line.
+// serves every JSON line. Every JSON line begins with "at", the time it was
+// written (RFC 3339, nanoseconds, UTC), so lines are in the order of their
+// times.
 type printer struct {
 	json bool
+	// kinds are the kinds of event printed (the event field); nil prints
+	// every kind. Set before the first line.
+	kinds map[string]bool
 
 	mu     sync.Mutex // protects everything below and the writers' line order
 	out    io.Writer
-	enc    *json.Encoder
+	enc    *json.Encoder // encodes into buf
+	buf    bytes.Buffer
 	status io.Writer // where the progress line goes; nil: no progress
 	shown  bool      // a progress line is on screen and must be cleared first
 	err    error     // the first write error; later lines are dropped
@@ -32,7 +41,8 @@ type printer struct {
 // a terminal and the output is text, so pipes and JSON consumers never see
 // control characters.
 func newPrinter(jsonLines bool, stdout, stderr io.Writer) *printer {
-	p := &printer{json: jsonLines, out: stdout, enc: json.NewEncoder(stdout)}
+	p := &printer{json: jsonLines, out: stdout}
+	p.enc = json.NewEncoder(&p.buf)
 	p.enc.SetEscapeHTML(false)
 	if !jsonLines && isTerminal(stdout) {
 		p.status = stderr
@@ -50,8 +60,11 @@ func isTerminal(w io.Writer) bool {
 }
 
 // emit writes ev as a JSON line, or text as lines (nothing when text is
-// empty: some events are for machines only).
+// empty: some events are for machines only), if its kind is printed.
 func (p *printer) emit(ev any, text string) {
+	if !p.wants(kindOf(ev)) {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -59,7 +72,7 @@ func (p *printer) emit(ev any, text string) {
 	}
 	p.clearStatus()
 	if p.json {
-		p.err = p.enc.Encode(ev)
+		p.err = p.line(ev)
 		return
 	}
 	if text != "" {
@@ -67,12 +80,59 @@ func (p *printer) emit(ev any, text string) {
 	}
 }
 
-// text writes a line in text mode only.
+// atLayout is RFC 3339 with every digit of the nanoseconds, so that the
+// times of lines sort as text too.
+const atLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// line writes ev as one JSON object with "at" first; p.mu is held.
+func (p *printer) line(ev any) error {
+	p.buf.Reset()
+	if err := p.enc.Encode(ev); err != nil {
+		return err
+	}
+	obj := p.buf.Bytes()
+	if len(obj) < 2 || obj[0] != '{' {
+		return fmt.Errorf("event %T is not a JSON object", ev)
+	}
+	sep := ","
+	if obj[1] == '}' {
+		sep = ""
+	}
+	_, err := fmt.Fprintf(p.out, `{"at":%q%s%s`, time.Now().UTC().Format(atLayout), sep, obj[1:])
+	return err
+}
+
+// wants reports whether events of kind are printed.
+func (p *printer) wants(kind string) bool {
+	return p.kinds == nil || p.kinds[kind]
+}
+
+// kindOf returns the event field of an event ("" for a value without one).
+func kindOf(ev any) string {
+	v := reflect.Indirect(reflect.ValueOf(ev))
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	f := v.FieldByName("Event")
+	if !f.IsValid() || f.Kind() != reflect.String {
+		return ""
+	}
+	return f.String()
+}
+
+// text writes a line in text mode only; an empty line is not written.
 func (p *printer) text(format string, args ...any) {
-	if p.json {
+	line := fmt.Sprintf(format, args...)
+	if p.json || line == "" {
 		return
 	}
-	p.emit(nil, fmt.Sprintf(format, args...))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return
+	}
+	p.clearStatus()
+	_, p.err = fmt.Fprintln(p.out, line)
 }
 
 // progress replaces the status line; it does nothing off a terminal.
@@ -173,8 +233,9 @@ func (e staleEvent) String() string {
 		e.URI, e.Ordinal, e.Reason, e.Trigger, what, e.Watermark)
 }
 
-// outboxEvent is an outbox entry pulled by the command: "tombstone" for
-// confirmed deletions, "invalidation" for everything else.
+// outboxEvent is an outbox entry pulled by the command: "delete" for
+// confirmed deletions (tombstones), "change" for everything else (a new
+// version, a revocation, a quarantine: what may be served changed).
 type outboxEvent struct {
 	Event          string                     `json:"event"`
 	Seq            uint64                     `json:"seq"`
@@ -191,9 +252,9 @@ type outboxEvent struct {
 }
 
 func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
-	ev := "invalidation"
+	ev := "change"
 	if o.Reason == mcpsync.InvalidateTombstoned {
-		ev = "tombstone"
+		ev = "delete"
 	}
 	artifact := ""
 	if o.Artifact != nil {
@@ -203,14 +264,14 @@ func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
 }
 
 func (e outboxEvent) String() string {
-	if e.Event == "tombstone" {
+	if e.Event == "delete" {
 		how := ""
 		if e.Evidence != nil {
 			how = "  " + string(e.Evidence.Kind)
 		}
-		return fmt.Sprintf("tombstone    %s  outbox #%d  delete what %s fed%s", e.URI, e.Seq, short(e.PreviousDigest), how)
+		return fmt.Sprintf("delete       %s  outbox #%d  tombstoned: delete what %s fed%s", e.URI, e.Seq, short(e.PreviousDigest), how)
 	}
-	s := fmt.Sprintf("invalidation %s  outbox #%d  %s  %s -> %s", e.URI, e.Seq, e.Reason, short(e.PreviousDigest), short(e.Digest))
+	s := fmt.Sprintf("change       %s  outbox #%d  %s  %s -> %s", e.URI, e.Seq, e.Reason, short(e.PreviousDigest), short(e.Digest))
 	if e.Artifact != "" {
 		s += "  artifact " + e.Artifact
 	}

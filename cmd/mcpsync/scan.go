@@ -147,10 +147,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	}
 	caps := conn.client.Capabilities()
 	var errs []error
-	for i, kind := range kinds {
-		if i > 0 {
-			p.text("")
-		}
+	for _, kind := range kinds {
 		if !caps.Resources {
 			ev := scanEvent{Event: "scan", Kind: kind, Status: statusUnsupported, SessionGeneration: caps.SessionGeneration,
 				Reason: "the server declares no resources capability", Items: []scanItem{}}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,30 @@ func (l *uriList) Set(v string) error {
 		return errors.New("empty URI")
 	}
 	*l = append(*l, v)
+	return nil
+}
+
+// watchKinds are the kinds of event watch prints, as --events names them.
+var watchKinds = []string{"session", "scan", "subscribed", "state", "version", "stale", "change", "delete", "error", "took", "released", "summary"}
+
+// eventKinds is --events: a comma list of watchKinds.
+type eventKinds map[string]bool
+
+func (k *eventKinds) String() string {
+	if k == nil || *k == nil {
+		return ""
+	}
+	return strings.Join(slices.Sorted(maps.Keys(*k)), ",")
+}
+
+func (k *eventKinds) Set(v string) error {
+	*k = eventKinds{}
+	for kind := range strings.SplitSeq(v, ",") {
+		if !slices.Contains(watchKinds, kind) {
+			return fmt.Errorf("unknown event kind %q (kinds: %s)", kind, strings.Join(watchKinds, ","))
+		}
+		(*k)[kind] = true
+	}
 	return nil
 }
 
@@ -119,10 +144,15 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.registerLedger(fs)
 	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
 	all := fs.Bool("all", false, "scan resources and subscribe every listed URI, and what later scans list")
-	rescan := fs.Duration("rescan", 0, "interval of the kept scan of resources, which confirms deletions (0: the library's, half of its 5m staleness bound)")
+	rescan := fs.Duration("rescan", 0, "interval of the kept scan of resources: bounds how late a new or deleted resource is found, "+
+		"not how late changed content is seen (--poll) (0: the library's, half of its 5m staleness bound)")
 	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
 	revalidate := fs.Duration("revalidate", 0, "revalidation read interval of every subscription (0: the library's 5m)")
-	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe (0: the library's 30s)")
+	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe: bounds how late changed content is seen there; "+
+		"new and deleted resources are found by --rescan (0: the library's 30s)")
+	var kinds eventKinds
+	fs.Var(&kinds, "events", "comma list of the kinds of event to print: "+strings.Join(watchKinds, ",")+
+		" (default: every kind; text leaves state out)")
 	pingEvery := fs.Duration("ping-every", 0, "heartbeat interval that finds a dead or hung server (0: the library's 15s)")
 	attempts := fs.Int("reconnect-attempts", 0, "failed reconnect attempts after which watch gives up (0: no limit)")
 	maxElapsed := fs.Duration("reconnect-max-elapsed", 0, "time after a loss at which watch gives up reconnecting (0: no limit)")
@@ -167,6 +197,15 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	w := &watcher{c: &c, p: newPrinter(c.json, stdout, stderr), all: *all, duration: *duration}
+	w.p.kinds = kinds
+	if kinds == nil && !c.json {
+		// State transitions are most of the lines and the version, stale
+		// and delete lines tell their story; text leaves them out.
+		w.p.kinds = eventKinds{}
+		for _, k := range watchKinds {
+			w.p.kinds[k] = k != "state"
+		}
+	}
 	return w.run(ctx, uris, mcpsync.ClientOptions{
 		RevalidateEvery: *revalidate, PollEvery: *poll, PingEvery: *pingEvery,
 		// A ping gets the heartbeat interval to answer, at most --timeout.
@@ -495,7 +534,7 @@ func (w *watcher) onScan(rep mcpsync.ScanReport) {
 		w.p.emit(ev, ev.summaryLine())
 	}
 	rec := rep.Reconciliation
-	if len(rec.Present)+len(rec.Tombstoned)+len(rec.Corroborating)+len(rec.Missing)+len(rec.Deferred) > 0 {
+	if w.p.wants("scan") && len(rec.Present)+len(rec.Tombstoned)+len(rec.Corroborating)+len(rec.Missing)+len(rec.Deferred) > 0 {
 		w.p.text("reconcile    present %v  tombstoned %v  corroborating %v  missing %v  deferred %v",
 			rec.Present, rec.Tombstoned, rec.Corroborating, rec.Missing, rec.Deferred)
 	}
