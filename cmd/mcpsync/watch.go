@@ -187,16 +187,10 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0 || *rescan < 0:
 		return usagef("--duration, --revalidate, --poll, --ping-every, --rescan and the --reconnect flags must not be negative")
 	}
-	var scanner *mcpsync.ScannerOptions
-	if *rescan > 0 {
-		// A catalog is reviewed every --rescan; it stays fresh for twice
-		// that, at least the library's 5 minutes.
-		scanner = &mcpsync.ScannerOptions{ReviewAfter: *rescan, StaleAfter: max(2**rescan, 5*time.Minute)}
-	}
 	if err := c.validate(true); err != nil {
 		return err
 	}
-	w := &watcher{c: &c, p: newPrinter(c.json, stdout, stderr), all: *all, duration: *duration}
+	w := &watcher{c: &c, p: newPrinter(c.json, stdout, stderr), all: *all, duration: *duration, rescan: *rescan}
 	w.p.kinds = kinds
 	if kinds == nil && !c.json {
 		// State transitions are most of the lines and the version, stale
@@ -211,7 +205,6 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// A ping gets the heartbeat interval to answer, at most --timeout.
 		PingTimeout: min(*pingEvery, c.timeout),
 		Reconnect:   mcpsync.ReconnectPolicy{MaxAttempts: *attempts, MaxElapsed: *maxElapsed},
-		Scanner:     scanner,
 	})
 }
 
@@ -220,6 +213,7 @@ type watcher struct {
 	p        *printer
 	all      bool
 	duration time.Duration
+	rescan   time.Duration // KeepScanOptions.Every
 
 	conn   *connection
 	engine *mcpsync.Engine
@@ -429,6 +423,9 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 			uris = append(uris, d.URI)
 		}
 		next = cat.NextReviewAt
+		if w.rescan > 0 {
+			next = cat.MeasuredAt.Add(w.rescan)
+		}
 	}
 	if w.c.shared != nil {
 		stop, err := w.shard(ctx, uris)
@@ -442,7 +439,7 @@ func (w *watcher) watch(ctx context.Context, uris []string) (bool, error) {
 		return false, err
 	}
 	if client.Capabilities().Resources {
-		stop, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: w.all && w.c.shared == nil, After: next, OnScan: w.onScan})
+		stop, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: w.all && w.c.shared == nil, After: next, Every: w.rescan, OnScan: w.onScan})
 		if err != nil {
 			return false, err
 		}
