@@ -23,11 +23,10 @@ const statusUnsupported mcpsync.CatalogStatus = "UNSUPPORTED"
 
 // scanEvent is a catalog as the command prints it: one per listing kind.
 type scanEvent struct {
-	Event  string                `json:"event"`
-	Kind   mcpsync.ListKind      `json:"kind"`
-	Status mcpsync.CatalogStatus `json:"status"`
-	// Reason says why a list is UNSUPPORTED; empty otherwise.
-	Reason            string                `json:"reason,omitempty"`
+	Event             string                `json:"event"`
+	Kind              mcpsync.ListKind      `json:"kind"`
+	Status            mcpsync.CatalogStatus `json:"status"`
+	Reason            string                `json:"reason,omitempty"` // why a list is UNSUPPORTED
 	SessionGeneration uint64                `json:"sessionGeneration"`
 	SnapshotID        string                `json:"snapshotId,omitempty"`
 	SetDigest         string                `json:"setDigest,omitempty"`
@@ -149,8 +148,11 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	var errs []error
 	for _, kind := range kinds {
 		if !caps.Resources {
+			// Known from the handshake: nothing was listed, so the
+			// capability receipt's time is the measurement's.
 			ev := scanEvent{Event: "scan", Kind: kind, Status: statusUnsupported, SessionGeneration: caps.SessionGeneration,
-				Reason: "the server declares no resources capability", Items: []scanItem{}}
+				Reason: "the server declares no resources capability", Items: []scanItem{}, Scans: []mcpsync.ScanReceipt{},
+				MeasuredAt: caps.ReceivedAt, StaleAfter: caps.ReceivedAt, NextReviewAt: caps.ReceivedAt}
 			p.emit(ev, ev.String())
 			continue
 		}
