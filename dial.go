@@ -2,8 +2,6 @@ package mcpsync
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -52,7 +50,7 @@ func CommandDialer(cmd Command) Dialer {
 // (exec.CommandContext). The Client owns a server process's lifetime; a
 // context ending would kill a server the Client still speaks to (a dial's
 // context ends once the handshake is done).
-var ErrCommandContext = errors.New("mcpsync: the server command is bound to a context (exec.CommandContext); build it with exec.Command")
+var ErrCommandContext = wire.NewError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
 
 // StdioDialer is the form of CommandDialer for a command it cannot
 // describe (a process group of its own, credentials, a stderr of the
@@ -70,7 +68,7 @@ func StdioDialer(newCmd func() (*exec.Cmd, error)) Dialer {
 		if cmd.Cancel != nil {
 			// Only exec.CommandContext sets Cancel; the caller cannot
 			// have meant it, since the process must outlive the dial.
-			return nil, fmt.Errorf("%w: %s", ErrCommandContext, cmd)
+			return nil, errorf("%w: %s", ErrCommandContext, cmd)
 		}
 		return wire.NewProcess(cmd, wire.MonitorFrom(ctx))
 	}

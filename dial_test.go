@@ -2,6 +2,7 @@ package mcpsync_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -71,8 +72,10 @@ func requireReaped(t *testing.T, pids []int) {
 // Close no process it started is left, running or unreaped.
 func TestCommandDialerHealsThroughKills(t *testing.T) {
 	healed := make(chan uint64, 64)
+	var told errorLog
 	opts := &mcpsync.ClientOptions{
 		Subject:   alice,
+		OnError:   told.add,
 		Reconnect: mcpsync.ReconnectPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		OnOutcome: func(o mcpsync.Outcome) {
 			if o.Accepted {
@@ -110,6 +113,15 @@ func TestCommandDialerHealsThroughKills(t *testing.T) {
 	}
 	require.NoError(t, c.Close())
 	requireReaped(t, pids)
+	// Each loss was told as the server's exit.
+	exits := 0
+	for _, err := range told.list() {
+		lost, ok := errors.AsType[*mcpsync.ConnectionError](err)
+		if ok && lost.Attempt == 0 && errors.Is(err, mcpsync.ErrServerExited) {
+			exits++
+		}
+	}
+	require.Equal(t, 5, exits, "%v", told.list())
 }
 
 // The context given to Connect bounds the handshake only: once it ends, the
