@@ -332,8 +332,7 @@ type ScanFault struct {
 	// Spellings are the first listing of the key and the repeat, as the
 	// server spelled them.
 	Spellings []string `json:"spellings,omitempty"`
-	// Error is what the page function's error says (without the "mcpsync: "
-	// of a message), for the record only.
+	// Error is what the page function's error says, for the record only.
 	Error string `json:"error,omitempty"`
 }
 
