@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,7 +92,7 @@ func BenchmarkRead(b *testing.B) {
 
 // BenchmarkReadStdio is BenchmarkRead over stdio: each side starts this
 // test binary as a stdio server of the same resource, mcp-go's stdio
-// client beside a Client of StdioDialer.
+// client beside a Client of CommandDialer.
 func BenchmarkReadStdio(b *testing.B) {
 	self, err := os.Executable()
 	if err != nil {
@@ -124,11 +123,7 @@ func BenchmarkReadStdio(b *testing.B) {
 			reportCPU(b, cpu)
 		})
 		b.Run(byteSize(size)+"/mcpsync", func(b *testing.B) {
-			dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
-				cmd := exec.Command(self)
-				cmd.Env = env
-				return cmd, nil
-			})
+			dial := mcpsync.CommandDialer(mcpsync.Command{Name: self, Env: env})
 			c, err := mcpsync.Connect(b.Context(), dial, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 			if err != nil {
 				b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/time/rate"
 
+	"github.com/mcpsync/mcpsync/internal/wire"
 	"github.com/mcpsync/mcpsync/internal/workqueue"
 )
 
@@ -349,7 +350,7 @@ var wireMethods = []string{
 }
 
 // errReadFailed marks a read that got no answer, to be tried again.
-var errReadFailed = errors.New("mcpsync: read failed")
+var errReadFailed = wire.NewError("read failed")
 
 func rpcError(method string, code int, message string, data json.RawMessage) error {
 	return &RPCError{Method: method, Code: code, Message: message, Data: data}
@@ -798,7 +799,7 @@ func (c *Client) reopenFailed(key string, err error) {
 	w := c.watches[key]
 	tell := w != nil && !c.closed && time.Since(w.toldAt) >= c.opts.RevalidateEvery
 	if w != nil && !c.closed {
-		c.unopened[key] = "its subscription could not be opened again: " + err.Error()
+		c.unopened[key] = "its subscription could not be opened again: " + causeText(err)
 	}
 	if tell {
 		w.toldAt = time.Now()

@@ -244,10 +244,12 @@ type PassError struct {
 	Err error
 }
 
-func (e *PassError) Error() string {
-	msg := fmt.Sprintf("mcpsync: list pass: %s at page %d", e.Fault, e.Page)
+func (e *PassError) Error() string { return errPrefix + e.text() }
+
+func (e *PassError) text() string {
+	msg := fmt.Sprintf("list pass: %s at page %d", e.Fault, e.Page)
 	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+		msg += ": " + causeText(e.Err)
 	}
 	return msg
 }
@@ -271,8 +273,10 @@ type ScanError struct {
 	Err error
 }
 
-func (e *ScanError) Error() string {
-	return fmt.Sprintf("mcpsync: %s scan unreconciled after %d attempts: %v", e.Kind, e.Attempts, e.Err)
+func (e *ScanError) Error() string { return errPrefix + e.text() }
+
+func (e *ScanError) text() string {
+	return fmt.Sprintf("%s scan unreconciled after %d attempts: %s", e.Kind, e.Attempts, causeText(e.Err))
 }
 
 func (e *ScanError) Unwrap() error { return e.Err }
@@ -328,7 +332,7 @@ type ScanFault struct {
 	// Spellings are the first listing of the key and the repeat, as the
 	// server spelled them.
 	Spellings []string `json:"spellings,omitempty"`
-	// Error is the page function's error message, for the record only.
+	// Error is what the page function's error says, for the record only.
 	Error string `json:"error,omitempty"`
 }
 
@@ -478,8 +482,10 @@ type CatalogError struct {
 	CurrentGeneration uint64 // the session generation asked for
 }
 
-func (e *CatalogError) Error() string {
-	return fmt.Sprintf("mcpsync: %s catalog %s (session %d, current %d) refused: %s",
+func (e *CatalogError) Error() string { return errPrefix + e.text() }
+
+func (e *CatalogError) text() string {
+	return fmt.Sprintf("%s catalog %s (session %d, current %d) refused: %s",
 		e.Kind, e.Status, e.SessionGeneration, e.CurrentGeneration, e.Reason)
 }
 
@@ -869,7 +875,7 @@ func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 		if pe, ok := errors.AsType[*PassError](walkErr); ok {
 			f := ScanFault{Fault: pe.Fault, Page: pe.Page, CursorDigest: pe.CursorDigest}
 			if pe.Err != nil {
-				f.Error = pe.Err.Error()
+				f.Error = causeText(pe.Err)
 			}
 			r.Faults = append(r.Faults, f)
 			if pe.Fault != FaultPageError {

@@ -2,16 +2,25 @@ package mcpsync
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+
+	"github.com/mcpsync/mcpsync/internal/wire"
 )
 
 // Errors callers branch on with errors.Is and errors.As. Every refusal of the
 // fence is a *RefusalError whose Is matches both ErrRefused and the sentinel of
 // its reason.
+//
+// Every message begins "mcpsync: " once: an error of this package that wraps
+// another prints the other without its prefix, and without mcp-go's
+// "transport error: " (see causeText).
 
 // ErrRefused matches every refusal of the fence, whatever its reason.
-var ErrRefused = errors.New("mcpsync: read result refused by the fence")
+var ErrRefused = wire.NewError("read result refused by the fence")
 
 // Fence refusals, one per StaleReason.
 var (
@@ -92,13 +101,15 @@ type RefusalError struct {
 	Err error
 }
 
-func (e *RefusalError) Error() string {
-	msg := "mcpsync: refused: " + string(e.Reason)
+func (e *RefusalError) Error() string { return errPrefix + e.text() }
+
+func (e *RefusalError) text() string {
+	msg := "refused: " + string(e.Reason)
 	if e.Detail != "" {
 		msg += ": " + e.Detail
 	}
 	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+		msg += ": " + causeText(e.Err)
 	}
 	return msg
 }
@@ -124,64 +135,64 @@ func refusal(reason StaleReason) error {
 // Lookup and state errors.
 var (
 	// ErrNoVersion: no version of the URI has been accepted (or it was evicted).
-	ErrNoVersion = errors.New("mcpsync: no accepted version")
+	ErrNoVersion = wire.NewError("no accepted version")
 	// ErrRevoked: the version was read by a subject whose access was revoked.
-	ErrRevoked = errors.New("mcpsync: version revoked")
+	ErrRevoked = wire.NewError("version revoked")
 	// ErrQuarantined: the newest content was refused by the content guard, so
 	// no version of the URI is current.
-	ErrQuarantined = errors.New("mcpsync: newest content quarantined")
+	ErrQuarantined = wire.NewError("newest content quarantined")
 	// ErrTombstoned: the resource was confirmed deleted.
-	ErrTombstoned = errors.New("mcpsync: resource tombstoned")
+	ErrTombstoned = wire.NewError("resource tombstoned")
 	// ErrTombstonePending: a read said not found and list reconciliation has
 	// not yet decided; the last version is no longer served.
-	ErrTombstonePending = errors.New("mcpsync: resource tombstone pending")
+	ErrTombstonePending = wire.NewError("resource tombstone pending")
 	// ErrForbidden: the version was read by another subject.
-	ErrForbidden = errors.New("mcpsync: version bound to another subject")
+	ErrForbidden = wire.NewError("version bound to another subject")
 	// ErrUnknownURI: no subscription or discovery record exists for the URI.
-	ErrUnknownURI = errors.New("mcpsync: unknown resource URI")
+	ErrUnknownURI = wire.NewError("unknown resource URI")
 	// ErrEngineInUse: Connect was given an Engine that another Client,
 	// not yet closed, drives. An engine has one Client at a time.
-	ErrEngineInUse = errors.New("mcpsync: engine driven by another client")
+	ErrEngineInUse = wire.NewError("engine driven by another client")
 	// ErrInvalidURI: the URI cannot be normalized into a key.
-	ErrInvalidURI = errors.New("mcpsync: invalid resource URI")
+	ErrInvalidURI = wire.NewError("invalid resource URI")
 	// ErrUnknownVersion: a derived artifact names a version the ledger never accepted.
-	ErrUnknownVersion = errors.New("mcpsync: unknown resource version")
+	ErrUnknownVersion = wire.NewError("unknown resource version")
 	// ErrIllegalTransition matches every *TransitionError.
-	ErrIllegalTransition = errors.New("mcpsync: illegal subscription transition")
+	ErrIllegalTransition = wire.NewError("illegal subscription transition")
 	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
 	// completeness is not proven by a snapshot.
-	ErrSnapshotUnproven = errors.New("mcpsync: catalog snapshot unproven")
+	ErrSnapshotUnproven = wire.NewError("catalog snapshot unproven")
 	// ErrInvalidSubject: the subject is empty, not UTF-8, longer than
 	// MaxSubjectBytes or holds NUL.
-	ErrInvalidSubject = errors.New("mcpsync: invalid subject")
+	ErrInvalidSubject = wire.NewError("invalid subject")
 	// ErrNoSession: the engine has not been told of a session (BeginSession).
-	ErrNoSession = errors.New("mcpsync: no session")
+	ErrNoSession = wire.NewError("no session")
 	// ErrTooManyReads: the URI already has the most reads in flight allowed.
-	ErrTooManyReads = errors.New("mcpsync: too many reads in flight")
+	ErrTooManyReads = wire.NewError("too many reads in flight")
 	// ErrEvidenceTooOld: list evidence began before the not-found it would
 	// confirm, so it cannot tell a deletion from a re-creation since.
-	ErrEvidenceTooOld = errors.New("mcpsync: evidence predates the not-found")
+	ErrEvidenceTooOld = wire.NewError("evidence predates the not-found")
 	// ErrStale: the version is older than its staleness bound, or no open
 	// subscription keeps it fresh (Lookup with RequireFresh).
-	ErrStale = errors.New("mcpsync: version past its staleness bound")
+	ErrStale = wire.NewError("version past its staleness bound")
 	// ErrReconnectGaveUp: a lost session could not be replaced within the
 	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
-	ErrReconnectGaveUp = errors.New("mcpsync: reconnecting gave up")
+	ErrReconnectGaveUp = wire.NewError("reconnecting gave up")
 	// ErrNotFound: the server has no resource of the URI: its read said
 	// not found (Client.Subscribe).
-	ErrNotFound = errors.New("mcpsync: the server has no such resource")
+	ErrNotFound = wire.NewError("the server has no such resource")
 	// ErrNoResources: the server declares no resources capability, so it
 	// lists no resources (or templates) and has none to read.
-	ErrNoResources = errors.New("mcpsync: this server lists no resources")
+	ErrNoResources = wire.NewError("this server lists no resources")
 	// ErrClientClosed: the Client was closed.
-	ErrClientClosed = errors.New("mcpsync: client closed")
+	ErrClientClosed = wire.NewError("client closed")
 	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of
 	// the client did (a request stuck in a server that ignores
 	// cancellation).
-	ErrCloseTimeout = errors.New("mcpsync: close timed out")
+	ErrCloseTimeout = wire.NewError("close timed out")
 	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
 	// often than the retry budget allows.
-	ErrLedgerConflict = errors.New("mcpsync: ledger compare-and-swap conflict")
+	ErrLedgerConflict = wire.NewError("ledger compare-and-swap conflict")
 )
 
 // TransitionError is a state change the subscription state machine does not
@@ -192,8 +203,10 @@ type TransitionError struct {
 	Event string
 }
 
-func (e *TransitionError) Error() string {
-	return fmt.Sprintf("mcpsync: %s: %s not allowed in state %s", e.URI, e.Event, e.From)
+func (e *TransitionError) Error() string { return errPrefix + e.text() }
+
+func (e *TransitionError) text() string {
+	return fmt.Sprintf("%s: %s not allowed in state %s", e.URI, e.Event, e.From)
 }
 
 // Is makes every TransitionError match ErrIllegalTransition.
@@ -210,18 +223,42 @@ const (
 	CodeResourceNotFound = -32002
 )
 
-// RPCError is a JSON-RPC error answered by the server, with its code and data
-// kept (mcp-go turns unknown codes into plain errors; the session layer's
-// transport wrapper keeps them).
+// RPCError is a JSON-RPC error the server answered a request with, its code,
+// message and data kept (mcp-go turns unknown codes into plain errors; the
+// session layer's transport wrapper keeps them). It prints as the server's
+// answer: "mcpsync: server answered -32601 method not found to tools/list:
+// Method not found".
 type RPCError struct {
-	Method  string
+	Method  string // the request's method
 	Code    int
 	Message string
 	Data    json.RawMessage
 }
 
-func (e *RPCError) Error() string {
-	return fmt.Sprintf("mcpsync: %s: JSON-RPC error %d: %s", e.Method, e.Code, e.Message)
+func (e *RPCError) Error() string { return errPrefix + e.text() }
+
+func (e *RPCError) text() string {
+	msg := "server answered " + strconv.Itoa(e.Code)
+	if name := codeNames[e.Code]; name != "" {
+		msg += " " + name
+	}
+	if e.Method != "" {
+		msg += " to " + e.Method
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// codeNames names the codes of JSON-RPC 2.0 and MCP in RPCError's message.
+var codeNames = map[int]string{
+	-32700:               "parse error",
+	-32600:               "invalid request",
+	-32601:               "method not found",
+	CodeInvalidParams:    "invalid params",
+	-32603:               "internal error",
+	CodeResourceNotFound: "resource not found",
 }
 
 // ResourceNotFound reports whether the error answers resources/read with
@@ -241,32 +278,32 @@ func (e *RPCError) ResourceNotFound() bool {
 var (
 	// ErrLedgerNotEmpty: a snapshot can only be restored into an empty
 	// ledger, or two histories would mix.
-	ErrLedgerNotEmpty = errors.New("mcpsync: ledger not empty")
+	ErrLedgerNotEmpty = wire.NewError("ledger not empty")
 	// ErrLedgerSchema: stored data, or a snapshot, has a schema this
 	// version does not know; nothing is guessed from it.
-	ErrLedgerSchema = errors.New("mcpsync: unknown ledger schema")
+	ErrLedgerSchema = wire.NewError("unknown ledger schema")
 	// ErrLedgerClosed: the ledger was closed.
-	ErrLedgerClosed = errors.New("mcpsync: ledger closed")
+	ErrLedgerClosed = wire.NewError("ledger closed")
 	// ErrLedgerCorrupt: stored data of a known schema cannot be decoded, or
 	// the ledger contradicts itself (an outbox entry it counts is not
 	// there); nothing is guessed from it.
-	ErrLedgerCorrupt = errors.New("mcpsync: ledger data corrupt")
+	ErrLedgerCorrupt = wire.NewError("ledger data corrupt")
 	// ErrSnapshotInvalid: a snapshot contradicts itself (an outbox that
 	// stops short of its last number, a record naming an identity its
 	// counters never handed out); Restore stores nothing of it.
-	ErrSnapshotInvalid = errors.New("mcpsync: ledger snapshot invalid")
+	ErrSnapshotInvalid = wire.NewError("ledger snapshot invalid")
 	// ErrCounterExhausted: a reservation would run past the top of a
 	// counter; a counter never wraps round, since that would hand out its
 	// values again.
-	ErrCounterExhausted = errors.New("mcpsync: ledger counter exhausted")
+	ErrCounterExhausted = wire.NewError("ledger counter exhausted")
 	// ErrNotLeaseholder: the ledger refused a write because another worker
 	// holds the URI's lease (or took it since this worker did): the URI is
 	// that worker's now, and this one writes nothing more of it. Ledgers
 	// shared by many workers return errors that match it.
-	ErrNotLeaseholder = errors.New("mcpsync: another worker holds the URI's lease")
+	ErrNotLeaseholder = wire.NewError("another worker holds the URI's lease")
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
 	// (its retention bound); *OutboxGapError says which.
-	ErrOutboxGap = errors.New("mcpsync: outbox entries dropped before the consumer passed them")
+	ErrOutboxGap = wire.NewError("outbox entries dropped before the consumer passed them")
 )
 
 // OutboxGapError names the entries a consumer lost to the outbox's
@@ -278,9 +315,85 @@ type OutboxGapError struct {
 	Through  uint64 // last entry lost
 }
 
-func (e *OutboxGapError) Error() string {
-	return fmt.Sprintf("mcpsync: outbox consumer %q lost entries %d to %d to the retention bound", e.Consumer, e.From, e.Through)
+func (e *OutboxGapError) Error() string { return errPrefix + e.text() }
+
+func (e *OutboxGapError) text() string {
+	return fmt.Sprintf("outbox consumer %q lost entries %d to %d to the retention bound", e.Consumer, e.From, e.Through)
 }
 
 // Is makes every OutboxGapError match ErrOutboxGap.
 func (e *OutboxGapError) Is(target error) bool { return target == ErrOutboxGap }
+
+// Errors of a stdio server's process.
+type (
+	// ExitError is a stdio server that exited: before the handshake was
+	// done ("the server exited before initialize (exit status 1)"), or
+	// while its session was open (the loss OnError is told, wrapped in a
+	// *ConnectionError). It carries the end of the server's stderr when the
+	// dialer kept it (CommandDialer, StdioDialer with a nil Stderr). It
+	// matches ErrServerExited; errors.As to *exec.ExitError gives the
+	// status.
+	ExitError = wire.ExitError
+	// OutputError is a server whose output began with a line that is not
+	// JSON-RPC ("the server's output is not JSON-RPC: ..."): not an MCP
+	// server, or one that logs to its stdout. It matches ErrNotJSONRPC, and
+	// ErrServerExited too when the server exited.
+	OutputError = wire.OutputError
+)
+
+var (
+	// ErrServerExited matches every *ExitError.
+	ErrServerExited = wire.ErrServerExited
+	// ErrNotJSONRPC matches every *OutputError.
+	ErrNotJSONRPC = wire.ErrNotJSONRPC
+)
+
+// errPrefix begins every message of this package's errors, once.
+const errPrefix = wire.Prefix
+
+// causeText is how err reads inside the message of an error of this
+// package: without the "mcpsync: " its own message begins with, and without
+// the "transport error: " mcp-go puts before whatever a transport returned.
+func causeText(err error) string {
+	if te, ok := err.(*transport.Error); ok {
+		return causeText(te.Err)
+	}
+	if t, ok := err.(interface{ text() string }); ok {
+		return t.text()
+	}
+	return wire.Text(err)
+}
+
+// errorf is fmt.Errorf for this package's messages: the message begins
+// "mcpsync: " once, each error among args reads as causeText says, and %w
+// wraps as fmt.Errorf's does.
+func errorf(format string, args ...any) error {
+	texts := make([]any, len(args))
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			a = causeText(err)
+		}
+		texts[i] = a
+	}
+	return &wrapped{msg: fmt.Sprintf(strings.ReplaceAll(format, "%w", "%s"), texts...), err: fmt.Errorf(format, args...)}
+}
+
+// wrapped is an error of errorf.
+type wrapped struct {
+	msg string
+	err error // fmt.Errorf's, for what it wraps
+}
+
+func (e *wrapped) Error() string { return errPrefix + e.msg }
+
+func (e *wrapped) text() string { return e.msg }
+
+func (e *wrapped) Unwrap() []error {
+	switch u := e.err.(type) {
+	case interface{ Unwrap() []error }:
+		return u.Unwrap()
+	case interface{ Unwrap() error }:
+		return []error{u.Unwrap()}
+	}
+	return nil
+}

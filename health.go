@@ -75,8 +75,10 @@ type ReadError struct {
 	Err     error
 }
 
-func (e *ReadError) Error() string {
-	return fmt.Sprintf("mcpsync: read %s (%s): %v", e.URI, e.Trigger, e.Err)
+func (e *ReadError) Error() string { return errPrefix + e.text() }
+
+func (e *ReadError) text() string {
+	return fmt.Sprintf("read %s (%s): %s", e.URI, e.Trigger, causeText(e.Err))
 }
 
 func (e *ReadError) Unwrap() error { return e.Err }
@@ -91,8 +93,10 @@ type ReopenError struct {
 	Err error
 }
 
-func (e *ReopenError) Error() string {
-	return fmt.Sprintf("mcpsync: open %s again: %v", e.URI, e.Err)
+func (e *ReopenError) Error() string { return errPrefix + e.text() }
+
+func (e *ReopenError) text() string {
+	return fmt.Sprintf("open %s again: %s", e.URI, causeText(e.Err))
 }
 
 func (e *ReopenError) Unwrap() error { return e.Err }
@@ -109,11 +113,13 @@ type ConnectionError struct {
 	Err     error
 }
 
-func (e *ConnectionError) Error() string {
+func (e *ConnectionError) Error() string { return errPrefix + e.text() }
+
+func (e *ConnectionError) text() string {
 	if e.Attempt == 0 {
-		return fmt.Sprintf("mcpsync: session %d lost: %v", e.SessionGeneration, e.Err)
+		return fmt.Sprintf("session %d lost: %s", e.SessionGeneration, causeText(e.Err))
 	}
-	return fmt.Sprintf("mcpsync: reconnect attempt %d failed: %v", e.Attempt, e.Err)
+	return fmt.Sprintf("reconnect attempt %d failed: %s", e.Attempt, causeText(e.Err))
 }
 
 func (e *ConnectionError) Unwrap() error { return e.Err }

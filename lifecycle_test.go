@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -78,10 +77,9 @@ func TestCloseDuringHealingStaysClosed(t *testing.T) {
 // is still bounded (stdin, SIGTERM, SIGKILL, each bounded) and returns nil
 // for the clean exit, rather than waiting for every holder of stderr.
 func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
-	dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
-		cmd := exec.Command("sh", "-c", `sleep 15 >/dev/null </dev/null & exec "$0" -test.run='^$'`, os.Args[0])
-		cmd.Env = append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
-		return cmd, nil
+	dial := mcpsync.CommandDialer(mcpsync.Command{
+		Name: "sh", Args: []string{"-c", `sleep 15 >/dev/null </dev/null & exec "$0" -test.run='^$'`, os.Args[0]},
+		Env: append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0"),
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

@@ -1,16 +1,9 @@
 package mcpsync
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os/exec"
-	"slices"
 	"time"
-
-	"github.com/mark3labs/mcp-go/client/transport"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
 )
@@ -37,7 +30,7 @@ type Limits struct {
 	// 0 means 5 minutes.
 	ScanTimeout time.Duration
 	// MaxMessageBytes bounds one JSON-RPC message on every transport the
-	// library builds (StdioDialer, StreamDialer, HTTPDialer): a stdio line,
+	// library builds (CommandDialer, StdioDialer, StreamDialer, HTTPDialer): a stdio line,
 	// an HTTP body, an SSE event. Framing does not count: a stdio line is
 	// measured without its "\n" or "\r\n", an HTTP JSON body without the
 	// whitespace that ends it, an SSE event by its data as its data lines
@@ -178,53 +171,4 @@ const ReasonLimitExceeded StaleReason = "LIMIT_EXCEEDED"
 // limitResult is the read result of a read refused for a limit.
 func limitResult(err *LimitError) ReadResult {
 	return ReadResult{err: &RefusalError{Reason: ReasonLimitExceeded, Detail: fmt.Sprintf("%s: observed %d, limit %d", err.Limit, err.Observed, err.Max), Err: err}}
-}
-
-// StdioDialer returns a Dialer that starts the command newCmd builds (a new
-// one at every dial) and speaks newline-delimited JSON-RPC over its stdin and
-// stdout, every line bounded by the client's Limits. Closing the transport
-// closes stdin and kills the process if it has not exited 2 s later. Leave
-// Stdin and Stdout of the command unset; a nil Stderr is discarded.
-func StdioDialer(newCmd func(ctx context.Context) (*exec.Cmd, error)) Dialer {
-	return func(ctx context.Context) (transport.Interface, error) {
-		cmd, err := newCmd(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return wire.NewProcess(cmd, wire.MonitorFrom(ctx))
-	}
-}
-
-// StreamDialer returns a Dialer of newline-delimited JSON-RPC over the
-// streams open returns: out carries the server's messages, in the client's.
-// Every message is bounded by the client's Limits; closing the transport
-// closes both.
-func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.WriteCloser, err error)) Dialer {
-	return func(ctx context.Context) (transport.Interface, error) {
-		out, in, err := open(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return wire.NewStream(out, in, wire.MonitorFrom(ctx)), nil
-	}
-}
-
-// HTTPDialer returns a Dialer of streamable HTTP at url whose response
-// bodies and SSE events are bounded by the client's MaxMessageBytes. base,
-// if not nil, is the client whose transport and settings are used; opts are
-// mcp-go's (a WithHTTPBasicClient among them is overridden).
-//
-// Notifications reach the client in every era: a server that answers a
-// legacy revision is dialed again with mcp-go's continuous listening, the
-// only stream that carries its notifications (it pins a legacy revision, so
-// it is not asked for first).
-func HTTPDialer(url string, base *http.Client, opts ...transport.StreamableHTTPCOption) Dialer {
-	return func(ctx context.Context) (transport.Interface, error) {
-		hc := wire.HTTPClient(base, wire.MonitorFrom(ctx))
-		opts := append(slices.Clone(opts), transport.WithHTTPBasicClient(hc))
-		if wire.ListeningWanted(ctx) {
-			opts = append(opts, transport.WithContinuousListening())
-		}
-		return transport.NewStreamableHTTP(url, opts...)
-	}
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -747,10 +746,9 @@ func TestServerThatNeverAnswersACancelledListenDrawsNoStorm(t *testing.T) {
 	const revalidate = 10 * time.Second
 	r := buildRig(t, eras[1], rigConfig{
 		opts: mcpsync.ClientOptions{RequestTimeout: time.Second, RevalidateEvery: revalidate, PollEvery: revalidate},
-		dial: mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), deafListenServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
-			return cmd, nil
+		dial: mcpsync.CommandDialer(mcpsync.Command{
+			Name: os.Args[0], Args: []string{"-test.run=^$"},
+			Env: append(os.Environ(), deafListenServerEnv+"=1", "GORACE=atexit_sleep_ms=0"),
 		}),
 	})
 	for _, u := range deafListenURIs {

@@ -48,6 +48,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(pidServerEnv) == "1" {
+		servePID()
+	}
 	if os.Getenv(deafListenServerEnv) == "1" {
 		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SessionWideListenEnd: true})
 		for _, u := range deafListenURIs {

@@ -238,7 +238,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		next, ferr := c.engine.Fail(t)
 		c.progress.notify()
 		c.settled.notify(t.URI)
-		return Outcome{FollowUp: next}, errors.Join(fmt.Errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
+		return Outcome{FollowUp: next}, errors.Join(errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	c.answered(t.URI)
 	out, err := c.engine.FinishRead(t, result)

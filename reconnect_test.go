@@ -132,7 +132,7 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 func TestHealDoesNotWaitForTheLostServersShutdown(t *testing.T) {
 	var mu sync.Mutex // protects procs
 	var procs []*exec.Cmd
-	dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+	dial := mcpsync.StdioDialer(func() (*exec.Cmd, error) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
 		mu.Lock()

@@ -341,7 +341,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	})
 	tr, err := c.dial(wire.WithListening(wire.WithMonitor(ctx, mon), listen))
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: dial: %w", err)
+		return nil, errorf("dial: %w", err)
 	}
 	var options []mcpclient.ClientOption
 	if c.opts.ProtocolVersion != "" {
@@ -370,16 +370,18 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	// HTTP listening stream ends with it, a stdio server is killed with it),
 	// so it gets the client's own; ctx bounds the handshake only.
 	if err := mc.Start(c.ctx); err != nil {
+		err = handshakeError(ctx, "start", tr, err)
 		_ = mc.Close()
-		return nil, fmt.Errorf("mcpsync: start: %w", err)
+		return nil, err
 	}
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = c.opts.ProtocolVersion
 	init.Params.ClientInfo = mcp.Implementation{Name: c.opts.ClientInfo.Name, Version: c.opts.ClientInfo.Version}
 	res, err := mc.Initialize(ctx, init)
 	if err != nil {
+		err = handshakeError(ctx, "initialize", tr, err) // before Close ends the server
 		_ = mc.Close()
-		return nil, fmt.Errorf("mcpsync: initialize: %w", err)
+		return nil, err
 	}
 	version := mc.ProtocolVersion()
 	if version == "" {
@@ -418,6 +420,16 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	gen.Store(conn.gen)
 	mc.OnConnectionLost(func(err error) { c.notes.push(note{gen: conn.gen, conn: conn, lost: err}) })
 	return conn, nil
+}
+
+// handshakeError is the error of a handshake step that failed with err: a
+// stdio server that exited or wrote something other than JSON-RPC says so
+// (*ExitError, *OutputError), rather than "transport closed".
+func handshakeError(ctx context.Context, step string, tr transport.Interface, err error) error {
+	if told := wire.Handshake(ctx, tr); told != nil {
+		return told
+	}
+	return errorf("%s: %w", step, err)
 }
 
 // isHTTP reports whether tr is, or wraps (Unwrap), mcp-go's streamable

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -180,7 +179,7 @@ func (c *Client) open(conn *connection, key string, w *watch) error {
 			if c.ctx.Err() != nil {
 				return ErrClientClosed
 			}
-			reason = subscribeFailed + err.Error()
+			reason = subscribeFailed + causeText(err)
 		} else {
 			mode = ModePush
 		}
@@ -353,7 +352,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 			return nil
 		}
 		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
-			err = fmt.Errorf("mcpsync: take %s off the listen stream: %w", raw, err)
+			err = errorf("take %s off the listen stream: %w", raw, err)
 			c.report(err)
 			return err
 		}
@@ -366,7 +365,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 	}
 	if !watched {
 		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
-			err = fmt.Errorf("mcpsync: unsubscribe %s: %w", raw, err)
+			err = errorf("unsubscribe %s: %w", raw, err)
 			c.report(err)
 			return err
 		}
@@ -384,7 +383,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 		// The server no longer notifies raw and will not again: its
 		// generation is opened anew, which polls, saying why, when the
 		// server refuses once more.
-		c.report(fmt.Errorf("mcpsync: subscribe %s again: %w", raw, err))
+		c.report(errorf("subscribe %s again: %w", raw, err))
 		if err := c.closeTold(key); err != nil {
 			return err
 		}

@@ -86,7 +86,7 @@ func newHealRig(t *testing.T, dial mcpsync.Dialer, newCmd func() *exec.Cmd, uris
 	t.Helper()
 	r := &healRig{errs: make(chan error, 1024), outs: make(chan mcpsync.Outcome, 1024)}
 	if dial == nil {
-		dial = mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+		dial = mcpsync.StdioDialer(func() (*exec.Cmd, error) {
 			cmd := newCmd()
 			r.mu.Lock()
 			r.procs = append(r.procs, cmd)

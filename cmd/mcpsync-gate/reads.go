@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +28,7 @@ import (
 //
 // The stdio cases run two server processes (this program, serving the
 // resource over stdio): one for mcp-go's stdio client, one for the Client's
-// StdioDialer.
+// CommandDialer.
 
 // readURI is the resource every read case reads, in readEra on both sides.
 const (
@@ -139,11 +138,7 @@ func openReadPair(ctx context.Context, p readPlan) (rp readPair, err error) {
 			return rp, err
 		}
 		rp.raw = mcpclient.NewClient(tr, mcpclient.WithProtocolVersion(readEra))
-		dial = mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
-			cmd := exec.Command(self)
-			cmd.Env = env
-			return cmd, nil
-		})
+		dial = mcpsync.CommandDialer(mcpsync.Command{Name: self, Env: env})
 	} else {
 		srv := readServer(p.size)
 		rp.raw = mcpclient.NewClient(srv.NewInProcessTransport(), mcpclient.WithProtocolVersion(readEra))

@@ -162,7 +162,7 @@ func (c *common) dialer(listen *bool, hc *http.Client) mcpsync.Dialer {
 		}
 		// The library's stdio dialer, not mcp-go's, so that every line the
 		// server writes is bounded by --max-message-bytes.
-		return mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+		return mcpsync.StdioDialer(func() (*exec.Cmd, error) {
 			cmd := exec.Command(c.command[0], c.command[1:]...)
 			detach(cmd)
 			return cmd, nil

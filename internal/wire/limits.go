@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Limits bound what one peer can make the client hold. A zero field is no
 // bound at this layer; the session layer fills in its defaults.
@@ -32,7 +29,7 @@ const (
 )
 
 // ErrLimitExceeded matches every *LimitError.
-var ErrLimitExceeded = errors.New("mcpsync: LIMIT_EXCEEDED")
+var ErrLimitExceeded = NewError("LIMIT_EXCEEDED")
 
 // LimitError is input refused because it passed a limit. Its Is matches
 // ErrLimitExceeded and any *LimitError naming the same Limit, so the
@@ -46,8 +43,10 @@ type LimitError struct {
 	Method string
 }
 
-func (e *LimitError) Error() string {
-	msg := fmt.Sprintf("mcpsync: LIMIT_EXCEEDED: %s: observed %d, limit %d", e.Limit, e.Observed, e.Max)
+func (e *LimitError) Error() string { return Prefix + e.text() }
+
+func (e *LimitError) text() string {
+	msg := fmt.Sprintf("LIMIT_EXCEEDED: %s: observed %d, limit %d", e.Limit, e.Observed, e.Max)
 	if e.Method != "" {
 		msg += " (" + e.Method + ")"
 	}
@@ -88,13 +87,15 @@ type MessageError struct {
 	Err error
 }
 
-func (e *MessageError) Error() string {
-	msg := "mcpsync: " + string(e.Fault)
+func (e *MessageError) Error() string { return Prefix + e.text() }
+
+func (e *MessageError) text() string {
+	msg := string(e.Fault)
 	if e.ID != "" {
 		msg += " id " + e.ID
 	}
 	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+		msg += ": " + Text(e.Err)
 	}
 	return msg
 }
@@ -108,7 +109,7 @@ func (e *MessageError) Is(target error) bool {
 }
 
 // ErrFramingViolation matches every *FramingError.
-var ErrFramingViolation = errors.New("mcpsync: stdio framing violation")
+var ErrFramingViolation = NewError("stdio framing violation")
 
 // FramingError ends a stdio session: the stream cannot be resynchronized,
 // so every request in flight and every later one fails with it.
@@ -116,7 +117,9 @@ type FramingError struct {
 	Err error // the *LimitError of the line, or the read error
 }
 
-func (e *FramingError) Error() string { return "mcpsync: stdio framing violation: " + e.Err.Error() }
+func (e *FramingError) Error() string { return Prefix + e.text() }
+
+func (e *FramingError) text() string { return "stdio framing violation: " + Text(e.Err) }
 
 func (e *FramingError) Unwrap() error { return e.Err }
 
@@ -124,7 +127,7 @@ func (e *FramingError) Unwrap() error { return e.Err }
 func (e *FramingError) Is(target error) bool { return target == ErrFramingViolation }
 
 // ErrSessionDegraded matches every *DegradedError.
-var ErrSessionDegraded = errors.New("mcpsync: session degraded")
+var ErrSessionDegraded = NewError("session degraded")
 
 // DegradedError reports a session that passed a rate limit: what it sent
 // beyond the limit is dropped, and staleness is bounded by revalidation
@@ -135,8 +138,10 @@ type DegradedError struct {
 	Dropped int64
 }
 
-func (e *DegradedError) Error() string {
-	return fmt.Sprintf("mcpsync: session degraded (%d notifications dropped): %v", e.Dropped, e.Err)
+func (e *DegradedError) Error() string { return Prefix + e.text() }
+
+func (e *DegradedError) text() string {
+	return fmt.Sprintf("session degraded (%d notifications dropped): %s", e.Dropped, Text(e.Err))
 }
 
 func (e *DegradedError) Unwrap() error { return e.Err }

@@ -265,8 +265,12 @@ func plainIDKey(raw []byte) (key string, ok bool) {
 var errSkip = errors.New("skip")
 
 // inspect judges one stdio message, and reports whether it may be delivered.
-func (m *Monitor) inspect(msg []byte) bool {
-	return m.judge(stdioSource, bytes.TrimRight(msg, "\r\n")) == nil
+func (m *Monitor) inspect(msg []byte) bool { return m.inspectErr(msg) == nil }
+
+// inspectErr judges one stdio message: nil if it may be delivered, else
+// why not (judge).
+func (m *Monitor) inspectErr(msg []byte) error {
+	return m.judge(stdioSource, bytes.TrimRight(msg, "\r\n"))
 }
 
 // judge judges one message from s before mcp-go sees it: nil if it may be

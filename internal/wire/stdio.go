@@ -8,6 +8,7 @@ import (
 	"io"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,42 @@ type framer struct {
 	line []byte // the line being read; at most MessageBytes+2 long
 	out  []byte // the rest of the line mcp-go has not read yet
 	err  error
+
+	// What the handshake's error is made of (Handshake), written by the
+	// read loop: spoke, that a message was delivered; first, the start of
+	// a line that is not JSON-RPC before any was; done, that the stream
+	// ended.
+	spoke atomic.Bool
+	first atomic.Pointer[[]byte]
+	done  atomic.Bool
+}
+
+// junk returns the start of the first line that was not JSON-RPC, if the
+// server wrote one before any message that was; nil otherwise.
+func (f *framer) junk() []byte {
+	if p := f.first.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ended reports whether the server's output ended.
+func (f *framer) ended() bool { return f.done.Load() }
+
+// judged records the verdict on a line: the first line that is not JSON at
+// all, or not a JSON-RPC message, is kept while no message was delivered.
+func (f *framer) judged(err error) {
+	if err == nil {
+		if !f.spoke.Load() {
+			f.spoke.Store(true)
+		}
+		return
+	}
+	if me, ok := errors.AsType[*MessageError](err); !ok || me.Fault != FaultMalformed || f.spoke.Load() || f.first.Load() != nil {
+		return
+	}
+	first := bytes.Clone(bytes.TrimRight(f.line[:min(len(f.line), firstBytes)], "\r\n"))
+	f.first.Store(&first)
 }
 
 func newFramer(r io.Reader, mon *Monitor) *framer {
@@ -75,6 +112,7 @@ func (f *framer) messageLen(chunk []byte, complete bool) int64 {
 func (f *framer) fail(err error) {
 	f.line = nil
 	f.err = &FramingError{Err: err}
+	f.done.Store(true)
 	f.mon.end(f.err)
 }
 
@@ -120,11 +158,14 @@ func (f *framer) next() {
 				return
 			}
 			f.err = err
+			f.done.Store(true)
 			return
 		}
 		break
 	}
-	if f.mon.inspect(f.line) {
+	verdict := f.mon.inspectErr(f.line)
+	f.judged(verdict)
+	if verdict == nil {
 		f.out = f.line
 	}
 }
@@ -132,12 +173,14 @@ func (f *framer) next() {
 // NewStream returns an mcp-go transport of newline-delimited JSON-RPC over r
 // (the server's output) and w (its input), bounded by mon. Close closes both.
 func NewStream(r io.ReadCloser, w io.WriteCloser, mon *Monitor) transport.Interface {
-	return &stream{Stdio: transport.NewIO(newFramer(r, mon), w, nil), r: r}
+	f := newFramer(r, mon)
+	return &stream{Stdio: transport.NewIO(f, w, nil), r: r, framer: f}
 }
 
 type stream struct {
 	*transport.Stdio
-	r io.Closer
+	r      io.Closer
+	framer *framer
 }
 
 // Close closes the server's input, then its output, which ends mcp-go's read
@@ -152,15 +195,12 @@ func (s *stream) Close() error {
 // transport describes.
 const processGrace = 2 * time.Second
 
-// ErrServerExited is the loss a process transport reports when its server
-// exits while the session is open.
-var ErrServerExited = errors.New("server process exited")
-
 // NewProcess starts cmd and returns an mcp-go transport over its stdin and
 // stdout, bounded by mon. The transport reports the server's exit to its
-// connection-lost handler at once. Close closes stdin, waits processGrace
-// for the process to exit, then sends SIGTERM and waits again, then kills
-// it.
+// connection-lost handler at once, as an *ExitError (with the end of the
+// server's stderr when cmd.Stderr was nil). Close closes stdin, waits
+// processGrace for the process to exit, then sends SIGTERM and waits again,
+// then kills it.
 func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -170,8 +210,10 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
+	var stderr *tail
 	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
+		stderr = &tail{}
+		cmd.Stderr = stderr
 	}
 	if cmd.WaitDelay == 0 {
 		// A helper the server started may hold its stderr after the server
@@ -181,7 +223,8 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &process{Stdio: transport.NewIO(newFramer(stdout, mon), stdin, nil), cmd: cmd, exited: make(chan struct{})}
+	f := newFramer(stdout, mon)
+	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -197,6 +240,8 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 
 type process struct {
 	*transport.Stdio
+	framer  *framer
+	stderr  *tail // nil when the caller took the server's stderr
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error // set before exited closes
@@ -207,8 +252,16 @@ type process struct {
 	closing bool
 }
 
-func (p *process) exitErr() error {
-	return fmt.Errorf("%w: %v", ErrServerExited, p.waitErr)
+// exitErr returns the server's exit; only once exited is closed.
+func (p *process) exitErr() *ExitError {
+	e := &ExitError{Err: p.waitErr}
+	if errors.Is(e.Err, exec.ErrWaitDelay) {
+		e.Err = nil // status 0; a helper held the server's stderr
+	}
+	if p.stderr != nil {
+		e.Stderr = p.stderr.String()
+	}
+	return e
 }
 
 // SetConnectionLostHandler sets the handler told of the server's exit while

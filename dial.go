@@ -1,0 +1,109 @@
+package mcpsync
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"slices"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+
+	"github.com/mcpsync/mcpsync/internal/wire"
+)
+
+// Command is a stdio MCP server program: what CommandDialer starts, once for
+// every session.
+type Command struct {
+	// Name is the program, looked up in PATH when it has no slash.
+	Name string
+	// Args are its arguments, the program's name not among them.
+	Args []string
+	// Env is its environment; nil means this process's.
+	Env []string
+	// Dir is its working directory; "" means this process's.
+	Dir string
+}
+
+// CommandDialer returns a Dialer of a stdio MCP server: every dial starts
+// the program anew and speaks newline-delimited JSON-RPC over its stdin and
+// stdout, every line bounded by the client's Limits.
+//
+// The Client owns the process. It starts one at every (re)connect, so a
+// server that died is replaced when the session heals; the dial context
+// bounds the handshake only, never the process. When the session ends
+// (Close, a reconnect, a lost server) the Client closes the server's stdin,
+// then sends SIGTERM, then SIGKILL, each after 2 s, and reaps it. The last
+// kilobyte the server wrote to stderr is kept for the error that says why
+// it exited.
+func CommandDialer(cmd Command) Dialer {
+	cmd.Args = slices.Clone(cmd.Args)
+	cmd.Env = slices.Clone(cmd.Env)
+	return StdioDialer(func() (*exec.Cmd, error) {
+		c := exec.Command(cmd.Name, cmd.Args...)
+		c.Env, c.Dir = cmd.Env, cmd.Dir
+		return c, nil
+	})
+}
+
+// ErrCommandContext: StdioDialer was given a command bound to a context
+// (exec.CommandContext). The Client owns a server process's lifetime; a
+// context ending would kill a server the Client still speaks to (a dial's
+// context ends once the handshake is done).
+var ErrCommandContext = wire.NewError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
+
+// StdioDialer is the form of CommandDialer for a command it cannot
+// describe (a process group of its own, credentials, a stderr of the
+// caller's): newCmd builds a new, unstarted command at every dial, which
+// the Client starts and owns as CommandDialer's. Build it with
+// exec.Command: a command of exec.CommandContext fails the dial with
+// ErrCommandContext. Leave Stdin and Stdout unset; a nil Stderr keeps the
+// last kilobyte for the exit error and discards the rest.
+func StdioDialer(newCmd func() (*exec.Cmd, error)) Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		cmd, err := newCmd()
+		if err != nil {
+			return nil, err
+		}
+		if cmd.Cancel != nil {
+			// Only exec.CommandContext sets Cancel; the caller cannot
+			// have meant it, since the process must outlive the dial.
+			return nil, errorf("%w: %s", ErrCommandContext, cmd)
+		}
+		return wire.NewProcess(cmd, wire.MonitorFrom(ctx))
+	}
+}
+
+// StreamDialer returns a Dialer of newline-delimited JSON-RPC over the
+// streams open returns: out carries the server's messages, in the client's.
+// Every message is bounded by the client's Limits; closing the transport
+// closes both.
+func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.WriteCloser, err error)) Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		out, in, err := open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return wire.NewStream(out, in, wire.MonitorFrom(ctx)), nil
+	}
+}
+
+// HTTPDialer returns a Dialer of streamable HTTP at url whose response
+// bodies and SSE events are bounded by the client's MaxMessageBytes. base,
+// if not nil, is the client whose transport and settings are used; opts are
+// mcp-go's (a WithHTTPBasicClient among them is overridden).
+//
+// Notifications reach the client in every era: a server that answers a
+// legacy revision is dialed again with mcp-go's continuous listening, the
+// only stream that carries its notifications (it pins a legacy revision, so
+// it is not asked for first).
+func HTTPDialer(url string, base *http.Client, opts ...transport.StreamableHTTPCOption) Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		hc := wire.HTTPClient(base, wire.MonitorFrom(ctx))
+		opts := append(slices.Clone(opts), transport.WithHTTPBasicClient(hc))
+		if wire.ListeningWanted(ctx) {
+			opts = append(opts, transport.WithContinuousListening())
+		}
+		return transport.NewStreamableHTTP(url, opts...)
+	}
+}

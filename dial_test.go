@@ -1,0 +1,155 @@
+package mcpsync_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// pidServerEnv makes the test binary serve pidURI over stdio, whose text
+// is the serving process's id: a read tells which process answered it.
+const pidServerEnv = "MCPSYNC_TEST_PID_SERVER"
+
+const pidURI = "file:///proc/self/pid"
+
+func servePID() {
+	srv := server.NewMCPServer("pid-server", "1.0.0", server.WithResourceCapabilities(true, false))
+	text := strconv.Itoa(os.Getpid())
+	srv.AddResource(mcp.NewResource(pidURI, "pid", mcp.WithMIMEType("text/plain")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: pidURI, MIMEType: "text/plain", Text: text}}, nil
+		})
+	if err := server.ServeStdio(srv); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// pidCommand is the test binary as a stdio server of pidURI.
+func pidCommand() mcpsync.Command {
+	return mcpsync.Command{
+		Name: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: append(os.Environ(), pidServerEnv+"=1", "GORACE=atexit_sleep_ms=0"),
+	}
+}
+
+// servingPID reads pidURI through c and returns the id of the process that
+// answered, with the session generation it was read in.
+func servingPID(t *testing.T, ctx context.Context, c *mcpsync.Client) (int, uint64) {
+	t.Helper()
+	out, err := c.Read(ctx, pidURI)
+	require.NoError(t, err)
+	require.True(t, out.Accepted, "%+v", out.Stale)
+	e, err := c.Lookup(pidURI)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(e.Contents[0].Text)
+	require.NoError(t, err)
+	return pid, out.Version.Version.SessionGeneration
+}
+
+// requireReaped fails unless every process of pids is gone and reaped (a
+// zombie still answers signal 0).
+func requireReaped(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "process %d is left behind", pid)
+	}
+}
+
+// A stdio server killed with SIGKILL five times: each time the Client
+// starts a new process, heals the session and reads from it, and after
+// Close no process it started is left, running or unreaped.
+func TestCommandDialerHealsThroughKills(t *testing.T) {
+	healed := make(chan uint64, 64)
+	var told errorLog
+	opts := &mcpsync.ClientOptions{
+		Subject:   alice,
+		OnError:   told.add,
+		Reconnect: mcpsync.ReconnectPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		OnOutcome: func(o mcpsync.Outcome) {
+			if o.Accepted {
+				select {
+				case healed <- o.Version.Version.SessionGeneration:
+				default: // the test waits for one of a later session
+				}
+			}
+		},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	c, err := mcpsync.Connect(ctx, mcpsync.CommandDialer(pidCommand()), opts)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Subscribe(ctx, pidURI)
+	require.NoError(t, err)
+	pid, gen := servingPID(t, ctx, c)
+	pids := []int{pid}
+	for kill := range 5 {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		// The session heals: a read of a later session is accepted.
+		for healedIn := gen; healedIn <= gen; {
+			select {
+			case healedIn = <-healed:
+			case <-ctx.Done():
+				t.Fatalf("kill %d: not healed: %+v", kill+1, c.Health())
+			}
+		}
+		next, nextGen := servingPID(t, ctx, c)
+		require.NotEqual(t, pid, next, "kill %d: read from the killed server", kill+1)
+		require.Greater(t, nextGen, gen)
+		pid, gen = next, nextGen
+		pids = append(pids, pid)
+	}
+	require.NoError(t, c.Close())
+	requireReaped(t, pids)
+	// Each loss was told as the server's exit.
+	exits := 0
+	for _, err := range told.list() {
+		lost, ok := errors.AsType[*mcpsync.ConnectionError](err)
+		if ok && lost.Attempt == 0 && errors.Is(err, mcpsync.ErrServerExited) {
+			exits++
+		}
+	}
+	require.Equal(t, 5, exits, "%v", told.list())
+}
+
+// The context given to Connect bounds the handshake only: once it ends, the
+// server the Client started keeps serving the same session.
+func TestCommandDialerServerOutlivesTheDialContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	c, err := mcpsync.Connect(ctx, mcpsync.CommandDialer(pidCommand()), &mcpsync.ClientOptions{Subject: alice})
+	require.NoError(t, err)
+	defer c.Close()
+	cancel()
+	_, err = c.Subscribe(t.Context(), pidURI)
+	require.NoError(t, err)
+	pid, gen := servingPID(t, t.Context(), c)
+	again, genAgain := servingPID(t, t.Context(), c)
+	require.Equal(t, pid, again)
+	require.Equal(t, uint64(1), gen)
+	require.Equal(t, gen, genAgain, "the session was lost after the dial context ended")
+	require.NoError(t, syscall.Kill(pid, 0), "the server was ended with the dial context")
+	require.NoError(t, c.Close())
+	requireReaped(t, []int{pid})
+}
+
+// A command bound to a context would be killed as that context ends, the
+// dial's among them: StdioDialer refuses it before starting anything.
+func TestStdioDialerRefusesACommandBoundToAContext(t *testing.T) {
+	dial := mcpsync.StdioDialer(func() (*exec.Cmd, error) {
+		return exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$"), nil
+	})
+	_, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Subject: alice})
+	require.ErrorIs(t, err, mcpsync.ErrCommandContext)
+}

@@ -1,0 +1,169 @@
+package mcpsync_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// Every error says what happened once: one "mcpsync: " however deep the
+// wrapping, a server's JSON-RPC answer as the server's answer (never
+// "transport error"), and a stdio server that fails its handshake by what
+// it did. Callers tell them apart with errors.Is and errors.As; this test
+// alone reads the messages, to pin their form.
+func TestErrorsSayWhatHappenedOnce(t *testing.T) {
+	sh := func(script string) mcpsync.Dialer {
+		return mcpsync.CommandDialer(mcpsync.Command{Name: "sh", Args: []string{"-c", script}})
+	}
+	connect := func(dial mcpsync.Dialer) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		c, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Subject: alice})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	// faulted connects to an in-process server whose next answer to
+	// method is the JSON-RPC error code, and runs do.
+	faulted := func(method string, code int, do func(*mcpsync.Client) error) error {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/plain", "v1")
+		kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), 1)
+		dial := func(context.Context) (transport.Interface, error) { return kit, nil }
+		c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Subject: alice})
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		kit.FailNext(method, "", code, "no such method here")
+		return do(c)
+	}
+	exitStatus := func(code int) func(*testing.T, error) {
+		return func(t *testing.T, err error) {
+			exit, ok := errors.AsType[*mcpsync.ExitError](err)
+			require.True(t, ok, "%T", err)
+			assert.True(t, exit.BeforeInitialize)
+			status, ok := errors.AsType[*exec.ExitError](err)
+			require.True(t, ok)
+			assert.Equal(t, code, status.ExitCode())
+		}
+	}
+	rpc := func(method string, code int) func(*testing.T, error) {
+		return func(t *testing.T, err error) {
+			answer, ok := errors.AsType[*mcpsync.RPCError](err)
+			require.True(t, ok, "%T", err)
+			assert.Equal(t, method, answer.Method)
+			assert.Equal(t, code, answer.Code)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		err   func() error
+		is    error
+		check func(*testing.T, error)
+		// message is the whole message when the test can know it.
+		message string
+	}{
+		{
+			name: "a server that exits at once", err: func() error { return connect(sh("exit 1")) },
+			is: mcpsync.ErrServerExited, check: exitStatus(1),
+			message: "mcpsync: the server exited before initialize (exit status 1)",
+		},
+		{
+			name: "a server that exits with a word on stderr", err: func() error { return connect(sh("echo 'cannot find module' >&2; exit 3")) },
+			is: mcpsync.ErrServerExited, check: func(t *testing.T, err error) {
+				exitStatus(3)(t, err)
+				exit, _ := errors.AsType[*mcpsync.ExitError](err)
+				assert.Equal(t, "cannot find module", exit.Stderr)
+			},
+			message: `mcpsync: the server exited before initialize (exit status 3): stderr: "cannot find module"`,
+		},
+		{
+			name: "a server that says nothing and ends", err: func() error { return connect(sh("cat /dev/null")) },
+			is: mcpsync.ErrServerExited, check: func(t *testing.T, err error) {
+				exit, ok := errors.AsType[*mcpsync.ExitError](err)
+				require.True(t, ok)
+				assert.NoError(t, exit.Err, "exit status 0")
+			},
+			message: "mcpsync: the server exited before initialize (exit status 0)",
+		},
+		{
+			name: "a program that is not an MCP server", err: func() error { return connect(sh("echo garbage")) },
+			is: mcpsync.ErrNotJSONRPC, check: func(t *testing.T, err error) {
+				out, ok := errors.AsType[*mcpsync.OutputError](err)
+				require.True(t, ok)
+				assert.Equal(t, "garbage", string(out.First))
+			},
+			message: `mcpsync: the server's output is not JSON-RPC: "garbage"`,
+		},
+		{
+			name: "a read the server answers with -32601",
+			err: func() error {
+				return faulted("resources/read", -32601, func(c *mcpsync.Client) error {
+					_, err := c.Read(t.Context(), docURI)
+					return err
+				})
+			},
+			check:   rpc("resources/read", -32601),
+			message: "mcpsync: read failed: " + docURI + ": server answered -32601 method not found to resources/read: no such method here",
+		},
+		{
+			name: "a scan whose list the server answers with -32603",
+			err: func() error {
+				return faulted("resources/list", -32603, func(c *mcpsync.Client) error {
+					_, err := c.Scan(t.Context(), mcpsync.KindResources)
+					return err
+				})
+			},
+			is: mcpsync.ErrScanUnreconciled, check: rpc("resources/list", -32603),
+			message: "mcpsync: resources scan unreconciled after 1 attempts: list pass: PAGE_ERROR at page 0: server answered -32603 internal error to resources/list: no such method here",
+		},
+		{
+			name: "a command bound to a context",
+			err: func() error {
+				return connect(mcpsync.StdioDialer(func() (*exec.Cmd, error) {
+					return exec.CommandContext(t.Context(), "true"), nil
+				}))
+			},
+			is: mcpsync.ErrCommandContext,
+		},
+		{
+			name: "an HTTP server that refuses the connection",
+			err:  func() error { return connect(mcpsync.HTTPDialer("http://127.0.0.1:1/mcp", nil)) },
+			check: func(t *testing.T, err error) {
+				_, ok := errors.AsType[*url.Error](err)
+				assert.True(t, ok)
+				assert.NotContains(t, err.Error(), "failed to send request", "mcp-go's wrapping is left out")
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.err()
+			require.Error(t, err)
+			msg := err.Error()
+			assert.Equal(t, 1, strings.Count(msg, "mcpsync:"), msg)
+			assert.NotContains(t, msg, "transport error", msg)
+			if tc.message != "" {
+				assert.Equal(t, tc.message, msg)
+			}
+			if tc.is != nil {
+				assert.ErrorIs(t, err, tc.is)
+			}
+			if tc.check != nil {
+				tc.check(t, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,169 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+)
+
+// ErrServerExited matches every *ExitError.
+var ErrServerExited = NewError("the server exited")
+
+// ErrNotJSONRPC matches every *OutputError.
+var ErrNotJSONRPC = NewError("the server's output is not JSON-RPC")
+
+// ExitError is a stdio server process that exited: on its own while its
+// session was open, or before the handshake was done.
+type ExitError struct {
+	// Err is what waiting for the process returned: an *exec.ExitError
+	// for a status other than 0 or a signal, nil for exit status 0.
+	Err error
+	// Stderr is the end of what the server wrote to its stderr (its last
+	// kilobyte at most), when the library kept it; "" otherwise.
+	Stderr string
+	// BeforeInitialize: the server exited before the handshake was done.
+	BeforeInitialize bool
+}
+
+func (e *ExitError) Error() string { return Prefix + e.text() }
+
+func (e *ExitError) text() string {
+	msg := "the server exited"
+	if e.BeforeInitialize {
+		msg += " before initialize"
+	}
+	var exit *exec.ExitError
+	switch {
+	case e.Err == nil:
+		msg += " (exit status 0)"
+	case errors.As(e.Err, &exit):
+		msg += " (" + exit.String() + ")"
+	default:
+		msg += " (" + Text(e.Err) + ")"
+	}
+	if e.Stderr != "" {
+		msg += fmt.Sprintf(": stderr: %q", e.Stderr)
+	}
+	return msg
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Is makes every ExitError match ErrServerExited.
+func (e *ExitError) Is(target error) bool { return target == ErrServerExited }
+
+// OutputError is a server whose output began with something that is not
+// JSON-RPC: not an MCP server, or one that writes logs to its stdout.
+type OutputError struct {
+	// First is the beginning of the first line that is not JSON-RPC, at
+	// most 64 bytes of it.
+	First []byte
+	// Exit is the server's exit (an *ExitError), when it exited.
+	Exit error
+}
+
+func (e *OutputError) Error() string { return Prefix + e.text() }
+
+func (e *OutputError) text() string {
+	return fmt.Sprintf("the server's output is not JSON-RPC: %q", e.First)
+}
+
+func (e *OutputError) Unwrap() error { return e.Exit }
+
+// Is makes every OutputError match ErrNotJSONRPC.
+func (e *OutputError) Is(target error) bool { return target == ErrNotJSONRPC }
+
+// firstBytes is how much of a line that is not JSON-RPC an OutputError
+// keeps.
+const firstBytes = 64
+
+// Handshake returns what made the handshake of tr fail when tr is, or
+// wraps (Unwrap), a transport of NewProcess or NewStream that can tell:
+// output that was not JSON-RPC before any that was (*OutputError), or a
+// server that exited (*ExitError). It returns nil when it cannot tell. A
+// server whose output ended is given until ctx ends, and processGrace at
+// most, to exit.
+func Handshake(ctx context.Context, tr transport.Interface) error {
+	var f *framer
+	var p *process
+	Wraps(tr, func(tr transport.Interface) bool {
+		switch t := tr.(type) {
+		case *process:
+			p, f = t, t.framer
+		case *stream:
+			f = t.framer
+		}
+		return f != nil
+	})
+	if f == nil {
+		return nil
+	}
+	var exit error
+	if p != nil {
+		if f.ended() {
+			timer := time.NewTimer(processGrace)
+			select {
+			case <-p.exited:
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		select {
+		case <-p.exited:
+			e := p.exitErr()
+			e.BeforeInitialize = true
+			exit = e
+		default:
+		}
+	}
+	if first := f.junk(); first != nil {
+		return &OutputError{First: first, Exit: exit}
+	}
+	if exit != nil {
+		return exit
+	}
+	return nil
+}
+
+// tail keeps the last bytes written to it: a server's stderr, for the
+// error that says why it exited.
+type tail struct {
+	mu  sync.Mutex // protects buf
+	buf []byte
+}
+
+const tailBytes = 1 << 10
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= tailBytes {
+		t.buf = append(t.buf[:0], p[len(p)-tailBytes:]...)
+		return len(p), nil
+	}
+	if over := len(t.buf) + len(p) - tailBytes; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return len(p), nil
+}
+
+// String returns what was kept, from its first whole character, without
+// surrounding space.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	for len(b) > 0 && !utf8.RuneStart(b[0]) {
+		b = b[1:]
+	}
+	return string(bytes.TrimSpace(b))
+}
