@@ -245,3 +245,162 @@ func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxE
 		}
 	}
 }
+
+// ResolutionKind says what an outbox entry comes to when a consumer acts
+// on it (Resolve).
+type ResolutionKind string
+
+// Resolution kinds. Only ResolvedContents carries text; on the others a
+// consumer deletes what Resolution.Version fed (or, on superseded, does
+// nothing: the entry of the newer version follows).
+const (
+	// ResolvedContents: the entry's version is the URI's current one;
+	// Contents are exactly its contents.
+	ResolvedContents ResolutionKind = "contents"
+	// ResolvedSuperseded: a later version replaced the entry's (By); the
+	// entry of that version follows in the outbox.
+	ResolvedSuperseded ResolutionKind = "superseded"
+	// ResolvedDeleted: the URI's deletion was confirmed. Evidence is set
+	// when the entry is the tombstone itself; an entry of the version it
+	// deleted is followed by the tombstone's.
+	ResolvedDeleted ResolutionKind = "deleted"
+	// ResolvedRevoked: the subject that read the version was revoked.
+	ResolvedRevoked ResolutionKind = "revoked"
+	// ResolvedForgotten: the version was forgotten (Engine.Forget).
+	ResolvedForgotten ResolutionKind = "forgotten"
+	// ResolvedQuarantined: the content guard refused the URI's newest
+	// content; the version before it must no longer be served.
+	ResolvedQuarantined ResolutionKind = "quarantined"
+)
+
+// Resolution is what Resolve makes of an outbox entry.
+type Resolution struct {
+	Kind ResolutionKind
+	// Version is the version the entry is about: the new one of an
+	// updated entry, the one an entry of any other reason tells to
+	// delete (its Previous; zero when there was none).
+	Version ResourceVersion
+	// Contents are Version's contents, on ResolvedContents only. They are
+	// shared with the engine: do not modify them.
+	Contents []Content
+	// Status is Version's status when Contents are set: VersionServed, or
+	// VersionTombstonePending while a not-found waits for confirmation
+	// (Lookup serves it no more; its tombstone or its return has an entry
+	// of its own).
+	Status VersionStatus
+	// By is the version that superseded Version, on ResolvedSuperseded.
+	By ResourceVersion
+	// Evidence is the tombstone's evidence, on a tombstone's entry.
+	Evidence *DeletionEvidence
+	// Artifact is the revoked artifact, on a revocation of one.
+	Artifact *DerivedArtifact
+}
+
+// Resolve says what an outbox entry comes to now: for an updated entry, the
+// exact contents of the version it names while that version is current, or
+// why there are none (superseded by a later version, deleted, revoked,
+// forgotten); for an entry of any other reason, that reason with what it
+// names. It never hands out text of another version than the entry names,
+// even of the same digest: a version the URI returned to is a later
+// version, with an entry of its own.
+//
+// The ledger keeps the text of the current version only (docs/design.md,
+// "The outbox"), so an entry resolves to contents until its version is
+// replaced; a consumer that skips superseded entries still sees every
+// change, since each later version has its entry further on. Resolve is a
+// read: calling it again, as a redelivery does, answers the same until the
+// URI moves on.
+//
+// It returns ErrLedgerSchema for an entry that is not an outbox entry,
+// ErrUnknownURI for a URI the ledger has no record of, ErrUnknownVersion
+// for a version the ledger never accepted, and ctx's error once it ended.
+func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, error) {
+	if entry.Schema != SchemaInvalidation {
+		return Resolution{}, fmt.Errorf("%w: outbox entry schema %q, want %q", ErrLedgerSchema, entry.Schema, SchemaInvalidation)
+	}
+	if err := ctx.Err(); err != nil {
+		return Resolution{}, err
+	}
+	key, err := normalizeKey(entry.URI)
+	if err != nil {
+		return Resolution{}, err
+	}
+	r := Resolution{Version: entry.Previous, Evidence: entry.Evidence, Artifact: entry.Artifact}
+	switch entry.Reason {
+	case InvalidateTombstoned:
+		r.Kind = ResolvedDeleted
+		return r, nil
+	case InvalidateRevoked:
+		r.Kind = ResolvedRevoked
+		return r, nil
+	case InvalidateForgotten:
+		r.Kind = ResolvedForgotten
+		return r, nil
+	case InvalidateQuarantined:
+		r.Kind = ResolvedQuarantined
+		return r, nil
+	case InvalidateUpdated:
+	default:
+		return Resolution{}, fmt.Errorf("%w: outbox entry %d has reason %q", ErrLedgerSchema, entry.Seq, entry.Reason)
+	}
+	v := entry.Version
+	r = Resolution{Version: v}
+	if err := e.syncRevoked(ctx); err != nil {
+		return Resolution{}, err
+	}
+	if e.isRevoked(v.Subject) {
+		r.Kind = ResolvedRevoked
+		return r, nil
+	}
+	var refused error
+	e.viewContext(ctx, key, &refused, func(rec *Record) {
+		switch c := rec.Current; {
+		case c == nil:
+			r.Kind = ResolvedForgotten
+		case c.Version.SubscriptionGeneration != v.SubscriptionGeneration || c.Version.ReadOrdinal != v.ReadOrdinal:
+			if !c.Version.After(v) {
+				refused = fmt.Errorf("%w: %s has no version of generation %d, ordinal %d yet", ErrUnknownVersion, key, v.SubscriptionGeneration, v.ReadOrdinal)
+				return
+			}
+			r.Kind, r.By = ResolvedSuperseded, c.Version
+		case c.Version.Digest != v.Digest || c.Version.Subject != v.Subject:
+			refused = fmt.Errorf("%w: %s ordinal %d was accepted with other contents", ErrUnknownVersion, key, v.ReadOrdinal)
+		case c.Status == VersionServed || c.Status == VersionTombstonePending:
+			r.Kind, r.Contents, r.Status = ResolvedContents, c.Contents, c.Status
+		case c.Status == VersionTombstoned:
+			r.Kind = ResolvedDeleted
+		case c.Status == VersionRevoked:
+			r.Kind = ResolvedRevoked
+		default:
+			// Quarantine replaces the current version: a version of its
+			// own ordinal can only be the refused one.
+			refused = fmt.Errorf("%w: %s ordinal %d was accepted with status %s", ErrUnknownVersion, key, v.ReadOrdinal, c.Status)
+		}
+	})
+	if refused != nil {
+		return Resolution{}, refused
+	}
+	return r, nil
+}
+
+// viewContext is view under ctx: fn runs on key's record unless there is
+// none (ErrUnknownURI) or reading it failed, either of which goes to *err.
+func (e *Engine) viewContext(ctx context.Context, key string, err *error, fn func(rec *Record)) {
+	run := func(rec *Record) {
+		if rec == nil {
+			*err = fmt.Errorf("%w: %s", ErrUnknownURI, key)
+			return
+		}
+		fn(rec)
+	}
+	if e.mem != nil {
+		e.mem.inspect(key, run)
+		return
+	}
+	rec, lerr := e.ledger.Load(ctx, key)
+	if lerr != nil {
+		*err = fmt.Errorf("mcpsync: load %s: %w", key, lerr)
+		return
+	}
+	run(rec)
+}
