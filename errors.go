@@ -304,6 +304,9 @@ var (
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
 	// (its retention bound); *OutboxGapError says which.
 	ErrOutboxGap = wire.NewError("outbox entries dropped before the consumer passed them")
+	// ErrInvalidConsumer: an outbox consumer name is empty, not UTF-8,
+	// holds NUL or is longer than MaxSubjectBytes (the rules of subjects).
+	ErrInvalidConsumer = wire.NewError("invalid outbox consumer name")
 )
 
 // OutboxGapError names the entries a consumer lost to the outbox's

@@ -544,3 +544,64 @@ func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 		require.Equal(t, rec.want[en.Seq], string(b), "entry %d is not the one written", en.Seq)
 	}
 }
+
+// Consumer names are held to the rules of subjects: an empty name, one
+// that is not UTF-8, holds NUL or is longer than MaxSubjectBytes is refused
+// with ErrInvalidConsumer by every call that takes one, and registers
+// nothing; any other name is a consumer.
+func TestConsumerNamesAreValidatedLikeSubjects(t *testing.T) {
+	ctx := context.Background()
+	e, err := mcpsync.NewEngine(nil)
+	require.NoError(t, err)
+	for name, consumer := range map[string]string{
+		"empty":     "",
+		"not UTF-8": "index\xff",
+		"NUL":       "index\x00",
+		"too long":  strings.Repeat("i", mcpsync.MaxSubjectBytes+1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.ErrorIs(t, e.Acknowledge(ctx, consumer, 0), mcpsync.ErrInvalidConsumer)
+			for _, err := range e.Consume(ctx, consumer) {
+				assert.ErrorIs(t, err, mcpsync.ErrInvalidConsumer)
+				break
+			}
+			st, err := e.OutboxState(ctx)
+			require.NoError(t, err)
+			assert.NotContains(t, st.Consumers, consumer, "an invalid name registered")
+		})
+	}
+	for _, consumer := range []string{"indexer", "svc:indexer/β", strings.Repeat("i", mcpsync.MaxSubjectBytes)} {
+		require.NoError(t, e.Acknowledge(ctx, consumer, 0), "%q", consumer)
+	}
+	st, err := e.OutboxState(ctx)
+	require.NoError(t, err)
+	assert.Len(t, st.Consumers, 3)
+}
+
+// countingLedger counts one outbox entry more than it holds.
+type countingLedger struct{ mcpsync.Ledger }
+
+func (l countingLedger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
+	st, err := l.Ledger.OutboxState(ctx)
+	st.Last++
+	return st, err
+}
+
+// A ledger that counts an entry it never returns makes Consume fail with
+// ErrLedgerCorrupt, rather than read it again for ever or wait for it.
+func TestConsumeFailsOnALedgerThatCountsAnEntryItHasNot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: countingLedger{mcpsync.NewMemoryLedger(nil)}})
+	require.NoError(t, err)
+	acceptN(t, e, docA, 2)
+	var seqs []uint64
+	for en, err := range e.Consume(ctx, "index") {
+		if err != nil {
+			require.ErrorIs(t, err, mcpsync.ErrLedgerCorrupt)
+			break
+		}
+		seqs = append(seqs, en.Seq)
+	}
+	assert.Equal(t, []uint64{1, 2}, seqs, "what it holds is handed out first")
+}

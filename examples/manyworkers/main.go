@@ -31,7 +31,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,8 +45,8 @@ import (
 
 const (
 	// consumer is the outbox consumer every worker reads as: one name and
-	// one acknowledged position, so a worker started later begins where
-	// the others are.
+	// one acknowledged position, shared, so a worker started later begins
+	// where the others are, and what one acknowledged the others pass.
 	consumer  = "indexer"
 	principal = "svc:indexer"
 	// indexTable is the derived index, in the ledger's schema.
@@ -220,39 +219,31 @@ func createIndex(ctx context.Context, db interface {
 	})
 }
 
-// unservable are the Lookup errors that say a version is no longer the one
-// to index; the entry that made it so comes later in the outbox.
-var unservable = []error{mcpsync.ErrNoVersion, mcpsync.ErrRevoked, mcpsync.ErrForbidden,
-	mcpsync.ErrQuarantined, mcpsync.ErrTombstonePending, mcpsync.ErrTombstoned}
-
 // apply brings the row of e's URI up to e and says what it did: "" when
 // another worker did it already, or when a later entry supersedes e.
 func (ix *index) apply(ctx context.Context, engine *mcpsync.Engine, e mcpsync.OutboxEntry) (string, error) {
-	if e.Reason != mcpsync.InvalidateUpdated {
-		// Tombstoned, quarantined or revoked: what Previous fed goes.
+	// The entry names a version; the ledger, which every worker's engine
+	// reads, gives its exact text or says why there is none.
+	r, err := engine.Resolve(ctx, e)
+	switch {
+	case err != nil:
+		return "", err
+	case r.Kind == mcpsync.ResolvedSuperseded:
+		return "", nil // a later entry carries the newer version
+	case r.Kind != mcpsync.ResolvedContents:
+		// Deleted, quarantined, revoked or forgotten: what r.Version fed goes.
 		tag, err := ix.db.Exec(ctx, "DELETE FROM "+ix.table+" WHERE uri = $1 AND (generation, ordinal) <= ($2, $3)",
-			e.URI, int64(e.Previous.SubscriptionGeneration), int64(e.Previous.ReadOrdinal))
+			e.URI, int64(r.Version.SubscriptionGeneration), int64(r.Version.ReadOrdinal))
 		if err != nil || tag.RowsAffected() == 0 {
 			return "", err
 		}
 		return "deleted", nil
 	}
-	// The entry names the version; its text is in the ledger, which any
-	// worker's engine serves while the version is current.
-	cur, err := engine.Lookup(principal, e.URI)
-	switch {
-	case slices.ContainsFunc(unservable, func(target error) bool { return errors.Is(err, target) }):
-		return "", nil // gone since: a later entry says so
-	case err != nil:
-		return "", err
-	case cur.Version.Digest != e.Version.Digest || cur.Version.After(e.Version):
-		return "", nil // superseded: a later entry carries the newer version
-	}
-	body := text(cur.Contents)
+	body := text(r.Contents)
 	tag, err := ix.db.Exec(ctx, "INSERT INTO "+ix.table+` AS i VALUES ($1, $2, $3, $4)
 		ON CONFLICT (uri) DO UPDATE SET generation = excluded.generation, ordinal = excluded.ordinal, body = excluded.body
 		WHERE (i.generation, i.ordinal) < (excluded.generation, excluded.ordinal)`,
-		e.URI, int64(e.Version.SubscriptionGeneration), int64(e.Version.ReadOrdinal), body)
+		e.URI, int64(r.Version.SubscriptionGeneration), int64(r.Version.ReadOrdinal), body)
 	if err != nil || tag.RowsAffected() == 0 {
 		return "", err
 	}

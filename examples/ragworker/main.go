@@ -3,9 +3,11 @@
 //
 // The worker (worker.go) keeps its fence in one file, the bolt ledger, and
 // syncs two MCP servers with the credentials it was given for each. It
-// consumes the invalidation outbox as the named consumer "indexer": each new
-// version is cut into chunks, recorded with one RecordDerived call and
-// written to its index; a deletion or a revocation deletes them.
+// consumes the invalidation outbox as the named consumer "indexer" and
+// resolves each entry (Engine.Resolve): the exact text of a new version is
+// cut into chunks, recorded with one RecordDerived call and written to its
+// index; a deletion or a revocation deletes them, and a superseded version
+// is left to the entry of the version that replaced it.
 //
 // Run without arguments, the program is the operator. It serves two MCP
 // servers over streamable HTTP without the snapshot extension, like most

@@ -225,7 +225,7 @@ func (wk *worker) consume(ctx context.Context) error {
 		if err != nil {
 			return err // ctx done, or *OutboxGapError: rebuild from a full scan
 		}
-		if err := wk.apply(e); err != nil {
+		if err := wk.apply(ctx, e); err != nil {
 			return err
 		}
 		if err := wk.indexer.Acknowledge(ctx, consumer, e.Seq); err != nil {
@@ -242,9 +242,10 @@ func (wk *worker) consume(ctx context.Context) error {
 	return nil
 }
 
-// apply makes the index reflect one entry and saves it with the entry's
+// apply makes the index reflect one entry, resolved to the exact text of
+// its version or to why there is none, and saves it with the entry's
 // number.
-func (wk *worker) apply(e mcpsync.OutboxEntry) error {
+func (wk *worker) apply(ctx context.Context, e mcpsync.OutboxEntry) error {
 	what := e.URI
 	if e.Artifact != nil {
 		what = e.Artifact.ArtifactID
@@ -253,25 +254,28 @@ func (wk *worker) apply(e mcpsync.OutboxEntry) error {
 		wk.log.printf("#%d %s %s: delivered again, already applied", e.Seq, e.Reason, what)
 		return nil
 	}
+	r, err := wk.indexer.Resolve(ctx, e)
+	if err != nil {
+		return err
+	}
 	var did string
-	switch e.Reason {
-	case mcpsync.InvalidateUpdated:
-		var err error
-		if did, err = wk.derive(e); err != nil {
+	switch r.Kind {
+	case mcpsync.ResolvedContents:
+		if did, err = wk.derive(e, r); err != nil {
 			return err
 		}
-	case mcpsync.InvalidateQuarantined, mcpsync.InvalidateTombstoned, mcpsync.InvalidateForgotten:
-		did = fmt.Sprintf("%d chunk(s) deleted", wk.idx.drop(e.URI))
+	case mcpsync.ResolvedSuperseded:
+		did = fmt.Sprintf("superseded by ordinal %d: its own entry follows", r.By.ReadOrdinal)
+	case mcpsync.ResolvedRevoked:
+		did = wk.revoke(e)
+	default: // deleted, forgotten, quarantined: what the URI fed goes
+		did = fmt.Sprintf("%s: %d chunk(s) deleted", r.Kind, wk.idx.drop(e.URI))
 		d := deletion{Seq: e.Seq, Reason: e.Reason, Subject: e.Subject}
-		if e.Evidence != nil {
-			d.Evidence = e.Evidence.Kind
-			did += fmt.Sprintf(" (%s: %d clean scan passes without it, not-found reads %v)", d.Evidence, len(e.Evidence.Scans), e.Evidence.Reads)
+		if ev := r.Evidence; ev != nil {
+			d.Evidence = ev.Kind
+			did += fmt.Sprintf(" (%s: %d clean scan passes without it, not-found reads %v)", ev.Kind, len(ev.Scans), ev.Reads)
 		}
 		wk.idx.Deleted[e.URI] = d
-	case mcpsync.InvalidateRevoked:
-		did = wk.revoke(e)
-	default:
-		return fmt.Errorf("outbox entry #%d: unknown reason %q", e.Seq, e.Reason)
 	}
 	wk.idx.Applied = e.Seq
 	if err := wk.idx.save(); err != nil {
@@ -281,24 +285,13 @@ func (wk *worker) apply(e mcpsync.OutboxEntry) error {
 	return nil
 }
 
-// derive replaces the chunks of an updated resource. It derives only from
-// the entry's own version: if the ledger serves a newer one (or none), that
-// change has an entry of its own further on.
-func (wk *worker) derive(e mcpsync.OutboxEntry) (string, error) {
-	entry, err := wk.indexer.Lookup(e.Subject, e.URI)
-	if why, ok := mcpsync.RefusalOf(err); ok {
-		return fmt.Sprintf("not servable (%s): a later entry says why", why), nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if entry.Version.Digest != e.Version.Digest || entry.Version.After(e.Version) {
-		return fmt.Sprintf("superseded by ordinal %d: its own entry follows", entry.Version.ReadOrdinal), nil
-	}
-	texts := split(entry.Contents[0].Text)
+// derive replaces the chunks of an updated resource with those of the
+// entry's version, whose text r holds.
+func (wk *worker) derive(e mcpsync.OutboxEntry, r mcpsync.Resolution) (string, error) {
+	texts := split(r.Contents[0].Text)
 	artifacts := make([]mcpsync.DerivedArtifact, len(texts))
 	for i := range texts {
-		artifacts[i] = mcpsync.DerivedArtifact{Index: indexName, ArtifactID: artifactID(e.URI, i), Version: e.Version}
+		artifacts[i] = mcpsync.DerivedArtifact{Index: indexName, ArtifactID: artifactID(e.URI, i), Version: r.Version}
 	}
 	// Recorded before they are indexed, all at once: a revocation can only
 	// name the chunks the ledger knows of.
@@ -311,18 +304,18 @@ func (wk *worker) derive(e mcpsync.OutboxEntry) (string, error) {
 	delete(wk.idx.Deleted, e.URI)
 	for i, text := range texts {
 		wk.idx.Chunks[artifactID(e.URI, i)] = chunk{URI: e.URI, Text: text, Vector: embed(text),
-			Subject: e.Subject, Ordinal: e.Version.ReadOrdinal, Digest: e.Version.Digest}
+			Subject: e.Subject, Ordinal: r.Version.ReadOrdinal, Digest: r.Version.Digest}
 	}
 	return fmt.Sprintf("%s (subscription generation %d, read ordinal %d): %d chunk(s) recorded and indexed",
-		short(e.Version.Digest), e.Version.SubscriptionGeneration, e.Version.ReadOrdinal, len(texts)), nil
+		short(r.Version.Digest), r.Version.SubscriptionGeneration, r.Version.ReadOrdinal, len(texts)), nil
 }
 
-// revoke deletes what a revocation entry names. An entry without an
-// artifact is about the version itself; each chunk derived from it has an
-// entry of its own, since each was recorded before it was indexed.
+// revoke deletes what a revocation names. An entry without an artifact is
+// about the version itself; each chunk derived from it has an entry of its
+// own, since each was recorded before it was indexed.
 func (wk *worker) revoke(e mcpsync.OutboxEntry) string {
 	if e.Artifact == nil {
-		return fmt.Sprintf("version ordinal %d of %s unservable; its chunks follow", e.Previous.ReadOrdinal, e.Subject)
+		return fmt.Sprintf("version of %s unservable; its chunks' entries follow", e.Subject)
 	}
 	id := e.Artifact.ArtifactID
 	c, ok := wk.idx.Chunks[id]

@@ -1,6 +1,7 @@
 package pgledger_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -197,4 +198,85 @@ func BenchmarkAcceptWorkers(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "accepts/s")
 		})
 	}
+}
+
+// BenchmarkConsume is Engine.Consume on the PostgreSQL ledger, per entry:
+// backlog reads entries appended before it started, in reads of 256;
+// trickle appends one entry at a time and waits for the consumer to be
+// handed it (append, notification, the consumer's reads). Each run has a
+// ledger of its own.
+func BenchmarkConsume(b *testing.B) {
+	const key, name = "file:///docs/a.md", "index"
+	type run struct {
+		l   *pgledger.Ledger
+		e   *mcpsync.Engine
+		rev uint64
+	}
+	open := func(b *testing.B) *run {
+		conn, schema := pgtest.Schema(b)
+		l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema, Ledger: &mcpsync.LedgerOptions{OutboxRetention: 1 << 24}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Acknowledge(ctx, name, 0); err != nil {
+			b.Fatal(err)
+		}
+		return &run{l: l, e: e}
+	}
+	appendEntries := func(b *testing.B, r *run, n int) {
+		entries := make([]mcpsync.OutboxEntry, n)
+		for i := range entries {
+			entries[i] = entry(key, r.rev+1)
+		}
+		r.rev++
+		if _, ok, err := r.l.CompareAndSwap(ctx, key, r.rev-1, benchRecord(key, r.rev), entries); err != nil || !ok {
+			b.Fatal("not stored", err)
+		}
+	}
+	b.Run("backlog", func(b *testing.B) {
+		r := open(b)
+		for left := b.N; left > 0; left -= 256 {
+			appendEntries(b, r, min(left, 256))
+		}
+		b.ResetTimer()
+		n := 0
+		for en, err := range r.e.Consume(ctx, name) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n++; n == b.N {
+				if err := r.e.Acknowledge(ctx, name, en.Seq); err != nil {
+					b.Fatal(err)
+				}
+				break
+			}
+		}
+	})
+	b.Run("trickle", func(b *testing.B) {
+		r := open(b)
+		got := make(chan uint64)
+		cctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for en, err := range r.e.Consume(cctx, name) {
+				if err != nil {
+					return
+				}
+				got <- en.Seq
+			}
+		})
+		b.ResetTimer()
+		for range b.N {
+			appendEntries(b, r, 1)
+			<-got
+		}
+		b.StopTimer()
+		cancel()
+		wg.Wait()
+	})
 }

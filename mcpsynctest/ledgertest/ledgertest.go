@@ -49,6 +49,7 @@ func RunDurable(t *testing.T, open Opener, reopen Reopener) {
 	t.Run("Revocations", func(t *testing.T) { testRevocations(t, open) })
 	t.Run("Consumers", func(t *testing.T) { testConsumers(t, open) })
 	t.Run("Retention", func(t *testing.T) { testRetention(t, open) })
+	t.Run("SharedConsumer", func(t *testing.T) { testSharedConsumer(t, open) })
 	t.Run("WaitOutbox", func(t *testing.T) { testWaitOutbox(t, open) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, open) })
 	t.Run("EntriesNeverAheadOfRecords", func(t *testing.T) { testEntriesNeverAheadOfRecords(t, open) })
