@@ -553,6 +553,9 @@ type Reconciliation struct {
 	// Missing are the open subscriptions the catalog does not list; each
 	// was sent a reconcile read, whose not-found takes the fenced path.
 	Missing []string `json:"missing,omitempty"`
+	// Unlisted are the URIs the catalog does not list whose absence
+	// DeletionUnlisted counts and that it did not yet confirm.
+	Unlisted []string `json:"unlisted,omitempty"`
 	// Deferred are the URIs the catalog does not list but that it can
 	// neither prove absent nor corroborate; they stay as they are (a
 	// TOMBSTONE_PENDING resource is not served) until a later catalog
@@ -585,7 +588,13 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // a TOMBSTONED one that it lists (created again). Any
 // catalog of another session generation or of another engine, and an
 // unreconciled one, is refused with a *CatalogError.
-func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation, error) {
+//
+// Under DeletionUnlisted a fresh clean catalog (proven or unproven) also
+// counts the absence of every open or pending URI it does not list, and
+// confirms the deletion of one missing for UnlistedFor (deletion.go); a URI
+// it lists ends its absence, and an UNRECONCILED catalog (a scan that
+// failed) ends every absence still counting, under any policy.
+func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...ReconcileOption) (Reconciliation, error) {
 	var out Reconciliation
 	if c.Kind != KindResources {
 		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
@@ -593,16 +602,31 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 	if !policy.valid() {
 		return out, fmt.Errorf("mcpsync: unknown deletion policy %q", policy)
 	}
+	var o reconcileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.unlistedFor == 0 {
+		o.unlistedFor = 2 * c.NextReviewAt.Sub(c.MeasuredAt)
+	}
 	gen := e.SessionGeneration()
 	if err := c.refusal(e.now(), gen, e.id, false); err != nil {
+		if c.Status != CatalogUnreconciled {
+			return out, err
+		}
+		if ferr := e.scanFailed(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 		return out, err
 	}
 	canProveAbsence := c.refusal(e.now(), gen, e.id, true) == nil
 	scan, canCorroborate := c.absenceScan(e.now(), policy)
+	absent, countsAbsence := c.unlistedScan(e.now(), policy)
 	// Collect first: the verdicts write to the ledger being ranged over.
 	type verdict struct {
-		key   string
-		state SubscriptionState
+		key      string
+		state    SubscriptionState
+		unlisted bool // its absence from the listing is counted
 	}
 	var pending []verdict
 	for sub, err := range e.Subscriptions() {
@@ -612,8 +636,8 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 		switch {
 		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
 			(sub.State.open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
-			sub.Corroboration != nil:
-			pending = append(pending, verdict{sub.URI, sub.State})
+			sub.Corroboration != nil, sub.Unlisted != nil:
+			pending = append(pending, verdict{sub.URI, sub.State, sub.Unlisted != nil})
 		}
 	}
 	var errs []error
@@ -624,6 +648,26 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 		var ok bool
 		var rc *TombstoneReceipt
 		var err error
+		switch {
+		case present && v.unlisted:
+			err = e.relisted(key)
+		case !present && countsAbsence && (v.state.open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
+			rc, err = e.unlisted(key, absent, o.unlistedFor)
+			if rc != nil {
+				out.Tombstoned = append(out.Tombstoned, key)
+				out.Receipts = append(out.Receipts, *rc)
+				continue
+			}
+			if err == nil {
+				out.Unlisted = append(out.Unlisted, key)
+			}
+		}
+		if err != nil {
+			if !isTransitionError(err) && !errors.Is(err, ErrUnknownURI) {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		switch {
 		case v.state == StateTombstoned && !present:
 			continue // still gone
@@ -684,6 +728,30 @@ func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (AbsenceScan,
 		return AbsenceScan{}, false
 	}
 	return AbsenceScan{Scans: []string{a.ID, b.ID}, StartedAt: a.StartedAt, EndedAt: b.EndedAt}, true
+}
+
+// unlistedScan returns the passes of a fresh clean catalog (SNAPSHOT_PROVEN,
+// or SNAPSHOT_UNPROVEN from two passes) as a scan that did not list what it
+// lacks, and whether policy counts such absences at now.
+func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (UnlistedScan, bool) {
+	n := len(c.Scans)
+	passes := 2
+	switch {
+	case policy != DeletionUnlisted || !now.Before(c.StaleAfter):
+		return UnlistedScan{}, false
+	case c.Status == CatalogSnapshotProven:
+		passes = 1
+	case c.Status != CatalogSnapshotUnproven:
+		return UnlistedScan{}, false
+	}
+	if n < passes {
+		return UnlistedScan{}, false
+	}
+	s := UnlistedScan{StartedAt: c.Scans[n-passes].StartedAt, EndedAt: c.Scans[n-1].EndedAt}
+	for _, r := range c.Scans[n-passes:] {
+		s.Scans = append(s.Scans, r.ID)
+	}
+	return s, true
 }
 
 // Scan lists kind completely over pages and says how far the result may be
