@@ -183,6 +183,7 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		{"watch", "--url", "http://127.0.0.1:1", "--all", "--duration", "-1s"},
 		{"watch", "--url", "http://127.0.0.1:1", "--uri", ""},
 		{"watch", "--all"},
+		{"watch", "--url", "http://127.0.0.1:1", "--all", "--deletion", "maybe"},
 		{"demo", "--url", "http://127.0.0.1:1"},
 		{"demo", "--", "node", "server.js"},
 		{"demo", "extra"},

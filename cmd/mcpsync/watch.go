@@ -120,6 +120,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
 	all := fs.Bool("all", false, "scan resources and subscribe every listed URI, and what later scans list")
 	rescan := fs.Duration("rescan", 0, "interval of the kept scan of resources, which confirms deletions (0: the library's, half of its 5m staleness bound)")
+	deletion := fs.String("deletion", "", "evidence that confirms a deletion: proven (a snapshot-proven listing), corroborated (also a clean listing and a second not-found read) or unlisted (also absence from the kept scans for two --rescan intervals, for servers whose reads never say not found); empty: the library's default, corroborated where the server cannot prove")
 	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
 	revalidate := fs.Duration("revalidate", 0, "revalidation read interval of every subscription (0: the library's 5m)")
 	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe (0: the library's 30s)")
@@ -157,6 +158,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0 || *rescan < 0:
 		return usagef("--duration, --revalidate, --poll, --ping-every, --rescan and the --reconnect flags must not be negative")
 	}
+	policy := mcpsync.DeletionPolicy(*deletion)
+	switch policy {
+	case mcpsync.DeletionDefault, mcpsync.DeletionProvenOnly, mcpsync.DeletionCorroborated, mcpsync.DeletionUnlisted:
+	default:
+		return usagef("watch: --deletion %q: want proven, corroborated or unlisted", *deletion)
+	}
 	var scanner *mcpsync.ScannerOptions
 	if *rescan > 0 {
 		// A catalog is reviewed every --rescan; it stays fresh for twice
@@ -173,6 +180,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		PingTimeout: min(*pingEvery, c.timeout),
 		Reconnect:   mcpsync.ReconnectPolicy{MaxAttempts: *attempts, MaxElapsed: *maxElapsed},
 		Scanner:     scanner,
+		Deletion:    policy,
 	})
 }
 
