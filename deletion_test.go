@@ -702,3 +702,30 @@ func TestUnlistedSurvivesRestart(t *testing.T) {
 	require.Equal(t, []string{docURI}, rec.Tombstoned)
 	assert.Equal(t, append(passes(first), passes(last)...), rec.Receipts[0].Evidence.Scans)
 }
+
+// A subscription opened after an unsubscribe starts afresh: a deletion the
+// listing alone confirmed no longer stands in its way, and its first read
+// that finds content is served.
+func TestUnlistedTombstoneEndsWithANewSubscription(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	for range 3 {
+		_, _, err := r.scan()
+		require.NoError(t, err)
+	}
+	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	_, err := r.e.BeginClose(docURI)
+	require.NoError(t, err)
+	_, err = r.e.FinishClose(docURI, true)
+	require.NoError(t, err)
+
+	_, err = r.e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	_, err = r.e.Activate(docURI, mcpsync.ModePush)
+	require.NoError(t, err)
+	assert.Nil(t, r.sub(docURI).Unlisted)
+	out := r.answer(issue(t, r.e, mcpsync.TriggerInitial))
+	assert.Equal(t, mcpsync.DecisionAccepted, out.Version.Decision)
+	entry, err := r.e.Lookup(alice, docURI)
+	require.NoError(t, err)
+	assert.Equal(t, "v1", entry.Contents[0].Text)
+}
