@@ -283,6 +283,30 @@ func UnlistedFor(d time.Duration) ReconcileOption {
 	return func(o *reconcileOptions) { o.unlistedFor = d }
 }
 
+// unlistedScan returns the passes of a fresh clean catalog (SNAPSHOT_PROVEN,
+// or SNAPSHOT_UNPROVEN from two passes) as a scan that did not list what it
+// lacks, and whether policy counts such absences at now.
+func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (UnlistedScan, bool) {
+	n := len(c.Scans)
+	passes := 2
+	switch {
+	case policy != DeletionUnlisted || !now.Before(c.StaleAfter):
+		return UnlistedScan{}, false
+	case c.Status == CatalogSnapshotProven:
+		passes = 1
+	case c.Status != CatalogSnapshotUnproven:
+		return UnlistedScan{}, false
+	}
+	if n < passes {
+		return UnlistedScan{}, false
+	}
+	s := UnlistedScan{StartedAt: c.Scans[n-passes].StartedAt, EndedAt: c.Scans[n-1].EndedAt}
+	for _, r := range c.Scans[n-passes:] {
+		s.Scans = append(s.Scans, r.ID)
+	}
+	return s, true
+}
+
 // unlisted records that clean scan s did not list key, which the current
 // session holds open or pending deletion, and confirms its deletion once
 // the absence spans span (tombstoneUnlisted); it returns the tombstone's

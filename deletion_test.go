@@ -2,6 +2,7 @@ package mcpsync_test
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -728,4 +730,19 @@ func TestUnlistedTombstoneEndsWithANewSubscription(t *testing.T) {
 	entry, err := r.e.Lookup(alice, docURI)
 	require.NoError(t, err)
 	assert.Equal(t, "v1", entry.Contents[0].Text)
+}
+
+// Connect refuses a negative UnlistedFor and an unknown policy before it
+// dials.
+func TestConnectRefusesABadDeletionSetting(t *testing.T) {
+	for _, o := range []mcpsync.ClientOptions{
+		{Subject: alice, Deletion: mcpsync.DeletionUnlisted, UnlistedFor: -time.Second},
+		{Subject: alice, Deletion: "listing"},
+	} {
+		_, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+			t.Fatal("dialed")
+			return nil, nil
+		}, &o)
+		require.Error(t, err)
+	}
 }

@@ -730,30 +730,6 @@ func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (AbsenceScan,
 	return AbsenceScan{Scans: []string{a.ID, b.ID}, StartedAt: a.StartedAt, EndedAt: b.EndedAt}, true
 }
 
-// unlistedScan returns the passes of a fresh clean catalog (SNAPSHOT_PROVEN,
-// or SNAPSHOT_UNPROVEN from two passes) as a scan that did not list what it
-// lacks, and whether policy counts such absences at now.
-func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (UnlistedScan, bool) {
-	n := len(c.Scans)
-	passes := 2
-	switch {
-	case policy != DeletionUnlisted || !now.Before(c.StaleAfter):
-		return UnlistedScan{}, false
-	case c.Status == CatalogSnapshotProven:
-		passes = 1
-	case c.Status != CatalogSnapshotUnproven:
-		return UnlistedScan{}, false
-	}
-	if n < passes {
-		return UnlistedScan{}, false
-	}
-	s := UnlistedScan{StartedAt: c.Scans[n-passes].StartedAt, EndedAt: c.Scans[n-1].EndedAt}
-	for _, r := range c.Scans[n-passes:] {
-		s.Scans = append(s.Scans, r.ID)
-	}
-	return s, true
-}
-
 // Scan lists kind completely over pages and says how far the result may be
 // trusted.
 //
