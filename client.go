@@ -185,8 +185,14 @@ type ClientOptions struct {
 	// a catalog to the engine (deletion.go). The zero value,
 	// DeletionDefault, corroborates where the server cannot prove (it did
 	// not negotiate the snapshot extension) and waits for proof where it
-	// can; DeletionProvenOnly never corroborates.
+	// can; DeletionProvenOnly never corroborates; DeletionUnlisted also
+	// confirms the deletion of what clean scans have missed for
+	// UnlistedFor.
 	Deletion DeletionPolicy
+	// UnlistedFor is how long clean scans must have missed a URI before
+	// DeletionUnlisted confirms its deletion; 0 means two review intervals
+	// (ScannerOptions.ReviewAfter).
+	UnlistedFor time.Duration
 	// Limits bound what a server can make the client spend; nil means the
 	// defaults (Limits).
 	Limits *Limits
@@ -371,7 +377,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, fmt.Errorf("ClientOptions.Subject: %w", checkSubject(o.Subject))
 	case o.Jitter < 0 || o.Jitter >= 1:
 		return nil, fmt.Errorf("mcpsync: Jitter %v is outside [0, 1)", o.Jitter)
-	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0:
+	case o.RevalidateEvery < 0 || o.PollEvery < 0 || o.RequestTimeout < 0 || o.UnlistedFor < 0:
 		return nil, errors.New("mcpsync: negative interval")
 	case !o.Deletion.valid():
 		return nil, fmt.Errorf("mcpsync: unknown deletion policy %q", o.Deletion)

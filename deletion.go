@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -27,6 +28,25 @@ import (
 // tombstone when that read says not found. Anything else on the way (the
 // URI listed, a pulse, a read that finds content, a read that fails or is
 // refused) clears it and leaves the URI on, or returns it to, the live path.
+//
+// Some servers never say not found: they answer the read of a resource they
+// deleted (an empty list, say), so neither kind of evidence ever arrives and
+// only their listing says the resource is gone. Under DeletionUnlisted a
+// third kind confirms a deletion:
+//
+//   - unlisted: the URI was missing from every clean scan (SNAPSHOT_PROVEN,
+//     or SNAPSHOT_UNPROVEN from two identical passes) over a span of at
+//     least UnlistedFor, measured from the end of the first such scan to the
+//     start of the newest; reads may still answer.
+//
+// The absence is kept in the ledger record (Record.Unlisted), so that it
+// survives a restart and a new subscription generation. A scan that lists
+// the URI ends it, and so does a scan that failed (Catalog.ReconcileWith
+// with an UNRECONCILED catalog, or a failed Client.Scan): a server whose
+// listing fails never deletes anything. Once it confirmed a tombstone, a
+// read that finds content does not bring the URI back, since the server
+// answers reads of what it no longer has; a scan that lists it does, and so
+// does a subscription opened after the URI was unsubscribed.
 
 // DeletionPolicy says which evidence may confirm a deletion.
 type DeletionPolicy string
@@ -44,17 +64,23 @@ const (
 	// DeletionCorroborated: proven or corroborated evidence, whatever the
 	// server negotiated.
 	DeletionCorroborated DeletionPolicy = "corroborated"
+	// DeletionUnlisted: proven or corroborated evidence, and also a URI's
+	// absence from clean scans over UnlistedFor, even while its reads still
+	// answer: for servers that answer the read of a deleted resource. A
+	// listing that drops a resource for a while deletes it; this is never
+	// the default.
+	DeletionUnlisted DeletionPolicy = "unlisted"
 )
 
 func (p DeletionPolicy) valid() bool {
-	return p == DeletionDefault || p == DeletionProvenOnly || p == DeletionCorroborated
+	return p == DeletionDefault || p == DeletionProvenOnly || p == DeletionCorroborated || p == DeletionUnlisted
 }
 
 // corroborates reports whether the policy lets an unproven catalog begin a
 // corroboration, for a session that negotiated the snapshot extension or not.
 func (p DeletionPolicy) corroborates(snapshotNegotiated bool) bool {
 	switch p {
-	case DeletionCorroborated:
+	case DeletionCorroborated, DeletionUnlisted:
 		return true
 	case DeletionDefault:
 		return !snapshotNegotiated
@@ -69,6 +95,7 @@ type EvidenceKind string
 const (
 	EvidenceProven       EvidenceKind = "proven"
 	EvidenceCorroborated EvidenceKind = "corroborated"
+	EvidenceUnlisted     EvidenceKind = "unlisted"
 )
 
 // DeletionEvidence is what confirmed a tombstone, so that an index can treat
@@ -78,7 +105,8 @@ type DeletionEvidence struct {
 	// SnapshotID is the proven catalog's snapshot id.
 	SnapshotID string `json:"snapshotId,omitempty"`
 	// Scans are the ids of the scan receipts the evidence rests on: the
-	// proven pass, or passes A and B of a corroborating scan.
+	// proven pass, passes A and B of a corroborating scan, or the passes
+	// of the first and of the newest scan that did not list the URI.
 	Scans []string `json:"scans,omitempty"`
 	// Reads are the read ordinals of the first and the second not-found
 	// of a corroborated deletion.
@@ -208,4 +236,159 @@ func corroboratedBy(cur *Record, t Ticket) (DeletionEvidence, bool) {
 func keepsCorroboration(cur *Record, t Ticket) bool {
 	c := cur.Corroboration
 	return c != nil && c.SubscriptionGeneration == t.SubscriptionGeneration && t.ReadOrdinal <= c.After
+}
+
+// Unlisting is a URI's absence from clean scans, as DeletionUnlisted counts
+// it: the first and the newest clean scan that did not list it.
+type Unlisting struct {
+	First UnlistedScan `json:"first"`
+	Last  UnlistedScan `json:"last"`
+	// Tombstoned is set once the absence confirmed the URI's deletion.
+	Tombstoned bool `json:"tombstoned,omitempty"`
+}
+
+// UnlistedScan is a clean scan that did not list a URI.
+type UnlistedScan struct {
+	// Scans are the ids of its passes (ScanReceipt.ID).
+	Scans []string `json:"scans"`
+	// StartedAt is when its first pass began; EndedAt when its last ended.
+	StartedAt time.Time `json:"startedAt"`
+	EndedAt   time.Time `json:"endedAt"`
+}
+
+// Span is how long the URI has been missing for certain: from the end of
+// the first scan without it to the start of the newest.
+func (u *Unlisting) Span() time.Duration { return u.Last.StartedAt.Sub(u.First.EndedAt) }
+
+// evidence is the deletion evidence u gives.
+func (u *Unlisting) evidence() DeletionEvidence {
+	return DeletionEvidence{Kind: EvidenceUnlisted, Scans: append(slices.Clone(u.First.Scans), u.Last.Scans...)}
+}
+
+// unlistedStands reports whether r's deletion was confirmed by its absence
+// from the listing, which no read can undo.
+func unlistedStands(r *Record) bool { return r.Unlisted != nil && r.Unlisted.Tombstoned }
+
+// ReconcileOption tweaks one Catalog.ReconcileWith.
+type ReconcileOption func(*reconcileOptions)
+
+type reconcileOptions struct {
+	unlistedFor time.Duration
+}
+
+// UnlistedFor sets how long clean scans must have missed a URI before
+// DeletionUnlisted confirms its deletion; 0 means two of the catalog's
+// review intervals (ScannerOptions.ReviewAfter).
+func UnlistedFor(d time.Duration) ReconcileOption {
+	return func(o *reconcileOptions) { o.unlistedFor = d }
+}
+
+// unlistedScan returns the passes of a fresh clean catalog (SNAPSHOT_PROVEN,
+// or SNAPSHOT_UNPROVEN from two passes) as a scan that did not list what it
+// lacks, and whether policy counts such absences at now.
+func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (UnlistedScan, bool) {
+	n := len(c.Scans)
+	passes := 2
+	switch {
+	case policy != DeletionUnlisted || !now.Before(c.StaleAfter):
+		return UnlistedScan{}, false
+	case c.Status == CatalogSnapshotProven:
+		passes = 1
+	case c.Status != CatalogSnapshotUnproven:
+		return UnlistedScan{}, false
+	}
+	if n < passes {
+		return UnlistedScan{}, false
+	}
+	s := UnlistedScan{StartedAt: c.Scans[n-passes].StartedAt, EndedAt: c.Scans[n-1].EndedAt}
+	for _, r := range c.Scans[n-passes:] {
+		s.Scans = append(s.Scans, r.ID)
+	}
+	return s, true
+}
+
+// unlisted records that clean scan s did not list key, which the current
+// session holds open or pending deletion, and confirms its deletion once
+// the absence spans span (tombstoneUnlisted); it returns the tombstone's
+// receipt then. A scan that began before the newest one counted is
+// ignored.
+func (e *Engine) unlisted(key string, s UnlistedScan, span time.Duration) (*TombstoneReceipt, error) {
+	var rc *TombstoneReceipt
+	var path transitions
+	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		rc = nil
+		path.reset(cur)
+		switch {
+		case cur == nil || cur.Sub == nil:
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		case cur.Sub.SessionGeneration != e.sessionGeneration() || cur.CloseEpoch != 0,
+			!cur.State.open() && cur.State != StateTombstonePending && cur.State != StateReconciliationRequired,
+			cur.Unlisted != nil && !s.StartedAt.After(cur.Unlisted.Last.StartedAt):
+			return nil, nil, nil
+		}
+		next := cur.clone()
+		u := &Unlisting{First: s, Last: s}
+		if cur.Unlisted != nil {
+			u.First = cur.Unlisted.First
+		}
+		next.Unlisted = u
+		if u.Span() < span {
+			return next, nil, nil
+		}
+		entries, r, err := e.tombstoneUnlisted(key, cur, next, &path)
+		if err != nil {
+			return nil, nil, err
+		}
+		rc = &r
+		return next, entries, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.emit(key, &path)
+	if rc != nil {
+		rc.OutboxSeq = seq
+	}
+	return rc, nil
+}
+
+// relisted ends the absence of key from the listing: a scan listed it.
+func (e *Engine) relisted(key string) error {
+	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		if cur == nil || cur.Unlisted == nil {
+			return nil, nil, nil
+		}
+		next := cur.clone()
+		next.Unlisted = nil
+		return next, nil, nil
+	})
+	return err
+}
+
+// scanFailed ends every absence from the listing still counting: a scan
+// failed, and a server whose listing fails deletes nothing. Confirmed
+// deletions stand.
+func (e *Engine) scanFailed() error {
+	var keys []string
+	for sub, err := range e.Subscriptions() {
+		if err != nil {
+			return err
+		}
+		if sub.Unlisted != nil && !sub.Unlisted.Tombstoned {
+			keys = append(keys, sub.URI)
+		}
+	}
+	var errs []error
+	for _, key := range keys {
+		_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+			if cur == nil || cur.Unlisted == nil || cur.Unlisted.Tombstoned {
+				return nil, nil, nil
+			}
+			next := cur.clone()
+			next.Unlisted = nil
+			return next, nil, nil
+		})
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -1,17 +1,22 @@
 package mcpsync_test
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -300,7 +305,7 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
 				srv.Set(faultURI, "text/markdown", "v1")
-				srv.Set(otherURI, "text/markdown", "v1")
+				srv.Set(listedURI, "text/markdown", "v1")
 				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = r.c.Close() })
@@ -370,4 +375,374 @@ func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Decision(), "the second not-found, issued after the scan, confirms the deletion")
 	assert.NotNil(t, out.Tombstone)
 	assert.Equal(t, mcpsync.StateTombstoned, state(t, e).State)
+}
+
+// unlistedReview is the review interval of unlistedRig's scanner: the
+// default span of DeletionUnlisted is two of them.
+const unlistedReview = time.Minute
+
+// listedURI is a resource the listing of unlistedRig always has.
+const listedURI = "file:///docs/other.md"
+
+// errListFailed is the answer of a listing that fails.
+var errListFailed = errors.New("list failed")
+
+// unlistedRig is an engine with docURI open, whose reads keep answering
+// "v1" as a server's do that never says not found, and a listing that
+// lacks it; each scan comes one review interval after the last.
+type unlistedRig struct {
+	t       *testing.T
+	e       *mcpsync.Engine
+	clock   *fixedClock
+	listing *fakeListing
+	scanner *mcpsync.Scanner
+	policy  mcpsync.DeletionPolicy
+	fail    bool              // the listing fails
+	gone    string            // a URI whose reads say not found
+	outs    []mcpsync.Outcome // of the reads the reconciliations sent
+}
+
+func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger mcpsync.Ledger) *unlistedRig {
+	t.Helper()
+	r := &unlistedRig{t: t, clock: newClock(), policy: policy, listing: newFakeListing(mcpsync.KindResources, 10, listedURI)}
+	r.listing.onCall = func(int, *fakeListing) error {
+		if r.fail {
+			return errListFailed
+		}
+		return nil
+	}
+	r.scanner = newTestScanner(t, &mcpsync.ScannerOptions{Now: r.clock.now, ReviewAfter: unlistedReview, StaleAfter: 2 * unlistedReview, MaxAttempts: 1})
+	r.start(ledger)
+	return r
+}
+
+// start begins an engine on ledger (a memory one if nil), as a process
+// does, and opens docURI in its session with one read answered.
+func (r *unlistedRig) start(ledger mcpsync.Ledger) {
+	r.t.Helper()
+	r.e = newEngine(r.t, &mcpsync.Options{Now: r.clock.now, Ledger: ledger})
+	_, err := r.e.Subscribe(docURI, alice)
+	require.NoError(r.t, err)
+	_, err = r.e.Activate(docURI, mcpsync.ModePush)
+	require.NoError(r.t, err)
+	r.answer(issue(r.t, r.e, mcpsync.TriggerInitial))
+}
+
+// answer answers t as the server does: content, or not found for r.gone.
+func (r *unlistedRig) answer(t mcpsync.Ticket) mcpsync.Outcome {
+	r.t.Helper()
+	res := text(t.URI, "v1")
+	if t.URI == r.gone {
+		res = mcpsync.NotFoundResult()
+	}
+	out, err := r.e.FinishRead(t, res)
+	if err != nil {
+		require.ErrorIs(r.t, err, mcpsync.ErrRefused)
+	}
+	r.outs = append(r.outs, out)
+	if out.FollowUp != nil {
+		r.answer(*out.FollowUp)
+	}
+	return out
+}
+
+// scan moves the clock one review interval on, scans, reconciles the
+// catalog under the rig's policy and answers every read it sends.
+func (r *unlistedRig) scan() (mcpsync.Catalog, mcpsync.Reconciliation, error) {
+	r.t.Helper()
+	r.clock.t = r.clock.t.Add(unlistedReview)
+	caps := capsPlain
+	caps.SessionGeneration = r.e.SessionGeneration()
+	c, scanErr := runScan(r.t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+	rec, err := c.ReconcileWith(r.e, r.policy)
+	if r.fail {
+		require.ErrorIs(r.t, scanErr, mcpsync.ErrScanUnreconciled)
+		require.ErrorIs(r.t, err, mcpsync.ErrSnapshotUnproven)
+	} else {
+		require.NoError(r.t, scanErr)
+		require.Equal(r.t, mcpsync.CatalogSnapshotUnproven, c.Status)
+	}
+	for _, tk := range rec.Tickets {
+		r.answer(tk)
+	}
+	return c, rec, err
+}
+
+func (r *unlistedRig) sub(uri string) mcpsync.Subscription {
+	r.t.Helper()
+	sub, err := r.e.Subscription(uri)
+	require.NoError(r.t, err)
+	return sub
+}
+
+func passes(c mcpsync.Catalog) []string {
+	n := len(c.Scans)
+	return []string{c.Scans[n-2].ID, c.Scans[n-1].ID}
+}
+
+// tombstones returns the URIs the outbox was told are deleted.
+func tombstones(t *testing.T, e *mcpsync.Engine) []string {
+	t.Helper()
+	var out []string
+	for _, en := range outbox(t, e) {
+		if en.Reason == mcpsync.InvalidateTombstoned {
+			out = append(out, en.URI)
+		}
+	}
+	return out
+}
+
+// Under DeletionUnlisted a URI that clean scans have missed for two review
+// intervals is deleted although its reads still answer: the third scan
+// without it (the span runs from the end of the first to the start of the
+// newest) confirms the tombstone, naming the passes of the first and of the
+// newest scan, in the receipt and in the outbox entry. Until then it is
+// served and read like any other.
+func TestUnlistedConfirmsADeletionAfterTheSpan(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	first, rec, err := r.scan()
+	require.NoError(t, err)
+	assert.Equal(t, []string{docURI}, rec.Unlisted)
+	assert.Equal(t, []string{docURI}, rec.Missing, "read again, as every lost subscription is")
+	sub := r.sub(docURI)
+	require.NotNil(t, sub.Unlisted)
+	assert.Equal(t, passes(first), sub.Unlisted.First.Scans)
+
+	_, rec, err = r.scan()
+	require.NoError(t, err)
+	assert.Equal(t, []string{docURI}, rec.Unlisted)
+	assert.Empty(t, rec.Tombstoned, "one review interval is not the span")
+	assert.Equal(t, mcpsync.StateActive, r.sub(docURI).State)
+	entry, err := r.e.Lookup(alice, docURI)
+	require.NoError(t, err, "served until the span has passed")
+	assert.Equal(t, "v1", entry.Contents[0].Text)
+	assert.Empty(t, tombstones(t, r.e))
+
+	last, rec, err := r.scan()
+	require.NoError(t, err)
+	require.Equal(t, []string{docURI}, rec.Tombstoned)
+	require.Len(t, rec.Receipts, 1)
+	want := mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceUnlisted, Scans: append(passes(first), passes(last)...)}
+	assert.Equal(t, want, rec.Receipts[0].Evidence)
+	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	_, err = r.e.Lookup(alice, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+	entries := outbox(t, r.e)
+	en := entries[len(entries)-1]
+	assert.Equal(t, mcpsync.InvalidateTombstoned, en.Reason)
+	assert.Equal(t, docURI, en.URI)
+	require.NotNil(t, en.Evidence)
+	assert.Equal(t, want, *en.Evidence)
+	assert.Equal(t, en.Seq, rec.Receipts[0].OutboxSeq)
+	entry, err = r.e.Lookup(alice, listedURI)
+	require.ErrorIs(t, err, mcpsync.ErrUnknownURI, "only what the engine holds is ever deleted")
+	_ = entry
+}
+
+// UnlistedFor sets the span: with three review intervals, the third scan
+// without the URI does not confirm its deletion, the fourth does.
+func TestUnlistedForSetsTheSpan(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	reconcile := func() mcpsync.Reconciliation {
+		r.clock.t = r.clock.t.Add(unlistedReview)
+		caps := capsPlain
+		caps.SessionGeneration = r.e.SessionGeneration()
+		c, err := runScan(t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+		require.NoError(t, err)
+		rec, err := c.ReconcileWith(r.e, r.policy, mcpsync.UnlistedFor(3*unlistedReview))
+		require.NoError(t, err)
+		for _, tk := range rec.Tickets {
+			r.answer(tk)
+		}
+		return rec
+	}
+	for range 3 {
+		assert.Empty(t, reconcile().Tombstoned)
+	}
+	assert.Equal(t, []string{docURI}, reconcile().Tombstoned)
+}
+
+// A deletion confirmed by the listing alone is not undone by a read that
+// finds content (the server answers reads of what it deleted), but a scan
+// that lists the URI again brings it back: its read is accepted and served.
+func TestUnlistedTombstoneEndsOnlyWhenListed(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	for range 3 {
+		_, _, err := r.scan()
+		require.NoError(t, err)
+	}
+	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	before := len(outbox(t, r.e))
+
+	tk, ok, err := r.e.Notify(docURI)
+	require.NoError(t, err)
+	require.True(t, ok)
+	out := r.answer(tk)
+	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision, "content proves nothing here")
+	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	_, err = r.e.Lookup(alice, docURI)
+	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+	assert.Len(t, outbox(t, r.e), before, "nothing to tell consumers")
+
+	r.listing.add(docURI)
+	_, rec, err := r.scan()
+	require.NoError(t, err)
+	assert.Equal(t, []string{docURI}, rec.Present)
+	require.Len(t, rec.Tickets, 1)
+	assert.Equal(t, mcpsync.DecisionAccepted, r.outs[len(r.outs)-1].Version.Decision)
+	sub := r.sub(docURI)
+	assert.Equal(t, mcpsync.StateActive, sub.State)
+	assert.Nil(t, sub.Unlisted)
+	entry, err := r.e.Lookup(alice, docURI)
+	require.NoError(t, err)
+	assert.Equal(t, "v1", entry.Contents[0].Text)
+}
+
+// A scan that lists the URI again starts the span over.
+func TestUnlistedSpanRestartsWhenListed(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	_, _, err := r.scan()
+	require.NoError(t, err)
+	r.listing.add(docURI)
+	_, rec, err := r.scan()
+	require.NoError(t, err)
+	assert.Empty(t, rec.Unlisted)
+	assert.Nil(t, r.sub(docURI).Unlisted)
+	r.listing.remove(docURI)
+	for range 2 {
+		_, rec, err = r.scan()
+		require.NoError(t, err)
+		assert.Empty(t, rec.Tombstoned, "the absence before the listing does not count")
+	}
+	_, rec, err = r.scan()
+	require.NoError(t, err)
+	assert.Equal(t, []string{docURI}, rec.Tombstoned)
+}
+
+// A server whose listing fails never deletes anything, under any policy:
+// neither a URI whose reads answer nor one whose reads say not found is
+// tombstoned however long the failures last, and a failure ends the
+// absence DeletionUnlisted was counting. Once the listing works again,
+// each policy confirms what it can: DeletionUnlisted the answering URI
+// after a whole new span, the corroborating policies the not-found one.
+func TestFailedListingDeletesNothing(t *testing.T) {
+	const gone = "file:///docs/gone.md"
+	for _, tc := range []struct {
+		policy mcpsync.DeletionPolicy
+		want   []string // the tombstones once the listing works again
+	}{
+		{mcpsync.DeletionDefault, []string{gone}},
+		{mcpsync.DeletionProvenOnly, nil},
+		{mcpsync.DeletionCorroborated, []string{gone}},
+		{mcpsync.DeletionUnlisted, []string{gone, docURI}},
+	} {
+		t.Run(cmp.Or(string(tc.policy), "default"), func(t *testing.T) {
+			r := newUnlistedRig(t, tc.policy, nil)
+			tombstonePending(t, r.e, gone)
+			r.gone = gone
+			_, _, err := r.scan()
+			require.NoError(t, err)
+			_, _, err = r.scan()
+			require.NoError(t, err)
+			if tc.policy == mcpsync.DeletionUnlisted {
+				require.NotNil(t, r.sub(docURI).Unlisted, "one interval of absence counted")
+			}
+			beforeFailure := tombstones(t, r.e)
+
+			r.fail = true
+			for range 5 {
+				_, rec, _ := r.scan()
+				assert.Empty(t, rec.Tombstoned)
+			}
+			assert.Equal(t, beforeFailure, tombstones(t, r.e), "no deletion while the listing fails")
+			assert.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
+			assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+
+			r.fail = false
+			for range 2 {
+				_, _, err = r.scan()
+				require.NoError(t, err)
+			}
+			if tc.policy == mcpsync.DeletionUnlisted {
+				assert.Equal(t, mcpsync.StateActive, r.sub(docURI).State, "a new span began after the failure")
+			}
+			_, _, err = r.scan()
+			require.NoError(t, err)
+			assert.ElementsMatch(t, tc.want, tombstones(t, r.e))
+			if tc.policy != mcpsync.DeletionUnlisted {
+				assert.Nil(t, r.sub(docURI).Unlisted, "only DeletionUnlisted counts absences")
+				assert.Equal(t, mcpsync.StateActive, r.sub(docURI).State)
+			}
+		})
+	}
+}
+
+// The absence is kept in the ledger: a process that restarts on its bolt
+// file, in a new session and a new subscription generation, confirms the
+// deletion at the scan that completes the span begun before the restart.
+func TestUnlistedSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, l)
+	first, _, err := r.scan()
+	require.NoError(t, err)
+	_, _, err = r.scan()
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	r.start(l)
+	sub := r.sub(docURI)
+	assert.Greater(t, sub.SubscriptionGeneration, uint64(1))
+	require.NotNil(t, sub.Unlisted)
+	assert.Equal(t, passes(first), sub.Unlisted.First.Scans)
+	last, rec, err := r.scan()
+	require.NoError(t, err)
+	require.Equal(t, []string{docURI}, rec.Tombstoned)
+	assert.Equal(t, append(passes(first), passes(last)...), rec.Receipts[0].Evidence.Scans)
+}
+
+// A subscription opened after an unsubscribe starts afresh: a deletion the
+// listing alone confirmed no longer stands in its way, and its first read
+// that finds content is served.
+func TestUnlistedTombstoneEndsWithANewSubscription(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	for range 3 {
+		_, _, err := r.scan()
+		require.NoError(t, err)
+	}
+	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	_, err := r.e.BeginClose(docURI)
+	require.NoError(t, err)
+	_, err = r.e.FinishClose(docURI, true)
+	require.NoError(t, err)
+
+	_, err = r.e.Subscribe(docURI, alice)
+	require.NoError(t, err)
+	_, err = r.e.Activate(docURI, mcpsync.ModePush)
+	require.NoError(t, err)
+	assert.Nil(t, r.sub(docURI).Unlisted)
+	out := r.answer(issue(t, r.e, mcpsync.TriggerInitial))
+	assert.Equal(t, mcpsync.DecisionAccepted, out.Version.Decision)
+	entry, err := r.e.Lookup(alice, docURI)
+	require.NoError(t, err)
+	assert.Equal(t, "v1", entry.Contents[0].Text)
+}
+
+// Connect refuses a negative UnlistedFor and an unknown policy before it
+// dials.
+func TestConnectRefusesABadDeletionSetting(t *testing.T) {
+	for _, o := range []mcpsync.ClientOptions{
+		{Subject: alice, Deletion: mcpsync.DeletionUnlisted, UnlistedFor: -time.Second},
+		{Subject: alice, Deletion: "listing"},
+	} {
+		_, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+			t.Fatal("dialed")
+			return nil, nil
+		}, &o)
+		require.Error(t, err)
+	}
 }

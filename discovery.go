@@ -559,6 +559,9 @@ type Reconciliation struct {
 	// Missing are the open subscriptions the catalog does not list; each
 	// was sent a reconcile read, whose not-found takes the fenced path.
 	Missing []string `json:"missing,omitempty"`
+	// Unlisted are the URIs the catalog does not list whose absence
+	// DeletionUnlisted counts and that it did not yet confirm.
+	Unlisted []string `json:"unlisted,omitempty"`
 	// Deferred are the URIs the catalog does not list but that it can
 	// neither prove absent nor corroborate; they stay as they are (a
 	// TOMBSTONE_PENDING resource is not served) until a later catalog
@@ -591,7 +594,13 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // a TOMBSTONED one that it lists (created again). Any
 // catalog of another session generation or of another engine, and an
 // unreconciled one, is refused with a *CatalogError.
-func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation, error) {
+//
+// Under DeletionUnlisted a fresh clean catalog (proven or unproven) also
+// counts the absence of every open or pending URI it does not list, and
+// confirms the deletion of one missing for UnlistedFor (deletion.go); a URI
+// it lists ends its absence, and an UNRECONCILED catalog (a scan that
+// failed) ends every absence still counting, under any policy.
+func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...ReconcileOption) (Reconciliation, error) {
 	var out Reconciliation
 	if c.Kind != KindResources {
 		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
@@ -599,16 +608,31 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 	if !policy.valid() {
 		return out, fmt.Errorf("mcpsync: unknown deletion policy %q", policy)
 	}
+	var o reconcileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.unlistedFor == 0 {
+		o.unlistedFor = 2 * c.NextReviewAt.Sub(c.MeasuredAt)
+	}
 	gen := e.SessionGeneration()
 	if err := c.refusal(e.now(), gen, e.id, false); err != nil {
+		if c.Status != CatalogUnreconciled {
+			return out, err
+		}
+		if ferr := e.scanFailed(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 		return out, err
 	}
 	canProveAbsence := c.refusal(e.now(), gen, e.id, true) == nil
 	scan, canCorroborate := c.absenceScan(e.now(), policy)
+	absent, countsAbsence := c.unlistedScan(e.now(), policy)
 	// Collect first: the verdicts write to the ledger being ranged over.
 	type verdict struct {
-		key   string
-		state SubscriptionState
+		key      string
+		state    SubscriptionState
+		unlisted bool // its absence from the listing is counted
 	}
 	var pending []verdict
 	for sub, err := range e.Subscriptions() {
@@ -618,8 +642,8 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 		switch {
 		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
 			(sub.State.open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
-			sub.Corroboration != nil:
-			pending = append(pending, verdict{sub.URI, sub.State})
+			sub.Corroboration != nil, sub.Unlisted != nil:
+			pending = append(pending, verdict{sub.URI, sub.State, sub.Unlisted != nil})
 		}
 	}
 	var errs []error
@@ -630,6 +654,26 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy) (Reconciliation
 		var ok bool
 		var rc *TombstoneReceipt
 		var err error
+		switch {
+		case present && v.unlisted:
+			err = e.relisted(key)
+		case !present && countsAbsence && (v.state.open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
+			rc, err = e.unlisted(key, absent, o.unlistedFor)
+			if rc != nil {
+				out.Tombstoned = append(out.Tombstoned, key)
+				out.Receipts = append(out.Receipts, *rc)
+				continue
+			}
+			if err == nil {
+				out.Unlisted = append(out.Unlisted, key)
+			}
+		}
+		if err != nil {
+			if !isTransitionError(err) && !errors.Is(err, ErrUnknownURI) {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		switch {
 		case v.state == StateTombstoned && !present:
 			continue // still gone

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -267,4 +268,55 @@ func TestScanOfAServerWithoutResources(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unlistingServer is an mcp-go server that lists a.md and b.md and answers
+// the read of any file:///docs/ URI, listed or not, as a server does that
+// never says not found.
+func unlistingServer() *server.MCPServer {
+	srv := server.NewMCPServer("unlisting", "1.0.0", server.WithResourceCapabilities(false, false))
+	read := func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: "[]"}}, nil
+	}
+	for _, name := range []string{"a", "b"} {
+		srv.AddResource(mcp.NewResource("file:///docs/"+name+".md", name), read)
+	}
+	srv.AddResourceTemplate(mcp.NewResourceTemplate("file:///docs/{name}.md", "docs"), read)
+	return srv
+}
+
+// A scan of the Client that fails ends the absence DeletionUnlisted was
+// counting, as a failed catalog handed to Reconcile does: the server's
+// listing failed, so what it did not list before proves nothing.
+func TestFailedClientScanEndsTheAbsence(t *testing.T) {
+	const b = "file:///docs/b.md"
+	srv := unlistingServer()
+	var kit *mcpsynctest.Transport
+	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+		kit = mcpsynctest.NewTransport(transport.NewInProcessTransport(srv), 1)
+		return kit, nil
+	}, &mcpsync.ClientOptions{Subject: alice, Deletion: mcpsync.DeletionUnlisted,
+		Scanner: &mcpsync.ScannerOptions{MaxAttempts: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	_, err = c.Subscribe(t.Context(), b)
+	require.NoError(t, err)
+	srv.DeleteResources(b)
+
+	cat, err := c.Scan(t.Context(), mcpsync.KindResources)
+	require.NoError(t, err)
+	rec, err := c.Reconcile(cat)
+	require.NoError(t, err)
+	assert.Equal(t, []string{b}, rec.Unlisted)
+	sub, err := c.Engine().Subscription(b)
+	require.NoError(t, err)
+	require.NotNil(t, sub.Unlisted, "one clean scan without it")
+
+	kit.FailNext(string(mcp.MethodResourcesList), "", mcp.INTERNAL_ERROR, "listing failed")
+	_, err = c.Scan(t.Context(), mcpsync.KindResources)
+	require.ErrorIs(t, err, mcpsync.ErrScanUnreconciled)
+	sub, err = c.Engine().Subscription(b)
+	require.NoError(t, err)
+	assert.Nil(t, sub.Unlisted, "the failed scan ended it")
+	assert.NotEqual(t, mcpsync.StateTombstoned, sub.State)
 }

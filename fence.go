@@ -608,6 +608,17 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		en.Schema, en.URI, en.Reason, en.Subject, en.At = SchemaInvalidation, t.URI, reason, t.Subject, now
 		en.Version, en.Previous = v, prev
 	}
+	if !r.notFound && unlistedStands(cur) {
+		// Deleted by its absence from the listing (deletion.go): this
+		// server answers reads of what it no longer lists, so content
+		// proves nothing; only a listing brings it back.
+		out.Version.Decision = DecisionTombstoned
+		if err := path.move(next, evStillAbsent); err != nil {
+			return false, err
+		}
+		next.Tickets = nil
+		return true, nil
+	}
 	if !r.notFound {
 		// The server has it.
 		next.Corroboration, next.TombstonedAt = nil, time.Time{}
@@ -917,6 +928,22 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 	}
 	rc.OutboxSeq = seq
 	return rc, nil
+}
+
+// tombstoneUnlisted confirms into next the deletion of a URI of the current
+// session that clean scans have missed for as long as DeletionUnlisted asks
+// (next.Unlisted, deletion.go), from any open or pending state and whatever
+// its reads answer: the tombstone and its outbox entry are written in the
+// step that records the last scan. Reads in flight are settled unanswered.
+func (e *Engine) tombstoneUnlisted(key string, cur, next *Record, path *transitions) ([]OutboxEntry, TombstoneReceipt, error) {
+	if err := path.move(next, evUnlisted); err != nil {
+		return nil, TombstoneReceipt{}, err
+	}
+	u := *next.Unlisted
+	u.Tombstoned = true
+	next.Unlisted = &u
+	entries, rc := e.tombstone(key, cur, next, u.evidence(), e.now())
+	return entries, rc, nil
 }
 
 // tombstone writes into next, already moved to TOMBSTONED, the confirmed

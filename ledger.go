@@ -242,6 +242,10 @@ type Record struct {
 	// short of proof, waiting for a second not-found (deletion.go); nil
 	// when none is under way.
 	Corroboration *Corroboration `json:"corroboration,omitempty"`
+	// Unlisted is the URI's absence from clean scans, as DeletionUnlisted
+	// counts it (deletion.go); nil while the newest scan listed it. It
+	// outlives subscription generations.
+	Unlisted *Unlisting `json:"unlisted,omitempty"`
 	// Tickets are issued and unsettled, each above Watermark, ascending.
 	Tickets []Ticket `json:"tickets,omitempty"`
 

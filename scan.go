@@ -43,6 +43,12 @@ func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
 			se.Err = cause // name the limit, not only the deadline
 		}
 	}
+	if err != nil && kind == KindResources {
+		// A listing that failed deletes nothing (deletion.go).
+		if ferr := c.engine.scanFailed(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+	}
 	return cat, err
 }
 
@@ -138,7 +144,7 @@ func pageFromRaw(kind ListKind, raw json.RawMessage) (Page, error) {
 // client's deletion policy (Catalog.ReconcileWith) and sends the reads it
 // asks for.
 func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
-	rec, err := cat.ReconcileWith(c.engine, c.opts.Deletion)
+	rec, err := cat.ReconcileWith(c.engine, c.opts.Deletion, UnlistedFor(c.opts.UnlistedFor))
 	for _, t := range rec.Tickets {
 		c.dispatch(t)
 	}

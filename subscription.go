@@ -77,6 +77,7 @@ const (
 	evStillAbsent     = "still absent"
 	evCorroborated    = "corroborated absent"
 	evForget          = "forget"
+	evUnlisted        = "unlisted"
 )
 
 // transitionTable lists every allowed state change: event -> from -> to.
@@ -121,6 +122,13 @@ var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
 	// The second not-found of a corroboration (deletion.go) confirms the
 	// tombstone in the step that accepts it.
 	evCorroborated: {StateReadPending: StateTombstoned, StateVersionAccepted: StateTombstoned},
+	// Missing from clean scans long enough (DeletionUnlisted), whatever
+	// its reads answer.
+	evUnlisted: {
+		StateActive: StateTombstoned, StateUpdateSeen: StateTombstoned, StateReadPending: StateTombstoned,
+		StateVersionAccepted: StateTombstoned, StateTombstonePending: StateTombstoned,
+		StateReconciliationRequired: StateTombstoned,
+	},
 	evIdentityUnknown: {
 		StateActive: StateReconciliationRequired, StateUpdateSeen: StateReconciliationRequired,
 		StateReadPending: StateReconciliationRequired, StateVersionAccepted: StateReconciliationRequired,
@@ -168,7 +176,7 @@ var (
 	eventNames = [...]string{
 		evSubscribe, evActivate, evNotify, evIssueRead, evAccept, evSettle, evReadsInFlight,
 		evNotFound, evBeginClose, evCloseAcked, evCloseLost, evResolveClose, evPresent,
-		evAbsent, evIdentityUnknown, evStillAbsent, evCorroborated, evForget,
+		evAbsent, evIdentityUnknown, evStillAbsent, evCorroborated, evForget, evUnlisted,
 	}
 	stateNames = [...]SubscriptionState{
 		StateDiscovered, StateSubscribing, StateActive, StateUpdateSeen, StateReadPending,
@@ -215,6 +223,8 @@ func eventIndex(event string) int {
 		return 16
 	case evForget:
 		return 17
+	case evUnlisted:
+		return 18
 	}
 	return -1
 }
@@ -372,6 +382,8 @@ type Subscription struct {
 	// Corroboration is the deletion evidence gathered short of proof,
 	// waiting for a second not-found (deletion.go).
 	Corroboration *Corroboration `json:"corroboration,omitempty"`
+	// Unlisted is the URI's absence from clean scans (deletion.go).
+	Unlisted *Unlisting `json:"unlisted,omitempty"`
 }
 
 func subscriptionOf(key string, r *Record) Subscription {
@@ -389,7 +401,7 @@ func subscriptionOf(key string, r *Record) Subscription {
 	}
 	s.LastNotificationSeq, s.LastAcceptedDigest = r.LastNotificationSeq, r.LastAcceptedDigest
 	s.LastIssuedOrdinal, s.Watermark, s.CloseOrdinal, s.CloseEpoch = r.LastIssued, r.Watermark, r.CloseOrdinal, r.CloseEpoch
-	s.NotFoundAt, s.TombstonedAt, s.Corroboration = r.NotFoundAt, r.TombstonedAt, r.Corroboration
+	s.NotFoundAt, s.TombstonedAt, s.Corroboration, s.Unlisted = r.NotFoundAt, r.TombstonedAt, r.Corroboration, r.Unlisted
 	return s
 }
 
@@ -531,6 +543,11 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 		next.State = StateDiscovered
 		next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
 		next.Corroboration = nil
+		if cur != nil && cur.CloseEpoch != 0 {
+			// Subscribed anew after an unsubscribe: a deletion confirmed
+			// by the listing alone is no longer taken for granted.
+			next.Unlisted = nil
+		}
 		openFence(next)
 		path.gen = gen + 1
 		if err := path.move(next, evSubscribe); err != nil {

@@ -294,3 +294,105 @@ func TestPostgresKeptScan(t *testing.T) {
 		assert.False(t, e.URI == gadgets && e.Reason == mcpsync.InvalidateTombstoned, "tombstoned: %+v", e)
 	}
 }
+
+// Under DeletionUnlisted the listing is evidence enough: a table dropped
+// during the watch is confirmed deleted once clean kept scans have missed
+// it for two review intervals (the third scan without it), although the
+// server still answers its read. Before that, the kept scan discovers a
+// created table and a poll versions its change, as under every policy;
+// after it, the polls of the dropped table's subscription (answered with
+// an empty column list) bring nothing back.
+func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
+	t.Parallel()
+	node := needNode(t)
+	db := newPGDatabase(t)
+	entry := filepath.Join(npmDir, "node_modules", postgresPkg, "dist", "index.js")
+	dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
+		return exec.Command(node, entry, db.url), nil
+	})
+	r := &pgRig{scans: make(chan mcpsync.ScanReport, 1024), errs: make(chan error, 1024)}
+	r.client, r.outcomes = connect(t, dial, mcpsync.ClientOptions{
+		PollEvery: pgPoll,
+		Scanner:   &mcpsync.ScannerOptions{ReviewAfter: pgReview, StaleAfter: 2 * pgReview},
+		Deletion:  mcpsync.DeletionUnlisted,
+		OnError:   func(err error) { r.errs <- err },
+	})
+
+	start := db.exec(t, "CREATE TABLE anchors (id integer)")
+	_, err := r.client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, OnScan: func(rep mcpsync.ScanReport) { r.scans <- rep }})
+	require.NoError(t, err)
+	ev, _ := r.until(t, start, "first kept scan", func(ev event) bool { return ev.scan != nil })
+	require.Len(t, ev.scan.Catalog.Descriptors, 1)
+	anchors := ev.scan.Catalog.Descriptors[0].URI
+	gadgets := strings.TrimSuffix(anchors, "/anchors/schema") + "/gadgets/schema"
+
+	created := db.exec(t, "CREATE TABLE gadgets (id integer PRIMARY KEY)")
+	ev, took := r.until(t, created, "first read of the created table", func(ev event) bool {
+		return ev.out != nil && ev.out.Version.Version.URI == gadgets && ev.out.Changed()
+	})
+	t.Logf("created table discovered, subscribed and read after %v", took)
+	assert.LessOrEqual(t, took, 2*pgReview)
+	assert.Equal(t, mcpsync.TriggerInitial, ev.out.Version.Trigger)
+
+	altered := db.exec(t, "ALTER TABLE gadgets ADD COLUMN label text")
+	ev, took = r.until(t, altered, "read of the altered table", func(ev event) bool {
+		return ev.out != nil && ev.out.Version.Version.URI == gadgets && ev.out.Changed()
+	})
+	t.Logf("altered table versioned after %v", took)
+	assert.LessOrEqual(t, took, 2*pgReview)
+	assert.ElementsMatch(t, columns{{"id", "integer"}, {"label", "text"}}, r.columnsOf(t, gadgets))
+	altVersion := ev.out.Version.Version
+
+	dropped := db.exec(t, "DROP TABLE gadgets")
+	var missed int
+	ev, took = r.until(t, dropped, "tombstone of the dropped table", func(ev event) bool {
+		if ev.scan == nil || lists(ev.scan.Catalog, gadgets) {
+			return false
+		}
+		missed++
+		return slices.Contains(ev.scan.Reconciliation.Tombstoned, gadgets)
+	})
+	t.Logf("dropped table confirmed deleted after %v, by the kept scan %d without it", took, missed)
+	sub, err := r.client.Engine().Subscription(gadgets)
+	require.NoError(t, err)
+	require.NotNil(t, sub.Unlisted)
+	assert.GreaterOrEqual(t, sub.Unlisted.Span(), 2*pgReview, "missed for two review intervals")
+	// The first scan without it comes within one review interval of the
+	// drop, the third two intervals later; one more for the scans' own time.
+	assert.LessOrEqual(t, took, 4*pgReview+pgReview)
+	rec := ev.scan.Reconciliation
+	require.Len(t, rec.Receipts, 1)
+	assert.Equal(t, mcpsync.EvidenceUnlisted, rec.Receipts[0].Evidence.Kind)
+	assert.Len(t, rec.Receipts[0].Evidence.Scans, 4, "two passes of the first scan without it, two of the last")
+	_, err = r.client.Lookup(gadgets)
+	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+	_, err = r.client.Lookup(anchors)
+	require.NoError(t, err, "what is listed stays")
+
+	entries, err := r.client.Engine().PullOutbox(0, 0)
+	require.NoError(t, err)
+	var tomb *mcpsync.OutboxEntry
+	for i, e := range entries {
+		if e.URI == gadgets && e.Reason == mcpsync.InvalidateTombstoned {
+			require.Nil(t, tomb, "one tombstone entry")
+			tomb = &entries[i]
+		}
+	}
+	require.NotNil(t, tomb)
+	assert.Equal(t, rec.Receipts[0].OutboxSeq, tomb.Seq)
+	assert.Equal(t, rec.Receipts[0].Evidence, *tomb.Evidence)
+	// It deletes the last version read, which may already be the
+	// server's answer for the dropped table (an empty list).
+	assert.Equal(t, gadgets, tomb.Previous.URI)
+	assert.GreaterOrEqual(t, tomb.Previous.ReadOrdinal, altVersion.ReadOrdinal)
+
+	// The server still answers the dropped table's polls; they change
+	// nothing.
+	polled := time.Now()
+	ev, _ = r.until(t, polled, "a poll of the dropped table", func(ev event) bool {
+		return ev.out != nil && ev.out.Version.Version.URI == gadgets
+	})
+	assert.Equal(t, mcpsync.DecisionTombstoned, ev.out.Version.Decision)
+	_, err = r.client.Lookup(gadgets)
+	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -360,4 +363,43 @@ func TestWatchCountsTwoSpellingsOfOneURIOnce(t *testing.T) {
 	require.Equal(t, "summary", sum["event"])
 	assert.Len(t, ofKind(evs, "subscribed"), 1, "one resource, one subscription")
 	assert.EqualValues(t, 1, sum["subscriptions"], "one resource, one subscription")
+}
+
+// With --deletion unlisted, a resource the server stops listing is
+// confirmed deleted by the kept scans alone, although its read still
+// answers (here through a template, as a server that never says not found
+// does): the tombstone names the evidence unlisted.
+func TestWatchDeletionUnlistedConfirmsFromTheListing(t *testing.T) {
+	srv := server.NewMCPServer("unlisting", "1.0.0", server.WithResourceCapabilities(false, false))
+	read := func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: "[]"}}, nil
+	}
+	for _, name := range []string{"a", "b"} {
+		srv.AddResource(mcp.NewResource("file:///docs/"+name+".md", name), read)
+	}
+	srv.AddResourceTemplate(mcp.NewResourceTemplate("file:///docs/{name}.md", "docs"), read)
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(srv))
+	t.Cleanup(hs.Close)
+
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	out := newLineWriter()
+	done := make(chan int, 1)
+	go func() {
+		var stderr strings.Builder
+		done <- run(ctx, []string{"watch", "--url", hs.URL, "--json", "--all", "--rescan", "200ms", "--deletion", "unlisted"}, strings.NewReader(""), out, &stderr)
+	}()
+	out.waitFor(t, "b subscribed", func(ev map[string]any) bool { return ev["event"] == "subscribed" && ev["uri"] == "file:///docs/b.md" })
+	srv.DeleteResources("file:///docs/b.md")
+	out.waitFor(t, "b's unlisted tombstone", func(ev map[string]any) bool {
+		evidence, _ := ev["evidence"].(map[string]any)
+		return ev["event"] == "tombstone" && ev["uri"] == "file:///docs/b.md" && evidence["kind"] == "unlisted"
+	})
+	interrupt()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, out.String())
+	case <-t.Context().Done():
+		require.FailNow(t, "watch did not stop")
+	}
 }

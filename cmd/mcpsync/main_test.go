@@ -194,6 +194,7 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		{"watch", "--url", "http://127.0.0.1:1", "--all", "--events", "change,bogus"},
 		{"watch", "--url", "http://127.0.0.1:1", "--all", "--events", ""},
 		{"watch", "--url", "http://127.0.0.1:1", "--all", "--events", "change,,error"},
+		{"watch", "--url", "http://127.0.0.1:1", "--all", "--deletion", "maybe"},
 		{"demo", "--url", "http://127.0.0.1:1"},
 		{"demo", "--", "node", "server.js"},
 		{"demo", "extra"},

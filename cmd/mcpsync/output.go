@@ -247,7 +247,8 @@ type outboxEvent struct {
 	// Artifact names the derived artifact a revocation is about, as
 	// "index/id"; empty otherwise.
 	Artifact string `json:"artifact,omitempty"`
-	// Evidence is what confirmed a tombstone: proven or corroborated.
+	// Evidence is what confirmed a tombstone: proven, corroborated or
+	// unlisted.
 	Evidence *mcpsync.DeletionEvidence `json:"evidence,omitempty"`
 }
 

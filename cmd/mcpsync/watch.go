@@ -146,6 +146,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	all := fs.Bool("all", false, "scan resources and subscribe every listed URI, and what later scans list")
 	rescan := fs.Duration("rescan", 0, "interval of the kept scan of resources: bounds how late a new or deleted resource is found, "+
 		"not how late changed content is seen (--poll) (0: the library's, half of its 5m staleness bound)")
+	deletion := fs.String("deletion", "", "evidence that confirms a deletion: proven (a snapshot-proven listing), corroborated (also a clean listing and a second not-found read) or unlisted (also absence from the kept scans for two --rescan intervals, for servers whose reads never say not found); empty: the library's default, corroborated where the server cannot prove")
 	duration := fs.Duration("duration", 0, "how long to watch; 0 means until interrupted")
 	revalidate := fs.Duration("revalidate", 0, "revalidation read interval of every subscription (0: the library's 5m)")
 	poll := fs.Duration("poll", 0, "read interval where the server cannot subscribe: bounds how late changed content is seen there; "+
@@ -187,6 +188,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *duration < 0 || *revalidate < 0 || *poll < 0 || *pingEvery < 0 || *attempts < 0 || *maxElapsed < 0 || *rescan < 0:
 		return usagef("--duration, --revalidate, --poll, --ping-every, --rescan and the --reconnect flags must not be negative")
 	}
+	policy := mcpsync.DeletionPolicy(*deletion)
+	switch policy {
+	case mcpsync.DeletionDefault, mcpsync.DeletionProvenOnly, mcpsync.DeletionCorroborated, mcpsync.DeletionUnlisted:
+	default:
+		return usagef("watch: --deletion %q: want proven, corroborated or unlisted", *deletion)
+	}
 	if err := c.validate(true); err != nil {
 		return err
 	}
@@ -205,6 +212,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// A ping gets the heartbeat interval to answer, at most --timeout.
 		PingTimeout: min(*pingEvery, c.timeout),
 		Reconnect:   mcpsync.ReconnectPolicy{MaxAttempts: *attempts, MaxElapsed: *maxElapsed},
+		Deletion:    policy,
+		// Absent from the kept scans for two of their intervals.
+		UnlistedFor: 2 * *rescan,
 	})
 }
 
