@@ -176,6 +176,16 @@ type ClientOptions struct {
 	// (Engine.Consume), which is in order per URI. A panic in it is
 	// recovered and reported to OnError.
 	OnOutcome func(Outcome)
+	// Handler, if set, is told how the entries Lookup serves the client's
+	// subject change: added, updated (old and new entries, with their
+	// contents), deleted (the last entry and why), in order per URI (see
+	// ResourceHandler). It runs on the goroutine that runs OnOutcome and
+	// OnError. On Connect it is told of every entry the engine serves
+	// already, as added; every first version accepted before WaitForSync
+	// returns is told, as added, before it returns, and nothing is told
+	// after that is not a change. Changes made through another engine on
+	// a shared ledger are told when this client next reads the URI.
+	Handler ResourceHandler
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
 	// Deletion says which evidence confirms a deletion when Reconcile hands
@@ -249,6 +259,9 @@ type Client struct {
 	reads    readsOf
 	metrics  *metrics // write-once at Connect
 	errs     errorQueue
+	// told is the entry last told to Handler, by key; only the goroutine
+	// that delivers callbacks touches it (handlers.go).
+	told map[string]Entry
 	// paced limits the rate of reads with trigger reconnect (ReconnectReads),
 	// window how many are out at once.
 	paced  *rate.Limiter
@@ -480,6 +493,11 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	drivenEngines.Store(o.Engine.id, struct{}{})
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
+	c.errs.marked, c.told = make(map[string]*DeletionEvidence), make(map[string]Entry)
+	if o.Handler != nil {
+		hook := changeHook(c.markChanged)
+		o.Engine.changed.Store(&hook)
+	}
 	go c.deliverErrors() // not counted in running: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
@@ -490,6 +508,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.conn = conn
 	c.health = Health{State: ConnectionUp, Since: time.Now()}
+	if o.Handler != nil {
+		c.syncHandler(nil) // what the engine serves already, as added
+	}
 	var resumed []string
 	if !o.NoResume {
 		if resumed, err = c.adopt(conn); err != nil {
@@ -630,6 +651,7 @@ func (c *Client) release() {
 	c.engine.sessionMu.Lock()
 	defer c.engine.sessionMu.Unlock()
 	if c.engine.driver.CompareAndSwap(c, nil) {
+		c.engine.changed.Store(nil)
 		drivenEngines.Delete(c.engine.id)
 	}
 }

@@ -85,6 +85,9 @@ type Engine struct {
 
 	// driver is the Client that drives the engine, nil while none does.
 	driver atomic.Pointer[Client]
+	// changed is the driver's change hook while it has a Handler: told of
+	// every write by compare-and-swap that moves a current version.
+	changed atomic.Pointer[changeHook]
 }
 
 type session struct {
@@ -330,6 +333,7 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(
 			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}
 		if ok {
+			e.movedCurrent(key, cur, next, entries)
 			return next, seq, nil
 		}
 	}
@@ -439,6 +443,7 @@ func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn ste
 			return 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}
 		if ok {
+			e.movedCurrent(key, cur, next, entries)
 			return seq, nil
 		}
 	}

@@ -252,6 +252,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	if c.opts.OnOutcome != nil {
 		c.errs.pushOutcome(out)
 	}
+	if c.opts.Handler != nil && out.Accepted && out.Decision() != DecisionUnchanged {
+		// A write in place on the memory ledger tells no change hook.
+		var ev *DeletionEvidence
+		if out.Tombstone != nil {
+			ev = &out.Tombstone.Evidence
+		}
+		c.markChanged(t.URI, ev)
+	}
 	return out, err
 }
 
