@@ -177,14 +177,10 @@ type ClientOptions struct {
 	// recovered and reported to OnError.
 	OnOutcome func(Outcome)
 	// Handler, if set, is told how the entries Lookup serves the client's
-	// subject change: added, updated (old and new entries, with their
-	// contents), deleted (the last entry and why), in order per URI (see
-	// ResourceHandler). It runs on the goroutine that runs OnOutcome and
-	// OnError. On Connect it is told of every entry the engine serves
-	// already, as added; every first version accepted before WaitForSync
-	// returns is told, as added, before it returns, and nothing is told
-	// after that is not a change. Changes made through another engine on
-	// a shared ledger are told when this client next reads the URI.
+	// subject change, with their contents, in order per URI, on the
+	// goroutine of OnOutcome and OnError (ResourceHandler). What the engine
+	// serves on Connect, and each first version accepted before WaitForSync
+	// returns, is told as added before it returns, once.
 	Handler ResourceHandler
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions

@@ -20,6 +20,8 @@ import (
 // on one goroutine (the one that runs OnError and OnOutcome), one call at a
 // time, outside every lock; they may call any method of the Client but
 // WaitForSync. A panic in one is recovered and reported to OnError.
+// Changes made through another engine on a shared ledger are told when
+// this client next reads the URI.
 type ResourceHandler interface {
 	// OnAdd is told of an entry Lookup serves and the handler was not told
 	// of: the versions the engine holds when the Client connects, each

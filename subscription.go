@@ -527,9 +527,7 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 			URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
 			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: &s.info.Capabilities,
 			Generation: gen + 1, StartedAt: e.now(),
-			// The bound the replaced generation published stays in force
-			// until this one publishes its own: a reconnect re-opens what
-			// it keeps fresh, and never leaves the copy without a bound.
+			// A reopened copy keeps its bound until this generation publishes one.
 			StalenessBound: boundInForce(cur),
 		}
 		next.State = StateDiscovered
