@@ -179,6 +179,12 @@ type ClientOptions struct {
 	// (Engine.Consume), which is in order per URI. A panic in it is
 	// recovered and reported to OnError.
 	OnOutcome func(Outcome)
+	// Handler, if set, is told how the entries Lookup serves the client's
+	// subject change, with their contents, in order per URI, on the
+	// goroutine of OnOutcome and OnError (ResourceHandler). What the engine
+	// serves on Connect, and each first version accepted before WaitForSync
+	// returns, is told as added before it returns, once.
+	Handler ResourceHandler
 	// Scanner configures discovery scans; nil means defaults.
 	Scanner *ScannerOptions
 	// Deletion says which evidence confirms a deletion when Reconcile hands
@@ -258,6 +264,9 @@ type Client struct {
 	reads    readsOf
 	metrics  *metrics // write-once at Connect
 	errs     errorQueue
+	// told is the entry last told to Handler, by key; only the goroutine
+	// that delivers callbacks touches it (handlers.go).
+	told map[string]Entry
 	// paced limits the rate of reads with trigger reconnect (ReconnectReads),
 	// window how many are out at once.
 	paced  *rate.Limiter
@@ -489,6 +498,11 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	drivenEngines.Store(o.Engine.id, struct{}{})
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
+	c.errs.marked, c.told = make(map[string]*DeletionEvidence), make(map[string]Entry)
+	if o.Handler != nil {
+		hook := changeHook(c.markChanged)
+		o.Engine.changed.Store(&hook)
+	}
 	go c.deliverErrors() // not counted in running: Close waits for it apart (Shutdown)
 	conn, err := c.connect(ctx)
 	if err != nil {
@@ -499,6 +513,9 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.conn = conn
 	c.health = Health{State: ConnectionUp, Since: time.Now()}
+	if o.Handler != nil {
+		c.syncHandler(nil) // what the engine serves already, as added
+	}
 	var resumed []string
 	if !o.NoResume {
 		if resumed, err = c.adopt(conn); err != nil {
@@ -639,6 +656,7 @@ func (c *Client) release() {
 	c.engine.sessionMu.Lock()
 	defer c.engine.sessionMu.Unlock()
 	if c.engine.driver.CompareAndSwap(c, nil) {
+		c.engine.changed.Store(nil)
 		drivenEngines.Delete(c.engine.id)
 	}
 }

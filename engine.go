@@ -85,6 +85,9 @@ type Engine struct {
 
 	// driver is the Client that drives the engine, nil while none does.
 	driver atomic.Pointer[Client]
+	// changed is the driver's change hook while it has a Handler: told of
+	// every write by compare-and-swap that moves a current version.
+	changed atomic.Pointer[changeHook]
 }
 
 type session struct {
@@ -330,6 +333,7 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(
 			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}
 		if ok {
+			e.movedCurrent(key, cur, next, entries)
 			return next, seq, nil
 		}
 	}
@@ -439,6 +443,7 @@ func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn ste
 			return 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
 		}
 		if ok {
+			e.movedCurrent(key, cur, next, entries)
 			return seq, nil
 		}
 	}
@@ -485,25 +490,50 @@ type Entry struct {
 	// ValidatedAt is the last time the server confirmed this version: the
 	// accept of a read that returned it, changed or unchanged.
 	ValidatedAt time.Time
-	// StalenessBound is how old the copy may get while its subscription is
-	// open (the published bound); zero when no open subscription keeps it
-	// fresh.
+	// StalenessBound is how old the copy may get (the published bound):
+	// the copy is fresh until ValidatedAt + StalenessBound, whatever the
+	// connection does meanwhile. It is in force from the moment a
+	// subscription publishes it until the subscription begins to close,
+	// across reconnects; zero when no subscription keeps the copy fresh.
 	StalenessBound time.Duration
 	// Degraded, when not empty, says why the copy is not being kept fresh
 	// right now (the session is lost and healing, reads keep failing). It
-	// is set by Client.Lookup.
+	// is set by Client.Lookup and Client.Entries.
 	Degraded string
 }
 
-// LookupOption changes one Lookup.
+// LookupOption changes one Lookup, or one listing (Entries).
 type LookupOption func(*lookupOptions)
 
-type lookupOptions struct{ fresh bool }
+type lookupOptions struct {
+	fresh  bool
+	prefix string
+	match  func(Entry) bool
+}
 
-// RequireFresh makes Lookup refuse, with ErrStale, a version that no open
+func lookupOptionsOf(opts []LookupOption) lookupOptions {
+	var o lookupOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// RequireFresh makes Lookup refuse, with ErrStale, a version that no
 // subscription keeps fresh or whose last confirmation is older than its
-// staleness bound: the strict mode for text about to go into a prompt.
+// staleness bound: the strict mode for text about to go into a prompt. A
+// listing (Entries) leaves such versions out.
 func RequireFresh() LookupOption { return func(o *lookupOptions) { o.fresh = true } }
+
+// URIPrefix makes a listing (Entries) yield only the entries whose
+// normalized URI (Entry.Version.URI) begins with prefix. Lookup of one URI
+// ignores it.
+func URIPrefix(prefix string) LookupOption { return func(o *lookupOptions) { o.prefix = prefix } }
+
+// Matching makes a listing (Entries) yield only the entries for which keep
+// reports true. keep runs outside every lock of the engine. Lookup of one
+// URI ignores it.
+func Matching(keep func(Entry) bool) LookupOption { return func(o *lookupOptions) { o.match = keep } }
 
 // Lookup returns the current version of a URI if, and only if, it may be
 // served to subject: it passed the fence and the content guard, it was read
@@ -513,75 +543,114 @@ func RequireFresh() LookupOption { return func(o *lookupOptions) { o.fresh = tru
 // ErrForbidden, ErrQuarantined, ErrTombstonePending or ErrTombstoned; with
 // RequireFresh, also ErrStale. RefusalOf names each.
 func (e *Engine) Lookup(subject, rawURI string, opts ...LookupOption) (Entry, error) {
-	var o lookupOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := lookupOptionsOf(opts)
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := e.syncRevoked(context.Background()); err != nil {
+	if err := e.checkReader(context.Background(), subject); err != nil {
 		return Entry{}, err
+	}
+	entry, err := e.servedNow(key, subject)
+	if err != nil {
+		return Entry{}, err
+	}
+	if o.fresh {
+		if err := e.fresh(key, entry); err != nil {
+			return Entry{}, err
+		}
+	}
+	return entry, nil
+}
+
+// checkReader refuses a subject nothing may be served to now: one revoked
+// (ErrRevoked), or one no read may be made for (a ledger of an earlier
+// release may hold versions of one).
+func (e *Engine) checkReader(ctx context.Context, subject string) error {
+	if err := e.syncRevoked(ctx); err != nil {
+		return err
 	}
 	if e.isRevoked(subject) {
-		return Entry{}, ErrRevoked
+		return ErrRevoked
 	}
-	// A subject no read may be made for now (a ledger of an earlier
-	// release may hold versions of one) is served nothing.
-	if err := checkSubject(subject); err != nil {
-		return Entry{}, err
-	}
-	// The entry is copied out of the record as it is stored: nothing of
-	// the record is kept (its contents are the read's, never changed).
+	return checkSubject(subject)
+}
+
+// servedNow reads key's record and returns what it serves subject
+// (servedFrom), or ErrUnknownURI for a key the ledger does not know.
+func (e *Engine) servedNow(key, subject string) (Entry, error) {
 	var entry Entry
 	var refused error
 	known := true
 	if err := e.view(key, func(r *Record) {
-		switch {
-		case r == nil:
+		if r == nil {
 			known = false
 			return
-		case r.Current == nil:
-			refused = ErrNoVersion
-			return
 		}
-		c := r.Current
-		switch {
-		case c.Status == VersionRevoked:
-			refused = ErrRevoked
-		case c.Version.Subject != subject:
-			refused = ErrForbidden
-		case c.Status == VersionQuarantined:
-			refused = ErrQuarantined
-		case c.Status == VersionTombstonePending:
-			refused = ErrTombstonePending
-		case c.Status == VersionTombstoned:
-			refused = ErrTombstoned
-		default:
-			entry = Entry{Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt}
-			if r.State.open() && r.Sub != nil {
-				entry.StalenessBound = r.Sub.StalenessBound
-			}
-		}
+		entry, refused = servedFrom(r, subject)
 	}); err != nil {
 		return Entry{}, err
 	}
-	switch {
-	case !known:
+	if !known {
 		return Entry{}, fmt.Errorf("%w: %s was never subscribed", ErrUnknownURI, key)
-	case refused != nil:
-		return Entry{}, refused
 	}
-	if o.fresh {
-		if entry.StalenessBound == 0 {
-			return Entry{}, fmt.Errorf("%w: no open subscription keeps %s fresh", ErrStale, key)
-		}
-		if age := e.now().Sub(entry.ValidatedAt); age > entry.StalenessBound {
-			return Entry{}, fmt.Errorf("%w: %s was confirmed %v ago, bound %v", ErrStale, key, age, entry.StalenessBound)
-		}
+	return entry, refused
+}
+
+// servedFrom is the rule of what a record serves a subject the engine
+// does not hold revoked: its current version, when that passed the fence
+// and the guard, was read by subject and was not revoked, quarantined or
+// found gone since; otherwise the refusal that says which. The entry is
+// copied out of r, which it keeps nothing of (the contents are the read's,
+// never changed).
+func servedFrom(r *Record, subject string) (Entry, error) {
+	c := r.Current
+	switch {
+	case c == nil:
+		return Entry{}, ErrNoVersion
+	case c.Status == VersionRevoked:
+		return Entry{}, ErrRevoked
+	case c.Version.Subject != subject:
+		return Entry{}, ErrForbidden
+	case c.Status == VersionQuarantined:
+		return Entry{}, ErrQuarantined
+	case c.Status == VersionTombstonePending:
+		return Entry{}, ErrTombstonePending
+	case c.Status == VersionTombstoned:
+		return Entry{}, ErrTombstoned
 	}
-	return entry, nil
+	return Entry{
+		Version: c.Version, Contents: c.Contents, State: r.State, ValidatedAt: r.ValidatedAt,
+		StalenessBound: boundInForce(r),
+	}, nil
+}
+
+// boundInForce is the staleness bound r's subscription keeps the copy to:
+// the one its generation published, from then until its close begins.
+// While a new session opens the subscription again (SUBSCRIBING), or its
+// identity is reconciled, the bound stays in force: freshness is
+// ValidatedAt + bound, not the state of the connection.
+func boundInForce(r *Record) time.Duration {
+	if r == nil || r.Sub == nil || r.CloseEpoch != 0 {
+		return 0
+	}
+	switch st := r.State; {
+	case st.open(), st == StateSubscribing, st == StateReconciliationRequired:
+		return r.Sub.StalenessBound
+	}
+	return 0
+}
+
+// fresh refuses, with ErrStale, an entry no bound is in force for or
+// whose last confirmation is older than its bound.
+func (e *Engine) fresh(key string, entry Entry) error {
+	if entry.StalenessBound == 0 {
+		return fmt.Errorf("%w: no open subscription keeps %s fresh", ErrStale, key)
+	}
+	if age := e.now().Sub(entry.ValidatedAt); age > entry.StalenessBound {
+		return fmt.Errorf("%w: %s was confirmed %v ago, bound %v", ErrStale, key, age, entry.StalenessBound)
+	}
+	return nil
 }
 
 // refuseRevoked returns an error matching ErrRevoked when the ledger holds

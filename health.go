@@ -155,19 +155,25 @@ func (c *Client) report(err error) {
 // or a URI's lock, so a callback that calls Close or Reconnect, or panics,
 // must not run on them.
 type errorQueue struct {
-	mu    sync.Mutex // protects items
+	mu    sync.Mutex // protects items and marked
 	items []event
-	ready chan struct{} // holds a token while items is non-empty
-	done  chan struct{} // closed when the delivering goroutine ends
+	// marked holds the keys queued for the Handler (markChanged), each
+	// once, with the evidence of a deletion confirmed meanwhile.
+	marked map[string]*DeletionEvidence
+	ready  chan struct{} // holds a token while items is non-empty
+	done   chan struct{} // closed when the delivering goroutine ends
 	// delivering is set while OnError runs: a Close from inside it does not
 	// wait for the goroutine it runs on.
 	delivering atomic.Bool
 }
 
-// event is one callback to make: OnError with err, or OnOutcome with out.
+// event is one callback to make: OnError with err, OnOutcome with out,
+// the Handler's for key (tell) or for a sweep of keys (handleSweep).
 type event struct {
-	err error
-	out *Outcome
+	err   error
+	out   *Outcome
+	key   string
+	sweep *sweep
 }
 
 func (q *errorQueue) push(err error) { q.add(event{err: err}) }
@@ -178,6 +184,11 @@ func (q *errorQueue) add(ev event) {
 	q.mu.Lock()
 	q.items = append(q.items, ev)
 	q.mu.Unlock()
+	q.wake()
+}
+
+// wake tells the delivering goroutine that items has something.
+func (q *errorQueue) wake() {
 	select {
 	case q.ready <- struct{}{}:
 	default:
@@ -219,8 +230,8 @@ func (c *Client) deliverErrors() {
 	}
 }
 
-// deliver makes one callback; a panic in OnOutcome is reported to
-// OnError, one in OnError is logged.
+// deliver makes one callback; a panic in OnOutcome or the Handler is
+// reported to OnError, one in OnError is logged.
 func (c *Client) deliver(ev event) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -228,16 +239,21 @@ func (c *Client) deliver(ev event) {
 			if c.opts.Logger != nil {
 				c.opts.Logger.Error("mcpsync", "err", err)
 			}
-			if ev.out != nil && c.opts.OnError != nil {
+			if ev.err == nil && c.opts.OnError != nil {
 				c.deliver(event{err: err})
 			}
 		}
 	}()
-	if ev.out != nil {
+	switch {
+	case ev.out != nil:
 		c.opts.OnOutcome(*ev.out)
-		return
+	case ev.key != "":
+		c.handleMarked(ev.key)
+	case ev.sweep != nil:
+		c.handleSweep(ev.sweep)
+	default:
+		c.opts.OnError(ev.err)
 	}
-	c.opts.OnError(ev.err)
 }
 
 // Health returns the state of the client's connection.

@@ -252,6 +252,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	if c.opts.OnOutcome != nil {
 		c.errs.pushOutcome(out)
 	}
+	if c.opts.Handler != nil && out.Accepted && out.Decision() != DecisionUnchanged {
+		// A write in place on the memory ledger tells no change hook.
+		var ev *DeletionEvidence
+		if out.Tombstone != nil {
+			ev = &out.Tombstone.Evidence
+		}
+		c.markChanged(t.URI, ev)
+	}
 	return out, err
 }
 
@@ -309,12 +317,17 @@ func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
 func (c *Client) Lookup(uri string, opts ...LookupOption) (Entry, error) {
 	entry, err := c.engine.Lookup(c.opts.Subject, uri, opts...)
 	if err == nil {
-		entry.Degraded = c.degradedReason(entry.Version.URI)
-		if age := time.Since(entry.ValidatedAt); entry.Degraded == "" && entry.StalenessBound > 0 && age > entry.StalenessBound {
-			// Nothing has failed yet (a read may be hanging), but the copy
-			// is already older than promised: say so.
-			entry.Degraded = fmt.Sprintf("last confirmed %v ago, past its staleness bound of %v", age.Round(time.Millisecond), entry.StalenessBound)
-		}
+		c.degrade(&entry)
 	}
 	return entry, err
+}
+
+// degrade sets entry.Degraded: why the copy is not being kept fresh now.
+func (c *Client) degrade(entry *Entry) {
+	entry.Degraded = c.degradedReason(entry.Version.URI)
+	if age := time.Since(entry.ValidatedAt); entry.Degraded == "" && entry.StalenessBound > 0 && age > entry.StalenessBound {
+		// Nothing has failed yet (a read may be hanging), but the copy
+		// is already older than promised: say so.
+		entry.Degraded = fmt.Sprintf("last confirmed %v ago, past its staleness bound of %v", age.Round(time.Millisecond), entry.StalenessBound)
+	}
 }

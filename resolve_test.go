@@ -34,7 +34,7 @@ func resolve(t *testing.T, e *mcpsync.Engine, en mcpsync.OutboxEntry) mcpsync.Re
 	return r
 }
 
-func accept(t *testing.T, e *mcpsync.Engine, body string) mcpsync.Outcome {
+func acceptDoc(t *testing.T, e *mcpsync.Engine, body string) mcpsync.Outcome {
 	t.Helper()
 	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, body))
 	require.NoError(t, err)
@@ -48,8 +48,8 @@ func TestResolveYieldsTheContentsOfTheEntrysVersion(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
-			accept(t, e, "v1")
-			accept(t, e, "v1") // unchanged: no entry, the version stays
+			acceptDoc(t, e, "v1")
+			acceptDoc(t, e, "v1") // unchanged: no entry, the version stays
 			entries := outbox(t, e)
 			require.Len(t, entries, 1)
 			r := resolve(t, e, entries[0])
@@ -69,9 +69,9 @@ func TestResolveNeverHandsOutTextOfAnotherVersion(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
-			accept(t, e, "v1")
-			accept(t, e, "v2")
-			accept(t, e, "v1")
+			acceptDoc(t, e, "v1")
+			acceptDoc(t, e, "v2")
+			acceptDoc(t, e, "v1")
 			entries := outbox(t, e)
 			require.Len(t, entries, 3)
 			require.Equal(t, entries[0].Version.Digest, entries[2].Version.Digest)
@@ -98,7 +98,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			clock := newClock()
 			e := activeEngine(t, &mcpsync.Options{Ledger: l.open(), Now: clock.now})
-			accept(t, e, "v1")
+			acceptDoc(t, e, "v1")
 			clock.t = clock.t.Add(time.Second)
 			_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
 			require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
-			accept(t, e, "v1")
+			acceptDoc(t, e, "v1")
 			updated := outbox(t, e)[0]
 			_, err := e.RevokeSubject(alice)
 			require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 		})
 		t.Run(l.name+"/forgotten", func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
-			accept(t, e, "v1")
+			acceptDoc(t, e, "v1")
 			_, err := e.BeginClose(docURI)
 			require.NoError(t, err)
 			_, err = e.FinishClose(docURI, true)
@@ -171,7 +171,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 // entry resolves to quarantined, naming what must no longer be served.
 func TestResolveSaysQuarantined(t *testing.T) {
 	e := activeEngine(t, &mcpsync.Options{Guard: mcpsync.MaxBytes(8)})
-	accept(t, e, "short")
+	acceptDoc(t, e, "short")
 	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, "far too long for the guard"))
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
@@ -189,7 +189,7 @@ func TestResolveSaysQuarantined(t *testing.T) {
 // An entry the ledger cannot have written is refused, never guessed at.
 func TestResolveRefusesAnEntryOfNoKnownVersion(t *testing.T) {
 	e := activeEngine(t, nil)
-	accept(t, e, "v1")
+	acceptDoc(t, e, "v1")
 	en := outbox(t, e)[0]
 
 	_, err := e.Resolve(context.Background(), mcpsync.OutboxEntry{})

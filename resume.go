@@ -173,10 +173,14 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // WaitForSync returns once every URI watched when it was called has had a
 // read accepted in a subscription generation of the current session: a
 // first version, or a definite answer (not found, quarantined). A URI
-// unsubscribed meanwhile no longer counts. It returns ctx's error when ctx
-// ends first, ErrClientClosed when the client closes, the reason when
-// healing gave up on the connection, and ErrRevoked once the client's
-// subject is revoked.
+// unsubscribed meanwhile no longer counts. With a Handler, it returns once
+// the handler was also told of those URIs: their first versions, as added.
+// It returns ctx's error when ctx ends first, ErrClientClosed when the
+// client closes, the reason when healing gave up on the connection, and
+// ErrRevoked once the client's subject is revoked.
+//
+// Called from a callback (a Handler, OnError, OnOutcome), it would wait for
+// the goroutine it runs on: it returns ctx's error once ctx ends.
 func (c *Client) WaitForSync(ctx context.Context) error {
 	c.mu.Lock()
 	keys := make([]string, 0, len(c.watches))
@@ -185,7 +189,33 @@ func (c *Client) WaitForSync(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	slices.Sort(keys)
-	return c.waitSynced(ctx, keys)
+	err := c.waitSynced(ctx, keys)
+	if c.opts.Handler == nil || !c.syncedOrRefused(ctx, err) {
+		return err
+	}
+	// Each key's first version may have been accepted after its mark was
+	// queued, or its mark may still be on its way: the handler is told
+	// of each key by a sweep queued behind every mark made so far.
+	select {
+	case <-c.syncHandler(keys):
+		return err
+	case <-c.stopped:
+		return ErrClientClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// syncedOrRefused reports whether err, what waitSynced returned, says the
+// keys synced: nil, or the refusals of their servers' answers.
+func (c *Client) syncedOrRefused(ctx context.Context, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case ctx.Err() != nil, errors.Is(err, ErrClientClosed), errors.Is(err, ErrReconnectGaveUp), errors.Is(err, ErrRevoked):
+		return false
+	}
+	return true
 }
 
 // noteRefusal remembers, or forgets, that key's last answered read was

@@ -539,6 +539,8 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 			URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
 			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: &s.info.Capabilities,
 			Generation: gen + 1, StartedAt: e.now(),
+			// A reopened copy keeps its bound until this generation publishes one.
+			StalenessBound: boundInForce(cur),
 		}
 		next.State = StateDiscovered
 		next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""

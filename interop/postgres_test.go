@@ -307,9 +307,7 @@ func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
 	node := needNode(t)
 	db := newPGDatabase(t)
 	entry := filepath.Join(npmDir, "node_modules", postgresPkg, "dist", "index.js")
-	dial := mcpsync.StdioDialer(func(context.Context) (*exec.Cmd, error) {
-		return exec.Command(node, entry, db.url), nil
-	})
+	dial := mcpsync.CommandDialer(mcpsync.Command{Name: node, Args: []string{entry, db.url}})
 	r := &pgRig{scans: make(chan mcpsync.ScanReport, 1024), errs: make(chan error, 1024)}
 	r.client, r.outcomes = connect(t, dial, mcpsync.ClientOptions{
 		PollEvery: pgPoll,

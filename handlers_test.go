@@ -1,0 +1,304 @@
+package mcpsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
+)
+
+// call is one call a handler was told, with the texts of its entries.
+type call struct {
+	kind     string // "add", "update" or "delete"
+	uri      string
+	old, new string // the texts of the entries: old for delete, new for add
+	refusal  mcpsync.LookupRefusal
+	evidence *mcpsync.DeletionEvidence
+}
+
+func (c call) String() string {
+	return fmt.Sprintf("%s %s %q->%q %s", c.kind, c.uri, c.old, c.new, c.refusal)
+}
+
+// handlerLog is a ResourceHandler that records every call.
+type handlerLog struct {
+	mu    sync.Mutex // protects calls and panic
+	calls []call
+	// panicOn, if set, makes OnAdd of that text panic once.
+	panicOn string
+	// gate, if set, keeps every OnUpdate until it is closed: a slow
+	// handler.
+	gate chan struct{}
+}
+
+func textOfEntry(e mcpsync.Entry) string {
+	if len(e.Contents) == 0 {
+		return ""
+	}
+	return e.Contents[0].Text
+}
+
+func (h *handlerLog) OnAdd(e mcpsync.Entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.panicOn != "" && textOfEntry(e) == h.panicOn {
+		h.panicOn = ""
+		panic("handler failed on " + textOfEntry(e))
+	}
+	h.calls = append(h.calls, call{kind: "add", uri: e.Version.URI, new: textOfEntry(e)})
+}
+
+func (h *handlerLog) OnUpdate(old, new mcpsync.Entry) {
+	if h.gate != nil {
+		<-h.gate
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, call{kind: "update", uri: new.Version.URI, old: textOfEntry(old), new: textOfEntry(new)})
+}
+
+func (h *handlerLog) OnDelete(last mcpsync.Entry, d mcpsync.Deletion) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, call{kind: "delete", uri: last.Version.URI, old: textOfEntry(last), refusal: d.Refusal, evidence: d.Evidence})
+}
+
+// take returns the calls recorded since the last take.
+func (h *handlerLog) take() []call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.calls
+	h.calls = nil
+	return out
+}
+
+// adds returns the add calls of uris with the server's first text.
+func adds(uris ...string) []call {
+	var out []call
+	for _, u := range uris {
+		out = append(out, call{kind: "add", uri: u, new: "v1"})
+	}
+	return out
+}
+
+// The initial versions are told as added, once, before WaitForSync
+// returns; revalidations, notifications of unchanged content and a
+// reconnect tell nothing after that; new content is an update with the old
+// and the new entry.
+func TestHandlerToldInitialVersionsOnceBeforeWaitForSync(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := &handlerLog{}
+				docs := []string{"file:///docs/a.md", "file:///docs/b.md"}
+				r := buildRig(t, w, rigConfig{uris: docs, opts: mcpsync.ClientOptions{Handler: h, RevalidateEvery: time.Minute}})
+				_, err := r.c.SubscribeAll(t.Context(), append([]string{faultURI}, docs...))
+				require.NoError(t, err)
+				require.NoError(t, r.c.WaitForSync(t.Context()))
+				assert.ElementsMatch(t, adds(faultURI, docs[0], docs[1]), h.take(), "told before WaitForSync returned")
+
+				minutes(5)                                // revalidations
+				r.srv.Set(docs[0], "text/markdown", "v1") // a notification, same content
+				quiesce()
+				require.NoError(t, r.c.Reconnect(t.Context()))
+				require.NoError(t, r.c.WaitForSync(t.Context()))
+				minutes(2)
+				assert.Empty(t, h.take(), "nothing new was told after WaitForSync")
+
+				r.srv.Set(docs[1], "text/markdown", "v2")
+				quiesce()
+				assert.Equal(t, []call{{kind: "update", uri: docs[1], old: "v1", new: "v2"}}, h.take())
+			})
+		})
+	}
+}
+
+// Updates of one URI are told in order: each old entry is the new entry of
+// the call before, and the last call ends at the server's last content.
+func TestHandlerToldUpdatesInOrderPerURI(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &handlerLog{}
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{Handler: h})
+		r.subscribe()
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		for i := 2; i <= 20; i++ {
+			r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i))
+			if i%3 == 0 {
+				quiesce()
+			}
+		}
+		quiesce()
+		calls := h.take()
+		require.Equal(t, adds(faultURI), calls[:1])
+		last := "v1"
+		for _, c := range calls[1:] {
+			require.Equal(t, "update", c.kind, "%v", calls)
+			require.Equal(t, last, c.old, "out of order: %v", calls)
+			require.NotEqual(t, c.old, c.new)
+			last = c.new
+		}
+		assert.Equal(t, "v20", last)
+	})
+}
+
+// The handler mirrors Lookup: what it no longer serves is told deleted,
+// with the refusal that says why, and a confirmed deletion with its
+// evidence; what it serves again is told added.
+func TestHandlerToldDeletionsWithWhy(t *testing.T) {
+	t.Run("quarantined, back, not found", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := &handlerLog{}
+			e, err := mcpsync.NewEngine(&mcpsync.Options{Guard: func(_ string, contents []mcpsync.Content) error {
+				if strings.Contains(contents[0].Text, "poison") {
+					return errors.New("poisoned")
+				}
+				return nil
+			}})
+			require.NoError(t, err)
+			r := newRig(t, eras[0], &mcpsync.ClientOptions{Engine: e, Handler: h})
+			r.subscribe()
+			require.NoError(t, r.c.WaitForSync(t.Context()))
+			require.Equal(t, adds(faultURI), h.take())
+
+			r.srv.Set(faultURI, "text/markdown", "poison")
+			quiesce()
+			assert.Equal(t, []call{{kind: "delete", uri: faultURI, old: "v1", refusal: mcpsync.LookupQuarantined}}, h.take())
+			r.srv.Set(faultURI, "text/markdown", "v3")
+			quiesce()
+			assert.Equal(t, []call{{kind: "add", uri: faultURI, new: "v3"}}, h.take())
+			r.srv.Delete(faultURI)
+			quiesce()
+			assert.Equal(t, []call{{kind: "delete", uri: faultURI, old: "v3", refusal: mcpsync.LookupTombstonePending}}, h.take())
+		})
+	})
+	t.Run("revoked, forgotten", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := &handlerLog{}
+			r := buildRig(t, eras[0], rigConfig{uris: []string{"file:///docs/a.md"}, opts: mcpsync.ClientOptions{Handler: h}})
+			_, err := r.c.SubscribeAll(t.Context(), []string{faultURI, "file:///docs/a.md"})
+			require.NoError(t, err)
+			require.NoError(t, r.c.WaitForSync(t.Context()))
+			require.ElementsMatch(t, adds(faultURI, "file:///docs/a.md"), h.take())
+
+			require.NoError(t, r.c.Forget(t.Context(), "file:///docs/a.md"))
+			quiesce()
+			assert.Equal(t, []call{{kind: "delete", uri: "file:///docs/a.md", old: "v1", refusal: mcpsync.LookupNoVersion}}, h.take())
+			_, err = r.c.Engine().RevokeSubject(alice)
+			require.NoError(t, err)
+			quiesce()
+			assert.Equal(t, []call{{kind: "delete", uri: faultURI, old: "v1", refusal: mcpsync.LookupRevoked}}, h.take())
+		})
+	})
+	t.Run("confirmed with evidence", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := &handlerLog{}
+			r := newHandledKeptRig(t, h, "file:///kb/a.md", "file:///kb/b.md")
+			r.keep(t, true)
+			require.NoError(t, r.c.WaitForSync(t.Context()))
+			require.ElementsMatch(t, []call{
+				{kind: "add", uri: "file:///kb/a.md", new: "v1 of file:///kb/a.md"},
+				{kind: "add", uri: "file:///kb/b.md", new: "v1 of file:///kb/b.md"},
+			}, h.take())
+
+			// Deleted: the not-found read makes the deletion pending, and
+			// the kept scan confirms it.
+			r.srv.Delete("file:///kb/b.md")
+			time.Sleep(5 * keptReview)
+			quiesce()
+			_, err := r.c.Lookup("file:///kb/b.md")
+			require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+			assert.Equal(t, []call{{kind: "delete", uri: "file:///kb/b.md", old: "v1 of file:///kb/b.md", refusal: mcpsync.LookupTombstonePending}}, h.take(),
+				"told once, when Lookup stopped serving it")
+
+			// A handler busy while a deletion is found and confirmed is
+			// told once, with the evidence.
+			h.gate = make(chan struct{})
+			r.srv.Set("file:///kb/a.md", "text/plain", "v2")
+			quiesce()
+			r.srv.Delete("file:///kb/a.md")
+			time.Sleep(5 * keptReview)
+			quiesce()
+			_, err = r.c.Lookup("file:///kb/a.md")
+			require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+			close(h.gate)
+			quiesce()
+			calls := h.take()
+			require.Len(t, calls, 2, "%v", calls)
+			assert.Equal(t, call{kind: "update", uri: "file:///kb/a.md", old: "v1 of file:///kb/a.md", new: "v2"}, calls[0])
+			d := calls[1]
+			assert.Equal(t, "delete", d.kind)
+			assert.Equal(t, "v2", d.old)
+			assert.Equal(t, mcpsync.LookupTombstoned, d.refusal)
+			require.NotNil(t, d.evidence, "a confirmed deletion told without its evidence")
+			assert.Equal(t, mcpsync.EvidenceCorroborated, d.evidence.Kind)
+		})
+	})
+}
+
+// newHandledKeptRig is a kept-scan rig (keepscan_test.go) whose client has
+// handler h.
+func newHandledKeptRig(t *testing.T, h mcpsync.ResourceHandler, uris ...string) *keptRig {
+	t.Helper()
+	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
+	for _, u := range uris {
+		r.srv.Set(u, "text/plain", "v1 of "+u)
+	}
+	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
+		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
+		return r.kit, nil
+	}, &mcpsync.ClientOptions{
+		Subject: alice, ProtocolVersion: eras[0].version, Seed: 1, RequestTimeout: time.Second, Handler: h,
+		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	r.c = c
+	return r
+}
+
+// A Client connected to an engine that serves versions already tells them
+// as added, once, before WaitForSync returns, though no read changes them.
+func TestHandlerToldWhatTheEngineServesOnConnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, err := mcpsync.NewEngine(nil)
+		require.NoError(t, err)
+		first := newRig(t, eras[0], &mcpsync.ClientOptions{Engine: e})
+		first.subscribe()
+		require.NoError(t, first.c.Close())
+
+		h := &handlerLog{}
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{Engine: e, Handler: h})
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		assert.Equal(t, adds(faultURI), h.take())
+		minutes(2)
+		assert.Empty(t, h.take())
+	})
+}
+
+// A handler that panics is reported to OnError, and the next changes are
+// still told.
+func TestPanickingHandlerIsReportedAndTheNextChangesAreTold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &handlerLog{panicOn: "v1"}
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{Handler: h})
+		r.subscribe()
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		quiesce()
+		assert.Empty(t, h.take())
+		require.Len(t, r.errs.list(), 1, "the panic was not reported")
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		assert.Equal(t, []call{{kind: "update", uri: faultURI, old: "v1", new: "v2"}}, h.take())
+	})
+}
