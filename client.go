@@ -733,37 +733,6 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
-// wasAbandoned reports whether sub is the generation an Unsubscribe let go
-// of without closing it (its lease had moved), and forgets it.
-func (c *Client) wasAbandoned(key string, sub Subscription) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	gen, ok := c.abandoned[key]
-	delete(c.abandoned, key)
-	return ok && gen == [2]uint64{sub.SessionGeneration, sub.SubscriptionGeneration}
-}
-
-// reopenAbandoned closes key's abandoned generation, now that its lease is back
-// (the server was told to stop when it was let go), and opens a new one:
-// a lease taken opens a new generation, and nothing keeps the old one.
-func (c *Client) reopenAbandoned(key, raw string) (Subscription, error) {
-	if err := c.closeTold(key); err != nil {
-		return Subscription{}, err
-	}
-	return c.engine.Subscribe(raw, c.opts.Subject)
-}
-
-// closeTold closes key's generation in the engine, for a server that needs
-// no unsubscribe: it was told already, or it keeps nothing (a stream it
-// ended).
-func (c *Client) closeTold(key string) error {
-	if _, err := c.engine.BeginClose(key); err != nil {
-		return err
-	}
-	_, err := c.engine.FinishClose(key, true)
-	return err
-}
-
 // Forget unsubscribes uri when it is subscribed, then evicts its version
 // and the artifacts derived from it (Engine.Forget): Lookup no longer
 // serves it, and consumers are told to delete what it fed. A Subscribe
@@ -811,61 +780,6 @@ func (c *Client) Unsubscribe(ctx context.Context, uri string) (Subscription, err
 	return res.sub, res.subErr
 }
 
-// reopenFailed makes a failed reopen of key visible: OnError is told (a
-// *ReopenError), and Lookup says the copy is not kept fresh until key's
-// subscription is open again. The watch's next tick tries again (request).
-//
-// Its pass is retried with the retry policy's backoff; a failure that
-// lasts is told again once a revalidation period at most, not at every
-// retry.
-func (c *Client) reopenFailed(key string, err error) {
-	c.mu.Lock()
-	w := c.watches[key]
-	tell := w != nil && !c.closed && time.Since(w.toldAt) >= c.opts.RevalidateEvery
-	if w != nil && !c.closed {
-		c.unopened[key] = "its subscription could not be opened again: " + causeText(err)
-	}
-	if tell {
-		w.toldAt = time.Now()
-	}
-	c.mu.Unlock()
-	if tell {
-		c.report(&ReopenError{URI: key, Err: err})
-	}
-}
-
-// startWatch schedules the jittered revalidation (or poll) reads of a
-// watched URI, replacing the ones it had: the controller's queue holds the
-// next one as a delayed mark of the key, and the key's pass that finds it
-// due reads (syncKey).
-func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
-	c.mu.Lock()
-	w := c.watches[key]
-	if w == nil || c.closed {
-		c.mu.Unlock()
-		return
-	}
-	w.every, w.periodic = interval, trigger
-	w.tickAt = time.Now().Add(c.jitteredLocked(interval))
-	first := time.Until(w.tickAt)
-	c.mu.Unlock()
-	c.queue.AddAfter(key, first)
-}
-
-// dueTickLocked reports the periodic read of w due now, if any, and
-// schedules the next one; untilTick is how long until that. c.mu is held.
-func (c *Client) dueTickLocked(w *watch) (due Trigger, untilTick time.Duration) {
-	if w.every <= 0 {
-		return "", 0
-	}
-	now := time.Now()
-	if !now.Before(w.tickAt) {
-		due = w.periodic
-		w.tickAt = now.Add(c.jitteredLocked(w.every))
-	}
-	return due, w.tickAt.Sub(now)
-}
-
 // dropWatch forgets the caller's intent for key, and with it its periodic
 // reads; c.mu must be held.
 func (c *Client) dropWatch(key string) {
@@ -874,12 +788,6 @@ func (c *Client) dropWatch(key string) {
 		delete(c.watches, key)
 		c.progress.notify()
 	}
-}
-
-// jitteredLocked returns d varied by up to ±Jitter; c.mu is held.
-func (c *Client) jitteredLocked(d time.Duration) time.Duration {
-	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
-	return time.Duration(float64(d) * f)
 }
 
 // ListChanged returns how many list_changed notifications the client has

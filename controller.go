@@ -397,3 +397,41 @@ func (c *Client) nextPass(key string) *waiter {
 	c.waiters[key] = append(c.waiters[key], w)
 	return w
 }
+
+// startWatch schedules the jittered revalidation (or poll) reads of a
+// watched URI, replacing the ones it had: the controller's queue holds the
+// next one as a delayed mark of the key, and the key's pass that finds it
+// due reads (syncKey).
+func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
+	c.mu.Lock()
+	w := c.watches[key]
+	if w == nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	w.every, w.periodic = interval, trigger
+	w.tickAt = time.Now().Add(c.jitteredLocked(interval))
+	first := time.Until(w.tickAt)
+	c.mu.Unlock()
+	c.queue.AddAfter(key, first)
+}
+
+// dueTickLocked reports the periodic read of w due now, if any, and
+// schedules the next one; untilTick is how long until that. c.mu is held.
+func (c *Client) dueTickLocked(w *watch) (due Trigger, untilTick time.Duration) {
+	if w.every <= 0 {
+		return "", 0
+	}
+	now := time.Now()
+	if !now.Before(w.tickAt) {
+		due = w.periodic
+		w.tickAt = now.Add(c.jitteredLocked(w.every))
+	}
+	return due, w.tickAt.Sub(now)
+}
+
+// jitteredLocked returns d varied by up to ±Jitter; c.mu is held.
+func (c *Client) jitteredLocked(d time.Duration) time.Duration {
+	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
+	return time.Duration(float64(d) * f)
+}

@@ -424,3 +424,57 @@ func (c *Client) requestRead(key string, trigger Trigger) {
 		c.mark(key)
 	}
 }
+
+// wasAbandoned reports whether sub is the generation an Unsubscribe let go
+// of without closing it (its lease had moved), and forgets it.
+func (c *Client) wasAbandoned(key string, sub Subscription) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, ok := c.abandoned[key]
+	delete(c.abandoned, key)
+	return ok && gen == [2]uint64{sub.SessionGeneration, sub.SubscriptionGeneration}
+}
+
+// reopenAbandoned closes key's abandoned generation, now that its lease is back
+// (the server was told to stop when it was let go), and opens a new one:
+// a lease taken opens a new generation, and nothing keeps the old one.
+func (c *Client) reopenAbandoned(key, raw string) (Subscription, error) {
+	if err := c.closeTold(key); err != nil {
+		return Subscription{}, err
+	}
+	return c.engine.Subscribe(raw, c.opts.Subject)
+}
+
+// closeTold closes key's generation in the engine, for a server that needs
+// no unsubscribe: it was told already, or it keeps nothing (a stream it
+// ended).
+func (c *Client) closeTold(key string) error {
+	if _, err := c.engine.BeginClose(key); err != nil {
+		return err
+	}
+	_, err := c.engine.FinishClose(key, true)
+	return err
+}
+
+// reopenFailed makes a failed reopen of key visible: OnError is told (a
+// *ReopenError), and Lookup says the copy is not kept fresh until key's
+// subscription is open again. The watch's next tick tries again (request).
+//
+// Its pass is retried with the retry policy's backoff; a failure that
+// lasts is told again once a revalidation period at most, not at every
+// retry.
+func (c *Client) reopenFailed(key string, err error) {
+	c.mu.Lock()
+	w := c.watches[key]
+	tell := w != nil && !c.closed && time.Since(w.toldAt) >= c.opts.RevalidateEvery
+	if w != nil && !c.closed {
+		c.unopened[key] = "its subscription could not be opened again: " + causeText(err)
+	}
+	if tell {
+		w.toldAt = time.Now()
+	}
+	c.mu.Unlock()
+	if tell {
+		c.report(&ReopenError{URI: key, Err: err})
+	}
+}
