@@ -393,7 +393,7 @@ func TestWatchDeletionUnlistedConfirmsFromTheListing(t *testing.T) {
 	srv.DeleteResources("file:///docs/b.md")
 	out.waitFor(t, "b's unlisted tombstone", func(ev map[string]any) bool {
 		evidence, _ := ev["evidence"].(map[string]any)
-		return ev["event"] == "tombstone" && ev["uri"] == "file:///docs/b.md" && evidence["kind"] == "unlisted"
+		return ev["event"] == "delete" && ev["uri"] == "file:///docs/b.md" && evidence["kind"] == "unlisted"
 	})
 	interrupt()
 	select {

@@ -70,7 +70,7 @@ type demoSummary struct {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	c.registerCommon(fs)
+	c.register(fs)
 	seed := fs.Int64("seed", 1, "seed of the injected faults")
 	count := fs.Int("resources", 12, "number of resources on the demo server (4 to 100)")
 	budget := fs.Duration("converge", 20*time.Second, "how long the local copy may take to converge")
@@ -200,7 +200,7 @@ func (d *demo) run(ctx context.Context) error {
 	// Closing stops every read and callback, so the report, checked
 	// again after it, describes a copy that no longer moves.
 	if cerr := d.client.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("demo close: %w", cerr)
+		err = wrapf(cerr, "demo close")
 	}
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: show how far it got; the check did not run to
@@ -262,7 +262,7 @@ func (d *demo) catalogs(ctx context.Context) error {
 		}
 		client.Close()
 		if err != nil {
-			return fmt.Errorf("demo scan: %w", err)
+			return wrapf(err, "demo scan")
 		}
 	}
 	return nil
@@ -274,7 +274,7 @@ func (d *demo) connect(ctx context.Context, s *mcpsynctest.Server, opts *mcpsync
 	if opts != nil {
 		o = *opts
 	}
-	o.Subject, o.ProtocolVersion, o.RequestTimeout = d.c.principal, d.c.versionPin(), d.c.timeout
+	o.Subject, o.ProtocolVersion, o.RequestTimeout = d.c.subject, d.c.versionPin(), d.c.timeout
 	dial := func(context.Context) (transport.Interface, error) {
 		kit := mcpsynctest.NewTransport(s.NewInProcessTransport(), d.seed)
 		d.mu.Lock()
@@ -286,7 +286,7 @@ func (d *demo) connect(ctx context.Context, s *mcpsynctest.Server, opts *mcpsync
 	defer cancel()
 	client, err := mcpsync.Connect(cctx, dial, &o)
 	if err != nil {
-		return nil, fmt.Errorf("demo connect: %w", err)
+		return nil, wrapf(err, "demo connect")
 	}
 	return client, nil
 }
@@ -314,7 +314,7 @@ func (d *demo) subscribe(ctx context.Context) error {
 	for _, uri := range d.uris {
 		sub, err := d.client.Subscribe(ctx, uri)
 		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", uri, err)
+			return wrapf(err, "subscribe %s", uri)
 		}
 		modes[sub.Mode]++
 	}
@@ -402,7 +402,7 @@ func (d *demo) slowRead(ctx context.Context) error {
 	if _, err := d.client.Read(ctx, uri); err != nil && !errors.Is(err, mcpsync.ErrRefused) {
 		hold.Release()
 		<-a
-		return fmt.Errorf("read B: %w", err)
+		return wrapf(err, "read B")
 	}
 	hold.Release()
 	<-a
@@ -457,7 +457,7 @@ func (d *demo) closeRace(ctx context.Context) error {
 	if _, err := d.client.Unsubscribe(ctx, uri); err != nil {
 		hold.Release()
 		<-a
-		return fmt.Errorf("unsubscribe %s: %w", uri, err)
+		return wrapf(err, "unsubscribe %s", uri)
 	}
 	hold.Release()
 	<-a
@@ -468,7 +468,7 @@ func (d *demo) closeRace(ctx context.Context) error {
 	}
 	sub, err := d.client.Subscribe(ctx, uri)
 	if err != nil {
-		return fmt.Errorf("subscribe %s again: %w", uri, err)
+		return wrapf(err, "subscribe %s again", uri)
 	}
 	d.p.text("             subscribed again: generation %d, %s", sub.SubscriptionGeneration, sub.Mode)
 	return nil

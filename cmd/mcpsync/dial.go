@@ -5,13 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"io"
 	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mcpsync/mcpsync/ledger/pgledger"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 
@@ -23,12 +24,12 @@ var protocols = []string{"auto", "2025-06-18", "2025-11-25", "2026-07-28"}
 
 // common holds the flags every command shares.
 type common struct {
-	url       string
-	protocol  string
-	timeout   time.Duration
-	principal string
-	json      bool
-	limits    mcpsync.Limits
+	url      string
+	protocol string
+	timeout  time.Duration
+	subject  string
+	json     bool
+	limits   mcpsync.Limits
 	// ledger is --ledger, of the commands that sync; "" keeps the fence in
 	// memory, forgotten at exit.
 	ledger nonEmpty
@@ -43,8 +44,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "", "streamable HTTP endpoint of the server")
 	fs.StringVar(&c.protocol, "protocol", "auto", "protocol revision: "+strings.Join(protocols, "|"))
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on connecting, on every request and on closing the server (a whole scan: --scan-timeout)")
-	fs.StringVar(&c.principal, "subject", "cli", "authorization subject every read is bound to")
-	fs.StringVar(&c.principal, "principal", "cli", "the former name of --subject")
+	fs.StringVar(&c.subject, "subject", "cli", "authorization subject every read is bound to")
 	fs.BoolVar(&c.json, "json", false, "JSON lines on stdout instead of text")
 	fs.Int64Var(&c.limits.MaxReadBytes, "max-read-bytes", 0, "bound on the decoded bytes of one read (0: 16 MiB)")
 	fs.IntVar(&c.limits.MaxReadItems, "max-read-items", 0, "bound on the content items of one read (0: 10000)")
@@ -78,7 +78,7 @@ func (c *common) check(needServer bool) error {
 		return usagef("--protocol %q is not one of %s", c.protocol, strings.Join(protocols, ", "))
 	case c.timeout <= 0:
 		return usagef("--timeout must be positive")
-	case c.principal == "":
+	case c.subject == "":
 		return usagef("--subject must not be empty")
 	case !needServer && (c.url != "" || len(c.command) > 0):
 		return usagef("this command runs its own server: give neither --url nor a command")
@@ -206,7 +206,7 @@ func (c *connection) bounded(ctx context.Context, timeout time.Duration, what st
 	case timedOut:
 		return fmt.Errorf("%s: no session within %v", what, timeout)
 	case err != nil:
-		return fmt.Errorf("%s: %w", what, err)
+		return wrapf(err, "%s", what)
 	}
 	return nil
 }
@@ -215,7 +215,7 @@ func (c *connection) bounded(ctx context.Context, timeout time.Duration, what st
 func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen *bool) (*connection, error) {
 	conn := &connection{http: http.DefaultTransport.(*http.Transport).Clone()}
 	conn.ctx, conn.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	opts.Subject = c.principal
+	opts.Subject = c.subject
 	opts.ProtocolVersion = c.versionPin()
 	opts.RequestTimeout = c.timeout
 	opts.Limits = &c.limits

@@ -90,7 +90,7 @@ func openSharedLedger(ctx context.Context, url string, use ledgerUse) (*pgledger
 	}
 	l, err := pgledger.Open(ctx, url, opts)
 	if err != nil {
-		return nil, fmt.Errorf("ledger %s: %w", redact(url), err)
+		return nil, wrapf(err, "ledger %s", redact(url))
 	}
 	return l, nil
 }
@@ -103,12 +103,12 @@ func ledgerSchemaExists(ctx context.Context, url, schema string) error {
 	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("ledger %s: %w", redact(url), err)
+		return wrapf(err, "ledger %s", redact(url))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)", schema).Scan(&exists); err != nil {
-		return fmt.Errorf("ledger %s: %w", redact(url), err)
+		return wrapf(err, "ledger %s", redact(url))
 	}
 	if !exists {
 		return fmt.Errorf("no ledger at %s (schema %s)", redact(url), schema)
@@ -158,7 +158,7 @@ func (c *common) newEngine(ctx context.Context, opts mcpsync.Options) (e *mcpsyn
 	if e, err = mcpsync.NewEngine(&opts); err != nil {
 		_ = done()
 		if c.ledger != "" {
-			err = fmt.Errorf("ledger %s: %w", c.ledger, err)
+			err = wrapf(err, "ledger %s", c.ledger)
 		}
 		return nil, nil, err
 	}

@@ -145,15 +145,41 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if uerr.cmd != "" {
 			help = "mcpsync " + uerr.cmd + " -h"
 		}
-		fmt.Fprintf(stderr, "mcpsync: %s (run %q for usage)\n", oneLine(err.Error()), help)
+		fmt.Fprintf(stderr, "mcpsync: %s (run %q for usage)\n", message(err), help)
 		return exitUsage
 	case errors.Is(err, mcpsync.ErrOutboxGap):
-		fmt.Fprintf(stderr, "mcpsync: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "mcpsync: %s\n", message(err))
 		return exitOutboxGap
 	default:
-		fmt.Fprintf(stderr, "mcpsync: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "mcpsync: %s\n", message(err))
 		return exitFailure
 	}
+}
+
+// wrapped is an error of the command around one of the library's, whose
+// message begins with the "mcpsync: " the command says once, in front of
+// the whole line (message): the cause is said without it.
+type wrapped struct {
+	context string
+	err     error
+}
+
+// wrapf says what the command was doing when err happened, as
+// fmt.Errorf("format: %w", a..., err) does.
+func wrapf(err error, format string, a ...any) error {
+	return &wrapped{context: fmt.Sprintf(format, a...), err: err}
+}
+
+func (w *wrapped) Error() string {
+	return w.context + ": " + strings.TrimPrefix(w.err.Error(), "mcpsync: ")
+}
+
+func (w *wrapped) Unwrap() error { return w.err }
+
+// message is err as one line after the command's "mcpsync: ": the
+// library's errors begin with it already, and it is said once.
+func message(err error) string {
+	return oneLine(strings.TrimPrefix(err.Error(), "mcpsync: "))
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -248,6 +248,7 @@ func TestRuntimeFailuresExitOneWithOneLine(t *testing.T) {
 			assert.Equal(t, exitFailure, r.code, r)
 			assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line on stderr: %q", r.stderr)
 			assert.True(t, strings.HasPrefix(r.stderr, "mcpsync: "), r.stderr)
+			assert.Equal(t, 1, strings.Count(r.stderr, "mcpsync:"), "said once: %q", r.stderr)
 		})
 	}
 }

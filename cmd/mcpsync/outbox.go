@@ -69,7 +69,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 	}()
 	st, err := l.OutboxState(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
+		return wrapf(err, "outbox")
 	}
 	// Without a consumer, or for one not yet registered (which registering
 	// places before the oldest retained entry), everything retained is
@@ -89,7 +89,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 	for more := true; more; {
 		batch, err := l.Outbox(ctx, after, outboxBatch)
 		if err != nil {
-			return fmt.Errorf("outbox: %w", err)
+			return wrapf(err, "outbox")
 		}
 		more = len(batch) == outboxBatch
 		for _, e := range batch {
@@ -98,7 +98,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 				break
 			}
 			if err := out.entry(e); err != nil {
-				return fmt.Errorf("outbox: write: %w", err) // nothing acknowledged
+				return wrapf(err, "outbox: write") // nothing acknowledged
 			}
 			after = e.Seq
 		}
@@ -119,10 +119,10 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 			// With nothing listed this still registers the consumer, so the
 			// outbox keeps what is appended from now on for it.
 			if err := l.Ack(ctx, string(consumer), upTo); err != nil {
-				return fmt.Errorf("outbox: %w", err)
+				return wrapf(err, "outbox")
 			}
 			if st, err = l.OutboxState(ctx); err != nil {
-				return fmt.Errorf("outbox: %w", err)
+				return wrapf(err, "outbox")
 			}
 			ackNote = fmt.Sprintf("%q acknowledged through #%d", consumer, st.Consumers[string(consumer)])
 		}
@@ -132,7 +132,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 	if *jsonLines {
 		fmt.Fprintln(stderr, sum)
 	} else if err := out.line(sum); err != nil {
-		return fmt.Errorf("outbox: write: %w", err)
+		return wrapf(err, "outbox: write")
 	}
 	if gap != nil && st.Consumers[string(consumer)] < gap.Through {
 		return &lostEntriesError{gap: gap}

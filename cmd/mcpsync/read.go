@@ -30,7 +30,7 @@ type contentItem struct {
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var c common
 	fs := flag.NewFlagSet("read", flag.ContinueOnError)
-	c.registerCommon(fs)
+	c.register(fs)
 	c.registerLedger(fs)
 	positional, err := parse(fs, &c, args)
 	if err != nil {
@@ -76,23 +76,23 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			return err
 		}
 		if _, err := c.shared.Acquire(ctx, key); err != nil {
-			return fmt.Errorf("read %s: %w", uri, err)
+			return wrapf(err, "read %s", uri)
 		}
 		defer func() { _ = c.shared.Release(context.WithoutCancel(ctx), key) }()
 	}
 	keep := leftOpen(engine, uri)
-	if _, err := engine.Subscribe(uri, c.principal); err != nil {
-		return fmt.Errorf("read %s: %w", uri, err)
+	if _, err := engine.Subscribe(uri, c.subject); err != nil {
+		return wrapf(err, "read %s", uri)
 	}
 	if !keep {
 		defer func() {
 			if cerr := closeOneShot(engine, uri); err == nil && cerr != nil {
-				err = fmt.Errorf("read %s: close: %w", uri, cerr)
+				err = wrapf(cerr, "read %s: close", uri)
 			}
 		}()
 	}
 	if _, err := engine.Activate(uri, mcpsync.ModePoll); err != nil {
-		return fmt.Errorf("read %s: %w", uri, err)
+		return wrapf(err, "read %s", uri)
 	}
 	out, err := conn.client.Read(ctx, uri)
 	p := newPrinter(c.json, stdout, stderr)
@@ -104,7 +104,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		if err == nil {
 			err = errors.New("no answer")
 		}
-		return fmt.Errorf("read %s refused: %w", uri, err)
+		return wrapf(err, "read %s refused", uri)
 	}
 	ev := readEvent{versionEvent: newVersionEvent(out.Version), Receipt: out.Version}
 	if out.Version.Decision == mcpsync.DecisionTombstonePending {
@@ -114,7 +114,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	entry, err := conn.client.Lookup(uri)
 	if err != nil {
 		p.emit(ev, ev.versionEvent.String())
-		return fmt.Errorf("read %s: accepted but not servable: %w", uri, err)
+		return wrapf(err, "read %s: accepted but not servable", uri)
 	}
 	var text strings.Builder
 	for _, item := range entry.Contents {

@@ -108,7 +108,7 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var c common
 	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
-	c.registerCommon(fs)
+	c.register(fs)
 	c.registerLedger(fs)
 	templates := fs.Bool("templates", true, "scan resources/templates/list too")
 	positional, err := parse(fs, &c, args)
@@ -171,7 +171,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			p.emit(ev, ev.String())
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("scan %s: %w", kind, err))
+			errs = append(errs, wrapf(err, "scan %s", kind))
 		}
 	}
 	p.done()

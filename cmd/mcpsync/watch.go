@@ -140,7 +140,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var c common
 	var uris uriList
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	c.registerCommon(fs)
+	c.register(fs)
 	c.registerLedger(fs)
 	fs.Var(&uris, "uri", "URI to subscribe (repeatable)")
 	all := fs.Bool("all", false, "scan resources and subscribe every listed URI, and what later scans list")
@@ -283,7 +283,7 @@ func (w *watcher) onError(err error) {
 		n := w.framingLosses
 		w.mu.Unlock()
 		if n >= framingLossesToGiveUp {
-			w.fail(fmt.Errorf("%d sessions in a row ended on the server's framing: %w", n, err))
+			w.fail(wrapf(err, "%d sessions in a row ended on the server's framing", n))
 		}
 	}
 }
@@ -352,7 +352,7 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 		// shows what this run appends.
 		st, err := engine.OutboxState(ctx)
 		if err != nil {
-			return fmt.Errorf("ledger %s: %w", w.c.ledger, err)
+			return wrapf(err, "ledger %s", w.c.ledger)
 		}
 		w.outbox = st.Last
 	}
@@ -404,7 +404,7 @@ func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOpt
 		// Reported, not a failure of the watch: a stdio server that
 		// ignores its stdin closing is ended by a signal, and its exit
 		// status says so (server-everything 2025.9.25 does this).
-		ev := newErrorEvent(fmt.Errorf("close: %w", closeErr))
+		ev := newErrorEvent(wrapf(closeErr, "close"))
 		w.p.emit(ev, ev.String())
 	}
 	w.pullOutbox()
@@ -558,7 +558,7 @@ func (w *watcher) scan(ctx context.Context) (mcpsync.Catalog, error) {
 		w.p.emit(ev, ev.summaryLine())
 	}
 	if err != nil {
-		return cat, fmt.Errorf("scan: %w", err)
+		return cat, wrapf(err, "scan")
 	}
 	return cat, nil
 }
@@ -573,7 +573,7 @@ func (w *watcher) subscribe(ctx context.Context, uris []string) error {
 		}
 		sub, err := w.conn.client.Subscribe(ctx, uri)
 		if err != nil {
-			err = fmt.Errorf("subscribe %s: %w", uri, err)
+			err = wrapf(err, "subscribe %s", uri)
 			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
 			if !errors.Is(err, mcpsync.ErrNotFound) {
 				failed = append(failed, err)
