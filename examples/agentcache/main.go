@@ -12,7 +12,9 @@
 // fence and the content guard, was read for the principal, who is not
 // revoked, and was confirmed within its published staleness bound. What
 // the client holds when WaitForSync returns was told as added before it
-// returned, so the first prompt is built once, after it.
+// returned, so the first prompt is built once, after it. The handler tells
+// what Lookup serves, not when a copy's bound passes: a runtime that keeps
+// a prompt longer than the bound lists the entries again before it uses it.
 //
 // The run changes a document, adds one, poisons one with a prompt
 // injection (the guard quarantines it), deletes one and revokes alice, then
