@@ -1,10 +1,13 @@
 package mcpsync_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"os"
+	"strings"
+	"testing"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 
@@ -12,46 +15,73 @@ import (
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
-// The README's quick start against the test kit's server: the prompt gets
-// the first text once it is read, the change that arrives rebuilds it, and
-// the index sees both versions in order.
+// The README's two programs against the test kit's server, side by side:
+// the cache's prompt follows the document's text, a change and the
+// deletion included, and the worker indexes each version and deletes what
+// the deleted document fed.
 func Example_quickStart() {
 	const uri = "file:///handbook/onboarding.md"
 	srv := mcpsynctest.NewServer(nil)
 	srv.Set(uri, "text/markdown", "Badges are at desk 2.")
 	dial := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
+	ctx, cancel := context.WithCancel(context.Background())
 
-	rebuilds := make(chan string, 8)
-	errDone := errors.New("done")
-	err := quickStart(context.Background(), dial,
-		func(uri string) { rebuilds <- uri },
-		func(e mcpsync.Entry) { fmt.Println("prompt:", e.Contents[0].Text) },
-		func(e mcpsync.OutboxEntry) error {
-			fmt.Println("reindex:", e.Seq, e.Reason)
-			if e.Seq == 1 {
-				srv.Set(uri, "text/markdown", "Badges are at desk 4.")
-				return nil
+	prompts, indexed := make(chan string, 16), make(chan string, 16)
+	var last string // the cache's goroutine only
+	cacheDone := make(chan error, 1)
+	go func() {
+		cacheDone <- promptCache(ctx, dial, func(prompt []mcpsync.Entry) {
+			var texts []string
+			for _, e := range prompt {
+				texts = append(texts, e.Contents[0].Text)
 			}
-			return errDone
+			if s := fmt.Sprint(texts); s != last { // a rebuild with nothing new
+				last = s
+				prompts <- s
+			}
 		})
-	fmt.Println(errors.Is(err, errDone), len(rebuilds), "prompt rebuilds")
+	}()
+	workerDone := make(chan error, 1)
+	go func() {
+		workerDone <- indexWorker(ctx, dial,
+			func(uri string, c []mcpsync.Content) error { indexed <- "index: " + c[0].Text; return nil },
+			func(uri string) error { indexed <- "unindex: " + uri; return nil })
+	}()
+	step := func() { fmt.Println("prompt:", <-prompts); fmt.Println(<-indexed) }
+	step()
+	srv.Set(uri, "text/markdown", "Badges are at desk 4.")
+	step()
+	srv.Delete(uri)
+	step()
+	cancel()
+	fmt.Println(errors.Is(<-cacheDone, context.Canceled), errors.Is(<-workerDone, context.Canceled))
 	// Output:
-	// prompt: Badges are at desk 2.
-	// reindex: 1 updated
-	// reindex: 2 updated
-	// true 2 prompt rebuilds
+	// prompt: [Badges are at desk 2.]
+	// index: Badges are at desk 2.
+	// prompt: [Badges are at desk 4.]
+	// index: Badges are at desk 4.
+	// prompt: []
+	// unindex: file:///handbook/onboarding.md
+	// true true
 }
 
-// quickStart is the README's quick start, word for word from Connect on.
-func quickStart(ctx context.Context, dial mcpsync.Dialer, rebuildPrompt func(uri string),
-	addToPrompt func(mcpsync.Entry), reindex func(mcpsync.OutboxEntry) error) error {
+// promptCache is the README's cache, word for word from its first line.
+func promptCache(ctx context.Context, dial mcpsync.Dialer, usePrompt func([]mcpsync.Entry)) error {
+	changed := make(chan struct{}, 1)
+	mark := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // a rebuild is due already
+		}
+	}
 	client, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{
 		Subject: "user:alice",
-		// Every fenced read, on the read's goroutine: do not block here.
-		OnOutcome: func(o mcpsync.Outcome) {
-			if o.Changed() || o.Withdrawn() { // new text, or text taken away
-				rebuildPrompt(o.Version.Version.URI)
-			}
+		// Told, in order per URI and with contents, of every entry added,
+		// updated or deleted; on the client's goroutine: do not block here.
+		Handler: mcpsync.ResourceHandlerFuncs{
+			AddFunc:    func(mcpsync.Entry) { mark() },
+			UpdateFunc: func(old, new mcpsync.Entry) { mark() },
+			DeleteFunc: func(last mcpsync.Entry, d mcpsync.Deletion) { mark() },
 		},
 	})
 	if err != nil {
@@ -59,42 +89,118 @@ func quickStart(ctx context.Context, dial mcpsync.Dialer, rebuildPrompt func(uri
 	}
 	defer client.Close()
 
-	// Subscribe (or poll where the server cannot), then wait for the first reads.
-	const uri = "file:///handbook/onboarding.md"
-	if _, err := client.Subscribe(ctx, uri); err != nil {
+	// Subscribe (or poll where the server cannot) what the server lists, now
+	// and later; deletions are confirmed by the same scans.
+	if _, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true}); err != nil {
 		return err
 	}
-	if err := client.WaitForSync(ctx); err != nil {
-		return err
+	for {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// Strict: accepted, guarded, unrevoked versions of this subject,
+		// confirmed within their staleness bound.
+		var prompt []mcpsync.Entry
+		for entry, err := range client.Entries(ctx, mcpsync.RequireFresh()) {
+			if err != nil {
+				return err
+			}
+			prompt = append(prompt, entry)
+		}
+		usePrompt(prompt)
 	}
+}
 
-	// Prompt assembly, strict: accepted, guarded, unrevoked versions of this
-	// subject, confirmed within their staleness bound. A refusal says why.
-	entry, err := client.Lookup(uri, mcpsync.RequireFresh())
-	if why, refused := mcpsync.RefusalOf(err); refused {
-		log.Printf("%s left out: %s", uri, why) // QUARANTINED, REVOKED, STALE, …
-	} else if err != nil {
+// indexWorker is the README's worker, word for word from its first line,
+// on a client of its own.
+func indexWorker(ctx context.Context, dial mcpsync.Dialer, index func(uri string, c []mcpsync.Content) error, unindex func(uri string) error) error {
+	client, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Subject: "svc:indexer"})
+	if err != nil {
 		return err
-	} else {
-		addToPrompt(entry)
 	}
-
-	// Keep scanning: new resources are subscribed, deletions confirmed.
+	defer client.Close()
 	if _, err := client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true}); err != nil {
 		return err
 	}
 
-	// Index maintenance: a named outbox consumer, at least once, in order per URI.
-	for entry, err := range client.Engine().Consume(ctx, "indexer") {
+	engine := client.Engine() // a worker's engine keeps its ledger in a file: see below
+	for entry, err := range engine.Consume(ctx, "indexer") {
 		if err != nil {
 			return err
 		}
-		if err := reindex(entry); err != nil {
+		r, err := engine.Resolve(ctx, entry)
+		if err != nil {
 			return err
 		}
-		if err := client.Engine().Acknowledge(ctx, "indexer", entry.Seq); err != nil {
+		switch r.Kind {
+		case mcpsync.ResolvedContents: // the exact contents of the entry's version
+			err = index(entry.URI, r.Contents)
+		case mcpsync.ResolvedSuperseded: // the newer version's entry follows
+		default: // deleted, revoked, forgotten or quarantined: what it fed goes
+			err = unindex(entry.URI)
+		}
+		if err != nil {
+			return err
+		}
+		if err := engine.Acknowledge(ctx, "indexer", entry.Seq); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Each Go block of the README's quick start is in this file, line for line
+// and in order, so the code a reader copies is the code Example_quickStart
+// runs.
+func TestReadmeQuickStartIsTheExample(t *testing.T) {
+	file := func(name string) []string {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var lines []string
+		for sc := bufio.NewScanner(f); sc.Scan(); {
+			if l := strings.TrimSpace(sc.Text()); l != "" {
+				lines = append(lines, l)
+			}
+		}
+		return lines
+	}
+	readme, example := file("README.md"), file("examples_quickstart_test.go")
+	var blocks [][]string
+	section, inBlock := false, false
+	for _, l := range readme {
+		switch {
+		case strings.HasPrefix(l, "## "):
+			section = l == "## Quick start"
+		case section && l == "```go":
+			inBlock = true
+			blocks = append(blocks, nil)
+		case inBlock && l == "```":
+			inBlock = false
+		case inBlock:
+			blocks[len(blocks)-1] = append(blocks[len(blocks)-1], l)
+		}
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("the README's quick start has %d Go blocks, want the cache's and the worker's", len(blocks))
+	}
+	for _, block := range blocks {
+		at := -1
+		for i, l := range example {
+			if l == block[0] {
+				at = i
+				break
+			}
+		}
+		for i, l := range block {
+			if at < 0 || at+i >= len(example) || example[at+i] != l {
+				t.Errorf("README quick start line %q is not in examples_quickstart_test.go in its place", l)
+				break
+			}
+		}
+	}
 }

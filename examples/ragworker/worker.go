@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -121,7 +119,6 @@ func work(ctx context.Context, cfg config, lg *logger) (err error) {
 	}
 	err = wk.consume(ctx)
 	if ctx.Err() != nil {
-		wk.report()
 		lg.printf("stopped")
 		return nil
 	}
@@ -325,53 +322,4 @@ func (wk *worker) revoke(e mcpsync.OutboxEntry) string {
 	delete(wk.idx.Chunks, id)
 	wk.idx.Deleted[c.URI] = deletion{Seq: e.Seq, Reason: e.Reason, Subject: e.Subject}
 	return "chunk deleted"
-}
-
-// report says what the ledger serves of every URI it knows.
-func (wk *worker) report() {
-	served, err := servable(wk.indexer)
-	if err != nil {
-		wk.log.printf("report: %v", err)
-		return
-	}
-	for _, uri := range slices.Sorted(maps.Keys(served)) {
-		wk.log.printf("lookup %s: %s", uri, served[uri])
-	}
-}
-
-// served is what Lookup answers for a URI, asked by the principal that
-// subscribed it.
-type served struct {
-	principal string
-	refusal   mcpsync.LookupRefusal // empty when served
-	text      string
-	ordinal   uint64
-}
-
-func (s served) String() string {
-	if s.refusal != "" {
-		return fmt.Sprintf("%s for %s", s.refusal, s.principal)
-	}
-	return fmt.Sprintf("served to %s, ordinal %d", s.principal, s.ordinal)
-}
-
-// servable asks e's ledger about every URI it knows.
-func servable(e *mcpsync.Engine) (map[string]served, error) {
-	out := map[string]served{}
-	for sub, err := range e.Subscriptions() {
-		if err != nil {
-			return nil, err
-		}
-		s := served{principal: sub.Subject}
-		entry, err := e.Lookup(sub.Subject, sub.URI)
-		if why, ok := mcpsync.RefusalOf(err); ok {
-			s.refusal = why
-		} else if err != nil {
-			return nil, err
-		} else {
-			s.text, s.ordinal = entry.Contents[0].Text, entry.Version.ReadOrdinal
-		}
-		out[sub.URI] = s
-	}
-	return out, nil
 }
