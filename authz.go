@@ -230,7 +230,7 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 	ctx := context.Background()
 	if err := e.ledger.Revoke(ctx, r); err != nil {
 		return RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: subject, At: r.At},
-			fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+			errorf("revoke %q: %w", subject, err)
 	}
 	return e.sweep(ctx, r)
 }
@@ -242,7 +242,7 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
 	keys, err := e.subjectKeys(ctx, r.Subject)
 	if err != nil {
-		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
+		return rc, errorf("revoke %q: %w", r.Subject, err)
 	}
 	for _, key := range keys {
 		err := e.revokeRecord(key, r.Subject, &rc)
@@ -250,7 +250,7 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 		case errors.Is(err, ErrNotLeaseholder):
 			rc.Elsewhere = append(rc.Elsewhere, key)
 		case err != nil:
-			return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
+			return rc, errorf("revoke %q: %w", r.Subject, err)
 		}
 	}
 	if len(rc.Elsewhere) > 0 {
@@ -260,7 +260,7 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 	}
 	r.Swept = true
 	if err := e.ledger.Revoke(ctx, r); err != nil {
-		return rc, fmt.Errorf("mcpsync: revoke %q: %w", r.Subject, err)
+		return rc, errorf("revoke %q: %w", r.Subject, err)
 	}
 	return rc, nil
 }
@@ -329,7 +329,7 @@ func (e *Engine) sweepSubjects(ctx context.Context, key string, held []string) e
 	var rc RevocationReceipt
 	for _, s := range subjects {
 		if err := e.revokeRecord(key, s, &rc); err != nil {
-			return fmt.Errorf("mcpsync: revoke %q: %w", s, err)
+			return errorf("revoke %q: %w", s, err)
 		}
 	}
 	return nil

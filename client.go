@@ -484,7 +484,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, err
 	}
 	if c.metrics, err = newMetrics(c, o.MeterProvider); err != nil {
-		return nil, fmt.Errorf("mcpsync: metrics: %w", err)
+		return nil, errorf("metrics: %w", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.notes.init()

@@ -123,7 +123,7 @@ func NewEngine(opts *Options) (*Engine, error) {
 	}
 	id, err := uuid.NewRandom()
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: engine identity: %w", err)
+		return nil, errorf("engine identity: %w", err)
 	}
 	e := &Engine{
 		id:           id.String(),
@@ -229,7 +229,7 @@ func (b *idBlock) take(reserve func() (uint64, error)) (uint64, error) {
 	if b.next == b.end {
 		first, err := reserve()
 		if err != nil {
-			return 0, fmt.Errorf("mcpsync: reserve request ids: %w", err)
+			return 0, errorf("reserve request ids: %w", err)
 		}
 		b.next, b.end = first, first+requestBlock
 	}
@@ -263,7 +263,7 @@ func (e *Engine) beginSessionOf(c *Client, info SessionInfo) (CapabilityReceipt,
 	gen, err := e.ledger.Next(context.Background(), CounterSession, 1)
 	if err != nil {
 		e.sessionMu.Unlock()
-		return CapabilityReceipt{}, fmt.Errorf("mcpsync: allocate session generation: %w", err)
+		return CapabilityReceipt{}, errorf("allocate session generation: %w", err)
 	}
 	info.Capabilities.Schema = SchemaCapabilityReceipt
 	info.Capabilities.SessionGeneration = gen
@@ -316,7 +316,7 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(
 		if !loaded {
 			var err error
 			if cur, err = e.ledger.Load(ctx, key); err != nil {
-				return nil, 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
+				return nil, 0, errorf("load %s: %w", key, err)
 			}
 		}
 		loaded = false
@@ -330,7 +330,7 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(
 		deferrable := mayDefer != nil && mayDefer(cur, next)
 		seq, ok, err := e.swap(ctx, key, cur, next, entries, deferrable)
 		if err != nil {
-			return nil, 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
+			return nil, 0, errorf("store %s: %w", key, err)
 		}
 		if ok {
 			e.movedCurrent(key, cur, next, entries)
@@ -415,7 +415,7 @@ func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn ste
 		if !loaded {
 			var err error
 			if cur, err = e.ledger.Load(ctx, key); err != nil {
-				return 0, fmt.Errorf("mcpsync: load %s: %w", key, err)
+				return 0, errorf("load %s: %w", key, err)
 			}
 		}
 		loaded = false
@@ -440,7 +440,7 @@ func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn ste
 		}
 		seq, ok, err := e.swap(ctx, key, cur, next, entries, deferrable)
 		if err != nil {
-			return 0, fmt.Errorf("mcpsync: store %s: %w", key, err)
+			return 0, errorf("store %s: %w", key, err)
 		}
 		if ok {
 			e.movedCurrent(key, cur, next, entries)
@@ -461,7 +461,7 @@ func (e *Engine) view(key string, fn func(cur *Record)) error {
 	}
 	cur, err := e.ledger.Load(ctx, key)
 	if err != nil {
-		return fmt.Errorf("mcpsync: load %s: %w", key, err)
+		return errorf("load %s: %w", key, err)
 	}
 	fn(cur)
 	return nil
@@ -695,7 +695,7 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 	} else {
 		var err error
 		if gen, err = e.ledger.RevokedGeneration(ctx); err != nil {
-			return fmt.Errorf("mcpsync: read revocations: %w", err)
+			return errorf("read revocations: %w", err)
 		}
 	}
 	if gen == e.revokedGen.Load() {
@@ -716,7 +716,7 @@ func (e *Engine) loadRevokedAfter(ctx context.Context, x LedgerIndex) error {
 	defer e.reloadMu.Unlock()
 	subjects, gen, err := x.RevokedAfter(ctx, e.revokedGen.Load())
 	if err != nil {
-		return fmt.Errorf("mcpsync: read revocations: %w", err)
+		return errorf("read revocations: %w", err)
 	}
 	e.addRevoked(subjects...)
 	e.revokedGen.Store(gen)
@@ -731,11 +731,11 @@ func (e *Engine) loadRevoked(ctx context.Context) ([]RevokedSubject, error) {
 	defer e.reloadMu.Unlock()
 	gen, err := e.ledger.RevokedGeneration(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: read revocations: %w", err)
+		return nil, errorf("read revocations: %w", err)
 	}
 	revoked, err := e.ledger.Revoked(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: read revocations: %w", err)
+		return nil, errorf("read revocations: %w", err)
 	}
 	subjects := make([]string, len(revoked))
 	for i, r := range revoked {

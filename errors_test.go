@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -164,6 +166,54 @@ func TestErrorsSayWhatHappenedOnce(t *testing.T) {
 			if tc.check != nil {
 				tc.check(t, err)
 			}
+		})
+	}
+}
+
+// An engine whose ledger fails (here a bolt ledger closed under it, as at
+// shutdown) says so once in every call of the consumer API: "mcpsync: "
+// begins the message, and the ledger's sentinel, which prints that prefix
+// too, reads without it. It fails while the engine wraps the ledger's
+// errors with fmt.Errorf ("mcpsync: pull outbox: mcpsync: ledger closed",
+// "mcpsync: ack outbox for ...: boltledger: ...: mcpsync: ledger closed").
+func TestLedgerFailuresSayMcpsyncOnce(t *testing.T) {
+	l, err := boltledger.Open(filepath.Join(t.TempDir(), "ledger.db"), nil)
+	require.NoError(t, err)
+	e := newEngine(t, &mcpsync.Options{Ledger: l})
+	readAs(t, e, docURI, alice, "a")
+	entries, err := e.PullOutbox(0, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+	require.NoError(t, l.Close())
+
+	first := func(seq func(func(mcpsync.Entry, error) bool)) error {
+		for _, err := range seq {
+			return err
+		}
+		return nil
+	}
+	for name, call := range map[string]func() error{
+		"Resolve": func() error { _, err := e.Resolve(t.Context(), entries[0]); return err },
+		"Lookup":  func() error { _, err := e.Lookup(alice, docURI); return err },
+		"Entries": func() error { return first(e.Entries(t.Context(), alice)) },
+		"PullOutbox": func() error {
+			_, err := e.PullOutbox(0, 0)
+			return err
+		},
+		"Acknowledge": func() error { return e.Acknowledge(t.Context(), "indexer", 1) },
+		"Consume": func() error {
+			for _, err := range e.Consume(t.Context(), "indexer") {
+				return err
+			}
+			return nil
+		},
+		"Forget": func() error { return e.Forget(docURI) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			require.ErrorIs(t, err, mcpsync.ErrLedgerClosed)
+			msg := err.Error()
+			assert.Equal(t, 1, strings.Count(msg, "mcpsync:"), msg)
 		})
 	}
 }

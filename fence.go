@@ -267,7 +267,7 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 	} else {
 		var err error
 		if cur, err = e.ledger.Load(ctx, t.URI); err != nil {
-			return fmt.Errorf("mcpsync: load %s: %w", t.URI, err)
+			return errorf("load %s: %w", t.URI, err)
 		}
 		if reason, ok = e.check(cur, t); !ok {
 			seen = viewOf(cur)
@@ -486,7 +486,7 @@ func (e *Engine) revokedSince(uri, subject string) (bool, error) {
 	}
 	rc := RevocationReceipt{}
 	if err := e.revokeRecord(uri, subject, &rc); err != nil {
-		return true, fmt.Errorf("mcpsync: revoke %q: %w", subject, err)
+		return true, errorf("revoke %q: %w", subject, err)
 	}
 	return true, &RefusalError{Reason: ReasonSubjectRevoked, Detail: "revoked through another engine while the read was accepted"}
 }
@@ -868,7 +868,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 			// leaves an unused epoch, never one used twice.
 			var err error
 			if epoch, err = e.ledger.Next(context.Background(), CounterCloseEpoch, 1); err != nil {
-				return nil, nil, fmt.Errorf("mcpsync: allocate close epoch: %w", err)
+				return nil, nil, errorf("allocate close epoch: %w", err)
 			}
 		}
 		next.CloseOrdinal = cur.LastIssued

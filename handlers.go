@@ -1,7 +1,6 @@
 package mcpsync
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -170,7 +169,7 @@ func (c *Client) handleSweep(s *sweep) {
 	if keys == nil {
 		cands, err := c.engine.candidates(c.ctx, c.opts.Subject, "")
 		if err != nil {
-			c.report(fmt.Errorf("mcpsync: tell the handler: %w", err))
+			c.report(errorf("tell the handler: %w", err))
 		}
 		for key := range c.told {
 			cands = append(cands, key)
@@ -194,7 +193,7 @@ func (c *Client) tell(key string, ev *DeletionEvidence) {
 		refusal, ok := RefusalOf(err)
 		switch {
 		case !ok:
-			c.report(fmt.Errorf("mcpsync: tell the handler of %s: %w", key, err))
+			c.report(errorf("tell the handler of %s: %w", key, err))
 		case had:
 			delete(c.told, key)
 			d := Deletion{Refusal: refusal}

@@ -140,7 +140,7 @@ func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions) {
 			return
 		}
 		if rep.Err != nil && !errors.Is(rep.Err, ErrClientClosed) {
-			c.report(fmt.Errorf("mcpsync: kept scan: %w", rep.Err))
+			c.report(errorf("kept scan: %w", rep.Err))
 		}
 		if o.OnScan != nil {
 			o.OnScan(rep)

@@ -858,7 +858,7 @@ func (tx *memTx) commit(engine string) (uint64, error) {
 	}
 	entries := l.scratch
 	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
-		return 0, fmt.Errorf("mcpsync: store %s: %w", tx.key, err)
+		return 0, errorf("store %s: %w", tx.key, err)
 	}
 	// storeLocked, knowing the key's record: cur, which is read here for
 	// the last time (the key's slot is then overwritten).

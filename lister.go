@@ -3,7 +3,6 @@ package mcpsync
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
 	"strings"
 )
@@ -75,7 +74,7 @@ func (e *Engine) candidates(ctx context.Context, subject, prefix string) ([]stri
 	if x, ok := e.ledger.(LedgerIndex); ok {
 		all, err := x.SubjectKeys(ctx, subject)
 		if err != nil {
-			return nil, fmt.Errorf("mcpsync: list %q: %w", subject, err)
+			return nil, errorf("list %q: %w", subject, err)
 		}
 		for _, key := range all {
 			if strings.HasPrefix(key, prefix) {
@@ -91,7 +90,7 @@ func (e *Engine) candidates(ctx context.Context, subject, prefix string) ([]stri
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: list %q: %w", subject, err)
+		return nil, errorf("list %q: %w", subject, err)
 	}
 	return keys, nil
 }

@@ -78,7 +78,7 @@ func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 	ctx := context.Background()
 	st, err := e.ledger.OutboxState(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: pull outbox: %w", err)
+		return nil, errorf("pull outbox: %w", err)
 	}
 	pos := max64(after, st.Consumers[DefaultConsumer])
 	if gap := st.Lost(DefaultConsumer, pos); gap != nil {
@@ -86,7 +86,7 @@ func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 	}
 	entries, err := e.ledger.Outbox(ctx, pos, max)
 	if err != nil {
-		return nil, fmt.Errorf("mcpsync: pull outbox: %w", err)
+		return nil, errorf("pull outbox: %w", err)
 	}
 	return entries, nil
 }
@@ -102,7 +102,7 @@ func (e *Engine) AckOutbox(seq uint64) error {
 func (e *Engine) OutboxCursor() (uint64, error) {
 	st, err := e.ledger.OutboxState(context.Background())
 	if err != nil {
-		return 0, fmt.Errorf("mcpsync: outbox cursor: %w", err)
+		return 0, errorf("outbox cursor: %w", err)
 	}
 	return st.Consumers[DefaultConsumer], nil
 }
@@ -121,7 +121,7 @@ func (e *Engine) Acknowledge(ctx context.Context, consumer string, seq uint64) e
 		return err
 	}
 	if err := e.ledger.Ack(ctx, consumer, seq); err != nil {
-		return fmt.Errorf("mcpsync: ack outbox for %q: %w", consumer, err)
+		return errorf("ack outbox for %q: %w", consumer, err)
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxE
 			return
 		}
 		if err := e.ledger.Ack(ctx, consumer, 0); err != nil {
-			fail(fmt.Errorf("mcpsync: register outbox consumer %q: %w", consumer, err))
+			fail(errorf("register outbox consumer %q: %w", consumer, err))
 			return
 		}
 		var pos uint64 // the newest entry this call yielded or the name passed
@@ -399,7 +399,7 @@ func (e *Engine) viewContext(ctx context.Context, key string, err *error, fn fun
 	}
 	rec, lerr := e.ledger.Load(ctx, key)
 	if lerr != nil {
-		*err = fmt.Errorf("mcpsync: load %s: %w", key, lerr)
+		*err = errorf("load %s: %w", key, lerr)
 		return
 	}
 	run(rec)

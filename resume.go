@@ -38,7 +38,7 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 	others := map[string]int{} // subscriptions of this subject on other servers
 	for sub, err := range c.engine.ResumableSubscriptions() {
 		if err != nil {
-			return nil, fmt.Errorf("mcpsync: resume: %w", err)
+			return nil, errorf("resume: %w", err)
 		}
 		if sub.Subject != c.opts.Subject {
 			continue
@@ -93,7 +93,7 @@ func serverOf(sub Subscription) string {
 // that a deletion during the downtime reaches the outbox.
 func (c *Client) resume(keys []string) {
 	if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
-		c.report(fmt.Errorf("mcpsync: resume: %w", err)) // WaitForSync says so too
+		c.report(errorf("resume: %w", err)) // WaitForSync says so too
 		return
 	}
 	for _, key := range keys {
@@ -126,7 +126,7 @@ func (c *Client) resume(keys []string) {
 			_, err = c.Reconcile(cat)
 		}
 		if err != nil && c.ctx.Err() == nil && !errors.Is(err, ErrIllegalTransition) {
-			c.report(fmt.Errorf("mcpsync: resume: reconcile: %w", err))
+			c.report(errorf("resume: reconcile: %w", err))
 		}
 		if !c.wait(pause.NextBackOff()) {
 			return
@@ -256,7 +256,7 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 				break
 			}
 			if refused != nil {
-				refusals = append(refusals, fmt.Errorf("mcpsync: %s: %w", keys[0], refused))
+				refusals = append(refusals, errorf("%s: %w", keys[0], refused))
 			}
 			keys = keys[1:]
 		}

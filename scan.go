@@ -113,7 +113,7 @@ type listResult struct {
 func pageFromRaw(kind ListKind, raw json.RawMessage) (Page, error) {
 	var r listResult
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return Page{}, fmt.Errorf("mcpsync: %s result: %w", kind.Method(), err)
+		return Page{}, errorf("%s result: %w", kind.Method(), err)
 	}
 	p := Page{NextCursor: r.NextCursor}
 	if id, ok := r.Meta[SnapshotIDMetaKey].(string); ok {

@@ -854,7 +854,7 @@ func (e *Engine) ApplyListing(rawURI string, present bool, since time.Time) (Tic
 func (e *Engine) reconcile(key string, present bool, since time.Time, ev DeletionEvidence) (Ticket, bool, *TombstoneReceipt, error) {
 	r, err := e.ledger.Load(context.Background(), key)
 	if err != nil {
-		return Ticket{}, false, nil, fmt.Errorf("mcpsync: load %s: %w", key, err)
+		return Ticket{}, false, nil, errorf("load %s: %w", key, err)
 	}
 	if r == nil || r.Sub == nil {
 		return Ticket{}, false, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)

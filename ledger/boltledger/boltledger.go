@@ -852,10 +852,13 @@ func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
 		}
 		return l.trim(tx)
 	})
-	if err != nil {
-		return fmt.Errorf("boltledger: ack %q: %w", consumer, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mcpsync.ErrLedgerClosed):
+		return err // the engine says which call it was
 	}
-	return nil
+	return fmt.Errorf("boltledger: ack %q: %w", consumer, err)
 }
 
 // firstRetained returns the number of the oldest retained entry, or one past
