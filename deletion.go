@@ -365,10 +365,29 @@ func (e *Engine) relisted(key string) error {
 	return err
 }
 
+// countsUnlisted reports whether a clean listing that began at start may
+// count absences: no listing newer than it was reconciled, and none
+// failed since it began. A listing reconciled late (after a newer one, or
+// after a failure) could otherwise start or extend an absence across a
+// listing that named the URI, or one that failed.
+func (e *Engine) countsUnlisted(start time.Time) bool {
+	e.listedMu.Lock()
+	defer e.listedMu.Unlock()
+	if start.Before(e.listedSince) {
+		return false
+	}
+	e.listedSince = start
+	return true
+}
+
 // scanFailed ends every absence from the listing still counting: a scan
 // failed, and a server whose listing fails deletes nothing. Confirmed
-// deletions stand.
+// deletions stand, and no listing that began before now counts an
+// absence any more.
 func (e *Engine) scanFailed() error {
+	e.listedMu.Lock()
+	e.listedSince = e.now()
+	e.listedMu.Unlock()
 	var keys []string
 	for sub, err := range e.Subscriptions() {
 		if err != nil {

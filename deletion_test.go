@@ -746,3 +746,81 @@ func TestConnectRefusesABadDeletionSetting(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+// A listing that fails ends the absence DeletionUnlisted was counting, so
+// no deletion is confirmed by a span that a failure lies inside. It fails
+// while the failure is forgotten by a clean catalog scanned before it and
+// reconciled after it (a kept scan finishing after a failed Client.Scan,
+// say): that catalog starts a new absence dated before the failure, and
+// the next scan, one interval after the failure, deletes the URI.
+func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	_, _, err := r.scan()
+	require.NoError(t, err)
+
+	// A clean scan that lacks docURI, reconciled only after the failure.
+	r.clock.t = r.clock.t.Add(unlistedReview)
+	caps := capsPlain
+	caps.SessionGeneration = r.e.SessionGeneration()
+	before, err := runScan(t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+	require.NoError(t, err)
+
+	r.fail = true
+	_, _, _ = r.scan()
+	require.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
+	failedAt := r.clock.t
+	r.fail = false
+
+	rec, err := before.ReconcileWith(r.e, r.policy)
+	require.NoError(t, err)
+	for _, tk := range rec.Tickets {
+		r.answer(tk)
+	}
+	_, rec, err = r.scan()
+	require.NoError(t, err)
+	assert.Empty(t, rec.Tombstoned, "deleted on a span from %v to %v that holds the failed listing of %v",
+		before.Scans[0].StartedAt, r.clock.t, failedAt)
+	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+
+	// Progress: a whole span of clean scans after the failure deletes it.
+	for range 2 {
+		_, _, err = r.scan()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+}
+
+// A scan that lists the URI starts the span over, so a listing that flaps
+// deletes nothing until the URI has been missing a whole span since it was
+// last listed. It fails while a clean catalog scanned before the listing
+// and reconciled after it starts a new absence dated before the listing:
+// the next scan, one interval after the URI was listed, deletes it.
+func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	_, _, err := r.scan()
+	require.NoError(t, err)
+
+	// A clean scan that lacks docURI, reconciled only after a listing has it.
+	r.clock.t = r.clock.t.Add(unlistedReview)
+	caps := capsPlain
+	caps.SessionGeneration = r.e.SessionGeneration()
+	before, err := runScan(t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+	require.NoError(t, err)
+
+	r.listing.add(docURI)
+	_, _, err = r.scan()
+	require.NoError(t, err)
+	require.Nil(t, r.sub(docURI).Unlisted, "the listing ended the absence")
+	listedAt := r.clock.t
+	r.listing.remove(docURI)
+
+	rec, err := before.ReconcileWith(r.e, r.policy)
+	require.NoError(t, err)
+	for _, tk := range rec.Tickets {
+		r.answer(tk)
+	}
+	_, rec, err = r.scan()
+	require.NoError(t, err)
+	assert.Empty(t, rec.Tombstoned, "deleted one interval after the listing of %v had it", listedAt)
+	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+}

@@ -628,6 +628,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 	canProveAbsence := c.refusal(e.now(), gen, e.id, true) == nil
 	scan, canCorroborate := c.absenceScan(e.now(), policy)
 	absent, countsAbsence := c.unlistedScan(e.now(), policy)
+	countsAbsence = countsAbsence && e.countsUnlisted(absent.StartedAt)
 	// Collect first: the verdicts write to the ledger being ranged over.
 	type verdict struct {
 		key      string

@@ -46,6 +46,12 @@ type Options struct {
 // outbox. An Engine is safe for concurrent use.
 type Engine struct {
 	ledger Ledger
+	// listedMu protects listedSince: the start of the newest clean
+	// listing reconciled, or the time of the newest that failed. An
+	// absence counts only in a listing that began then or later
+	// (countsUnlisted).
+	listedMu    sync.Mutex
+	listedSince time.Time
 	// mem is ledger when it is the memory ledger, whose writes the fence
 	// makes in place (change); nil for every other ledger.
 	mem *memoryLedger
