@@ -13,12 +13,12 @@ import (
 // are skipped; a revoked subject is served nothing. Options narrow it:
 // URIPrefix and Matching select entries, RequireFresh leaves out the
 // entries no bound is in force for or whose bound has passed (Lookup of one
-// of them says ErrStale). A URI subscribed while the listing runs, by a kept
-// scan say, appears in it when its key comes after the ones yielded, and in
-// every later listing.
+// of them says ErrStale). The URIs are those known when the listing
+// starts; one subscribed meanwhile, by a kept scan say, appears in every
+// later listing.
 //
-// The listing reads the ledger key by key, as Lookup does, and yields
-// outside every lock; it is no snapshot. It yields an error and stops when
+// The listing reads each entry from the ledger when it comes to its key,
+// as Lookup does, and yields outside every lock; it is no snapshot. It yields an error and stops when
 // the ledger fails, ctx ends (cancelling stops the listing, nothing else),
 // or subject is no subject.
 func (e *Engine) Entries(ctx context.Context, subject string, opts ...LookupOption) iter.Seq2[Entry, error] {
