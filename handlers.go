@@ -204,11 +204,15 @@ func (c *Client) tell(key string, ev *DeletionEvidence) {
 		}
 		return
 	}
-	c.told[key] = now
+	// What the handler was told is what it holds: a version with the same
+	// contents tells it nothing and leaves that as it is, so that the old
+	// entry of the next update is one it saw.
 	switch {
 	case !had:
+		c.told[key] = now
 		h.OnAdd(now)
 	case now.Version.Digest != last.Version.Digest:
+		c.told[key] = now
 		h.OnUpdate(last, now)
 	}
 }

@@ -302,3 +302,75 @@ func TestPanickingHandlerIsReportedAndTheNextChangesAreTold(t *testing.T) {
 		assert.Equal(t, []call{{kind: "update", uri: faultURI, old: "v1", new: "v2"}}, h.take())
 	})
 }
+
+// versionLog is a ResourceHandler that records the version of every entry
+// it is told, and whose OnUpdate of gateURI waits for gate: a handler busy
+// on another URI.
+type versionLog struct {
+	mu      sync.Mutex // protects told and wrong
+	told    map[string]mcpsync.ResourceVersion
+	wrong   []string
+	gateURI string
+	gate    chan struct{}
+}
+
+func (h *versionLog) OnAdd(e mcpsync.Entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.told[e.Version.URI] = e.Version
+}
+
+func (h *versionLog) OnUpdate(old, new mcpsync.Entry) {
+	if new.Version.URI == h.gateURI && h.gate != nil {
+		<-h.gate
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if last := h.told[new.Version.URI]; old.Version != last {
+		h.wrong = append(h.wrong, fmt.Sprintf("%s: old is ordinal %d of generation %d, last told ordinal %d of generation %d",
+			new.Version.URI, old.Version.ReadOrdinal, old.Version.SubscriptionGeneration, last.ReadOrdinal, last.SubscriptionGeneration))
+	}
+	h.told[new.Version.URI] = new.Version
+}
+
+func (h *versionLog) OnDelete(last mcpsync.Entry, _ mcpsync.Deletion) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.told, last.Version.URI)
+}
+
+// OnUpdate's old entry is the entry last told, version and all, so that a
+// consumer can find what it derived from it. It fails while a version of
+// the same content that replaced the told one unseen (a Forget and a new
+// subscription whose marks were delivered together while the handler was
+// busy) becomes "last told" without a call, and the next update names as
+// old a version the handler was never told of.
+func TestHandlerUpdateOldIsTheEntryLastTold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const other = "file:///docs/other.md"
+		h := &versionLog{told: map[string]mcpsync.ResourceVersion{}, gateURI: other}
+		r := buildRig(t, eras[0], rigConfig{uris: []string{other}, opts: mcpsync.ClientOptions{Handler: h}})
+		_, err := r.c.SubscribeAll(t.Context(), []string{faultURI, other})
+		require.NoError(t, err)
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+
+		h.gate = make(chan struct{})
+		r.srv.Set(other, "text/markdown", "v2") // the handler is busy with it
+		quiesce()
+		require.NoError(t, r.c.Forget(t.Context(), faultURI))
+		_, err = r.c.Subscribe(t.Context(), faultURI) // the same content, a new version
+		require.NoError(t, err)
+		quiesce()
+		close(h.gate)
+		quiesce()
+
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		assert.Empty(t, h.wrong)
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, entry.Version, h.told[faultURI], "the handler holds what Lookup serves")
+	})
+}
