@@ -283,6 +283,7 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		waiter *waiter
 	}
 	all := make([]asked, len(uris))
+	var fresh []string // spellings no Subscribe kept yet; read under c.mu
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -306,13 +307,14 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		w.asked = true
 		w.pending++
 		all[i] = asked{key: key, w: w, waiter: c.wantLocked(key)}
+		if !w.kept {
+			fresh = append(fresh, w.raw)
+		}
 	}
 	c.mu.Unlock()
 	if conn.era == EraModern && conn.caps.Subscribe && conn.deaf == "" {
-		for _, a := range all {
-			if a.key != "" && !a.w.kept {
-				conn.setWanted(a.w.raw, true)
-			}
+		for _, raw := range fresh {
+			conn.setWanted(raw, true)
 		}
 	}
 	for _, a := range all {
