@@ -334,3 +334,46 @@ func (e *Engine) sweepSubjects(ctx context.Context, key string, held []string) e
 	}
 	return nil
 }
+
+// revokeRecord marks the URI's current version unservable if subject read
+// it, and writes one outbox entry for it and one per derived artifact
+// recorded against a version that subject read, in one step.
+func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error {
+	var versions []ResourceVersion
+	var artifacts []DerivedArtifact
+	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		versions, artifacts = nil, nil
+		if cur == nil {
+			return nil, nil, nil
+		}
+		now := e.now()
+		next := cur.clone()
+		var entries []OutboxEntry
+		if c := cur.Current; c != nil && c.Version.Subject == subject && c.Status != VersionRevoked {
+			sv := *c
+			sv.Status, sv.Contents = VersionRevoked, nil
+			next.Current = &sv
+			versions = append(versions, c.Version)
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: c.Version, Subject: subject, At: now})
+		}
+		next.Artifacts = nil
+		for i, a := range cur.Artifacts {
+			if a.Version.Subject != subject {
+				next.Artifacts = append(next.Artifacts, a)
+				continue
+			}
+			artifacts = append(artifacts, a)
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: a.Version, Subject: subject, Artifact: &cur.Artifacts[i], At: now})
+		}
+		if len(entries) == 0 {
+			return nil, nil, nil
+		}
+		return next, entries, nil
+	})
+	if err != nil {
+		return err
+	}
+	rc.Versions = append(rc.Versions, versions...)
+	rc.Artifacts = append(rc.Artifacts, artifacts...)
+	return nil
+}

@@ -411,3 +411,39 @@ func (e *Engine) scanFailed() error {
 	}
 	return errors.Join(errs...)
 }
+
+// confirmTombstone is list reconciliation's verdict "absent" on a
+// TOMBSTONE_PENDING (or RECONCILIATION_REQUIRED) subscription, from evidence
+// ev gathered since the time given: the tombstone and its outbox entry are
+// written in one step. Evidence older than the not-found it would confirm
+// proves nothing about it (the resource may have come back in between) and
+// is refused with ErrEvidenceTooOld. It refuses once the close began, like
+// every other write of the fence.
+//
+// The subscription stays open on the server: a later pulse or revalidation
+// reads it again, and a read that finds it brings the URI back.
+func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEvidence, path *transitions) (TombstoneReceipt, error) {
+	var rc TombstoneReceipt
+	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		path.reset(cur)
+		if cur == nil || cur.Sub == nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		}
+		if since.Before(cur.NotFoundAt) {
+			return nil, nil, fmt.Errorf("%w: %s was not found at %s, the evidence dates from %s",
+				ErrEvidenceTooOld, key, cur.NotFoundAt.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
+		}
+		next := cur.clone()
+		if err := path.move(next, evAbsent); err != nil {
+			return nil, nil, err
+		}
+		var entries []OutboxEntry
+		entries, rc = e.tombstone(key, cur, next, ev, e.now())
+		return next, entries, nil
+	})
+	if err != nil {
+		return TombstoneReceipt{}, err
+	}
+	rc.OutboxSeq = seq
+	return rc, nil
+}

@@ -1,0 +1,234 @@
+package mcpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Reconcile is ReconcileWith under DeletionDefault: an unproven catalog
+// corroborates deletions where its session cannot prove them.
+func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
+	return c.ReconcileWith(e, DeletionDefault)
+}
+
+// ReconcileWith hands the catalog's verdicts to the engine for every URI in
+// TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.ApplyListing), for
+// every open subscription, and for every URI whose deletion is being
+// corroborated, and returns the reads to send.
+//
+// A "present" verdict may come from an unproven catalog: it only returns the
+// URI to ACTIVE with a read (or ends a corroboration), and that read goes
+// through the fence, so a resource that is really gone comes back to
+// TOMBSTONE_PENDING. An "absent" verdict confirms a tombstone and sends
+// deletions downstream; it is a claim that the enumeration is complete,
+// which only a proven, fresh catalog can make (the same rule as Complete).
+// A fresh SNAPSHOT_UNPROVEN catalog that does not list a TOMBSTONE_PENDING
+// URI starts a corroboration instead, where policy allows
+// (Engine.Corroborate): the second read it sends confirms the deletion if
+// it says not found again. Otherwise absent URIs are Deferred. An open
+// subscription the catalog does not list is read again (Missing), and so is
+// a TOMBSTONED one that it lists (created again). Any
+// catalog of another session generation or of another engine, and an
+// unreconciled one, is refused with a *CatalogError.
+//
+// Under DeletionUnlisted a fresh clean catalog (proven or unproven) also
+// counts the absence of every open or pending URI it does not list, and
+// confirms the deletion of one missing for UnlistedFor (deletion.go); a URI
+// it lists ends its absence, and an UNRECONCILED catalog (a scan that
+// failed) ends every absence still counting, under any policy.
+func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...ReconcileOption) (Reconciliation, error) {
+	var out Reconciliation
+	if c.Kind != KindResources {
+		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
+	}
+	if !policy.valid() {
+		return out, fmt.Errorf("mcpsync: unknown deletion policy %q", policy)
+	}
+	var o reconcileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.unlistedFor == 0 {
+		o.unlistedFor = 2 * c.NextReviewAt.Sub(c.MeasuredAt)
+	}
+	gen := e.SessionGeneration()
+	if err := c.refusal(e.now(), gen, e.id, false); err != nil {
+		if c.Status != CatalogUnreconciled {
+			return out, err
+		}
+		if ferr := e.scanFailed(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return out, err
+	}
+	canProveAbsence := c.refusal(e.now(), gen, e.id, true) == nil
+	scan, canCorroborate := c.absenceScan(e.now(), policy)
+	absent, countsAbsence := c.unlistedScan(e.now(), policy)
+	countsAbsence = countsAbsence && e.countsUnlisted(absent.StartedAt)
+	// Collect first: the verdicts write to the ledger being ranged over.
+	type verdict struct {
+		key      string
+		state    SubscriptionState
+		unlisted bool // its absence from the listing is counted
+	}
+	var pending []verdict
+	for sub, err := range e.Subscriptions() {
+		if err != nil {
+			return out, err
+		}
+		switch {
+		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
+			(sub.State.open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
+			sub.Corroboration != nil, sub.Unlisted != nil:
+			pending = append(pending, verdict{sub.URI, sub.State, sub.Unlisted != nil})
+		}
+	}
+	var errs []error
+	for _, v := range pending {
+		key := v.key
+		present := c.lists(key)
+		var tk Ticket
+		var ok bool
+		var rc *TombstoneReceipt
+		var err error
+		switch {
+		case present && v.unlisted:
+			err = e.relisted(key)
+		case !present && countsAbsence && (v.state.open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
+			rc, err = e.unlisted(key, absent, o.unlistedFor)
+			if rc != nil {
+				out.Tombstoned = append(out.Tombstoned, key)
+				out.Receipts = append(out.Receipts, *rc)
+				continue
+			}
+			if err == nil {
+				out.Unlisted = append(out.Unlisted, key)
+			}
+		}
+		if err != nil {
+			if !isTransitionError(err) && !errors.Is(err, ErrUnknownURI) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		switch {
+		case v.state == StateTombstoned && !present:
+			continue // still gone
+		case present || canProveAbsence:
+			ev := DeletionEvidence{Kind: EvidenceProven, SnapshotID: c.SnapshotID}
+			if n := len(c.Scans); n > 0 {
+				ev.Scans = []string{c.Scans[n-1].ID}
+			}
+			tk, ok, rc, err = e.reconcile(key, present, c.MeasuredAt, ev)
+		case v.state.open():
+			tk, ok, err = e.enqueue(key, TriggerReconcile)
+		case canCorroborate && v.state == StateTombstonePending:
+			tk, ok, err = e.Corroborate(key, scan)
+		default:
+			out.Deferred = append(out.Deferred, key)
+			continue
+		}
+		switch {
+		case errors.Is(err, ErrEvidenceTooOld):
+			// Measured before the not-found: the next scan decides.
+			out.Deferred = append(out.Deferred, key)
+			continue
+		case isTransitionError(err) || errors.Is(err, ErrUnknownURI):
+			continue // it moved on meanwhile (closed, another session)
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		case present:
+			if v.state == StateTombstonePending || v.state == StateReconciliationRequired || v.state == StateTombstoned {
+				out.Present = append(out.Present, key)
+			}
+		case rc != nil:
+			out.Tombstoned = append(out.Tombstoned, key)
+			out.Receipts = append(out.Receipts, *rc)
+		case v.state.open():
+			out.Missing = append(out.Missing, key)
+		case v.state == StateTombstonePending && !canProveAbsence:
+			out.Corroborating = append(out.Corroborating, key)
+		}
+		if ok {
+			out.Tickets = append(out.Tickets, tk)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// absenceScan returns the passes of an unproven catalog as the evidence of
+// a corroboration, and whether policy lets the catalog corroborate at now:
+// it must be SNAPSHOT_UNPROVEN (two identical clean passes, the last two
+// receipts) and fresh.
+func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (AbsenceScan, bool) {
+	n := len(c.Scans)
+	if c.Status != CatalogSnapshotUnproven || n < 2 || !now.Before(c.StaleAfter) {
+		return AbsenceScan{}, false
+	}
+	a, b := c.Scans[n-2], c.Scans[n-1]
+	if !policy.corroborates(b.SnapshotNegotiated) {
+		return AbsenceScan{}, false
+	}
+	return AbsenceScan{Scans: []string{a.ID, b.ID}, StartedAt: a.StartedAt, EndedAt: b.EndedAt}, true
+}
+
+// reconcile is Reconcile of a key, with the evidence an absent verdict
+// confirms a tombstone on; it also returns the tombstone's receipt.
+func (e *Engine) reconcile(key string, present bool, since time.Time, ev DeletionEvidence) (Ticket, bool, *TombstoneReceipt, error) {
+	r, err := e.ledger.Load(context.Background(), key)
+	if err != nil {
+		return Ticket{}, false, nil, errorf("load %s: %w", key, err)
+	}
+	if r == nil || r.Sub == nil {
+		return Ticket{}, false, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+	}
+	var path transitions
+	switch {
+	case r.State == StateTombstonePending || r.State == StateReconciliationRequired:
+		if !present {
+			rc, err := e.confirmTombstone(key, since, ev, &path)
+			if err != nil {
+				return Ticket{}, false, nil, err
+			}
+			e.emit(key, &path)
+			return Ticket{}, false, &rc, nil
+		}
+		// Reads issued before the not-found may still be in flight; their
+		// answers are reads of this generation like any other.
+		if _, err := e.step(key, evPresent, nil, func(next *Record, path *transitions) error {
+			next.Corroboration = nil
+			if len(next.Tickets) > 0 {
+				return path.move(next, evReadsInFlight)
+			}
+			return nil
+		}); err != nil {
+			return Ticket{}, false, nil, err
+		}
+		t, ok, err := e.enqueue(key, TriggerReconcile)
+		return t, ok, nil, err
+	case r.State.open() && !present:
+		t, ok, err := e.enqueue(key, TriggerReconcile)
+		return t, ok, nil, err
+	case r.State == StateTombstoned && present && r.Sub.SessionGeneration == e.sessionGeneration():
+		// Listed again: created since its deletion was confirmed, and a
+		// read brings it back sooner than the next revalidation.
+		t, ok, err := e.enqueue(key, TriggerReconcile)
+		return t, ok, nil, err
+	case present && r.Corroboration != nil:
+		// Listed again while the second read is out: that read can no
+		// longer finish the corroboration.
+		_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+			if cur == nil || cur.Corroboration == nil {
+				return nil, nil, nil
+			}
+			next := cur.clone()
+			next.Corroboration = nil
+			return next, nil, nil
+		})
+		return Ticket{}, false, nil, err
+	}
+	return Ticket{}, false, nil, nil
+}
