@@ -450,11 +450,8 @@ func (r *unlistedRig) answer(t mcpsync.Ticket) mcpsync.Outcome {
 // catalog under the rig's policy and answers every read it sends.
 func (r *unlistedRig) scan() (mcpsync.Catalog, mcpsync.Reconciliation, error) {
 	r.t.Helper()
-	r.clock.t = r.clock.t.Add(unlistedReview)
-	caps := capsPlain
-	caps.SessionGeneration = r.e.SessionGeneration()
-	c, scanErr := runScan(r.t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
-	rec, err := c.ReconcileWith(r.e, r.policy)
+	c, scanErr := r.list()
+	rec, err := r.reconcile(c)
 	if r.fail {
 		require.ErrorIs(r.t, scanErr, mcpsync.ErrScanUnreconciled)
 		require.ErrorIs(r.t, err, mcpsync.ErrSnapshotUnproven)
@@ -462,10 +459,28 @@ func (r *unlistedRig) scan() (mcpsync.Catalog, mcpsync.Reconciliation, error) {
 		require.NoError(r.t, scanErr)
 		require.Equal(r.t, mcpsync.CatalogSnapshotUnproven, c.Status)
 	}
+	return c, rec, err
+}
+
+// list moves the clock one review interval on and scans, reconciling
+// nothing.
+func (r *unlistedRig) list() (mcpsync.Catalog, error) {
+	r.t.Helper()
+	r.clock.t = r.clock.t.Add(unlistedReview)
+	caps := capsPlain
+	caps.SessionGeneration = r.e.SessionGeneration()
+	return runScan(r.t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+}
+
+// reconcile reconciles c under the rig's policy and answers every read it
+// sends.
+func (r *unlistedRig) reconcile(c mcpsync.Catalog, opts ...mcpsync.ReconcileOption) (mcpsync.Reconciliation, error) {
+	r.t.Helper()
+	rec, err := c.ReconcileWith(r.e, r.policy, opts...)
 	for _, tk := range rec.Tickets {
 		r.answer(tk)
 	}
-	return c, rec, err
+	return rec, err
 }
 
 func (r *unlistedRig) sub(uri string) mcpsync.Subscription {
@@ -544,16 +559,10 @@ func TestUnlistedConfirmsADeletionAfterTheSpan(t *testing.T) {
 func TestUnlistedForSetsTheSpan(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
 	reconcile := func() mcpsync.Reconciliation {
-		r.clock.t = r.clock.t.Add(unlistedReview)
-		caps := capsPlain
-		caps.SessionGeneration = r.e.SessionGeneration()
-		c, err := runScan(t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+		c, err := r.list()
 		require.NoError(t, err)
-		rec, err := c.ReconcileWith(r.e, r.policy, mcpsync.UnlistedFor(3*unlistedReview))
+		rec, err := r.reconcile(c, mcpsync.UnlistedFor(3*unlistedReview))
 		require.NoError(t, err)
-		for _, tk := range rec.Tickets {
-			r.answer(tk)
-		}
 		return rec
 	}
 	for range 3 {
@@ -759,10 +768,7 @@ func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 	require.NoError(t, err)
 
 	// A clean scan that lacks docURI, reconciled only after the failure.
-	r.clock.t = r.clock.t.Add(unlistedReview)
-	caps := capsPlain
-	caps.SessionGeneration = r.e.SessionGeneration()
-	before, err := runScan(t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+	before, err := r.list()
 	require.NoError(t, err)
 
 	r.fail = true
@@ -771,12 +777,9 @@ func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 	failedAt := r.clock.t
 	r.fail = false
 
-	rec, err := before.ReconcileWith(r.e, r.policy)
+	_, err = r.reconcile(before)
 	require.NoError(t, err)
-	for _, tk := range rec.Tickets {
-		r.answer(tk)
-	}
-	_, rec, err = r.scan()
+	_, rec, err := r.scan()
 	require.NoError(t, err)
 	assert.Empty(t, rec.Tombstoned, "deleted on a span from %v to %v that holds the failed listing of %v",
 		before.Scans[0].StartedAt, r.clock.t, failedAt)
@@ -801,10 +804,7 @@ func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
 	require.NoError(t, err)
 
 	// A clean scan that lacks docURI, reconciled only after a listing has it.
-	r.clock.t = r.clock.t.Add(unlistedReview)
-	caps := capsPlain
-	caps.SessionGeneration = r.e.SessionGeneration()
-	before, err := runScan(t, r.scanner, mcpsync.KindResources, mcpsync.EraLegacy, caps, r.listing.page, nil)
+	before, err := r.list()
 	require.NoError(t, err)
 
 	r.listing.add(docURI)
@@ -814,12 +814,9 @@ func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
 	listedAt := r.clock.t
 	r.listing.remove(docURI)
 
-	rec, err := before.ReconcileWith(r.e, r.policy)
+	_, err = r.reconcile(before)
 	require.NoError(t, err)
-	for _, tk := range rec.Tickets {
-		r.answer(tk)
-	}
-	_, rec, err = r.scan()
+	_, rec, err := r.scan()
 	require.NoError(t, err)
 	assert.Empty(t, rec.Tombstoned, "deleted one interval after the listing of %v had it", listedAt)
 	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)

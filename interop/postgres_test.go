@@ -212,16 +212,7 @@ func lists(cat mcpsync.Catalog, uri string) bool {
 // the catalog says the table is gone. Nothing is tombstoned.
 func TestPostgresKeptScan(t *testing.T) {
 	t.Parallel()
-	node := needNode(t)
-	db := newPGDatabase(t)
-	entry := filepath.Join(npmDir, "node_modules", postgresPkg, "dist", "index.js")
-	dial := mcpsync.CommandDialer(mcpsync.Command{Name: node, Args: []string{entry, db.url}})
-	r := &pgRig{scans: make(chan mcpsync.ScanReport, 1024), errs: make(chan error, 1024)}
-	r.client, r.outcomes = connect(t, dial, mcpsync.ClientOptions{
-		PollEvery: pgPoll,
-		Scanner:   &mcpsync.ScannerOptions{ReviewAfter: pgReview, StaleAfter: 2 * pgReview},
-		OnError:   func(err error) { r.errs <- err },
-	})
+	r, db := startPostgresServer(t, mcpsync.DeletionDefault)
 	caps := r.client.Capabilities()
 	assert.Equal(t, "2024-11-05", caps.ProtocolVersion)
 	assert.Equal(t, "example-servers/postgres", caps.Server.Name)
@@ -304,17 +295,7 @@ func TestPostgresKeptScan(t *testing.T) {
 // an empty column list) bring nothing back.
 func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
 	t.Parallel()
-	node := needNode(t)
-	db := newPGDatabase(t)
-	entry := filepath.Join(npmDir, "node_modules", postgresPkg, "dist", "index.js")
-	dial := mcpsync.CommandDialer(mcpsync.Command{Name: node, Args: []string{entry, db.url}})
-	r := &pgRig{scans: make(chan mcpsync.ScanReport, 1024), errs: make(chan error, 1024)}
-	r.client, r.outcomes = connect(t, dial, mcpsync.ClientOptions{
-		PollEvery: pgPoll,
-		Scanner:   &mcpsync.ScannerOptions{ReviewAfter: pgReview, StaleAfter: 2 * pgReview},
-		Deletion:  mcpsync.DeletionUnlisted,
-		OnError:   func(err error) { r.errs <- err },
-	})
+	r, db := startPostgresServer(t, mcpsync.DeletionUnlisted)
 
 	start := db.exec(t, "CREATE TABLE anchors (id integer)")
 	_, err := r.client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, OnScan: func(rep mcpsync.ScanReport) { r.scans <- rep }})
@@ -393,4 +374,23 @@ func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
 	assert.Equal(t, mcpsync.DecisionTombstoned, ev.out.Version.Decision)
 	_, err = r.client.Lookup(gadgets)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
+}
+
+// startPostgresServer connects a Client to server-postgres over a fresh
+// database, polling every pgPoll and reviewing its catalog every pgReview,
+// under policy.
+func startPostgresServer(t *testing.T, policy mcpsync.DeletionPolicy) (*pgRig, *pgDatabase) {
+	t.Helper()
+	node := needNode(t)
+	db := newPGDatabase(t)
+	entry := filepath.Join(npmDir, "node_modules", postgresPkg, "dist", "index.js")
+	dial := mcpsync.CommandDialer(mcpsync.Command{Name: node, Args: []string{entry, db.url}})
+	r := &pgRig{scans: make(chan mcpsync.ScanReport, 1024), errs: make(chan error, 1024)}
+	r.client, r.outcomes = connect(t, dial, mcpsync.ClientOptions{
+		PollEvery: pgPoll,
+		Scanner:   &mcpsync.ScannerOptions{ReviewAfter: pgReview, StaleAfter: 2 * pgReview},
+		Deletion:  policy,
+		OnError:   func(err error) { r.errs <- err },
+	})
+	return r, db
 }
