@@ -170,6 +170,40 @@ func TestErrorsSayWhatHappenedOnce(t *testing.T) {
 	}
 }
 
+// A stdio server that fails its handshake is told by what it did, every
+// time, however its exit, its output and the client's first write race:
+// a server gone before the client wrote is an exit, never "broken pipe",
+// and a line it wrote before it went is the reason, never lost to the
+// exit that came with it.
+func TestStartupFailuresAreAlwaysToldByWhatTheServerDid(t *testing.T) {
+	runs := 40
+	if testing.Short() {
+		runs = 8
+	}
+	for _, tc := range []struct{ script, want string }{
+		{"exit 1", "mcpsync: the server exited before initialize (exit status 1)"},
+		{"echo 'cannot find module' >&2; exit 3", `mcpsync: the server exited before initialize (exit status 3): stderr: "cannot find module"`},
+		{"exec true", "mcpsync: the server exited before initialize (exit status 0)"},
+		{"echo garbage", `mcpsync: the server's output is not JSON-RPC: "garbage"`},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			told := map[string]int{}
+			for range runs {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				c, err := mcpsync.Connect(ctx, mcpsync.CommandDialer(mcpsync.Command{Name: "sh", Args: []string{"-c", tc.script}}), &mcpsync.ClientOptions{Subject: alice})
+				cancel()
+				if err == nil {
+					c.Close()
+					told["connected"]++
+					continue
+				}
+				told[err.Error()]++
+			}
+			assert.Equal(t, map[string]int{tc.want: runs}, told)
+		})
+	}
+}
+
 // An engine whose ledger fails (here a bolt ledger closed under it, as at
 // shutdown) says so once in every call of the consumer API: "mcpsync: "
 // begins the message, and the ledger's sentinel, which prints that prefix

@@ -426,7 +426,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 // stdio server that exited or wrote something other than JSON-RPC says so
 // (*ExitError, *OutputError), rather than "transport closed".
 func handshakeError(ctx context.Context, step string, tr transport.Interface, err error) error {
-	if told := wire.Handshake(ctx, tr); told != nil {
+	if told := wire.Handshake(ctx, tr, err); told != nil {
 		return told
 	}
 	return errorf("%s: %w", step, err)

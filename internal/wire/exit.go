@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -84,13 +87,18 @@ func (e *OutputError) Is(target error) bool { return target == ErrNotJSONRPC }
 // keeps.
 const firstBytes = 64
 
-// Handshake returns what made the handshake of tr fail when tr is, or
-// wraps (Unwrap), a transport of NewProcess or NewStream that can tell:
-// output that was not JSON-RPC before any that was (*OutputError), or a
-// server that exited (*ExitError). It returns nil when it cannot tell. A
-// server whose output ended is given until ctx ends, and processGrace at
-// most, to exit.
-func Handshake(ctx context.Context, tr transport.Interface) error {
+// Handshake returns what made the handshake of tr fail with err when tr
+// is, or wraps (Unwrap), a transport of NewProcess or NewStream that can
+// tell: output that was not JSON-RPC before any that was (*OutputError), or
+// a server that exited (*ExitError). It returns nil when it cannot tell.
+//
+// A server that is going (its output ended, it exited, or err is a write
+// to its closed input) is judged once it is gone: its output read to the
+// end and its exit in, until ctx ends and for processGrace at most. Its
+// exit, the end of its output and the client's first write race; judged
+// earlier, a server that wrote a line and exited could be told by the
+// broken pipe, or by its exit without the line.
+func Handshake(ctx context.Context, tr transport.Interface, err error) error {
 	var f *framer
 	var p *process
 	Wraps(tr, func(tr transport.Interface) bool {
@@ -105,32 +113,61 @@ func Handshake(ctx context.Context, tr transport.Interface) error {
 	if f == nil {
 		return nil
 	}
-	var exit error
+	var exited <-chan struct{}
 	if p != nil {
-		if f.ended() {
-			timer := time.NewTimer(processGrace)
-			select {
-			case <-p.exited:
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-			timer.Stop()
-		}
-		select {
-		case <-p.exited:
-			e := p.exitErr()
-			e.BeforeInitialize = true
-			exit = e
-		default:
-		}
+		exited = p.exited
+	}
+	if f.ended() || closed(exited) || closedInput(err) {
+		awaitBoth(ctx, f.end, exited)
+	}
+	var exit error
+	if p != nil && closed(exited) {
+		e := p.exitErr()
+		e.BeforeInitialize = true
+		exit = e
 	}
 	if first := f.junk(); first != nil {
 		return &OutputError{First: first, Exit: exit}
 	}
-	if exit != nil {
-		return exit
+	return exit
+}
+
+// awaitBoth waits for a and b to close (a nil one counts as closed), until
+// ctx ends and for processGrace at most.
+func awaitBoth(ctx context.Context, a, b <-chan struct{}) {
+	timer := time.NewTimer(processGrace)
+	defer timer.Stop()
+	for a != nil || b != nil {
+		select {
+		case <-a:
+			a = nil
+		case <-b:
+			b = nil
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
+		}
 	}
-	return nil
+}
+
+// closed reports whether ch is closed; a nil ch is not.
+func closed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// closedInput reports whether err is a write to a server's input that the
+// server closed, as when it exited.
+func closedInput(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, os.ErrClosed)
 }
 
 // tail keeps the last bytes written to it: a server's stderr, for the

@@ -3,9 +3,11 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -32,11 +34,11 @@ type framer struct {
 
 	// What the handshake's error is made of (Handshake), written by the
 	// read loop: spoke, that a message was delivered; first, the start of
-	// a line that is not JSON-RPC before any was; done, that the stream
-	// ended.
+	// a line that is not JSON-RPC before any was; end, closed once the
+	// stream ended (after every line before the end was judged).
 	spoke atomic.Bool
 	first atomic.Pointer[[]byte]
-	done  atomic.Bool
+	end   chan struct{}
 }
 
 // junk returns the start of the first line that was not JSON-RPC, if the
@@ -49,7 +51,14 @@ func (f *framer) junk() []byte {
 }
 
 // ended reports whether the server's output ended.
-func (f *framer) ended() bool { return f.done.Load() }
+func (f *framer) ended() bool { return closed(f.end) }
+
+// stop records the end of the server's output. The read loop calls it at
+// most once: a framer with err set is never read again.
+func (f *framer) stop(err error) {
+	f.err = err
+	close(f.end)
+}
 
 // judged records the verdict on a line: the first line that is not JSON at
 // all, or not a JSON-RPC message, is kept while no message was delivered.
@@ -69,7 +78,7 @@ func (f *framer) judged(err error) {
 
 func newFramer(r io.Reader, mon *Monitor) *framer {
 	mon.watch()
-	return &framer{src: bufio.NewReaderSize(r, 64<<10), mon: mon}
+	return &framer{src: bufio.NewReaderSize(r, 64<<10), mon: mon, end: make(chan struct{})}
 }
 
 func (f *framer) Read(p []byte) (int, error) {
@@ -111,8 +120,7 @@ func (f *framer) messageLen(chunk []byte, complete bool) int64 {
 // cannot be resynchronized.
 func (f *framer) fail(err error) {
 	f.line = nil
-	f.err = &FramingError{Err: err}
-	f.done.Store(true)
+	f.stop(&FramingError{Err: err})
 	f.mon.end(f.err)
 }
 
@@ -157,8 +165,7 @@ func (f *framer) next() {
 				f.fail(io.ErrUnexpectedEOF)
 				return
 			}
-			f.err = err
-			f.done.Store(true)
+			f.stop(err)
 			return
 		}
 		break
@@ -206,10 +213,18 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	if cmd.Stdout != nil {
+		return nil, errors.New("exec: Stdout already set")
+	}
+	// The server's stdout is a pipe of the transport's own, not
+	// cmd.StdoutPipe's, which Wait closes as soon as the server exits: a
+	// line written just before the exit (a "not JSON-RPC" reason, a last
+	// answer) would race the close and be lost.
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
+	cmd.Stdout = w
 	var stderr *tail
 	if cmd.Stderr == nil {
 		stderr = &tail{}
@@ -220,11 +235,14 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		// exited; Wait must report the exit, not wait for the helper.
 		cmd.WaitDelay = processGrace
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	_ = w.Close() // the server's copy is the one that counts
+	if err != nil {
+		_ = stdout.Close()
 		return nil, err
 	}
 	f := newFramer(stdout, mon)
-	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
+	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -234,6 +252,11 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		if lost != nil && !closing {
 			lost(p.exitErr())
 		}
+		// What the server wrote before it exited is read to the end; a
+		// helper it started that still holds its stdout is not waited for
+		// past processGrace.
+		awaitBoth(context.Background(), f.end, nil)
+		_ = stdout.Close()
 	}()
 	return p, nil
 }
@@ -241,6 +264,7 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 type process struct {
 	*transport.Stdio
 	framer  *framer
+	stdout  *os.File
 	stderr  *tail // nil when the caller took the server's stderr
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -291,6 +315,7 @@ func (p *process) Abort() error {
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	})
+	_ = p.stdout.Close() // ends the read loop, whoever else holds the pipe
 	return err
 }
 
@@ -330,5 +355,6 @@ func (p *process) Close() error {
 		<-p.exited
 		err = errors.Join(err, fmt.Errorf("server process did not exit within %v of stdin closing and SIGTERM: killed", 2*processGrace))
 	})
+	_ = p.stdout.Close() // ends the read loop, whoever else holds the pipe
 	return err
 }
