@@ -493,8 +493,10 @@ type Entry struct {
 	Contents []Content
 	// State is the subscription's state at the time of the lookup.
 	State SubscriptionState
-	// ValidatedAt is the last time the server confirmed this version: the
-	// accept of a read that returned it, changed or unchanged.
+	// ValidatedAt is the last time the server confirmed this version: when
+	// the newest read that returned it, changed or unchanged, was issued
+	// (the server read the text no earlier), so a slow answer never
+	// stretches the bound.
 	ValidatedAt time.Time
 	// StalenessBound is how old the copy may get (the published bound):
 	// the copy is fresh until ValidatedAt + StalenessBound, whatever the

@@ -691,7 +691,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		// nothing to do, and the version they derived from stays current.
 		out.Version.Decision = DecisionUnchanged
 		next.LastAcceptedDigest = v.Digest
-		next.ValidatedAt = now
+		next.ValidatedAt = confirmedAt(cur, t)
 		if err := path.move(next, evAccept); err != nil {
 			return false, err
 		}
@@ -701,7 +701,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 	default:
 		out.Version.Decision = DecisionAccepted
 		next.LastAcceptedDigest = v.Digest
-		next.ValidatedAt = now
+		next.ValidatedAt = confirmedAt(cur, t)
 		if err := path.move(next, evAccept); err != nil {
 			return false, err
 		}
@@ -712,6 +712,17 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		entry(InvalidateUpdated)
 		return true, nil
 	}
+}
+
+// confirmedAt is the moment a read of ticket t confirmed the URI's text:
+// when it was issued, since the server read the text at some moment
+// between then and its answer, so the answer's latency never stretches a
+// staleness bound. It never goes back past a confirmation already held.
+func confirmedAt(cur *Record, t *Ticket) time.Time {
+	if cur.ValidatedAt.After(t.IssuedAt) {
+		return cur.ValidatedAt
+	}
+	return t.IssuedAt
 }
 
 // settle removes ticket ord (and, when it passed the fence, every ticket

@@ -51,6 +51,41 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrStale)
 }
 
+// The bound counts from when the read was issued, not from when its answer
+// came: the server read the text at some moment in between, so an answer
+// that took 50 s to arrive under a 1-minute bound is fresh for 10 s more,
+// not 60. A later read that confirms the same version moves ValidatedAt on,
+// and one that was issued earlier than the confirmation held never moves it
+// back.
+func TestStrictLookupCountsTheBoundFromWhenTheReadWasIssued(t *testing.T) {
+	clock := newClock()
+	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	_, err := e.PublishStalenessBound(docURI, time.Minute)
+	require.NoError(t, err)
+	slow := issue(t, e, mcpsync.TriggerInitial)
+	issued := clock.t
+	clock.t = clock.t.Add(50 * time.Second) // the answer is slow
+	_, err = e.AcceptResourceVersion(slow, text(docURI, "v1"))
+	require.NoError(t, err)
+	entry, err := e.Lookup(alice, docURI, mcpsync.RequireFresh())
+	require.NoError(t, err)
+	assert.Equal(t, issued, entry.ValidatedAt, "confirmed as of the read's issue")
+
+	clock.t = clock.t.Add(11 * time.Second) // 61 s after the read was issued
+	_, err = e.Lookup(alice, docURI, mcpsync.RequireFresh())
+	require.ErrorIs(t, err, mcpsync.ErrStale, "the answer's latency stretched the bound")
+
+	// Progress: the next read confirms it again, as of its own issue.
+	again := issue(t, e, mcpsync.TriggerRevalidate)
+	reissued := clock.t
+	clock.t = clock.t.Add(time.Second)
+	_, err = e.AcceptResourceVersion(again, text(docURI, "v1"))
+	require.NoError(t, err)
+	entry, err = e.Lookup(alice, docURI, mcpsync.RequireFresh())
+	require.NoError(t, err)
+	assert.Equal(t, reissued, entry.ValidatedAt)
+}
+
 // Freshness is ValidatedAt plus the published bound, whatever the
 // connection does: while a lost session heals (0.5 s down, then a
 // re-subscribe the server takes its time to answer), strict Lookups keep

@@ -224,8 +224,8 @@ type Record struct {
 	// ClosedGeneration is the newest subscription generation whose close
 	// began; results of it and of older generations are STALE_AFTER_CLOSE.
 	ClosedGeneration uint64 `json:"closedGeneration,omitempty"`
-	// ValidatedAt is when a read last confirmed Current (accepted,
-	// changed or unchanged).
+	// ValidatedAt is when the newest read that confirmed Current (changed
+	// or unchanged) was issued.
 	ValidatedAt time.Time `json:"validatedAt,omitzero"`
 	// NotFoundAt is when the newest fenced not-found was accepted; only
 	// evidence gathered since then may confirm its tombstone.
