@@ -307,8 +307,12 @@ type Client struct {
 	settled keyedSignal
 	// listChanges wakes a kept scan: a list_changed arrived.
 	listChanges signal
-	// keepStop ends the kept scan running (KeepScanning); protected by mu.
-	keepStop context.CancelFunc
+	// keepStop ends the kept scan running (KeepScanning); keepListed is
+	// done once its first listing succeeded and what it subscribed was
+	// opened, or once it stopped (WaitForSync waits for it). Both
+	// protected by mu.
+	keepStop   context.CancelFunc
+	keepListed context.Context
 
 	scanner     *Scanner
 	notes       noteQueue

@@ -98,21 +98,24 @@ func (c *Client) KeepScanning(opts *KeepScanOptions) (stop func(), err error) {
 		return nil, fmt.Errorf("%w (%s %s)", ErrNoResources, conn.caps.Server.Name, conn.caps.Server.Version)
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
+	// Done at the first listing that succeeded, or with the kept scan.
+	listed, wasListed := context.WithCancel(ctx)
 	c.mu.Lock()
 	if c.keepStop != nil {
 		c.keepStop()
 	}
-	c.keepStop = cancel
+	c.keepStop, c.keepListed = cancel, listed
 	c.mu.Unlock()
-	if !c.goAsync(func() { c.keepScanning(ctx, o) }) {
+	if !c.goAsync(func() { c.keepScanning(ctx, o, wasListed) }) {
 		cancel()
 		return nil, ErrClientClosed
 	}
 	return cancel, nil
 }
 
-// keepScanning is the loop of a kept scan; it returns when ctx ends.
-func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions) {
+// keepScanning is the loop of a kept scan; it returns when ctx ends. It
+// calls listed once a listing succeeded and its subscriptions were opened.
+func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions, listed func()) {
 	method := string(mcp.MethodResourcesList)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -134,6 +137,9 @@ func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions) {
 		}
 		seen = c.ListChanged(method)
 		rep, due := c.keptScan(ctx, o)
+		if st := rep.Catalog.Status; st != "" && st != CatalogUnreconciled {
+			listed()
+		}
 		ended = time.Now()
 		next = due
 		if ctx.Err() != nil {

@@ -239,6 +239,53 @@ func TestKeptScanSubscribesWhatAppeared(t *testing.T) {
 	}
 }
 
+// WaitForSync after KeepScanning waits for what the kept scan's first
+// listing subscribed: once it returns, every listed resource has its first
+// version, with no wait on OnScan. A listing that fails does not count (the
+// failure is told to OnError), and a kept scan stopped before it listed
+// anything releases the wait.
+func TestWaitForSyncWaitsForTheFirstKeptScan(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				uris := []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md"}
+				r := newKeptRig(t, w, uris...)
+				_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true})
+				require.NoError(t, err)
+				require.NoError(t, r.c.WaitForSync(t.Context()))
+				for _, u := range uris {
+					entry, err := r.c.Lookup(u)
+					require.NoError(t, err, "%s read before WaitForSync returned", u)
+					assert.Equal(t, "v1 of "+u, entry.Contents[0].Text)
+				}
+			})
+		})
+	}
+	t.Run("stopped before its first listing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := newKeptRig(t, eras[0], "file:///docs/a.md")
+			stop, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, After: time.Now().Add(time.Hour)})
+			require.NoError(t, err)
+			stop()
+			require.NoError(t, r.c.WaitForSync(t.Context()))
+		})
+	})
+	t.Run("a first listing that fails", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := newKeptRig(t, eras[0], "file:///docs/a.md")
+			r.kit.FailNext(string(mcp.MethodResourcesList), "", -32603, "listing is down")
+			_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true})
+			require.NoError(t, err)
+			require.NoError(t, r.c.WaitForSync(t.Context()))
+			_, err = r.c.Lookup("file:///docs/a.md")
+			require.NoError(t, err, "read once a listing succeeded")
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			assert.NotEmpty(t, r.errs, "the failed listing was told")
+		})
+	})
+}
+
 // A kept scan of a server that lists no resources is refused at once, and
 // one stops at Close with the rest of the client (goleak checks).
 func TestKeptScanRefusalsAndClose(t *testing.T) {

@@ -173,7 +173,10 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // WaitForSync returns once every URI watched when it was called has had a
 // read accepted in a subscription generation of the current session: a
 // first version, or a definite answer (not found, quarantined). A URI
-// unsubscribed meanwhile no longer counts. With a Handler, it returns once
+// unsubscribed meanwhile no longer counts. With a kept scan running
+// (KeepScanning), the URIs its first successful listing subscribes count
+// too: WaitForSync waits for that listing first (a failed one is told to
+// OnError and does not count), or for the kept scan to stop. With a Handler, it returns once
 // the handler was also told of those URIs: their first versions, as added.
 // It returns ctx's error when ctx ends first, ErrClientClosed when the
 // client closes, the reason when healing gave up on the connection, and
@@ -182,6 +185,16 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // Called from a callback (a Handler, OnError, OnOutcome), it would wait for
 // the goroutine it runs on: it returns ctx's error once ctx ends.
 func (c *Client) WaitForSync(ctx context.Context) error {
+	c.mu.Lock()
+	listed := c.keepListed
+	c.mu.Unlock()
+	if listed != nil {
+		select {
+		case <-listed.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	c.mu.Lock()
 	keys := make([]string, 0, len(c.watches))
 	for key := range c.watches {

@@ -122,15 +122,9 @@ func open(ctx context.Context, principal string, srv *mcpsynctest.Server) (*cach
 	if err != nil {
 		return nil, err
 	}
-	// The first scan subscribes what the server lists; WaitForSync then
-	// waits for each first read.
-	scanned := make(chan struct{})
-	var once sync.Once
-	_, err = c.client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true,
-		OnScan: func(mcpsync.ScanReport) { once.Do(func() { close(scanned) }) }})
-	if err == nil {
-		err = c.wait(ctx, scanned, "the first scan")
-	}
+	// The first scan subscribes what the server lists; WaitForSync waits
+	// for it, then for each first read.
+	_, err = c.client.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		err = c.client.WaitForSync(ctx)
@@ -156,17 +150,6 @@ func (c *cache) changed(format string, args ...any) {
 	line := fmt.Sprintf(format+" -> prompt rebuilt: %d resource(s)", append(args, len(c.prompt.parts))...)
 	c.mu.Unlock()
 	c.changes <- change{line: line, err: err}
-}
-
-func (c *cache) wait(ctx context.Context, ch <-chan struct{}, what string) error {
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(timeout):
-		return fmt.Errorf("%s: no %s within %v", c.principal, what, timeout)
-	}
 }
 
 // next prints the next n changes the handler was told, sorted: changes of

@@ -159,19 +159,13 @@ func (wk *worker) sync(ctx context.Context, src source) (*mcpsync.Client, error)
 	if err != nil {
 		return nil, err
 	}
-	scanned := make(chan struct{})
-	var once sync.Once
 	_, err = c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, OnScan: func(r mcpsync.ScanReport) {
 		if len(r.Subscribed) > 0 {
 			wk.log.printf("%s: scan listed %d resource(s) (%s), subscribed %d", src.Name, len(r.Catalog.Descriptors), r.Catalog.Status, len(r.Subscribed))
 		}
-		once.Do(func() { close(scanned) })
 	}})
 	if err == nil {
-		err = waitFirstScan(ctx, scanned)
-	}
-	if err == nil {
-		err = c.WaitForSync(ctx)
+		err = c.WaitForSync(ctx) // the first scan's subscriptions too
 	}
 	if err != nil {
 		_ = c.Close()
@@ -179,15 +173,6 @@ func (wk *worker) sync(ctx context.Context, src source) (*mcpsync.Client, error)
 	}
 	wk.log.printf("%s: synced as %s", src.Name, src.Principal)
 	return c, nil
-}
-
-func waitFirstScan(ctx context.Context, scanned <-chan struct{}) error {
-	select {
-	case <-scanned:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // resumable counts the subscriptions Connect will resume for src.
