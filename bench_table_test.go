@@ -52,7 +52,7 @@ import (
 // operation appends one) for each write, and a View walking and copying
 // every record for export.
 //
-// The README's table is the median of runs with -count=1, so that each
+// docs/performance.md's table is the median of runs with -count=1, so that each
 // operation and its baseline alternate in time:
 //
 //	for i in 1 2 3 4 5 6; do go test -run '^$' -bench BenchmarkScale -benchmem -count=1 .; done

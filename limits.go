@@ -9,7 +9,7 @@ import (
 )
 
 // Limits bound everything a server can make a Client spend. A zero field
-// means its default; the README gives the reasoning for each. A server that
+// means its default; docs/limits.md gives the reasoning for each. A server that
 // passes a limit gets its input refused with an error naming the limit (a
 // *LimitError, matching ErrLimitExceeded) and, for a read, a stale receipt
 // with ReasonLimitExceeded; the session goes on wherever the transport

@@ -190,7 +190,7 @@ func TestCaseFoldedResourcesKeyCountsTowardMaxPageItems(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrTooManyPageItems, "a page of 50 items under MaxPageItems=10")
 }
 
-// The README promises peak heap within twice MaxMessageBytes plus 16 MiB
+// docs/limits.md promises peak heap within twice MaxMessageBytes plus 16 MiB
 // (mcpsynctest.HeapSlack) for every hostile scenario. One message under
 // MaxMessageBytes = 2 MiB carrying ~58,000 content items under a
 // "cont\u0065nts" key, far past MaxReadItems (10,000), fails with
@@ -253,7 +253,7 @@ func TestEscapedContentsKeyFloodStaysWithinTheHeapBound(t *testing.T) {
 	t.Logf("read: accepted=%v err=%v, %d items kept, peak heap %.1f MiB", out.Accepted, err, items, float64(peak)/(1<<20))
 	bound := uint64(2*msgBytes + 16<<20)
 	assert.ErrorIs(t, err, mcpsync.ErrTooManyReadItems)
-	assert.LessOrEqual(t, peak, bound, "peak heap %d MiB over the README's bound of %d MiB", peak>>20, bound>>20)
+	assert.LessOrEqual(t, peak, bound, "peak heap %d MiB over the published bound of %d MiB", peak>>20, bound>>20)
 }
 
 // A server over MaxNotificationsPerSecond has the rest of that second

@@ -63,7 +63,7 @@ func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 	}
 }
 
-// Two engines share a ledger (the README's many workers). Worker A's
+// Two engines share a ledger (docs/workers.md). Worker A's
 // RecordDerived checks the subject's revocation, then worker B revokes the
 // subject and sweeps the URI, then A's write lands. The artifact is
 // refused with ErrRevoked, or an outbox entry names it (DESIGN: revocation

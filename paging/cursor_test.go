@@ -681,7 +681,7 @@ func olderReleaseDecodeCode(t *testing.T, cursor string) CursorErrorCode {
 	return ""
 }
 
-// The README's limits table promises that an older release answers a newer
+// docs/limits.md promises that an older release answers a newer
 // cursor with CURSOR_VERSION_UNSUPPORTED, and cursor.go says a position
 // written as version 1 is one "which every release reads". A server still on
 // the older release (a rolling deploy sharing the keyring) therefore reads
@@ -699,7 +699,7 @@ func TestEveryCursorIsReadOrRefusedAsUnsupportedByTheOlderRelease(t *testing.T) 
 		{"source without PositionResolver, 2,000-byte id", 2000, false},
 		// An older release refuses any cursor over 4,096 bytes before it
 		// reads the version, so no encoding of a 64 KiB inline position can
-		// be answered CURSOR_VERSION_UNSUPPORTED there; the README's limits
+		// be answered CURSOR_VERSION_UNSUPPORTED there; docs/limits.md
 		// table says so. Lowering the inline limit to fit would make such
 		// keys unreachable for good, which is worse.
 		{"source without PositionResolver, 64 KiB id, over the older release's length", MaxCursorPosition - 64, false},

@@ -27,7 +27,7 @@ import (
 // copy with no Degraded reason (silently stale).
 //
 // This scenario runs in real time at fixed options, not scaled by -scale:
-// its figures are the ones the README publishes for these options.
+// its figures are the ones docs/performance.md publishes for these options.
 const (
 	healPingEvery   = 100 * time.Millisecond
 	healPingTimeout = time.Second

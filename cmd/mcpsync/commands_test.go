@@ -350,7 +350,7 @@ func TestWatchAllKeepsScanning(t *testing.T) {
 	}
 }
 
-// Two spellings of one resource are one key (README: "Two spellings of one
+// Two spellings of one resource are one key (docs/guarantees.md: "Two spellings of one
 // resource share one fence"): watch given both subscribes once, reports one
 // subscription and counts the URI once in its summary.
 func TestWatchCountsTwoSpellingsOfOneURIOnce(t *testing.T) {

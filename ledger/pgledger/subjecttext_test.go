@@ -377,7 +377,7 @@ func TestEarlierReleasesRevocationsOfOddSubjectsRestoreClearly(t *testing.T) {
 	}
 }
 
-// README: "Ledgers move between kinds with ExportLedger and RestoreLedger
+// docs/workers.md: "Ledgers move between kinds with ExportLedger and RestoreLedger
 // (memory ↔ bolt ↔ PostgreSQL)". RevokeSubject takes a subject holding NUL
 // on the memory ledger (nothing was ever read by it: one call of a
 // caller's admin tool), and that ledger still moves to PostgreSQL: its
