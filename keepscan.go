@@ -98,8 +98,12 @@ func (c *Client) KeepScanning(opts *KeepScanOptions) (stop func(), err error) {
 		return nil, fmt.Errorf("%w (%s %s)", ErrNoResources, conn.caps.Server.Name, conn.caps.Server.Version)
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	// Done at the first listing that succeeded, or with the kept scan.
+	// Done at the first listing that succeeded, or with the kept scan; at
+	// once when the first scan is put off (After): the caller has listed.
 	listed, wasListed := context.WithCancel(ctx)
+	if o.After.After(time.Now()) {
+		wasListed()
+	}
 	c.mu.Lock()
 	if c.keepStop != nil {
 		c.keepStop()

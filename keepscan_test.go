@@ -242,8 +242,9 @@ func TestKeptScanSubscribesWhatAppeared(t *testing.T) {
 // WaitForSync after KeepScanning waits for what the kept scan's first
 // listing subscribed: once it returns, every listed resource has its first
 // version, with no wait on OnScan. A listing that fails does not count (the
-// failure is told to OnError), and a kept scan stopped before it listed
-// anything releases the wait.
+// failure is told to OnError), a kept scan stopped before it listed
+// anything releases the wait, and one whose first scan the caller put off
+// (After: it has just listed) is not waited for.
 func TestWaitForSyncWaitsForTheFirstKeptScan(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
@@ -264,10 +265,20 @@ func TestWaitForSyncWaitsForTheFirstKeptScan(t *testing.T) {
 	t.Run("stopped before its first listing", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			r := newKeptRig(t, eras[0], "file:///docs/a.md")
-			stop, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, After: time.Now().Add(time.Hour)})
+			stop, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true})
 			require.NoError(t, err)
 			stop()
 			require.NoError(t, r.c.WaitForSync(t.Context()))
+		})
+	})
+	t.Run("whose first scan is put off", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := newKeptRig(t, eras[0], "file:///docs/a.md")
+			_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, After: time.Now().Add(time.Hour)})
+			require.NoError(t, err)
+			start := time.Now()
+			require.NoError(t, r.c.WaitForSync(t.Context()))
+			assert.Less(t, time.Since(start), time.Minute, "the caller listed already: nothing to wait for")
 		})
 	})
 	t.Run("a first listing that fails", func(t *testing.T) {
@@ -398,5 +409,31 @@ func TestKeptScanRefusesANegativeInterval(t *testing.T) {
 		stop, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Every: -time.Second})
 		require.Error(t, err)
 		assert.Nil(t, stop)
+	})
+}
+
+// WaitForSync with a kept scan running says why it cannot return as it
+// does without one: once healing gave up on the connection it returns
+// ErrReconnectGaveUp, not the caller's deadline, though the kept scan never
+// listed anything (it skips scans while the session is lost).
+func TestWaitForSyncWithAKeptScanReturnsWhenHealingGaveUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
+			PingEvery: time.Second, PingTimeout: time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond},
+		})
+		r.subscribe()
+		r.setDown(true)
+		r.faults().DropSession()
+		time.Sleep(5 * time.Second)
+		quiesce()
+		require.Equal(t, mcpsync.ConnectionFailed, r.c.Health().State, "errors %v", r.errs.list())
+		_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true})
+		require.NoError(t, err)
+
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		err = r.c.WaitForSync(ctx)
+		require.ErrorIs(t, err, mcpsync.ErrReconnectGaveUp, "WaitForSync with a kept scan, healing given up")
 	})
 }

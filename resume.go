@@ -176,7 +176,8 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // unsubscribed meanwhile no longer counts. With a kept scan running
 // (KeepScanning), the URIs its first successful listing subscribes count
 // too: WaitForSync waits for that listing first (a failed one is told to
-// OnError and does not count), or for the kept scan to stop. With a Handler, it returns once
+// OnError and does not count), or for the kept scan to stop; a kept scan
+// whose first scan was put off (KeepScanOptions.After) is not waited for. With a Handler, it returns once
 // the handler was also told of those URIs: their first versions, as added.
 // It returns ctx's error when ctx ends first, ErrClientClosed when the
 // client closes, the reason when healing gave up on the connection, and
@@ -189,10 +190,8 @@ func (c *Client) WaitForSync(ctx context.Context) error {
 	listed := c.keepListed
 	c.mu.Unlock()
 	if listed != nil {
-		select {
-		case <-listed.Done():
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := c.waitListed(ctx, listed.Done()); err != nil {
+			return err
 		}
 	}
 	c.mu.Lock()
@@ -251,17 +250,9 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 	var refusals []error
 	for {
 		wake := c.progress.wait()
-		c.mu.Lock()
-		closed, state, reason, gen := c.closed, c.health.State, c.health.Reason, c.conn.gen
-		c.mu.Unlock()
-		switch {
-		case closed:
-			return ErrClientClosed
-		case state == ConnectionFailed:
-			return fmt.Errorf("%w: %s", ErrReconnectGaveUp, reason)
-		}
-		if err := c.engine.refuseRevoked(c.opts.Subject); err != nil {
-			return err // no read of the subject will ever pass the fence
+		gen, err := c.syncable()
+		if err != nil {
+			return err
 		}
 		for len(keys) > 0 {
 			ok, refused := c.synced(keys[0], gen)
@@ -277,6 +268,40 @@ func (c *Client) waitSynced(ctx context.Context, keys []string) error {
 			return errors.Join(refusals...)
 		}
 		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// syncable returns the current session's generation, or why nothing will
+// sync any more: the client closed, healing gave up, or the subject was
+// revoked (no read of it will ever pass the fence).
+func (c *Client) syncable() (uint64, error) {
+	c.mu.Lock()
+	closed, state, reason, gen := c.closed, c.health.State, c.health.Reason, c.conn.gen
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return 0, ErrClientClosed
+	case state == ConnectionFailed:
+		return 0, fmt.Errorf("%w: %s", ErrReconnectGaveUp, reason)
+	}
+	return gen, c.engine.refuseRevoked(c.opts.Subject)
+}
+
+// waitListed waits until listed is closed (a kept scan's first listing),
+// failing as waitSynced does.
+func (c *Client) waitListed(ctx context.Context, listed <-chan struct{}) error {
+	for {
+		wake := c.progress.wait()
+		if _, err := c.syncable(); err != nil {
+			return err
+		}
+		select {
+		case <-listed:
+			return nil
 		case <-wake:
 		case <-ctx.Done():
 			return ctx.Err()
