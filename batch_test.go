@@ -18,7 +18,7 @@ import (
 func TestManyURIsAtOnceDecideEachOnItsOwn(t *testing.T) {
 	for _, l := range []mcpsync.Ledger{mcpsync.NewMemoryLedger(nil), casLedger{mcpsync.NewMemoryLedger(nil)}} {
 		t.Run(fmt.Sprintf("%T", l), func(t *testing.T) {
-			e := newEngine(t, &mcpsync.Options{Ledger: l})
+			e := newEngine(t, &mcpsync.EngineOptions{Ledger: l})
 			uris := make([]string, 100)
 			for i := range uris {
 				uris[i] = fmt.Sprintf("file:///docs/many/%03d.md", i)

@@ -50,7 +50,7 @@ func BenchmarkEngineMemory(b *testing.B) {
 				for _, pending := range []bool{false, true} {
 					start := heapAlloc()
 					l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 2 * n})
-					e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+					e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 					if err != nil {
 						b.Fatal(err)
 					}

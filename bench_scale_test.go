@@ -41,7 +41,7 @@ func sizeName(n int) string {
 func scaleLedger(b *testing.B, n int) (mcpsync.Ledger, *mcpsync.Engine) {
 	b.Helper()
 	l := mcpsync.NewMemoryLedger(nil)
-	e := activeEngine(b, &mcpsync.Options{Ledger: l})
+	e := activeEngine(b, &mcpsync.EngineOptions{Ledger: l})
 	for i := range n {
 		if err := e.Discover(fmt.Sprintf("file:///scale/%07d.md", i)); err != nil {
 			b.Fatal(err)
@@ -182,7 +182,7 @@ func BenchmarkStall(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range scaleSizes() {
 		l, hot := scaleLedger(b, n)
-		other, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		other, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		if err != nil {
 			b.Fatal(err)
 		}

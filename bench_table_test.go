@@ -116,7 +116,7 @@ func scaleFixtureOf(b *testing.B, n int) *scaleFixture {
 	start := time.Now()
 	// The template: a URI subscribed, activated and read once by an engine.
 	l := mcpsync.NewMemoryLedger(nil)
-	e := newEngine(b, &mcpsync.Options{Ledger: l})
+	e := newEngine(b, &mcpsync.EngineOptions{Ledger: l})
 	const tplURI = "file:///scale/template.md"
 	if _, err := e.Subscribe(tplURI, alice); err != nil {
 		b.Fatal(err)
@@ -206,7 +206,7 @@ type scaleRig struct {
 }
 
 func newScaleRig(b *testing.B, fx *scaleFixture, l mcpsync.Ledger) *scaleRig {
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, ConfirmSends: true})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, ConfirmSends: true})
 	if err != nil {
 		b.Fatal(err)
 	}

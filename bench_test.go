@@ -134,7 +134,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 		keys[i] = fmt.Sprintf("file:///storm/%05d.md", i)
 		results[i] = text(keys[i], "body")
 	}
-	setup := func(b *testing.B, opts *mcpsync.Options) *mcpsync.Engine {
+	setup := func(b *testing.B, opts *mcpsync.EngineOptions) *mcpsync.Engine {
 		e := newEngine(b, opts)
 		for _, k := range keys {
 			if _, err := e.Subscribe(k, alice); err != nil {
@@ -170,7 +170,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 		byURI[k] = results[i]
 	}
 	b.Run("coalesced", func(b *testing.B) {
-		e := setup(b, &mcpsync.Options{ConfirmSends: true})
+		e := setup(b, &mcpsync.EngineOptions{ConfirmSends: true})
 		reads := 0
 		for b.Loop() {
 			var pending []mcpsync.Ticket

@@ -86,7 +86,7 @@ type Dialer func(ctx context.Context) (transport.Interface, error)
 type ClientOptions struct {
 	// Engine keeps the local copy; nil means a new engine with default
 	// options. The Client reports every queued read it sends (Sending), so
-	// it turns Options.ConfirmSends on for the engine it drives; a caller
+	// it turns EngineOptions.ConfirmSends on for the engine it drives; a caller
 	// that also issues queued reads on that engine must report them too.
 	Engine *Engine
 	// Subject is the authorization subject (a user, a service account)

@@ -25,7 +25,7 @@ import (
 func pendingEngine(t *testing.T) (*mcpsync.Engine, *fixedClock) {
 	t.Helper()
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 	clock.t = clock.t.Add(time.Second)
@@ -189,7 +189,7 @@ func TestCorroborationNeedsAScanAfterTheNotFound(t *testing.T) {
 // for the second read, which decides.
 func TestCorroborationNeedsAReadAfterTheScan(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	first, early := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
 	_, err := e.FinishRead(first, mcpsync.NotFoundResult())
 	require.NoError(t, err)
@@ -272,7 +272,7 @@ func TestTombstoneReceiptGolden(t *testing.T) {
 // and every scan confirm it again.
 func TestTombstoneWithoutAVersionStands(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	out, err := e.FinishRead(corroborate(t, e, scanAfter(clock)), mcpsync.NotFoundResult())
@@ -346,7 +346,7 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 // than making the tombstone pending once more and waiting for another scan.
 func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 
@@ -420,7 +420,7 @@ func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger mcpsync.
 // does, and opens docURI in its session with one read answered.
 func (r *unlistedRig) start(ledger mcpsync.Ledger) {
 	r.t.Helper()
-	r.e = newEngine(r.t, &mcpsync.Options{Now: r.clock.now, Ledger: ledger})
+	r.e = newEngine(r.t, &mcpsync.EngineOptions{Now: r.clock.now, Ledger: ledger})
 	_, err := r.e.Subscribe(docURI, alice)
 	require.NoError(r.t, err)
 	_, err = r.e.Activate(docURI, mcpsync.ModePush)

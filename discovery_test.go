@@ -1009,7 +1009,7 @@ func TestCatalogReconcile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newClock()
-			e := newEngine(t, &mcpsync.Options{Now: clock.now})
+			e := newEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 			tombstonePending(t, e, gone)
 			tombstonePending(t, e, back)
 			_, err := e.Subscribe(active, alice)
@@ -1153,7 +1153,7 @@ func TestCatalogOfAnotherEngineIsRefused(t *testing.T) {
 	var engines [2]*mcpsync.Engine
 	var receipts [2]mcpsync.CapabilityReceipt
 	for i := range engines {
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Now: clock.now})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Now: clock.now})
 		require.NoError(t, err)
 		receipts[i], err = e.BeginSession(mcpsync.SessionInfo{Capabilities: caps})
 		require.NoError(t, err)

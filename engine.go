@@ -14,8 +14,8 @@ import (
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
-// Options configure an Engine. The zero value (or nil) means defaults.
-type Options struct {
+// EngineOptions configure an Engine. The zero value (or nil) means defaults.
+type EngineOptions struct {
 	// Ledger stores records, the outbox, identity counters and revoked
 	// subjects; nil means NewMemoryLedger(nil).
 	Ledger Ledger
@@ -107,8 +107,8 @@ type session struct {
 // ledger, so an engine restarted on a durable ledger never reissues an
 // identity an older read might carry, and revocations recorded in it stay
 // in force. A revocation whose sweep a crash cut short is finished here.
-func NewEngine(opts *Options) (*Engine, error) {
-	var o Options
+func NewEngine(opts *EngineOptions) (*Engine, error) {
+	var o EngineOptions
 	if opts != nil {
 		o = *opts
 	}

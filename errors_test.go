@@ -213,7 +213,7 @@ func TestStartupFailuresAreAlwaysToldByWhatTheServerDid(t *testing.T) {
 func TestLedgerFailuresSayMcpsyncOnce(t *testing.T) {
 	l, err := boltledger.Open(filepath.Join(t.TempDir(), "ledger.db"), nil)
 	require.NoError(t, err)
-	e := newEngine(t, &mcpsync.Options{Ledger: l})
+	e := newEngine(t, &mcpsync.EngineOptions{Ledger: l})
 	readAs(t, e, docURI, alice, "a")
 	entries, err := e.PullOutbox(0, 0)
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
 package mcpsync
 
-// The clock (Options.Now) is user code: the fence reads it before it takes
+// The clock (EngineOptions.Now) is user code: the fence reads it before it takes
 // the memory ledger's lock, never under it ("The clock is user code: it is
 // read before the ledger's lock is taken"). A clock that touches the
 // engine or the ledger (a metrics clock reading StaleCounts, whose mutex
@@ -26,7 +26,7 @@ func TestClockIsReadBeforeTheLedgerLockWithAGuard(t *testing.T) {
 		}
 		return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	}
-	e, err := NewEngine(&Options{
+	e, err := NewEngine(&EngineOptions{
 		Ledger: l, Now: clock,
 		Guard: func(string, []Content) error { return nil },
 	})
@@ -53,7 +53,7 @@ func TestClockIsReadBeforeTheLedgerLockWithAGuard(t *testing.T) {
 		t.Fatalf("accept: %v %v", out.Decision(), err)
 	}
 	if underLock > 0 {
-		t.Fatalf("Options.Now was called %d time(s) while the memory ledger's lock was held (accept with a content guard)", underLock)
+		t.Fatalf("EngineOptions.Now was called %d time(s) while the memory ledger's lock was held (accept with a content guard)", underLock)
 	}
 }
 
@@ -73,7 +73,7 @@ func TestClockIsNeverReadUnderTheLedgerLock(t *testing.T) {
 			at = at.Add(time.Millisecond)
 			return at
 		}
-		opts := &Options{Ledger: l, Now: clock}
+		opts := &EngineOptions{Ledger: l, Now: clock}
 		if guarded {
 			opts.Guard = func(string, []Content) error { return nil }
 		}
@@ -129,7 +129,7 @@ func TestClockIsNeverReadUnderTheLedgerLock(t *testing.T) {
 		_, err = e.FinishClose(doc, true)
 		must("finish close", err)
 		if underLock > 0 {
-			t.Errorf("guard=%v: Options.Now was read %d time(s) under the memory ledger's lock", guarded, underLock)
+			t.Errorf("guard=%v: EngineOptions.Now was read %d time(s) under the memory ledger's lock", guarded, underLock)
 		}
 	}
 }

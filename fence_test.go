@@ -29,10 +29,10 @@ func newClock() *fixedClock {
 }
 
 // newEngine returns an engine in a live session with opts applied.
-func newEngine(t testing.TB, opts *mcpsync.Options) *mcpsync.Engine {
+func newEngine(t testing.TB, opts *mcpsync.EngineOptions) *mcpsync.Engine {
 	t.Helper()
 	if opts == nil {
-		opts = &mcpsync.Options{}
+		opts = &mcpsync.EngineOptions{}
 	}
 	if opts.Now == nil {
 		opts.Now = newClock().now
@@ -48,7 +48,7 @@ func newEngine(t testing.TB, opts *mcpsync.Options) *mcpsync.Engine {
 }
 
 // activeEngine returns an engine with docURI subscribed by alice and ACTIVE.
-func activeEngine(t testing.TB, opts *mcpsync.Options) *mcpsync.Engine {
+func activeEngine(t testing.TB, opts *mcpsync.EngineOptions) *mcpsync.Engine {
 	t.Helper()
 	e := newEngine(t, opts)
 	_, err := e.Subscribe(docURI, alice)
@@ -429,7 +429,7 @@ func textOf(t *testing.T, entry mcpsync.OutboxEntry) string {
 }
 
 func TestContentGuardQuarantines(t *testing.T) {
-	e := activeEngine(t, &mcpsync.Options{Guard: mcpsync.Guards(mcpsync.MaxBytes(8), mcpsync.AllowMIME("text/*"))})
+	e := activeEngine(t, &mcpsync.EngineOptions{Guard: mcpsync.Guards(mcpsync.MaxBytes(8), mcpsync.AllowMIME("text/*"))})
 	tk := issue(t, e, mcpsync.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "short"))
 	require.NoError(t, err)
@@ -503,7 +503,7 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 			require.NoError(t, json.Unmarshal(raw, &decoded))
 			ledger, err := mcpsync.NewMemoryLedgerFrom(decoded)
 			require.NoError(t, err)
-			restored, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+			restored, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 			require.NoError(t, err)
 			_, err = restored.BeginSession(mcpsync.SessionInfo{})
 			require.NoError(t, err)

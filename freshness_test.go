@@ -16,7 +16,7 @@ import (
 // asked to, Lookup refuses it past that bound instead of serving it.
 func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.PublishStalenessBound(docURI, time.Minute)
 	require.NoError(t, err)
 	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
@@ -59,7 +59,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 // back.
 func TestStrictLookupCountsTheBoundFromWhenTheReadWasIssued(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.PublishStalenessBound(docURI, time.Minute)
 	require.NoError(t, err)
 	slow := issue(t, e, mcpsync.TriggerInitial)

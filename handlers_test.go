@@ -159,7 +159,7 @@ func TestHandlerToldDeletionsWithWhy(t *testing.T) {
 	t.Run("quarantined, back, not found", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			h := &handlerLog{}
-			e, err := mcpsync.NewEngine(&mcpsync.Options{Guard: func(_ string, contents []mcpsync.Content) error {
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Guard: func(_ string, contents []mcpsync.Content) error {
 				if strings.Contains(contents[0].Text, "poison") {
 					return errors.New("poisoned")
 				}

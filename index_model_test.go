@@ -26,7 +26,7 @@ func TestIndexedPassesEqualFullWalks(t *testing.T) {
 		clock := newClock()
 		engines := [2]*mcpsync.Engine{}
 		for i, l := range []mcpsync.Ledger{mcpsync.NewMemoryLedger(nil), unindexed{mcpsync.NewMemoryLedger(nil)}} {
-			engines[i] = newEngine(t, &mcpsync.Options{Ledger: l, Now: clock.now})
+			engines[i] = newEngine(t, &mcpsync.EngineOptions{Ledger: l, Now: clock.now})
 		}
 		both := func(f func(e *mcpsync.Engine) (any, error)) {
 			a, errA := f(engines[0])

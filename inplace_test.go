@@ -53,7 +53,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 		var twins [2]*twin
 		for i, l := range []mcpsync.Ledger{mcpsync.NewMemoryLedger(nil), casLedger{mcpsync.NewMemoryLedger(nil)}} {
 			tw := &twin{}
-			e, err := mcpsync.NewEngine(&mcpsync.Options{
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{
 				Ledger: l, Now: clock.now, Guard: guard, MaxReadsInFlight: 3,
 				OnTransition: func(tr mcpsync.Transition) { tw.transitions = append(tw.transitions, tr) },
 			})

@@ -56,7 +56,7 @@ func TestRevocationAcrossLeases(t *testing.T) {
 	const other = "file:///docs/other.md"
 	l := newLeasedLedger()
 	clock := newClock()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, Now: clock.now})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, Now: clock.now})
 	require.NoError(t, err)
 	beginSession(t, e)
 	for _, u := range []string{docURI, other} {
@@ -75,7 +75,7 @@ func TestRevocationAcrossLeases(t *testing.T) {
 	_, err = e.Lookup(alice, other)
 	require.ErrorIs(t, err, mcpsync.ErrRevoked, "refused everywhere at once")
 
-	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, Now: clock.now})
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, Now: clock.now})
 	require.NoError(t, err, "a sweep this worker cannot finish does not stop it from starting")
 	beginSession(t, n)
 
@@ -102,7 +102,7 @@ func TestRevocationAcrossLeases(t *testing.T) {
 func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(docURI, "text/markdown", "v1")
@@ -138,7 +138,7 @@ func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.
 			synctest.Test(t, func(t *testing.T) {
 				const y = "file:///b42/lease/y.md"
 				l := newLeasedLedger()
-				e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 				require.NoError(t, err)
 				srv := mcpsynctest.NewServer(nil)
 				srv.Set(docURI, "text/markdown", "v1")
@@ -180,7 +180,7 @@ func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testi
 	synctest.Test(t, func(t *testing.T) {
 		const z = "file:///b42/lease/z.md"
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(docURI, "text/markdown", "v1")

@@ -27,7 +27,7 @@ func restored(t *testing.T, e *mcpsync.Engine, clock func() time.Time) *mcpsync.
 	require.NoError(t, json.Unmarshal(raw, &decoded))
 	l, err := mcpsync.NewMemoryLedgerFrom(decoded)
 	require.NoError(t, err)
-	r, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, Now: clock})
+	r, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, Now: clock})
 	require.NoError(t, err)
 	return r
 }
@@ -36,7 +36,7 @@ func restored(t *testing.T, e *mcpsync.Engine, clock func() time.Time) *mcpsync.
 // would open it.
 func reopened(t *testing.T, e *mcpsync.Engine, clock func() time.Time) *mcpsync.Engine {
 	t.Helper()
-	r, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: e.Ledger(), Now: clock})
+	r, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: e.Ledger(), Now: clock})
 	require.NoError(t, err)
 	return r
 }
@@ -65,7 +65,7 @@ func subscribeActive(t *testing.T, e *mcpsync.Engine, uri, principal string) {
 // engine's read and accepts its own.
 func TestRestoredEngineRefusesTheLiveEnginesReads(t *testing.T) {
 	clock := newClock()
-	live := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	live := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	tk := issue(t, live, mcpsync.TriggerInitial)
 	_, err := live.AcceptResourceVersion(tk, text(docURI, "v1"))
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestIdentitiesAreNeverHandedOutTwice(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			clock := newClock()
-			e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+			e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 			first := issue(t, e, mcpsync.TriggerInitial)
 			_, err := e.AcceptResourceVersion(first, text(docURI, "v1"))
 			require.NoError(t, err)
@@ -138,7 +138,7 @@ func TestIdentitiesAreNeverHandedOutTwice(t *testing.T) {
 // its generation must still never come back.
 func TestCatalogOfAnEarlierEngineIsNotComplete(t *testing.T) {
 	clock := newClock()
-	e := newEngine(t, &mcpsync.Options{Now: clock.now})
+	e := newEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	cat := mcpsync.Catalog{
 		Schema: mcpsync.SchemaCatalog, Kind: mcpsync.KindResources, Status: mcpsync.CatalogSnapshotProven,
 		SessionGeneration: e.SessionGeneration(), MeasuredAt: clock.now(), StaleAfter: clock.now().Add(time.Hour),
@@ -158,7 +158,7 @@ func TestCatalogOfAnEarlierEngineIsNotComplete(t *testing.T) {
 // refused and nothing of it is served.
 func TestRevocationSurvivesRestart(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	tk := issue(t, e, mcpsync.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "alice's"))
 	require.NoError(t, err)
@@ -180,7 +180,7 @@ func TestRevocationSurvivesRestart(t *testing.T) {
 // finishes the sweep, so every version and artifact is still announced.
 func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "alice's"))
 	require.NoError(t, err)
 	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: out.Version.Version}))
@@ -209,14 +209,14 @@ func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 // with the fence intact.
 func TestVersionOneSnapshotRestores(t *testing.T) {
 	clock := newClock()
-	e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	inFlight := issue(t, e, mcpsync.TriggerInitial)
 	snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
 	require.NoError(t, err)
 	v1 := mcpsync.LedgerSnapshot{Schema: mcpsync.SchemaLedgerSnapshotV1, Records: snap.Records}
 	l, err := mcpsync.NewMemoryLedgerFrom(v1)
 	require.NoError(t, err)
-	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l, Now: clock.now})
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, Now: clock.now})
 	require.NoError(t, err)
 	beginSession(t, n)
 	assert.Greater(t, n.SessionGeneration(), inFlight.SessionGeneration)
@@ -267,7 +267,7 @@ func TestConsumeWakesOnAppend(t *testing.T) {
 // A consumer the retention bound overtook is told which entries it lost.
 func TestConsumeReportsWhatTheBoundDropped(t *testing.T) {
 	l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 2})
-	e := activeEngine(t, &mcpsync.Options{Ledger: l})
+	e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l})
 	ctx := context.Background()
 	require.NoError(t, e.Acknowledge(ctx, "slow", 0))
 	for _, body := range []string{"v1", "v2", "v3", "v4", "v5"} {
@@ -319,7 +319,7 @@ func TestOutboxFreesWhatEveryConsumerPassed(t *testing.T) {
 // were only discovered.
 func TestResumableSubscriptions(t *testing.T) {
 	clock := newClock()
-	e := newEngine(t, &mcpsync.Options{Now: clock.now})
+	e := newEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	subscribeActive(t, e, "file:///docs/a.md", alice)
 	subscribeActive(t, e, "file:///docs/b.md", bob)
 	subscribeActive(t, e, "file:///docs/closed.md", alice)

@@ -54,7 +54,7 @@ type noIndex struct{ mcpsync.Ledger }
 // pending, one that was forgotten, one never read, and one of bob's.
 func listed(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
 	t.Helper()
-	e := newEngine(t, &mcpsync.Options{Ledger: ledger, Guard: func(_ string, contents []mcpsync.Content) error {
+	e := newEngine(t, &mcpsync.EngineOptions{Ledger: ledger, Guard: func(_ string, contents []mcpsync.Content) error {
 		if strings.Contains(contents[0].Text, "poison") {
 			return errors.New("poisoned")
 		}
@@ -140,7 +140,7 @@ func TestEntriesFilterByPrefixAndPredicate(t *testing.T) {
 // those no subscription keeps fresh, as a strict Lookup refuses them.
 func TestStrictEntriesLeaveOutCopiesPastTheirBound(t *testing.T) {
 	clock := newClock()
-	e := newEngine(t, &mcpsync.Options{Now: clock.now})
+	e := newEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	readAs(t, e, "file:///docs/a.md", alice, "a")
 	readAs(t, e, "file:///docs/b.md", alice, "b")
 	readAs(t, e, "file:///docs/unbound.md", alice, "never bound")

@@ -47,7 +47,7 @@ func TestLivenessQueueKeyedByGeneration(t *testing.T) {
 		"new session":                newSession,
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := activeEngine(t, &mcpsync.Options{ConfirmSends: true})
+			e := activeEngine(t, &mcpsync.EngineOptions{ConfirmSends: true})
 			old, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -72,7 +72,7 @@ func TestLivenessQueueKeyedByGeneration(t *testing.T) {
 // A pulse that arrives while the URI is at its read cap is
 // remembered (one dirty bit) and read once a read settles.
 func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
-	e := activeEngine(t, &mcpsync.Options{MaxReadsInFlight: 2})
+	e := activeEngine(t, &mcpsync.EngineOptions{MaxReadsInFlight: 2})
 	a, b := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
 
 	_, ok, err := e.Notify(docURI)
@@ -95,7 +95,7 @@ func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
 func TestLivenessObserverMayCallTheEngine(t *testing.T) {
 	var e *mcpsync.Engine
 	revoked := false
-	e = activeEngine(t, &mcpsync.Options{OnTransition: func(tr mcpsync.Transition) {
+	e = activeEngine(t, &mcpsync.EngineOptions{OnTransition: func(tr mcpsync.Transition) {
 		if tr.Event == "accept" && !revoked {
 			revoked = true
 			_, err := e.RevokeSubject(bob)
@@ -145,7 +145,7 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 	})
 	t.Run("catalog older than the not-found", func(t *testing.T) {
 		clock := newClock()
-		e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+		e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 		measured := clock.t
 		clock.t = clock.t.Add(time.Second)
 		notFound(t, e, "v1")
@@ -163,7 +163,7 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 	})
 	t.Run("tombstoned and still subscribed", func(t *testing.T) {
 		clock := newClock()
-		e := activeEngine(t, &mcpsync.Options{Now: clock.now})
+		e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 		notFound(t, e, "v1")
 		_, _, err := e.ApplyListing(docURI, false, clock.t)
 		require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestLivenessQueuedTicketSurvivesJSON(t *testing.T) {
 // A panicking content guard is a refusal (quarantine with the
 // reason), never a crash or a stuck URI.
 func TestLivenessGuardPanicQuarantines(t *testing.T) {
-	e := activeEngine(t, &mcpsync.Options{Guard: func(uri string, contents []mcpsync.Content) error {
+	e := activeEngine(t, &mcpsync.EngineOptions{Guard: func(uri string, contents []mcpsync.Content) error {
 		if contents[0].Text == "boom" {
 			panic("guard bug")
 		}

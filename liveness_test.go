@@ -582,7 +582,7 @@ func TestReadAtTheCapSendsItsFollowUp(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				e, err := mcpsync.NewEngine(&mcpsync.Options{MaxReadsInFlight: 1})
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{MaxReadsInFlight: 1})
 				require.NoError(t, err)
 				r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: e, RevalidateEvery: time.Minute}, faultURI)
 				r.subscribeSettled(t, faultURI)

@@ -369,7 +369,7 @@ type modelMachine struct {
 
 func newModelMachine(rt *rapid.T) *modelMachine {
 	clock := newClock()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{
 		Now:              clock.now,
 		MaxReadsInFlight: modelMaxReads,
 		Guard: func(_ string, contents []mcpsync.Content) error {

@@ -49,7 +49,7 @@ func acceptN(t *testing.T, e *mcpsync.Engine, doc string, n int) {
 // what is left as if nothing was lost.
 func TestPullOutboxReportsWhatTheRetentionBoundDropped(t *testing.T) {
 	const doc = "file:///docs/a.md"
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 3})})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 3})})
 	require.NoError(t, err)
 	require.NoError(t, e.AckOutbox(0)) // the default consumer is registered
 	acceptN(t, e, doc, 5)
@@ -141,7 +141,7 @@ const (
 // twoServers are two releases of one server, for sessions that change it.
 var twoServers = []mcpsync.Implementation{{Name: "srv", Version: "1.0"}, {Name: "srv", Version: "2.0"}}
 
-func (s *ledgerSide) newEngine(t *rapid.T, opts mcpsync.Options) {
+func (s *ledgerSide) newEngine(t *rapid.T, opts mcpsync.EngineOptions) {
 	e, err := mcpsync.NewEngine(&opts)
 	require.NoError(t, err)
 	s.ids[e.ID()] = fmt.Sprintf("engine-%d", len(s.ids))
@@ -226,7 +226,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 		sides := []*ledgerSide{direct, wrapped}
 		for _, s := range sides {
 			for range engines {
-				s.newEngine(t, mcpsync.Options{Ledger: s.ledger, Now: clock.now, Guard: guard})
+				s.newEngine(t, mcpsync.EngineOptions{Ledger: s.ledger, Now: clock.now, Guard: guard})
 			}
 			for _, uri := range []string{docA, docB} {
 				_, err := s.engines[0].Subscribe(uri, "user:alice")
@@ -428,7 +428,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 					s.engines = nil
 					s.tickets = map[string][]mcpsync.Ticket{}
 					for range engines {
-						s.newEngine(t, mcpsync.Options{Ledger: s.ledger, Now: clock.now, Guard: guard})
+						s.newEngine(t, mcpsync.EngineOptions{Ledger: s.ledger, Now: clock.now, Guard: guard})
 					}
 					return nil
 				})
@@ -465,7 +465,7 @@ func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 	ctx := context.Background()
 	clock := newClock()
 	rec := &recordingLedger{Ledger: mcpsync.NewMemoryLedger(nil), want: map[uint64]string{}}
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: rec, Now: clock.now})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: rec, Now: clock.now})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
 		ProtocolVersion: "2025-11-25", Server: twoServers[0], Resources: true, Subscribe: true}})
@@ -592,7 +592,7 @@ func (l countingLedger) OutboxState(ctx context.Context) (mcpsync.OutboxState, e
 func TestConsumeFailsOnALedgerThatCountsAnEntryItHasNot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: countingLedger{mcpsync.NewMemoryLedger(nil)}})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: countingLedger{mcpsync.NewMemoryLedger(nil)}})
 	require.NoError(t, err)
 	acceptN(t, e, docA, 2)
 	var seqs []uint64

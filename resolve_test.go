@@ -47,7 +47,7 @@ func acceptDoc(t *testing.T, e *mcpsync.Engine, body string) mcpsync.Outcome {
 func TestResolveYieldsTheContentsOfTheEntrysVersion(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
-			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
+			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
 			acceptDoc(t, e, "v1")
 			acceptDoc(t, e, "v1") // unchanged: no entry, the version stays
 			entries := outbox(t, e)
@@ -68,7 +68,7 @@ func TestResolveYieldsTheContentsOfTheEntrysVersion(t *testing.T) {
 func TestResolveNeverHandsOutTextOfAnotherVersion(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
-			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
+			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
 			acceptDoc(t, e, "v1")
 			acceptDoc(t, e, "v2")
 			acceptDoc(t, e, "v1")
@@ -97,7 +97,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			clock := newClock()
-			e := activeEngine(t, &mcpsync.Options{Ledger: l.open(), Now: clock.now})
+			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open(), Now: clock.now})
 			acceptDoc(t, e, "v1")
 			clock.t = clock.t.Add(time.Second)
 			_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
@@ -135,7 +135,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
-			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
+			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
 			acceptDoc(t, e, "v1")
 			updated := outbox(t, e)[0]
 			_, err := e.RevokeSubject(alice)
@@ -148,7 +148,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 			}
 		})
 		t.Run(l.name+"/forgotten", func(t *testing.T) {
-			e := activeEngine(t, &mcpsync.Options{Ledger: l.open()})
+			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
 			acceptDoc(t, e, "v1")
 			_, err := e.BeginClose(docURI)
 			require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 // Content the guard refused supersedes the version before it, and its own
 // entry resolves to quarantined, naming what must no longer be served.
 func TestResolveSaysQuarantined(t *testing.T) {
-	e := activeEngine(t, &mcpsync.Options{Guard: mcpsync.MaxBytes(8)})
+	e := activeEngine(t, &mcpsync.EngineOptions{Guard: mcpsync.MaxBytes(8)})
 	acceptDoc(t, e, "short")
 	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, "far too long for the guard"))
 	require.NoError(t, err)

@@ -89,7 +89,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	caps := mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SnapshotList: true}
 
 	liveLedger := mcpsync.NewMemoryLedger(nil)
-	live, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: liveLedger, Now: now})
+	live, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: liveLedger, Now: now})
 	require.NoError(t, err)
 	_, err = live.BeginSession(mcpsync.SessionInfo{Capabilities: caps})
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	// Rollback: the snapshot is restored and a new engine starts on it.
 	restoredLedger, err := mcpsync.NewMemoryLedgerFrom(snap)
 	require.NoError(t, err)
-	restored, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: restoredLedger, Now: now})
+	restored, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: restoredLedger, Now: now})
 	require.NoError(t, err)
 	_, err = restored.BeginSession(mcpsync.SessionInfo{Capabilities: caps})
 	require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestRestoreRefusesAnOutboxMissingEntriesNobodyPassed(t *testing.T) {
 		return
 	}
 	require.NoError(t, err)
-	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: into})
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: into})
 	require.NoError(t, err)
 	st, err := n.OutboxState(ctx)
 	require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestVersionOneSnapshotKeepsTheDefaultConsumersPosition(t *testing.T) {
 
 	l, err := mcpsync.NewMemoryLedgerFrom(v1)
 	require.NoError(t, err)
-	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	cursor, err := n.OutboxCursor()
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ const (
 // engineOn is a new engine on ledger, as a restarted process builds it.
 func engineOn(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
 	t.Helper()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 	require.NoError(t, err)
 	return e
 }
@@ -251,7 +251,7 @@ func TestSecondClientOnTheLedgerLeavesALiveClientsSubscription(t *testing.T) {
 		srvB.Set(doc, "text/markdown", "v1")
 		ledger := mcpsync.NewMemoryLedger(nil)
 		connect := func(srv *mcpsynctest.Server) (*mcpsync.Client, *mcpsync.Engine) {
-			e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 			require.NoError(t, err)
 			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
 				return srv.NewInProcessTransport(), nil

@@ -31,9 +31,9 @@ import (
 func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 	const doc = "file:///docs/a.md"
 	l := mcpsync.NewMemoryLedger(nil)
-	a, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	a, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
-	b, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	b, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 
 	_, err = b.BeginSession(mcpsync.SessionInfo{})
@@ -72,7 +72,7 @@ func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 func TestRecordDerivedRacingARevocationIsRefusedOrAnnounced(t *testing.T) {
 	hooked := newFaultLedger()
 	mem := hooked.Ledger
-	a := newEngine(t, &mcpsync.Options{Ledger: hooked})
+	a := newEngine(t, &mcpsync.EngineOptions{Ledger: hooked})
 	_, err := a.Subscribe(docURI, alice)
 	require.NoError(t, err)
 	_, err = a.Activate(docURI, mcpsync.ModePush)
@@ -81,7 +81,7 @@ func TestRecordDerivedRacingARevocationIsRefusedOrAnnounced(t *testing.T) {
 	require.NoError(t, err)
 	v1 := out.Version.Version
 
-	b, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: mem})
+	b, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mem})
 	require.NoError(t, err)
 	hooked.beforeWrite(func(_ string, next *mcpsync.Record) bool { return len(next.Artifacts) > 0 }, func() {
 		_, err := b.RevokeSubject(alice)
@@ -122,7 +122,7 @@ func TestRevocationOfAURIHeldElsewhereReachesTheOutbox(t *testing.T) {
 		return l
 	}
 	la, lb := open(), open()
-	eb, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: lb})
+	eb, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: lb})
 	require.NoError(t, err)
 	beginSession(t, eb)
 	_, err = lb.Acquire(t.Context(), docURI)
@@ -134,7 +134,7 @@ func TestRevocationOfAURIHeldElsewhereReachesTheOutbox(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, out.Accepted)
 
-	ea, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: la})
+	ea, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: la})
 	require.NoError(t, err)
 	rc, err := ea.RevokeSubject(alice)
 	require.NoError(t, err)

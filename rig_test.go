@@ -136,7 +136,7 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	o := cfg.opts
 	if cfg.ledger {
 		r.ledger = newFaultLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: r.ledger})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: r.ledger})
 		require.NoError(t, err)
 		o.Engine = e
 		if o.RetryInitial == 0 {

@@ -384,7 +384,7 @@ func isTransitionError(err error) bool {
 // reads: if no read of the URI's generation is in flight it issues one
 // (ok == true: send it); otherwise it marks the generation dirty, and the
 // read that is in flight gets exactly one follow-up when it completes,
-// however many pulses arrived (with Options.ConfirmSends, none for pulses
+// however many pulses arrived (with EngineOptions.ConfirmSends, none for pulses
 // that arrived before the read went out: it covers them). A pulse that
 // finds the URI at its read cap is kept the same way and read as soon as a
 // read of the URI settles. A pulse is never dropped while its subscription
@@ -493,7 +493,7 @@ type readQueue struct {
 	// read's completion, not a stale or duplicate one, ends the processing.
 	processing map[queueKey]queuedRead
 	// confirmSends: callers report each queued read with Sending just
-	// before it goes out (Options.ConfirmSends, or a Client driving the
+	// before it goes out (EngineOptions.ConfirmSends, or a Client driving the
 	// engine); it is only ever switched on.
 	confirmSends bool
 }
@@ -573,7 +573,7 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 }
 
 // Sending reports that the read of queued ticket t goes out now. With
-// Options.ConfirmSends, pulses for its URI that arrived before this call
+// EngineOptions.ConfirmSends, pulses for its URI that arrived before this call
 // are covered by the read and earn no follow-up; without it, Sending does
 // nothing and every pulse during a read earns one.
 func (e *Engine) Sending(t Ticket) {

@@ -25,7 +25,7 @@ func (r *recorder) path() []string {
 
 func TestStateMachineHappyPath(t *testing.T) {
 	rec := &recorder{}
-	e := newEngine(t, &mcpsync.Options{OnTransition: rec.observe})
+	e := newEngine(t, &mcpsync.EngineOptions{OnTransition: rec.observe})
 	require.NoError(t, e.Discover(docURI))
 	sub, err := e.Subscription(docURI)
 	require.NoError(t, err)
@@ -289,7 +289,7 @@ func TestSubscriptionsListsEveryURI(t *testing.T) {
 func TestPulsesBeforeTheSendAreCovered(t *testing.T) {
 	for _, confirm := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ConfirmSends=%v", confirm), func(t *testing.T) {
-			e := activeEngine(t, &mcpsync.Options{ConfirmSends: confirm})
+			e := activeEngine(t, &mcpsync.EngineOptions{ConfirmSends: confirm})
 			first, ok, err := e.Notify(docURI)
 			require.NoError(t, err)
 			require.True(t, ok)

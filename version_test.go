@@ -151,7 +151,7 @@ func TestURIEncodingConfusion(t *testing.T) {
 // Golden files pin the JSON of every receipt.
 func TestReceiptsGolden(t *testing.T) {
 	clock := newClock()
-	e := newEngine(t, &mcpsync.Options{Now: clock.now})
+	e := newEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	sub, err := e.Subscribe(docURI, alice)
 	require.NoError(t, err)
 	_, err = e.Activate(docURI, mcpsync.ModePush)

@@ -244,7 +244,7 @@ type harness struct {
 // stats.
 func runOrdering(seed, index uint64, stats *orderingStats) error {
 	rng := rand.New(rand.NewPCG(seed, index))
-	e, err := mcpsync.NewEngine(&mcpsync.Options{AuditCapacity: 8, MaxReadsInFlight: 4})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{AuditCapacity: 8, MaxReadsInFlight: 4})
 	if err != nil {
 		return err
 	}

@@ -293,7 +293,7 @@ func (d *demo) connect(ctx context.Context, s *mcpsynctest.Server, opts *mcpsync
 
 // subscribe connects the syncing client and subscribes every listed URI.
 func (d *demo) subscribe(ctx context.Context) error {
-	engine, err := mcpsync.NewEngine(&mcpsync.Options{OnTransition: d.onTransition})
+	engine, err := mcpsync.NewEngine(&mcpsync.EngineOptions{OnTransition: d.onTransition})
 	if err != nil {
 		return err
 	}

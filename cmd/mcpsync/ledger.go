@@ -147,7 +147,7 @@ func openBoltLedger(path string, use ledgerUse) (mcpsync.Ledger, func() error, e
 // when one is given, so the fence, the versions, the revocations and the
 // outbox carry over to the next run; in memory otherwise. Call done once the
 // client is closed.
-func (c *common) newEngine(ctx context.Context, opts mcpsync.Options) (e *mcpsync.Engine, done func() error, err error) {
+func (c *common) newEngine(ctx context.Context, opts mcpsync.EngineOptions) (e *mcpsync.Engine, done func() error, err error) {
 	done = func() error { return nil }
 	if c.ledger != "" {
 		if opts.Ledger, done, err = openLedger(ctx, string(c.ledger), createLedger); err != nil {

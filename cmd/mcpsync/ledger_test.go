@@ -78,7 +78,7 @@ func openEngine(t *testing.T, path string) *mcpsync.Engine {
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
-	engine, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	engine, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	return engine
 }

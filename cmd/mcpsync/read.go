@@ -46,7 +46,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err := c.validate(true); err != nil {
 		return err
 	}
-	engine, closeLedger, err := c.newEngine(ctx, mcpsync.Options{})
+	engine, closeLedger, err := c.newEngine(ctx, mcpsync.EngineOptions{})
 	if err != nil {
 		return err
 	}

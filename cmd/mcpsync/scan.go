@@ -124,7 +124,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	// A scan writes no record, but its session generation comes from the
 	// engine's ledger: with --ledger, each run's is above every earlier
 	// run's, as the receipts of a worker's scans must be.
-	engine, closeLedger, err := c.newEngine(ctx, mcpsync.Options{})
+	engine, closeLedger, err := c.newEngine(ctx, mcpsync.EngineOptions{})
 	if err != nil {
 		return err
 	}

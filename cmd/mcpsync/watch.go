@@ -336,7 +336,7 @@ func (w *watcher) onTransition(t mcpsync.Transition) {
 
 func (w *watcher) run(ctx context.Context, uris []string, opts mcpsync.ClientOptions) (err error) {
 	started := time.Now()
-	engine, closeLedger, err := w.c.newEngine(ctx, mcpsync.Options{OnTransition: w.onTransition})
+	engine, closeLedger, err := w.c.newEngine(ctx, mcpsync.EngineOptions{OnTransition: w.onTransition})
 	if err != nil {
 		return err
 	}

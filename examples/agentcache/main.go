@@ -101,7 +101,7 @@ type change struct {
 
 func open(ctx context.Context, principal string, srv *mcpsynctest.Server) (*cache, error) {
 	c := &cache{principal: principal, changes: make(chan change, 64)}
-	engine, err := mcpsync.NewEngine(&mcpsync.Options{Guard: guard})
+	engine, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Guard: guard})
 	if err != nil {
 		return nil, err
 	}

@@ -278,7 +278,7 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 		return err
 	}
 	defer ledger.Close()
-	audit, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+	audit, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 	if err != nil {
 		return err
 	}

@@ -103,7 +103,7 @@ func work(ctx context.Context, conn, schema, url string, ttl time.Duration) erro
 		return err
 	}
 	ix := &index{db: ledger.Pool(), table: pgx.Identifier{schema, indexTable}.Sanitize()}
-	engine, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+	engine, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 	if err != nil {
 		return err
 	}

@@ -205,7 +205,7 @@ func revoke(path, subject string, w io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, l.Close()) }()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		return err
 	}
@@ -288,7 +288,7 @@ func checkLedger(ctx context.Context, cfg config, servers []*mcpServer, revoked 
 		return err
 	}
 	defer func() { err = errors.Join(err, l.Close()) }()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		return err
 	}

@@ -114,7 +114,7 @@ func work(ctx context.Context, cfg config, lg *logger) (err error) {
 		}
 		defer c.Close()
 	}
-	if wk.indexer, err = mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger}); err != nil {
+	if wk.indexer, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger}); err != nil {
 		return err
 	}
 	err = wk.consume(ctx)
@@ -144,7 +144,7 @@ func (wk *worker) revoked(ctx context.Context) (map[string]time.Time, error) {
 // and confirms deletions, by corroboration where the server cannot prove
 // its listing.
 func (wk *worker) sync(ctx context.Context, src source) (*mcpsync.Client, error) {
-	engine, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: wk.ledger, Guard: guard})
+	engine, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: wk.ledger, Guard: guard})
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func (c *Checker) CheckRunning(t testing.TB, l mcpsync.Ledger) mcpsync.LedgerSna
 func (c *Checker) check(t testing.TB, l mcpsync.Ledger, stopped bool) mcpsync.LedgerSnapshot {
 	t.Helper()
 	// Opening an engine finishes a revocation sweep the kill cut short.
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	snap, err := l.Export(context.Background())
 	require.NoError(t, err)

@@ -27,7 +27,7 @@ const (
 func history(t *testing.T) (mcpsync.Ledger, []string) {
 	t.Helper()
 	l := mcpsync.NewMemoryLedger(nil)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)

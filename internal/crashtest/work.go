@@ -66,7 +66,7 @@ func work(open func() (mcpsync.Ledger, error), lost func(error) bool, run int) e
 	if err != nil {
 		return err
 	}
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		return err
 	}

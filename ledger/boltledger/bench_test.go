@@ -285,7 +285,7 @@ func benchEngineOn(b *testing.B, opts *boltledger.Options, uris []string) (*mcps
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestAReadCostsOneCommit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestAReadCostsOneCommit(t *testing.T) {
 // crash either way.
 func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
 	l := openWith(t, nil).(*boltledger.Ledger)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
 // one each; their activations (resumed anyway) and first tickets in none.
 func TestSubscribingManyURIsSharesCommits(t *testing.T) {
 	l := openWith(t, nil).(*boltledger.Ledger)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)

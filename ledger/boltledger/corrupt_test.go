@@ -28,7 +28,7 @@ func usedLedgerFile(t *testing.T) string {
 	path := filepath.Join(t.TempDir(), "worker.ledger")
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	for range 200 {
 		_, err := e.BeginSession(mcpsync.SessionInfo{})
@@ -53,7 +53,7 @@ func TestTruncatedFileIsRefusedWithoutCrashing(t *testing.T) {
 	if path := os.Getenv(truncatedChild); path != "" {
 		l, err := boltledger.Open(path, &boltledger.Options{Timeout: time.Second})
 		if err == nil {
-			_, err = mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+			_, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 			_ = l.Close()
 		}
 		os.Stdout.WriteString("open: " + errString(err) + "\n")

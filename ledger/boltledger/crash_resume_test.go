@@ -159,7 +159,7 @@ func resumeWorker(ctx context.Context, fail context.CancelCauseFunc, ledgerPath,
 		return err
 	}
 	defer func() { err = errors.Join(err, l.Close()) }()
-	w.e, err = mcpsync.NewEngine(&mcpsync.Options{Ledger: l, OnTransition: func(mcpsync.Transition) { w.wake.notify() }})
+	w.e, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, OnTransition: func(mcpsync.Transition) { w.wake.notify() }})
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func TestRestoreOfAShortOutboxIsRefused(t *testing.T) {
 		return
 	}
 	counted := &spinCounter{Ledger: into}
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: counted})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: counted})
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()

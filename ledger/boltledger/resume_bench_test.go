@@ -128,7 +128,7 @@ func startBenchWorker(b *testing.B, srv *mcpsynctest.Server, path string) *bench
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		b.Fatal(err)
 	}

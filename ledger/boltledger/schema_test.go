@@ -99,7 +99,7 @@ func TestOpenUpgradesAFileWithoutIndex(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestOpenUpgradesAFileWithoutIndex(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), gen)
 
-	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = n.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)

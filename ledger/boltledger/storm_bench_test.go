@@ -43,7 +43,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 	}
 	for _, ledger := range []string{"baseline=memory", "bolt"} {
 		b.Run(ledger, func(b *testing.B) {
-			opts := &mcpsync.Options{ConfirmSends: true}
+			opts := &mcpsync.EngineOptions{ConfirmSends: true}
 			if ledger == "bolt" {
 				opts.Ledger = openBench(b)
 			}

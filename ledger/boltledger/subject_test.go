@@ -54,7 +54,7 @@ func TestURIAtTheKeyLimitIsAcceptedAndServed(t *testing.T) {
 		{"bolt", openWith(t, nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: tc.l})
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: tc.l})
 			require.NoError(t, err)
 			_, err = e.BeginSession(mcpsync.SessionInfo{})
 			require.NoError(t, err)
@@ -76,7 +76,7 @@ func TestUpgradeOfARecordAtTheKeyLimitOpens(t *testing.T) {
 	require.NoError(t, err)
 	// As schema v1 stored it: a record whose version alice read.
 	mem := mcpsync.NewMemoryLedger(nil)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: mem})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mem})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestSubjectStoredAsReplacementCharacterIsRevocable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -152,7 +152,7 @@ func TestSubjectStoredAsReplacementCharacterIsRevocable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{doc}, keys, "SubjectKeys(%q) must hold every key whose Record.Subjects holds it", stored)
 
-	n, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	rc, err := n.RevokeSubject(stored)
 	require.NoError(t, err)
@@ -185,7 +185,7 @@ func TestSubjectBeyondTheKeyLimitIsRefusedAndTheLongestIsRevoked(t *testing.T) {
 			{"bolt", openWith(t, nil)},
 		} {
 			t.Run(tc.name+"/"+l.name, func(t *testing.T) {
-				e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l.l})
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l.l})
 				require.NoError(t, err)
 				_, err = e.BeginSession(mcpsync.SessionInfo{})
 				require.NoError(t, err)
@@ -199,7 +199,7 @@ func TestSubjectBeyondTheKeyLimitIsRefusedAndTheLongestIsRevoked(t *testing.T) {
 				require.NoError(t, err, "and served")
 				_, err = e.RevokeSubject(tc.subject)
 				require.NoError(t, err, "a subject whose read was served can be revoked")
-				f, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l.l})
+				f, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l.l})
 				require.NoError(t, err)
 				_, err = f.BeginSession(mcpsync.SessionInfo{})
 				require.NoError(t, err)
@@ -218,7 +218,7 @@ func TestSubjectBeyondTheKeyLimitIsRefusedAndTheLongestIsRevoked(t *testing.T) {
 func TestDerivedArtifactOfAnUnrevocableSubjectIsRefused(t *testing.T) {
 	const uri = "file:///doc.md"
 	bad := "user:" + strings.Repeat("c", 33000)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: openWith(t, nil)})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: openWith(t, nil)})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -277,7 +277,7 @@ func TestArtifactOfAnEarlierReleasesNULSubjectIsRevoked(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	rc, err := e.RevokeSubject(subject)
 	require.NoError(t, err, "a subject whose version and artifact were served cannot be revoked after the upgrade")

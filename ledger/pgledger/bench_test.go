@@ -219,7 +219,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		if err != nil {
 			b.Fatal(err)
 		}

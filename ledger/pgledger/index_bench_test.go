@@ -40,7 +40,7 @@ func BenchmarkIndex(b *testing.B) {
 	if err := l.Restore(ctx, snap); err != nil {
 		b.Fatal(err)
 	}
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		b.Fatal(err)
 	}

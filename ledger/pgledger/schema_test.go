@@ -128,7 +128,7 @@ func TestEarlierReleasesRevokeAfterTheUpgradeIsRefused(t *testing.T) {
 	conn, schema := pgtest.Schema(t)
 	l := openIn(t, conn, schema, nil) // upgrades to version 4
 
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -377,7 +377,7 @@ func TestEarlierReleasesRevokeOfAnEscapedSubjectUndoesNoOther(t *testing.T) {
 		subjects = append(subjects, r.Subject)
 	}
 	require.Contains(t, subjects, `corp\alice`, "the earlier revocation is still in the revoked set")
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.Lookup(`corp\alice`, "file:///a")
 	require.ErrorIs(t, err, mcpsync.ErrRevoked, "an engine opened afterwards still refuses the revoked subject")

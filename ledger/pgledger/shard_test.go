@@ -82,7 +82,7 @@ func shardWorker(conn, schema, url string) error {
 		return err
 	}
 	defer l.Close()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	if err != nil {
 		return err
 	}
@@ -475,7 +475,7 @@ func TestManyWorkers(t *testing.T) {
 
 	// The outbox: numbered once each, no version regression, no change
 	// announced twice; a consumer reads each entry once.
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: ledger})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 	require.NoError(t, err)
 	st, err := ledger.OutboxState(ctx)
 	require.NoError(t, err)

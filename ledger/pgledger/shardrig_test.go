@@ -51,7 +51,7 @@ func newShardRig(t *testing.T, conn, schema string, lease pgledger.LeaseOptions,
 	r.srv.Set(key, "text/markdown", "v1")
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(r.srv.MCPServer()))
 	t.Cleanup(hs.Close)
-	r.engine, err = mcpsync.NewEngine(&mcpsync.Options{Ledger: r.ledger})
+	r.engine, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: r.ledger})
 	require.NoError(t, err)
 	opts.Engine, opts.Subject, opts.NoResume, opts.ProtocolVersion = r.engine, "user:indexer", true, "2025-11-25"
 	opts.OnError = func(err error) {

@@ -37,7 +37,7 @@ func TestUpgradeKeepsRevokedSubjects(t *testing.T) {
 	require.Equal(t, []string{subject}, after)
 	require.Equal(t, uint64(1), gen)
 
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.RevokeSubject(subject)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func requireFiledUnder(t *testing.T, subject string) {
 	t.Helper()
 	const uri = "file:///doc.md"
 	l := open(t, nil)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestNonUTF8SubjectIsFiledUnderItsStoredForm(t *testing.T) {
 func revokeAfterARead(t *testing.T, l mcpsync.Ledger, subject string) bool {
 	t.Helper()
 	const uri = "file:///doc.md"
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func revokeAfterARead(t *testing.T, l mcpsync.Ledger, subject string) bool {
 	}
 
 	// An engine opened on the ledger later refuses the subject too.
-	f, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	f, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = f.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
@@ -229,7 +229,7 @@ func TestDerivedArtifactOfAnUnrevocableSubjectIsRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			const uri = "file:///doc.md"
 			l := open(t, nil)
-			e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 			require.NoError(t, err)
 			_, err = e.BeginSession(mcpsync.SessionInfo{})
 			require.NoError(t, err)
@@ -284,7 +284,7 @@ func TestEarlierReleasesOddSubjectsAreRevokedOrRefusedClearly(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, cas3, uri, int64(0), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
 
 			l := openIn(t, conn, schema, nil) // upgrades to version 4
-			e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 			require.NoError(t, err)
 			// Such a subject is served nothing, by any engine.
 			_, err = e.Lookup(subject, uri)
@@ -299,7 +299,7 @@ func TestEarlierReleasesOddSubjectsAreRevokedOrRefusedClearly(t *testing.T) {
 			} else {
 				require.NoError(t, err)
 				require.Len(t, rc.Versions, 1, "the earlier release's version is revoked")
-				f, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+				f, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 				require.NoError(t, err)
 				_, err = f.Lookup(subject, uri)
 				require.ErrorIs(t, err, mcpsync.ErrRevoked, "another engine sees the revocation")
@@ -321,7 +321,7 @@ func TestRestoreKeepsANulSubjectsRevocationAndRefusesALongOne(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			src := mcpsync.NewMemoryLedger(nil)
-			e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: src})
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: src})
 			require.NoError(t, err)
 			_, err = e.RevokeSubject(subject)
 			if err != nil {
@@ -384,7 +384,7 @@ func TestEarlierReleasesRevocationsOfOddSubjectsRestoreClearly(t *testing.T) {
 // snapshot is restored whole.
 func TestEveryLedgerMovesToPostgreSQL(t *testing.T) {
 	src := mcpsync.NewMemoryLedger(nil)
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: src})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: src})
 	require.NoError(t, err)
 	_, err = e.RevokeSubject("user:\x00mallory")
 	require.NoError(t, err, "this release revokes the subject on the memory ledger")
@@ -431,7 +431,7 @@ func TestSubjectPostgreSQLCanKeyIsRevoked(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	rc, err := e.RevokeSubject(subject)
 	if err != nil {

@@ -78,7 +78,7 @@ func shardTake(b *testing.B, conn, url string, uris []string) time.Duration {
 	l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema, Leases: &pgledger.LeaseOptions{TTL: shardTTL}})
 	require.NoError(b, err)
 	defer l.Close()
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(b, err)
 	c, err := mcpsync.Connect(ctx, mcpsync.HTTPDialer(url, nil), &mcpsync.ClientOptions{
 		Engine: e, Subject: "user:indexer", NoResume: true, ProtocolVersion: "2025-11-25",

@@ -226,7 +226,7 @@ func TestWorkersShareCounters(t *testing.T) {
 func TestEnginesShareRevocations(t *testing.T) {
 	ls := workers(t, 2)
 	engine := func(l mcpsync.Ledger) *mcpsync.Engine {
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		_, err = e.BeginSession(mcpsync.SessionInfo{})
 		require.NoError(t, err)
@@ -423,7 +423,7 @@ func TestRevocationOfNothingIsSweptWhateverOtherWorkersHold(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: a})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: a})
 	require.NoError(t, err)
 	rc, err := e.RevokeSubject("user:gone")
 	require.NoError(t, err)
@@ -450,7 +450,7 @@ func TestForgetUnknownArtifactOnAnotherWorkersKeyIsNoError(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: a})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: a})
 	require.NoError(t, err)
 	require.NoError(t, e.ForgetDerived(theirs, "index", "never-recorded"),
 		"forgetting an artifact that was never recorded changes nothing and is not an error")

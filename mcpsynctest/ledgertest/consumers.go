@@ -19,9 +19,9 @@ import (
 func testSharedConsumer(t *testing.T, open Opener) {
 	const name = "indexer"
 	workers := func(t *testing.T, l mcpsync.Ledger) (a, b *mcpsync.Engine) {
-		a, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		a, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
-		b, err = mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		b, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		return a, b
 	}

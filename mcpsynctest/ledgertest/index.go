@@ -109,7 +109,7 @@ func (r *indexRun) run() {
 
 // engine opens an engine on r.l in a session of its own.
 func (r *indexRun) engine() {
-	e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: r.l})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: r.l})
 	require.NoError(r.t, err)
 	r.e = e
 	r.do("begin session", func() error {
