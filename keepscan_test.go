@@ -400,3 +400,31 @@ func TestKeptScanRefusesANegativeInterval(t *testing.T) {
 		assert.Nil(t, stop)
 	})
 }
+
+// WaitForSync with a kept scan running says why it cannot return as it
+// does without one: once healing gave up on the connection it returns
+// ErrReconnectGaveUp, not the caller's deadline, though the kept scan never
+// listed anything (it skips scans while the session is lost).
+func TestWaitForSyncWithAKeptScanReturnsWhenHealingGaveUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{
+			PingEvery: time.Second, PingTimeout: time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond},
+		})
+		r.subscribe()
+		// The caller has just scanned: the kept scan's first listing is in
+		// a minute.
+		_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true, After: time.Now().Add(time.Minute)})
+		require.NoError(t, err)
+		r.setDown(true)
+		r.faults().DropSession()
+		time.Sleep(5 * time.Second)
+		quiesce()
+		require.Equal(t, mcpsync.ConnectionFailed, r.c.Health().State, "errors %v", r.errs.list())
+
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		err = r.c.WaitForSync(ctx)
+		require.ErrorIs(t, err, mcpsync.ErrReconnectGaveUp, "WaitForSync with a kept scan, healing given up")
+	})
+}
