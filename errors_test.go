@@ -271,3 +271,15 @@ func TestAServerThatExitsAfterAnsweringInitializeIsNotToldAsExitingBefore(t *tes
 	require.True(t, ok, "%T: %v", err, err)
 	assert.False(t, exit.BeforeInitialize, "the server answered initialize, yet: %v", err)
 }
+
+// A stdio server that closes its output and lives on fails the handshake
+// by what it did, not by mcp-go's "transport closed", which names neither
+// the server nor its output.
+func TestAServerThatClosesItsOutputIsToldByWhatItDid(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := mcpsync.Connect(ctx, mcpsync.CommandDialer(mcpsync.Command{Name: "sh", Args: []string{"-c", "exec >&-; exec sleep 30"}}),
+		&mcpsync.ClientOptions{Subject: alice})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "transport closed")
+}
