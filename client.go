@@ -108,8 +108,10 @@ type ClientOptions struct {
 	// "2026-07-28"); empty lets mcp-go negotiate.
 	ProtocolVersion string
 	// RevalidateEvery is the interval of the revalidation read of every open
-	// subscription, which bounds staleness when notifications are lost.
-	// 0 means 5 minutes.
+	// subscription, which bounds staleness when notifications are lost:
+	// the staleness bound published is RevalidateEvery (PollEvery for a
+	// polled URI) plus Jitter of it plus RequestTimeout, room for the next
+	// read's answer. 0 means 5 minutes.
 	RevalidateEvery time.Duration
 	// PollEvery is the interval of periodic reads where the server cannot
 	// subscribe: it bounds how late a change of content is seen there (new

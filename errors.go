@@ -329,8 +329,10 @@ func (e *OutboxGapError) Is(target error) bool { return target == ErrOutboxGap }
 
 // Errors of a stdio server's process.
 type (
-	// ExitError is a stdio server that exited: before the handshake was
-	// done ("the server exited before initialize (exit status 1)"), or
+	// ExitError is a stdio server that exited: before it answered
+	// initialize ("the server exited before initialize (exit status 1)"),
+	// after that but before the handshake was done ("the server exited
+	// (exit status 0)"), or
 	// while its session was open (the loss OnError is told, wrapped in a
 	// *ConnectionError). It carries the end of the server's stderr when the
 	// dialer kept it (CommandDialer, StdioDialer with a nil Stderr). It
@@ -349,6 +351,9 @@ var (
 	ErrServerExited = wire.ErrServerExited
 	// ErrNotJSONRPC matches every *OutputError.
 	ErrNotJSONRPC = wire.ErrNotJSONRPC
+	// ErrOutputClosed is a stdio server that closed its output before it
+	// answered initialize and did not exit.
+	ErrOutputClosed = wire.ErrOutputClosed
 )
 
 // errPrefix begins every message of this package's errors, once.

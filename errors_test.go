@@ -251,3 +251,35 @@ func TestLedgerFailuresSayMcpsyncOnce(t *testing.T) {
 		})
 	}
 }
+
+// A stdio server that answered initialize and exited right after is not
+// told as one that exited before initialize: it answered. (This one closes
+// its input first, so that the client's initialized notification always
+// meets a closed pipe, as it does whenever the exit wins the race.)
+func TestAServerThatExitsAfterAnsweringInitializeIsNotToldAsExitingBefore(t *testing.T) {
+	const script = `read line; exec 0<&-; id=$(printf '%s' "$line" | sed 's/.*"id":\([0-9]*\).*/\1/'); ` +
+		`printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"resources":{}},"serverInfo":{"name":"quick","version":"1"}}}\n' "$id"; exit 0`
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := mcpsync.Connect(ctx, mcpsync.CommandDialer(mcpsync.Command{Name: "sh", Args: []string{"-c", script}}),
+		&mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
+	if err == nil {
+		require.NoError(t, c.Close())
+		return
+	}
+	exit, ok := errors.AsType[*mcpsync.ExitError](err)
+	require.True(t, ok, "%T: %v", err, err)
+	assert.False(t, exit.BeforeInitialize, "the server answered initialize, yet: %v", err)
+}
+
+// A stdio server that closes its output and lives on fails the handshake
+// by what it did, not by mcp-go's "transport closed", which names neither
+// the server nor its output.
+func TestAServerThatClosesItsOutputIsToldByWhatItDid(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := mcpsync.Connect(ctx, mcpsync.CommandDialer(mcpsync.Command{Name: "sh", Args: []string{"-c", "exec >&-; exec sleep 30"}}),
+		&mcpsync.ClientOptions{Subject: alice})
+	require.ErrorIs(t, err, mcpsync.ErrOutputClosed)
+	assert.NotContains(t, err.Error(), "transport closed")
+}

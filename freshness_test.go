@@ -5,6 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -157,6 +158,50 @@ func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
 				time.Sleep(2 * time.Second)
 				_, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
 				require.ErrorIs(t, err, mcpsync.ErrStale, "served past its bound")
+			})
+		})
+	}
+}
+
+// A quiet server that answers every read, a little slowly, keeps a strict
+// Lookup answering: the client's own revalidation reads, at most one
+// jittered interval apart, confirm the copy before the bound it published
+// passes, whatever the read's latency. Counting the bound from a read's
+// issue, the published bound (interval plus jitter) must leave room for the
+// next read's answer, or a healthy copy goes stale for a moment whenever
+// the jitter draws long.
+func TestStrictLookupNeverRefusesACopyAQuietServerKeepsConfirming(t *testing.T) {
+	const latency = 200 * time.Millisecond
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{
+					opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Second, Jitter: 0.1},
+					wire: func(fw *faultWire) {
+						fw.park = func(req wireRequest) <-chan struct{} {
+							if req.method != string(mcp.MethodResourcesRead) {
+								return nil
+							}
+							ch := make(chan struct{})
+							time.AfterFunc(latency, func() { close(ch) })
+							return ch
+						}
+					},
+				})
+				_, err := r.c.Subscribe(t.Context(), faultURI)
+				require.NoError(t, err)
+				refused, since := 0, time.Now()
+				var first error
+				for time.Since(since) < 10*time.Minute {
+					time.Sleep(50 * time.Millisecond)
+					if _, err := r.c.Lookup(faultURI, mcpsync.RequireFresh()); err != nil {
+						refused++
+						if first == nil {
+							first = err
+						}
+					}
+				}
+				assert.Zero(t, refused, "strict lookups refused over 10 minutes of a quiet server answering in %v: first %v", latency, first)
 			})
 		})
 	}

@@ -371,7 +371,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	// so it gets the client's own; ctx bounds the handshake only.
 	if err := mc.Start(c.ctx); err != nil {
 		err = handshakeError(ctx, "start", tr, err)
-		_ = mc.Close()
+		abandon(mc, wrapped)
 		return nil, err
 	}
 	init := mcp.InitializeRequest{}
@@ -379,8 +379,8 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	init.Params.ClientInfo = mcp.Implementation{Name: c.opts.ClientInfo.Name, Version: c.opts.ClientInfo.Version}
 	res, err := mc.Initialize(ctx, init)
 	if err != nil {
-		err = handshakeError(ctx, "initialize", tr, err) // before Close ends the server
-		_ = mc.Close()
+		err = handshakeError(ctx, "initialize", tr, err) // before it is ended
+		abandon(mc, wrapped)
 		return nil, err
 	}
 	version := mc.ProtocolVersion()
@@ -430,6 +430,16 @@ func handshakeError(ctx context.Context, step string, tr transport.Interface, er
 		return told
 	}
 	return errorf("%s: %w", step, err)
+}
+
+// abandon ends the session of a server that failed its handshake: no
+// grace periods (stdin, then SIGTERM) for a server that is broken, since
+// Connect or the heal waits for it.
+func abandon(mc *mcpclient.Client, tr transport.Interface) {
+	if a, ok := tr.(interface{ Abort() error }); ok {
+		_ = a.Abort()
+	}
+	_ = mc.Close()
 }
 
 // isHTTP reports whether tr is, or wraps (Unwrap), mcp-go's streamable

@@ -190,8 +190,10 @@ func (c *Client) open(conn *connection, key string, w *watch) error {
 		interval, trig = c.opts.PollEvery, TriggerPoll
 	}
 	// Activated with its staleness bound in one write: how old the copy
-	// may get before the next revalidation (or poll) catches a change.
-	bound := interval + time.Duration(float64(interval)*c.opts.Jitter)
+	// may get before the next revalidation (or poll) confirms it. A copy
+	// counts as confirmed when its read was issued, so the bound holds the
+	// longest jittered interval and the next read's answer.
+	bound := interval + time.Duration(float64(interval)*c.opts.Jitter) + c.opts.RequestTimeout
 	if _, err := c.engine.activate(raw, mode, reason, bound); err != nil {
 		if errors.Is(err, ErrIllegalTransition) {
 			return nil // its session ended meanwhile

@@ -22,6 +22,10 @@ var ErrServerExited = NewError("the server exited")
 // ErrNotJSONRPC matches every *OutputError.
 var ErrNotJSONRPC = NewError("the server's output is not JSON-RPC")
 
+// ErrOutputClosed is a stdio server that closed its output before the
+// handshake was done and did not exit.
+var ErrOutputClosed = NewError("the server closed its output before initialize, and did not exit")
+
 // ExitError is a stdio server process that exited: on its own while its
 // session was open, or before the handshake was done.
 type ExitError struct {
@@ -31,7 +35,7 @@ type ExitError struct {
 	// Stderr is the end of what the server wrote to its stderr (its last
 	// kilobyte at most), when the library kept it; "" otherwise.
 	Stderr string
-	// BeforeInitialize: the server exited before the handshake was done.
+	// BeforeInitialize: the server exited before it answered initialize.
 	BeforeInitialize bool
 }
 
@@ -123,13 +127,20 @@ func Handshake(ctx context.Context, tr transport.Interface, err error) error {
 	var exit error
 	if p != nil && closed(exited) {
 		e := p.exitErr()
-		e.BeforeInitialize = true
+		e.BeforeInitialize = !f.spoke.Load()
 		exit = e
 	}
-	if first := f.junk(); first != nil {
+	switch first := f.junk(); {
+	case first != nil:
 		return &OutputError{First: first, Exit: exit}
+	case exit != nil:
+		return exit
+	case f.ended() && !f.spoke.Load() && !errors.Is(f.err, os.ErrClosed):
+		// The output ended, with nothing said, by the server's doing
+		// (not the transport's close), and the server lives on.
+		return ErrOutputClosed
 	}
-	return exit
+	return nil
 }
 
 // awaitBoth waits for a and b to close (a nil one counts as closed), until

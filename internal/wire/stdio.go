@@ -209,12 +209,12 @@ const processGrace = 2 * time.Second
 // processGrace for the process to exit, then sends SIGTERM and waits again,
 // then kills it.
 func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
+	if cmd.Stdout != nil {
+		return nil, errors.New("exec: Stdout already set")
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
-	}
-	if cmd.Stdout != nil {
-		return nil, errors.New("exec: Stdout already set")
 	}
 	// The server's stdout is a pipe of the transport's own, not
 	// cmd.StdoutPipe's, which Wait closes as soon as the server exits: a
@@ -222,6 +222,7 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 	// answer) would race the close and be lost.
 	stdout, w, err := os.Pipe()
 	if err != nil {
+		_ = stdin.Close()
 		return nil, err
 	}
 	cmd.Stdout = w
