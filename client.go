@@ -797,11 +797,10 @@ func (c *Client) dropWatch(key string) {
 }
 
 // ListChanged returns how many list_changed notifications the client has
-// seen for a list method ("resources/list", "resources/templates/list",
-// "tools/list", "prompts/list"); discovery compares it before and after each
+// seen for the list of kind; discovery compares it before and after each
 // pass.
-func (c *Client) ListChanged(method string) uint64 {
-	if n := c.listChanged[method]; n != nil {
+func (c *Client) ListChanged(kind ListKind) uint64 {
+	if n := c.listChanged[kind.Method()]; n != nil {
 		return n.Load()
 	}
 	return 0

@@ -122,7 +122,8 @@ func TestClientPollsWithoutSubscribeCapability(t *testing.T) {
 		sub, err := c.Subscribe(t.Context(), docURI)
 		require.NoError(t, err)
 		assert.Equal(t, mcpsync.ModePoll, sub.Mode)
-		assert.Equal(t, int64(33000), sub.StalenessBoundMs)
+		// PollEvery plus its jitter, and RequestTimeout (30 s) for the answer.
+		assert.Equal(t, int64(33000+30000), sub.StalenessBoundMs)
 		quiesce()
 		assert.Equal(t, "v1", lookupText(t, c))
 

@@ -108,7 +108,7 @@ func ExampleConnect() {
 	entry, _ := client.Lookup("file:///handbook.md")
 	fmt.Println(entry.Contents[0].Text)
 	// Output:
-	// push 360000
+	// push 390000
 	// ACCEPTED initial
 	// Badges are at desk 4.
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // Discovery that keeps going.
@@ -120,15 +118,14 @@ func (c *Client) KeepScanning(opts *KeepScanOptions) (stop func(), err error) {
 // keepScanning is the loop of a kept scan; it returns when ctx ends. It
 // calls listed once a listing succeeded and its subscriptions were opened.
 func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions, listed func()) {
-	method := string(mcp.MethodResourcesList)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	next := o.After
 	var ended time.Time
-	seen := c.ListChanged(method)
+	seen := c.ListChanged(KindResources)
 	for {
 		wake := c.listChanges.wait()
-		if c.ListChanged(method) != seen {
+		if c.ListChanged(KindResources) != seen {
 			next = minTime(next, ended.Add(listChangedGap))
 		}
 		timer.Reset(time.Until(next))
@@ -139,7 +136,7 @@ func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions, listed fun
 			continue
 		case <-timer.C:
 		}
-		seen = c.ListChanged(method)
+		seen = c.ListChanged(KindResources)
 		rep, due := c.keptScan(ctx, o)
 		if st := rep.Catalog.Status; st != "" && st != CatalogUnreconciled {
 			listed()

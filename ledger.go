@@ -114,23 +114,22 @@ const RestoreCounterGap uint64 = 1 << 32
 // Counter names a sequence a ledger allocates from.
 type Counter string
 
-// Counters of the identities the fence hands out.
+// Counters: the identities the fence hands out, and the outbox numbering.
 const (
 	CounterSession    Counter = "session"
 	CounterCloseEpoch Counter = "closeEpoch"
 	CounterRequest    Counter = "request"
+	// CounterOutbox names the outbox's numbering in the
+	// ErrCounterExhausted of an append that would wrap it. It is no
+	// identity counter (not in Counters, not allocated by Next): entries
+	// are numbered as they are appended.
+	CounterOutbox Counter = "outbox"
 )
 
 // Counters lists every counter the fence allocates from. Restore advances
 // each of them, also those a snapshot does not name: the ledger it was
 // taken from may have started one after the export.
 var Counters = []Counter{CounterSession, CounterCloseEpoch, CounterRequest}
-
-// OutboxNumbering names the outbox's numbering in the ErrCounterExhausted
-// of an append that would wrap it. It is no identity counter (not in
-// Counters, not allocated by Next): entries are numbered as they are
-// appended.
-const OutboxNumbering Counter = "outbox"
 
 // SchemaRevokedSubject is the schema of stored revocations.
 const SchemaRevokedSubject = "revokedSubject.v1"
@@ -621,7 +620,7 @@ func (tx *memTx) commit(engine string) (uint64, error) {
 		return 0, fmt.Errorf("mcpsync: store %s: a write of no record", tx.key)
 	}
 	entries := l.scratch
-	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
+	if _, err := Reserve(CounterOutbox, l.out.last, uint64(len(entries))); err != nil {
 		return 0, errorf("store %s: %w", tx.key, err)
 	}
 	// storeLocked, knowing the key's record: cur, which is read here for
@@ -828,7 +827,7 @@ func (snap LedgerSnapshot) ForRestore() (LedgerSnapshot, error) {
 				pos+1, gone, name, snap.State.DroppedThrough)
 		}
 	}
-	if _, err := Reserve(OutboxNumbering, last, RestoreCounterGap); err != nil {
+	if _, err := Reserve(CounterOutbox, last, RestoreCounterGap); err != nil {
 		return LedgerSnapshot{}, err
 	}
 	named := func(c Counter, v uint64, what, key string) error {

@@ -184,7 +184,7 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	if l.records[key].revision() != prev {
 		return 0, false, nil
 	}
-	if _, err := Reserve(OutboxNumbering, l.out.last, uint64(len(entries))); err != nil {
+	if _, err := Reserve(CounterOutbox, l.out.last, uint64(len(entries))); err != nil {
 		return 0, false, err
 	}
 	l.storeLocked(key, next)

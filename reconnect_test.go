@@ -102,7 +102,7 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotEmpty(t, e.Degraded)
 
-		time.Sleep(20 * time.Second) // past the 11 s bound
+		time.Sleep(45 * time.Second) // past the 41 s bound (11 s and RequestTimeout)
 		quiesce()
 		require.Equal(t, 1, gaveUp(r), "ErrReconnectGaveUp told once: %v", r.errs.list())
 		_, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())

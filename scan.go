@@ -31,13 +31,12 @@ func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
 	if (kind == KindResources || kind == KindResourceTemplates) && !conn.caps.Resources {
 		return Catalog{}, fmt.Errorf("%w (%s %s)", ErrNoResources, conn.caps.Server.Name, conn.caps.Server.Version)
 	}
-	method := kind.Method()
 	timeout := c.opts.Limits.ScanTimeout
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout,
 		&LimitError{Limit: LimitScanDuration, Max: timeout.Milliseconds(), Observed: timeout.Milliseconds()})
 	defer cancel()
 	cat, err := c.scanner.Scan(ctx, kind, conn.era, conn.caps, c.pages(conn, kind),
-		func() uint64 { return c.ListChanged(method) })
+		func() uint64 { return c.ListChanged(kind) })
 	if se, ok := errors.AsType[*ScanError](err); ok && errors.Is(se.Err, context.DeadlineExceeded) {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrScanTimeout) {
 			se.Err = cause // name the limit, not only the deadline

@@ -533,7 +533,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		}
 		out := tx.Bucket(bucketOutbox)
 		last := out.Sequence()
-		if _, err := mcpsync.Reserve(mcpsync.OutboxNumbering, last, uint64(len(entries))); err != nil {
+		if _, err := mcpsync.Reserve(mcpsync.CounterOutbox, last, uint64(len(entries))); err != nil {
 			return err // the transaction, and the record with it, is rolled back
 		}
 		first = last + 1
