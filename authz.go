@@ -10,13 +10,6 @@ import (
 	"unicode/utf8"
 )
 
-// SchemaDerivedArtifact and SchemaRevocationReceipt are the schemas of
-// derived-artifact records and revocation receipts.
-const (
-	SchemaDerivedArtifact   = "derivedArtifact.v1"
-	SchemaRevocationReceipt = "revocationReceipt.v1"
-)
-
 // DerivedArtifact records that a consumer built something (an embedding, an
 // index entry, a summary) from a version: artifact ArtifactID in index Index
 // was derived from Version. Revoking Version's subject invalidates it.

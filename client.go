@@ -21,9 +21,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/workqueue"
 )
 
-// SchemaCapabilityReceipt is the schema of capability receipts.
-const SchemaCapabilityReceipt = "capabilityReceipt.v1"
-
 // CapabilityReceipt records what a server declared when a session was
 // initialized. Subscriptions keep the receipt of the session they were opened
 // in, so a decision to poll rather than subscribe can be traced to the server's

@@ -5,9 +5,6 @@ import (
 	"fmt"
 )
 
-// SchemaCloseReceipt is the schema of close receipts.
-const SchemaCloseReceipt = "closeReceipt.v1"
-
 // CloseReceipt records the freezing of a subscription generation's fence.
 type CloseReceipt struct {
 	Schema                 string            `json:"schema"`

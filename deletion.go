@@ -113,9 +113,6 @@ type DeletionEvidence struct {
 	Reads []uint64 `json:"reads,omitempty"`
 }
 
-// SchemaTombstoneReceipt is the schema of tombstone receipts.
-const SchemaTombstoneReceipt = "tombstoneReceipt.v1"
-
 // TombstoneReceipt records a confirmed deletion and the evidence for it.
 type TombstoneReceipt struct {
 	Schema                 string           `json:"schema"`

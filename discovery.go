@@ -26,12 +26,6 @@ const (
 	SnapshotIDMetaKey  = "io.github.mcpsync/snapshotId"
 )
 
-// Schemas of discovery records.
-const (
-	SchemaDiscoveryScan = "resourceDiscoveryScan.v1"
-	SchemaCatalog       = "resourceCatalog.v1"
-)
-
 // ListKind is one of the four paginated listings of MCP. The scanner treats
 // them alike; they differ only in what identifies an item.
 type ListKind string

@@ -131,9 +131,6 @@ const (
 // taken from may have started one after the export.
 var Counters = []Counter{CounterSession, CounterCloseEpoch, CounterRequest}
 
-// SchemaRevokedSubject is the schema of stored revocations.
-const SchemaRevokedSubject = "revokedSubject.v1"
-
 // RevokedSubject is the ledger's record of one revocation. Swept is set once
 // every version and artifact of the subject was marked and announced; an
 // engine opened on a ledger finishes any sweep a crash cut short.
@@ -273,9 +270,6 @@ func (r *Record) clone() *Record {
 	c.slot = nil
 	return &c
 }
-
-// SchemaLedgerRecord is the schema of a stored record.
-const SchemaLedgerRecord = "ledgerRecord.v1"
 
 // storedRecord is a record as stored: the schema first, so that a reader of a
 // later format refuses it instead of misreading it.
@@ -707,14 +701,6 @@ func max64(a, b uint64) uint64 {
 	}
 	return b
 }
-
-// SchemaLedgerSnapshot is the schema of exported ledgers.
-// SchemaLedgerSnapshotV1 is the schema of snapshots taken before ledgers
-// allocated identities; they are still restored (see LedgerSnapshot.Upgrade).
-const (
-	SchemaLedgerSnapshot   = "ledgerSnapshot.v2"
-	SchemaLedgerSnapshotV1 = "ledgerSnapshot.v1"
-)
 
 // LedgerSnapshot is a ledger's whole state: every record (watermarks,
 // issued tickets, close ordinals and epochs, current versions, derived

@@ -9,9 +9,6 @@ import (
 	"unicode/utf8"
 )
 
-// SchemaInvalidation is the schema of outbox entries.
-const SchemaInvalidation = "invalidation.v1"
-
 // InvalidationReason says what a consumer must do about an outbox entry.
 type InvalidationReason string
 

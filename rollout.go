@@ -21,9 +21,6 @@ import (
 // stay in the ledger (ExportLedger, NewMemoryLedgerFrom), so no old read
 // loses it.
 
-// SchemaRolloutStatus is the schema of rollout status reports.
-const SchemaRolloutStatus = "rolloutStatus.v1"
-
 // RolloutStatus reports the gradual enablement of a Client's refresh.
 type RolloutStatus struct {
 	Schema string `json:"schema"`
@@ -163,9 +160,6 @@ func (c *Client) Rollout() RolloutStatus {
 	c.rollout.mu.Unlock()
 	return s
 }
-
-// SchemaShadowReport is the schema of shadow reports.
-const SchemaShadowReport = "shadowReport.v1"
 
 // ShadowVerdict compares what a caller's own read path served with what the
 // fence would serve.
@@ -346,9 +340,6 @@ func (s *Shadow) Counts() map[ShadowVerdict]uint64 {
 	}
 	return out
 }
-
-// SchemaListingShadowReport is the schema of listing shadow reports.
-const SchemaListingShadowReport = "listingShadowReport.v1"
 
 // ListingShadowReport compares a listing the caller's own path produced
 // with the library's discovery scan (Client.Scan) of the same kind.

@@ -61,9 +61,6 @@ func (s *SubscriptionInfo) withEnd(at time.Time) *SubscriptionInfo {
 	return &c
 }
 
-// SchemaSubscription is the schema of subscription ledger rows.
-const SchemaSubscription = "resourceSubscription.v1"
-
 // Subscription is the ledger row of one subscription generation of a URI.
 type Subscription struct {
 	Schema                 string            `json:"schema"`

@@ -16,14 +16,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
-// Schemas of the records this package writes. A reader that meets a schema it
-// does not know must not guess at its fields.
-const (
-	SchemaResourceVersion = "resourceVersion.v1"
-	SchemaVersionReceipt  = "versionReceipt.v1"
-	SchemaStaleReceipt    = "staleReceipt.v1"
-)
-
 // Implementation names an MCP peer as it introduced itself at initialize.
 type Implementation struct {
 	Name    string `json:"name"`
