@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 
@@ -246,9 +247,30 @@ func (e *RPCError) text() string {
 		msg += " to " + e.Method
 	}
 	if e.Message != "" {
-		msg += ": " + e.Message
+		msg += ": " + serverText(e.Message)
 	}
 	return msg
+}
+
+// serverTextBytes is how much of a server's message an error prints.
+const serverTextBytes = 512
+
+// serverText is a server's message as this package's errors print it:
+// quoted when it holds a control character or this package's prefix, so
+// that it cannot forge a line of a log or an error of the library, and cut
+// at serverTextBytes, saying how long it was.
+func serverText(s string) string {
+	n := len(s)
+	if n > serverTextBytes {
+		s = strings.ToValidUTF8(s[:serverTextBytes], "")
+	}
+	if strings.Contains(s, strings.TrimSpace(errPrefix)) || strings.ContainsFunc(s, unicode.IsControl) {
+		s = strconv.Quote(s)
+	}
+	if n > serverTextBytes {
+		s += fmt.Sprintf("… (%d bytes)", n)
+	}
+	return s
 }
 
 // codeNames names the codes of JSON-RPC 2.0 and MCP in RPCError's message.

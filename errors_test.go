@@ -170,6 +170,38 @@ func TestErrorsSayWhatHappenedOnce(t *testing.T) {
 	}
 }
 
+// A server's error message is its own text, not ours: one that holds a
+// newline, a control character or this package's prefix is quoted, so it
+// cannot forge a line of a log or an error of the library, and one past
+// 512 bytes is cut short, saying how long it was.
+func TestAServersErrorMessageIsQuotedWhenItCouldForgeText(t *testing.T) {
+	for _, tc := range []struct{ message, want string }{
+		{"no such method here", ": no such method here"},
+		{"bad\nmcpsync: forged line", `: "bad\nmcpsync: forged line"`},
+		{"mcpsync: looks like ours", `: "mcpsync: looks like ours"`},
+		{"tab\there", `: "tab\there"`},
+		{strings.Repeat("x", 600), ": " + strings.Repeat("x", 512) + "… (600 bytes)"},
+	} {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/plain", "v1")
+		kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), 1)
+		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) { return kit, nil }, &mcpsync.ClientOptions{Subject: alice})
+		require.NoError(t, err)
+		_, err = c.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		kit.FailNext("resources/read", "", -32603, tc.message)
+		_, err = c.Read(t.Context(), docURI)
+		require.Error(t, err)
+		msg := err.Error()
+		assert.True(t, strings.HasSuffix(msg, "to resources/read"+tc.want), "%q", msg)
+		assert.NotContains(t, msg, "\n")
+		rpc, ok := errors.AsType[*mcpsync.RPCError](err)
+		require.True(t, ok)
+		assert.Equal(t, tc.message, rpc.Message, "the server's words are kept whole")
+		require.NoError(t, c.Close())
+	}
+}
+
 // A stdio server that fails its handshake is told by what it did, every
 // time, however its exit, its output and the client's first write race:
 // a server gone before the client wrote is an exit, never "broken pipe",
