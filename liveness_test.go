@@ -572,6 +572,34 @@ func TestLivenessCloseBounded(t *testing.T) {
 	})
 }
 
+// Client.Read returns at the sooner of its caller's deadline and
+// RequestTimeout, whichever of them comes first, while the server holds
+// its answer.
+func TestReadReturnsAtTheSoonerOfItsDeadlineAndRequestTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		deadline, want time.Duration
+	}{
+		{"RequestTimeout first", time.Hour, 5 * time.Second},
+		{"the caller's deadline first", 2 * time.Second, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, faultURI)
+				r.subscribeSettled(t, faultURI)
+				hold := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+				defer hold.Release()
+				ctx, cancel := context.WithTimeout(t.Context(), tc.deadline)
+				defer cancel()
+				start := time.Now()
+				_, err := r.c.Read(ctx, faultURI)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.Equal(t, tc.want, time.Since(start))
+			})
+		})
+	}
+}
+
 // Client.Read at the read cap: with MaxReadsInFlight 1, a notification that
 // lands while a caller's Read is in flight is kept as one dirty bit, and
 // the Read's completion makes it a follow-up read. That follow-up is sent,

@@ -217,21 +217,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		return Outcome{FollowUp: next}, err
 	}
 	c.engine.Sending(t)
-	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	req := mcp.ReadResourceRequest{}
-	req.Params.URI = raw
-	res, err := conn.mc.ReadResource(rctx, req)
-	cancel()
+	res, err := c.readResource(ctx, conn, raw)
 	var result ReadResult
-	var rpc *RPCError
-	var lim *LimitError
+	refused, answered := refusedRead(err)
 	switch {
 	case err == nil:
 		result = ReadResultFromMCP(res)
-	case errors.As(err, &rpc) && rpc.ResourceNotFound():
-		result = NotFoundResult()
-	case errors.As(err, &lim) && lim.Method == string(mcp.MethodResourcesRead):
-		result = limitResult(lim) // refused with a receipt; the session goes on
+	case answered:
+		result = refused
 	default:
 		c.metrics.read(t.Trigger, "FAILED")
 		c.failedRead(conn, t, err)
@@ -261,6 +254,37 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		c.markChanged(t.URI, ev)
 	}
 	return out, err
+}
+
+// readResource sends the resources/read of raw on conn, bounded by ctx and
+// RequestTimeout. A caller's deadline that comes first bounds it alone: a
+// context of the timeout would change nothing but cost its allocations.
+func (c *Client) readResource(ctx context.Context, conn *connection, raw string) (*mcp.ReadResourceResult, error) {
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = raw
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.opts.RequestTimeout {
+		return conn.mc.ReadResource(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	return conn.mc.ReadResource(ctx, req)
+}
+
+// refusedRead returns the result a read's error stands for when the server
+// answered it, but not with contents: the server has no such resource, or
+// the answer passed a limit (refused with a receipt; the session goes on).
+// ok is false for a read that got no answer.
+func refusedRead(err error) (result ReadResult, ok bool) {
+	if err == nil {
+		return ReadResult{}, false
+	}
+	if rpc, ok := errors.AsType[*RPCError](err); ok && rpc.ResourceNotFound() {
+		return NotFoundResult(), true
+	}
+	if lim, ok := errors.AsType[*LimitError](err); ok && lim.Method == string(mcp.MethodResourcesRead) {
+		return limitResult(lim), true
+	}
+	return ReadResult{}, false
 }
 
 // awaitRead waits, bounded by ctx and RequestTimeout, until key has no
