@@ -33,7 +33,9 @@ type Command struct {
 // server that died is replaced when the session heals; the dial context
 // bounds the handshake only, never the process. When the session ends
 // (Close, a reconnect, a lost server) the Client closes the server's stdin,
-// then sends SIGTERM, then SIGKILL, each after 2 s, and reaps it. The last
+// then sends SIGTERM, then SIGKILL, each after 2 s, and reaps it. The
+// server runs in a process group of its own (on Unix): the signals reach
+// what it started too, and what it left running when it exited is killed. The last
 // kilobyte the server wrote to stderr is kept for the error that says why
 // it exited.
 func CommandDialer(cmd Command) Dialer {
@@ -42,6 +44,7 @@ func CommandDialer(cmd Command) Dialer {
 	return StdioDialer(func() (*exec.Cmd, error) {
 		c := exec.Command(cmd.Name, cmd.Args...)
 		c.Env, c.Dir = cmd.Env, cmd.Dir
+		wire.OwnGroup(c)
 		return c, nil
 	})
 }

@@ -5,10 +5,15 @@ package mcpsync_test
 // SubscribeAll, a refused re-subscribe, a stdio server's helper).
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -100,6 +105,46 @@ func TestStdioCloseBoundedWhenAHelperHoldsStderr(t *testing.T) {
 		err := <-done
 		t.Logf("Close returned after %v: %v", time.Since(start), err)
 	}
+}
+
+// The Client owns a CommandDialer server and whatever it started: a helper
+// the server left running (a watcher, a wrapper's child) is ended with it
+// when the session ends, not left behind as an orphan.
+func TestCommandDialerEndsWhatTheServerStarted(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "helper.pid")
+	dial := mcpsync.CommandDialer(mcpsync.Command{
+		Name: "sh", Args: []string{"-c", `sleep 300 >/dev/null 2>&1 </dev/null & echo $! >"$1"; exec "$0" -test.run='^$'`, os.Args[0], pidFile},
+		Env: append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0"),
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := mcpsync.Connect(ctx, dial, &mcpsync.ClientOptions{Subject: "p"})
+	require.NoError(t, err)
+	raw, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	helper, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	require.NoError(t, err)
+	require.True(t, running(helper), "the helper runs while the session does")
+	require.NoError(t, c.Close())
+	for running(helper) {
+		select {
+		case <-ctx.Done():
+			_ = syscall.Kill(helper, syscall.SIGKILL)
+			t.Fatalf("helper %d still running after Close", helper)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command, which is in parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
 
 // Connect's context ends while the server holds the initialize answer: the

@@ -243,7 +243,7 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		return nil, err
 	}
 	f := newFramer(stdout, mon)
-	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
+	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, group: leadsGroup(cmd), stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -265,6 +265,7 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 type process struct {
 	*transport.Stdio
 	framer  *framer
+	group   bool // the server leads a process group of its own (OwnGroup)
 	stdout  *os.File
 	stderr  *tail // nil when the caller took the server's stderr
 	cmd     *exec.Cmd
@@ -313,11 +314,30 @@ func (p *process) Abort() error {
 	p.mu.Unlock()
 	err := p.Stdio.Close()
 	p.once.Do(func() {
-		_ = p.cmd.Process.Kill()
+		p.signal(syscall.SIGKILL)
 		<-p.exited
+		p.endGroup()
 	})
 	_ = p.stdout.Close() // ends the read loop, whoever else holds the pipe
 	return err
+}
+
+// signal sends sig to the server, and to what it started when it leads a
+// process group of its own.
+func (p *process) signal(sig syscall.Signal) {
+	if p.group {
+		signalGroup(p.cmd.Process.Pid, sig)
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// endGroup kills what the server started and left running, once the server
+// exited: the transport owns them as it owns the server.
+func (p *process) endGroup() {
+	if p.group {
+		signalGroup(p.cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // Close ends the session the way the MCP stdio transport says: stdin closed,
@@ -340,6 +360,7 @@ func (p *process) Close() error {
 				return false
 			}
 		}
+		defer p.endGroup()
 		if wait() {
 			// ErrWaitDelay is a clean exit whose stderr a helper still
 			// held when WaitDelay ran out: Wait returns it for status 0.
@@ -348,11 +369,11 @@ func (p *process) Close() error {
 			}
 			return
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.signal(syscall.SIGTERM)
 		if wait() {
 			return
 		}
-		_ = p.cmd.Process.Kill()
+		p.signal(syscall.SIGKILL)
 		<-p.exited
 		err = errors.Join(err, fmt.Errorf("server process did not exit within %v of stdin closing and SIGTERM: killed", 2*processGrace))
 	})
