@@ -109,6 +109,13 @@ func (c *Client) runPass(key string) {
 	epoch := c.epochs[key]
 	c.mu.Unlock()
 	again, err := c.syncKey(key)
+	// A pass that left its answer to the listen stream (errComing) is
+	// marked by that answer: the callers waiting on it wait for the pass
+	// the answer triggers.
+	coming := errors.Is(err, errComing)
+	if coming {
+		err = nil
+	}
 	switch {
 	case err != nil || c.leftToPutRight(key):
 		// A spelling left to put right (its request failed) is retried
@@ -119,6 +126,11 @@ func (c *Client) runPass(key string) {
 		c.queue.AddAfter(key, again)
 	default:
 		c.queue.Forget(key)
+	}
+	if coming {
+		c.progress.notify()
+		c.settled.notify(key)
+		return
 	}
 	var res passResult
 	c.mu.Lock()
@@ -238,6 +250,12 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	}
 	if err == nil {
 		again, err = c.syncWatched(conn, key, w, tick, asked, lost)
+	}
+	if errors.Is(err, errComing) {
+		c.mu.Lock()
+		w.asked = w.asked || asked
+		c.mu.Unlock()
+		return 0, err
 	}
 	if err != nil {
 		// Tried again by the next pass, with what this one was to do.
