@@ -77,8 +77,10 @@ type listenStream struct {
 	// ackSet is ackURIs as a set, written with it.
 	carried map[string]bool
 	ackSet  map[string]bool
-	// waiting holds the keys whose pass waits for this stream's answer.
+	// waiting holds the keys whose pass waits for this stream's answer;
+	// first is the one that waited first.
 	waiting map[string]streamAsk
+	first   string
 	// ended is closed once the server is done with the stream's request
 	// (listenEnded); wired is set once its request reached the transport.
 	// outlived is the stream that replaced it before that, and suspect
@@ -96,6 +98,7 @@ type listenStream struct {
 type streamAsk struct {
 	raw string
 	add bool
+	at  time.Time // when the pass first asked it: refused RequestTimeout later
 }
 
 // streamRefusal is the stream's "no" to a key's ask, kept until its pass reads it.
@@ -152,6 +155,9 @@ func (s *listenStream) wait(key string, ask streamAsk) {
 	if s.waiting == nil {
 		s.waiting = make(map[string]streamAsk)
 	}
+	if len(s.waiting) == 0 {
+		s.first = key
+	}
 	s.waiting[key] = ask
 }
 
@@ -172,9 +178,9 @@ func (c *Client) streamTick() time.Duration {
 // off every stream the server holds), a refusal (once, to the pass that
 // reads it), or errComing, with key recorded as waiting for the answer.
 func (c *Client) askStream(conn *connection, key, raw string, add bool) error {
-	ask := streamAsk{raw: raw, add: add}
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
+	ask := conn.askedLocked(key, raw, add)
 	if conn.stopped {
 		// The session is being replaced or closed: its server keeps
 		// nothing, and the next session opens the key anew.
@@ -220,8 +226,22 @@ func (c *Client) askStream(conn *connection, key, raw string, add bool) error {
 		}
 	}
 	conn.awaiting[key] = ask
-	c.markStream(c.streamTick())
+	c.markStream(0) // held back there while a burst goes on (holdLocked)
 	return errComing
+}
+
+// askedLocked returns key's ask of raw, as first asked when it waits for
+// the same answer already; conn.mu is held.
+func (conn *connection) askedLocked(key, raw string, add bool) streamAsk {
+	ask := streamAsk{raw: raw, add: add, at: time.Now()}
+	prev, ok := conn.awaiting[key]
+	if s := conn.listen; !ok && s != nil {
+		prev, ok = s.waiting[key]
+	}
+	if ok && prev.raw == raw && prev.add == add {
+		ask.at = prev.at
+	}
+	return ask
 }
 
 // wantLocked adds raw to the URIs the next stream must carry; conn.mu is
@@ -302,6 +322,8 @@ func (c *Client) syncStream() time.Duration {
 	}
 	now := time.Now()
 	conn.mu.Lock()
+	marks, next := conn.expireLocked(now, c.opts.RequestTimeout)
+	soonest(next)
 	cur := conn.listen
 	switch {
 	case conn.stopped:
@@ -311,17 +333,20 @@ func (c *Client) syncStream() time.Duration {
 			soonest(cur.sendBy.Sub(now))
 			break
 		}
-		marks, launch = conn.sendLocked(cur, now)
+		var sent []string
+		sent, launch = conn.sendLocked(cur, now)
+		marks = append(marks, sent...)
 	case cur != nil && cur.inFlight() && now.Sub(cur.sent) >= c.opts.RequestTimeout:
 		// Not acknowledged in time: each key waiting on it is refused and
-		// polls (a late acknowledgement marks it again).
+		// polls (a late acknowledgement marks it again), and no ask waits
+		// on it any more.
 		cur.overdue = true
-		marks = conn.answerLocked(cur, errNotAcknowledged)
+		marks = append(marks, conn.answerLocked(cur, errNotAcknowledged)...)
 		soonest(c.streamTick()) // what waits for a stream looks again
 	case cur != nil && cur.inFlight():
 		soonest(c.opts.RequestTimeout - now.Sub(cur.sent))
 	case !conn.needsReplacementLocked():
-		marks = conn.takeAwaitingLocked(nil)
+		marks = append(marks, conn.takeAwaitingLocked(nil)...)
 	case now.Before(conn.reopenAt):
 		soonest(conn.reopenAt.Sub(now))
 	default:
@@ -330,7 +355,7 @@ func (c *Client) syncStream() time.Duration {
 			break
 		}
 		if len(conn.want) == 0 {
-			marks = conn.cancelListenLocked()
+			marks = append(marks, conn.cancelListenLocked()...)
 			break
 		}
 		s := c.newStream(cur)
@@ -343,7 +368,9 @@ func (c *Client) syncStream() time.Duration {
 			cur.waiting = nil
 		}
 		if cur == nil || cur.isEnded() {
-			marks, launch = conn.sendLocked(s, now)
+			var sent []string
+			sent, launch = conn.sendLocked(s, now)
+			marks = append(marks, sent...)
 			break
 		}
 		// The server is done with the old stream before the new one goes
@@ -486,13 +513,83 @@ func (conn *connection) answerLocked(s *listenStream, err error) []string {
 	marks := make([]string, 0, len(s.waiting))
 	for key, ask := range s.waiting {
 		marks = append(marks, key)
-		if ask.add && !conn.wanted[ask.raw] {
-			continue // taken back meanwhile: nothing to refuse
+		conn.refuseLocked(ask, err)
+	}
+	s.waiting = nil
+	return marks
+}
+
+// refuseLocked records err as the answer to ask, and takes its URI off the
+// wanted ones; conn.mu is held.
+func (conn *connection) refuseLocked(ask streamAsk, err error) {
+	if ask.add && !conn.wanted[ask.raw] {
+		return // taken back meanwhile: nothing to refuse
+	}
+	conn.refused[ask.raw] = streamRefusal{add: ask.add, err: err}
+	if ask.add {
+		conn.unwantLocked(ask.raw)
+	}
+}
+
+// expireLocked refuses every ask that has waited RequestTimeout (timeout)
+// for its answer, as a request not answered in time would be, and returns
+// the keys to mark and how long until the next ask is due. conn.mu is
+// held.
+func (conn *connection) expireLocked(now time.Time, timeout time.Duration) ([]string, time.Duration) {
+	var marks []string
+	var next time.Duration
+	expire := func(waiting map[string]streamAsk) {
+		for key, ask := range waiting {
+			if left := timeout - now.Sub(ask.at); left > 0 {
+				if next == 0 || left < next {
+					next = left
+				}
+				continue
+			}
+			delete(waiting, key)
+			conn.refuseLocked(ask, errNotAcknowledged)
+			marks = append(marks, key)
 		}
-		conn.refused[ask.raw] = streamRefusal{add: ask.add, err: err}
-		if ask.add {
-			conn.unwantLocked(ask.raw)
+	}
+	expire(conn.awaiting)
+	if s := conn.listen; s != nil {
+		expire(s.waiting)
+	}
+	return marks, next
+}
+
+// refuseFirstLocked answers the end of s before its acknowledgement: it is
+// the refusal of the ask that waited on it first (as if that ask had sent
+// it alone), and every other ask is asked again of the next stream, so
+// that a server that refuses k streams costs k URIs their push and about
+// 2k streams, however many URIs each carried. With no ask waiting on it,
+// every URI it carried that is still wanted is refused: a stream that only
+// carried what nobody waits for is not sent again as it was. conn.mu is
+// held.
+func (conn *connection) refuseFirstLocked(s *listenStream, err error) []string {
+	ask, ok := s.waiting[s.first]
+	if !ok {
+		for key, a := range s.waiting {
+			s.first, ask, ok = key, a, true
+			break
 		}
+	}
+	if !ok {
+		var marks []string
+		for _, raw := range s.uris {
+			if conn.wanted[raw] {
+				conn.refused[raw] = streamRefusal{add: true, err: err}
+				conn.unwantLocked(raw)
+				marks = append(marks, spelledKey(raw))
+			}
+		}
+		return marks
+	}
+	delete(s.waiting, s.first)
+	first := &listenStream{waiting: map[string]streamAsk{s.first: ask}}
+	marks := conn.answerLocked(first, err)
+	for key, ask := range s.waiting {
+		conn.awaiting[key] = ask
 	}
 	s.waiting = nil
 	return marks
@@ -674,7 +771,10 @@ func (conn *connection) hearing(key, raw string, wait bool) (heard, coming bool)
 func (c *Client) streamEnded(conn *connection, stream *listenStream, err error) {
 	conn.mu.Lock()
 	current := conn.listen == stream
-	marks := conn.answerLocked(stream, errorf("subscriptions/listen: %w", err))
+	var marks []string
+	if !stream.isAcked() {
+		marks = conn.refuseFirstLocked(stream, errorf("subscriptions/listen: %w", err))
+	}
 	if current {
 		stream.cancel()
 		conn.listen = nil

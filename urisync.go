@@ -299,11 +299,17 @@ func (c *Client) syncUnwatched(conn *connection, key string) error {
 }
 
 // closeClosed is the pass over an unwatched generation whose close began
-// already: finished, or stopped half way by a failed write (its generation
-// UNSUBSCRIBING in conn's session, which this finishes). A 2026-07-28
-// stream may still carry the URI: it is told too.
+// already: finished, or stopped half way by a failed write or by the
+// stream's answer still coming (its generation UNSUBSCRIBING, which this
+// finishes). A 2026-07-28 stream may still carry the URI: it is told too.
+// One whose session was replaced meanwhile is finished unknown: whether
+// the server heard before its session ended is not known.
 func (c *Client) closeClosed(conn *connection, key, raw string, before Subscription, tell bool) error {
-	stuck := before.State == StateUnsubscribing && before.SessionGeneration == conn.gen
+	if before.State == StateUnsubscribing && before.SessionGeneration != conn.gen {
+		_, err := c.engine.FinishClose(key, false)
+		return err
+	}
+	stuck := before.State == StateUnsubscribing
 	carried := conn.era == EraModern && conn.wants(raw)
 	if !stuck && !carried {
 		return nil
