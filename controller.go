@@ -132,6 +132,14 @@ func (c *Client) runPass(key string) {
 		c.settled.notify(key)
 		return
 	}
+	c.tellPassed(key, epoch, err)
+	c.progress.notify()
+	c.settled.notify(key)
+}
+
+// tellPassed tells the callers waiting for a pass over key at epoch or before
+// what the pass left: err, and the key's subscription as it is now.
+func (c *Client) tellPassed(key string, epoch uint64, err error) {
 	var res passResult
 	c.mu.Lock()
 	told := len(c.waiters[key]) > 0
@@ -157,8 +165,6 @@ func (c *Client) runPass(key string) {
 		c.waiters[key] = waiting
 	}
 	c.mu.Unlock()
-	c.progress.notify()
-	c.settled.notify(key)
 }
 
 // leftToPutRight reports whether the current connection has a spelling of

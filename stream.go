@@ -2,6 +2,10 @@ package mcpsync
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
 	"errors"
 	"slices"
 	"sync"
@@ -269,6 +273,9 @@ func (conn *connection) setWanted(raw string, wanted bool) {
 // unwantLocked takes raw off the URIs the next stream must carry; conn.mu
 // is held.
 func (conn *connection) unwantLocked(raw string) {
+	if debugStream && conn.wanted[raw] {
+		fmt.Printf("unwant %s: %s\n", raw, debugCaller())
+	}
 	if conn.wanted[raw] {
 		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
 		delete(conn.wanted, raw)
@@ -385,6 +392,13 @@ func (c *Client) syncStream() time.Duration {
 	}
 	if launch != nil {
 		soonest(c.opts.RequestTimeout)
+	}
+	if debugStream {
+		st := "nil"
+		if cur := conn.listen; cur != nil {
+			st = fmt.Sprintf("out=%v acked=%v suspect=%v overdue=%v uris=%v waiting=%v", cur.out, cur.isAcked(), cur.suspect, cur.overdue, cur.uris, len(cur.waiting))
+		}
+		fmt.Printf("%v syncStream: want=%v awaiting=%v cur{%s} launch=%v again=%v marks=%v\n", time.Now().Format("15:04:05.000"), conn.want, len(conn.awaiting), st, launch != nil, again, marks)
 	}
 	conn.mu.Unlock()
 	for _, key := range marks {
@@ -752,7 +766,7 @@ func (conn *connection) hearing(key, raw string, wait bool) (heard, coming bool)
 		return s.ackSet[raw] && !s.suspect, false
 	case (!s.out && conn.wanted[raw]) || (s.inFlight() && s.carries(raw)):
 		if wait {
-			s.wait(key, streamAsk{raw: raw, add: true})
+			s.wait(key, conn.askedLocked(key, raw, true))
 		}
 		return false, true
 	}
@@ -823,3 +837,14 @@ func (conn *connection) reopenWait() time.Duration {
 // streamSteady re-establishments (each reading every URI again) per
 // revalidation period.
 const streamSteady = 4
+
+var debugStream = os.Getenv("MCPSYNC_DEBUG_STREAM") != ""
+
+func debugCaller() string {
+	var b []byte
+	for i := 2; i < 6; i++ {
+		_, file, line, _ := runtime.Caller(i)
+		b = fmt.Appendf(b, "%s:%d ", file[strings.LastIndex(file, "/")+1:], line)
+	}
+	return string(b)
+}

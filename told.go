@@ -143,4 +143,3 @@ func (conn *connection) puttingRight(key string) bool {
 	defer conn.mu.Unlock()
 	return len(conn.putRights[key]) > 0
 }
-

@@ -63,11 +63,26 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 			return 0, err
 		}
 	} else if err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribing {
-		// A close that stopped half way (its last write failed): whether
-		// the server was told is not known, and the close says so.
-		if _, err := c.engine.FinishClose(key, false); err != nil {
+		// A close that stopped half way (its last write failed, or, from
+		// 2026-07-28 on, the stream's answer is still coming): finished
+		// first, told when the stream without it was acknowledged, and
+		// not known otherwise. The callers of the change before this one
+		// (the Unsubscribe) get that close.
+		acked := false
+		if conn.era == EraModern && !lost {
+			err := c.serverUnsubscribe(c.ctx, conn, key, cmp.Or(sub.RawURI, key))
+			if errors.Is(err, errComing) {
+				return 0, err
+			}
+			acked = err == nil
+		}
+		if _, err := c.engine.FinishClose(key, acked); err != nil {
 			return 0, err
 		}
+		c.mu.Lock()
+		epoch := c.epochs[key]
+		c.mu.Unlock()
+		c.tellPassed(key, epoch-1, nil)
 	}
 	return 0, c.open(conn, key, w)
 }
