@@ -204,12 +204,7 @@ func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResul
 	case <-ctx.Done():
 	case <-c.ctx.Done():
 	}
-	c.mu.Lock()
-	c.waiters[key] = slices.DeleteFunc(c.waiters[key], func(x *waiter) bool { return x == w })
-	if len(c.waiters[key]) == 0 {
-		delete(c.waiters, key)
-	}
-	c.mu.Unlock()
+	c.dropWaiter(key, w)
 	select {
 	case res := <-w.done: // the pass ended as the wait did
 		return res
@@ -219,6 +214,16 @@ func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResul
 		return passResult{err: ctx.Err()}
 	}
 	return passResult{err: ErrClientClosed}
+}
+
+// dropWaiter takes w off the callers waiting on key.
+func (c *Client) dropWaiter(key string, w *waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiters[key] = slices.DeleteFunc(c.waiters[key], func(x *waiter) bool { return x == w })
+	if len(c.waiters[key]) == 0 {
+		delete(c.waiters, key)
+	}
 }
 
 // syncKey takes key's next step toward what the caller wants of it. It
@@ -399,11 +404,15 @@ func (c *Client) subscribed(ctx context.Context, key string, w *watch, pw *waite
 			return Subscription{}, err
 		}
 		notFound := c.awaitRead(ctx, key)
+		// Waiting before the state is read: a pass that opens it after the
+		// read tells next, and one before shows in the read.
+		next := c.nextPass(key)
 		sub, err := c.engine.Subscription(key)
 		if err == nil && (sub.State == StateSubscribing || sub.State == StateDiscovered) && ctx.Err() == nil && !c.isClosed() {
-			pw = c.nextPass(key) // being opened anew
+			pw = next // being opened anew
 			continue
 		}
+		c.dropWaiter(key, next)
 		if err == nil && notFound {
 			err = fmt.Errorf("%w: %s", ErrNotFound, w.raw)
 		}

@@ -2,10 +2,6 @@ package mcpsync
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"runtime"
-	"strings"
 	"errors"
 	"slices"
 	"sync"
@@ -177,112 +173,6 @@ func (c *Client) streamTick() time.Duration {
 	return max(c.opts.CoalesceWindow/10, time.Millisecond)
 }
 
-// askStream declares that key's pass wants raw carried by conn's listen
-// stream (add) or not, and returns the stream's answer: nil (heard, or
-// off every stream the server holds), a refusal (once, to the pass that
-// reads it), or errComing, with key recorded as waiting for the answer.
-func (c *Client) askStream(conn *connection, key, raw string, add bool) error {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	ask := conn.askedLocked(key, raw, add)
-	if conn.stopped {
-		// The session is being replaced or closed: its server keeps
-		// nothing, and the next session opens the key anew.
-		if add {
-			return errStopped
-		}
-		return nil
-	}
-	cur := conn.listen
-	r, refused := conn.refused[raw]
-	delete(conn.refused, raw)
-	if add {
-		if cur != nil && cur.isAcked() && !cur.suspect && cur.ackSet[raw] {
-			conn.wantLocked(raw)
-			return nil
-		}
-		if refused && r.add {
-			return r.err // taken off the wanted URIs when it was refused
-		}
-		conn.wantLocked(raw)
-		delete(conn.drop, raw)
-		if cur != nil && (!cur.out || (cur.inFlight() && cur.carries(raw))) {
-			cur.wait(key, ask) // a stream to be sent carries every wanted URI
-			return errComing
-		}
-	} else {
-		conn.unwantLocked(raw)
-		if refused && !r.add {
-			return r.err
-		}
-		switch {
-		case cur == nil:
-			return nil
-		case cur.isAcked() && !cur.carries(raw) && !cur.ackSet[raw]:
-			delete(conn.drop, raw)
-			return nil
-		case !cur.out || (cur.inFlight() && !cur.carries(raw)):
-			cur.wait(key, ask)
-			return errComing
-		}
-		if cur.carries(raw) {
-			conn.drop[raw] = true
-		}
-	}
-	conn.awaiting[key] = ask
-	c.markStream(0) // held back there while a burst goes on (holdLocked)
-	return errComing
-}
-
-// askedLocked returns key's ask of raw, as first asked when it waits for
-// the same answer already; conn.mu is held.
-func (conn *connection) askedLocked(key, raw string, add bool) streamAsk {
-	ask := streamAsk{raw: raw, add: add, at: time.Now()}
-	prev, ok := conn.awaiting[key]
-	if s := conn.listen; !ok && s != nil {
-		prev, ok = s.waiting[key]
-	}
-	if ok && prev.raw == raw && prev.add == add {
-		ask.at = prev.at
-	}
-	return ask
-}
-
-// wantLocked adds raw to the URIs the next stream must carry; conn.mu is
-// held.
-func (conn *connection) wantLocked(raw string) {
-	if !conn.wanted[raw] {
-		conn.want = append(conn.want, raw)
-		conn.wanted[raw] = true
-		conn.wantEdits++
-	}
-}
-
-// setWanted adds raw to, or removes it from, the URIs the next stream must
-// carry, without waiting for an answer.
-func (conn *connection) setWanted(raw string, wanted bool) {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	if wanted {
-		conn.wantLocked(raw)
-	} else {
-		conn.unwantLocked(raw)
-	}
-}
-
-// unwantLocked takes raw off the URIs the next stream must carry; conn.mu
-// is held.
-func (conn *connection) unwantLocked(raw string) {
-	if debugStream && conn.wanted[raw] {
-		fmt.Printf("unwant %s: %s\n", raw, debugCaller())
-	}
-	if conn.wanted[raw] {
-		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
-		delete(conn.wanted, raw)
-		conn.wantEdits++
-	}
-}
-
 // runStream runs one pass of the stream sync and has it run again when it
 // asks to.
 func (c *Client) runStream() {
@@ -392,13 +282,6 @@ func (c *Client) syncStream() time.Duration {
 	}
 	if launch != nil {
 		soonest(c.opts.RequestTimeout)
-	}
-	if debugStream {
-		st := "nil"
-		if cur := conn.listen; cur != nil {
-			st = fmt.Sprintf("out=%v acked=%v suspect=%v overdue=%v uris=%v waiting=%v", cur.out, cur.isAcked(), cur.suspect, cur.overdue, cur.uris, len(cur.waiting))
-		}
-		fmt.Printf("%v syncStream: want=%v awaiting=%v cur{%s} launch=%v again=%v marks=%v\n", time.Now().Format("15:04:05.000"), conn.want, len(conn.awaiting), st, launch != nil, again, marks)
 	}
 	conn.mu.Unlock()
 	for _, key := range marks {
@@ -744,35 +627,6 @@ func (c *Client) stopListen(conn *connection) {
 	}
 }
 
-// wants reports whether the listen stream carries raw or the next one would.
-func (conn *connection) wants(raw string) bool {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries(raw))
-}
-
-// hearing reports whether the server acknowledged a listen stream of conn
-// naming raw (heard), or whether one that will carry it is to be sent or
-// in flight (coming). A key that reads coming with wait set waits on that
-// stream: its answer marks key.
-func (conn *connection) hearing(key, raw string, wait bool) (heard, coming bool) {
-	conn.mu.Lock()
-	defer conn.mu.Unlock()
-	s := conn.listen
-	switch {
-	case s == nil:
-		return false, false
-	case s.isAcked():
-		return s.ackSet[raw] && !s.suspect, false
-	case (!s.out && conn.wanted[raw]) || (s.inFlight() && s.carries(raw)):
-		if wait {
-			s.wait(key, conn.askedLocked(key, raw, true))
-		}
-		return false, true
-	}
-	return false, false
-}
-
 // streamEnded handles a listen stream the server ended (err says how): the
 // keys waiting on it are refused, the subscriptions it carried lost their
 // notifications, so each key it carried is marked, and its pass opens
@@ -837,14 +691,3 @@ func (conn *connection) reopenWait() time.Duration {
 // streamSteady re-establishments (each reading every URI again) per
 // revalidation period.
 const streamSteady = 4
-
-var debugStream = os.Getenv("MCPSYNC_DEBUG_STREAM") != ""
-
-func debugCaller() string {
-	var b []byte
-	for i := 2; i < 6; i++ {
-		_, file, line, _ := runtime.Caller(i)
-		b = fmt.Appendf(b, "%s:%d ", file[strings.LastIndex(file, "/")+1:], line)
-	}
-	return string(b)
-}

@@ -3,6 +3,7 @@ package mcpsync
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -142,4 +143,136 @@ func (conn *connection) puttingRight(key string) bool {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
 	return len(conn.putRights[key]) > 0
+}
+
+// askStream declares that key's pass wants raw carried by conn's listen
+// stream (add) or not, and returns the stream's answer: nil (heard, or
+// off every stream the server holds), a refusal (once, to the pass that
+// reads it), or errComing, with key recorded as waiting for the answer.
+func (c *Client) askStream(conn *connection, key, raw string, add bool) error {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	ask := conn.askedLocked(key, raw, add)
+	if conn.stopped {
+		// The session is being replaced or closed: its server keeps
+		// nothing, and the next session opens the key anew.
+		if add {
+			return errStopped
+		}
+		return nil
+	}
+	cur := conn.listen
+	r, refused := conn.refused[raw]
+	delete(conn.refused, raw)
+	if add {
+		if cur != nil && cur.isAcked() && !cur.suspect && cur.ackSet[raw] {
+			conn.wantLocked(raw)
+			return nil
+		}
+		if refused && r.add {
+			return r.err // taken off the wanted URIs when it was refused
+		}
+		conn.wantLocked(raw)
+		delete(conn.drop, raw)
+		if cur != nil && (!cur.out || (cur.inFlight() && cur.carries(raw))) {
+			cur.wait(key, ask) // a stream to be sent carries every wanted URI
+			return errComing
+		}
+	} else {
+		conn.unwantLocked(raw)
+		if refused && !r.add {
+			return r.err
+		}
+		switch {
+		case cur == nil:
+			return nil
+		case cur.isAcked() && !cur.carries(raw) && !cur.ackSet[raw]:
+			delete(conn.drop, raw)
+			return nil
+		case !cur.out || (cur.inFlight() && !cur.carries(raw)):
+			cur.wait(key, ask)
+			return errComing
+		}
+		if cur.carries(raw) {
+			conn.drop[raw] = true
+		}
+	}
+	conn.awaiting[key] = ask
+	c.markStream(0) // held back there while a burst goes on (holdLocked)
+	return errComing
+}
+
+// askedLocked returns key's ask of raw, as first asked when it waits for
+// the same answer already; conn.mu is held.
+func (conn *connection) askedLocked(key, raw string, add bool) streamAsk {
+	ask := streamAsk{raw: raw, add: add, at: time.Now()}
+	prev, ok := conn.awaiting[key]
+	if s := conn.listen; !ok && s != nil {
+		prev, ok = s.waiting[key]
+	}
+	if ok && prev.raw == raw && prev.add == add {
+		ask.at = prev.at
+	}
+	return ask
+}
+
+// wantLocked adds raw to the URIs the next stream must carry; conn.mu is
+// held.
+func (conn *connection) wantLocked(raw string) {
+	if !conn.wanted[raw] {
+		conn.want = append(conn.want, raw)
+		conn.wanted[raw] = true
+		conn.wantEdits++
+	}
+}
+
+// setWanted adds raw to, or removes it from, the URIs the next stream must
+// carry, without waiting for an answer.
+func (conn *connection) setWanted(raw string, wanted bool) {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	if wanted {
+		conn.wantLocked(raw)
+	} else {
+		conn.unwantLocked(raw)
+	}
+}
+
+// unwantLocked takes raw off the URIs the next stream must carry; conn.mu
+// is held.
+func (conn *connection) unwantLocked(raw string) {
+	if conn.wanted[raw] {
+		conn.want = slices.DeleteFunc(conn.want, func(u string) bool { return u == raw })
+		delete(conn.wanted, raw)
+		conn.wantEdits++
+	}
+}
+
+// wants reports whether the listen stream carries raw or the next one would.
+func (conn *connection) wants(raw string) bool {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return conn.wanted[raw] || (conn.listen != nil && conn.listen.carries(raw))
+}
+
+// hearing reports whether the server acknowledged a listen stream of conn
+// naming raw (heard), or whether one that will carry it is to be sent or
+// in flight (coming). A key that reads coming with wait set waits on that
+// stream: its answer marks key.
+func (conn *connection) hearing(key, raw string, wait bool) (heard, coming bool) {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	s := conn.listen
+	switch {
+	case s == nil:
+		return false, false
+	case s.isAcked():
+		return s.ackSet[raw] && !s.suspect, false
+	case (!s.out && conn.wanted[raw]) || (s.inFlight() && s.carries(raw)):
+		if wait {
+			s.wait(key, conn.askedLocked(key, raw, true))
+		}
+		return false, true
+	}
+	return false, false
 }
