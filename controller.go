@@ -31,8 +31,9 @@ import (
 // bounds the wait, never the work.
 
 // syncWorkers is how many keys are worked on at once. A pass may wait on
-// the server (a resources/subscribe, a listen stream's acknowledgement), so
-// this also bounds the requests the controller has out.
+// the server (a resources/subscribe before 2026-07-28; never on a listen
+// stream, whose answer marks the key), so this also bounds the requests
+// the controller has out.
 const syncWorkers = 64
 
 // retryPolicy is the one backoff type of the session layer: it starts at

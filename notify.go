@@ -150,7 +150,7 @@ func (c *Client) handle(n note) {
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
 		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
 		if start {
-			c.markSession(relistenQuiet) // its pass reads the gap (readGap)
+			c.markSession(replaceQuiet) // its pass reads the gap (readGap)
 		}
 		for _, key := range left {
 			c.mark(key)

@@ -95,15 +95,15 @@ func (c *Client) readGap(conn *connection) time.Duration {
 		conn.mu.Unlock()
 		return 0
 	}
-	due := conn.gapLast.Add(relistenQuiet)
-	if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
+	due := conn.gapLast.Add(replaceQuiet)
+	if latest := conn.gapSince.Add(replaceQuietMax); latest.Before(due) {
 		due = latest
 	}
 	wait := time.Until(due)
 	if cur := conn.listen; wait <= 0 && cur != nil && !cur.isAcked() {
 		// A replacement waits for its acknowledgement: the gap is read
 		// once a stream carries it, not dropped.
-		wait = relistenQuiet
+		wait = replaceQuiet
 	}
 	if wait > 0 {
 		conn.mu.Unlock()
@@ -127,11 +127,11 @@ func (c *Client) readGap(conn *connection) time.Duration {
 
 // Replacements of a listen stream come in bursts (a caller subscribing a
 // catalog): the URIs carried across them are read again once
-// relistenQuiet passes without one, or relistenQuietMax after the first
+// replaceQuiet passes without one, or replaceQuietMax after the first
 // unread gap, whichever is sooner, each once however many gaps it crossed.
 const (
-	relistenQuiet    = time.Second
-	relistenQuietMax = 10 * time.Second
+	replaceQuiet    = time.Second
+	replaceQuietMax = 10 * time.Second
 )
 
 // noteGapLocked, at the acknowledgement of stream, notes the URIs it
