@@ -346,9 +346,9 @@ type connection struct {
 	stopped  bool
 	// batchUntil is the end of the window in which a replacement is held
 	// back while the wanted URIs keep changing, batchEdits wantEdits when
-	// the stream sync last looked (holdLocked).
-	batchUntil time.Time
-	batchEdits uint64
+	// the stream sync last saw them change, at batchAt (holdLocked).
+	batchUntil, batchAt time.Time
+	batchEdits          uint64
 	// listenAcked is when the newest acknowledged stream was acknowledged,
 	// listenTook how long it took from request to acknowledgement.
 	listenAcked time.Time

@@ -321,8 +321,9 @@ func (conn *connection) needsReplacementLocked() bool {
 
 // holdLocked holds a replacement that follows another within its window
 // back while declarations keep arriving, so that one stream carries them
-// all: it returns how long to wait for the next look (a tick) while the
-// declared URIs changed in the last tick, until the end of the window:
+// all: it returns how long to wait for the next look while the declared
+// URIs changed less than a tick ago (however often the item was marked
+// meanwhile), until the end of the window:
 // CoalesceWindow or four times what the last stream took to be
 // acknowledged, whichever is longer, and never more than a tenth of
 // RequestTimeout. A stream carries every URI, so each replacement costs
@@ -335,18 +336,22 @@ func (c *Client) holdLocked(conn *connection, now time.Time) time.Duration {
 	}
 	window := min(max(c.opts.CoalesceWindow, 4*conn.listenTook), c.opts.RequestTimeout/10)
 	if conn.listenAcked.IsZero() || now.Sub(conn.listenAcked) >= window {
-		conn.batchUntil = time.Time{}
+		conn.batchUntil, conn.batchAt = time.Time{}, time.Time{}
 		return 0
 	}
-	switch {
-	case conn.batchUntil.IsZero():
-		conn.batchUntil, conn.batchEdits = now.Add(window), conn.wantEdits
-		return c.streamTick()
-	case conn.wantEdits != conn.batchEdits && now.Before(conn.batchUntil):
-		conn.batchEdits = conn.wantEdits
-		return c.streamTick()
+	tick := c.streamTick()
+	if conn.batchUntil.IsZero() {
+		conn.batchUntil = now.Add(window)
 	}
-	conn.batchUntil = time.Time{}
+	if conn.wantEdits != conn.batchEdits || conn.batchAt.IsZero() {
+		conn.batchEdits, conn.batchAt = conn.wantEdits, now // a change: quiet from now on
+	}
+	// Quiet once a whole tick passed without a change, however often the
+	// item was marked meanwhile.
+	if quiet := now.Sub(conn.batchAt); quiet < tick && now.Before(conn.batchUntil) {
+		return min(tick-quiet, conn.batchUntil.Sub(now))
+	}
+	conn.batchUntil, conn.batchAt = time.Time{}, time.Time{}
 	return 0
 }
 
@@ -365,7 +370,7 @@ func (conn *connection) sendLocked(s *listenStream, now time.Time) ([]string, *l
 	}
 	s.prev = nil
 	s.uris, s.carried, s.out, s.sent = slices.Clone(conn.want), nil, true, now
-	conn.batchUntil = time.Time{}
+	conn.batchUntil, conn.batchAt = time.Time{}, time.Time{}
 	conn.takeAwaitingLocked(s)
 	return nil, s
 }
