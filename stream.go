@@ -294,16 +294,20 @@ func (c *Client) syncStream() time.Duration {
 }
 
 // needsReplacementLocked reports whether the current stream differs from
-// the declared URIs: one wanted is not carried (not acknowledged, for an
-// acknowledged stream), one to be taken off is, the stream is suspect, or
-// a key waits while the stream is overdue. conn.mu is held.
+// the declared URIs: a key's ask waits for the stream sync (askStream
+// leaves one there only when the current stream does not answer it), one
+// wanted is not carried (not acknowledged, for an acknowledged stream),
+// one to be taken off is, or the stream is suspect. conn.mu is held.
 func (conn *connection) needsReplacementLocked() bool {
+	if len(conn.awaiting) > 0 {
+		return true // without a look at every wanted URI, at each ask
+	}
 	cur := conn.listen
 	if cur == nil {
 		return len(conn.want) > 0
 	}
 	acked := cur.isAcked()
-	if (acked && cur.suspect) || (cur.overdue && len(conn.awaiting) > 0) {
+	if acked && cur.suspect {
 		return true
 	}
 	for _, raw := range conn.want {
