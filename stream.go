@@ -44,12 +44,10 @@ const streamKey = "stream"
 // waiting for it is marked when it is.
 var errComing = errors.New("mcpsync: the listen stream's answer is not in yet")
 
-// errStopped: the session whose stream was asked for is being replaced or
-// closed.
+// errStopped: the session asked of is being replaced or closed.
 var errStopped = errors.New("mcpsync: the session is being replaced")
 
-// errNotAcknowledged is the refusal of a stream the server did not
-// acknowledge within RequestTimeout.
+// errNotAcknowledged: no acknowledgement within RequestTimeout of the ask.
 var errNotAcknowledged = errors.New("mcpsync: subscriptions/listen not acknowledged within the request timeout")
 
 // listenStream is one subscriptions/listen request: made by the stream
