@@ -528,7 +528,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	c.goAsync(c.pump)
 	c.serve(c.queue, syncWorkers, c.runPass)
-	c.serve(c.sessionq, 1, c.runSession)
+	c.serve(c.sessionq, 2, c.runSessionItem)
 	c.serve(c.readq, readWorkers, c.readPass)
 	c.markSession(0) // the heartbeat
 	if len(resumed) > 0 {
@@ -583,7 +583,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.setHealth(ConnectionClosed, "")
 	conn := c.conn
 	c.mu.Unlock()
-	conn.stopListen()
+	c.stopListen(conn)
 	// The transport closes before the client's context ends: a stdio
 	// server started with that context would be killed rather than asked
 	// to exit (stdin closed, then SIGTERM).

@@ -31,8 +31,9 @@ import (
 // bounds the wait, never the work.
 
 // syncWorkers is how many keys are worked on at once. A pass may wait on
-// the server (a resources/subscribe, a listen stream's acknowledgement), so
-// this also bounds the requests the controller has out.
+// the server (a resources/subscribe before 2026-07-28; never on a listen
+// stream, whose answer marks the key), so this also bounds the requests
+// the controller has out.
 const syncWorkers = 64
 
 // retryPolicy is the one backoff type of the session layer: it starts at
@@ -109,6 +110,13 @@ func (c *Client) runPass(key string) {
 	epoch := c.epochs[key]
 	c.mu.Unlock()
 	again, err := c.syncKey(key)
+	// A pass that left its answer to the listen stream (errComing) is
+	// marked by that answer: the callers waiting on it wait for the pass
+	// the answer triggers.
+	coming := errors.Is(err, errComing)
+	if coming {
+		err = nil
+	}
 	switch {
 	case err != nil || c.leftToPutRight(key):
 		// A spelling left to put right (its request failed) is retried
@@ -120,6 +128,19 @@ func (c *Client) runPass(key string) {
 	default:
 		c.queue.Forget(key)
 	}
+	if coming {
+		c.progress.notify()
+		c.settled.notify(key)
+		return
+	}
+	c.tellPassed(key, epoch, err)
+	c.progress.notify()
+	c.settled.notify(key)
+}
+
+// tellPassed tells the callers waiting for a pass over key at epoch or before
+// what the pass left: err, and the key's subscription as it is now.
+func (c *Client) tellPassed(key string, epoch uint64, err error) {
 	var res passResult
 	c.mu.Lock()
 	told := len(c.waiters[key]) > 0
@@ -145,8 +166,6 @@ func (c *Client) runPass(key string) {
 		c.waiters[key] = waiting
 	}
 	c.mu.Unlock()
-	c.progress.notify()
-	c.settled.notify(key)
 }
 
 // leftToPutRight reports whether the current connection has a spelling of
@@ -186,12 +205,7 @@ func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResul
 	case <-ctx.Done():
 	case <-c.ctx.Done():
 	}
-	c.mu.Lock()
-	c.waiters[key] = slices.DeleteFunc(c.waiters[key], func(x *waiter) bool { return x == w })
-	if len(c.waiters[key]) == 0 {
-		delete(c.waiters, key)
-	}
-	c.mu.Unlock()
+	c.dropWaiter(key, w)
 	select {
 	case res := <-w.done: // the pass ended as the wait did
 		return res
@@ -201,6 +215,16 @@ func (c *Client) awaitPass(ctx context.Context, key string, w *waiter) passResul
 		return passResult{err: ctx.Err()}
 	}
 	return passResult{err: ErrClientClosed}
+}
+
+// dropWaiter takes w off the callers waiting on key.
+func (c *Client) dropWaiter(key string, w *waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiters[key] = slices.DeleteFunc(c.waiters[key], func(x *waiter) bool { return x == w })
+	if len(c.waiters[key]) == 0 {
+		delete(c.waiters, key)
+	}
 }
 
 // syncKey takes key's next step toward what the caller wants of it. It
@@ -238,6 +262,12 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	}
 	if err == nil {
 		again, err = c.syncWatched(conn, key, w, tick, asked, lost)
+	}
+	if errors.Is(err, errComing) {
+		c.mu.Lock()
+		w.asked = w.asked || asked
+		c.mu.Unlock()
+		return 0, err
 	}
 	if err != nil {
 		// Tried again by the next pass, with what this one was to do.
@@ -375,11 +405,15 @@ func (c *Client) subscribed(ctx context.Context, key string, w *watch, pw *waite
 			return Subscription{}, err
 		}
 		notFound := c.awaitRead(ctx, key)
+		// Waiting before the state is read: a pass that opens it after the
+		// read tells next, and one before shows in the read.
+		next := c.nextPass(key)
 		sub, err := c.engine.Subscription(key)
 		if err == nil && (sub.State == StateSubscribing || sub.State == StateDiscovered) && ctx.Err() == nil && !c.isClosed() {
-			pw = c.nextPass(key) // being opened anew
+			pw = next // being opened anew
 			continue
 		}
+		c.dropWaiter(key, next)
 		if err == nil && notFound {
 			err = fmt.Errorf("%w: %s", ErrNotFound, w.raw)
 		}

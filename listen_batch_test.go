@@ -94,6 +94,44 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 	})
 }
 
+// (2026-07-28) A key's pass never waits on the listen stream: while the
+// listen request that carries them is parked (never answered, so never
+// acknowledged), more Subscribes than the controller has workers each
+// return within their RequestTimeout, in poll mode saying why, and a key
+// the stream does not concern (a Forget of one never subscribed) is worked
+// on at once.
+func TestParkedListenRequestHoldsNoKeyPass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, timeout = 80, 5 * time.Second // more than the controller's 64 workers
+		var uris []string
+		for i := range n {
+			uris = append(uris, fmt.Sprintf("file:///parked/%02d.md", i))
+		}
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: timeout}, uris: uris})
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		defer hold.Release()
+		start := time.Now()
+		var wg sync.WaitGroup
+		subs := make([]mcpsync.Subscription, n)
+		errs := make([]error, n)
+		for i, u := range uris {
+			wg.Go(func() { subs[i], errs[i] = r.c.Subscribe(context.Background(), u) })
+		}
+		synctest.Wait()
+		require.True(t, arrived(hold), "the listen request is parked")
+		forgot := time.Now()
+		require.ErrorIs(t, r.c.Forget(context.Background(), faultURI), mcpsync.ErrUnknownURI)
+		assert.Zero(t, time.Since(forgot), "a key the stream does not concern waits for nothing")
+		wg.Wait()
+		assert.LessOrEqual(t, time.Since(start), timeout+time.Second, "each waits at most its own timeout and its read")
+		for i, u := range uris {
+			require.NoError(t, errs[i], u)
+			assert.Equal(t, mcpsync.ModePoll, subs[i].Mode, u)
+			assert.Contains(t, subs[i].ModeReason, "subscribe failed", u)
+		}
+	})
+}
+
 // noAck is a transport whose server never acknowledges a listen stream.
 type noAck struct{ transport.Interface }
 
@@ -137,5 +175,35 @@ func TestListenNeverAcknowledged(t *testing.T) {
 			_, err := c.Lookup(u)
 			assert.NoError(t, err, "%s has its first version", u)
 		}
+	})
+}
+
+// (2026-07-28) Subscribes that arrive within the window of the last
+// replacement become one replacement, not one each: the stream sync holds
+// the replacement back while they keep arriving, and one stream carries
+// them all.
+func TestSubscribesWithinOneWindowCauseOneReplacement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 20
+		var uris []string
+		for i := range n {
+			uris = append(uris, fmt.Sprintf("file:///window/%02d.md", i))
+		}
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second}, uris: uris})
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		before := r.listens()
+		var wg sync.WaitGroup
+		subs := make([]mcpsync.Subscription, n)
+		errs := make([]error, n)
+		for i, u := range uris {
+			wg.Go(func() { subs[i], errs[i] = r.c.Subscribe(t.Context(), u) })
+		}
+		wg.Wait()
+		for i, u := range uris {
+			require.NoError(t, errs[i], u)
+			assert.Equal(t, mcpsync.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
+		}
+		assert.Equal(t, 1, r.listens()-before, "one replacement for %d Subscribes: %v", n, r.wire.listenFilters())
 	})
 }

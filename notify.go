@@ -38,6 +38,7 @@ type note struct {
 	lost error // set instead of n when the connection was lost
 	// streamEnded is set instead of n when the server ended a listen stream.
 	streamEnded *listenStream
+	streamErr   error // how it ended
 }
 
 // noteQueue is an unbounded FIFO: push never blocks, so mcp-go's read loop
@@ -106,7 +107,7 @@ func (c *Client) handle(n note) {
 		return
 	case n.streamEnded != nil:
 		if n.conn == current {
-			c.streamEnded(n.conn, n.streamEnded)
+			c.streamEnded(n.conn, n.streamEnded, n.streamErr)
 		}
 		return
 	}
@@ -149,11 +150,12 @@ func (c *Client) handle(n note) {
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
 		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
 		if start {
-			c.markSession(relistenQuiet) // its pass reads the gap (readGap)
+			c.markSession(replaceQuiet) // its pass reads the gap (readGap)
 		}
-		for _, raw := range left {
-			c.mark(spelledKey(raw))
+		for _, key := range left {
+			c.mark(key)
 		}
+		c.markStream(0) // a replacement may wait for this answer
 	}
 }
 
@@ -210,4 +212,49 @@ func notifiedURI(params map[string]any) string {
 	var updated mcp.ResourceUpdatedNotificationParams
 	decodeParams(params, &updated)
 	return updated.URI
+}
+
+// acknowledgedURIs returns the resource URIs a subscriptions/acknowledged
+// notification names. It carries every URI of the stream, so the common
+// shapes (mcp-go's in-process Go value, a decoded JSON array) are read
+// without the JSON round trip of decodeParams.
+func acknowledgedURIs(params map[string]any) []string {
+	switch f := params["notifications"].(type) {
+	case mcp.SubscriptionFilter:
+		return f.ResourceSubscriptions
+	case map[string]any:
+		if uris, ok := stringList(f["resourceSubscriptions"]); ok {
+			return uris
+		}
+	}
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	decodeParams(params, &ack)
+	return ack.Notifications.ResourceSubscriptions
+}
+
+// stringList returns v as a []string if it is a JSON array of strings.
+func stringList(v any) ([]string, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
+}
+
+// currentStream reports whether id names the newest stream (or there is
+// none whose id is known, so there is nothing to compare with).
+func (conn *connection) currentStream(id string) bool {
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return conn.listen == nil || conn.listen.id == "" || conn.listen.id == id
 }

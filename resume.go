@@ -103,8 +103,9 @@ func (c *Client) resume(keys []string) {
 		c.opts.Logger.Info("mcpsync: resumed subscriptions", "count", len(keys))
 	}
 	// Each round waits until every resumed URI settled (a 2026-07-28
-	// relisten re-reads what it carried, so a URI found not-found may be
-	// read again; deciding on it mid-read would miss its deletion), then
+	// stream replacement re-reads what it carried, so a URI found
+	// not-found may be read again; deciding on it mid-read would miss its
+	// deletion), then
 	// scans and reconciles if one of them waits for evidence. Its newest
 	// not-found may postdate the scan, so rounds go on, after a growing
 	// pause, until none waits.

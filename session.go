@@ -35,8 +35,20 @@ const sessionKey = "session"
 // markSession has the session pass run after d (at once for 0).
 func (c *Client) markSession(d time.Duration) { c.sessionq.AddAfter(sessionKey, d) }
 
+// runSessionItem runs the pass of an item of the session's queue: the
+// session's or the listen stream's (stream.go). Two workers serve the
+// queue, so neither item waits on the other, and each is still worked on
+// by one at a time.
+func (c *Client) runSessionItem(key string) {
+	if key == streamKey {
+		c.runStream()
+		return
+	}
+	c.runSession()
+}
+
 // runSession runs one session pass and has it run again when it asks to.
-func (c *Client) runSession(string) {
+func (c *Client) runSession() {
 	if again := c.syncSession(); again > 0 {
 		c.markSession(again)
 	}
@@ -83,15 +95,15 @@ func (c *Client) readGap(conn *connection) time.Duration {
 		conn.mu.Unlock()
 		return 0
 	}
-	due := conn.gapLast.Add(relistenQuiet)
-	if latest := conn.gapSince.Add(relistenQuietMax); latest.Before(due) {
+	due := conn.gapLast.Add(replaceQuiet)
+	if latest := conn.gapSince.Add(replaceQuietMax); latest.Before(due) {
 		due = latest
 	}
 	wait := time.Until(due)
 	if cur := conn.listen; wait <= 0 && cur != nil && !cur.isAcked() {
 		// A replacement waits for its acknowledgement: the gap is read
 		// once a stream carries it, not dropped.
-		wait = relistenQuiet
+		wait = replaceQuiet
 	}
 	if wait > 0 {
 		conn.mu.Unlock()
@@ -111,6 +123,46 @@ func (c *Client) readGap(conn *connection) time.Duration {
 		c.requestRead(spelledKey(u), TriggerRevalidate)
 	}
 	return 0
+}
+
+// Replacements of a listen stream come in bursts (a caller subscribing a
+// catalog): the URIs carried across them are read again once
+// replaceQuiet passes without one, or replaceQuietMax after the first
+// unread gap, whichever is sooner, each once however many gaps it crossed.
+const (
+	replaceQuiet    = time.Second
+	replaceQuietMax = 10 * time.Second
+)
+
+// noteGapLocked, at the acknowledgement of stream, notes the URIs it
+// carries over from the newest stream acknowledged before it: mcp-go
+// (v1.2.1) ends the old stream before it sends the new one, so a change in
+// between reaches neither, and each of them is read again (readGap).
+// Reading them at every replacement would make a burst of n Subscribes
+// cost O(n²) reads. It reports whether the session pass must be marked to
+// read it. conn.mu is held.
+func (conn *connection) noteGapLocked(stream *listenStream) bool {
+	before := conn.lastAcked
+	conn.lastAcked = stream.ackURIs
+	for _, u := range before {
+		if stream.ackSet[u] {
+			if conn.gap == nil {
+				conn.gap = make(map[string]bool)
+			}
+			conn.gap[u] = true
+		}
+	}
+	if len(conn.gap) == 0 {
+		return false
+	}
+	now := time.Now()
+	if conn.gapSince.IsZero() {
+		conn.gapSince = now
+	}
+	conn.gapLast = now
+	start := !conn.gapReader
+	conn.gapReader = true
+	return start
 }
 
 // heal makes one attempt to replace the lost session conn. It reports when
@@ -266,12 +318,6 @@ type connection struct {
 	probed bool
 	pings  int
 
-	// relisten serializes replacements of the subscriptions/listen stream
-	// of a 2026-07-28 session (a semaphore, so that a caller waits no longer
-	// than its context); callers that queue behind one often find their
-	// URI carried by it and send nothing.
-	relisten chan struct{}
-
 	mu sync.Mutex // protects the fields below
 	// unsettled counts, per URI, the resources/subscribe and unsubscribe
 	// requests the transport has not finished with; the caller may have
@@ -289,6 +335,20 @@ type connection struct {
 	want      []string        // URIs the next listen stream must carry, in the order wanted
 	wanted    map[string]bool // the same URIs, to look one up
 	wantEdits uint64          // changes to want so far
+	// drop holds URIs a pass asked to take off the stream while the
+	// current one carries them; awaiting, the keys whose ask waits for the
+	// stream sync to take it up; refused, the refusals not yet read by
+	// the pass that asked (stream.go). stopped is set once the session is
+	// replaced or closed: no stream goes out on it any more.
+	drop     map[string]bool
+	awaiting map[string]streamAsk
+	refused  map[string]streamRefusal
+	stopped  bool
+	// batchUntil is the end of the window in which a replacement is held
+	// back while the wanted URIs keep changing, batchEdits wantEdits when
+	// the stream sync last saw them change, at batchAt (holdLocked).
+	batchUntil, batchAt time.Time
+	batchEdits          uint64
 	// listenAcked is when the newest acknowledged stream was acknowledged,
 	// listenTook how long it took from request to acknowledgement.
 	listenAcked time.Time
@@ -351,8 +411,9 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	wrapped := wire.New(tr, rpcError, mon, wireMethods...)
 	mc := mcpclient.NewClient(wrapped, options...)
 	conn := &connection{
-		mc: mc, tr: wrapped, mon: mon, relisten: make(chan struct{}, 1),
+		mc: mc, tr: wrapped, mon: mon,
 		unsettled: make(map[string]int), putRights: make(map[string]map[string]bool), held: make(map[string]bool),
+		wanted: make(map[string]bool), drop: make(map[string]bool), awaiting: make(map[string]streamAsk), refused: make(map[string]streamRefusal),
 	}
 	self.Store(conn)
 	// The handler is installed before Start, so no notification is lost
@@ -508,7 +569,7 @@ func (c *Client) reconnect(ctx context.Context, expect *connection) error {
 	if expect != nil && old != expect {
 		return errSuperseded
 	}
-	old.stopListen()
+	c.stopListen(old)
 	c.mu.Lock()
 	lost := old.lost
 	c.mu.Unlock()

@@ -45,7 +45,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 		if lost {
 			return 0, nil
 		}
-		reopen, again := c.needsReopen(conn, w, sub, tick)
+		reopen, again := c.needsReopen(conn, key, w, sub, tick)
 		if spelled := cmp.Or(sub.RawURI, key); spelled != w.raw {
 			// Opened under a spelling the caller no longer watches (it was
 			// unsubscribed and another subscribed before this pass): the
@@ -63,11 +63,26 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 			return 0, err
 		}
 	} else if err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribing {
-		// A close that stopped half way (its last write failed): whether
-		// the server was told is not known, and the close says so.
-		if _, err := c.engine.FinishClose(key, false); err != nil {
+		// A close that stopped half way (its last write failed, or, from
+		// 2026-07-28 on, the stream's answer is still coming): finished
+		// first, told when the stream without it was acknowledged, and
+		// not known otherwise. The callers of the change before this one
+		// (the Unsubscribe) get that close.
+		acked := false
+		if conn.era == EraModern && !lost {
+			err := c.serverUnsubscribe(c.ctx, conn, key, cmp.Or(sub.RawURI, key))
+			if errors.Is(err, errComing) {
+				return 0, err
+			}
+			acked = err == nil
+		}
+		if _, err := c.engine.FinishClose(key, acked); err != nil {
 			return 0, err
 		}
+		c.mu.Lock()
+		epoch := c.epochs[key]
+		c.mu.Unlock()
+		c.tellPassed(key, epoch-1, nil)
 	}
 	return 0, c.open(conn, key, w)
 }
@@ -93,7 +108,7 @@ func (c *Client) abandonedGeneration(key string, sub Subscription) bool {
 // long after each that fails, up to RevalidateEvery. again is when to look
 // once more, for a stream the server ended and whose re-establishment is
 // paced.
-func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick Trigger) (reopen bool, again time.Duration) {
+func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscription, tick Trigger) (reopen bool, again time.Duration) {
 	if conn.era != EraModern || !sub.State.open() {
 		return false, 0
 	}
@@ -102,7 +117,8 @@ func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick 
 	c.mu.Unlock()
 	switch sub.Mode {
 	case ModePush:
-		if heard, coming := conn.hearing(w.raw, c.opts.RequestTimeout); (heard || coming) && !ended {
+		// A stream that will carry it is coming: its answer marks key.
+		if heard, coming := conn.hearing(key, w.raw, !ended); (heard || coming) && !ended {
 			return false, 0
 		}
 		if wait := conn.reopenWait(); wait > 0 {
@@ -113,7 +129,7 @@ func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick 
 		if !conn.caps.Subscribe || conn.deaf != "" || !strings.HasPrefix(sub.ModeReason, subscribeFailed) {
 			return false, 0
 		}
-		if heard, _ := conn.hearing(w.raw, 0); heard {
+		if heard, _ := conn.hearing(key, w.raw, false); heard {
 			// Acknowledged after its Subscribe gave up on it: the stream
 			// that carries it is the server's answer, late.
 			return true, 0
@@ -142,7 +158,7 @@ func (c *Client) needsReopen(conn *connection, w *watch, sub Subscription, tick 
 func (c *Client) converged(conn *connection, key string, w *watch, sub Subscription) {
 	heard := true
 	if conn.era == EraModern && sub.Mode == ModePush {
-		heard, _ = conn.hearing(w.raw, 0)
+		heard, _ = conn.hearing(key, w.raw, false)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -175,9 +191,15 @@ func (c *Client) open(conn *connection, key string, w *watch) error {
 	case conn.deaf != "":
 		reason = conn.deaf
 	default:
-		if err := c.serverSubscribe(c.ctx, conn, raw); err != nil {
+		if err := c.serverSubscribe(c.ctx, conn, key, raw); err != nil {
 			if c.ctx.Err() != nil {
 				return ErrClientClosed
+			}
+			switch {
+			case errors.Is(err, errComing):
+				return err // left SUBSCRIBING: the stream's answer marks key
+			case errors.Is(err, errStopped):
+				return nil // left SUBSCRIBING: the next session opens it
 			}
 			reason = subscribeFailed + causeText(err)
 		} else {
@@ -261,7 +283,7 @@ func (c *Client) syncUnwatched(conn *connection, key string) error {
 		// Another worker took the URI's lease: the ledger row is its
 		// own now, and this client only stops asking the server, again
 		// until the server acknowledges it.
-		if tell && c.serverUnsubscribe(c.ctx, conn, raw) != nil {
+		if tell && c.serverUnsubscribe(c.ctx, conn, key, raw) != nil {
 			c.putRightLater(conn, key, raw)
 		}
 		c.mu.Lock()
@@ -278,7 +300,11 @@ func (c *Client) syncUnwatched(conn *connection, key string) error {
 			_, err := c.engine.FinishClose(key, false)
 			return err
 		}
-		if acked = c.serverUnsubscribe(c.ctx, conn, raw) == nil; !acked {
+		err := c.serverUnsubscribe(c.ctx, conn, key, raw)
+		if errors.Is(err, errComing) {
+			return err // its next pass finishes the close (closeClosed)
+		}
+		if acked = err == nil; !acked {
 			// Put right on the same session: the unsubscribe (or the
 			// stream without raw) is tried again until the server
 			// acknowledges it or the session ends.
@@ -290,18 +316,28 @@ func (c *Client) syncUnwatched(conn *connection, key string) error {
 }
 
 // closeClosed is the pass over an unwatched generation whose close began
-// already: finished, or stopped half way by a failed write (its generation
-// UNSUBSCRIBING in conn's session, which this finishes). A 2026-07-28
-// stream may still carry the URI: it is told too.
+// already: finished, or stopped half way by a failed write or by the
+// stream's answer still coming (its generation UNSUBSCRIBING, which this
+// finishes). A 2026-07-28 stream may still carry the URI: it is told too.
+// One whose session was replaced meanwhile is finished unknown: whether
+// the server heard before its session ended is not known.
 func (c *Client) closeClosed(conn *connection, key, raw string, before Subscription, tell bool) error {
-	stuck := before.State == StateUnsubscribing && before.SessionGeneration == conn.gen
+	if before.State == StateUnsubscribing && before.SessionGeneration != conn.gen {
+		_, err := c.engine.FinishClose(key, false)
+		return err
+	}
+	stuck := before.State == StateUnsubscribing
 	carried := conn.era == EraModern && conn.wants(raw)
 	if !stuck && !carried {
 		return nil
 	}
 	acked := true
 	if tell {
-		if acked = c.serverUnsubscribe(c.ctx, conn, raw) == nil; !acked {
+		err := c.serverUnsubscribe(c.ctx, conn, key, raw)
+		if errors.Is(err, errComing) {
+			return err
+		}
+		if acked = err == nil; !acked {
 			c.putRightLater(conn, key, raw)
 		}
 	}
@@ -334,7 +370,11 @@ func (c *Client) putRightLater(conn *connection, key, raw string) {
 // failure.
 func (c *Client) putRight(conn *connection, key string, w *watch) (failed map[string]bool, first error) {
 	for _, raw := range conn.toPutRight(key) {
-		if err := c.putRightOnce(conn, key, raw, w); err != nil {
+		err := c.putRightOnce(conn, key, raw, w)
+		if errors.Is(err, errComing) {
+			continue // still marked; the stream's answer marks key
+		}
+		if err != nil {
 			if failed == nil {
 				failed = make(map[string]bool)
 			}
@@ -353,7 +393,10 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 		if watched {
 			return nil
 		}
-		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
+		if err := c.serverUnsubscribe(c.ctx, conn, key, raw); err != nil {
+			if errors.Is(err, errComing) {
+				return err
+			}
 			err = errorf("take %s off the listen stream: %w", raw, err)
 			c.report(err)
 			return err
@@ -366,7 +409,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 		return nil
 	}
 	if !watched {
-		if err := c.serverUnsubscribe(c.ctx, conn, raw); err != nil {
+		if err := c.serverUnsubscribe(c.ctx, conn, key, raw); err != nil {
 			err = errorf("unsubscribe %s: %w", raw, err)
 			c.report(err)
 			return err
