@@ -243,7 +243,8 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		return nil, err
 	}
 	f := newFramer(stdout, mon)
-	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, group: leadsGroup(cmd), stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
+	closed, closing := context.WithCancel(context.Background())
+	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, closed: closed, close: closing, group: leadsGroup(cmd), stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -253,10 +254,10 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		if lost != nil && !closing {
 			lost(p.exitErr())
 		}
-		// What the server wrote before it exited is read to the end; a
-		// helper it started that still holds its stdout is not waited for
-		// past processGrace.
-		awaitBoth(context.Background(), f.end, nil)
+		// What the server wrote before it exited is read to the end, until
+		// the transport is closed; a helper it started that still holds
+		// its stdout is not waited for past processGrace.
+		awaitBoth(p.closed, f.end, nil)
 		_ = stdout.Close()
 	}()
 	return p, nil
@@ -265,6 +266,8 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 type process struct {
 	*transport.Stdio
 	framer  *framer
+	closed  context.Context // done once Close or Abort began
+	close   context.CancelFunc
 	group   bool // the server leads a process group of its own (OwnGroup)
 	stdout  *os.File
 	stderr  *tail // nil when the caller took the server's stderr
@@ -312,6 +315,7 @@ func (p *process) Abort() error {
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
+	defer p.close()
 	err := p.Stdio.Close()
 	p.once.Do(func() {
 		p.signal(syscall.SIGKILL)
@@ -348,6 +352,7 @@ func (p *process) Close() error {
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
+	defer p.close()
 	err := p.Stdio.Close()
 	p.once.Do(func() {
 		wait := func() bool {
