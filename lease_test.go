@@ -229,7 +229,7 @@ func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///lease/back/x.md", "file:///lease/back/y.md"
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.Options{Ledger: l})
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(x, "text/markdown", "v1")
