@@ -165,15 +165,19 @@ func (c *Client) askStream(conn *connection, key, raw string, add bool) error {
 	r, refused := conn.refused[raw]
 	delete(conn.refused, raw)
 	if add {
+		// Wanted again: whatever a pass asked before (to take it off) is
+		// void, and the stream sync no longer replaces a stream for it.
+		delete(conn.drop, raw)
 		if cur != nil && cur.isAcked() && !cur.suspect && cur.ackSet[raw] {
 			conn.wantLocked(raw)
+			delete(conn.awaiting, key) // answered: the key waits on nothing
 			return nil
 		}
 		if refused && r.add {
+			delete(conn.awaiting, key)
 			return r.err // taken off the wanted URIs when it was refused
 		}
 		conn.wantLocked(raw)
-		delete(conn.drop, raw)
 		if cur != nil && (!cur.out || (cur.inFlight() && cur.carries(raw))) {
 			cur.wait(key, ask) // a stream to be sent carries every wanted URI
 			return errComing
