@@ -195,11 +195,8 @@ func (c *Client) open(conn *connection, key string, w *watch) error {
 			if c.ctx.Err() != nil {
 				return ErrClientClosed
 			}
-			switch {
-			case errors.Is(err, errComing):
+			if errors.Is(err, errComing) {
 				return err // left SUBSCRIBING: the stream's answer marks key
-			case errors.Is(err, errStopped):
-				return nil // left SUBSCRIBING: the next session opens it
 			}
 			reason = subscribeFailed + causeText(err)
 		} else {
