@@ -324,6 +324,10 @@ type Client struct {
 // Client.sched.
 type watch struct {
 	raw string
+	// since is the epoch of the change that made the key watched: the
+	// callers of changes before it asked for something else. Written
+	// once, when the watch is made, under Client.mu.
+	since uint64
 	// opened is set once the watch was opened: later openings read with
 	// TriggerReconnect. asked, that a caller's Subscribe asked for it (a
 	// tombstoned generation is opened anew only then). every and periodic
@@ -355,8 +359,10 @@ type watch struct {
 	position float64
 }
 
-func newWatch(key, raw string) *watch {
-	return &watch{raw: raw, position: position(key)}
+// newWatch makes the watch of key under the spelling raw, watched from
+// epoch since on.
+func newWatch(key, raw string, since uint64) *watch {
+	return &watch{raw: raw, since: since, position: position(key)}
 }
 
 // wireMethods are the methods whose JSON-RPC errors the client branches on.

@@ -331,7 +331,7 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		}
 		w, had := c.watches[key]
 		if !had {
-			w = newWatch(key, uri)
+			w = newWatch(key, uri, c.epochs[key]+1) // the change wantLocked makes below
 			c.watches[key] = w
 		}
 		w.asked = true

@@ -219,3 +219,40 @@ func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testi
 			"half an hour after Unsubscribe let go of a URI whose lease moved, the listen stream still carries it")
 	})
 }
+
+// (2026-07-28) A worker lets go of x, whose lease moved, while its listen
+// stream carries x; the lease comes back and the caller subscribes x
+// again before the stream was replaced. x is carried and pushed as before,
+// and the stream is left alone: over the next minutes the client sends no
+// more than a few listen requests, not a new stream every tick.
+func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///lease/back/x.md", "file:///lease/back/y.md"
+		l := newLeasedLedger()
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+		require.NoError(t, err)
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(x, "text/markdown", "v1")
+		srv.Set(y, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, eras[1].version, 1,
+			mcpsync.ClientOptions{Engine: e, CoalesceWindow: time.Second, RevalidateEvery: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r.subscribeSettled(t, x)
+		_, err = r.c.Subscribe(t.Context(), y)
+		require.NoError(t, err)
+
+		l.setForeign(x, true)
+		_, err = r.c.Unsubscribe(t.Context(), x)
+		require.NoError(t, err)
+		l.setForeign(x, false)
+		sub, err := r.c.Subscribe(t.Context(), x)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.ModePush, sub.Mode, sub.ModeReason)
+		before := r.faults().Requests(string(mcp.MethodSubscriptionsListen))
+		minutes(2)
+		sent := r.faults().Requests(string(mcp.MethodSubscriptionsListen)) - before
+		assert.True(t, srv.Subscribed(x) && srv.Subscribed(y), "both watched URIs are carried")
+		assert.LessOrEqual(t, sent, 3, "listen requests sent in two quiet minutes after x was subscribed again")
+	})
+}

@@ -182,3 +182,47 @@ func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *test
 		r.requireWhereLeft([]string{a, b, x}, map[string]bool{a: true, b: true, x: true}, nil)
 	})
 }
+
+// (2026-07-28) The stream that carries x and y ends on the client's side
+// (a proxy or the network cuts it) while the server, which cleans up a
+// stream session-wide as the official Go SDK does, runs that clean-up only
+// later, after the client re-established a stream carrying x and y. The
+// new stream is acknowledged and open and notifies neither: a change of
+// each is read within two minutes, or the URI is visibly degraded.
+// Revalidation is an hour away.
+func TestStreamEndedBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///endlate/x.md", "file:///endlate/y.md"
+		r := buildRig(t, eras[1], rigConfig{
+			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
+			uris:   []string{x, y},
+			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+		})
+		_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
+		require.NoError(t, err)
+		minutes(1)
+
+		cleanUp := r.srv.HoldNextListenEnd()
+		defer cleanUp.Release()
+		r.faults().EndListenStreams()
+		time.Sleep(10 * time.Second) // the stream is re-established
+		quiesce()
+		require.True(t, arrived(cleanUp), "the ended stream's clean-up is held")
+		require.True(t, r.srv.Subscribed(x) && r.srv.Subscribed(y), "the re-established stream carries both")
+		cleanUp.Release()
+		minutes(1)
+
+		for _, u := range []string{x, y} {
+			r.srv.Set(u, "text/markdown", "v2")
+		}
+		minutes(2)
+		for _, u := range []string{x, y} {
+			entry, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			if entry.Contents[0].Text != "v2" && entry.Degraded == "" {
+				_, desc := r.state(u)
+				t.Errorf("%s silently stale after its ended stream was cleaned up late: %s", u, desc)
+			}
+		}
+	})
+}

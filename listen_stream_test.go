@@ -765,3 +765,64 @@ func TestServerThatNeverAnswersACancelledListenDrawsNoStorm(t *testing.T) {
 	assert.LessOrEqual(t, listens, periods*4, "listen requests against a server that never answers a cancelled one")
 	assert.LessOrEqual(t, reads, periods*4*len(deafListenURIs), "reads against a server that never answers a cancelled listen")
 }
+
+// (2026-07-28) Two Subscribes of x (two callers, or a SubscribeAll naming
+// it twice) arrive while the close an Unsubscribe began is still waiting
+// for the stream that leaves x out. Once that stream is acknowledged the
+// close is finished and x is opened anew; neither Subscribe returns
+// without an error before x is open (push or poll): the close of the
+// Unsubscribe before them is not theirs. The opening write is held until
+// the first of them returned, so that the test does not depend on which
+// goroutine runs first.
+func TestSubscribesDuringAHalfDoneCloseReturnOpenSubscriptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///halfdone/x.md", "file:///halfdone/y.md"
+		r := buildRig(t, eras[1], rigConfig{ledger: true, uris: []string{x, y}, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
+		for _, u := range []string{x, y} {
+			_, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+		}
+		quiesce()
+
+		// The stream that leaves x out is held: the close waits for it.
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		defer hold.Release()
+		gone, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, _ = r.c.Unsubscribe(gone, x) // its pass runs without the caller
+		time.Sleep(time.Second)         // past the patience for the old stream's end
+		synctest.Wait()
+		require.True(t, arrived(hold), "the stream without x is held")
+
+		first := make(chan struct{})
+		var once sync.Once
+		r.ledger.beforeWrite(openingWriteOf(x), func() {
+			select {
+			case <-first:
+			case <-time.After(time.Second):
+			}
+		})
+		type result struct {
+			sub mcpsync.Subscription
+			err error
+		}
+		results := make(chan result, 2)
+		for range 2 {
+			go func() {
+				sub, err := r.c.Subscribe(context.Background(), x)
+				results <- result{sub, err}
+				once.Do(func() { close(first) })
+			}()
+		}
+		synctest.Wait()
+		hold.Release()
+		for range 2 {
+			res := <-results
+			if res.err != nil {
+				continue
+			}
+			assert.True(t, openState(res.sub.State) && (res.sub.Mode == mcpsync.ModePush || res.sub.Mode == mcpsync.ModePoll),
+				"Subscribe returned no error with a subscription that is not open: %s %q (generation %d)", res.sub.State, res.sub.Mode, res.sub.SubscriptionGeneration)
+		}
+	})
+}

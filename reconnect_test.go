@@ -886,3 +886,54 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 		})
 	}
 }
+
+// A Subscribe waits for its subscription at most about RequestTimeout,
+// whatever the session does: here its request (a resources/subscribe, or
+// the listen stream that is to carry the URI) hangs, the heartbeat finds
+// the session dead, and healing gives up (the server stays down). The
+// Subscribe returns, polling with a reason or with an error, within a
+// minute; it does not wait for a server that may never come back. Both
+// eras.
+func TestSubscribeWhileTheSessionIsLostReturnsWithinTheRequestTimeout(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const y = "file:///case/lost/subscribe/y.md"
+				r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
+					RequestTimeout: 5 * time.Second, RevalidateEvery: time.Hour,
+					PingEvery: 2 * time.Second, PingTimeout: time.Second,
+					Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: time.Second, Max: 2 * time.Second},
+				}})
+				r.subscribe()
+				hung := make(chan struct{})
+				defer close(hung)
+				r.wire.set(func(fw *faultWire) {
+					fw.park = func(req wireRequest) <-chan struct{} {
+						if req.method == "ping" || req.method == subscribeMethod(w.version) {
+							return hung // a server that stopped answering
+						}
+						return nil
+					}
+				})
+				r.setDown(true)
+				type result struct {
+					sub mcpsync.Subscription
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					sub, err := r.c.Subscribe(context.Background(), y)
+					done <- result{sub, err}
+				}()
+				select {
+				case res := <-done:
+					t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.sub.State, res.sub.Mode, res.sub.ModeReason, res.err, r.c.Health().State)
+				case <-time.After(time.Minute):
+					t.Errorf("Subscribe still waiting a minute later (RequestTimeout 5 s); health %s", r.c.Health().State)
+					require.NoError(t, r.c.Close()) // ends the wait
+					<-done
+				}
+			})
+		})
+	}
+}

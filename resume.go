@@ -71,7 +71,7 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 		if raw == "" {
 			raw = sub.URI
 		}
-		w := newWatch(sub.URI, raw)
+		w := newWatch(sub.URI, raw, c.epochs[sub.URI]+1)
 		w.opened, w.kept = true, true // its earlier process's, read anew with TriggerReconnect
 		c.watches[sub.URI] = w
 		keys = append(keys, sub.URI)

@@ -44,9 +44,6 @@ const streamKey = "stream"
 // waiting for it is marked when it is.
 var errComing = errors.New("mcpsync: the listen stream's answer is not in yet")
 
-// errStopped: the session asked of is being replaced or closed.
-var errStopped = errors.New("mcpsync: the session is being replaced")
-
 // errNotAcknowledged: no acknowledgement within RequestTimeout of the ask.
 var errNotAcknowledged = errors.New("mcpsync: subscriptions/listen not acknowledged within the request timeout")
 
@@ -200,9 +197,7 @@ func (c *Client) syncStream() time.Duration {
 	conn, closed := c.conn, c.closed
 	lost := conn.lost
 	c.mu.Unlock()
-	if closed || lost || conn.era != EraModern {
-		// A lost session's waiting keys are marked when it is replaced
-		// (stopListen), and no stream goes out on it meanwhile.
+	if closed || conn.era != EraModern {
 		return 0
 	}
 	var (
@@ -217,11 +212,17 @@ func (c *Client) syncStream() time.Duration {
 	}
 	now := time.Now()
 	conn.mu.Lock()
+	// An ask is answered within RequestTimeout whatever the connection
+	// does: healing may never replace a lost session.
 	marks, next := conn.expireLocked(now, c.opts.RequestTimeout)
 	soonest(next)
 	cur := conn.listen
 	switch {
 	case conn.stopped:
+	case lost:
+		// No stream goes out on a lost session; the keys still waiting
+		// are marked when it is replaced (stopListen), or refused above
+		// once their ask is RequestTimeout old.
 	case cur != nil && !cur.out:
 		if cur.prev != nil && !cur.prev.isEnded() && now.Before(cur.sendBy) {
 			conn.takeAwaitingLocked(cur)
@@ -622,8 +623,10 @@ func (conn *connection) acknowledged(uris []string, streamID string) (bool, []st
 }
 
 // stopListen cancels conn's stream as its session is replaced or closed,
-// and marks every key waiting on the stream or the stream sync: a pass on
-// a stopped connection gets its answer at once (askStream).
+// and marks every key waiting on the stream or the stream sync: its pass
+// runs on the next session once one is up, or asks again on this one,
+// which sends nothing and refuses the ask once RequestTimeout old
+// (askStream).
 func (c *Client) stopListen(conn *connection) {
 	conn.mu.Lock()
 	conn.stopped = true

@@ -153,27 +153,40 @@ func (c *Client) askStream(conn *connection, key, raw string, add bool) error {
 	conn.mu.Lock()
 	defer conn.mu.Unlock()
 	ask := conn.askedLocked(key, raw, add)
-	if conn.stopped {
-		// The session is being replaced or closed: its server keeps
-		// nothing, and the next session opens the key anew.
-		if add {
-			return errStopped
-		}
-		return nil
-	}
-	cur := conn.listen
 	r, refused := conn.refused[raw]
 	delete(conn.refused, raw)
-	if add {
-		if cur != nil && cur.isAcked() && !cur.suspect && cur.ackSet[raw] {
-			conn.wantLocked(raw)
+	if conn.stopped {
+		// The session is being replaced or closed: its server keeps
+		// nothing, and the next session opens the key anew. Until one
+		// is up (healing may give up) the ask waits, no stream goes out
+		// for it, and it is refused once RequestTimeout old.
+		if !add {
 			return nil
 		}
 		if refused && r.add {
+			delete(conn.awaiting, key)
+			return r.err
+		}
+		conn.wantLocked(raw)
+		conn.awaiting[key] = ask
+		c.markStream(0)
+		return errComing
+	}
+	cur := conn.listen
+	if add {
+		// Wanted again: whatever a pass asked before (to take it off) is
+		// void, and the stream sync no longer replaces a stream for it.
+		delete(conn.drop, raw)
+		if cur != nil && cur.isAcked() && !cur.suspect && cur.ackSet[raw] {
+			conn.wantLocked(raw)
+			delete(conn.awaiting, key) // answered: the key waits on nothing
+			return nil
+		}
+		if refused && r.add {
+			delete(conn.awaiting, key)
 			return r.err // taken off the wanted URIs when it was refused
 		}
 		conn.wantLocked(raw)
-		delete(conn.drop, raw)
 		if cur != nil && (!cur.out || (cur.inFlight() && cur.carries(raw))) {
 			cur.wait(key, ask) // a stream to be sent carries every wanted URI
 			return errComing

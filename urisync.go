@@ -66,8 +66,9 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 		// A close that stopped half way (its last write failed, or, from
 		// 2026-07-28 on, the stream's answer is still coming): finished
 		// first, told when the stream without it was acknowledged, and
-		// not known otherwise. The callers of the change before this one
-		// (the Unsubscribe) get that close.
+		// not known otherwise. The callers of the changes before the one
+		// that made the key watched again (the Unsubscribe) get that
+		// close; those of the Subscribes since wait for it to be open.
 		acked := false
 		if conn.era == EraModern && !lost {
 			err := c.serverUnsubscribe(c.ctx, conn, key, cmp.Or(sub.RawURI, key))
@@ -79,10 +80,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 		if _, err := c.engine.FinishClose(key, acked); err != nil {
 			return 0, err
 		}
-		c.mu.Lock()
-		epoch := c.epochs[key]
-		c.mu.Unlock()
-		c.tellPassed(key, epoch-1, nil)
+		c.tellPassed(key, w.since-1, nil)
 	}
 	return 0, c.open(conn, key, w)
 }
@@ -195,11 +193,8 @@ func (c *Client) open(conn *connection, key string, w *watch) error {
 			if c.ctx.Err() != nil {
 				return ErrClientClosed
 			}
-			switch {
-			case errors.Is(err, errComing):
+			if errors.Is(err, errComing) {
 				return err // left SUBSCRIBING: the stream's answer marks key
-			case errors.Is(err, errStopped):
-				return nil // left SUBSCRIBING: the next session opens it
 			}
 			reason = subscribeFailed + causeText(err)
 		} else {
