@@ -373,8 +373,9 @@ var (
 	ErrServerExited = wire.ErrServerExited
 	// ErrNotJSONRPC matches every *OutputError.
 	ErrNotJSONRPC = wire.ErrNotJSONRPC
-	// ErrOutputClosed is a stdio server that closed its output before it
-	// answered initialize and did not exit.
+	// ErrOutputClosed is a stdio server whose output ended before it
+	// answered initialize, with nothing said; one whose process exited
+	// meanwhile is an *ExitError instead.
 	ErrOutputClosed = wire.ErrOutputClosed
 )
 

@@ -178,8 +178,9 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 // (KeepScanning), the URIs its first successful listing subscribes count
 // too: WaitForSync waits for that listing first (a failed one is told to
 // OnError and does not count), or for the kept scan to stop; a kept scan
-// whose first scan was put off (KeepScanOptions.After) is not waited for. With a Handler, it returns once
-// the handler was also told of those URIs: their first versions, as added.
+// whose first scan was put off (KeepScanOptions.After) is not waited for.
+// With a Handler, it returns once the handler was also told of those URIs:
+// their first versions, as added.
 // It returns ctx's error when ctx ends first, ErrClientClosed when the
 // client closes, the reason when healing gave up on the connection, and
 // ErrRevoked once the client's subject is revoked.

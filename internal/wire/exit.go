@@ -22,9 +22,10 @@ var ErrServerExited = NewError("the server exited")
 // ErrNotJSONRPC matches every *OutputError.
 var ErrNotJSONRPC = NewError("the server's output is not JSON-RPC")
 
-// ErrOutputClosed is a stdio server that closed its output before the
-// handshake was done and did not exit.
-var ErrOutputClosed = NewError("the server closed its output before initialize, and did not exit")
+// ErrOutputClosed is a stdio server whose output ended before it answered
+// initialize, with nothing said; one whose process exited meanwhile is an
+// *ExitError instead.
+var ErrOutputClosed = NewError("the server closed its output before initialize")
 
 // ExitError is a stdio server process that exited: on its own while its
 // session was open, or before the handshake was done.

@@ -243,8 +243,8 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		return nil, err
 	}
 	f := newFramer(stdout, mon)
-	closed, closing := context.WithCancel(context.Background())
-	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, closed: closed, close: closing, group: leadsGroup(cmd), stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
+	released, release := context.WithCancel(context.Background())
+	p := &process{Stdio: transport.NewIO(f, stdin, nil), framer: f, released: released, release: release, group: leadsGroup(cmd), stdout: stdout, stderr: stderr, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -257,7 +257,7 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		// What the server wrote before it exited is read to the end, until
 		// the transport is closed; a helper it started that still holds
 		// its stdout is not waited for past processGrace.
-		awaitBoth(p.closed, f.end, nil)
+		awaitBoth(p.released, f.end, nil)
 		_ = stdout.Close()
 	}()
 	return p, nil
@@ -265,16 +265,18 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 
 type process struct {
 	*transport.Stdio
-	framer  *framer
-	closed  context.Context // done once Close or Abort began
-	close   context.CancelFunc
-	group   bool // the server leads a process group of its own (OwnGroup)
-	stdout  *os.File
-	stderr  *tail // nil when the caller took the server's stderr
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error // set before exited closes
-	once    sync.Once
+	framer *framer
+	// released is done once Close or Abort began: nothing reads the
+	// server's output after that.
+	released context.Context
+	release  context.CancelFunc
+	group    bool // the server leads a process group of its own (OwnGroup)
+	stdout   *os.File
+	stderr   *tail // nil when the caller took the server's stderr
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error // set before exited closes
+	once     sync.Once
 
 	mu      sync.Mutex // protects lost and closing
 	lost    func(error)
@@ -315,12 +317,11 @@ func (p *process) Abort() error {
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
-	defer p.close()
+	p.release()
 	err := p.Stdio.Close()
 	p.once.Do(func() {
-		p.signal(syscall.SIGKILL)
+		p.signal(syscall.SIGKILL) // the server, and its group when it leads one
 		<-p.exited
-		p.endGroup()
 	})
 	_ = p.stdout.Close() // ends the read loop, whoever else holds the pipe
 	return err
@@ -352,7 +353,7 @@ func (p *process) Close() error {
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
-	defer p.close()
+	p.release()
 	err := p.Stdio.Close()
 	p.once.Do(func() {
 		wait := func() bool {
