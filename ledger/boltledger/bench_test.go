@@ -133,9 +133,9 @@ func storedForms(b *testing.B, uri string) (record, entry []byte) {
 		b.Fatal(err)
 	}
 	rec, _ := l.Load(context.Background(), uri)
-	record, _ = mcpsync.EncodeRecord(rec)
+	record, _ = boltledger.EncodeStored(rec)
 	entries, _ := l.Outbox(context.Background(), 0, 1)
-	entry, _ = mcpsync.EncodeOutboxEntry(entries[0])
+	entry, _ = boltledger.StoreEntry(entries[0])
 	return record, entry
 }
 

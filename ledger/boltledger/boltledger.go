@@ -14,8 +14,9 @@
 // writer) uses it at a time.
 //
 // Layout: bucket "records" maps a normalized URI to its revision (8 bytes,
-// big-endian) followed by mcpsync.EncodeRecord's JSON; "outbox" maps an
-// entry number (8 bytes, big-endian) to its JSON; "counters" maps a counter
+// big-endian) followed by the record's body; "outbox" maps an entry number
+// (8 bytes, big-endian) to the entry's body (encoding.go: a binary form,
+// or the JSON of files written before it); "counters" maps a counter
 // name to its last value; "consumers" maps a consumer name to its position;
 // "revoked" maps a subject to its revocation; "meta" holds the file's schema
 // and what the retention bound dropped. The outbox bucket's sequence is the
@@ -53,9 +54,14 @@ import (
 	"github.com/mcpsync/mcpsync"
 )
 
-// Schema names the file's layout. Open upgrades a file of the previous
-// one, which had no index, in place, and refuses any other.
-const Schema = "mcpsync.boltledger.v2"
+// Schema names the file's layout. Open upgrades a file of the earlier
+// ones in place, and refuses any other.
+const Schema = "mcpsync.boltledger.v3"
+
+// schemaV2 is the layout before records and outbox entries were written in
+// the binary form (encoding.go): its JSON ones are read as they are, and
+// replaced as they are written again.
+const schemaV2 = "mcpsync.boltledger.v2"
 
 // schemaV1 is the layout before the index: Open builds it from the records
 // and the revocations, in one transaction.
@@ -166,10 +172,11 @@ var (
 	_ mcpsync.LedgerIndex = (*Ledger)(nil)
 )
 
-// Open opens (creating if needed) the ledger file at path. A file of the
-// previous schema is upgraded in place, in one transaction that builds its
-// index from its records; a file of any other schema is refused with
-// mcpsync.ErrLedgerSchema. The ledger commits its writes on a goroutine of
+// Open opens (creating if needed) the ledger file at path. A file of an
+// earlier schema is upgraded in place, in one transaction: one of schemaV1
+// has its index built from its records, one of schemaV2 is only renamed
+// (its JSON records and entries are read as they are). A file of any
+// other schema is refused with mcpsync.ErrLedgerSchema. The ledger commits its writes on a goroutine of
 // its own, which Close stops.
 func Open(path string, opts *Options) (*Ledger, error) {
 	var o Options
@@ -195,8 +202,9 @@ func Open(path string, opts *Options) (*Ledger, error) {
 }
 
 // openFile opens the bbolt file at path and checks it is a ledger whose
-// identity counters can be trusted: a new file becomes one; a file of the
-// previous schema is upgraded, its index built in the same transaction; a
+// identity counters can be trusted: a new file becomes one; a file of an
+// earlier schema is upgraded (one of schemaV1 has its index built in the
+// same transaction); a
 // file of another program or schema, one cut short or one whose counters or
 // positions are not 8 bytes is refused (ErrLedgerSchema, ErrLedgerCorrupt),
 // and so is one whose revocations and their log disagree. bbolt maps the
@@ -266,7 +274,7 @@ func checkFile(tx *bolt.Tx) error {
 		return fmt.Errorf("%w: a bbolt file with no ledger schema (bucket %q): not a ledger", mcpsync.ErrLedgerSchema, first)
 	case schema == nil:
 		return nil // new
-	case string(schema) != Schema && string(schema) != schemaV1:
+	case string(schema) != Schema && string(schema) != schemaV2 && string(schema) != schemaV1:
 		return fmt.Errorf("%w: file schema %q, want %q", mcpsync.ErrLedgerSchema, schema, Schema)
 	}
 	// Identities are allocated from these: a value that is not 8 bytes
@@ -463,21 +471,6 @@ func revisionOf(r *mcpsync.Record) uint64 {
 	return r.Revision
 }
 
-func encodeRecord(r *mcpsync.Record) ([]byte, error) {
-	js, err := mcpsync.EncodeRecord(r)
-	if err != nil {
-		return nil, err
-	}
-	return append(key64(r.Revision), js...), nil
-}
-
-func decodeRecord(v []byte) (*mcpsync.Record, error) {
-	if len(v) < 8 {
-		return nil, fmt.Errorf("%w: record of %d bytes", mcpsync.ErrLedgerCorrupt, len(v))
-	}
-	return mcpsync.DecodeRecord(v[8:])
-}
-
 // CompareAndSwap implements mcpsync.Ledger: the revision check, the record,
 // its outbox entries and their numbering are one transaction.
 func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
@@ -487,6 +480,14 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	val, err := encodeRecord(next)
 	if err != nil {
 		return 0, false, err
+	}
+	// Encoded here, not in the committer's transaction: only their
+	// numbers are written there.
+	vals := make([][]byte, len(entries))
+	for i, e := range entries {
+		if vals[i], err = encodeEntry(e); err != nil {
+			return 0, false, err
+		}
 	}
 	var first uint64
 	var ok bool
@@ -537,13 +538,9 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 			return err // the transaction, and the record with it, is rolled back
 		}
 		first = last + 1
-		for _, e := range entries {
+		for _, b := range vals {
 			last++
-			e.Seq = last
-			b, err := mcpsync.EncodeOutboxEntry(e)
-			if err != nil {
-				return err
-			}
+			numberEntry(b, last)
 			if err := out.Put(key64(last), b); err != nil {
 				return err
 			}
@@ -824,7 +821,7 @@ func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.O
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOutbox).Cursor()
 		for k, v := c.Seek(key64(after + 1)); k != nil && (max <= 0 || len(out) < max); k, v = c.Next() {
-			e, err := mcpsync.DecodeOutboxEntry(v)
+			e, err := decodeEntry(v)
 			if err != nil {
 				return err
 			}
@@ -947,7 +944,7 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 			return err
 		}
 		if err := tx.Bucket(bucketOutbox).ForEach(func(_, v []byte) error {
-			e, err := mcpsync.DecodeOutboxEntry(v)
+			e, err := decodeEntry(v)
 			snap.Outbox = append(snap.Outbox, e)
 			return err
 		}); err != nil {
@@ -1034,7 +1031,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			}
 		}
 		for _, e := range snap.Outbox {
-			b, err := mcpsync.EncodeOutboxEntry(e)
+			b, err := encodeEntry(e)
 			if err != nil {
 				return err
 			}

@@ -168,7 +168,7 @@ func TestTheFileIsNeverBehindItsEntries(t *testing.T) {
 		require.NoError(t, l.db.View(func(tx *bolt.Tx) error {
 			newest := map[string]uint64{}
 			if err := tx.Bucket(bucketOutbox).ForEach(func(_, v []byte) error {
-				e, err := mcpsync.DecodeOutboxEntry(v)
+				e, err := decodeEntry(v)
 				newest[e.URI] = max(newest[e.URI], e.Version.ReadOrdinal)
 				return err
 			}); err != nil {

@@ -1,6 +1,7 @@
 package boltledger_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -20,15 +21,73 @@ const schemaV1 = "mcpsync.boltledger.v1"
 
 var bucketsV1 = []string{"records", "outbox", "counters", "consumers", "revoked", "meta"}
 
+// schemaV2 is the layout before the binary form of records and entries.
+const schemaV2 = "mcpsync.boltledger.v2"
+
+// asJSON writes every record and outbox entry of tx again in the JSON
+// form, with the JSON encoder, as the releases before the binary form did.
+func asJSON(t *testing.T, tx *bolt.Tx) error {
+	t.Helper()
+	records, outbox := tx.Bucket([]byte("records")), tx.Bucket([]byte("outbox"))
+	rewrite := map[string][]byte{}
+	require.NoError(t, records.ForEach(func(k, v []byte) error {
+		r, err := boltledger.DecodeStored(v)
+		require.NoError(t, err)
+		js, err := mcpsync.EncodeRecord(r)
+		require.NoError(t, err)
+		rewrite[string(k)] = append(binary.BigEndian.AppendUint64(nil, r.Revision), js...)
+		return nil
+	}))
+	entries := map[string][]byte{}
+	require.NoError(t, outbox.ForEach(func(k, v []byte) error {
+		e, err := boltledger.EntryStored(v)
+		require.NoError(t, err)
+		js, err := mcpsync.EncodeOutboxEntry(e)
+		require.NoError(t, err)
+		entries[string(k)] = js
+		return nil
+	}))
+	for k, v := range rewrite {
+		if err := records.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	for k, v := range entries {
+		if err := outbox.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// downgradeToV2 turns the ledger file at path into one of schemaV2, as the
+// release before the binary form wrote it: every record and outbox entry
+// is the JSON encoder's.
+func downgradeToV2(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		if err := asJSON(t, tx); err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(schemaV2))
+	}))
+}
+
 // downgrade turns the ledger file at path into one of schemaV1, as the
-// previous release wrote it: the same records, outbox, counters and
-// revocations, and no other bucket.
+// release before the index wrote it: the same records, outbox, counters
+// and revocations, in JSON, and no other bucket.
 func downgrade(t *testing.T, path string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
 	defer db.Close()
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		if err := asJSON(t, tx); err != nil {
+			return err
+		}
 		var extra [][]byte
 		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
 			if !slices.Contains(bucketsV1, string(name)) {
@@ -199,10 +258,118 @@ func TestOpenUpgradesAFileWithoutIndex(t *testing.T) {
 	assert.Equal(t, want, readIndex(t, l, subjects), "nothing left to revoke, and the joins kept across a reopen")
 }
 
+// formsIn counts the records and outbox entries of the closed ledger
+// file at path stored as JSON and in the binary form.
+func formsIn(t *testing.T, path string) (json, bin int) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		count := func(b byte) {
+			if b == '{' {
+				json++
+			} else {
+				bin++
+			}
+		}
+		_ = tx.Bucket([]byte("records")).ForEach(func(_, v []byte) error { count(v[8]); return nil })
+		return tx.Bucket([]byte("outbox")).ForEach(func(_, v []byte) error { count(v[0]); return nil })
+	}))
+	return json, bin
+}
+
+// A file of the release before the binary form holds records and outbox
+// entries in JSON: it opens, reads back exactly what that release wrote,
+// takes writes in the binary form beside them, and reads both forms after
+// a restart.
+func TestOpenReadsAFileOfJSONRecordsAndEntries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{Subscribe: true, ProtocolVersion: "2025-11-25"}})
+	require.NoError(t, err)
+	uris := []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md"}
+	for i, uri := range uris {
+		_, err := e.Subscribe(uri, []string{"user:alice", "user:bob", "user:carol"}[i])
+		require.NoError(t, err)
+		_, err = e.Activate(uri, mcpsync.ModePush)
+		require.NoError(t, err)
+		tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+		require.NoError(t, err)
+		out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{
+			{URI: uri, MIMEType: "text/markdown", Text: "# " + uri}, {URI: uri, Data: []byte{0, 1, 2}, Binary: true},
+		}))
+		require.NoError(t, err)
+		require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: uri + "#0", Version: out.Version.Version}))
+	}
+	_, err = e.IssueTicket(uris[0], mcpsync.TriggerNotification) // a read in flight
+	require.NoError(t, err)
+	_, err = e.BeginClose(uris[2])
+	require.NoError(t, err)
+	_, err = e.FinishClose(uris[2], false)
+	require.NoError(t, err)
+	_, err = e.RevokeSubject("user:bob")
+	require.NoError(t, err)
+	before, err := l.Export(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	downgradeToV2(t, path)
+	json, bin := formsIn(t, path)
+	require.Zero(t, bin)
+	require.Equal(t, len(before.Records)+len(before.Outbox), json, "every record and entry is the JSON encoder's")
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	after, err := l.Export(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the JSON form reads back what was written")
+	for _, uri := range uris {
+		r, err := l.Load(ctx, uri)
+		require.NoError(t, err)
+		assert.Equal(t, before.Records[uri], r, "%s as Load reads it", uri)
+	}
+
+	// A version of d.md is written in the binary form, beside the JSON of
+	// the rest.
+	const d = "file:///docs/d.md"
+	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+	require.NoError(t, err)
+	_, err = n.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	_, err = n.Subscribe(d, "user:alice")
+	require.NoError(t, err)
+	_, err = n.Activate(d, mcpsync.ModePush)
+	require.NoError(t, err)
+	tk, err := n.IssueTicket(d, mcpsync.TriggerInitial)
+	require.NoError(t, err)
+	out, err := n.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: d, MIMEType: "text/markdown", Text: "# d"}}))
+	require.NoError(t, err)
+	require.True(t, out.Changed())
+	written, err := l.Export(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	assert.Equal(t, boltledger.Schema, fileSchema(t, path), "the file names the schema it was upgraded to")
+	json, bin = formsIn(t, path)
+	assert.NotZero(t, json, "what was not written again stays JSON")
+	assert.NotZero(t, bin, "what was written is in the binary form")
+
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	reopened, err := l.Export(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, written, reopened, "both forms read back after a restart")
+	assert.Equal(t, "# d", reopened.Records[d].Current.Contents[0].Text)
+	assert.Greater(t, reopened.State.Last, before.State.Last, "the new entry follows the JSON ones")
+}
+
 // A file of a later schema, or of none this release knows, is refused and
 // left as it is: upgrading only goes from the previous schema.
 func TestOpenRefusesAnUnknownSchema(t *testing.T) {
-	for _, schema := range []string{"mcpsync.boltledger.v3", "mcpsync.boltledger.v0", "something else"} {
+	for _, schema := range []string{"mcpsync.boltledger.v4", "mcpsync.boltledger.v0", "something else"} {
 		t.Run(schema, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.db")
 			l, err := boltledger.Open(path, nil)
