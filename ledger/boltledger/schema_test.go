@@ -2,8 +2,10 @@ package boltledger_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -318,9 +320,9 @@ func TestOpenReadsAFileOfJSONRecordsAndEntries(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	downgradeToV2(t, path)
-	json, bin := formsIn(t, path)
-	require.Zero(t, bin)
-	require.Equal(t, len(before.Records)+len(before.Outbox), json, "every record and entry is the JSON encoder's")
+	inJSON, inBinary := formsIn(t, path)
+	require.Zero(t, inBinary)
+	require.Equal(t, len(before.Records)+len(before.Outbox), inJSON, "every record and entry is the JSON encoder's")
 	l, err = boltledger.Open(path, nil)
 	require.NoError(t, err)
 	after, err := l.Export(ctx)
@@ -352,9 +354,9 @@ func TestOpenReadsAFileOfJSONRecordsAndEntries(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 	assert.Equal(t, boltledger.Schema, fileSchema(t, path), "the file names the schema it was upgraded to")
-	json, bin = formsIn(t, path)
-	assert.NotZero(t, json, "what was not written again stays JSON")
-	assert.NotZero(t, bin, "what was written is in the binary form")
+	inJSON, inBinary = formsIn(t, path)
+	assert.NotZero(t, inJSON, "what was not written again stays JSON")
+	assert.NotZero(t, inBinary, "what was written is in the binary form")
 
 	l, err = boltledger.Open(path, nil)
 	require.NoError(t, err)
@@ -364,6 +366,54 @@ func TestOpenReadsAFileOfJSONRecordsAndEntries(t *testing.T) {
 	assert.Equal(t, written, reopened, "both forms read back after a restart")
 	assert.Equal(t, "# d", reopened.Records[d].Current.Contents[0].Text)
 	assert.Greater(t, reopened.State.Last, before.State.Last, "the new entry follows the JSON ones")
+}
+
+// testdata/v2 holds a ledger file the release before the binary form wrote
+// (at 362ea4d: schema v2, every record and entry in JSON), with a session
+// of four URIs: versions with artifacts, a change, a not-found, a lost
+// close ack, a read in flight and a revocation; and its Export as JSON.
+// This release opens it, reads back that export, and writes beside it.
+func TestOpenReadsAFileThePreviousReleaseWrote(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	fixture, err := os.ReadFile(filepath.Join("testdata", "v2", "ledger.db"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, fixture, 0o600))
+	want, err := os.ReadFile(filepath.Join("testdata", "v2", "export.json"))
+	require.NoError(t, err)
+	require.Equal(t, schemaV2, fileSchema(t, path))
+	_, inBinary := formsIn(t, path)
+	require.Zero(t, inBinary, "the fixture is all JSON")
+
+	l, err := boltledger.Open(path, nil)
+	require.NoError(t, err)
+	snap, err := l.Export(ctx)
+	require.NoError(t, err)
+	got, err := json.Marshal(snap)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(got), "what the previous release exported")
+
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+	require.NoError(t, err)
+	_, err = e.BeginSession(mcpsync.SessionInfo{})
+	require.NoError(t, err)
+	rc, err := e.RevokeSubject("user:alice")
+	require.NoError(t, err)
+	require.Len(t, rc.Versions, 2, "a.md and d.md, read from JSON, written again")
+	written, err := l.Export(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	assert.Equal(t, boltledger.Schema, fileSchema(t, path))
+	inJSON, inBinary := formsIn(t, path)
+	assert.NotZero(t, inJSON)
+	assert.NotZero(t, inBinary)
+
+	l, err = boltledger.Open(path, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	reopened, err := l.Export(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, written, reopened, "both forms read back after a restart")
+	assert.Greater(t, reopened.State.Last, snap.State.Last)
 }
 
 // A file of a later schema, or of none this release knows, is refused and
