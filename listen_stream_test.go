@@ -699,37 +699,41 @@ func TestStreamsEndedRightAfterTheirAcknowledgementDrawNoStorm(t *testing.T) {
 }
 
 // A server that ends every subscriptions/listen stream exactly d after
-// acknowledging it (an empty result), a steady fault, with ten URIs
-// subscribed. On either side of the time after which a stream counts as
-// steady (30 s), and with the steady case too, the client sends at most
-// four listen requests, and reads each URI at most four times, per
-// revalidation period.
+// acknowledging it (an empty result), or a network that cuts every stream
+// then (no answer: the server learns of the end later, and the client
+// distrusts the stream that follows until RequestTimeout has passed), a
+// steady fault, with ten URIs subscribed. On either side of the time
+// after which a stream counts as steady (30 s), and with the steady case
+// too, the client sends at most four listen requests, and reads each URI
+// at most four times, per revalidation period.
 func TestStreamsEndedAtTheSteadyBoundaryDrawNoStorm(t *testing.T) {
-	for _, d := range []time.Duration{29 * time.Second, 30 * time.Second} {
-		t.Run(d.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var uris []string
-				for i := range 10 {
-					uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
-				}
-				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck = d }})
-				_, err := r.c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				time.Sleep(15 * time.Minute) // the fault becomes steady
-				quiesce()
-				before, reads := r.listens(), r.srv.Reads(uris[0])
-				const periods = 12
-				time.Sleep(periods * 5 * time.Minute)
-				quiesce()
-				listens, nreads := r.listens()-before, r.srv.Reads(uris[0])-reads
-				t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
-					d, listens, nreads, uris[0], periods)
-				require.NoError(t, r.c.Close())
-				time.Sleep(time.Minute) // the wire's stream timers
-				require.LessOrEqual(t, listens, periods*4, "listen requests")
-				require.LessOrEqual(t, nreads, periods*4, "reads of one URI")
+	for _, cut := range []bool{false, true} {
+		for _, d := range []time.Duration{29 * time.Second, 30 * time.Second} {
+			t.Run(fmt.Sprintf("%v/cut=%v", d, cut), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var uris []string
+					for i := range 10 {
+						uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
+					}
+					r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck, w.cut = d, cut }})
+					_, err := r.c.SubscribeAll(t.Context(), uris)
+					require.NoError(t, err)
+					time.Sleep(15 * time.Minute) // the fault becomes steady
+					quiesce()
+					before, reads := r.listens(), r.srv.Reads(uris[0])
+					const periods = 12
+					time.Sleep(periods * 5 * time.Minute)
+					quiesce()
+					listens, nreads := r.listens()-before, r.srv.Reads(uris[0])-reads
+					t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
+						d, listens, nreads, uris[0], periods)
+					require.NoError(t, r.c.Close())
+					time.Sleep(time.Minute) // the wire's stream timers
+					require.LessOrEqual(t, listens, periods*4, "listen requests")
+					require.LessOrEqual(t, nreads, periods*4, "reads of one URI")
+				})
 			})
-		})
+		}
 	}
 }
 

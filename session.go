@@ -370,6 +370,10 @@ type connection struct {
 	// the newest one ended may be opened anew.
 	ends     *backoff.ExponentialBackOff
 	reopenAt time.Time
+	// cutAt is when the newest stream that ended with no answer from the
+	// server was cut: the server may clean it up whenever it learns of
+	// the end, up to RequestTimeout later (syncStream).
+	cutAt time.Time
 }
 
 // connect dials and initializes a new session and tells the engine.

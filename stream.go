@@ -77,12 +77,14 @@ type listenStream struct {
 	waiting map[string]streamAsk
 	first   string
 	// ended is closed once the server is done with the stream's request
-	// (listenEnded); wired is set once its request reached the transport.
-	// outlived is the stream that replaced it before that, and suspect
-	// marks a stream sent before the server was done with one it
-	// replaced, once that end came.
+	// (listenEnded), and answered set (under connection.mu) if the server
+	// said so, with an answer; wired is set once its request reached the
+	// transport. outlived is the stream that replaced it before that, and
+	// suspect marks a stream sent before the server was done with one it
+	// replaced (or was cut), once that end came.
 	ended    chan struct{}
 	endOnce  sync.Once
+	answered bool
 	wired    atomic.Bool
 	outlived *listenStream
 	suspect  bool
@@ -217,6 +219,7 @@ func (c *Client) syncStream() time.Duration {
 	marks, next := conn.expireLocked(now, c.opts.RequestTimeout)
 	soonest(next)
 	cur := conn.listen
+	marks = append(marks, c.suspectAfterCutLocked(conn, now, soonest)...)
 	switch {
 	case conn.stopped:
 	case lost:
@@ -531,6 +534,37 @@ func (c *Client) sendStream(conn *connection, s *listenStream) {
 	}
 }
 
+// suspectAfterCutLocked distrusts, once RequestTimeout has passed since a
+// stream was cut (it ended with no answer from the server), the stream
+// open then: the server cleans a cut stream up whenever it learns of the
+// end, and one that cleans up for the whole session, as the official Go
+// SDK server does, silences the same URIs on every stream sent before that
+// clean-up. The suspect stream is replaced once (the replacement waits for
+// the server to be done with it), and the keys of what it carries are
+// returned to be marked: none is heard from it meanwhile. Until then it
+// has soonest look again at the moment. conn.mu is held.
+func (c *Client) suspectAfterCutLocked(conn *connection, now time.Time, soonest func(time.Duration)) []string {
+	if conn.cutAt.IsZero() {
+		return nil
+	}
+	by := conn.cutAt.Add(c.opts.RequestTimeout)
+	if now.Before(by) {
+		soonest(by.Sub(now))
+		return nil
+	}
+	conn.cutAt = time.Time{}
+	cur := conn.listen
+	if cur == nil || !cur.out || cur.suspect {
+		return nil
+	}
+	cur.suspect = true
+	keys := make([]string, len(cur.uris))
+	for i, raw := range cur.uris {
+		keys[i] = spelledKey(raw)
+	}
+	return keys
+}
+
 // listenEndPatience is the least a replacement waits for the server to be
 // done with the stream it replaces (four times what the last stream took
 // to be acknowledged, when longer; a tenth of RequestTimeout at most).
@@ -548,6 +582,7 @@ func (c *Client) listenEnded(conn *connection, s *listenStream, answered bool) {
 	s.endOnce.Do(func() {
 		close(s.ended)
 		conn.mu.Lock()
+		s.answered = answered
 		late := s.outlived != nil && answered
 		cur := conn.listen
 		var uris []string
@@ -657,6 +692,10 @@ func (c *Client) streamEnded(conn *connection, stream *listenStream, err error) 
 		stream.cancel()
 		conn.listen = nil
 		conn.lastAcked = nil // what it carried is opened anew and read
+	}
+	if !stream.answered {
+		// Cut, not answered: the server is not done with it yet.
+		conn.cutAt = time.Now()
 	}
 	var delay time.Duration
 	if stream.isAcked() {

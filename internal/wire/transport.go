@@ -185,9 +185,10 @@ type answerAwait struct {
 // cancelled request once it is done with it (mcp-go tells it of the
 // cancellation, notifications/cancelled, as ever). A request sent to a
 // remote server (stdio, streamable HTTP) stays open after ctx ends, for d at
-// most, for that answer; answered is false when none came. An in-process
-// transport's request returns when the server's handler does, which is
-// that answer. The caller still returns at ctx's end; ended is not called
+// most, for that answer; answered is false when none came (the request
+// was cut on its way, or the answer did not come in time). An in-process
+// transport's request returns when the server's handler does, with that
+// answer. The caller still returns at ctx's end; ended is not called
 // for a request that never reached the transport.
 func WithAnswerAwaited(ctx context.Context, d time.Duration, ended func(answered bool)) context.Context {
 	return context.WithValue(ctx, answerKey{}, answerAwait{d: d, ended: ended})
@@ -243,7 +244,7 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	if t.inline && !far {
 		resp, err := t.inner.SendRequest(ctx, request)
 		if awaited {
-			aw.ended(true) // it returned when the server was done with it
+			aw.ended(resp != nil) // it returned when the server was done with it
 		}
 		if settled != nil {
 			// Given up on if it ended with its context: the server may
@@ -260,7 +261,7 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 		x.ctx, x.cancel = context.WithTimeout(context.WithoutCancel(ctx), aw.d)
 	}
 	if awaited {
-		x.ended, x.far = aw.ended, far
+		x.ended = aw.ended
 	}
 	t.workers.run(x)
 	select {

@@ -102,7 +102,6 @@ type exchange struct {
 	req     transport.JSONRPCRequest
 	settled func(abandoned bool)
 	ended   func(answered bool) // WithAnswerAwaited's
-	far     bool                // a remote server's request, kept open for its answer
 	state   atomic.Int32
 	done    chan struct{} // one value once the answer is in resp and err
 	resp    *transport.JSONRPCResponse
@@ -135,9 +134,10 @@ func (x *exchange) send() {
 		x.cancel()
 	}
 	if x.ended != nil {
-		// A remote server answered if a response came; another
-		// transport returns when the server's handler did.
-		x.ended(!x.far || resp != nil)
+		// The server answered if a response came (an in-process
+		// transport's comes when the server's handler returned); none
+		// came if the request was cut on its way.
+		x.ended(resp != nil)
 	}
 	late := !x.state.CompareAndSwap(pending, answered)
 	// Settled before the caller has the answer: whatever the caller does
@@ -154,7 +154,7 @@ func (x *exchange) send() {
 // release keeps x, whose answer its caller has taken, for reuse (up to
 // maxIdle of them).
 func (ws *workers) release(x *exchange) {
-	x.inner, x.ctx, x.cancel, x.req, x.settled, x.ended, x.far = nil, nil, nil, transport.JSONRPCRequest{}, nil, nil, false
+	x.inner, x.ctx, x.cancel, x.req, x.settled, x.ended = nil, nil, nil, transport.JSONRPCRequest{}, nil, nil
 	x.resp, x.err = nil, nil
 	ws.mu.Lock()
 	if len(ws.free) < maxIdle {
