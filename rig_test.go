@@ -462,10 +462,16 @@ func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, ar
 	return h1, h2, arrived1, arrived2
 }
 
-// generationOpen reports whether s is a state of an open generation the
-// fence reads for.
+// generationOpen reports whether s is an open generation's state: ACTIVE,
+// one of its read sub-states (a read may be queued or out at the moment
+// of any check: a poll or revalidation falls due at its own time), or a
+// not-found awaiting its evidence.
 func generationOpen(s mcpsync.SubscriptionState) bool {
-	return s == mcpsync.StateActive || s == mcpsync.StateVersionAccepted || s == mcpsync.StateTombstonePending
+	switch s {
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted, mcpsync.StateTombstonePending:
+		return true
+	}
+	return false
 }
 
 // errorLog keeps what OnError is told, and calls then after, if set.
