@@ -822,10 +822,10 @@ func (a *auditLog) recordLocked(s *StaleReceipt) {
 	}
 }
 
-// RefuseNotification records a notification that triggers nothing: one of
+// refuseNotification records a notification that triggers nothing: one of
 // an older session generation (ReasonGenerationMismatch) or for a URI with no
 // open subscription (ReasonNotSubscribed). It changes nothing else.
-func (e *Engine) RefuseNotification(rawURI string, sessionGen uint64, reason StaleReason, detail string) StaleReceipt {
+func (e *Engine) refuseNotification(rawURI string, sessionGen uint64, reason StaleReason, detail string) StaleReceipt {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		key = rawURI
