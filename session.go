@@ -395,7 +395,7 @@ var errNeedsListening = errors.New("mcpsync: dial again with a notification stre
 // server answered with one).
 func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, error) {
 	var self atomic.Pointer[connection]
-	mon := wire.NewMonitor(c.opts.Limits.wire(), func(err error) {
+	mon := wire.NewMonitor(c.opts.Limits.wire(), wireFaults{}, func(err error) {
 		if conn := self.Load(); conn != nil && errors.Is(err, ErrSessionDegraded) {
 			c.flooded(conn)
 		}

@@ -105,7 +105,7 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 	if t.mon == nil || !t.mon.watched.Load() {
 		resp, err := t.sendInner(ctx, request)
 		if t.mon != nil && err == nil && resp != nil && resp.Error == nil {
-			if lerr := t.mon.lim.checkResult(request.Method, resp.Result); lerr != nil {
+			if lerr := t.mon.lim.checkResult(t.mon.faults, request.Method, resp.Result); lerr != nil {
 				t.mon.report(lerr)
 				return nil, lerr
 			}

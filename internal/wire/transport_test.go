@@ -225,7 +225,7 @@ func TestSettledSaysWhetherTheCallerGaveUp(t *testing.T) {
 // all the same, before mcp-go decodes them.
 func TestUnreadAnswersAreHeldToTheLimits(t *testing.T) {
 	var faults []error
-	mon := wire.NewMonitor(wire.Limits{ReadBytes: 3}, func(err error) { faults = append(faults, err) })
+	mon := wire.NewMonitor(wire.Limits{ReadBytes: 3}, wire.PlainFaults{}, func(err error) { faults = append(faults, err) })
 	c := startClient(t, wire.New(transport.NewInProcessTransport(newServer()), toError, mon, "resources/read"))
 	defer c.Close()
 	req := mcp.ReadResourceRequest{}
