@@ -830,3 +830,63 @@ func TestSubscribesDuringAHalfDoneCloseReturnOpenSubscriptions(t *testing.T) {
 		}
 	})
 }
+
+// 2026-07-28 over a stream transport (stdio, where the wire keeps a
+// cancelled listen request open for its answer): a server that
+// acknowledges the stream and keeps it open, as it should, for ten
+// minutes. The stream is the client's for as long as nothing changes: one
+// listen request, and the subscription keeps its generation (a stream
+// the client cut itself would reopen and read every URI it carries, and
+// leave each unnotified between streams). The server is scripted over
+// pipes, so that the wire takes it for a remote one.
+func TestListenStreamTheServerKeepsOpenIsNeverReplaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x = "file:///kept/x.md"
+		var mu sync.Mutex // protects listens
+		listens := 0
+		serve := func(req map[string]any, send func(any)) {
+			id := req["id"]
+			switch req["method"] {
+			case "server/discover":
+				send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{
+					"supportedVersions": []string{"2026-07-28"},
+					"capabilities":      map[string]any{"resources": map[string]any{"subscribe": true}},
+					"_meta":             map[string]any{mcp.MetaKeyServerInfo: map[string]any{"name": "peer", "version": "1"}},
+				}})
+			case "subscriptions/listen":
+				mu.Lock()
+				listens++
+				mu.Unlock()
+				params, _ := req["params"].(map[string]any)
+				send(map[string]any{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": map[string]any{
+					"notifications": params["notifications"],
+					"_meta":         map[string]any{mcp.MetaKeySubscriptionID: id},
+				}})
+				// Open until the client cancels it: no answer yet.
+			case "resources/read":
+				send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{
+					"contents": []any{map[string]any{"uri": x, "mimeType": "text/markdown", "text": "v1"}}}})
+			default:
+				if id != nil {
+					send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{}})
+				}
+			}
+		}
+		c, err := mcpsync.Connect(t.Context(), mcpsync.StreamDialer(scriptedServer(t, serve)), &mcpsync.ClientOptions{
+			Subject: alice, ProtocolVersion: "2026-07-28", RevalidateEvery: time.Hour,
+		})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+		first, err := c.Subscribe(t.Context(), x)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.ModePush, first.Mode, first.ModeReason)
+		minutes(10)
+		sub, err := c.Engine().Subscription(x)
+		require.NoError(t, err)
+		mu.Lock()
+		n := listens
+		mu.Unlock()
+		assert.Equal(t, 1, n, "listen requests sent while the server kept the first stream open (RequestTimeout %v)", 30*time.Second)
+		assert.Equal(t, first.SubscriptionGeneration, sub.SubscriptionGeneration, "generations opened meanwhile")
+	})
+}
