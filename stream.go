@@ -76,15 +76,14 @@ type listenStream struct {
 	// first is the one that waited first.
 	waiting map[string]streamAsk
 	first   string
-	// ended is closed once the server is done with the stream's request
-	// (listenEnded), and answered set (under connection.mu) if the server
-	// said so, with an answer; wired is set once its request reached the
-	// transport. outlived is the stream that replaced it before that, and
-	// suspect marks a stream sent before the server was done with one it
-	// replaced (or was cut), once that end came.
+	// ended is closed once the server is done with the stream's request,
+	// or may never say (listenEnded); wired is set once its request
+	// reached the transport. outlived is the stream that replaced it
+	// before that, and suspect marks a stream sent before the server was
+	// done with one it replaced, once that end came, or open
+	// RequestTimeout after a stream was cut.
 	ended    chan struct{}
 	endOnce  sync.Once
-	answered bool
 	wired    atomic.Bool
 	outlived *listenStream
 	suspect  bool
@@ -513,13 +512,13 @@ func (c *Client) sendStream(conn *connection, s *listenStream) {
 		s.id = id
 		conn.mu.Unlock()
 	})
-	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout, func(answered bool) {
-		c.listenEnded(conn, s, answered)
+	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout, func(how wire.Ending) {
+		c.listenEnded(conn, s, how)
 	})
 	if !c.goAsync(func() {
 		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: s.uris})
 		if !s.wired.Load() {
-			c.listenEnded(conn, s, true) // never sent: nothing to wait for
+			c.listenEnded(conn, s, wire.Answered) // never sent: nothing to wait for
 		}
 		if s.ctx.Err() == nil {
 			// The server ended a stream nobody cancelled: every
@@ -570,20 +569,25 @@ func (c *Client) suspectAfterCutLocked(conn *connection, now time.Time, soonest 
 // to be acknowledged, when longer; a tenth of RequestTimeout at most).
 const listenEndPatience = 250 * time.Millisecond
 
-// listenEnded records that the server is done with stream s, and has a
-// replacement waiting for that sent. A stream that replaced s before the
-// server answered it (s outlived its patience) may have lost to the
-// server's clean-up of s the URIs it carries: the stream open now is no
-// longer trusted, and every URI it carries is opened anew by its pass. A
-// server that never answered tells nothing, and a stream is not replaced
-// again for it: against a server that does not answer cancelled requests
-// that would replace streams for ever.
-func (c *Client) listenEnded(conn *connection, s *listenStream, answered bool) {
+// listenEnded records that the server is done with stream s (or that it
+// may never say so), and has a replacement waiting for that sent. A stream
+// that replaced s before the server answered it (s outlived its patience)
+// may have lost to the server's clean-up of s the URIs it carries: the
+// stream open now is no longer trusted, and every URI it carries is opened
+// anew by its pass. A stream cut on its way (no answer: the connection or
+// a proxy ended it, whoever cancelled it) is cleaned up by the server
+// whenever it learns of the end, which nothing tells: the cut is recorded
+// for suspectAfterCutLocked. A server that never answered tells nothing,
+// and a stream is not replaced again for it: against a server that does
+// not answer cancelled requests that would replace streams for ever.
+func (c *Client) listenEnded(conn *connection, s *listenStream, how wire.Ending) {
 	s.endOnce.Do(func() {
 		close(s.ended)
 		conn.mu.Lock()
-		s.answered = answered
-		late := s.outlived != nil && answered
+		late := s.outlived != nil && how == wire.Answered
+		if how == wire.Cut {
+			conn.cutAt = time.Now()
+		}
 		cur := conn.listen
 		var uris []string
 		if late && cur != nil && cur.out {
@@ -692,10 +696,6 @@ func (c *Client) streamEnded(conn *connection, stream *listenStream, err error) 
 		stream.cancel()
 		conn.listen = nil
 		conn.lastAcked = nil // what it carried is opened anew and read
-	}
-	if !stream.answered {
-		// Cut, not answered: the server is not done with it yet.
-		conn.cutAt = time.Now()
 	}
 	var delay time.Duration
 	if stream.isAcked() {
