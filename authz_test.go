@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 		}
 	}
 	cursor := outbox(t, e)[2].Seq
-	require.NoError(t, e.AckOutbox(cursor))
+	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, cursor))
 
 	rc, err := e.RevokeSubject(alice)
 	require.NoError(t, err)
@@ -126,8 +127,8 @@ func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, batch, again, "unacknowledged entries are delivered again")
 
-	require.NoError(t, e.AckOutbox(batch[1].Seq))
-	cursor, err := e.OutboxCursor()
+	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, batch[1].Seq))
+	cursor, err := defaultCursor(e)
 	require.NoError(t, err)
 	assert.Equal(t, batch[1].Seq, cursor)
 	rest, err := e.PullOutbox(0, 0)
@@ -138,8 +139,8 @@ func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 		assert.Equal(t, rest[i-1].Seq+1, rest[i].Seq)
 		assert.Equal(t, rest[i-1].Version.Digest, rest[i].Previous.Digest, "ordered per URI")
 	}
-	require.NoError(t, e.AckOutbox(1), "acknowledging the past is a no-op")
-	cursor, err = e.OutboxCursor()
+	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 1), "acknowledging the past is a no-op")
+	cursor, err = defaultCursor(e)
 	require.NoError(t, err)
 	assert.Equal(t, batch[1].Seq, cursor)
 }

@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -76,7 +77,7 @@ func BenchmarkEngineMemory(b *testing.B) {
 							b.Fatal("not accepted", err)
 						}
 						if !pending {
-							if err := e.AckOutbox(out.Version.OutboxSeq); err != nil {
+							if err := e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, out.Version.OutboxSeq); err != nil {
 								b.Fatal(err)
 							}
 						}

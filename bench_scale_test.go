@@ -90,7 +90,7 @@ func startAcceptLoop(b *testing.B, e *mcpsync.Engine) *acceptLoop {
 			for w := a.worst.Load(); d > w && !a.worst.CompareAndSwap(w, d); w = a.worst.Load() {
 			}
 			if i%1024 == 1023 {
-				_ = e.AckOutbox(out.Version.OutboxSeq)
+				_ = e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, out.Version.OutboxSeq)
 			}
 		}
 	})

@@ -244,7 +244,7 @@ func (r *scaleRig) ackAll() error {
 	if err != nil {
 		return err
 	}
-	return r.e.AckOutbox(st.Last)
+	return r.e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, st.Last)
 }
 
 func (r *scaleRig) begin() error {
@@ -305,7 +305,7 @@ func (r *scaleRig) run(b *testing.B, base scaleBaseline) {
 	var acked int
 	ack := func(seq uint64) {
 		if acked++; acked%1024 == 0 {
-			_ = r.e.AckOutbox(seq)
+			_ = r.e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, seq)
 		}
 	}
 	ops := []scaleOp{

@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -68,7 +69,7 @@ func BenchmarkFence(b *testing.B) {
 			}
 			i++
 			if i%1024 == 0 {
-				_ = e.AckOutbox(out.Version.OutboxSeq)
+				_ = e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, out.Version.OutboxSeq)
 			}
 		}
 	})

@@ -250,8 +250,14 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	}
 	// A spelling the server must be told about again is put right first;
 	// its failure leaves it marked (runPass retries it) and stops the
-	// caller's step only when it is the spelling the caller watches.
-	failed, err := c.putRight(conn, key, w)
+	// caller's step only when it is the spelling the caller watches. A
+	// lost session's server is told nothing: the next session starts from
+	// nothing, and nothing changes while none is up.
+	var failed map[string]bool
+	var err error
+	if !lost {
+		failed, err = c.putRight(conn, key, w)
+	}
 	if w == nil {
 		return 0, c.syncUnwatched(conn, key)
 	}

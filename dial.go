@@ -53,7 +53,7 @@ func CommandDialer(cmd Command) Dialer {
 // (exec.CommandContext). The Client owns a server process's lifetime; a
 // context ending would kill a server the Client still speaks to (a dial's
 // context ends once the handshake is done).
-var ErrCommandContext = wire.NewError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
+var ErrCommandContext = newError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
 
 // StdioDialer is the form of CommandDialer for a command it cannot
 // describe (a process group of its own, credentials, a stderr of the
@@ -73,7 +73,7 @@ func StdioDialer(newCmd func() (*exec.Cmd, error)) Dialer {
 			// have meant it, since the process must outlive the dial.
 			return nil, errorf("%w: %s", ErrCommandContext, cmd)
 		}
-		return wire.NewProcess(cmd, wire.MonitorFrom(ctx))
+		return wire.NewProcess(cmd, monitorFrom(ctx))
 	}
 }
 
@@ -87,7 +87,7 @@ func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.Write
 		if err != nil {
 			return nil, err
 		}
-		return wire.NewStream(out, in, wire.MonitorFrom(ctx)), nil
+		return wire.NewStream(out, in, monitorFrom(ctx)), nil
 	}
 }
 
@@ -102,11 +102,20 @@ func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.Write
 // it is not asked for first).
 func HTTPDialer(url string, base *http.Client, opts ...transport.StreamableHTTPCOption) Dialer {
 	return func(ctx context.Context) (transport.Interface, error) {
-		hc := wire.HTTPClient(base, wire.MonitorFrom(ctx))
+		hc := wire.HTTPClient(base, monitorFrom(ctx))
 		opts := append(slices.Clone(opts), transport.WithHTTPBasicClient(hc))
 		if wire.ListeningWanted(ctx) {
 			opts = append(opts, transport.WithContinuousListening())
 		}
 		return transport.NewStreamableHTTP(url, opts...)
 	}
+}
+
+// monitorFrom returns the monitor of the session ctx dials, or, for a
+// dialer called on its own, a monitor of no limits.
+func monitorFrom(ctx context.Context) *wire.Monitor {
+	if m := wire.MonitorFrom(ctx); m != nil {
+		return m
+	}
+	return wire.NewMonitor(wire.Limits{}, wireFaults{}, nil)
 }

@@ -44,6 +44,33 @@ type EngineOptions struct {
 // Engine keeps the local copy of one MCP server's resources: it issues read
 // tickets, runs the fence, drives the subscription state machine and owns the
 // outbox. An Engine is safe for concurrent use.
+//
+// A Client drives an engine (ClientOptions.Engine). A program that talks to
+// the server over a transport of its own drives it itself, with these calls
+// (ExampleEngine_ownTransport runs one read cycle):
+//
+//   - each initialize: BeginSession, with what the server declared;
+//   - each subscription: Subscribe before resources/subscribe (or
+//     subscriptions/listen), Activate once the server confirms (ModePoll for
+//     a server that cannot notify, with PublishStalenessBound), BeginClose
+//     before resources/unsubscribe and FinishClose with its answer
+//     (ResolveUnsubscribe once an unknown answer is reconciled), Forget to
+//     evict what nothing keeps fresh;
+//   - each read: Notify for a resources/updated, RequestRead for any other
+//     trigger (both coalesce: ok says whether to send), or IssueTicket for a
+//     read of its own; Sending as it goes out (with
+//     EngineOptions.ConfirmSends); its answer through FinishRead, which
+//     returns the follow-up read due, or AcceptResourceVersion; no answer
+//     through Fail, which returns the read due, or AbandonRead;
+//   - list evidence: Catalog.ReconcileWith, or, URI by URI, ApplyListing
+//     and Corroborate; Discover records a URI a scan found.
+//
+// What the copy serves, whoever drives it: Lookup, Entries, Subscription,
+// Subscriptions and ResumableSubscriptions; the outbox through Consume and
+// Acknowledge (or PullOutbox, for DefaultConsumer), OutboxState, Resolve,
+// and RecordDerived and ForgetDerived for what consumers built from it;
+// RevokeSubject; StaleCounts and StaleReceipts for the refusals; ID, Ledger
+// and SessionGeneration for which engine, ledger and session it is.
 type Engine struct {
 	ledger Ledger
 	// listedMu protects listedSince: the start of the newest clean
@@ -822,10 +849,10 @@ func (a *auditLog) recordLocked(s *StaleReceipt) {
 	}
 }
 
-// RefuseNotification records a notification that triggers nothing: one of
+// refuseNotification records a notification that triggers nothing: one of
 // an older session generation (ReasonGenerationMismatch) or for a URI with no
 // open subscription (ReasonNotSubscribed). It changes nothing else.
-func (e *Engine) RefuseNotification(rawURI string, sessionGen uint64, reason StaleReason, detail string) StaleReceipt {
+func (e *Engine) refuseNotification(rawURI string, sessionGen uint64, reason StaleReason, detail string) StaleReceipt {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		key = rawURI

@@ -2,7 +2,9 @@ package mcpsync
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"unicode"
@@ -21,7 +23,7 @@ import (
 // "transport error: " (see causeText).
 
 // ErrRefused matches every refusal of the fence, whatever its reason.
-var ErrRefused = wire.NewError("read result refused by the fence")
+var ErrRefused = newError("read result refused by the fence")
 
 // Fence refusals, one per StaleReason.
 var (
@@ -136,64 +138,64 @@ func refusal(reason StaleReason) error {
 // Lookup and state errors.
 var (
 	// ErrNoVersion: no version of the URI has been accepted (or it was evicted).
-	ErrNoVersion = wire.NewError("no accepted version")
+	ErrNoVersion = newError("no accepted version")
 	// ErrRevoked: the version was read by a subject whose access was revoked.
-	ErrRevoked = wire.NewError("version revoked")
+	ErrRevoked = newError("version revoked")
 	// ErrQuarantined: the newest content was refused by the content guard, so
 	// no version of the URI is current.
-	ErrQuarantined = wire.NewError("newest content quarantined")
+	ErrQuarantined = newError("newest content quarantined")
 	// ErrTombstoned: the resource was confirmed deleted.
-	ErrTombstoned = wire.NewError("resource tombstoned")
+	ErrTombstoned = newError("resource tombstoned")
 	// ErrTombstonePending: a read said not found and list reconciliation has
 	// not yet decided; the last version is no longer served.
-	ErrTombstonePending = wire.NewError("resource tombstone pending")
+	ErrTombstonePending = newError("resource tombstone pending")
 	// ErrForbidden: the version was read by another subject.
-	ErrForbidden = wire.NewError("version bound to another subject")
+	ErrForbidden = newError("version bound to another subject")
 	// ErrUnknownURI: no subscription or discovery record exists for the URI.
-	ErrUnknownURI = wire.NewError("unknown resource URI")
+	ErrUnknownURI = newError("unknown resource URI")
 	// ErrEngineInUse: Connect was given an Engine that another Client,
 	// not yet closed, drives. An engine has one Client at a time.
-	ErrEngineInUse = wire.NewError("engine driven by another client")
+	ErrEngineInUse = newError("engine driven by another client")
 	// ErrInvalidURI: the URI cannot be normalized into a key.
-	ErrInvalidURI = wire.NewError("invalid resource URI")
+	ErrInvalidURI = newError("invalid resource URI")
 	// ErrUnknownVersion: a derived artifact names a version the ledger never accepted.
-	ErrUnknownVersion = wire.NewError("unknown resource version")
+	ErrUnknownVersion = newError("unknown resource version")
 	// ErrIllegalTransition matches every *TransitionError.
-	ErrIllegalTransition = wire.NewError("illegal subscription transition")
+	ErrIllegalTransition = newError("illegal subscription transition")
 	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
 	// completeness is not proven by a snapshot.
-	ErrSnapshotUnproven = wire.NewError("catalog snapshot unproven")
+	ErrSnapshotUnproven = newError("catalog snapshot unproven")
 	// ErrInvalidSubject: the subject is empty, not UTF-8, longer than
 	// MaxSubjectBytes or holds NUL.
-	ErrInvalidSubject = wire.NewError("invalid subject")
+	ErrInvalidSubject = newError("invalid subject")
 	// ErrNoSession: the engine has not been told of a session (BeginSession).
-	ErrNoSession = wire.NewError("no session")
+	ErrNoSession = newError("no session")
 	// ErrTooManyReads: the URI already has the most reads in flight allowed.
-	ErrTooManyReads = wire.NewError("too many reads in flight")
+	ErrTooManyReads = newError("too many reads in flight")
 	// ErrEvidenceTooOld: list evidence began before the not-found it would
 	// confirm, so it cannot tell a deletion from a re-creation since.
-	ErrEvidenceTooOld = wire.NewError("evidence predates the not-found")
+	ErrEvidenceTooOld = newError("evidence predates the not-found")
 	// ErrStale: the version is older than its staleness bound, or no open
 	// subscription keeps it fresh (Lookup with RequireFresh).
-	ErrStale = wire.NewError("version past its staleness bound")
+	ErrStale = newError("version past its staleness bound")
 	// ErrReconnectGaveUp: a lost session could not be replaced within the
 	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
-	ErrReconnectGaveUp = wire.NewError("reconnecting gave up")
+	ErrReconnectGaveUp = newError("reconnecting gave up")
 	// ErrNotFound: the server has no resource of the URI: its read said
 	// not found (Client.Subscribe).
-	ErrNotFound = wire.NewError("the server has no such resource")
+	ErrNotFound = newError("the server has no such resource")
 	// ErrNoResources: the server declares no resources capability, so it
 	// lists no resources (or templates) and has none to read.
-	ErrNoResources = wire.NewError("this server lists no resources")
+	ErrNoResources = newError("this server lists no resources")
 	// ErrClientClosed: the Client was closed.
-	ErrClientClosed = wire.NewError("client closed")
+	ErrClientClosed = newError("client closed")
 	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of
 	// the client did (a request stuck in a server that ignores
 	// cancellation).
-	ErrCloseTimeout = wire.NewError("close timed out")
+	ErrCloseTimeout = newError("close timed out")
 	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
 	// often than the retry budget allows.
-	ErrLedgerConflict = wire.NewError("ledger compare-and-swap conflict")
+	ErrLedgerConflict = newError("ledger compare-and-swap conflict")
 )
 
 // TransitionError is a state change the subscription state machine does not
@@ -300,35 +302,35 @@ func (e *RPCError) ResourceNotFound() bool {
 var (
 	// ErrLedgerNotEmpty: a snapshot can only be restored into an empty
 	// ledger, or two histories would mix.
-	ErrLedgerNotEmpty = wire.NewError("ledger not empty")
+	ErrLedgerNotEmpty = newError("ledger not empty")
 	// ErrLedgerSchema: stored data, or a snapshot, has a schema this
 	// version does not know; nothing is guessed from it.
-	ErrLedgerSchema = wire.NewError("unknown ledger schema")
+	ErrLedgerSchema = newError("unknown ledger schema")
 	// ErrLedgerClosed: the ledger was closed.
-	ErrLedgerClosed = wire.NewError("ledger closed")
+	ErrLedgerClosed = newError("ledger closed")
 	// ErrLedgerCorrupt: stored data of a known schema cannot be decoded, or
 	// the ledger contradicts itself (an outbox entry it counts is not
 	// there); nothing is guessed from it.
-	ErrLedgerCorrupt = wire.NewError("ledger data corrupt")
+	ErrLedgerCorrupt = newError("ledger data corrupt")
 	// ErrSnapshotInvalid: a snapshot contradicts itself (an outbox that
 	// stops short of its last number, a record naming an identity its
 	// counters never handed out); Restore stores nothing of it.
-	ErrSnapshotInvalid = wire.NewError("ledger snapshot invalid")
+	ErrSnapshotInvalid = newError("ledger snapshot invalid")
 	// ErrCounterExhausted: a reservation would run past the top of a
 	// counter; a counter never wraps round, since that would hand out its
 	// values again.
-	ErrCounterExhausted = wire.NewError("ledger counter exhausted")
+	ErrCounterExhausted = newError("ledger counter exhausted")
 	// ErrNotLeaseholder: the ledger refused a write because another worker
 	// holds the URI's lease (or took it since this worker did): the URI is
 	// that worker's now, and this one writes nothing more of it. Ledgers
 	// shared by many workers return errors that match it.
-	ErrNotLeaseholder = wire.NewError("another worker holds the URI's lease")
+	ErrNotLeaseholder = newError("another worker holds the URI's lease")
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
 	// (its retention bound); *OutboxGapError says which.
-	ErrOutboxGap = wire.NewError("outbox entries dropped before the consumer passed them")
+	ErrOutboxGap = newError("outbox entries dropped before the consumer passed them")
 	// ErrInvalidConsumer: an outbox consumer name is empty, not UTF-8,
 	// holds NUL or is longer than MaxSubjectBytes (the rules of subjects).
-	ErrInvalidConsumer = wire.NewError("invalid outbox consumer name")
+	ErrInvalidConsumer = newError("invalid outbox consumer name")
 )
 
 // OutboxGapError names the entries a consumer lost to the outbox's
@@ -350,34 +352,95 @@ func (e *OutboxGapError) text() string {
 func (e *OutboxGapError) Is(target error) bool { return target == ErrOutboxGap }
 
 // Errors of a stdio server's process.
-type (
-	// ExitError is a stdio server that exited: before it answered
-	// initialize ("the server exited before initialize (exit status 1)"),
-	// after that but before the handshake was done ("the server exited
-	// (exit status 0)"), or
-	// while its session was open (the loss OnError is told, wrapped in a
-	// *ConnectionError). It carries the end of the server's stderr when the
-	// dialer kept it (CommandDialer, StdioDialer with a nil Stderr). It
-	// matches ErrServerExited; errors.As to *exec.ExitError gives the
-	// status.
-	ExitError = wire.ExitError
-	// OutputError is a server whose output began with a line that is not
-	// JSON-RPC ("the server's output is not JSON-RPC: ..."): not an MCP
-	// server, or one that logs to its stdout. It matches ErrNotJSONRPC, and
-	// ErrServerExited too when the server exited.
-	OutputError = wire.OutputError
-)
+
+// ExitError is a stdio server that exited: before it answered initialize
+// ("the server exited before initialize (exit status 1)"), after that but
+// before the handshake was done ("the server exited (exit status 0)"), or
+// while its session was open (the loss OnError is told, wrapped in a
+// *ConnectionError). It carries the end of the server's stderr when the
+// dialer kept it (CommandDialer, StdioDialer with a nil Stderr). It matches
+// ErrServerExited; errors.As to *exec.ExitError gives the status.
+type ExitError struct {
+	// Err is what waiting for the process returned: an *exec.ExitError
+	// for a status other than 0 or a signal, nil for exit status 0.
+	Err error
+	// Stderr is the end of what the server wrote to its stderr (its last
+	// kilobyte at most), when the library kept it; "" otherwise.
+	Stderr string
+	// BeforeInitialize: the server exited before it answered initialize.
+	BeforeInitialize bool
+}
+
+func (e *ExitError) Error() string { return errPrefix + e.text() }
+
+func (e *ExitError) text() string {
+	msg := "the server exited"
+	if e.BeforeInitialize {
+		msg += " before initialize"
+	}
+	var exit *exec.ExitError
+	switch {
+	case e.Err == nil:
+		msg += " (exit status 0)"
+	case errors.As(e.Err, &exit):
+		msg += " (" + exit.String() + ")"
+	default:
+		msg += " (" + causeText(e.Err) + ")"
+	}
+	if e.Stderr != "" {
+		msg += fmt.Sprintf(": stderr: %q", e.Stderr)
+	}
+	return msg
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Is makes every ExitError match ErrServerExited.
+func (e *ExitError) Is(target error) bool { return target == ErrServerExited }
+
+// OutputError is a server whose output began with a line that is not
+// JSON-RPC ("the server's output is not JSON-RPC: ..."): not an MCP server,
+// or one that logs to its stdout. It matches ErrNotJSONRPC, and
+// ErrServerExited too when the server exited.
+type OutputError struct {
+	// First is the beginning of the first line that is not JSON-RPC, at
+	// most 64 bytes of it.
+	First []byte
+	// Exit is the server's exit (an *ExitError), when it exited.
+	Exit error
+}
+
+func (e *OutputError) Error() string { return errPrefix + e.text() }
+
+func (e *OutputError) text() string {
+	return fmt.Sprintf("the server's output is not JSON-RPC: %q", e.First)
+}
+
+func (e *OutputError) Unwrap() error { return e.Exit }
+
+// Is makes every OutputError match ErrNotJSONRPC.
+func (e *OutputError) Is(target error) bool { return target == ErrNotJSONRPC }
 
 var (
 	// ErrServerExited matches every *ExitError.
-	ErrServerExited = wire.ErrServerExited
+	ErrServerExited = newError("the server exited")
 	// ErrNotJSONRPC matches every *OutputError.
-	ErrNotJSONRPC = wire.ErrNotJSONRPC
+	ErrNotJSONRPC = newError("the server's output is not JSON-RPC")
 	// ErrOutputClosed is a stdio server whose output ended before it
 	// answered initialize, with nothing said; one whose process exited
 	// meanwhile is an *ExitError instead.
-	ErrOutputClosed = wire.ErrOutputClosed
+	ErrOutputClosed = newError("the server closed its output before initialize")
 )
+
+// newError returns a sentinel error that prints as errPrefix + text and
+// reads as text inside another error's message.
+func newError(text string) error { return &sentinel{text} }
+
+type sentinel struct{ msg string }
+
+func (e *sentinel) Error() string { return errPrefix + e.msg }
+
+func (e *sentinel) text() string { return e.msg }
 
 // errPrefix begins every message of this package's errors, once.
 const errPrefix = wire.Prefix

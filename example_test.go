@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
@@ -135,4 +139,80 @@ func ExampleClient_Scan() {
 	// Output:
 	// SNAPSHOT_UNPROVEN 3 items in 2 passes
 	// true
+}
+
+// A program that talks to the server over its own transport (here an mcp-go
+// client of a server in the same process) drives the engine through one
+// read cycle: a session per initialize, a subscription, a ticket before the
+// request, and the answer through the fence.
+func ExampleEngine_ownTransport() {
+	const uri = "file:///notes.md"
+	ctx := context.Background()
+	srv := server.NewMCPServer("notes", "1.0.0", server.WithResourceCapabilities(false, false))
+	srv.AddResource(mcp.NewResource(uri, "notes", mcp.WithMIMEType("text/plain")),
+		func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "text/plain", Text: "buy milk"}}, nil
+		})
+	mc, err := mcpclient.NewInProcessClient(srv)
+	if err != nil {
+		panic(err)
+	}
+	defer mc.Close()
+	if err := mc.Start(ctx); err != nil {
+		panic(err)
+	}
+	init, err := mc.Initialize(ctx, mcp.InitializeRequest{})
+	if err != nil {
+		panic(err)
+	}
+
+	e, err := mcpsync.NewEngine(nil)
+	if err != nil {
+		panic(err)
+	}
+	// Every initialize begins a session: answers of an older one are refused.
+	caps := mcpsync.CapabilityReceipt{
+		ProtocolVersion: init.ProtocolVersion,
+		Server:          mcpsync.Implementation{Name: init.ServerInfo.Name, Version: init.ServerInfo.Version},
+		Resources:       init.Capabilities.Resources != nil,
+	}
+	if _, err := e.BeginSession(mcpsync.SessionInfo{Capabilities: caps}); err != nil {
+		panic(err)
+	}
+	// This server cannot notify, so the subscription polls, and says how
+	// stale its copy may get.
+	if _, err := e.Subscribe(uri, "user:alice"); err != nil {
+		panic(err)
+	}
+	if _, err := e.Activate(uri, mcpsync.ModePoll); err != nil {
+		panic(err)
+	}
+	if _, err := e.PublishStalenessBound(uri, time.Minute); err != nil {
+		panic(err)
+	}
+
+	// One read: its ticket is issued before the request goes out.
+	t, send, err := e.RequestRead(uri, mcpsync.TriggerInitial)
+	if err != nil || !send {
+		panic(err) // !send: a read in flight covers this one
+	}
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = uri
+	res, err := mc.ReadResource(ctx, req)
+	if err != nil {
+		// No answer: the ticket is spent (a late answer is refused), and
+		// Fail returns the read to send instead, if one is due.
+		_, _ = e.Fail(t)
+		return
+	}
+	out, err := e.FinishRead(t, mcpsync.ReadResultFromMCP(res))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(out.Version.Decision, "ordinal", out.Version.Version.ReadOrdinal)
+	entry, _ := e.Lookup("user:alice", uri)
+	fmt.Println(entry.Contents[0].Text)
+	// Output:
+	// ACCEPTED ordinal 1
+	// buy milk
 }

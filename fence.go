@@ -183,7 +183,7 @@ type Outcome struct {
 	// one: Decision TOMBSTONED).
 	Tombstone *TombstoneReceipt
 	// FollowUp is the coalesced read to send next, if notifications arrived
-	// while this one was in flight (set by Complete only).
+	// while this one was in flight (set by FinishRead only).
 	FollowUp *Ticket
 }
 

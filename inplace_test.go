@@ -224,9 +224,9 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 				clock.t = clock.t.Add(time.Second)
 			case 19:
 				both("acknowledge", func(tw *twin) []any {
-					cursor, err := tw.e.OutboxCursor()
+					cursor, err := defaultCursor(tw.e)
 					if err == nil {
-						err = tw.e.AckOutbox(cursor + 1)
+						err = tw.e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, cursor+1)
 					}
 					return []any{errText(err)}
 				})
@@ -305,7 +305,7 @@ func TestHeldRecordsNeverChange(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if err := e.AckOutbox(1 << 62); err != nil {
+				if err := e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 1<<62); err != nil {
 					t.Error(err)
 					return
 				}
@@ -358,7 +358,7 @@ func TestFenceAllocations(t *testing.T) {
 		}
 		i++
 		if i%256 == 0 {
-			if err := e.AckOutbox(out.Version.OutboxSeq); err != nil {
+			if err := e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, out.Version.OutboxSeq); err != nil {
 				t.Fatal(err)
 			}
 		}

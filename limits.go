@@ -101,57 +101,150 @@ func (l Limits) wire() wire.Limits {
 }
 
 // LimitName names one field of Limits, as receipts and errors report it.
-type LimitName = wire.Limit
+type LimitName string
 
 // Limit names.
 const (
-	LimitMessageBytes           = wire.LimitMessageBytes
-	LimitDepth                  = wire.LimitDepth
-	LimitReadBytes              = wire.LimitReadBytes
-	LimitReadItems              = wire.LimitReadItems
-	LimitPageItems              = wire.LimitPageItems
-	LimitNotificationsPerSecond = wire.LimitNotificationsPerSecond
-	LimitScanDuration           = wire.LimitScanDuration
+	LimitMessageBytes           LimitName = "MaxMessageBytes"
+	LimitDepth                  LimitName = "MaxDepth"
+	LimitReadBytes              LimitName = "MaxReadBytes"
+	LimitReadItems              LimitName = "MaxReadItems"
+	LimitPageItems              LimitName = "MaxPageItems"
+	LimitNotificationsPerSecond LimitName = "MaxNotificationsPerSecond"
+	LimitScanDuration           LimitName = "ScanTimeout"
 )
 
 // Errors of hostile input. Each is both reported to ClientOptions.OnFault as
 // it happens and returned to the request it concerns, never left to a
 // timeout.
-type (
-	// LimitError is input over a limit: which one, its bound and what was
-	// observed. It matches ErrLimitExceeded and the sentinel of its limit.
-	LimitError = wire.LimitError
-	// MessageError is a message that is not JSON-RPC (a method and a
-	// result at once among the ways), or a response whose id matches no
-	// request in flight (over HTTP: not the request whose response it is).
-	// A request it can be traced to fails with it; on stdio one that names
-	// no request fails every request in flight, since any of them may have
-	// been the one it answered.
-	MessageError = wire.MessageError
-	// FramingError ends a stdio session: a line over MaxMessageBytes, or a
-	// stream that broke mid-line (wrapping io.ErrUnexpectedEOF), leaves no
-	// way to find the next message.
-	FramingError = wire.FramingError
-	// DegradedError reports a session over MaxNotificationsPerSecond.
-	DegradedError = wire.DegradedError
-	// MessageFault is the fault of a MessageError.
-	MessageFault = wire.MessageFault
-)
+
+// LimitError is input over a limit: which one, its bound and what was
+// observed. It matches ErrLimitExceeded and the sentinel of its limit (any
+// *LimitError naming the same Limit).
+type LimitError struct {
+	Limit LimitName
+	// Max is the configured bound; Observed what the peer sent (for a
+	// message cut off at the bound, the bytes seen so far).
+	Max, Observed int64
+	// Method is the request the input answered, when known.
+	Method string
+}
+
+func (e *LimitError) Error() string { return errPrefix + e.text() }
+
+func (e *LimitError) text() string {
+	msg := fmt.Sprintf("LIMIT_EXCEEDED: %s: observed %d, limit %d", e.Limit, e.Observed, e.Max)
+	if e.Method != "" {
+		msg += " (" + e.Method + ")"
+	}
+	return msg
+}
+
+// Is reports whether target is ErrLimitExceeded or a LimitError of the same limit.
+func (e *LimitError) Is(target error) bool {
+	if target == ErrLimitExceeded {
+		return true
+	}
+	t, ok := target.(*LimitError)
+	return ok && t.Limit == e.Limit
+}
+
+// MessageFault is the fault of a MessageError.
+type MessageFault string
 
 // Message faults.
 const (
-	FaultMalformedMessage  = wire.FaultMalformed
-	FaultUnknownResponseID = wire.FaultUnknownID
+	// FaultMalformedMessage: the message is not JSON, or not a JSON-RPC
+	// message.
+	FaultMalformedMessage MessageFault = "MALFORMED_MESSAGE"
+	// FaultUnknownResponseID: a response whose id matches no request in
+	// flight (missing, null, or never sent), or over HTTP, is not the id
+	// of the request whose response carried it.
+	FaultUnknownResponseID MessageFault = "UNKNOWN_RESPONSE_ID"
 )
+
+// MessageError is a message that is not JSON-RPC (a method and a result at
+// once among the ways), or a response whose id matches no request in flight
+// (over HTTP: not the request whose response it is). A request it can be
+// traced to fails with it; on stdio one that names no request fails every
+// request in flight, since any of them may have been the one it answered.
+// Its Is matches any *MessageError of the same Fault.
+type MessageError struct {
+	Fault MessageFault
+	// ID is the message's id as sent (raw JSON), when it had one.
+	ID string
+	// Offset is the byte at which a malformed message stops being JSON.
+	Offset int64
+	// Err is the decoder's error, if any.
+	Err error
+}
+
+func (e *MessageError) Error() string { return errPrefix + e.text() }
+
+func (e *MessageError) text() string {
+	msg := string(e.Fault)
+	if e.ID != "" {
+		msg += " id " + e.ID
+	}
+	if e.Err != nil {
+		msg += ": " + causeText(e.Err)
+	}
+	return msg
+}
+
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// Is reports whether target is a MessageError of the same fault.
+func (e *MessageError) Is(target error) bool {
+	t, ok := target.(*MessageError)
+	return ok && t.Fault == e.Fault
+}
+
+// FramingError ends a stdio session: a line over MaxMessageBytes, or a
+// stream that broke mid-line (wrapping io.ErrUnexpectedEOF), leaves no way
+// to find the next message, so every request in flight and every later one
+// fails with it. It matches ErrFramingViolation.
+type FramingError struct {
+	Err error // the *LimitError of the line, or the read error
+}
+
+func (e *FramingError) Error() string { return errPrefix + e.text() }
+
+func (e *FramingError) text() string { return "stdio framing violation: " + causeText(e.Err) }
+
+func (e *FramingError) Unwrap() error { return e.Err }
+
+// Is makes every FramingError match ErrFramingViolation.
+func (e *FramingError) Is(target error) bool { return target == ErrFramingViolation }
+
+// DegradedError reports a session over MaxNotificationsPerSecond: what it
+// sent beyond the limit is dropped, and staleness is bounded by revalidation
+// reads until the rate falls. It matches ErrSessionDegraded.
+type DegradedError struct {
+	Err error // the *LimitError of the rate
+	// Dropped counts the notifications dropped so far in this session.
+	Dropped int64
+}
+
+func (e *DegradedError) Error() string { return errPrefix + e.text() }
+
+func (e *DegradedError) text() string {
+	return fmt.Sprintf("session degraded (%d notifications dropped): %s", e.Dropped, causeText(e.Err))
+}
+
+func (e *DegradedError) Unwrap() error { return e.Err }
+
+// Is makes every DegradedError match ErrSessionDegraded.
+func (e *DegradedError) Is(target error) bool { return target == ErrSessionDegraded }
 
 // Sentinels of hostile input, for errors.Is.
 var (
 	// ErrLimitExceeded matches every *LimitError.
-	ErrLimitExceeded = wire.ErrLimitExceeded
+	ErrLimitExceeded = newError("LIMIT_EXCEEDED")
 	// ErrFramingViolation matches every *FramingError.
-	ErrFramingViolation = wire.ErrFramingViolation
+	ErrFramingViolation = newError("stdio framing violation")
 	// ErrSessionDegraded matches every *DegradedError.
-	ErrSessionDegraded = wire.ErrSessionDegraded
+	ErrSessionDegraded = newError("session degraded")
 
 	ErrMessageTooLarge   = &LimitError{Limit: LimitMessageBytes}
 	ErrMessageTooDeep    = &LimitError{Limit: LimitDepth}
@@ -163,6 +256,34 @@ var (
 	ErrMalformedMessage  = &MessageError{Fault: FaultMalformedMessage}
 	ErrUnknownResponseID = &MessageError{Fault: FaultUnknownResponseID}
 )
+
+// wireFaults builds this package's errors for the wire layer, which
+// declares none of its own (wire.Faults).
+type wireFaults struct{}
+
+func (wireFaults) Limit(lim wire.Limit, max, observed int64, method string) error {
+	return &LimitError{Limit: LimitName(lim), Max: max, Observed: observed, Method: method}
+}
+
+func (wireFaults) Message(fault wire.MessageFault, id string, offset int64, err error) error {
+	return &MessageError{Fault: MessageFault(fault), ID: id, Offset: offset, Err: err}
+}
+
+func (wireFaults) Framing(cause error) error { return &FramingError{Err: cause} }
+
+func (wireFaults) Degraded(dropped int64, cause error) error {
+	return &DegradedError{Dropped: dropped, Err: cause}
+}
+
+func (wireFaults) Exit(wait error, stderr string, beforeInitialize bool) error {
+	return &ExitError{Err: wait, Stderr: stderr, BeforeInitialize: beforeInitialize}
+}
+
+func (wireFaults) Output(first []byte, exit error) error {
+	return &OutputError{First: first, Exit: exit}
+}
+
+func (wireFaults) OutputClosed() error { return ErrOutputClosed }
 
 // ReasonLimitExceeded: the read result passed a limit (Limits); the stale
 // receipt's detail names the limit, its bound and the observed size.

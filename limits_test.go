@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -562,4 +563,85 @@ func TestHTTPBodyOfExactlyMaxMessageBytesWithANewlineIsAccepted(t *testing.T) {
 	out, err := readOverHTTP(t, url, mcpsync.Limits{MaxMessageBytes: limit})
 	require.NoError(t, err, "a message of exactly MaxMessageBytes")
 	require.True(t, out.Accepted)
+}
+
+// Every error of hostile input reaches the caller as the exported type
+// that names it, with its fields, for errors.As: a *LimitError from a read
+// over a bound, a *MessageError from a malformed answer, a *FramingError
+// from a stream broken mid-line, and a *DegradedError told to OnFault by a
+// flooded session.
+func TestHostileInputFailsWithAnErrorOfItsExportedType(t *testing.T) {
+	read := func(t *testing.T, answer func(p *scriptedPeer, req peerRequest), o mcpsync.ClientOptions) error {
+		c := connectPeer(t, peerDialer(t, answer), o)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := c.Subscribe(ctx, peerURI)
+		require.NoError(t, err)
+		_, err = c.Read(ctx, peerURI)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "a cause, not a timeout")
+		return err
+	}
+	t.Run("LimitError", func(t *testing.T) {
+		err := read(t, func(p *scriptedPeer, req peerRequest) {
+			item := fmt.Sprintf(`{"uri":%q,"text":"x"}`, peerURI)
+			p.result(req.ID, `{"contents":[`+strings.Repeat(item+",", 2)+item+`]}`)
+		}, mcpsync.ClientOptions{Limits: &mcpsync.Limits{MaxReadItems: 2}})
+		lim, ok := errors.AsType[*mcpsync.LimitError](err)
+		require.True(t, ok, "%T %v", err, err)
+		assert.Equal(t, mcpsync.LimitReadItems, lim.Limit)
+		assert.EqualValues(t, 2, lim.Max)
+		assert.EqualValues(t, 3, lim.Observed)
+		assert.Equal(t, "resources/read", lim.Method)
+	})
+	t.Run("MessageError", func(t *testing.T) {
+		var id atomic.Value
+		err := read(t, func(p *scriptedPeer, req peerRequest) {
+			id.Store(string(req.ID))
+			p.write(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"x","result":{}}`+"\n", req.ID))
+		}, mcpsync.ClientOptions{RequestTimeout: time.Minute})
+		msg, ok := errors.AsType[*mcpsync.MessageError](err)
+		require.True(t, ok, "%T %v", err, err)
+		assert.Equal(t, mcpsync.FaultMalformedMessage, msg.Fault)
+		assert.Equal(t, id.Load(), msg.ID)
+	})
+	t.Run("FramingError", func(t *testing.T) {
+		err := read(t, func(p *scriptedPeer, req peerRequest) {
+			p.write(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"contents":[`, req.ID))
+			p.mu.Lock()
+			_ = p.out.(io.Closer).Close()
+			p.mu.Unlock()
+		}, mcpsync.ClientOptions{Reconnect: mcpsync.ReconnectPolicy{Disabled: true}})
+		framing, ok := errors.AsType[*mcpsync.FramingError](err)
+		require.True(t, ok, "%T %v", err, err)
+		assert.ErrorIs(t, framing.Err, io.ErrUnexpectedEOF)
+	})
+	t.Run("DegradedError", func(t *testing.T) {
+		faults := make(chan error, 16)
+		lim := mcpsync.Limits{MaxNotificationsPerSecond: 10}
+		c := connectPeer(t, peerDialer(t, func(p *scriptedPeer, req peerRequest) {
+			p.write(strings.Repeat(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`+"\n", 3*lim.MaxNotificationsPerSecond))
+			p.result(req.ID, `{"resources":[]}`)
+		}), mcpsync.ClientOptions{Limits: &lim, OnFault: func(err error) {
+			select {
+			case faults <- err:
+			default:
+			}
+		}})
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := c.Scan(ctx, mcpsync.KindResources)
+		require.NoError(t, err)
+		select {
+		case err := <-faults:
+			degraded, ok := errors.AsType[*mcpsync.DegradedError](err)
+			require.True(t, ok, "%T %v", err, err)
+			assert.Positive(t, degraded.Dropped)
+			lim, ok := errors.AsType[*mcpsync.LimitError](degraded.Err)
+			require.True(t, ok, "%T %v", degraded.Err, degraded.Err)
+			assert.Equal(t, mcpsync.LimitNotificationsPerSecond, lim.Limit)
+		case <-ctx.Done():
+			require.FailNow(t, "no fault told to OnFault")
+		}
+	})
 }

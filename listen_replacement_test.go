@@ -190,10 +190,7 @@ func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *test
 // new stream is acknowledged and open and notifies neither: a change of
 // each is read within two minutes, or the URI is visibly degraded.
 // Revalidation is an hour away.
-func TestStreamEndedBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
-	t.Skip("open defect: a stream the server ended is forgotten once its end reaches the client, " +
-		"so a session-wide clean-up that comes after the re-established stream leaves its URIs silent until revalidation; " +
-		"replacing the successor once RequestTimeout after the end fixed this but drew listen storms from servers that end streams steadily")
+func TestStreamCutBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///endlate/x.md", "file:///endlate/y.md"
 		r := buildRig(t, eras[1], rigConfig{
@@ -207,7 +204,7 @@ func TestStreamEndedBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
 
 		cleanUp := r.srv.HoldNextListenEnd()
 		defer cleanUp.Release()
-		r.faults().EndListenStreams()
+		r.faults().CutListenStreams()
 		time.Sleep(10 * time.Second) // the stream is re-established
 		quiesce()
 		require.True(t, arrived(cleanUp), "the ended stream's clean-up is held")
@@ -225,6 +222,59 @@ func TestStreamEndedBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
 			if entry.Contents[0].Text != "v2" && entry.Degraded == "" {
 				_, desc := r.state(u)
 				t.Errorf("%s silently stale after its ended stream was cleaned up late: %s", u, desc)
+			}
+		}
+	})
+}
+
+// (2026-07-28) Subscribe(z) replaces the stream that carries x and y: the
+// old stream is cancelled, and the new one waits for the server to be done
+// with it. The server, which cleans up a stream session-wide as the
+// official Go SDK does, has not run that clean-up yet when the network
+// cuts the old request (no answer: the server is not done with it). The
+// new stream goes out and is acknowledged; the old one's clean-up lands
+// after it and silences x and y on it. A change of each is read within two
+// minutes, or the URI is visibly degraded, as for a cut of the current
+// stream (TestStreamCutBeforeItsCleanUpLeavesNoCarriedURISilent).
+// Revalidation is an hour away.
+func TestCutDuringAReplacementLeavesNoURISilent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x, y, z = "file:///cutreplace/x.md", "file:///cutreplace/y.md", "file:///cutreplace/z.md"
+		r := buildRig(t, eras[1], rigConfig{
+			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
+			uris:   []string{x, y, z},
+			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+		})
+		_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
+		require.NoError(t, err)
+		minutes(1)
+
+		cleanUp := r.srv.HoldNextListenEnd()
+		defer cleanUp.Release()
+		subscribed := make(chan error, 1)
+		go func() {
+			_, err := r.c.Subscribe(context.Background(), z)
+			subscribed <- err
+		}()
+		synctest.Wait()
+		require.True(t, arrived(cleanUp), "the replaced stream's clean-up is held")
+		r.faults().CutListenStreams() // the replaced stream only: the new one waits for it
+		require.NoError(t, <-subscribed)
+		quiesce()
+		require.True(t, r.srv.Subscribed(x) && r.srv.Subscribed(y), "the new stream carries both")
+		cleanUp.Release()
+		minutes(1)
+
+		for _, u := range []string{x, y} {
+			r.srv.Set(u, "text/markdown", "v2")
+		}
+		minutes(2)
+		for _, u := range []string{x, y} {
+			entry, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			if entry.Contents[0].Text != "v2" && entry.Degraded == "" {
+				_, desc := r.state(u)
+				t.Errorf("%s silently stale after the replaced stream was cut and cleaned up late: %s", u, desc)
 			}
 		}
 	})

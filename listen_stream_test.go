@@ -699,37 +699,41 @@ func TestStreamsEndedRightAfterTheirAcknowledgementDrawNoStorm(t *testing.T) {
 }
 
 // A server that ends every subscriptions/listen stream exactly d after
-// acknowledging it (an empty result), a steady fault, with ten URIs
-// subscribed. On either side of the time after which a stream counts as
-// steady (30 s), and with the steady case too, the client sends at most
-// four listen requests, and reads each URI at most four times, per
-// revalidation period.
+// acknowledging it (an empty result), or a network that cuts every stream
+// then (no answer: the server learns of the end later, and the client
+// distrusts the stream that follows until RequestTimeout has passed), a
+// steady fault, with ten URIs subscribed. On either side of the time
+// after which a stream counts as steady (30 s), and with the steady case
+// too, the client sends at most four listen requests, and reads each URI
+// at most four times, per revalidation period.
 func TestStreamsEndedAtTheSteadyBoundaryDrawNoStorm(t *testing.T) {
-	for _, d := range []time.Duration{29 * time.Second, 30 * time.Second} {
-		t.Run(d.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var uris []string
-				for i := range 10 {
-					uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
-				}
-				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck = d }})
-				_, err := r.c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				time.Sleep(15 * time.Minute) // the fault becomes steady
-				quiesce()
-				before, reads := r.listens(), r.srv.Reads(uris[0])
-				const periods = 12
-				time.Sleep(periods * 5 * time.Minute)
-				quiesce()
-				listens, nreads := r.listens()-before, r.srv.Reads(uris[0])-reads
-				t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
-					d, listens, nreads, uris[0], periods)
-				require.NoError(t, r.c.Close())
-				time.Sleep(time.Minute) // the wire's stream timers
-				require.LessOrEqual(t, listens, periods*4, "listen requests")
-				require.LessOrEqual(t, nreads, periods*4, "reads of one URI")
+	for _, cut := range []bool{false, true} {
+		for _, d := range []time.Duration{29 * time.Second, 30 * time.Second} {
+			t.Run(fmt.Sprintf("%v/cut=%v", d, cut), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var uris []string
+					for i := range 10 {
+						uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
+					}
+					r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck, w.cut = d, cut }})
+					_, err := r.c.SubscribeAll(t.Context(), uris)
+					require.NoError(t, err)
+					time.Sleep(15 * time.Minute) // the fault becomes steady
+					quiesce()
+					before, reads := r.listens(), r.srv.Reads(uris[0])
+					const periods = 12
+					time.Sleep(periods * 5 * time.Minute)
+					quiesce()
+					listens, nreads := r.listens()-before, r.srv.Reads(uris[0])-reads
+					t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
+						d, listens, nreads, uris[0], periods)
+					require.NoError(t, r.c.Close())
+					time.Sleep(time.Minute) // the wire's stream timers
+					require.LessOrEqual(t, listens, periods*4, "listen requests")
+					require.LessOrEqual(t, nreads, periods*4, "reads of one URI")
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -824,5 +828,65 @@ func TestSubscribesDuringAHalfDoneCloseReturnOpenSubscriptions(t *testing.T) {
 			assert.True(t, openState(res.sub.State) && (res.sub.Mode == mcpsync.ModePush || res.sub.Mode == mcpsync.ModePoll),
 				"Subscribe returned no error with a subscription that is not open: %s %q (generation %d)", res.sub.State, res.sub.Mode, res.sub.SubscriptionGeneration)
 		}
+	})
+}
+
+// 2026-07-28 over a stream transport (stdio, where the wire keeps a
+// cancelled listen request open for its answer): a server that
+// acknowledges the stream and keeps it open, as it should, for ten
+// minutes. The stream is the client's for as long as nothing changes: one
+// listen request, and the subscription keeps its generation (a stream
+// the client cut itself would reopen and read every URI it carries, and
+// leave each unnotified between streams). The server is scripted over
+// pipes, so that the wire takes it for a remote one.
+func TestListenStreamTheServerKeepsOpenIsNeverReplaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const x = "file:///kept/x.md"
+		var mu sync.Mutex // protects listens
+		listens := 0
+		serve := func(req map[string]any, send func(any)) {
+			id := req["id"]
+			switch req["method"] {
+			case "server/discover":
+				send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{
+					"supportedVersions": []string{"2026-07-28"},
+					"capabilities":      map[string]any{"resources": map[string]any{"subscribe": true}},
+					"_meta":             map[string]any{mcp.MetaKeyServerInfo: map[string]any{"name": "peer", "version": "1"}},
+				}})
+			case "subscriptions/listen":
+				mu.Lock()
+				listens++
+				mu.Unlock()
+				params, _ := req["params"].(map[string]any)
+				send(map[string]any{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": map[string]any{
+					"notifications": params["notifications"],
+					"_meta":         map[string]any{mcp.MetaKeySubscriptionID: id},
+				}})
+				// Open until the client cancels it: no answer yet.
+			case "resources/read":
+				send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{
+					"contents": []any{map[string]any{"uri": x, "mimeType": "text/markdown", "text": "v1"}}}})
+			default:
+				if id != nil {
+					send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{}})
+				}
+			}
+		}
+		c, err := mcpsync.Connect(t.Context(), mcpsync.StreamDialer(scriptedServer(t, serve)), &mcpsync.ClientOptions{
+			Subject: alice, ProtocolVersion: "2026-07-28", RevalidateEvery: time.Hour,
+		})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+		first, err := c.Subscribe(t.Context(), x)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.ModePush, first.Mode, first.ModeReason)
+		minutes(10)
+		sub, err := c.Engine().Subscription(x)
+		require.NoError(t, err)
+		mu.Lock()
+		n := listens
+		mu.Unlock()
+		assert.Equal(t, 1, n, "listen requests sent while the server kept the first stream open (RequestTimeout %v)", 30*time.Second)
+		assert.Equal(t, first.SubscriptionGeneration, sub.SubscriptionGeneration, "generations opened meanwhile")
 	})
 }

@@ -2,6 +2,7 @@ package mcpsync_test
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -1205,7 +1206,7 @@ func (m *modelMachine) tick(*rapid.T) {
 
 func (m *modelMachine) ackOutbox(rt *rapid.T) {
 	seq := rapid.Uint64Range(0, m.lastSeq+1).Draw(rt, "ack up to")
-	require.NoError(rt, m.e.AckOutbox(seq), "AckOutbox")
+	require.NoError(rt, m.e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, seq), "AckOutbox")
 	m.acked = max(m.acked, min(seq, m.lastSeq))
 }
 

@@ -116,14 +116,14 @@ func (c *Client) handle(n note) {
 	case string(mcp.MethodNotificationResourceUpdated):
 		uri := notifiedURI(params)
 		if n.gen != current.gen {
-			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
+			c.engine.refuseNotification(uri, n.gen, ReasonGenerationMismatch, n.n.Method)
 			return
 		}
 		if id := streamIDOf(n.n); id != "" && !n.conn.currentStream(id) {
 			// A stream this client replaced: the server may still deliver
 			// on it for a moment, and the new stream carries the same URIs,
 			// so reading again would only amplify.
-			c.engine.RefuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
+			c.engine.refuseNotification(uri, n.gen, ReasonGenerationMismatch, "notification of a replaced subscriptions/listen stream")
 			return
 		}
 		// Normalized here, once: the rollout and the engine are handed the
@@ -131,7 +131,7 @@ func (c *Client) handle(n note) {
 		// nothing.
 		key, err := normalizeKey(uri)
 		if err != nil {
-			c.engine.RefuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
+			c.engine.refuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
 			return
 		}
 		if c.skipRefresh(key, TriggerNotification) {
@@ -143,7 +143,7 @@ func (c *Client) handle(n note) {
 			if errors.Is(err, ErrNotLeaseholder) {
 				c.report(err)
 			}
-			c.engine.RefuseNotification(key, n.gen, ReasonNotSubscribed, err.Error())
+			c.engine.refuseNotification(key, n.gen, ReasonNotSubscribed, err.Error())
 		case ok:
 			c.dispatch(t)
 		}

@@ -53,15 +53,16 @@ type OutboxEntry struct {
 	Engine string `json:"engine,omitempty"`
 }
 
-// DefaultConsumer is the outbox consumer PullOutbox, AckOutbox and
-// OutboxCursor act for.
+// DefaultConsumer is the outbox consumer PullOutbox acts for: acknowledge
+// its entries with Acknowledge under this name, and read its position in
+// OutboxState.
 const DefaultConsumer = "default"
 
 // PullOutbox returns up to max outbox entries numbered above after, in order
 // (max <= 0: all), leaving out those the default consumer acknowledged.
 // Entries stay in the outbox until acknowledged, so a consumer that fails
-// before AckOutbox sees them again: delivery is at least once, and consumers
-// must treat an entry they already applied as done.
+// before Acknowledge sees them again: delivery is at least once, and
+// consumers must treat an entry they already applied as done.
 //
 // When the retention bound dropped entries above that position (above
 // after and the default consumer's acknowledged one) it returns an
@@ -69,8 +70,9 @@ const DefaultConsumer = "default"
 // does: the consumer rebuilds what they would have told it and acknowledges
 // the gap's Through.
 //
-// A consumer resumes from OutboxCursor after a restart. Several consumers
-// use Consume and Acknowledge, each under its own name.
+// A consumer resumes after a restart from the default consumer's position
+// (OutboxState). PullOutbox returns at once; Consume waits for entries, under
+// any name.
 func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 	ctx := context.Background()
 	st, err := e.ledger.OutboxState(ctx)
@@ -86,22 +88,6 @@ func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 		return nil, errorf("pull outbox: %w", err)
 	}
 	return entries, nil
-}
-
-// AckOutbox acknowledges, for the default consumer, every entry numbered up
-// to and including seq.
-func (e *Engine) AckOutbox(seq uint64) error {
-	return e.Acknowledge(context.Background(), DefaultConsumer, seq)
-}
-
-// OutboxCursor returns the highest entry number the default consumer
-// acknowledged: the position it resumes from.
-func (e *Engine) OutboxCursor() (uint64, error) {
-	st, err := e.ledger.OutboxState(context.Background())
-	if err != nil {
-		return 0, errorf("outbox cursor: %w", err)
-	}
-	return st.Consumers[DefaultConsumer], nil
 }
 
 // Acknowledge records that consumer processed every entry numbered up to and

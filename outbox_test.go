@@ -41,7 +41,7 @@ func acceptN(t *testing.T, e *mcpsync.Engine, doc string, n int) {
 	}
 }
 
-// The default consumer (PullOutbox / AckOutbox / OutboxCursor) is a named
+// The default consumer (PullOutbox, Acknowledge of DefaultConsumer) is a named
 // consumer like the others: when the retention bound overtakes it,
 // PullOutbox fails with an *OutboxGapError naming the entries dropped
 // before it passed them (LedgerOptions.OutboxRetention: "a consumer that
@@ -51,7 +51,7 @@ func TestPullOutboxReportsWhatTheRetentionBoundDropped(t *testing.T) {
 	const doc = "file:///docs/a.md"
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 3})})
 	require.NoError(t, err)
-	require.NoError(t, e.AckOutbox(0)) // the default consumer is registered
+	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 0)) // the default consumer is registered
 	acceptN(t, e, doc, 5)
 
 	st, err := e.OutboxState(context.Background())
@@ -59,7 +59,7 @@ func TestPullOutboxReportsWhatTheRetentionBoundDropped(t *testing.T) {
 	require.Equal(t, uint64(2), st.Dropped, "entries 1 and 2 were dropped before the default consumer passed them")
 	require.Equal(t, uint64(0), st.Consumers[mcpsync.DefaultConsumer])
 
-	cursor, err := e.OutboxCursor()
+	cursor, err := defaultCursor(e)
 	require.NoError(t, err)
 	entries, err := e.PullOutbox(cursor, 0)
 	var gap *mcpsync.OutboxGapError
@@ -604,4 +604,10 @@ func TestConsumeFailsOnALedgerThatCountsAnEntryItHasNot(t *testing.T) {
 		seqs = append(seqs, en.Seq)
 	}
 	assert.Equal(t, []uint64{1, 2}, seqs, "what it holds is handed out first")
+}
+
+// defaultCursor is the position of the default consumer: where it resumes.
+func defaultCursor(e *mcpsync.Engine) (uint64, error) {
+	st, err := e.OutboxState(context.Background())
+	return st.Consumers[mcpsync.DefaultConsumer], err
 }

@@ -887,6 +887,62 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 	}
 }
 
+// (2025-11-25) While a session is lost, no subscription changes generation
+// or mode, also when a request the client gave up on settles meanwhile:
+// an Unsubscribe's resources/unsubscribe hangs past RequestTimeout, the URI
+// is subscribed again (a new generation, push), and the session is lost
+// with the server down. The hung unsubscribe then settles, which asks the
+// URI's pass to put the server's subscription right: with no session to
+// put it right on, the pass leaves the generation and its mode as they are
+// until a new session opens the URI anew.
+func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := buildRig(t, eras[0], rigConfig{opts: mcpsync.ClientOptions{
+			RequestTimeout: 5 * time.Second, RevalidateEvery: time.Hour, PingEvery: 10 * time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
+		}})
+		r.subscribe()
+		hung := make(chan struct{})
+		r.wire.set(func(w *faultWire) {
+			w.park = func(req wireRequest) <-chan struct{} {
+				if req.method == string(mcp.MethodResourcesUnsubscribe) {
+					return hung
+				}
+				return nil
+			}
+		})
+		gone, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, _ = r.c.Unsubscribe(gone, faultURI) // its pass runs without the caller
+		time.Sleep(10 * time.Second)           // past RequestTimeout: the unsubscribe is given up on
+		quiesce()
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+
+		r.setDown(true)
+		r.faults().DropSession()
+		time.Sleep(30 * time.Second) // the heartbeat finds the session lost
+		quiesce()
+		require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
+		before, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.ModePush, before.Mode, before.ModeReason)
+		close(hung) // the given-up unsubscribe settles, on the lost session
+		for range 6 {
+			time.Sleep(30 * time.Second)
+			quiesce()
+			require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
+			sub, err := r.c.Engine().Subscription(faultURI)
+			require.NoError(t, err)
+			require.Equal(t, before.SubscriptionGeneration, sub.SubscriptionGeneration,
+				"changed generation while the session was lost: now %s %s (%q)", sub.State, sub.Mode, sub.ModeReason)
+			require.Equal(t, before.Mode, sub.Mode, "changed mode while the session was lost: %q", sub.ModeReason)
+		}
+		r.setDown(false)
+	})
+}
+
 // A Subscribe waits for its subscription at most about RequestTimeout,
 // whatever the session does: here its request (a resources/subscribe, or
 // the listen stream that is to carry the URI) hangs, the heartbeat finds

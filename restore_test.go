@@ -163,7 +163,7 @@ func TestRestoreRefusesAnOutboxMissingEntriesNobodyPassed(t *testing.T) {
 	const doc = "file:///docs/a.md"
 	e, err := mcpsync.NewEngine(nil)
 	require.NoError(t, err)
-	require.NoError(t, e.AckOutbox(0)) // the default consumer, at 0
+	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 0)) // the default consumer, at 0
 	acceptN(t, e, doc, 5)
 	snap, err := mcpsync.ExportLedger(ctx, e.Ledger())
 	require.NoError(t, err)
@@ -215,10 +215,10 @@ func TestRestoreRefusesAnOutboxAtTheTopOfItsNumbering(t *testing.T) {
 		"refused with a typed error, got %v", err)
 }
 
-// A ledgerSnapshot.v1 has one consumer, the one PullOutbox, AckOutbox and
-// OutboxCursor act for, and its position in Acked; Upgrade says "its one
+// A ledgerSnapshot.v1 has one consumer, the one PullOutbox acts for
+// (DefaultConsumer), and its position in Acked; Upgrade says "its one
 // consumer becomes the default consumer". After RestoreLedger the default
-// consumer is where the v1 consumer was (OutboxCursor says 2, so the
+// consumer is where the v1 consumer was (its position is 2, so the
 // worker does not re-apply what it had acknowledged), no consumer named ""
 // appears that nobody can acknowledge, and once the worker acknowledges
 // the last entry nothing stays retained.
@@ -240,14 +240,14 @@ func TestVersionOneSnapshotKeepsTheDefaultConsumersPosition(t *testing.T) {
 	require.NoError(t, err)
 	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
-	cursor, err := n.OutboxCursor()
+	cursor, err := defaultCursor(n)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), cursor, "the v1 consumer's acknowledged position is the default consumer's")
 
-	require.NoError(t, n.AckOutbox(3)) // the worker applied entry 3
+	require.NoError(t, n.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 3)) // the worker applied entry 3
 	st, err := n.OutboxState(ctx)
 	require.NoError(t, err)
-	t.Logf("consumers after restore and AckOutbox(3): %v, first retained %d, last %d", st.Consumers, st.First, st.Last)
+	t.Logf("consumers after restore and acknowledging 3: %v, first retained %d, last %d", st.Consumers, st.First, st.Last)
 	assert.NotContains(t, st.Consumers, "", "a consumer nobody can name or acknowledge for")
 	assert.Greater(t, st.First, st.Last, "every consumer passed entry 3: nothing should stay retained")
 }

@@ -462,10 +462,16 @@ func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, ar
 	return h1, h2, arrived1, arrived2
 }
 
-// generationOpen reports whether s is a state of an open generation the
-// fence reads for.
+// generationOpen reports whether s is an open generation's state: ACTIVE,
+// one of its read sub-states (a read may be queued or out at the moment
+// of any check: a poll or revalidation falls due at its own time), or a
+// not-found awaiting its evidence.
 func generationOpen(s mcpsync.SubscriptionState) bool {
-	return s == mcpsync.StateActive || s == mcpsync.StateVersionAccepted || s == mcpsync.StateTombstonePending
+	switch s {
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted, mcpsync.StateTombstonePending:
+		return true
+	}
+	return false
 }
 
 // errorLog keeps what OnError is told, and calls then after, if set.
@@ -532,8 +538,12 @@ type faultWire struct {
 	// (a server's graceful shutdown takes a while).
 	closing func()
 	// endAfterAck >= 0 ends each listen stream that long after its
-	// acknowledgement reached the client, with an empty result.
+	// acknowledgement reached the client, with an empty result once the
+	// server is done with it, or, with cut, with an error and no answer
+	// at once (the server learns of the end as its handler's context
+	// ends).
 	endAfterAck time.Duration
+	cut         bool
 	// ackFilter, if set, rewrites the URIs of every acknowledgement.
 	ackFilter func(asked []string) []string
 	// rewrite, if set, turns each notification the server sends into the
@@ -700,7 +710,7 @@ func (c *wireConn) SendRequest(ctx context.Context, req transport.JSONRPCRequest
 		w.filters = append(w.filters, wr.uris)
 		w.ids = append(w.ids, id)
 	}
-	refuse, park, answered, end := w.refuse, w.park, w.answered, w.endAfterAck
+	refuse, park, answered, end, cut := w.refuse, w.park, w.answered, w.endAfterAck, w.cut
 	w.mu.Unlock()
 	if refuse != nil && refuse(wr) {
 		w.mu.Lock()
@@ -720,7 +730,7 @@ func (c *wireConn) SendRequest(ctx context.Context, req transport.JSONRPCRequest
 	var resp *transport.JSONRPCResponse
 	var err error
 	if listen && end >= 0 {
-		resp, err = c.endAfterAck(ctx, req, id, end)
+		resp, err = c.endAfterAck(ctx, req, id, end, cut)
 	} else {
 		resp, err = c.Interface.SendRequest(ctx, req)
 	}
@@ -733,8 +743,9 @@ func (c *wireConn) SendRequest(ctx context.Context, req transport.JSONRPCRequest
 }
 
 // endAfterAck sends a listen request and ends the stream d after its
-// acknowledgement passed, with an empty result.
-func (c *wireConn) endAfterAck(ctx context.Context, req transport.JSONRPCRequest, id string, d time.Duration) (*transport.JSONRPCResponse, error) {
+// acknowledgement passed: with an empty result, or cut, with
+// mcpsynctest.ErrListenCut.
+func (c *wireConn) endAfterAck(ctx context.Context, req transport.JSONRPCRequest, id string, d time.Duration, cut bool) (*transport.JSONRPCResponse, error) {
 	ack := c.ackChan(id)
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -754,6 +765,9 @@ func (c *wireConn) endAfterAck(ctx context.Context, req transport.JSONRPCRequest
 	}
 	time.Sleep(d)
 	cancel()
+	if cut {
+		return nil, mcpsynctest.ErrListenCut
+	}
 	<-answered
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

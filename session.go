@@ -370,6 +370,10 @@ type connection struct {
 	// the newest one ended may be opened anew.
 	ends     *backoff.ExponentialBackOff
 	reopenAt time.Time
+	// cutAt is when the newest stream that ended with no answer from the
+	// server was cut: the server may clean it up whenever it learns of
+	// the end, up to RequestTimeout later (syncStream).
+	cutAt time.Time
 }
 
 // connect dials and initializes a new session and tells the engine.
@@ -391,7 +395,7 @@ var errNeedsListening = errors.New("mcpsync: dial again with a notification stre
 // server answered with one).
 func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, error) {
 	var self atomic.Pointer[connection]
-	mon := wire.NewMonitor(c.opts.Limits.wire(), func(err error) {
+	mon := wire.NewMonitor(c.opts.Limits.wire(), wireFaults{}, func(err error) {
 		if conn := self.Load(); conn != nil && errors.Is(err, ErrSessionDegraded) {
 			c.flooded(conn)
 		}

@@ -76,11 +76,12 @@ type listenStream struct {
 	// first is the one that waited first.
 	waiting map[string]streamAsk
 	first   string
-	// ended is closed once the server is done with the stream's request
-	// (listenEnded); wired is set once its request reached the transport.
-	// outlived is the stream that replaced it before that, and suspect
-	// marks a stream sent before the server was done with one it
-	// replaced, once that end came.
+	// ended is closed once the server is done with the stream's request,
+	// or may never say (listenEnded); wired is set once its request
+	// reached the transport. outlived is the stream that replaced it
+	// before that, and suspect marks a stream sent before the server was
+	// done with one it replaced, once that end came, or open
+	// RequestTimeout after a stream was cut.
 	ended    chan struct{}
 	endOnce  sync.Once
 	wired    atomic.Bool
@@ -217,6 +218,7 @@ func (c *Client) syncStream() time.Duration {
 	marks, next := conn.expireLocked(now, c.opts.RequestTimeout)
 	soonest(next)
 	cur := conn.listen
+	marks = append(marks, c.suspectAfterCutLocked(conn, now, soonest)...)
 	switch {
 	case conn.stopped:
 	case lost:
@@ -510,13 +512,13 @@ func (c *Client) sendStream(conn *connection, s *listenStream) {
 		s.id = id
 		conn.mu.Unlock()
 	})
-	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout, func(answered bool) {
-		c.listenEnded(conn, s, answered)
+	lctx = wire.WithAnswerAwaited(lctx, c.opts.RequestTimeout, func(how wire.Ending) {
+		c.listenEnded(conn, s, how)
 	})
 	if !c.goAsync(func() {
 		err := conn.mc.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: s.uris})
 		if !s.wired.Load() {
-			c.listenEnded(conn, s, true) // never sent: nothing to wait for
+			c.listenEnded(conn, s, wire.Answered) // never sent: nothing to wait for
 		}
 		if s.ctx.Err() == nil {
 			// The server ended a stream nobody cancelled: every
@@ -531,24 +533,61 @@ func (c *Client) sendStream(conn *connection, s *listenStream) {
 	}
 }
 
+// suspectAfterCutLocked distrusts, once RequestTimeout has passed since a
+// stream was cut (it ended with no answer from the server), the stream
+// open then: the server cleans a cut stream up whenever it learns of the
+// end, and one that cleans up for the whole session, as the official Go
+// SDK server does, silences the same URIs on every stream sent before that
+// clean-up. The suspect stream is replaced once (the replacement waits for
+// the server to be done with it), and the keys of what it carries are
+// returned to be marked: none is heard from it meanwhile. Until then it
+// has soonest look again at the moment. conn.mu is held.
+func (c *Client) suspectAfterCutLocked(conn *connection, now time.Time, soonest func(time.Duration)) []string {
+	if conn.cutAt.IsZero() {
+		return nil
+	}
+	by := conn.cutAt.Add(c.opts.RequestTimeout)
+	if now.Before(by) {
+		soonest(by.Sub(now))
+		return nil
+	}
+	conn.cutAt = time.Time{}
+	cur := conn.listen
+	if cur == nil || !cur.out || cur.suspect {
+		return nil
+	}
+	cur.suspect = true
+	keys := make([]string, len(cur.uris))
+	for i, raw := range cur.uris {
+		keys[i] = spelledKey(raw)
+	}
+	return keys
+}
+
 // listenEndPatience is the least a replacement waits for the server to be
 // done with the stream it replaces (four times what the last stream took
 // to be acknowledged, when longer; a tenth of RequestTimeout at most).
 const listenEndPatience = 250 * time.Millisecond
 
-// listenEnded records that the server is done with stream s, and has a
-// replacement waiting for that sent. A stream that replaced s before the
-// server answered it (s outlived its patience) may have lost to the
-// server's clean-up of s the URIs it carries: the stream open now is no
-// longer trusted, and every URI it carries is opened anew by its pass. A
-// server that never answered tells nothing, and a stream is not replaced
-// again for it: against a server that does not answer cancelled requests
-// that would replace streams for ever.
-func (c *Client) listenEnded(conn *connection, s *listenStream, answered bool) {
+// listenEnded records that the server is done with stream s (or that it
+// may never say so), and has a replacement waiting for that sent. A stream
+// that replaced s before the server answered it (s outlived its patience)
+// may have lost to the server's clean-up of s the URIs it carries: the
+// stream open now is no longer trusted, and every URI it carries is opened
+// anew by its pass. A stream cut on its way (no answer: the connection or
+// a proxy ended it, whoever cancelled it) is cleaned up by the server
+// whenever it learns of the end, which nothing tells: the cut is recorded
+// for suspectAfterCutLocked. A server that never answered tells nothing,
+// and a stream is not replaced again for it: against a server that does
+// not answer cancelled requests that would replace streams for ever.
+func (c *Client) listenEnded(conn *connection, s *listenStream, how wire.Ending) {
 	s.endOnce.Do(func() {
 		close(s.ended)
 		conn.mu.Lock()
-		late := s.outlived != nil && answered
+		late := s.outlived != nil && how == wire.Answered
+		if how == wire.Cut {
+			conn.cutAt = time.Now()
+		}
 		cur := conn.listen
 		var uris []string
 		if late && cur != nil && cur.out {

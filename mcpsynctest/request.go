@@ -3,6 +3,7 @@ package mcpsynctest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -306,25 +307,45 @@ func (t *Transport) rewriteList(req transport.JSONRPCRequest, resp *transport.JS
 }
 
 // EndListenStreams ends every subscriptions/listen request in flight, as a
-// 2026-07-28 server does when it closes a stream: the client gets the
-// request's (empty) result and no further notification of that stream.
-// It returns at once; streams opened later are not affected.
-func (t *Transport) EndListenStreams() {
+// 2026-07-28 server does when it closes a stream: the server's handler
+// returns (its clean-up of the stream runs, unless Server.HoldNextListenEnd
+// holds it) and then the client gets the request's (empty) result and no
+// further notification of that stream. It returns at once; streams opened
+// later are not affected.
+func (t *Transport) EndListenStreams() { t.signalStreams(&t.listenEnd, "end listen streams") }
+
+// ErrListenCut is what a subscriptions/listen request cut by
+// CutListenStreams returns.
+var ErrListenCut = errors.New("mcpsynctest: listen stream cut between client and server")
+
+// CutListenStreams cuts every subscriptions/listen request in flight
+// between the client and the server, as a proxy or the network does: the
+// client's request returns ErrListenCut at once, with no answer, while the
+// server learns of the end only as its handler's context ends, and cleans
+// the stream up whenever it gets to it (Server.HoldNextListenEnd can hold
+// that clean-up past whatever the client does next). It returns at once;
+// streams opened later are not affected.
+func (t *Transport) CutListenStreams() { t.signalStreams(&t.listenCut, "cut listen streams") }
+
+// signalStreams closes *ch, which the listen requests in flight select
+// on, and puts a new one in its place for the streams opened later.
+func (t *Transport) signalStreams(ch *chan struct{}, what string) {
 	t.mu.Lock()
-	close(t.listenEnd)
-	t.listenEnd = make(chan struct{})
-	t.logf("end listen streams")
+	close(*ch)
+	*ch = make(chan struct{})
+	t.logf("%s", what)
 	t.mu.Unlock()
 }
 
 // listen forwards a subscriptions/listen request, which the server answers
-// only when the stream ends, until it ends or EndListenStreams ends it.
+// only when the stream ends, until it ends, EndListenStreams ends it or
+// CutListenStreams cuts it.
 func (t *Transport) listen(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	t.mu.Lock()
-	end := t.listenEnd
+	end, cut := t.listenEnd, t.listenCut
 	t.mu.Unlock()
 	ictx, cancel := context.WithCancel(ctx)
-	defer cancel() // also ends the inner request when the stream is ended here
+	defer cancel() // also ends the inner request when the stream is cut here
 	type answer struct {
 		resp *transport.JSONRPCResponse
 		err  error
@@ -338,6 +359,12 @@ func (t *Transport) listen(ctx context.Context, req transport.JSONRPCRequest) (*
 	case a := <-answered:
 		return a.resp, a.err
 	case <-end:
+		// The server closes the stream: its handler returns, and only
+		// then does its answer go out.
+		cancel()
+		<-answered
 		return &transport.JSONRPCResponse{JSONRPC: mcp.JSONRPC_VERSION, ID: req.ID, Result: json.RawMessage(`{}`)}, nil
+	case <-cut:
+		return nil, ErrListenCut
 	}
 }

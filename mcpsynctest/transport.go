@@ -57,6 +57,7 @@ type Transport struct {
 
 	mu        sync.Mutex    // protects every field below
 	listenEnd chan struct{} // closed and replaced by EndListenStreams
+	listenCut chan struct{} // closed and replaced by CutListenStreams
 	rng       *rand.Rand
 	handler   func(mcp.JSONRPCNotification)
 	started   bool
@@ -113,6 +114,7 @@ func NewTransport(inner transport.Interface, seed int64) *Transport {
 		dead:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		listenEnd: make(chan struct{}),
+		listenCut: make(chan struct{}),
 		loopDone:  make(chan struct{}),
 		rng:       rand.New(rand.NewPCG(uint64(seed), 0x6d6370)),
 		dropNext:  map[string]int{},

@@ -574,7 +574,7 @@ func (d *demo) pullOutbox() {
 		d.p.emit(ev, text)
 	}
 	last := entries[len(entries)-1].Seq
-	_ = d.engine.AckOutbox(last)
+	_ = d.engine.Acknowledge(context.Background(), mcpsync.DefaultConsumer, last)
 	d.mu.Lock()
 	d.outbox = last
 	for _, e := range entries {

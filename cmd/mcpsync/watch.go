@@ -643,7 +643,7 @@ func (w *watcher) pullOutbox() {
 	}
 	last := entries[len(entries)-1].Seq
 	if w.c.ledger == "" {
-		if err := w.engine.AckOutbox(last); err != nil {
+		if err := w.engine.Acknowledge(context.Background(), mcpsync.DefaultConsumer, last); err != nil {
 			w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
 		}
 	}

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
@@ -16,86 +14,15 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 )
 
-// ErrServerExited matches every *ExitError.
-var ErrServerExited = NewError("the server exited")
-
-// ErrNotJSONRPC matches every *OutputError.
-var ErrNotJSONRPC = NewError("the server's output is not JSON-RPC")
-
-// ErrOutputClosed is a stdio server whose output ended before it answered
-// initialize, with nothing said; one whose process exited meanwhile is an
-// *ExitError instead.
-var ErrOutputClosed = NewError("the server closed its output before initialize")
-
-// ExitError is a stdio server process that exited: on its own while its
-// session was open, or before the handshake was done.
-type ExitError struct {
-	// Err is what waiting for the process returned: an *exec.ExitError
-	// for a status other than 0 or a signal, nil for exit status 0.
-	Err error
-	// Stderr is the end of what the server wrote to its stderr (its last
-	// kilobyte at most), when the library kept it; "" otherwise.
-	Stderr string
-	// BeforeInitialize: the server exited before it answered initialize.
-	BeforeInitialize bool
-}
-
-func (e *ExitError) Error() string { return Prefix + e.text() }
-
-func (e *ExitError) text() string {
-	msg := "the server exited"
-	if e.BeforeInitialize {
-		msg += " before initialize"
-	}
-	var exit *exec.ExitError
-	switch {
-	case e.Err == nil:
-		msg += " (exit status 0)"
-	case errors.As(e.Err, &exit):
-		msg += " (" + exit.String() + ")"
-	default:
-		msg += " (" + Text(e.Err) + ")"
-	}
-	if e.Stderr != "" {
-		msg += fmt.Sprintf(": stderr: %q", e.Stderr)
-	}
-	return msg
-}
-
-func (e *ExitError) Unwrap() error { return e.Err }
-
-// Is makes every ExitError match ErrServerExited.
-func (e *ExitError) Is(target error) bool { return target == ErrServerExited }
-
-// OutputError is a server whose output began with something that is not
-// JSON-RPC: not an MCP server, or one that writes logs to its stdout.
-type OutputError struct {
-	// First is the beginning of the first line that is not JSON-RPC, at
-	// most 64 bytes of it.
-	First []byte
-	// Exit is the server's exit (an *ExitError), when it exited.
-	Exit error
-}
-
-func (e *OutputError) Error() string { return Prefix + e.text() }
-
-func (e *OutputError) text() string {
-	return fmt.Sprintf("the server's output is not JSON-RPC: %q", e.First)
-}
-
-func (e *OutputError) Unwrap() error { return e.Exit }
-
-// Is makes every OutputError match ErrNotJSONRPC.
-func (e *OutputError) Is(target error) bool { return target == ErrNotJSONRPC }
-
-// firstBytes is how much of a line that is not JSON-RPC an OutputError
-// keeps.
+// firstBytes is how much of a line that is not JSON-RPC the error that
+// names it (Faults.Output) keeps.
 const firstBytes = 64
 
 // Handshake returns what made the handshake of tr fail with err when tr
 // is, or wraps (Unwrap), a transport of NewProcess or NewStream that can
-// tell: output that was not JSON-RPC before any that was (*OutputError), or
-// a server that exited (*ExitError). It returns nil when it cannot tell.
+// tell: output that was not JSON-RPC before any that was (Faults.Output), a
+// server that exited (Faults.Exit), or output that ended with nothing said
+// (Faults.OutputClosed). It returns nil when it cannot tell.
 //
 // A server that is going (its output ended, it exited, or err is a write
 // to its closed input) is judged once it is gone: its output read to the
@@ -127,19 +54,17 @@ func Handshake(ctx context.Context, tr transport.Interface, err error) error {
 	}
 	var exit error
 	if p != nil && closed(exited) {
-		e := p.exitErr()
-		e.BeforeInitialize = !f.spoke.Load()
-		exit = e
+		exit = p.exitErr(!f.spoke.Load())
 	}
 	switch first := f.junk(); {
 	case first != nil:
-		return &OutputError{First: first, Exit: exit}
+		return f.mon.faults.Output(first, exit)
 	case exit != nil:
 		return exit
 	case f.ended() && !f.spoke.Load() && !errors.Is(f.err, os.ErrClosed):
 		// The output ended, with nothing said, by the server's doing
 		// (not the transport's close), and the server lives on.
-		return ErrOutputClosed
+		return f.mon.faults.OutputClosed()
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		lim := Limits{MessageBytes: 256, Depth: 16, ReadBytes: 64, ReadItems: 4, PageItems: 2}
 		var faults []error
-		mon := NewMonitor(lim, func(err error) { faults = append(faults, err) })
+		mon := NewMonitor(lim, PlainFaults{}, func(err error) { faults = append(faults, err) })
 		// Keys as idKey spells the JSON ids 1 and 2.
 		for _, id := range []string{"int64:1", "int64:2"} {
 			method := "resources/read"

@@ -123,7 +123,7 @@ func (b *jsonBody) load() {
 			room := int(b.limit) - len(buf)
 			extra := data[room:]
 			if i := bytes.IndexFunc(extra, func(r rune) bool { return !isSpace(byte(r)) || r >= 0x80 }); i >= 0 {
-				lerr := &LimitError{Limit: LimitMessageBytes, Max: b.limit, Observed: seen + int64(room+i+1), Method: b.mon.method(b.src.owner)}
+				lerr := b.mon.faults.Limit(LimitMessageBytes, b.limit, seen+int64(room+i+1), b.mon.method(b.src.owner))
 				b.mon.refuse(b.src, "", lerr)
 				b.err = lerr
 				return
@@ -150,12 +150,12 @@ func (b *jsonBody) load() {
 		}
 	}
 	if len(bytes.TrimSpace(buf)) == 0 {
-		me := &MessageError{Fault: FaultMalformed, Err: io.ErrUnexpectedEOF}
+		me := b.mon.faults.Message(FaultMalformed, "", 0, io.ErrUnexpectedEOF)
 		b.mon.refuse(b.src, "", me)
 		b.err = me
 		return
 	}
-	switch err := b.mon.judge(b.src, buf); {
+	switch _, err := b.mon.judge(b.src, buf); {
 	case err == nil:
 		b.out = buf
 	case errors.Is(err, errSkip):
@@ -205,7 +205,7 @@ func (b *eventBody) Close() error { return b.rc.Close() }
 // fail ends the stream: an event over the limit cannot be skipped without
 // reading it.
 func (b *eventBody) fail(observed int64) {
-	lerr := &LimitError{Limit: LimitMessageBytes, Max: b.limit, Observed: observed, Method: b.mon.method(b.src.owner)}
+	lerr := b.mon.faults.Limit(LimitMessageBytes, b.limit, observed, b.mon.method(b.src.owner))
 	b.mon.refuse(b.src, "", lerr)
 	b.err = lerr
 }
@@ -284,7 +284,7 @@ func (b *eventBody) dispatch() {
 	if b.hasID {
 		out = append(out, "id: "+b.id+"\n"...)
 	}
-	if len(b.data) > 0 && b.mon.judge(b.src, b.data) == nil {
+	if len(b.data) > 0 && b.mon.allows(b.src, b.data) {
 		if b.event != "" {
 			out = append(out, "event:"+b.event+"\n"...)
 		}
@@ -321,7 +321,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.n += int64(n)
 	if b.n > b.limit {
-		b.err = &LimitError{Limit: LimitMessageBytes, Max: b.limit, Observed: b.n}
+		b.err = b.mon.faults.Limit(LimitMessageBytes, b.limit, b.n, "")
 		b.mon.report(b.err)
 		return 0, b.err
 	}

@@ -16,7 +16,7 @@ import (
 // it is with the cause.
 func TestEventBodyRebuildsEvents(t *testing.T) {
 	var faults []error
-	mon := NewMonitor(Limits{MessageBytes: 1 << 10, Depth: 8}, func(err error) { faults = append(faults, err) })
+	mon := NewMonitor(Limits{MessageBytes: 1 << 10, Depth: 8}, PlainFaults{}, func(err error) { faults = append(faults, err) })
 	ctx, finish := begun(mon, context.Background(), "int64:1", "resources/read")
 	defer finish()
 	in := "retry: 50\r\nid: 7\r\nevent: message\r\ndata:\r\ndata: {\"jsonrpc\":\"2.0\",\r\ndata:  \"method\":\"notifications/x\"}\r\n\r\n" +
@@ -39,7 +39,7 @@ func TestEventBodyRebuildsEvents(t *testing.T) {
 // nothing, but is reported.
 func TestEventBodyBounds(t *testing.T) {
 	var faults []error
-	mon := NewMonitor(Limits{MessageBytes: 64}, func(err error) { faults = append(faults, err) })
+	mon := NewMonitor(Limits{MessageBytes: 64}, PlainFaults{}, func(err error) { faults = append(faults, err) })
 	ctx, finish := begun(mon, context.Background(), "int64:1", "resources/read")
 	defer finish()
 
@@ -70,7 +70,7 @@ func TestJSONBodyTrailingWhitespace(t *testing.T) {
 		" " + msg:               false,
 		msg[:len(msg)-1] + " }": false,
 	} {
-		mon := NewMonitor(Limits{MessageBytes: int64(len(msg))}, nil)
+		mon := NewMonitor(Limits{MessageBytes: int64(len(msg))}, PlainFaults{}, nil)
 		_, finish := begun(mon, context.Background(), "int64:1", "resources/read")
 		b := &jsonBody{rc: io.NopCloser(strings.NewReader(body)), mon: mon, src: source{http: true, owner: "int64:1"}, limit: int64(len(msg))}
 		_, err := io.ReadAll(b)

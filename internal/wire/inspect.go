@@ -384,19 +384,19 @@ func pageItems(method string, result []byte) int {
 }
 
 // checkResult applies the limits on results to the result of method.
-func (l Limits) checkResult(method string, result []byte) error {
+func (l Limits) checkResult(faults Faults, method string, result []byte) error {
 	if method == "resources/read" && (l.ReadItems > 0 || l.ReadBytes > 0) {
 		items, bytes := measureRead(result)
 		if l.ReadItems > 0 && items > l.ReadItems {
-			return &LimitError{Limit: LimitReadItems, Max: int64(l.ReadItems), Observed: int64(items), Method: method}
+			return faults.Limit(LimitReadItems, int64(l.ReadItems), int64(items), method)
 		}
 		if l.ReadBytes > 0 && bytes > l.ReadBytes {
-			return &LimitError{Limit: LimitReadBytes, Max: l.ReadBytes, Observed: bytes, Method: method}
+			return faults.Limit(LimitReadBytes, l.ReadBytes, bytes, method)
 		}
 	}
 	if _, ok := listKeys[method]; ok && l.PageItems > 0 {
 		if n := pageItems(method, result); n > l.PageItems {
-			return &LimitError{Limit: LimitPageItems, Max: int64(l.PageItems), Observed: int64(n), Method: method}
+			return faults.Limit(LimitPageItems, int64(l.PageItems), int64(n), method)
 		}
 	}
 	return nil

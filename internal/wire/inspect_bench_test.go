@@ -46,7 +46,7 @@ func BenchmarkInspect(b *testing.B) {
 			name = "1MiB"
 		}
 		b.Run(name, func(b *testing.B) {
-			mon := NewMonitor(Limits{MessageBytes: 4 << 20, Depth: 64, ReadBytes: 2 << 20, ReadItems: 100}, nil)
+			mon := NewMonitor(Limits{MessageBytes: 4 << 20, Depth: 64, ReadBytes: 2 << 20, ReadItems: 100}, PlainFaults{}, nil)
 			c := mon.begin(b.Context(), "int64:7", "resources/read")
 			defer mon.finish(c)
 			b.SetBytes(int64(len(msg)))

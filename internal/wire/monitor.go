@@ -19,6 +19,7 @@ import (
 // route, and the request it answered would otherwise wait out its timeout.
 type Monitor struct {
 	lim    Limits
+	faults Faults      // builds every error the monitor and its transports give
 	report func(error) // told of every fault; runs on the transport's read loop
 	now    func() time.Time
 
@@ -40,14 +41,15 @@ type Monitor struct {
 	watched atomic.Bool
 }
 
-// NewMonitor returns a monitor applying lim; report, if set, is told of every
+// NewMonitor returns a monitor applying lim, whose errors, and those of the
+// transports it bounds, faults builds; report, if set, is told of every
 // fault as it happens. report runs on the transport's read loop and must not
 // block.
-func NewMonitor(lim Limits, report func(error)) *Monitor {
+func NewMonitor(lim Limits, faults Faults, report func(error)) *Monitor {
 	if report == nil {
 		report = func(error) {}
 	}
-	return &Monitor{lim: lim, report: report, now: time.Now, pending: make(map[string]*call), issued: make(map[string]uint64)}
+	return &Monitor{lim: lim, faults: faults, report: report, now: time.Now, pending: make(map[string]*call), issued: make(map[string]uint64)}
 }
 
 // Limits returns the limits the monitor applies.
@@ -61,12 +63,10 @@ func WithMonitor(ctx context.Context, m *Monitor) context.Context {
 	return context.WithValue(ctx, monitorKey{}, m)
 }
 
-// MonitorFrom returns the monitor ctx carries, or a monitor of no limits.
+// MonitorFrom returns the monitor ctx carries, or nil.
 func MonitorFrom(ctx context.Context) *Monitor {
-	if m, ok := ctx.Value(monitorKey{}).(*Monitor); ok {
-		return m
-	}
-	return NewMonitor(Limits{}, nil)
+	m, _ := ctx.Value(monitorKey{}).(*Monitor)
+	return m
 }
 
 // Err returns the error that ended the session, or nil.
@@ -265,43 +265,55 @@ func plainIDKey(raw []byte) (key string, ok bool) {
 var errSkip = errors.New("skip")
 
 // inspect judges one stdio message, and reports whether it may be delivered.
-func (m *Monitor) inspect(msg []byte) bool { return m.inspectErr(msg) == nil }
+func (m *Monitor) inspect(msg []byte) bool {
+	_, err := m.inspectErr(msg)
+	return err == nil
+}
+
+// allows judges one message from s, and reports whether it may be
+// delivered (judge).
+func (m *Monitor) allows(s source, msg []byte) bool {
+	_, err := m.judge(s, msg)
+	return err == nil
+}
 
 // inspectErr judges one stdio message: nil if it may be delivered, else
-// why not (judge).
-func (m *Monitor) inspectErr(msg []byte) error {
+// why not, and whether it is malformed (judge).
+func (m *Monitor) inspectErr(msg []byte) (malformed bool, err error) {
 	return m.judge(stdioSource, bytes.TrimRight(msg, "\r\n"))
 }
 
 // judge judges one message from s before mcp-go sees it: nil if it may be
 // delivered, errSkip if it is dropped quietly, or the error that refused
 // it, which has failed the request it concerns (see refuse) and been
-// reported. msg is the message without its framing.
-func (m *Monitor) judge(s source, msg []byte) error {
+// reported. malformed: the message is not JSON, or not a JSON-RPC
+// message. msg is the message without its framing.
+func (m *Monitor) judge(s source, msg []byte) (malformed bool, err error) {
 	if len(bytes.TrimSpace(msg)) == 0 {
-		return errSkip
+		return false, errSkip
 	}
 	f := scanFrame(msg)
 	id := idKey(f.id)
-	refuse := func(err error) error {
+	refuse := func(err error) (bool, error) {
 		m.refuse(s, id, err)
-		return err
+		return false, err
 	}
 	if m.lim.Depth > 0 && f.depth > m.lim.Depth {
 		method := m.method(id)
 		if s.owner != "" {
 			method = m.method(s.owner)
 		}
-		return refuse(&LimitError{Limit: LimitDepth, Max: int64(m.lim.Depth), Observed: int64(f.depth), Method: method})
+		return refuse(m.faults.Limit(LimitDepth, int64(m.lim.Depth), int64(f.depth), method))
 	}
 	if !valid(msg) {
 		var v any
 		err := json.Unmarshal(msg, &v) // only for the offset of the error
-		me := &MessageError{Fault: FaultMalformed, ID: string(f.id), Err: err}
+		var offset int64
 		if se, ok := err.(*json.SyntaxError); ok {
-			me.Offset = se.Offset
+			offset = se.Offset
 		}
-		return refuse(me)
+		_, err = refuse(m.faults.Message(FaultMalformed, string(f.id), offset, err))
+		return true, err
 	}
 	switch {
 	case !f.object || f.duplicate || f.method == f.answer:
@@ -309,9 +321,10 @@ func (m *Monitor) judge(s source, msg []byte) error {
 		// spellings of; neither a request nor an answer; or both at once,
 		// which JSON-RPC does not have and mcp-go would route as a
 		// request of the server, leaving the request it answers waiting.
-		return refuse(&MessageError{Fault: FaultMalformed, ID: string(f.id)})
+		_, err = refuse(m.faults.Message(FaultMalformed, string(f.id), 0, nil))
+		return true, err
 	case f.method:
-		return nil // a notification or a request of the server
+		return false, nil // a notification or a request of the server
 	}
 	if s.http {
 		// mcp-go (v1.2.1) takes whatever answer a response body or event
@@ -319,7 +332,7 @@ func (m *Monitor) judge(s source, msg []byte) error {
 		// whatever its id, so the id is checked here. A stream of no
 		// request carries no answers.
 		if s.owner == "" || id != s.owner {
-			return refuse(&MessageError{Fault: FaultUnknownID, ID: string(f.id)})
+			return refuse(m.faults.Message(FaultUnknownID, string(f.id), 0, nil))
 		}
 	}
 	m.mu.Lock()
@@ -328,14 +341,14 @@ func (m *Monitor) judge(s source, msg []byte) error {
 	m.mu.Unlock()
 	switch {
 	case late:
-		return errSkip // the answer to a request that already gave up
+		return false, errSkip // the answer to a request that already gave up
 	case c == nil:
-		return refuse(&MessageError{Fault: FaultUnknownID, ID: string(f.id)})
+		return refuse(m.faults.Message(FaultUnknownID, string(f.id), 0, nil))
 	}
-	if err := m.lim.checkResult(c.method, f.result); err != nil {
+	if err = m.lim.checkResult(m.faults, c.method, f.result); err != nil {
 		return refuse(err)
 	}
-	return nil
+	return false, nil
 }
 
 func (m *Monitor) method(id string) string {
@@ -391,7 +404,7 @@ func (m *Monitor) allowNotification() bool {
 	first, dropped := m.count == limit+1, m.dropped
 	m.mu.Unlock()
 	if first {
-		m.report(&DegradedError{Dropped: dropped, Err: &LimitError{Limit: LimitNotificationsPerSecond, Max: int64(limit), Observed: int64(limit + 1)}})
+		m.report(m.faults.Degraded(dropped, m.faults.Limit(LimitNotificationsPerSecond, int64(limit), int64(limit+1), "")))
 	}
 	return false
 }

@@ -14,7 +14,7 @@ import (
 // goes on.
 func TestLateAnswerAfterManyRequests(t *testing.T) {
 	var faults []error
-	mon := NewMonitor(Limits{}, func(err error) { faults = append(faults, err) })
+	mon := NewMonitor(Limits{}, PlainFaults{}, func(err error) { faults = append(faults, err) })
 	for i := 1; i <= 1000; i++ {
 		_, finish := begun(mon, context.Background(), fmt.Sprintf("int64:%d", i), "resources/read")
 		require.NoError(t, finish())

@@ -62,14 +62,14 @@ func (f *framer) stop(err error) {
 
 // judged records the verdict on a line: the first line that is not JSON at
 // all, or not a JSON-RPC message, is kept while no message was delivered.
-func (f *framer) judged(err error) {
+func (f *framer) judged(malformed bool, err error) {
 	if err == nil {
 		if !f.spoke.Load() {
 			f.spoke.Store(true)
 		}
 		return
 	}
-	if me, ok := errors.AsType[*MessageError](err); !ok || me.Fault != FaultMalformed || f.spoke.Load() || f.first.Load() != nil {
+	if !malformed || f.spoke.Load() || f.first.Load() != nil {
 		return
 	}
 	first := bytes.Clone(bytes.TrimRight(f.line[:min(len(f.line), firstBytes)], "\r\n"))
@@ -120,7 +120,7 @@ func (f *framer) messageLen(chunk []byte, complete bool) int64 {
 // cannot be resynchronized.
 func (f *framer) fail(err error) {
 	f.line = nil
-	f.stop(&FramingError{Err: err})
+	f.stop(f.mon.faults.Framing(err))
 	f.mon.end(f.err)
 }
 
@@ -138,7 +138,7 @@ func (f *framer) next() {
 		if limit > 0 && int64(n) > limit+1 {
 			// Past the bound with room for a "\r\n" terminator.
 			if m := f.messageLen(chunk, err == nil); m > limit {
-				f.fail(&LimitError{Limit: LimitMessageBytes, Max: limit, Observed: m})
+				f.fail(f.mon.faults.Limit(LimitMessageBytes, limit, m, ""))
 				return
 			}
 		}
@@ -170,8 +170,8 @@ func (f *framer) next() {
 		}
 		break
 	}
-	verdict := f.mon.inspectErr(f.line)
-	f.judged(verdict)
+	malformed, verdict := f.mon.inspectErr(f.line)
+	f.judged(malformed, verdict)
 	if verdict == nil {
 		f.out = f.line
 	}
@@ -204,7 +204,7 @@ const processGrace = 2 * time.Second
 
 // NewProcess starts cmd and returns an mcp-go transport over its stdin and
 // stdout, bounded by mon. The transport reports the server's exit to its
-// connection-lost handler at once, as an *ExitError (with the end of the
+// connection-lost handler at once, as a Faults.Exit error (with the end of the
 // server's stderr when cmd.Stderr was nil). Close closes stdin, waits
 // processGrace for the process to exit, then sends SIGTERM and waits again,
 // then kills it.
@@ -252,7 +252,7 @@ func NewProcess(cmd *exec.Cmd, mon *Monitor) (transport.Interface, error) {
 		lost, closing := p.lost, p.closing
 		p.mu.Unlock()
 		if lost != nil && !closing {
-			lost(p.exitErr())
+			lost(p.exitErr(false))
 		}
 		// What the server wrote before it exited is read to the end, until
 		// the transport is closed; a helper it started that still holds
@@ -284,15 +284,16 @@ type process struct {
 }
 
 // exitErr returns the server's exit; only once exited is closed.
-func (p *process) exitErr() *ExitError {
-	e := &ExitError{Err: p.waitErr}
-	if errors.Is(e.Err, exec.ErrWaitDelay) {
-		e.Err = nil // status 0; a helper held the server's stderr
+func (p *process) exitErr(beforeInitialize bool) error {
+	wait := p.waitErr
+	if errors.Is(wait, exec.ErrWaitDelay) {
+		wait = nil // status 0; a helper held the server's stderr
 	}
+	var stderr string
 	if p.stderr != nil {
-		e.Stderr = p.stderr.String()
+		stderr = p.stderr.String()
 	}
-	return e
+	return p.framer.mon.faults.Exit(wait, stderr, beforeInitialize)
 }
 
 // SetConnectionLostHandler sets the handler told of the server's exit while
@@ -305,7 +306,7 @@ func (p *process) SetConnectionLostHandler(handler func(error)) {
 	select {
 	case <-p.exited:
 		if !closing {
-			handler(p.exitErr())
+			handler(p.exitErr(false))
 		}
 	default:
 	}
@@ -371,7 +372,7 @@ func (p *process) Close() error {
 			// ErrWaitDelay is a clean exit whose stderr a helper still
 			// held when WaitDelay ran out: Wait returns it for status 0.
 			if p.waitErr != nil && !errors.Is(p.waitErr, exec.ErrWaitDelay) {
-				err = errors.Join(err, p.exitErr())
+				err = errors.Join(err, p.exitErr(false))
 			}
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -105,7 +106,7 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 	if t.mon == nil || !t.mon.watched.Load() {
 		resp, err := t.sendInner(ctx, request)
 		if t.mon != nil && err == nil && resp != nil && resp.Error == nil {
-			if lerr := t.mon.lim.checkResult(request.Method, resp.Result); lerr != nil {
+			if lerr := t.mon.lim.checkResult(t.mon.faults, request.Method, resp.Result); lerr != nil {
 				t.mon.report(lerr)
 				return nil, lerr
 			}
@@ -177,20 +178,78 @@ type answerKey struct{}
 
 type answerAwait struct {
 	d     time.Duration
-	ended func(answered bool)
+	ended func(Ending)
 }
 
-// WithAnswerAwaited returns a context under which the server being done
-// with a request is told to ended, whenever that is: a server answers a
-// cancelled request once it is done with it (mcp-go tells it of the
-// cancellation, notifications/cancelled, as ever). A request sent to a
-// remote server (stdio, streamable HTTP) stays open after ctx ends, for d at
-// most, for that answer; answered is false when none came. An in-process
-// transport's request returns when the server's handler does, which is
-// that answer. The caller still returns at ctx's end; ended is not called
-// for a request that never reached the transport.
-func WithAnswerAwaited(ctx context.Context, d time.Duration, ended func(answered bool)) context.Context {
+// Ending is how a request kept open for its answer (WithAnswerAwaited)
+// ended.
+type Ending int
+
+const (
+	// Answered: the server answered, so it is done with the request.
+	Answered Ending = iota
+	// Cut: the request failed on its way with no answer (the connection
+	// or a proxy ended it); the server may learn of its end only later.
+	Cut
+	// Unanswered: no answer came within the time allowed once its caller
+	// gave up on it.
+	Unanswered
+)
+
+// WithAnswerAwaited returns a context under which the end of a request is
+// told to ended, whenever that is: a server answers a cancelled request
+// once it is done with it (mcp-go tells it of the cancellation,
+// notifications/cancelled, as ever). A request sent to a remote server
+// (stdio, streamable HTTP) stays open once ctx ends, for d more at most,
+// for that answer. An in-process transport's request returns when the
+// server's handler does, with that answer. The caller still returns at
+// ctx's end; ended is not called for a request that never reached the
+// transport.
+func WithAnswerAwaited(ctx context.Context, d time.Duration, ended func(Ending)) context.Context {
 	return context.WithValue(ctx, answerKey{}, answerAwait{d: d, ended: ended})
+}
+
+// ending says how a request kept open for its answer ended: resp is its
+// answer, if any; kept is the context that kept a remote server's request
+// open past its caller (outlive), nil for a request that returns when the
+// server's handler does (in process).
+func ending(resp *transport.JSONRPCResponse, kept context.Context) Ending {
+	switch {
+	case resp != nil:
+		return Answered
+	case kept != nil && kept.Err() != nil:
+		return Unanswered
+	}
+	return Cut
+}
+
+// outlive returns a context that ends d after ctx does, or when its cancel
+// is called, whichever is first: the time a request kept open for its
+// answer is allowed counts from when its caller gave up.
+func outlive(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		over  bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !over {
+			timer = time.AfterFunc(d, cancel)
+		}
+	})
+	return octx, func() {
+		stop()
+		mu.Lock()
+		over = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // remote reports whether tr, or what it wraps (Unwrap), talks to a server
@@ -243,7 +302,7 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	if t.inline && !far {
 		resp, err := t.inner.SendRequest(ctx, request)
 		if awaited {
-			aw.ended(true) // it returned when the server was done with it
+			aw.ended(ending(resp, nil))
 		}
 		if settled != nil {
 			// Given up on if it ended with its context: the server may
@@ -254,13 +313,14 @@ func (t *Transport) sendInner(ctx context.Context, request transport.JSONRPCRequ
 	}
 	x := t.workers.newExchange(t.inner, ctx, request, settled)
 	if far {
-		// Open after ctx ends, for d at most, for the server's answer: on
-		// a worker, whatever the transport, as the caller returns at
+		// Open once ctx ends, for d more at most, for the server's answer:
+		// on a worker, whatever the transport, as the caller returns at
 		// ctx's end.
-		x.ctx, x.cancel = context.WithTimeout(context.WithoutCancel(ctx), aw.d)
+		x.ctx, x.cancel = outlive(ctx, aw.d)
+		x.kept = x.ctx
 	}
 	if awaited {
-		x.ended, x.far = aw.ended, far
+		x.ended = aw.ended
 	}
 	t.workers.run(x)
 	select {

@@ -225,7 +225,7 @@ func TestSettledSaysWhetherTheCallerGaveUp(t *testing.T) {
 // all the same, before mcp-go decodes them.
 func TestUnreadAnswersAreHeldToTheLimits(t *testing.T) {
 	var faults []error
-	mon := wire.NewMonitor(wire.Limits{ReadBytes: 3}, func(err error) { faults = append(faults, err) })
+	mon := wire.NewMonitor(wire.Limits{ReadBytes: 3}, wire.PlainFaults{}, func(err error) { faults = append(faults, err) })
 	c := startClient(t, wire.New(transport.NewInProcessTransport(newServer()), toError, mon, "resources/read"))
 	defer c.Close()
 	req := mcp.ReadResourceRequest{}
@@ -252,14 +252,14 @@ func TestAwaitedRequestReturnsAtItsContextsEndOverHTTP(t *testing.T) {
 	c := startClient(t, wire.New(tr, toError, nil, "resources/read"))
 	defer c.Close()
 
-	ended := make(chan bool, 1)
+	ended := make(chan wire.Ending, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	req := mcp.ReadResourceRequest{}
 	req.Params.URI = "test://blocked"
 	returned := make(chan error, 1)
 	go func() {
-		_, err := c.ReadResource(wire.WithAnswerAwaited(ctx, time.Minute, func(answered bool) { ended <- answered }), req)
+		_, err := c.ReadResource(wire.WithAnswerAwaited(ctx, time.Minute, func(how wire.Ending) { ended <- how }), req)
 		returned <- err
 	}()
 	<-entered
@@ -271,5 +271,5 @@ func TestAwaitedRequestReturnsAtItsContextsEndOverHTTP(t *testing.T) {
 	default:
 	}
 	release <- struct{}{}
-	assert.True(t, <-ended, "the server's answer came after the caller had gone")
+	assert.Equal(t, wire.Answered, <-ended, "the server's answer came after the caller had gone")
 }

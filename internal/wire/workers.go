@@ -101,8 +101,8 @@ type exchange struct {
 	cancel  context.CancelFunc
 	req     transport.JSONRPCRequest
 	settled func(abandoned bool)
-	ended   func(answered bool) // WithAnswerAwaited's
-	far     bool                // a remote server's request, kept open for its answer
+	ended   func(Ending)    // WithAnswerAwaited's
+	kept    context.Context // a remote request's context kept open past its caller's (outlive)
 	state   atomic.Int32
 	done    chan struct{} // one value once the answer is in resp and err
 	resp    *transport.JSONRPCResponse
@@ -131,13 +131,13 @@ func (ws *workers) newExchange(inner transport.Interface, ctx context.Context, r
 // the caller, unless the caller gave up on it first.
 func (x *exchange) send() {
 	resp, err := x.inner.SendRequest(x.ctx, x.req)
+	if x.ended != nil {
+		// An in-process transport's answer comes when the server's
+		// handler returned.
+		x.ended(ending(resp, x.kept))
+	}
 	if x.cancel != nil {
 		x.cancel()
-	}
-	if x.ended != nil {
-		// A remote server answered if a response came; another
-		// transport returns when the server's handler did.
-		x.ended(!x.far || resp != nil)
 	}
 	late := !x.state.CompareAndSwap(pending, answered)
 	// Settled before the caller has the answer: whatever the caller does
@@ -154,7 +154,7 @@ func (x *exchange) send() {
 // release keeps x, whose answer its caller has taken, for reuse (up to
 // maxIdle of them).
 func (ws *workers) release(x *exchange) {
-	x.inner, x.ctx, x.cancel, x.req, x.settled, x.ended, x.far = nil, nil, nil, transport.JSONRPCRequest{}, nil, nil, false
+	x.inner, x.ctx, x.cancel, x.req, x.settled, x.ended, x.kept = nil, nil, nil, transport.JSONRPCRequest{}, nil, nil, nil
 	x.resp, x.err = nil, nil
 	ws.mu.Lock()
 	if len(ws.free) < maxIdle {

@@ -102,9 +102,10 @@ func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
 	assert.Equal(t, before+1, boltledger.Commits(l), "another subject's is not resumed by a restart: durable")
 }
 
-// Subscribing many URIs at once shares commits: sixty-four first
-// subscriptions, each durable, reach the file in a few transactions, not
-// one each; their activations (resumed anyway) and first tickets in none.
+// Subscribing many URIs at once, one goroutine each, shares commits:
+// sixty-four first subscriptions, each durable, reach the file in a few
+// transactions, not one each; their activations (resumed anyway) and
+// first tickets in none.
 func TestSubscribingManyURIsSharesCommits(t *testing.T) {
 	l := openWith(t, nil).(*boltledger.Ledger)
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
@@ -112,23 +113,37 @@ func TestSubscribingManyURIsSharesCommits(t *testing.T) {
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
 	uris := make([]string, 64)
-	acts := make([]mcpsync.Activation, len(uris))
 	for i := range uris {
 		uris[i] = fmt.Sprintf("file:///docs/many/%02d.md", i)
-		acts[i] = mcpsync.Activation{URI: uris[i], Mode: mcpsync.ModePush}
+	}
+	errs := make([]error, len(uris))
+	atOnce := func(step func(i int) error) {
+		var wg sync.WaitGroup
+		for i := range uris {
+			wg.Go(func() { errs[i] = step(i) })
+		}
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
 	}
 
 	before := boltledger.Commits(l)
-	_, errs := e.SubscribeAll(uris, "user:alice")
-	require.NoError(t, errors.Join(errs...))
+	atOnce(func(i int) error {
+		_, err := e.Subscribe(uris[i], "user:alice")
+		return err
+	})
 	subscribed := boltledger.Commits(l) - before
 	assert.Less(t, subscribed, uint64(len(uris)/4), "%d durable subscriptions in %d commits", len(uris), subscribed)
-	_, errs = e.ActivateAll(acts)
-	require.NoError(t, errors.Join(errs...))
-	for _, r := range e.RequestReads(uris, mcpsync.TriggerInitial) {
-		require.NoError(t, r.Err)
-		require.True(t, r.Send)
-	}
+	atOnce(func(i int) error {
+		_, err := e.Activate(uris[i], mcpsync.ModePush)
+		return err
+	})
+	atOnce(func(i int) error {
+		_, send, err := e.RequestRead(uris[i], mcpsync.TriggerInitial)
+		if err == nil && !send {
+			err = fmt.Errorf("%s: no read to send", uris[i])
+		}
+		return err
+	})
 	// The first ticket reserves a block of 64 request ids, and the one
 	// that takes the middle of it the next block.
 	assert.Equal(t, before+subscribed+2, boltledger.Commits(l), "activations and tickets: none but the request ids' two")

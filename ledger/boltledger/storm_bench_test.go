@@ -1,6 +1,7 @@
 package boltledger_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -60,17 +61,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 			if _, err := e.BeginSession(mcpsync.SessionInfo{}); err != nil {
 				b.Fatal(err)
 			}
-			_, errs := e.SubscribeAll(uris, "user:alice")
-			acts := make([]mcpsync.Activation, n)
-			for i, u := range uris {
-				acts[i] = mcpsync.Activation{URI: u, Mode: mcpsync.ModePush}
-			}
-			_, aerrs := e.ActivateAll(acts)
-			for i := range errs {
-				if errs[i] != nil || aerrs[i] != nil {
-					b.Fatal(errs[i], aerrs[i])
-				}
-			}
+			subscribeAll(b, e, uris)
 			reads, run := 0, 0
 			var commits uint64
 			for b.Loop() {
@@ -130,6 +121,30 @@ func BenchmarkNotificationStorm(b *testing.B) {
 }
 
 // openBench opens a bolt ledger in a new file, closed when b ends.
+// subscribeAll subscribes and activates every URI of uris, 64 at a time, so
+// that their decisions share commits.
+func subscribeAll(b *testing.B, e *mcpsync.Engine, uris []string) {
+	b.Helper()
+	errs := make([]error, len(uris))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(uris); i = int(next.Add(1)) - 1 {
+				if _, err := e.Subscribe(uris[i], "user:alice"); err != nil {
+					errs[i] = err
+					continue
+				}
+				_, errs[i] = e.Activate(uris[i], mcpsync.ModePush)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func openBench(b *testing.B) *boltledger.Ledger {
 	b.Helper()
 	l, err := boltledger.Open(b.TempDir()+"/ledger.db", nil)
