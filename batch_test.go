@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The calls for many URIs decide for each what the call for one decides,
@@ -16,7 +17,7 @@ import (
 // ledger (one after another) and on a ledger written by compare-and-swap
 // (at once).
 func TestManyURIsAtOnceDecideEachOnItsOwn(t *testing.T) {
-	for _, l := range []mcpsync.Ledger{mcpsync.NewMemoryLedger(nil), casLedger{mcpsync.NewMemoryLedger(nil)}} {
+	for _, l := range []ledger.Ledger{ledger.NewMemory(nil), casLedger{ledger.NewMemory(nil)}} {
 		t.Run(fmt.Sprintf("%T", l), func(t *testing.T) {
 			e := newEngine(t, &mcpsync.EngineOptions{Ledger: l})
 			uris := make([]string, 100)
