@@ -314,6 +314,7 @@ type OutboxEntry struct {
 	Engine string `json:"engine,omitempty"`
 }
 
-// DefaultConsumer is the outbox consumer PullOutbox, AckOutbox and
-// OutboxCursor act for.
+// DefaultConsumer is the outbox consumer mcpsync.Engine's PullOutbox,
+// AckOutbox and OutboxCursor act for, and the one a v1 snapshot's single
+// position becomes (Snapshot.Upgrade).
 const DefaultConsumer = "default"
