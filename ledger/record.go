@@ -76,14 +76,6 @@ func (r *Record) revision() uint64 {
 	return r.Revision
 }
 
-// clone returns a copy of r, one revision on, for a writer to change.
-func (r *Record) clone() *Record {
-	c := *r
-	c.Revision++
-	c.slot = nil
-	return &c
-}
-
 // storedRecord is a record as stored: the schema first, so that a reader of a
 // later format refuses it instead of misreading it.
 type storedRecord struct {
