@@ -10,6 +10,12 @@ import (
 )
 
 // The memory ledger: the embedded default, one process's ledger in memory.
+//
+// It never blocks on I/O, so a context can only have ended before a call:
+// each method then refuses, like a durable ledger's, so that a caller's
+// cancellation means the same on every ledger.
+
+var _ Index = (*memoryLedger)(nil)
 
 // NewMemory returns a Ledger kept in memory; opts may be nil.
 func NewMemory(opts *Options) Ledger {
@@ -524,9 +530,3 @@ func NewMemoryFrom(snap Snapshot) (Ledger, error) {
 	}
 	return l, nil
 }
-
-var _ Index = (*memoryLedger)(nil)
-
-// The memory ledger never blocks on I/O, so a context can only have ended
-// before a call: each method then refuses, like a durable ledger's, so that a
-// caller's cancellation means the same on every ledger.
