@@ -2,6 +2,10 @@ package mcpsync
 
 import "github.com/mcpsync/mcpsync/ledger"
 
+// The subscription state machine: the steps between the states of
+// ledger.SubscriptionState (its doc draws them), which every write of a
+// record takes through transitions.move.
+
 // readable reports whether a read may be issued: the subscription is open,
 // or its tombstone is pending or confirmed while the server still notifies
 // it (a read that finds the resource brings it back).
