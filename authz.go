@@ -8,18 +8,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-)
 
-// DerivedArtifact records that a consumer built something (an embedding, an
-// index entry, a summary) from a version: artifact ArtifactID in index Index
-// was derived from Version. Revoking Version's subject invalidates it.
-type DerivedArtifact struct {
-	Schema     string          `json:"schema"`
-	Index      string          `json:"index"`
-	ArtifactID string          `json:"artifactId"`
-	Version    ResourceVersion `json:"version"`
-	RecordedAt time.Time       `json:"recordedAt"`
-}
+	"github.com/mcpsync/mcpsync/ledger"
+)
 
 // RecordDerived records derived artifacts. Each version must be one the
 // fence accepted for its URI: the current version, or an older one (a
@@ -96,7 +87,7 @@ func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
 	for i, a := range artifacts {
 		latest[id{a.Index, a.ArtifactID}] = i
 	}
-	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		if cur == nil || cur.Current == nil {
 			return nil, nil, fmt.Errorf("%w: %s has no accepted version", ErrUnknownVersion, key)
 		}
@@ -105,11 +96,11 @@ func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
 			if err := derivableFrom(key, cur.Current.Status, c, a.Version); err != nil {
 				return nil, nil, err
 			}
-			if cur.Current.Status == VersionRevoked && a.Version.Subject == c.Subject {
+			if cur.Current.Status == ledger.VersionRevoked && a.Version.Subject == c.Subject {
 				return nil, nil, fmt.Errorf("%w: subject %q", ErrRevoked, a.Version.Subject)
 			}
 		}
-		next := cur.clone()
+		next := clone(cur)
 		next.Artifacts = make([]DerivedArtifact, 0, len(cur.Artifacts)+len(latest))
 		for _, held := range cur.Artifacts {
 			if _, replaced := latest[id{held.Index, held.ArtifactID}]; !replaced {
@@ -128,9 +119,9 @@ func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
 
 // derivableFrom refuses an artifact's version v unless the fence accepted
 // it for key, whose current version is c with status.
-func derivableFrom(key string, status VersionStatus, c, v ResourceVersion) error {
+func derivableFrom(key string, status ledger.VersionStatus, c, v ResourceVersion) error {
 	switch {
-	case status == VersionQuarantined && !c.After(v) && !v.After(c):
+	case status == ledger.VersionQuarantined && !c.After(v) && !v.After(c):
 		return fmt.Errorf("%w: %s ordinal %d was quarantined", ErrQuarantined, key, c.ReadOrdinal)
 	case v.After(c):
 		return fmt.Errorf("%w: %s generation %d ordinal %d is newer than the current version",
@@ -215,7 +206,7 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 	if err := checkStored(subject); err != nil {
 		return RevocationReceipt{}, err
 	}
-	r := RevokedSubject{Schema: SchemaRevokedSubject, Subject: subject, At: e.now(), Engine: e.id}
+	r := ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject, At: e.now(), Engine: e.id}
 	e.revokeMu.Lock()
 	e.addRevoked(subject)
 	e.revokeMu.Unlock()
@@ -230,7 +221,7 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 
 // sweep marks every version of r's subject revoked and announces it and its
 // artifacts, then records the sweep as done.
-func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt, error) {
+func (e *Engine) sweep(ctx context.Context, r ledger.RevokedSubject) (RevocationReceipt, error) {
 	rc := RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: r.Subject, At: r.At,
 		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
 	keys, err := e.subjectKeys(ctx, r.Subject)
@@ -262,11 +253,11 @@ func (e *Engine) sweep(ctx context.Context, r RevokedSubject) (RevocationReceipt
 // subject may change: from the ledger's index when it keeps one, or else
 // every key.
 func (e *Engine) subjectKeys(ctx context.Context, subject string) ([]string, error) {
-	if x, ok := e.ledger.(LedgerIndex); ok {
+	if x, ok := e.ledger.(ledger.Index); ok {
 		return x.SubjectKeys(ctx, subject)
 	}
 	var keys []string
-	err := e.ledger.Range(ctx, func(key string, _ *Record) bool {
+	err := e.ledger.Range(ctx, func(key string, _ *ledger.Record) bool {
 		keys = append(keys, key)
 		return true
 	})
@@ -283,7 +274,7 @@ func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err = e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		if cur == nil {
 			return nil, nil, nil
 		}
@@ -293,7 +284,7 @@ func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
 		if i < 0 {
 			return nil, nil, nil
 		}
-		next := cur.clone()
+		next := clone(cur)
 		next.Artifacts = slices.Delete(slices.Clone(cur.Artifacts), i, i+1)
 		return next, nil, nil
 	})
@@ -303,8 +294,8 @@ func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
 // sweepOpened finishes, on a URI just opened in a new generation, the
 // revocations its record still carries: a sweep leaves alone the URIs other
 // workers hold (ErrNotLeaseholder), so whoever opens one next sweeps it.
-func (e *Engine) sweepOpened(ctx context.Context, key string, r *Record) error {
-	return e.sweepSubjects(ctx, key, subjectsOf(r))
+func (e *Engine) sweepOpened(ctx context.Context, key string, r *ledger.Record) error {
+	return e.sweepSubjects(ctx, key, r.Subjects())
 }
 
 // sweepSubjects is sweepOpened of a record whose subjects (subjectsOf) are
@@ -334,17 +325,17 @@ func (e *Engine) sweepSubjects(ctx context.Context, key string, held []string) e
 func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error {
 	var versions []ResourceVersion
 	var artifacts []DerivedArtifact
-	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		versions, artifacts = nil, nil
 		if cur == nil {
 			return nil, nil, nil
 		}
 		now := e.now()
-		next := cur.clone()
+		next := clone(cur)
 		var entries []OutboxEntry
-		if c := cur.Current; c != nil && c.Version.Subject == subject && c.Status != VersionRevoked {
+		if c := cur.Current; c != nil && c.Version.Subject == subject && c.Status != ledger.VersionRevoked {
 			sv := *c
-			sv.Status, sv.Contents = VersionRevoked, nil
+			sv.Status, sv.Contents = ledger.VersionRevoked, nil
 			next.Current = &sv
 			versions = append(versions, c.Version)
 			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: c.Version, Subject: subject, At: now})

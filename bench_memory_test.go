@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // BenchmarkEngineMemory reports the heap an engine on the memory ledger
@@ -50,7 +51,7 @@ func BenchmarkEngineMemory(b *testing.B) {
 				// outbox entry, the other leaves them pending.
 				for _, pending := range []bool{false, true} {
 					start := heapAlloc()
-					l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 2 * n})
+					l := ledger.NewMemory(&ledger.Options{OutboxRetention: 2 * n})
 					e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 					if err != nil {
 						b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // BenchmarkOutboxAck acknowledges a backlog of 64k outbox entries on the
@@ -19,8 +20,8 @@ func BenchmarkOutboxAck(b *testing.B) {
 	ctx := context.Background()
 	entry := []mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: mcpsync.InvalidateUpdated}}
 	var rev uint64
-	appendOne := func(b *testing.B, l mcpsync.Ledger) uint64 {
-		seq, ok, err := l.CompareAndSwap(ctx, docURI, rev, &mcpsync.Record{Revision: rev + 1}, entry)
+	appendOne := func(b *testing.B, l ledger.Ledger) uint64 {
+		seq, ok, err := l.CompareAndSwap(ctx, docURI, rev, &ledger.Record{Revision: rev + 1}, entry)
 		if err != nil || !ok {
 			b.Fatal("append", err)
 		}
@@ -34,7 +35,7 @@ func BenchmarkOutboxAck(b *testing.B) {
 		return m.HeapAlloc
 	}
 	b.Run("baseline=ack-each", func(b *testing.B) {
-		l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 1 << 20})
+		l := ledger.NewMemory(&ledger.Options{OutboxRetention: 1 << 20})
 		rev = 0
 		var acks time.Duration
 		n := 0
@@ -51,7 +52,7 @@ func BenchmarkOutboxAck(b *testing.B) {
 	})
 	b.Run("backlog=64k/step=1024", func(b *testing.B) {
 		const backlog, step = 1 << 16, 1 << 10
-		l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 1 << 20})
+		l := ledger.NewMemory(&ledger.Options{OutboxRetention: 1 << 20})
 		rev = 0
 		var acks time.Duration
 		n := 0

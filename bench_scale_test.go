@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // scaleSizes are the ledger sizes the scale benchmarks run at: 1k and 100k
@@ -38,9 +39,9 @@ func sizeName(n int) string {
 
 // scaleLedger returns a memory ledger holding n discovered URIs, and an
 // engine on it in a live session with docURI subscribed by alice and ACTIVE.
-func scaleLedger(b *testing.B, n int) (mcpsync.Ledger, *mcpsync.Engine) {
+func scaleLedger(b *testing.B, n int) (ledger.Ledger, *mcpsync.Engine) {
 	b.Helper()
-	l := mcpsync.NewMemoryLedger(nil)
+	l := ledger.NewMemory(nil)
 	e := activeEngine(b, &mcpsync.EngineOptions{Ledger: l})
 	for i := range n {
 		if err := e.Discover(fmt.Sprintf("file:///scale/%07d.md", i)); err != nil {
@@ -203,7 +204,7 @@ func BenchmarkStall(b *testing.B) {
 				return nil
 			}},
 			{"ExportLedger", func() error {
-				_, err := mcpsync.ExportLedger(ctx, l)
+				_, err := ledger.Export(ctx, l)
 				return err
 			}},
 			{"BeginSession", func() error {

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -36,7 +37,7 @@ import (
 //     ledger that the engine subscribed in its session;
 //   - notify+complete: Notify, Sending and FinishRead of a changed version,
 //     on the same URIs;
-//   - export: ExportLedger, the outbox acknowledged;
+//   - export: ledger.Export, the outbox acknowledged;
 //   - reconnect: BeginSession;
 //   - revoke: RevokeSubject of a subject that read one URI.
 //
@@ -77,7 +78,7 @@ func BenchmarkScale(b *testing.B) {
 // the baseline beside it.
 var scaleKinds = []struct {
 	name     string
-	open     func(*testing.B, *scaleFixture) mcpsync.Ledger
+	open     func(*testing.B, *scaleFixture) ledger.Ledger
 	baseline func(*testing.B, *scaleFixture) scaleBaseline
 }{
 	{"memory", openMemoryScale, newMapBaseline},
@@ -98,8 +99,8 @@ type scaleFixture struct {
 	n        int
 	keys     []string // in key order
 	subjects []string // subject of keys[i]
-	snap     mcpsync.LedgerSnapshot
-	tpl      *mcpsync.Record
+	snap     ledger.Snapshot
+	tpl      *ledger.Record
 }
 
 var scaleFixtures = struct {
@@ -115,7 +116,7 @@ func scaleFixtureOf(b *testing.B, n int) *scaleFixture {
 	}
 	start := time.Now()
 	// The template: a URI subscribed, activated and read once by an engine.
-	l := mcpsync.NewMemoryLedger(nil)
+	l := ledger.NewMemory(nil)
 	e := newEngine(b, &mcpsync.EngineOptions{Ledger: l})
 	const tplURI = "file:///scale/template.md"
 	if _, err := e.Subscribe(tplURI, alice); err != nil {
@@ -131,12 +132,12 @@ func scaleFixtureOf(b *testing.B, n int) *scaleFixture {
 	if out, err := e.AcceptResourceVersion(t, text(tplURI, scaleBody)); err != nil || !out.Changed() {
 		b.Fatal("template not accepted", err)
 	}
-	snap, err := mcpsync.ExportLedger(context.Background(), l)
+	snap, err := ledger.Export(context.Background(), l)
 	if err != nil {
 		b.Fatal(err)
 	}
 	fx := &scaleFixture{n: n, keys: make([]string, n), subjects: make([]string, n), tpl: snap.Records[tplURI]}
-	snap.Records = make(map[string]*mcpsync.Record, n)
+	snap.Records = make(map[string]*ledger.Record, n)
 	for i := range n {
 		fx.keys[i] = fmt.Sprintf("file:///scale/%07d.md", i)
 		fx.subjects[i] = fmt.Sprintf("user:%07d", i)
@@ -150,7 +151,7 @@ func scaleFixtureOf(b *testing.B, n int) *scaleFixture {
 
 // scaleRecord is tpl for key, read by subject, at revision rev (0: tpl's):
 // the record an engine would have written had subject read key.
-func scaleRecord(tpl *mcpsync.Record, key, subject string, rev uint64) *mcpsync.Record {
+func scaleRecord(tpl *ledger.Record, key, subject string, rev uint64) *ledger.Record {
 	r := *tpl
 	if rev != 0 {
 		r.Revision = rev
@@ -162,28 +163,28 @@ func scaleRecord(tpl *mcpsync.Record, key, subject string, rev uint64) *mcpsync.
 	cur := *tpl.Current
 	cur.Version.URI, cur.Version.Subject, cur.Version.Digest = key, subject, res.Digest()
 	cur.Contents = res.Contents()
-	cur.Status = mcpsync.VersionServed
+	cur.Status = ledger.VersionServed
 	r.Current = &cur
 	r.LastAcceptedDigest = res.Digest()
 	r.Tickets, r.Artifacts = nil, nil
 	return &r
 }
 
-func openMemoryScale(b *testing.B, fx *scaleFixture) mcpsync.Ledger {
-	l, err := mcpsync.NewMemoryLedgerFrom(fx.snap)
+func openMemoryScale(b *testing.B, fx *scaleFixture) ledger.Ledger {
+	l, err := ledger.NewMemoryFrom(fx.snap)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return l
 }
 
-func openBoltScale(b *testing.B, fx *scaleFixture) mcpsync.Ledger {
+func openBoltScale(b *testing.B, fx *scaleFixture) ledger.Ledger {
 	l, err := boltledger.Open(filepath.Join(b.TempDir(), "ledger.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	if err := mcpsync.RestoreLedger(context.Background(), l, fx.snap); err != nil {
+	if err := ledger.Restore(context.Background(), l, fx.snap); err != nil {
 		b.Fatal(err)
 	}
 	return l
@@ -193,7 +194,7 @@ func openBoltScale(b *testing.B, fx *scaleFixture) mcpsync.Ledger {
 // scaleHot URIs subscribed in it.
 type scaleRig struct {
 	fx       *scaleFixture
-	ledger   mcpsync.Ledger
+	ledger   ledger.Ledger
 	e        *mcpsync.Engine
 	subjects []string // subject of each key now (revoke re-arms keys under new ones)
 	hot      []int    // keys the per-key writes visit
@@ -205,7 +206,7 @@ type scaleRig struct {
 	warm     bool  // every key looked up once
 }
 
-func newScaleRig(b *testing.B, fx *scaleFixture, l mcpsync.Ledger) *scaleRig {
+func newScaleRig(b *testing.B, fx *scaleFixture, l ledger.Ledger) *scaleRig {
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, ConfirmSends: true})
 	if err != nil {
 		b.Fatal(err)
@@ -393,7 +394,7 @@ func (r *scaleRig) run(b *testing.B, base scaleBaseline) {
 				return err
 			},
 			mcpsync: func(*testing.B, int) error {
-				snap, err := mcpsync.ExportLedger(ctx, r.ledger)
+				snap, err := ledger.Export(ctx, r.ledger)
 				if err == nil && len(snap.Records) < r.fx.n {
 					err = fmt.Errorf("exported %d records, want %d", len(snap.Records), r.fx.n)
 				}
@@ -488,7 +489,7 @@ func (r *scaleRig) rearm(b *testing.B) {
 // of the same N records.
 type mapBaseline struct {
 	mu      sync.Mutex
-	records map[string]*mcpsync.Record
+	records map[string]*ledger.Record
 	issued  map[string]uint64
 	marks   map[string]uint64
 	revoked map[string]bool
@@ -497,7 +498,7 @@ type mapBaseline struct {
 
 func newMapBaseline(b *testing.B, fx *scaleFixture) scaleBaseline {
 	m := &mapBaseline{
-		records: make(map[string]*mcpsync.Record, fx.n),
+		records: make(map[string]*ledger.Record, fx.n),
 		issued:  make(map[string]uint64, fx.n), marks: make(map[string]uint64, fx.n),
 		revoked: map[string]bool{},
 	}
@@ -511,7 +512,7 @@ func newMapBaseline(b *testing.B, fx *scaleFixture) scaleBaseline {
 			r := m.records[key]
 			revoked := m.revoked[subject]
 			m.mu.Unlock()
-			if r == nil || revoked || r.Current.Version.Subject != subject || r.Current.Status != mcpsync.VersionServed {
+			if r == nil || revoked || r.Current.Version.Subject != subject || r.Current.Status != ledger.VersionServed {
 				return fmt.Errorf("%s not served to %s", key, subject)
 			}
 			return nil
@@ -552,7 +553,7 @@ func newMapBaseline(b *testing.B, fx *scaleFixture) scaleBaseline {
 		export: func() (int, error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			out := make(map[string]*mcpsync.Record, len(m.records))
+			out := make(map[string]*ledger.Record, len(m.records))
 			for k, r := range m.records {
 				out[k] = r
 			}
@@ -588,7 +589,7 @@ func newBoltBaseline(b *testing.B, fx *scaleFixture) scaleBaseline {
 			}
 			for _, k := range fx.keys[from:min(from+10_000, fx.n)] {
 				r := fx.snap.Records[k]
-				js, err := mcpsync.EncodeRecord(r)
+				js, err := ledger.EncodeRecord(r)
 				if err != nil {
 					return err
 				}

@@ -21,28 +21,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/workqueue"
 )
 
-// CapabilityReceipt records what a server declared when a session was
-// initialized. Subscriptions keep the receipt of the session they were opened
-// in, so a decision to poll rather than subscribe can be traced to the server's
-// own words.
-type CapabilityReceipt struct {
-	Schema          string         `json:"schema"`
-	ProtocolVersion string         `json:"protocolVersion"`
-	Server          Implementation `json:"server"`
-	// ServerID names the deployment of the server (ClientOptions.ServerID);
-	// a restart resumes only the subscriptions opened with the same one.
-	ServerID    string `json:"serverId,omitempty"`
-	Resources   bool   `json:"resources"`
-	Subscribe   bool   `json:"subscribe"`
-	ListChanged bool   `json:"listChanged"`
-	// SnapshotList is set when the server declared the snapshot extension
-	// (SnapshotCapability).
-	SnapshotList      bool      `json:"snapshotList"`
-	SessionGeneration uint64    `json:"sessionGeneration"`
-	ReceivedAt        time.Time `json:"receivedAt"`
-	Engine            string    `json:"engine,omitempty"` // Engine.ID of the engine whose session this is
-}
-
 // SessionInfo describes a freshly (re)initialized MCP session to the engine.
 type SessionInfo struct {
 	// SessionID is the transport's session id, if it has one.

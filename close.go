@@ -3,6 +3,8 @@ package mcpsync
 import (
 	"context"
 	"fmt"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // CloseReceipt records the freezing of a subscription generation's fence.
@@ -34,7 +36,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 	}
 	var path transitions
 	var epoch uint64
-	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	next, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -42,7 +44,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 		if cur.CloseEpoch != 0 {
 			return nil, nil, nil
 		}
-		next := cur.clone()
+		next := clone(cur)
 		if err := path.move(next, evBeginClose); err != nil {
 			return nil, nil, err
 		}
@@ -50,7 +52,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 			// Allocated before the record is written: a crash in between
 			// leaves an unused epoch, never one used twice.
 			var err error
-			if epoch, err = e.ledger.Next(context.Background(), CounterCloseEpoch, 1); err != nil {
+			if epoch, err = e.ledger.Next(context.Background(), ledger.CounterCloseEpoch, 1); err != nil {
 				return nil, nil, errorf("allocate close epoch: %w", err)
 			}
 		}
@@ -106,7 +108,7 @@ func (e *Engine) Forget(rawURI string) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err = e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		switch {
 		case cur == nil:
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -115,10 +117,10 @@ func (e *Engine) Forget(rawURI string) error {
 		case cur.Current == nil && len(cur.Artifacts) == 0:
 			return nil, nil, nil
 		}
-		next := cur.clone()
+		next := clone(cur)
 		next.Current, next.Artifacts = nil, nil
 		c := cur.Current
-		if c == nil || c.Status == VersionTombstoned || c.Status == VersionRevoked {
+		if c == nil || c.Status == ledger.VersionTombstoned || c.Status == ledger.VersionRevoked {
 			return next, nil, nil // consumers were told to delete it already
 		}
 		return next, []OutboxEntry{{
@@ -134,13 +136,13 @@ func (e *Engine) Forget(rawURI string) error {
 func (e *Engine) endUnknownCloses(gen uint64) error {
 	ctx := context.Background()
 	var keys []string
-	ended := func(key string, r *Record) bool {
+	ended := func(key string, r *ledger.Record) bool {
 		if r.State == StateUnsubscribeUnknown && r.Sub.SessionGeneration < gen {
 			keys = append(keys, key)
 		}
 		return true
 	}
-	if x, ok := e.ledger.(LedgerIndex); ok {
+	if x, ok := e.ledger.(ledger.Index); ok {
 		unknown, recs, err := x.UnknownCloses(ctx)
 		if err != nil {
 			return err

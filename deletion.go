@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Deletion evidence: what confirms a tombstone.
@@ -88,31 +90,6 @@ func (p DeletionPolicy) corroborates(snapshotNegotiated bool) bool {
 	return false
 }
 
-// EvidenceKind names the evidence that confirmed a tombstone.
-type EvidenceKind string
-
-// Evidence kinds.
-const (
-	EvidenceProven       EvidenceKind = "proven"
-	EvidenceCorroborated EvidenceKind = "corroborated"
-	EvidenceUnlisted     EvidenceKind = "unlisted"
-)
-
-// DeletionEvidence is what confirmed a tombstone, so that an index can treat
-// a proven deletion and a corroborated one differently.
-type DeletionEvidence struct {
-	Kind EvidenceKind `json:"kind"`
-	// SnapshotID is the proven catalog's snapshot id.
-	SnapshotID string `json:"snapshotId,omitempty"`
-	// Scans are the ids of the scan receipts the evidence rests on: the
-	// proven pass, passes A and B of a corroborating scan, or the passes
-	// of the first and of the newest scan that did not list the URI.
-	Scans []string `json:"scans,omitempty"`
-	// Reads are the read ordinals of the first and the second not-found
-	// of a corroborated deletion.
-	Reads []uint64 `json:"reads,omitempty"`
-}
-
 // TombstoneReceipt records a confirmed deletion and the evidence for it.
 type TombstoneReceipt struct {
 	Schema                 string           `json:"schema"`
@@ -127,24 +104,6 @@ type TombstoneReceipt struct {
 	// was no version to tell consumers about.
 	OutboxSeq uint64    `json:"outboxSeq,omitempty"`
 	At        time.Time `json:"at"`
-}
-
-// Corroboration is a corroboration under way: a clean two-pass scan that
-// began after the URI's not-found and did not list it, waiting for the
-// second not-found.
-type Corroboration struct {
-	// SubscriptionGeneration is the generation whose not-found it
-	// corroborates; a read of any other generation cannot finish it.
-	SubscriptionGeneration uint64 `json:"subscriptionGeneration"`
-	// FirstRead is the read ordinal of that not-found.
-	FirstRead uint64 `json:"firstRead"`
-	// Scans are the ids of passes A and B.
-	Scans         []string  `json:"scans"`
-	ScanStartedAt time.Time `json:"scanStartedAt"`
-	ScanEndedAt   time.Time `json:"scanEndedAt"`
-	// After is the last read ordinal issued when the scan was recorded, which
-	// was after it ended: only a read above it was issued after the scan.
-	After uint64 `json:"after"`
 }
 
 // AbsenceScan is a clean two-pass scan of the current session that did not
@@ -176,14 +135,14 @@ func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, err
 		return Ticket{}, false, err
 	}
 	read := false
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err = e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		read = false
 		switch {
 		case cur == nil || cur.Sub == nil:
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		case cur.Sub.SessionGeneration != e.sessionGeneration():
 			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: "corroborate (session ended)"}
-		case cur.State.open():
+		case cur.State.Open():
 			read = true
 			return nil, nil, nil
 		case cur.State != StateTombstonePending:
@@ -192,7 +151,7 @@ func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, err
 			return nil, nil, fmt.Errorf("%w: %s was not found at %s, the scan began at %s",
 				ErrEvidenceTooOld, key, cur.NotFoundAt.Format(time.RFC3339Nano), scan.StartedAt.Format(time.RFC3339Nano))
 		}
-		next := cur.clone()
+		next := clone(cur)
 		next.Corroboration = &Corroboration{
 			SubscriptionGeneration: cur.Sub.Generation, FirstRead: cur.NotFoundOrdinal,
 			Scans: slices.Clone(scan.Scans), ScanStartedAt: scan.StartedAt, ScanEndedAt: scan.EndedAt,
@@ -211,7 +170,7 @@ func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, err
 // cur's corroboration: a read of the corroborated generation, issued after
 // the scan ended, with no newer read of the URI still in flight (whose
 // answer would be newer than this one).
-func corroboratedBy(cur *Record, t Ticket) (DeletionEvidence, bool) {
+func corroboratedBy(cur *ledger.Record, t Ticket) (DeletionEvidence, bool) {
 	c := cur.Corroboration
 	if c == nil || c.SubscriptionGeneration != t.SubscriptionGeneration || t.ReadOrdinal <= c.After || t.IssuedAt.Before(c.ScanEndedAt) {
 		return DeletionEvidence{}, false
@@ -230,41 +189,19 @@ func corroboratedBy(cur *Record, t Ticket) (DeletionEvidence, bool) {
 // corroboration may leave it standing: one of a read issued before the scan
 // was recorded says nothing the scan did not already know (the fence keeps
 // it only while the second read is still out).
-func keepsCorroboration(cur *Record, t Ticket) bool {
+func keepsCorroboration(cur *ledger.Record, t Ticket) bool {
 	c := cur.Corroboration
 	return c != nil && c.SubscriptionGeneration == t.SubscriptionGeneration && t.ReadOrdinal <= c.After
 }
 
-// Unlisting is a URI's absence from clean scans, as DeletionUnlisted counts
-// it: the first and the newest clean scan that did not list it.
-type Unlisting struct {
-	First UnlistedScan `json:"first"`
-	Last  UnlistedScan `json:"last"`
-	// Tombstoned is set once the absence confirmed the URI's deletion.
-	Tombstoned bool `json:"tombstoned,omitempty"`
-}
-
-// UnlistedScan is a clean scan that did not list a URI.
-type UnlistedScan struct {
-	// Scans are the ids of its passes (ScanReceipt.ID).
-	Scans []string `json:"scans"`
-	// StartedAt is when its first pass began; EndedAt when its last ended.
-	StartedAt time.Time `json:"startedAt"`
-	EndedAt   time.Time `json:"endedAt"`
-}
-
-// Span is how long the URI has been missing for certain: from the end of
-// the first scan without it to the start of the newest.
-func (u *Unlisting) Span() time.Duration { return u.Last.StartedAt.Sub(u.First.EndedAt) }
-
-// evidence is the deletion evidence u gives.
-func (u *Unlisting) evidence() DeletionEvidence {
+// unlistedEvidence is the deletion evidence u gives.
+func unlistedEvidence(u *Unlisting) DeletionEvidence {
 	return DeletionEvidence{Kind: EvidenceUnlisted, Scans: append(slices.Clone(u.First.Scans), u.Last.Scans...)}
 }
 
 // unlistedStands reports whether r's deletion was confirmed by its absence
 // from the listing, which no read can undo.
-func unlistedStands(r *Record) bool { return r.Unlisted != nil && r.Unlisted.Tombstoned }
+func unlistedStands(r *ledger.Record) bool { return r.Unlisted != nil && r.Unlisted.Tombstoned }
 
 // ReconcileOption tweaks one Catalog.ReconcileWith.
 type ReconcileOption func(*reconcileOptions)
@@ -283,21 +220,21 @@ func UnlistedFor(d time.Duration) ReconcileOption {
 // unlistedScan returns the passes of a fresh clean catalog (SNAPSHOT_PROVEN,
 // or SNAPSHOT_UNPROVEN from two passes) as a scan that did not list what it
 // lacks, and whether policy counts such absences at now.
-func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (UnlistedScan, bool) {
+func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (ledger.UnlistedScan, bool) {
 	n := len(c.Scans)
 	passes := 2
 	switch {
 	case policy != DeletionUnlisted || !now.Before(c.StaleAfter):
-		return UnlistedScan{}, false
+		return ledger.UnlistedScan{}, false
 	case c.Status == CatalogSnapshotProven:
 		passes = 1
 	case c.Status != CatalogSnapshotUnproven:
-		return UnlistedScan{}, false
+		return ledger.UnlistedScan{}, false
 	}
 	if n < passes {
-		return UnlistedScan{}, false
+		return ledger.UnlistedScan{}, false
 	}
-	s := UnlistedScan{StartedAt: c.Scans[n-passes].StartedAt, EndedAt: c.Scans[n-1].EndedAt}
+	s := ledger.UnlistedScan{StartedAt: c.Scans[n-passes].StartedAt, EndedAt: c.Scans[n-1].EndedAt}
 	for _, r := range c.Scans[n-passes:] {
 		s.Scans = append(s.Scans, r.ID)
 	}
@@ -309,21 +246,21 @@ func (c Catalog) unlistedScan(now time.Time, policy DeletionPolicy) (UnlistedSca
 // the absence spans span (tombstoneUnlisted); it returns the tombstone's
 // receipt then. A scan that began before the newest one counted is
 // ignored.
-func (e *Engine) unlisted(key string, s UnlistedScan, span time.Duration) (*TombstoneReceipt, error) {
+func (e *Engine) unlisted(key string, s ledger.UnlistedScan, span time.Duration) (*TombstoneReceipt, error) {
 	var rc *TombstoneReceipt
 	var path transitions
-	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, seq, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		rc = nil
 		path.reset(cur)
 		switch {
 		case cur == nil || cur.Sub == nil:
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		case cur.Sub.SessionGeneration != e.sessionGeneration() || cur.CloseEpoch != 0,
-			!cur.State.open() && cur.State != StateTombstonePending && cur.State != StateReconciliationRequired,
+			!cur.State.Open() && cur.State != StateTombstonePending && cur.State != StateReconciliationRequired,
 			cur.Unlisted != nil && !s.StartedAt.After(cur.Unlisted.Last.StartedAt):
 			return nil, nil, nil
 		}
-		next := cur.clone()
+		next := clone(cur)
 		u := &Unlisting{First: s, Last: s}
 		if cur.Unlisted != nil {
 			u.First = cur.Unlisted.First
@@ -351,11 +288,11 @@ func (e *Engine) unlisted(key string, s UnlistedScan, span time.Duration) (*Tomb
 
 // relisted ends the absence of key from the listing: a scan listed it.
 func (e *Engine) relisted(key string) error {
-	_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		if cur == nil || cur.Unlisted == nil {
 			return nil, nil, nil
 		}
-		next := cur.clone()
+		next := clone(cur)
 		next.Unlisted = nil
 		return next, nil, nil
 	})
@@ -396,11 +333,11 @@ func (e *Engine) scanFailed() error {
 	}
 	var errs []error
 	for _, key := range keys {
-		_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		_, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 			if cur == nil || cur.Unlisted == nil || cur.Unlisted.Tombstoned {
 				return nil, nil, nil
 			}
-			next := cur.clone()
+			next := clone(cur)
 			next.Unlisted = nil
 			return next, nil, nil
 		})
@@ -421,7 +358,7 @@ func (e *Engine) scanFailed() error {
 // reads it again, and a read that finds it brings the URI back.
 func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEvidence, path *transitions) (TombstoneReceipt, error) {
 	var rc TombstoneReceipt
-	_, seq, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, seq, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -430,7 +367,7 @@ func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEviden
 			return nil, nil, fmt.Errorf("%w: %s was not found at %s, the evidence dates from %s",
 				ErrEvidenceTooOld, key, cur.NotFoundAt.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
 		}
-		next := cur.clone()
+		next := clone(cur)
 		if err := path.move(next, evAbsent); err != nil {
 			return nil, nil, err
 		}

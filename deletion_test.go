@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -230,9 +231,9 @@ func TestCorroborationIsStored(t *testing.T) {
 	r, err := e.Ledger().Load(t.Context(), docURI)
 	require.NoError(t, err)
 	require.NotNil(t, r.Corroboration)
-	b, err := mcpsync.EncodeRecord(r)
+	b, err := ledger.EncodeRecord(r)
 	require.NoError(t, err)
-	back, err := mcpsync.DecodeRecord(b)
+	back, err := ledger.DecodeRecord(b)
 	require.NoError(t, err)
 	assert.Equal(t, r.Corroboration, back.Corroboration)
 	assert.Equal(t, r.NotFoundOrdinal, back.NotFoundOrdinal)
@@ -402,7 +403,7 @@ type unlistedRig struct {
 	outs    []mcpsync.Outcome // of the reads the reconciliations sent
 }
 
-func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger mcpsync.Ledger) *unlistedRig {
+func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger ledger.Ledger) *unlistedRig {
 	t.Helper()
 	r := &unlistedRig{t: t, clock: newClock(), policy: policy, listing: newFakeListing(mcpsync.KindResources, 10, listedURI)}
 	r.listing.onCall = func(int, *fakeListing) error {
@@ -418,7 +419,7 @@ func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger mcpsync.
 
 // start begins an engine on ledger (a memory one if nil), as a process
 // does, and opens docURI in its session with one read answered.
-func (r *unlistedRig) start(ledger mcpsync.Ledger) {
+func (r *unlistedRig) start(ledger ledger.Ledger) {
 	r.t.Helper()
 	r.e = newEngine(r.t, &mcpsync.EngineOptions{Now: r.clock.now, Ledger: ledger})
 	_, err := r.e.Subscribe(docURI, alice)

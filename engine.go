@@ -11,14 +11,17 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpsync/mcpsync/internal/inplace"
 	"github.com/mcpsync/mcpsync/internal/uri"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // EngineOptions configure an Engine. The zero value (or nil) means defaults.
 type EngineOptions struct {
 	// Ledger stores records, the outbox, identity counters and revoked
-	// subjects; nil means NewMemoryLedger(nil).
-	Ledger Ledger
+	// subjects; nil means ledger.NewMemory(nil).
+	Ledger ledger.Ledger
 	// Guard checks content before it becomes visible; nil accepts all.
 	Guard ContentGuard
 	// Now is the clock; nil means time.Now.
@@ -72,7 +75,7 @@ type EngineOptions struct {
 // RevokeSubject; StaleCounts and StaleReceipts for the refusals; ID, Ledger
 // and SessionGeneration for which engine, ledger and session it is.
 type Engine struct {
-	ledger Ledger
+	ledger ledger.Ledger
 	// listedMu protects listedSince: the start of the newest clean
 	// listing reconciled, or the time of the newest that failed. An
 	// absence counts only in a listing that began then or later
@@ -81,9 +84,9 @@ type Engine struct {
 	listedSince time.Time
 	// mem is ledger when it is the memory ledger, whose writes the fence
 	// makes in place (change); nil for every other ledger.
-	mem *memoryLedger
-	// deferring is ledger when it can defer writes (DeferringLedger).
-	deferring    DeferringLedger
+	mem memStore
+	// deferring is ledger when it can defer writes (ledger.Deferring).
+	deferring    ledger.Deferring
 	guard        ContentGuard
 	now          func() time.Time
 	onTransition func(Transition)
@@ -143,7 +146,7 @@ func NewEngine(opts *EngineOptions) (*Engine, error) {
 		return nil, errors.New("mcpsync: negative AuditCapacity or MaxReadsInFlight")
 	}
 	if o.Ledger == nil {
-		o.Ledger = NewMemoryLedger(nil)
+		o.Ledger = ledger.NewMemory(nil)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -166,12 +169,12 @@ func NewEngine(opts *EngineOptions) (*Engine, error) {
 		onTransition: o.OnTransition,
 		maxTickets:   o.MaxReadsInFlight,
 	}
-	e.mem, _ = o.Ledger.(*memoryLedger)
-	e.deferring, _ = o.Ledger.(DeferringLedger)
+	e.mem, _ = inplace.Get[ledger.Record, ledger.OutboxEntry, ledger.StoredVersion](o.Ledger)
+	e.deferring, _ = o.Ledger.(ledger.Deferring)
 	e.queue.init(o.ConfirmSends)
 	var auditMu *sync.Mutex
 	if e.mem != nil {
-		auditMu = &e.mem.mu
+		auditMu = e.mem.Mutex()
 	}
 	e.audit.init(o.AuditCapacity, auditMu)
 	// No session is current until BeginSession: results of the sessions the
@@ -228,7 +231,7 @@ func (e *Engine) requestID(ctx context.Context) (uint64, error) {
 		// None left and none reserved: reserve under the lock, which the
 		// others wait on (as they would for any id).
 		defer b.mu.Unlock()
-		return b.take(func() (uint64, error) { return e.ledger.Next(ctx, CounterRequest, requestBlock) })
+		return b.take(func() (uint64, error) { return e.ledger.Next(ctx, ledger.CounterRequest, requestBlock) })
 	}
 	id, _ := b.take(nil)
 	reserve := !b.reserving && b.spare == 0 && b.end-b.next <= requestBlock/2
@@ -237,7 +240,7 @@ func (e *Engine) requestID(ctx context.Context) (uint64, error) {
 	}
 	b.mu.Unlock()
 	if reserve {
-		first, err := e.ledger.Next(ctx, CounterRequest, requestBlock)
+		first, err := e.ledger.Next(ctx, ledger.CounterRequest, requestBlock)
 		b.mu.Lock()
 		b.reserving = false
 		if err == nil {
@@ -253,7 +256,7 @@ func (e *Engine) requestID(ctx context.Context) (uint64, error) {
 // the caller holds: the block is reserved from the ledger's counter under
 // that lock, as Next would reserve it.
 func (e *Engine) requestIDLocked() (uint64, error) {
-	return e.requests.take(func() (uint64, error) { return e.mem.nextLocked(CounterRequest, requestBlock) })
+	return e.requests.take(func() (uint64, error) { return e.mem.NextLocked(string(ledger.CounterRequest), requestBlock) })
 }
 
 // take hands out the block's next id, reserving a new block with reserve
@@ -271,8 +274,8 @@ func (b *idBlock) take(reserve func() (uint64, error)) (uint64, error) {
 	return id, nil
 }
 
-// Ledger returns the ledger the engine writes, for export (ExportLedger).
-func (e *Engine) Ledger() Ledger { return e.ledger }
+// Ledger returns the ledger the engine writes, for export (ledger.Export).
+func (e *Engine) Ledger() ledger.Ledger { return e.ledger }
 
 // BeginSession tells the engine that the MCP connection was (re)initialized
 // and returns the new session generation, with the capability receipt bound
@@ -293,7 +296,7 @@ func (e *Engine) beginSessionOf(c *Client, info SessionInfo) (CapabilityReceipt,
 		e.sessionMu.Unlock()
 		return CapabilityReceipt{}, ErrClientClosed
 	}
-	gen, err := e.ledger.Next(context.Background(), CounterSession, 1)
+	gen, err := e.ledger.Next(context.Background(), ledger.CounterSession, 1)
 	if err != nil {
 		e.sessionMu.Unlock()
 		return CapabilityReceipt{}, errorf("allocate session generation: %w", err)
@@ -331,7 +334,7 @@ const casAttempts = 100
 // compare-and-swap, retrying with the fresh record when another writer won.
 // fn must depend only on the record it is given; it returns a nil record to
 // write nothing. update returns the record as stored afterwards.
-func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
+func (e *Engine) update(key string, fn func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error)) (*ledger.Record, uint64, error) {
 	return e.updateFrom(key, nil, false, nil, fn)
 }
 
@@ -340,8 +343,8 @@ func (e *Engine) update(key string, fn func(cur *Record) (*Record, []OutboxEntry
 // there since, the compare-and-swap says so and the next attempt loads. A
 // write for which mayDefer (when not nil) says so may be deferred
 // (swap).
-func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(cur, next *Record) bool,
-	fn func(cur *Record) (*Record, []OutboxEntry, error)) (*Record, uint64, error) {
+func (e *Engine) updateFrom(key string, cur *ledger.Record, loaded bool, mayDefer func(cur, next *ledger.Record) bool,
+	fn func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error)) (*ledger.Record, uint64, error) {
 	// Engine calls take no context yet; a ledger write is one short
 	// transaction.
 	ctx := context.Background()
@@ -375,14 +378,14 @@ func (e *Engine) updateFrom(key string, cur *Record, loaded bool, mayDefer func(
 
 // swap stores next over cur by compare-and-swap, with entries; a write
 // with no entries that a crash makes moot (deferrable) is deferred on a
-// ledger that can defer it (DeferringLedger): it is visible at once and
+// ledger that can defer it (ledger.Deferring): it is visible at once and
 // durable with the key's next durable write.
-func (e *Engine) swap(ctx context.Context, key string, cur, next *Record, entries []OutboxEntry, deferrable bool) (uint64, bool, error) {
+func (e *Engine) swap(ctx context.Context, key string, cur, next *ledger.Record, entries []OutboxEntry, deferrable bool) (uint64, bool, error) {
 	if deferrable && len(entries) == 0 && e.deferring != nil {
-		ok, err := e.deferring.CompareAndSwapDeferred(ctx, key, cur.revision(), next)
+		ok, err := e.deferring.CompareAndSwapDeferred(ctx, key, revisionOf(cur), next)
 		return 0, ok, err
 	}
-	return e.ledger.CompareAndSwap(ctx, key, cur.revision(), next, entries)
+	return e.ledger.CompareAndSwap(ctx, key, revisionOf(cur), next, entries)
 }
 
 // resumedAnyway reports whether a write of cur that leaves next may be
@@ -391,7 +394,7 @@ func (e *Engine) swap(ctx context.Context, key string, cur, next *Record, entrie
 // (ResumableSubscriptions), of one subject, server and spelling. A deferred
 // write is only ever made on a record such a write left or a durable one,
 // so the record a crash leaves is resumed as next would be.
-func resumedAnyway(cur, next *Record) bool {
+func resumedAnyway(cur, next *ledger.Record) bool {
 	if cur == nil || cur.Sub == nil || next == nil || next.Sub == nil || !resumes(cur) || !resumes(next) {
 		return false
 	}
@@ -401,12 +404,12 @@ func resumedAnyway(cur, next *Record) bool {
 
 // resumes reports whether a restart resumes r's generation (as
 // ResumableSubscriptions picks them, whatever its session).
-func resumes(r *Record) bool {
+func resumes(r *ledger.Record) bool {
 	if r.Sub.Generation == 0 || r.CloseEpoch != 0 {
 		return false
 	}
 	switch st := r.State; {
-	case st.open(), st == StateSubscribing, st == StateTombstonePending,
+	case st.Open(), st == StateSubscribing, st == StateTombstonePending,
 		st == StateTombstoned, st == StateReconciliationRequired:
 		return true
 	}
@@ -414,7 +417,7 @@ func resumes(r *Record) bool {
 }
 
 // serverIDOf is the ServerID s was opened with (serverOf).
-func serverIDOf(s *SubscriptionInfo) string {
+func serverIDOf(s *ledger.SubscriptionInfo) string {
 	if s.Capabilities != nil && s.Capabilities.ServerID != "" {
 		return s.Capabilities.ServerID
 	}
@@ -430,18 +433,18 @@ func serverIDOf(s *SubscriptionInfo) string {
 // *entries and returns whether to store next. It must keep neither cur nor
 // next, and must not call the ledger: on the memory ledger it runs under
 // the ledger's lock, on the ledger's private copy of the record.
-type stepFunc func(cur, next *Record, entries *[]OutboxEntry) (bool, error)
+type stepFunc func(cur, next *ledger.Record, entries *[]OutboxEntry) (bool, error)
 
 // change applies fn to the record of key and stores its result: on the
-// memory ledger in place, under its lock (memoryLedger.update), on any
+// memory ledger in place, under its lock (memUpdate), on any
 // other ledger by compare-and-swap, retrying with the fresh record when
 // another writer won, starting from cur when loaded (as updateFrom), and
 // deferring it when deferrable (swap). It returns the number of the first
 // outbox entry written (0: none).
-func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn stepFunc) (uint64, error) {
+func (e *Engine) change(key string, cur *ledger.Record, loaded, deferrable bool, fn stepFunc) (uint64, error) {
 	ctx := context.Background()
 	if e.mem != nil {
-		return e.mem.update(key, e.id, nil, fn)
+		return memUpdate(e.mem, key, e.id, fn)
 	}
 	var entries []OutboxEntry
 	for range casAttempts {
@@ -452,9 +455,9 @@ func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn ste
 			}
 		}
 		loaded = false
-		var next *Record
+		var next *ledger.Record
 		if cur != nil {
-			next = cur.clone()
+			next = clone(cur)
 			next.Tickets = slices.Clone(cur.Tickets) // the step's own
 		}
 		entries = entries[:0]
@@ -486,10 +489,10 @@ func (e *Engine) change(key string, cur *Record, loaded, deferrable bool, fn ste
 // view runs fn on the record of key as stored (nil when there is none),
 // which fn must not change or keep: on the memory ledger it runs under the
 // ledger's lock and costs no copy.
-func (e *Engine) view(key string, fn func(cur *Record)) error {
+func (e *Engine) view(key string, fn func(cur *ledger.Record)) error {
 	ctx := context.Background()
 	if e.mem != nil {
-		e.mem.inspect(key, fn)
+		inspect(e.mem, key, fn)
 		return nil
 	}
 	cur, err := e.ledger.Load(ctx, key)
@@ -617,7 +620,7 @@ func (e *Engine) servedNow(key, subject string) (Entry, error) {
 	var entry Entry
 	var refused error
 	known := true
-	if err := e.view(key, func(r *Record) {
+	if err := e.view(key, func(r *ledger.Record) {
 		if r == nil {
 			known = false
 			return
@@ -638,20 +641,20 @@ func (e *Engine) servedNow(key, subject string) (Entry, error) {
 // found gone since; otherwise the refusal that says which. The entry is
 // copied out of r, which it keeps nothing of (the contents are the read's,
 // never changed).
-func servedFrom(r *Record, subject string) (Entry, error) {
+func servedFrom(r *ledger.Record, subject string) (Entry, error) {
 	c := r.Current
 	switch {
 	case c == nil:
 		return Entry{}, ErrNoVersion
-	case c.Status == VersionRevoked:
+	case c.Status == ledger.VersionRevoked:
 		return Entry{}, ErrRevoked
 	case c.Version.Subject != subject:
 		return Entry{}, ErrForbidden
-	case c.Status == VersionQuarantined:
+	case c.Status == ledger.VersionQuarantined:
 		return Entry{}, ErrQuarantined
-	case c.Status == VersionTombstonePending:
+	case c.Status == ledger.VersionTombstonePending:
 		return Entry{}, ErrTombstonePending
-	case c.Status == VersionTombstoned:
+	case c.Status == ledger.VersionTombstoned:
 		return Entry{}, ErrTombstoned
 	}
 	return Entry{
@@ -665,12 +668,12 @@ func servedFrom(r *Record, subject string) (Entry, error) {
 // While a new session opens the subscription again (SUBSCRIBING), or its
 // identity is reconciled, the bound stays in force: freshness is
 // ValidatedAt + bound, not the state of the connection.
-func boundInForce(r *Record) time.Duration {
+func boundInForce(r *ledger.Record) time.Duration {
 	if r == nil || r.Sub == nil || r.CloseEpoch != 0 {
 		return 0
 	}
 	switch st := r.State; {
-	case st.open(), st == StateSubscribing, st == StateReconciliationRequired:
+	case st.Open(), st == StateSubscribing, st == StateReconciliationRequired:
 		return r.Sub.StalenessBound
 	}
 	return 0
@@ -726,7 +729,7 @@ func (e *Engine) addRevoked(subjects ...string) {
 func (e *Engine) syncRevoked(ctx context.Context) error {
 	var gen uint64
 	if e.mem != nil {
-		gen = e.mem.revokeGen.Load()
+		gen = e.mem.RevokedGeneration()
 	} else {
 		var err error
 		if gen, err = e.ledger.RevokedGeneration(ctx); err != nil {
@@ -736,7 +739,7 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 	if gen == e.revokedGen.Load() {
 		return nil
 	}
-	if x, ok := e.ledger.(LedgerIndex); ok {
+	if x, ok := e.ledger.(ledger.Index); ok {
 		return e.loadRevokedAfter(ctx, x)
 	}
 	_, err := e.loadRevoked(ctx)
@@ -746,7 +749,7 @@ func (e *Engine) syncRevoked(ctx context.Context) error {
 // loadRevokedAfter adds to the cache the subjects that joined the ledger's
 // revoked set since the generation it reflects: the ones it lacks, and no
 // others.
-func (e *Engine) loadRevokedAfter(ctx context.Context, x LedgerIndex) error {
+func (e *Engine) loadRevokedAfter(ctx context.Context, x ledger.Index) error {
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 	subjects, gen, err := x.RevokedAfter(ctx, e.revokedGen.Load())
@@ -761,7 +764,7 @@ func (e *Engine) loadRevokedAfter(ctx context.Context, x LedgerIndex) error {
 // loadRevoked reads the ledger's revoked set into the cache and returns it.
 // The generation is read first, so the set read after it holds at least
 // what that generation counts.
-func (e *Engine) loadRevoked(ctx context.Context) ([]RevokedSubject, error) {
+func (e *Engine) loadRevoked(ctx context.Context) ([]ledger.RevokedSubject, error) {
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 	gen, err := e.ledger.RevokedGeneration(ctx)

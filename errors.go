@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Errors callers branch on with errors.Is and errors.As. Every refusal of the
@@ -152,7 +153,7 @@ var (
 	// ErrForbidden: the version was read by another subject.
 	ErrForbidden = newError("version bound to another subject")
 	// ErrUnknownURI: no subscription or discovery record exists for the URI.
-	ErrUnknownURI = newError("unknown resource URI")
+	ErrUnknownURI = ledger.ErrUnknownURI
 	// ErrEngineInUse: Connect was given an Engine that another Client,
 	// not yet closed, drives. An engine has one Client at a time.
 	ErrEngineInUse = newError("engine driven by another client")
@@ -167,7 +168,7 @@ var (
 	ErrSnapshotUnproven = newError("catalog snapshot unproven")
 	// ErrInvalidSubject: the subject is empty, not UTF-8, longer than
 	// MaxSubjectBytes or holds NUL.
-	ErrInvalidSubject = newError("invalid subject")
+	ErrInvalidSubject = ledger.ErrInvalidSubject
 	// ErrNoSession: the engine has not been told of a session (BeginSession).
 	ErrNoSession = newError("no session")
 	// ErrTooManyReads: the URI already has the most reads in flight allowed.
@@ -298,58 +299,23 @@ func (e *RPCError) ResourceNotFound() bool {
 	return e.Method == "resources/read" && (e.Code == CodeResourceNotFound || e.Code == CodeInvalidParams)
 }
 
-// Errors of ledgers and of the outbox.
+// Errors of the outbox, and of the ledgers a Client or Engine user branches
+// on (package ledger holds the rest).
 var (
-	// ErrLedgerNotEmpty: a snapshot can only be restored into an empty
-	// ledger, or two histories would mix.
-	ErrLedgerNotEmpty = newError("ledger not empty")
-	// ErrLedgerSchema: stored data, or a snapshot, has a schema this
-	// version does not know; nothing is guessed from it.
-	ErrLedgerSchema = newError("unknown ledger schema")
-	// ErrLedgerClosed: the ledger was closed.
-	ErrLedgerClosed = newError("ledger closed")
-	// ErrLedgerCorrupt: stored data of a known schema cannot be decoded, or
-	// the ledger contradicts itself (an outbox entry it counts is not
-	// there); nothing is guessed from it.
-	ErrLedgerCorrupt = newError("ledger data corrupt")
-	// ErrSnapshotInvalid: a snapshot contradicts itself (an outbox that
-	// stops short of its last number, a record naming an identity its
-	// counters never handed out); Restore stores nothing of it.
-	ErrSnapshotInvalid = newError("ledger snapshot invalid")
-	// ErrCounterExhausted: a reservation would run past the top of a
-	// counter; a counter never wraps round, since that would hand out its
-	// values again.
-	ErrCounterExhausted = newError("ledger counter exhausted")
-	// ErrNotLeaseholder: the ledger refused a write because another worker
-	// holds the URI's lease (or took it since this worker did): the URI is
-	// that worker's now, and this one writes nothing more of it. Ledgers
-	// shared by many workers return errors that match it.
-	ErrNotLeaseholder = newError("another worker holds the URI's lease")
+	// ErrNotLeaseholder: another worker holds the URI's lease (see
+	// ledger.ErrNotLeaseholder).
+	ErrNotLeaseholder = ledger.ErrNotLeaseholder
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
 	// (its retention bound); *OutboxGapError says which.
-	ErrOutboxGap = newError("outbox entries dropped before the consumer passed them")
+	ErrOutboxGap = ledger.ErrOutboxGap
 	// ErrInvalidConsumer: an outbox consumer name is empty, not UTF-8,
 	// holds NUL or is longer than MaxSubjectBytes (the rules of subjects).
 	ErrInvalidConsumer = newError("invalid outbox consumer name")
 )
 
 // OutboxGapError names the entries a consumer lost to the outbox's
-// retention bound: it must rebuild what they would have told it (a full
-// rescan) and then acknowledge Through.
-type OutboxGapError struct {
-	Consumer string
-	From     uint64 // first entry lost
-	Through  uint64 // last entry lost
-}
-
-func (e *OutboxGapError) Error() string { return errPrefix + e.text() }
-
-func (e *OutboxGapError) text() string {
-	return fmt.Sprintf("outbox consumer %q lost entries %d to %d to the retention bound", e.Consumer, e.From, e.Through)
-}
-
-// Is makes every OutboxGapError match ErrOutboxGap.
-func (e *OutboxGapError) Is(target error) bool { return target == ErrOutboxGap }
+// retention bound.
+type OutboxGapError = ledger.OutboxGapError
 
 // Errors of a stdio server's process.
 

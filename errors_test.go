@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -277,7 +278,7 @@ func TestLedgerFailuresSayMcpsyncOnce(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := call()
-			require.ErrorIs(t, err, mcpsync.ErrLedgerClosed)
+			require.ErrorIs(t, err, ledger.ErrLedgerClosed)
 			msg := err.Error()
 			assert.Equal(t, 1, strings.Count(msg, "mcpsync:"), msg)
 		})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // StaleReason says why the fence refused a read result.
@@ -44,41 +46,10 @@ const (
 	ReasonReconciliationRequired StaleReason = "RECONCILIATION_REQUIRED"
 )
 
-// Trigger is why a read was issued.
-type Trigger string
-
-// Read triggers.
-const (
-	TriggerInitial      Trigger = "initial"
-	TriggerNotification Trigger = "notification"
-	TriggerRevalidate   Trigger = "revalidate"
-	TriggerPoll         Trigger = "poll"
-	TriggerReconnect    Trigger = "reconnect"
-	TriggerReconcile    Trigger = "reconcile"
-)
-
-// Ticket is the fence's permission to send one resources/read. It is issued
-// before the request goes out and must come back with the result.
-type Ticket struct {
-	// Engine is the ID of the engine that issued the ticket: only that
-	// engine may accept its result, so a read sent before a restart or
-	// an export never passes the fence of a later engine, whatever
-	// numbers the two happen to share.
-	Engine                 string    `json:"engine"`
-	URI                    string    `json:"uri"`
-	SessionGeneration      uint64    `json:"sessionGeneration"`
-	SubscriptionGeneration uint64    `json:"subscriptionGeneration"`
-	ReadOrdinal            uint64    `json:"readOrdinal"`
-	RequestID              uint64    `json:"requestId"`
-	Trigger                Trigger   `json:"trigger"`
-	Subject                string    `json:"subject"`
-	IssuedAt               time.Time `json:"issuedAt"`
-}
-
 // sameIdentity reports whether t is the ticket held as issued: a ticket is
 // a value a caller may store, copy or send through JSON, so the fence
 // compares all of it, never trusting a field it did not record.
-func (t *Ticket) sameIdentity(held *Ticket) bool {
+func sameIdentity(t, held *Ticket) bool {
 	return t.RequestID == held.RequestID && t.ReadOrdinal == held.ReadOrdinal && t.URI == held.URI && t.Engine == held.Engine &&
 		t.SessionGeneration == held.SessionGeneration && t.SubscriptionGeneration == held.SubscriptionGeneration &&
 		t.Subject == held.Subject && t.Trigger == held.Trigger && t.IssuedAt.Equal(held.IssuedAt)
@@ -105,7 +76,7 @@ var errGenerationMoved = errors.New("mcpsync: subscription generation moved on")
 
 // issue hands out a ticket of the URI's current generation, or, with want
 // set, of that generation only (errGenerationMoved otherwise).
-func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Record) (Ticket, error) {
+func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledger.Record) (Ticket, error) {
 	var t Ticket
 	var path transitions
 	var id uint64
@@ -118,7 +89,7 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *Reco
 	{
 		// Deferred: a ticket is refused after any crash (its engine and
 		// session are gone), so it rides with the write of its answer.
-		_, err := e.change(key, loaded, loaded != nil, true, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+		_, err := e.change(key, loaded, loaded != nil, true, func(cur, next *ledger.Record, _ *[]OutboxEntry) (bool, error) {
 			path.reset(cur)
 			if cur == nil || cur.Sub == nil {
 				return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
@@ -252,14 +223,14 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (out Outcome, err
 // results before the guard runs, and the write checks again. out is zero.
 func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 	ctx := context.Background()
-	var cur *Record // as loaded, on a ledger written by compare-and-swap
+	var cur *ledger.Record // as loaded, on a ledger written by compare-and-swap
 	var seen fenceView
 	var reason StaleReason
 	// Fast path: most refusals are decided by the record as it is, without
 	// running the guard or writing anything.
 	ok := false
 	if e.mem != nil {
-		e.mem.inspect(t.URI, func(cur *Record) {
+		inspect(e.mem, t.URI, func(cur *ledger.Record) {
 			if reason, ok = e.check(cur, t); !ok {
 				seen = viewOf(cur)
 			}
@@ -300,7 +271,7 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 	if e.mem == nil {
 		e.revokeMu.RLock()
 	}
-	seq, err := e.change(t.URI, cur, cur != nil, false, func(cur, next *Record, entries *[]OutboxEntry) (bool, error) {
+	seq, err := e.change(t.URI, cur, cur != nil, false, func(cur, next *ledger.Record, entries *[]OutboxEntry) (bool, error) {
 		return a.step(cur, next, entries, out, t, r)
 	})
 	if e.mem == nil {
@@ -318,7 +289,7 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 // under the ledger's lock (memTx), and a refusal costs no copy. out is
 // zero.
 func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
-	if e.mem.revokeGen.Load() != e.revokedGen.Load() {
+	if e.mem.RevokedGeneration() != e.revokedGen.Load() {
 		if err := e.syncRevoked(context.Background()); err != nil {
 			return err
 		}
@@ -327,15 +298,15 @@ func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
 	// taken, once, for whatever the fence decides.
 	now := e.now()
 	l := e.mem
-	cur := l.lock(t.URI)
+	cur := l.Lock(t.URI)
 	why, ok := e.check(cur, t)
 	if !ok && why != ReasonReconciliationRequired {
 		// The ledger's lock guards the audit too (auditLog).
 		e.audit.recordLocked(e.stale(out, viewOf(cur), t, r, why, "", now))
-		l.mu.Unlock()
+		l.Unlock()
 		return refusal(why)
 	}
-	tx := l.holding(t.URI, cur)
+	tx := memTx{s: l, cur: cur, held: true}
 	return e.acceptLocked(&tx, out, t, r, now, why)
 }
 
@@ -348,7 +319,7 @@ func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
 func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time, why StaleReason) error {
 	defer tx.end()
 	a := acceptStep{e: e, now: now, checked: true, why: why}
-	var next *Record
+	var next *ledger.Record
 	if tx.cur != nil {
 		next = tx.prepare()
 	}
@@ -390,7 +361,7 @@ type acceptStep struct {
 }
 
 // step is the write of a result (stepFunc).
-func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcome, t *Ticket, r *ReadResult) (bool, error) {
+func (a *acceptStep) step(cur, next *ledger.Record, entries *[]OutboxEntry, out *Outcome, t *Ticket, r *ReadResult) (bool, error) {
 	e := a.e
 	if a.tried {
 		*out = Outcome{} // a compare-and-swap that lost runs the step again
@@ -427,7 +398,7 @@ func (a *acceptStep) step(cur, next *Record, entries *[]OutboxEntry, out *Outcom
 		}
 		a.seen = viewOf(next)
 		if why == ReasonSubjectRevoked {
-			a.held = subjectsOf(next)
+			a.held = next.Subjects()
 		}
 		return true, nil
 	}
@@ -504,7 +475,7 @@ func runGuard(g ContentGuard, uri string, contents []Content) (err error) {
 }
 
 // check applies the identity part of the fence rule to the record as stored.
-func (e *Engine) check(cur *Record, t *Ticket) (StaleReason, bool) {
+func (e *Engine) check(cur *ledger.Record, t *Ticket) (StaleReason, bool) {
 	switch {
 	case cur == nil || cur.Sub == nil:
 		return ReasonUnknownRequest, false
@@ -529,10 +500,10 @@ func (e *Engine) check(cur *Record, t *Ticket) (StaleReason, bool) {
 	return "", true
 }
 
-func holdsTicket(cur *Record, t *Ticket) bool {
+func holdsTicket(cur *ledger.Record, t *Ticket) bool {
 	for i := range cur.Tickets {
 		if held := &cur.Tickets[i]; held.ReadOrdinal == t.ReadOrdinal {
-			return t.sameIdentity(held)
+			return sameIdentity(t, held)
 		}
 	}
 	return false
@@ -542,8 +513,8 @@ func holdsTicket(cur *Record, t *Ticket) bool {
 // be good; a refusal here spends the ticket.
 // It returns the reason, a detail, and the cause to wrap, each said once:
 // a read prepared with its own refusal lends its reason, detail and cause.
-func (e *Engine) checkContent(cur *Record, t *Ticket, r *ReadResult) (StaleReason, string, error) {
-	if !cur.State.open() {
+func (e *Engine) checkContent(cur *ledger.Record, t *Ticket, r *ReadResult) (StaleReason, string, error) {
+	if !cur.State.Open() {
 		return ReasonNotActive, "", nil
 	}
 	if e.isRevoked(t.Subject) {
@@ -572,7 +543,7 @@ func (e *Engine) checkContent(cur *Record, t *Ticket, r *ReadResult) (StaleReaso
 
 // accept writes into next, a copy of cur, the record of a result that
 // passed, and appends its outbox entries to *entries.
-func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr error, now time.Time, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
+func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guardErr error, now time.Time, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
 	next.Watermark = t.ReadOrdinal
 	v := ResourceVersion{
 		Schema:                 SchemaResourceVersion,
@@ -625,7 +596,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 	}
 
 	switch {
-	case r.notFound && (!cur.TombstonedAt.IsZero() || cur.Current != nil && cur.Current.Status == VersionTombstoned):
+	case r.notFound && (!cur.TombstonedAt.IsZero() || cur.Current != nil && cur.Current.Status == ledger.VersionTombstoned):
 		// Still gone: the confirmed tombstone stands, announced once. It
 		// stands for a URI that never had a version, or whose version
 		// was revoked, as well.
@@ -666,10 +637,10 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		settle(next, path, t.ReadOrdinal, true)
 		// A revoked version stays revoked: no later state may make it
 		// servable, or make a revocation look undone.
-		if cur.Current != nil && cur.Current.Status != VersionRevoked {
-			sv := versionFor(cur, next)
+		if cur.Current != nil && cur.Current.Status != ledger.VersionRevoked {
+			sv := e.versionFor(cur, next)
 			*sv = *cur.Current
-			sv.Status = VersionTombstonePending
+			sv.Status = ledger.VersionTombstonePending
 			next.Current = sv
 		}
 		// The tombstone's outbox entry waits for list reconciliation.
@@ -679,13 +650,13 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 		out.Version.Decision = DecisionQuarantined
 		out.Version.GuardReason = guardErr.Error()
 		settle(next, path, t.ReadOrdinal, true)
-		sv := versionFor(cur, next)
-		*sv = StoredVersion{Version: v, Status: VersionQuarantined}
+		sv := e.versionFor(cur, next)
+		*sv = ledger.StoredVersion{Version: v, Status: ledger.VersionQuarantined}
 		next.Current = sv
 		entry(InvalidateQuarantined)
 		return true, nil
 
-	case cur.Current != nil && cur.Current.Status == VersionServed &&
+	case cur.Current != nil && cur.Current.Status == ledger.VersionServed &&
 		cur.Current.Version.Digest == v.Digest && cur.Current.Version.Subject == v.Subject:
 		// Same content, same subject: the watermark rises, consumers have
 		// nothing to do, and the version they derived from stays current.
@@ -706,8 +677,8 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 			return false, err
 		}
 		settle(next, path, t.ReadOrdinal, true)
-		sv := versionFor(cur, next)
-		sv.Version, sv.Contents, sv.Status = v, r.contents, VersionServed
+		sv := e.versionFor(cur, next)
+		sv.Version, sv.Contents, sv.Status = v, r.contents, ledger.VersionServed
 		next.Current = sv
 		entry(InvalidateUpdated)
 		return true, nil
@@ -718,7 +689,7 @@ func (e *Engine) accept(cur, next *Record, t *Ticket, r *ReadResult, guardErr er
 // when it was issued, since the server read the text at some moment
 // between then and its answer, so the answer's latency never stretches a
 // staleness bound. It never goes back past a confirmation already held.
-func confirmedAt(cur *Record, t *Ticket) time.Time {
+func confirmedAt(cur *ledger.Record, t *Ticket) time.Time {
 	if cur.ValidatedAt.After(t.IssuedAt) {
 		return cur.ValidatedAt
 	}
@@ -731,7 +702,7 @@ func confirmedAt(cur *Record, t *Ticket) time.Time {
 // ACTIVE once none is.
 //
 // It filters next's tickets in place: they must be next's own (stepFunc).
-func settle(next *Record, path *transitions, ord uint64, passed bool) {
+func settle(next *ledger.Record, path *transitions, ord uint64, passed bool) {
 	n := 0
 	for i := range next.Tickets {
 		held := &next.Tickets[i]
@@ -765,7 +736,7 @@ type fenceView struct {
 	watermark, closeOrdinal uint64
 }
 
-func viewOf(r *Record) fenceView {
+func viewOf(r *ledger.Record) fenceView {
 	if r == nil {
 		return fenceView{}
 	}
@@ -807,7 +778,7 @@ func (e *Engine) stale(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, re
 func (e *Engine) AbandonRead(t Ticket) error {
 	var path transitions
 	// Deferred, like the ticket it settles.
-	_, err := e.change(t.URI, nil, false, true, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+	_, err := e.change(t.URI, nil, false, true, func(cur, next *ledger.Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil || !holdsTicket(cur, &t) || cur.Sub.Generation != t.SubscriptionGeneration {
 			return false, nil
@@ -826,7 +797,7 @@ func (e *Engine) AbandonRead(t Ticket) error {
 // issued, none accepted, no close begun. The watermark of the generation
 // before is not lowered: it belongs to another key, (session, generation,
 // URI), whose results are refused as GENERATION_MISMATCH from now on.
-func openFence(next *Record) {
+func openFence(next *ledger.Record) {
 	next.LastIssued, next.Watermark, next.CloseOrdinal, next.CloseEpoch, next.Tickets = 0, 0, 0, 0, nil
 }
 
@@ -835,14 +806,14 @@ func openFence(next *Record) {
 // (next.Unlisted, deletion.go), from any open or pending state and whatever
 // its reads answer: the tombstone and its outbox entry are written in the
 // step that records the last scan. Reads in flight are settled unanswered.
-func (e *Engine) tombstoneUnlisted(key string, cur, next *Record, path *transitions) ([]OutboxEntry, TombstoneReceipt, error) {
+func (e *Engine) tombstoneUnlisted(key string, cur, next *ledger.Record, path *transitions) ([]OutboxEntry, TombstoneReceipt, error) {
 	if err := path.move(next, evUnlisted); err != nil {
 		return nil, TombstoneReceipt{}, err
 	}
 	u := *next.Unlisted
 	u.Tombstoned = true
 	next.Unlisted = &u
-	entries, rc := e.tombstone(key, cur, next, u.evidence(), e.now())
+	entries, rc := e.tombstone(key, cur, next, unlistedEvidence(&u), e.now())
 	return entries, rc, nil
 }
 
@@ -850,18 +821,18 @@ func (e *Engine) tombstoneUnlisted(key string, cur, next *Record, path *transiti
 // deletion of cur on evidence ev, and returns the outbox entry to append
 // with it (none for a version consumers were already told to delete:
 // tombstoned by an earlier generation, or revoked) and its receipt.
-func (e *Engine) tombstone(key string, cur, next *Record, ev DeletionEvidence, now time.Time) ([]OutboxEntry, TombstoneReceipt) {
+func (e *Engine) tombstone(key string, cur, next *ledger.Record, ev DeletionEvidence, now time.Time) ([]OutboxEntry, TombstoneReceipt) {
 	next.Tickets, next.Corroboration, next.TombstonedAt = nil, nil, now
 	rc := TombstoneReceipt{
 		Schema: SchemaTombstoneReceipt, URI: key, SessionGeneration: cur.Sub.SessionGeneration,
 		SubscriptionGeneration: cur.Sub.Generation, Evidence: ev, NotFoundAt: cur.NotFoundAt, At: now,
 	}
-	if cur.Current == nil || cur.Current.Status == VersionTombstoned || cur.Current.Status == VersionRevoked {
+	if cur.Current == nil || cur.Current.Status == ledger.VersionTombstoned || cur.Current.Status == ledger.VersionRevoked {
 		return nil, rc
 	}
-	sv := versionFor(cur, next)
+	sv := e.versionFor(cur, next)
 	*sv = *cur.Current
-	sv.Status, sv.Contents = VersionTombstoned, nil
+	sv.Status, sv.Contents = ledger.VersionTombstoned, nil
 	next.Current = sv
 	return []OutboxEntry{{
 		Schema: SchemaInvalidation, URI: key, Reason: InvalidateTombstoned,

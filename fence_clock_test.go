@@ -9,18 +9,32 @@ package mcpsync
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpsync/mcpsync/internal/inplace"
+	"github.com/mcpsync/mcpsync/ledger"
 )
+
+// memMutex is the lock of l, a memory ledger.
+func memMutex(t *testing.T, l ledger.Ledger) *sync.Mutex {
+	s, ok := inplace.Get[ledger.Record, ledger.OutboxEntry, ledger.StoredVersion](l)
+	if !ok {
+		t.Fatal("not a memory ledger")
+	}
+	return s.Mutex()
+}
 
 // With a content guard set, an accept on the memory ledger reads the clock
 // before it takes the ledger's lock, as an accept without a guard does.
 func TestClockIsReadBeforeTheLedgerLockWithAGuard(t *testing.T) {
-	l := NewMemoryLedger(nil).(*memoryLedger)
+	l := ledger.NewMemory(nil)
+	mu := memMutex(t, l)
 	underLock := 0
 	clock := func() time.Time {
-		if l.mu.TryLock() {
-			l.mu.Unlock()
+		if mu.TryLock() {
+			mu.Unlock()
 		} else {
 			underLock++
 		}
@@ -61,12 +75,13 @@ func TestClockIsReadBeforeTheLedgerLockWithAGuard(t *testing.T) {
 // without a guard, reads the clock only while the ledger's lock is free.
 func TestClockIsNeverReadUnderTheLedgerLock(t *testing.T) {
 	for _, guarded := range []bool{false, true} {
-		l := NewMemoryLedger(nil).(*memoryLedger)
+		l := ledger.NewMemory(nil)
+		mu := memMutex(t, l)
 		underLock := 0
 		at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 		clock := func() time.Time {
-			if l.mu.TryLock() {
-				l.mu.Unlock()
+			if mu.TryLock() {
+				mu.Unlock()
 			} else {
 				underLock++
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 const (
@@ -495,13 +496,13 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 			rc, err := e.BeginClose(closing)
 			require.NoError(t, err)
 
-			snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
+			snap, err := ledger.Export(context.Background(), e.Ledger())
 			require.NoError(t, err)
 			raw, err := json.Marshal(snap)
 			require.NoError(t, err)
-			var decoded mcpsync.LedgerSnapshot
+			var decoded ledger.Snapshot
 			require.NoError(t, json.Unmarshal(raw, &decoded))
-			ledger, err := mcpsync.NewMemoryLedgerFrom(decoded)
+			ledger, err := ledger.NewMemoryFrom(decoded)
 			require.NoError(t, err)
 			restored, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 			require.NoError(t, err)

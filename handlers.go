@@ -2,6 +2,8 @@ package mcpsync
 
 import (
 	"slices"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Change handlers. A Client with a Handler keeps, on the goroutine that
@@ -91,12 +93,12 @@ type changeHook func(key string, ev *DeletionEvidence)
 
 // movedCurrent tells the engine's change hook, if any, of a write of key
 // that left next over cur, when it moved the current version.
-func (e *Engine) movedCurrent(key string, cur, next *Record, entries []OutboxEntry) {
+func (e *Engine) movedCurrent(key string, cur, next *ledger.Record, entries []OutboxEntry) {
 	hook := e.changed.Load()
 	if hook == nil || next == nil {
 		return
 	}
-	var was *StoredVersion
+	var was *ledger.StoredVersion
 	if cur != nil {
 		was = cur.Current
 	}

@@ -8,12 +8,13 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // unindexed is a memory ledger seen only through the Ledger interface: an
 // engine on it finds what revocations and new sessions visit by walking
 // every record.
-type unindexed struct{ mcpsync.Ledger }
+type unindexed struct{ ledger.Ledger }
 
 // TestIndexedPassesEqualFullWalks runs the same random operations on two
 // engines, one on a memory ledger (whose indexes tell a revocation and a new
@@ -25,7 +26,7 @@ func TestIndexedPassesEqualFullWalks(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := newClock()
 		engines := [2]*mcpsync.Engine{}
-		for i, l := range []mcpsync.Ledger{mcpsync.NewMemoryLedger(nil), unindexed{mcpsync.NewMemoryLedger(nil)}} {
+		for i, l := range []ledger.Ledger{ledger.NewMemory(nil), unindexed{ledger.NewMemory(nil)}} {
 			engines[i] = newEngine(t, &mcpsync.EngineOptions{Ledger: l, Now: clock.now})
 		}
 		both := func(f func(e *mcpsync.Engine) (any, error)) {

@@ -13,11 +13,12 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // casLedger hides the memory ledger's type, so that an engine on it writes
 // by Load and CompareAndSwap, as it writes every durable ledger.
-type casLedger struct{ mcpsync.Ledger }
+type casLedger struct{ ledger.Ledger }
 
 // twin is one engine of TestWritesInPlaceMatchCompareAndSwap, with what it
 // was told.
@@ -51,7 +52,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			}
 		}
 		var twins [2]*twin
-		for i, l := range []mcpsync.Ledger{mcpsync.NewMemoryLedger(nil), casLedger{mcpsync.NewMemoryLedger(nil)}} {
+		for i, l := range []ledger.Ledger{ledger.NewMemory(nil), casLedger{ledger.NewMemory(nil)}} {
 			tw := &twin{}
 			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{
 				Ledger: l, Now: clock.now, Guard: guard, MaxReadsInFlight: 3,
@@ -237,7 +238,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			return []any{tw.e.StaleReceipts(), tw.e.StaleCounts()}
 		})
 		both("ledger", func(tw *twin) []any {
-			snap, err := mcpsync.ExportLedger(context.Background(), tw.e.Ledger())
+			snap, err := ledger.Export(context.Background(), tw.e.Ledger())
 			require.NoError(rt, err)
 			return []any{snap}
 		})
@@ -322,7 +323,7 @@ func TestHeldRecordsNeverChange(t *testing.T) {
 		sub, err := e.Subscription(docURI)
 		require.NoError(t, err)
 		hold("subscription", sub)
-		require.NoError(t, l.Range(ctx, func(_ string, r *mcpsync.Record) bool {
+		require.NoError(t, l.Range(ctx, func(_ string, r *ledger.Record) bool {
 			hold("range", r)
 			return true
 		}))

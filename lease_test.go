@@ -17,19 +17,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // leasedLedger refuses writes to the keys another worker holds, as a shared
 // ledger with leases does.
 type leasedLedger struct {
-	mcpsync.Ledger
+	ledger.Ledger
 	mu      sync.Mutex // protects foreign
 	foreign map[string]bool
 }
 
 func newLeasedLedger() *leasedLedger {
-	return &leasedLedger{Ledger: mcpsync.NewMemoryLedger(nil), foreign: map[string]bool{}}
+	return &leasedLedger{Ledger: ledger.NewMemory(nil), foreign: map[string]bool{}}
 }
 
 func (l *leasedLedger) setForeign(key string, foreign bool) {
@@ -38,7 +39,7 @@ func (l *leasedLedger) setForeign(key string, foreign bool) {
 	l.foreign[key] = foreign
 }
 
-func (l *leasedLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+func (l *leasedLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
 	l.mu.Lock()
 	foreign := l.foreign[key]
 	l.mu.Unlock()
@@ -85,7 +86,7 @@ func TestRevocationAcrossLeases(t *testing.T) {
 	rec, err := l.Load(t.Context(), other)
 	require.NoError(t, err)
 	require.NotNil(t, rec.Current)
-	assert.Equal(t, mcpsync.VersionRevoked, rec.Current.Status, "the new owner sweeps it as it opens it")
+	assert.Equal(t, ledger.VersionRevoked, rec.Current.Status, "the new owner sweeps it as it opens it")
 	entries, err := l.Outbox(t.Context(), 0, 0)
 	require.NoError(t, err)
 	revoked := 0

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -32,7 +33,7 @@ func TestReestablishWhoseCloseEpochFailsKeepsTheBound(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 
-		r.ledger.failReservations(1, mcpsync.CounterCloseEpoch)
+		r.ledger.failReservations(1, ledger.CounterCloseEpoch)
 		r.faults().EndListenStreams()
 		time.Sleep(2 * time.Second)
 		quiesce()
@@ -98,7 +99,7 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 	const a = "file:///b44/ledger/x.md"
 	matchers := append([]struct {
 		name  string
-		match func(string, *mcpsync.Record) bool
+		match func(string, *ledger.Record) bool
 	}{{"begin-close", writeTo(mcpsync.StateUnsubscribing)}}, reopenWrites...)
 	for _, m := range matchers {
 		t.Run(m.name, func(t *testing.T) {

@@ -13,19 +13,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // restored returns an engine on a copy of e's ledger, taken through JSON the
 // way a rollback carries it, with clock as its clock.
 func restored(t *testing.T, e *mcpsync.Engine, clock func() time.Time) *mcpsync.Engine {
 	t.Helper()
-	snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
+	snap, err := ledger.Export(context.Background(), e.Ledger())
 	require.NoError(t, err)
 	raw, err := json.Marshal(snap)
 	require.NoError(t, err)
-	var decoded mcpsync.LedgerSnapshot
+	var decoded ledger.Snapshot
 	require.NoError(t, json.Unmarshal(raw, &decoded))
-	l, err := mcpsync.NewMemoryLedgerFrom(decoded)
+	l, err := ledger.NewMemoryFrom(decoded)
 	require.NoError(t, err)
 	r, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, Now: clock})
 	require.NoError(t, err)
@@ -83,7 +84,7 @@ func TestRestoredEngineRefusesTheLiveEnginesReads(t *testing.T) {
 
 	liveRead := issue(t, live, mcpsync.TriggerNotification)
 	ownRead := issue(t, back, mcpsync.TriggerNotification)
-	require.Greater(t, ownRead.SessionGeneration, liveRead.SessionGeneration+mcpsync.RestoreCounterGap-1,
+	require.Greater(t, ownRead.SessionGeneration, liveRead.SessionGeneration+ledger.RestoreCounterGap-1,
 		"the restored ledger never hands out a generation the live one may have used")
 	require.Equal(t, liveRead.SubscriptionGeneration, ownRead.SubscriptionGeneration)
 	require.Equal(t, liveRead.ReadOrdinal, ownRead.ReadOrdinal)
@@ -185,8 +186,8 @@ func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: out.Version.Version}))
 	ctx := context.Background()
-	require.NoError(t, e.Ledger().Revoke(ctx, mcpsync.RevokedSubject{
-		Schema: mcpsync.SchemaRevokedSubject, Subject: alice, At: clock.now(), Engine: e.ID(),
+	require.NoError(t, e.Ledger().Revoke(ctx, ledger.RevokedSubject{
+		Schema: ledger.SchemaRevokedSubject, Subject: alice, At: clock.now(), Engine: e.ID(),
 	}))
 
 	n := reopened(t, e, clock.now)
@@ -211,10 +212,10 @@ func TestVersionOneSnapshotRestores(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	inFlight := issue(t, e, mcpsync.TriggerInitial)
-	snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
+	snap, err := ledger.Export(context.Background(), e.Ledger())
 	require.NoError(t, err)
-	v1 := mcpsync.LedgerSnapshot{Schema: mcpsync.SchemaLedgerSnapshotV1, Records: snap.Records}
-	l, err := mcpsync.NewMemoryLedgerFrom(v1)
+	v1 := ledger.Snapshot{Schema: ledger.SchemaSnapshotV1, Records: snap.Records}
+	l, err := ledger.NewMemoryFrom(v1)
 	require.NoError(t, err)
 	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, Now: clock.now})
 	require.NoError(t, err)
@@ -223,8 +224,8 @@ func TestVersionOneSnapshotRestores(t *testing.T) {
 	subscribeActive(t, n, docURI, alice)
 	assert.Greater(t, issue(t, n, mcpsync.TriggerReconnect).RequestID, inFlight.RequestID)
 
-	_, err = mcpsync.NewMemoryLedgerFrom(mcpsync.LedgerSnapshot{Schema: "ledgerSnapshot.v9"})
-	require.ErrorIs(t, err, mcpsync.ErrLedgerSchema)
+	_, err = ledger.NewMemoryFrom(ledger.Snapshot{Schema: "ledgerSnapshot.v9"})
+	require.ErrorIs(t, err, ledger.ErrLedgerSchema)
 }
 
 // Consume blocks until an entry is appended, without polling, and each
@@ -266,7 +267,7 @@ func TestConsumeWakesOnAppend(t *testing.T) {
 
 // A consumer the retention bound overtook is told which entries it lost.
 func TestConsumeReportsWhatTheBoundDropped(t *testing.T) {
-	l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 2})
+	l := ledger.NewMemory(&ledger.Options{OutboxRetention: 2})
 	e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l})
 	ctx := context.Background()
 	require.NoError(t, e.Acknowledge(ctx, "slow", 0))
@@ -291,7 +292,7 @@ func TestConsumeReportsWhatTheBoundDropped(t *testing.T) {
 func TestOutboxFreesWhatEveryConsumerPassed(t *testing.T) {
 	const n = 50_000
 	ctx := context.Background()
-	l := mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: n})
+	l := ledger.NewMemory(&ledger.Options{OutboxRetention: n})
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -300,7 +301,7 @@ func TestOutboxFreesWhatEveryConsumerPassed(t *testing.T) {
 	}
 	base := heap()
 	for i := uint64(1); i <= n; i++ {
-		_, ok, err := l.CompareAndSwap(ctx, docURI, i-1, &mcpsync.Record{Revision: i}, []mcpsync.OutboxEntry{{
+		_, ok, err := l.CompareAndSwap(ctx, docURI, i-1, &ledger.Record{Revision: i}, []mcpsync.OutboxEntry{{
 			Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: mcpsync.InvalidateUpdated, Subject: alice,
 		}})
 		require.NoError(t, err)
@@ -348,15 +349,15 @@ func TestResumableSubscriptions(t *testing.T) {
 // not wrap round: neither 0 nor a value already handed out comes next.
 func TestMemoryLedgerNextNeverWrapsAround(t *testing.T) {
 	ctx := context.Background()
-	l := mcpsync.NewMemoryLedger(nil)
-	first, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	l := ledger.NewMemory(nil)
+	first, err := l.Next(ctx, ledger.CounterRequest, 1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), first)
-	_, err = l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64)
+	_, err = l.Next(ctx, ledger.CounterRequest, math.MaxUint64)
 	if err != nil {
 		return // refused: fine
 	}
-	again, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	again, err := l.Next(ctx, ledger.CounterRequest, 1)
 	if err == nil {
 		assert.NotEqual(t, uint64(1), again, "request id 1 handed out twice")
 		assert.NotZero(t, again, "0 handed out, which no ticket may carry")

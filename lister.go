@@ -5,6 +5,8 @@ import (
 	"errors"
 	"iter"
 	"strings"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Entries yields, in URI order, every entry Lookup would serve subject now:
@@ -71,7 +73,7 @@ func (e *Engine) Entries(ctx context.Context, subject string, opts ...LookupOpti
 // keeps no index.
 func (e *Engine) candidates(ctx context.Context, subject, prefix string) ([]string, error) {
 	var keys []string
-	if x, ok := e.ledger.(LedgerIndex); ok {
+	if x, ok := e.ledger.(ledger.Index); ok {
 		all, err := x.SubjectKeys(ctx, subject)
 		if err != nil {
 			return nil, errorf("list %q: %w", subject, err)
@@ -83,7 +85,7 @@ func (e *Engine) candidates(ctx context.Context, subject, prefix string) ([]stri
 		}
 		return keys, nil
 	}
-	err := e.ledger.Range(ctx, func(key string, _ *Record) bool {
+	err := e.ledger.Range(ctx, func(key string, _ *ledger.Record) bool {
 		if strings.HasPrefix(key, prefix) {
 			keys = append(keys, key)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // readAs subscribes uri for subject and accepts one read of body.
@@ -47,12 +48,12 @@ func uris(t *testing.T, seq func(func(mcpsync.Entry, error) bool)) []string {
 
 // noIndex hides the memory ledger's index: the engine then walks every
 // record, as over a ledger that keeps none.
-type noIndex struct{ mcpsync.Ledger }
+type noIndex struct{ ledger.Ledger }
 
 // listed is one engine holding, for alice, a URI of each kind Lookup
 // tells apart: served ones, one quarantined, one whose tombstone is
 // pending, one that was forgotten, one never read, and one of bob's.
-func listed(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
+func listed(t *testing.T, ledger ledger.Ledger) *mcpsync.Engine {
 	t.Helper()
 	e := newEngine(t, &mcpsync.EngineOptions{Ledger: ledger, Guard: func(_ string, contents []mcpsync.Content) error {
 		if strings.Contains(contents[0].Text, "poison") {
@@ -85,10 +86,10 @@ func listed(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
 func TestEntriesYieldExactlyWhatLookupServes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		ledger func() mcpsync.Ledger
+		ledger func() ledger.Ledger
 	}{
-		{"indexed", func() mcpsync.Ledger { return mcpsync.NewMemoryLedger(nil) }},
-		{"walked", func() mcpsync.Ledger { return noIndex{mcpsync.NewMemoryLedger(nil)} }},
+		{"indexed", func() ledger.Ledger { return ledger.NewMemory(nil) }},
+		{"walked", func() ledger.Ledger { return noIndex{ledger.NewMemory(nil)} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := listed(t, tc.ledger())

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // TestModelInterleavings drives random interleavings of subscriptions,
@@ -143,7 +144,7 @@ type modelVersion struct {
 	pos     fencePos
 	digest  string
 	subject string
-	status  mcpsync.VersionStatus
+	status  ledger.VersionStatus
 }
 
 type modelArtifact struct {
@@ -244,7 +245,7 @@ func (u *uriModel) holdsNewer(ord uint64) bool {
 // stillAbsent: a deletion was confirmed and nothing found the resource
 // since, so a not-found only says the tombstone stands.
 func (u *uriModel) stillAbsent() bool {
-	return u.tombstoned || u.current != nil && u.current.status == mcpsync.VersionTombstoned
+	return u.tombstoned || u.current != nil && u.current.status == ledger.VersionTombstoned
 }
 
 // corroboratedBy reports whether the not-found of held ticket t finishes the
@@ -920,7 +921,7 @@ func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, b
 	if body == modelPoison {
 		return "", mcpsync.DecisionQuarantined
 	}
-	if c := u.current; c != nil && c.status == mcpsync.VersionServed && c.digest == digest && c.subject == t.Subject {
+	if c := u.current; c != nil && c.status == ledger.VersionServed && c.digest == digest && c.subject == t.Subject {
 		return "", mcpsync.DecisionUnchanged
 	}
 	return "", mcpsync.DecisionAccepted
@@ -979,15 +980,15 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	case d.wantDecision == mcpsync.DecisionTombstonePending:
 		u.phase, u.corr = phaseTombstonePending, nil
 		u.notFoundAt, u.notFoundOrd = m.clock.t, t.ReadOrdinal
-		if u.current != nil && u.current.status != mcpsync.VersionRevoked {
-			u.current.status = mcpsync.VersionTombstonePending
+		if u.current != nil && u.current.status != ledger.VersionRevoked {
+			u.current.status = ledger.VersionTombstonePending
 		}
 	case d.wantDecision == mcpsync.DecisionQuarantined:
-		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: mcpsync.VersionQuarantined}
+		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: ledger.VersionQuarantined}
 		u.newestChange = pos
 		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateQuarantined, subject: t.Subject, pos: pos})
 	case d.wantDecision == mcpsync.DecisionAccepted:
-		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: mcpsync.VersionServed}
+		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: ledger.VersionServed}
 		u.newestChange = pos
 		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateUpdated, subject: t.Subject, pos: pos})
 	}
@@ -997,9 +998,9 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 // to delete the current version, unless they already were (tombstoned
 // before, or revoked).
 func (m *modelMachine) tombstone(u *uriModel, ev mcpsync.EvidenceKind) {
-	if c := u.current; c != nil && c.status != mcpsync.VersionTombstoned && c.status != mcpsync.VersionRevoked {
+	if c := u.current; c != nil && c.status != ledger.VersionTombstoned && c.status != ledger.VersionRevoked {
 		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateTombstoned, subject: c.subject, evidence: ev})
-		c.status = mcpsync.VersionTombstoned
+		c.status = ledger.VersionTombstoned
 	}
 }
 
@@ -1147,8 +1148,8 @@ func (m *modelMachine) revokeSubject(rt *rapid.T) {
 	n := 0
 	for _, key := range modelURIs {
 		u := m.uris[key]
-		if c := u.current; c != nil && c.subject == s && c.status != mcpsync.VersionRevoked {
-			c.status = mcpsync.VersionRevoked
+		if c := u.current; c != nil && c.subject == s && c.status != ledger.VersionRevoked {
+			c.status = ledger.VersionRevoked
 			m.want(entryKey{uri: key, reason: mcpsync.InvalidateRevoked, subject: s})
 			n++
 		}
@@ -1185,7 +1186,7 @@ func (m *modelMachine) recordDerived(rt *rapid.T) {
 		want = mcpsync.ErrUnknownVersion
 	case !c.pos.after(posOf(v)) && v.Digest != c.digest:
 		want = mcpsync.ErrUnknownVersion
-	case c.status == mcpsync.VersionQuarantined && c.pos == posOf(v):
+	case c.status == ledger.VersionQuarantined && c.pos == posOf(v):
 		want = mcpsync.ErrQuarantined
 	}
 	requireRefusal(rt, err, want, "RecordDerived")
@@ -1451,7 +1452,7 @@ func invLookupNeverStale(rt *rapid.T, m *modelMachine) {
 			switch {
 			case u.lastPass == nil:
 				rt.Fatalf("invariant 5 (Lookup never stale): %s served %+v but nothing passed the fence", key, pos)
-			case u.current != nil && u.current.status != mcpsync.VersionServed:
+			case u.current != nil && u.current.status != ledger.VersionServed:
 				rt.Fatalf("invariant 5 (Lookup never stale): %s served content while the newest state is %s", key, u.current.status)
 			case u.lastPass.Decision != mcpsync.DecisionAccepted && u.lastPass.Decision != mcpsync.DecisionUnchanged:
 				rt.Fatalf("invariant 5 (Lookup never stale): %s served content after a %s result", key, u.lastPass.Decision)
@@ -1480,15 +1481,15 @@ func invLookupAgreesWithModel(rt *rapid.T, m *modelMachine) {
 				want = mcpsync.ErrUnknownURI // never subscribed: no record
 			case c == nil:
 				want = mcpsync.ErrNoVersion
-			case c.status == mcpsync.VersionRevoked || m.revoked[c.subject]:
+			case c.status == ledger.VersionRevoked || m.revoked[c.subject]:
 				want = mcpsync.ErrRevoked
 			case c.subject != s:
 				want = mcpsync.ErrForbidden
-			case c.status == mcpsync.VersionQuarantined:
+			case c.status == ledger.VersionQuarantined:
 				want = mcpsync.ErrQuarantined
-			case c.status == mcpsync.VersionTombstonePending:
+			case c.status == ledger.VersionTombstonePending:
 				want = mcpsync.ErrTombstonePending
-			case c.status == mcpsync.VersionTombstoned:
+			case c.status == ledger.VersionTombstoned:
 				want = mcpsync.ErrTombstoned
 			}
 			entry, err := m.e.Lookup(s, key)

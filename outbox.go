@@ -5,58 +5,10 @@ import (
 	"fmt"
 	"iter"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
-
-// InvalidationReason says what a consumer must do about an outbox entry.
-type InvalidationReason string
-
-// Invalidation reasons.
-const (
-	// InvalidateUpdated: Version replaced Previous; re-derive from Version.
-	InvalidateUpdated InvalidationReason = "updated"
-	// InvalidateTombstoned: the resource is gone; delete what Previous fed.
-	InvalidateTombstoned InvalidationReason = "tombstoned"
-	// InvalidateRevoked: Previous (or Artifact) was read by a revoked subject;
-	// evict it and delete the artifact.
-	InvalidateRevoked InvalidationReason = "revoked"
-	// InvalidateQuarantined: the newest content was refused by the content
-	// guard; Previous is no longer current and must not be served.
-	InvalidateQuarantined InvalidationReason = "quarantined"
-	// InvalidateForgotten: the URI was unsubscribed and its version
-	// forgotten (Engine.Forget); delete what Previous fed.
-	InvalidateForgotten InvalidationReason = "forgotten"
-)
-
-// OutboxEntry is one change for downstream consumers. It is written in the
-// same atomic step as the fence decision that caused it, so a consumer that
-// processes every entry sees every change, in order per URI.
-type OutboxEntry struct {
-	Schema string             `json:"schema"`
-	Seq    uint64             `json:"seq"`
-	URI    string             `json:"uri"`
-	Reason InvalidationReason `json:"reason"`
-	// Version is the new version (updated) or the refused one (quarantined).
-	Version ResourceVersion `json:"version,omitzero"`
-	// Previous is the version this entry replaces, tombstones or revokes.
-	Previous ResourceVersion `json:"previous,omitzero"`
-	// Subject is the subject whose version the entry is about.
-	Subject string `json:"subject"`
-	// Artifact is set on revocations of a derived artifact, nil otherwise.
-	Artifact *DerivedArtifact `json:"artifact,omitempty"`
-	// Evidence is set on tombstones: what confirmed the deletion, proven or
-	// corroborated (deletion.go), so an index may treat them differently.
-	Evidence *DeletionEvidence `json:"evidence,omitempty"`
-	At       time.Time         `json:"at"`
-	// Engine is the ID of the engine that wrote the entry.
-	Engine string `json:"engine,omitempty"`
-}
-
-// DefaultConsumer is the outbox consumer PullOutbox acts for: acknowledge
-// its entries with Acknowledge under this name, and read its position in
-// OutboxState.
-const DefaultConsumer = "default"
 
 // PullOutbox returns up to max outbox entries numbered above after, in order
 // (max <= 0: all), leaving out those the default consumer acknowledged.
@@ -79,7 +31,10 @@ func (e *Engine) PullOutbox(after uint64, max int) ([]OutboxEntry, error) {
 	if err != nil {
 		return nil, errorf("pull outbox: %w", err)
 	}
-	pos := max64(after, st.Consumers[DefaultConsumer])
+	pos := after
+	if p := st.Consumers[DefaultConsumer]; p > pos {
+		pos = p
+	}
 	if gap := st.Lost(DefaultConsumer, pos); gap != nil {
 		return nil, gap
 	}
@@ -221,7 +176,7 @@ func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxE
 				first = batch[0].Seq
 			}
 			if short.seen && short.pos == pos && short.first == first {
-				fail(fmt.Errorf("%w: outbox entry %d counted (first %d, last %d) but not returned", ErrLedgerCorrupt, pos+1, st.First, st.Last))
+				fail(fmt.Errorf("%w: outbox entry %d counted (first %d, last %d) but not returned", ledger.ErrLedgerCorrupt, pos+1, st.First, st.Last))
 				return
 			}
 			short.pos, short.first, short.seen = pos, first, true
@@ -270,7 +225,7 @@ type Resolution struct {
 	// VersionTombstonePending while a not-found waits for confirmation
 	// (Lookup serves it no more; its tombstone or its return has an entry
 	// of its own).
-	Status VersionStatus
+	Status ledger.VersionStatus
 	// By is the version that superseded Version, on ResolvedSuperseded.
 	By ResourceVersion
 	// Evidence is the tombstone's evidence, on a tombstone's entry.
@@ -299,7 +254,7 @@ type Resolution struct {
 // for a version the ledger never accepted, and ctx's error once it ended.
 func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, error) {
 	if entry.Schema != SchemaInvalidation {
-		return Resolution{}, fmt.Errorf("%w: outbox entry schema %q, want %q", ErrLedgerSchema, entry.Schema, SchemaInvalidation)
+		return Resolution{}, fmt.Errorf("%w: outbox entry schema %q, want %q", ledger.ErrLedgerSchema, entry.Schema, SchemaInvalidation)
 	}
 	if err := ctx.Err(); err != nil {
 		return Resolution{}, err
@@ -324,7 +279,7 @@ func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, er
 		return r, nil
 	case InvalidateUpdated:
 	default:
-		return Resolution{}, fmt.Errorf("%w: outbox entry %d has reason %q", ErrLedgerSchema, entry.Seq, entry.Reason)
+		return Resolution{}, fmt.Errorf("%w: outbox entry %d has reason %q", ledger.ErrLedgerSchema, entry.Seq, entry.Reason)
 	}
 	v := entry.Version
 	r = Resolution{Version: v}
@@ -336,7 +291,7 @@ func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, er
 		return r, nil
 	}
 	var refused error
-	e.viewContext(ctx, key, &refused, func(rec *Record) {
+	e.viewContext(ctx, key, &refused, func(rec *ledger.Record) {
 		switch c := rec.Current; {
 		case c == nil:
 			r.Kind = ResolvedForgotten
@@ -348,11 +303,11 @@ func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, er
 			r.Kind, r.By = ResolvedSuperseded, c.Version
 		case c.Version.Digest != v.Digest || c.Version.Subject != v.Subject:
 			refused = fmt.Errorf("%w: %s ordinal %d was accepted with other contents", ErrUnknownVersion, key, v.ReadOrdinal)
-		case c.Status == VersionServed || c.Status == VersionTombstonePending:
+		case c.Status == ledger.VersionServed || c.Status == ledger.VersionTombstonePending:
 			r.Kind, r.Contents, r.Status = ResolvedContents, c.Contents, c.Status
-		case c.Status == VersionTombstoned:
+		case c.Status == ledger.VersionTombstoned:
 			r.Kind = ResolvedDeleted
-		case c.Status == VersionRevoked:
+		case c.Status == ledger.VersionRevoked:
 			r.Kind = ResolvedRevoked
 		default:
 			// Quarantine replaces the current version: a version of its
@@ -368,8 +323,8 @@ func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, er
 
 // viewContext is view under ctx: fn runs on key's record unless there is
 // none (ErrUnknownURI) or reading it failed, either of which goes to *err.
-func (e *Engine) viewContext(ctx context.Context, key string, err *error, fn func(rec *Record)) {
-	run := func(rec *Record) {
+func (e *Engine) viewContext(ctx context.Context, key string, err *error, fn func(rec *ledger.Record)) {
+	run := func(rec *ledger.Record) {
 		if rec == nil {
 			*err = fmt.Errorf("%w: %s", ErrUnknownURI, key)
 			return
@@ -377,7 +332,7 @@ func (e *Engine) viewContext(ctx context.Context, key string, err *error, fn fun
 		fn(rec)
 	}
 	if e.mem != nil {
-		e.mem.inspect(key, run)
+		inspect(e.mem, key, run)
 		return
 	}
 	rec, lerr := e.ledger.Load(ctx, key)

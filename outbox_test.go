@@ -18,6 +18,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // acceptN subscribes doc and accepts n changed versions, one outbox entry
@@ -44,12 +45,12 @@ func acceptN(t *testing.T, e *mcpsync.Engine, doc string, n int) {
 // The default consumer (PullOutbox, Acknowledge of DefaultConsumer) is a named
 // consumer like the others: when the retention bound overtakes it,
 // PullOutbox fails with an *OutboxGapError naming the entries dropped
-// before it passed them (LedgerOptions.OutboxRetention: "a consumer that
+// before it passed them (ledger.Options.OutboxRetention: "a consumer that
 // had not passed them gets an *OutboxGapError"), rather than handing out
 // what is left as if nothing was lost.
 func TestPullOutboxReportsWhatTheRetentionBoundDropped(t *testing.T) {
 	const doc = "file:///docs/a.md"
-	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: 3})})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger.NewMemory(&ledger.Options{OutboxRetention: 3})})
 	require.NoError(t, err)
 	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 0)) // the default consumer is registered
 	acceptN(t, e, doc, 5)
@@ -104,12 +105,12 @@ func TestConsumeWithACancelledContextRegistersNothing(t *testing.T) {
 // recordingLedger is a ledger that records, as JSON, each entry handed to
 // CompareAndSwap at the moment it is written.
 type recordingLedger struct {
-	mcpsync.Ledger
+	ledger.Ledger
 	mu   sync.Mutex
 	want map[uint64]string // seq -> entry as written, JSON
 }
 
-func (r *recordingLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+func (r *recordingLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
 	first, ok, err := r.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
 	if ok && err == nil {
 		r.mu.Lock()
@@ -126,7 +127,7 @@ func (r *recordingLedger) CompareAndSwap(ctx context.Context, key string, prev u
 // ledgerSide is one ledger and the engines writing to it.
 type ledgerSide struct {
 	name    string
-	ledger  mcpsync.Ledger
+	ledger  ledger.Ledger
 	rec     *recordingLedger // nil on the direct side
 	engines []*mcpsync.Engine
 	ids     map[string]string // engine id -> its name in comparisons
@@ -217,8 +218,8 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 			guard = mcpsync.MaxBytes(16)
 		}
 		engines := rapid.IntRange(1, 2).Draw(t, "engines")
-		newLedger := func() mcpsync.Ledger {
-			return mcpsync.NewMemoryLedger(&mcpsync.LedgerOptions{OutboxRetention: retain})
+		newLedger := func() ledger.Ledger {
+			return ledger.NewMemory(&ledger.Options{OutboxRetention: retain})
 		}
 		direct := &ledgerSide{name: "direct", ledger: newLedger(), ids: map[string]string{}, tickets: map[string][]mcpsync.Ticket{}}
 		rec := &recordingLedger{Ledger: newLedger(), want: map[uint64]string{}}
@@ -413,7 +414,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 					if asJSON {
 						b, err := json.Marshal(snap)
 						require.NoError(t, err)
-						snap = mcpsync.LedgerSnapshot{}
+						snap = ledger.Snapshot{}
 						require.NoError(t, json.Unmarshal(b, &snap))
 					}
 					l := newLedger()
@@ -464,7 +465,7 @@ var asWrittenStats struct {
 func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 	ctx := context.Background()
 	clock := newClock()
-	rec := &recordingLedger{Ledger: mcpsync.NewMemoryLedger(nil), want: map[uint64]string{}}
+	rec := &recordingLedger{Ledger: ledger.NewMemory(nil), want: map[uint64]string{}}
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: rec, Now: clock.now})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
@@ -579,7 +580,7 @@ func TestConsumerNamesAreValidatedLikeSubjects(t *testing.T) {
 }
 
 // countingLedger counts one outbox entry more than it holds.
-type countingLedger struct{ mcpsync.Ledger }
+type countingLedger struct{ ledger.Ledger }
 
 func (l countingLedger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
 	st, err := l.Ledger.OutboxState(ctx)
@@ -592,13 +593,13 @@ func (l countingLedger) OutboxState(ctx context.Context) (mcpsync.OutboxState, e
 func TestConsumeFailsOnALedgerThatCountsAnEntryItHasNot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: countingLedger{mcpsync.NewMemoryLedger(nil)}})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: countingLedger{ledger.NewMemory(nil)}})
 	require.NoError(t, err)
 	acceptN(t, e, docA, 2)
 	var seqs []uint64
 	for en, err := range e.Consume(ctx, "index") {
 		if err != nil {
-			require.ErrorIs(t, err, mcpsync.ErrLedgerCorrupt)
+			require.ErrorIs(t, err, ledger.ErrLedgerCorrupt)
 			break
 		}
 		seqs = append(seqs, en.Seq)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Reconcile is ReconcileWith under DeletionDefault: an unproven catalog
@@ -80,7 +82,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 		}
 		switch {
 		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
-			(sub.State.open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
+			(sub.State.Open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
 			sub.Corroboration != nil, sub.Unlisted != nil:
 			pending = append(pending, verdict{sub.URI, sub.State, sub.Unlisted != nil})
 		}
@@ -96,7 +98,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 		switch {
 		case present && v.unlisted:
 			err = e.relisted(key)
-		case !present && countsAbsence && (v.state.open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
+		case !present && countsAbsence && (v.state.Open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
 			rc, err = e.unlisted(key, absent, o.unlistedFor)
 			if rc != nil {
 				out.Tombstoned = append(out.Tombstoned, key)
@@ -122,7 +124,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 				ev.Scans = []string{c.Scans[n-1].ID}
 			}
 			tk, ok, rc, err = e.reconcile(key, present, c.MeasuredAt, ev)
-		case v.state.open():
+		case v.state.Open():
 			tk, ok, err = e.enqueue(key, TriggerReconcile)
 		case canCorroborate && v.state == StateTombstonePending:
 			tk, ok, err = e.Corroborate(key, scan)
@@ -147,7 +149,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 		case rc != nil:
 			out.Tombstoned = append(out.Tombstoned, key)
 			out.Receipts = append(out.Receipts, *rc)
-		case v.state.open():
+		case v.state.Open():
 			out.Missing = append(out.Missing, key)
 		case v.state == StateTombstonePending && !canProveAbsence:
 			out.Corroborating = append(out.Corroborating, key)
@@ -198,7 +200,7 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 		}
 		// Reads issued before the not-found may still be in flight; their
 		// answers are reads of this generation like any other.
-		if _, err := e.step(key, evPresent, nil, func(next *Record, path *transitions) error {
+		if _, err := e.step(key, evPresent, nil, func(next *ledger.Record, path *transitions) error {
 			next.Corroboration = nil
 			if len(next.Tickets) > 0 {
 				return path.move(next, evReadsInFlight)
@@ -209,7 +211,7 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 		}
 		t, ok, err := e.enqueue(key, TriggerReconcile)
 		return t, ok, nil, err
-	case r.State.open() && !present:
+	case r.State.Open() && !present:
 		t, ok, err := e.enqueue(key, TriggerReconcile)
 		return t, ok, nil, err
 	case r.State == StateTombstoned && present && r.Sub.SessionGeneration == e.sessionGeneration():
@@ -220,11 +222,11 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 	case present && r.Corroboration != nil:
 		// Listed again while the second read is out: that read can no
 		// longer finish the corroboration.
-		_, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+		_, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 			if cur == nil || cur.Corroboration == nil {
 				return nil, nil, nil
 			}
-			next := cur.clone()
+			next := clone(cur)
 			next.Corroboration = nil
 			return next, nil, nil
 		})

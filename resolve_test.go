@@ -12,19 +12,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // loadedLedger hides the memory ledger behind the Ledger interface, so the
 // engine reads records by Load, as it does on a durable ledger.
-type loadedLedger struct{ mcpsync.Ledger }
+type loadedLedger struct{ ledger.Ledger }
 
 // resolveLedgers are the two ways the engine reads a record.
 var resolveLedgers = []struct {
 	name string
-	open func() mcpsync.Ledger
+	open func() ledger.Ledger
 }{
-	{"memory", func() mcpsync.Ledger { return mcpsync.NewMemoryLedger(nil) }},
-	{"loaded", func() mcpsync.Ledger { return loadedLedger{mcpsync.NewMemoryLedger(nil)} }},
+	{"memory", func() ledger.Ledger { return ledger.NewMemory(nil) }},
+	{"loaded", func() ledger.Ledger { return loadedLedger{ledger.NewMemory(nil)} }},
 }
 
 func resolve(t *testing.T, e *mcpsync.Engine, en mcpsync.OutboxEntry) mcpsync.Resolution {
@@ -55,7 +56,7 @@ func TestResolveYieldsTheContentsOfTheEntrysVersion(t *testing.T) {
 			r := resolve(t, e, entries[0])
 			assert.Equal(t, mcpsync.ResolvedContents, r.Kind)
 			assert.Equal(t, entries[0].Version, r.Version)
-			assert.Equal(t, mcpsync.VersionServed, r.Status)
+			assert.Equal(t, ledger.VersionServed, r.Status)
 			require.Len(t, r.Contents, 1)
 			assert.Equal(t, "v1", r.Contents[0].Text)
 		})
@@ -105,7 +106,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 			updated := outbox(t, e)[0]
 			r := resolve(t, e, updated)
 			assert.Equal(t, mcpsync.ResolvedContents, r.Kind)
-			assert.Equal(t, mcpsync.VersionTombstonePending, r.Status)
+			assert.Equal(t, ledger.VersionTombstonePending, r.Status)
 			assert.Equal(t, "v1", r.Contents[0].Text)
 
 			_, _, err = e.ApplyListing(docURI, false, clock.t)
@@ -193,7 +194,7 @@ func TestResolveRefusesAnEntryOfNoKnownVersion(t *testing.T) {
 	en := outbox(t, e)[0]
 
 	_, err := e.Resolve(context.Background(), mcpsync.OutboxEntry{})
-	assert.ErrorIs(t, err, mcpsync.ErrLedgerSchema, "no schema")
+	assert.ErrorIs(t, err, ledger.ErrLedgerSchema, "no schema")
 
 	other := en
 	other.URI = "file:///docs/never.md"

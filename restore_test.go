@@ -1,6 +1,6 @@
 package mcpsync_test
 
-// Restore and rollback: a snapshot is operator input, so RestoreLedger
+// Restore and rollback: a snapshot is operator input, so ledger.Restore
 // refuses one it cannot hold or that contradicts itself with a typed error,
 // and a restored ledger never hands out again an identity the live ledger
 // used after the export, nor takes the live engine's evidence as its own.
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // A snapshot whose outbox stops short of State.Last (entries 2 and 3
@@ -25,9 +26,9 @@ import (
 // first read, taking the worker down.
 func TestRestoreOfAShortOutboxIsRefusedOrReadable(t *testing.T) {
 	ctx := context.Background()
-	src := mcpsync.NewMemoryLedger(nil)
+	src := ledger.NewMemory(nil)
 	for rev := uint64(1); rev <= 3; rev++ {
-		_, ok, err := src.CompareAndSwap(ctx, "file:///a", rev-1, &mcpsync.Record{Revision: rev},
+		_, ok, err := src.CompareAndSwap(ctx, "file:///a", rev-1, &ledger.Record{Revision: rev},
 			[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: "file:///a", Reason: mcpsync.InvalidateUpdated}})
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -36,8 +37,8 @@ func TestRestoreOfAShortOutboxIsRefusedOrReadable(t *testing.T) {
 	require.NoError(t, err)
 	snap.Outbox = snap.Outbox[:1] // entries 2 and 3 missing, State.Last still 3
 
-	into := mcpsync.NewMemoryLedger(nil)
-	err = mcpsync.RestoreLedger(ctx, into, snap)
+	into := ledger.NewMemory(nil)
+	err = ledger.Restore(ctx, into, snap)
 	if err != nil {
 		return // refused: fine
 	}
@@ -53,21 +54,21 @@ func TestRestoreOfAShortOutboxIsRefusedOrReadable(t *testing.T) {
 // restored from its snapshots".
 func TestRollbackNeverHandsOutACounterTheLiveLedgerUsed(t *testing.T) {
 	ctx := context.Background()
-	live := mcpsync.NewMemoryLedger(nil)
-	_, err := live.Next(ctx, mcpsync.CounterSession, 1)
+	live := ledger.NewMemory(nil)
+	_, err := live.Next(ctx, ledger.CounterSession, 1)
 	require.NoError(t, err)
 	snap, err := live.Export(ctx)
 	require.NoError(t, err)
 
 	// The live ledger goes on after the export.
-	used := map[mcpsync.Counter]uint64{}
-	for _, c := range []mcpsync.Counter{mcpsync.CounterSession, mcpsync.CounterCloseEpoch, mcpsync.CounterRequest} {
+	used := map[ledger.Counter]uint64{}
+	for _, c := range []ledger.Counter{ledger.CounterSession, ledger.CounterCloseEpoch, ledger.CounterRequest} {
 		used[c], err = live.Next(ctx, c, 1)
 		require.NoError(t, err)
 	}
 
 	// Rollback: the snapshot is restored.
-	restored, err := mcpsync.NewMemoryLedgerFrom(snap)
+	restored, err := ledger.NewMemoryFrom(snap)
 	require.NoError(t, err)
 	for c, v := range used {
 		got, err := restored.Next(ctx, c, 1)
@@ -88,7 +89,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	now := func() time.Time { return clock }
 	caps := mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SnapshotList: true}
 
-	liveLedger := mcpsync.NewMemoryLedger(nil)
+	liveLedger := ledger.NewMemory(nil)
 	live, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: liveLedger, Now: now})
 	require.NoError(t, err)
 	_, err = live.BeginSession(mcpsync.SessionInfo{Capabilities: caps})
@@ -102,7 +103,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	_, err = live.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: "v1"}}))
 	require.NoError(t, err)
 
-	snap, err := mcpsync.ExportLedger(ctx, liveLedger)
+	snap, err := ledger.Export(ctx, liveLedger)
 	require.NoError(t, err)
 
 	// The live engine reconnects and lists the server of its new session:
@@ -121,7 +122,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	require.Equal(t, mcpsync.CatalogSnapshotProven, catalog.Status)
 
 	// Rollback: the snapshot is restored and a new engine starts on it.
-	restoredLedger, err := mcpsync.NewMemoryLedgerFrom(snap)
+	restoredLedger, err := ledger.NewMemoryFrom(snap)
 	require.NoError(t, err)
 	restored, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: restoredLedger, Now: now})
 	require.NoError(t, err)
@@ -165,16 +166,16 @@ func TestRestoreRefusesAnOutboxMissingEntriesNobodyPassed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, 0)) // the default consumer, at 0
 	acceptN(t, e, doc, 5)
-	snap, err := mcpsync.ExportLedger(ctx, e.Ledger())
+	snap, err := ledger.Export(ctx, e.Ledger())
 	require.NoError(t, err)
 	require.Len(t, snap.Outbox, 5)
 	require.Equal(t, uint64(0), snap.State.Consumers[mcpsync.DefaultConsumer])
 	require.Equal(t, uint64(1), snap.State.First)
 	snap.Outbox = snap.Outbox[2:] // entries 1 and 2 are missing; nothing says why
 
-	into := mcpsync.NewMemoryLedger(nil)
-	err = mcpsync.RestoreLedger(ctx, into, snap)
-	if errors.Is(err, mcpsync.ErrSnapshotInvalid) {
+	into := ledger.NewMemory(nil)
+	err = ledger.Restore(ctx, into, snap)
+	if errors.Is(err, ledger.ErrSnapshotInvalid) {
 		return
 	}
 	require.NoError(t, err)
@@ -197,8 +198,8 @@ func TestRestoreRefusesAnOutboxMissingEntriesNobodyPassed(t *testing.T) {
 // its own) is refused with a typed error (ErrSnapshotInvalid or
 // ErrCounterExhausted), not a panic of the memory ledger's Restore.
 func TestRestoreRefusesAnOutboxAtTheTopOfItsNumbering(t *testing.T) {
-	snap := mcpsync.LedgerSnapshot{
-		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{}, Counters: map[mcpsync.Counter]uint64{},
+	snap := ledger.Snapshot{
+		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{}, Counters: map[ledger.Counter]uint64{},
 		State: mcpsync.OutboxState{Last: math.MaxUint64, First: math.MaxUint64, Consumers: map[string]uint64{"index": 0}},
 	}
 	var err error
@@ -209,15 +210,15 @@ func TestRestoreRefusesAnOutboxAtTheTopOfItsNumbering(t *testing.T) {
 				t.Errorf("RestoreLedger panicked on a snapshot with its outbox at %d: %v", uint64(math.MaxUint64), p)
 			}
 		}()
-		err = mcpsync.RestoreLedger(context.Background(), mcpsync.NewMemoryLedger(nil), snap)
+		err = ledger.Restore(context.Background(), ledger.NewMemory(nil), snap)
 	}()
-	assert.True(t, errors.Is(err, mcpsync.ErrSnapshotInvalid) || errors.Is(err, mcpsync.ErrCounterExhausted),
+	assert.True(t, errors.Is(err, ledger.ErrSnapshotInvalid) || errors.Is(err, ledger.ErrCounterExhausted),
 		"refused with a typed error, got %v", err)
 }
 
 // A ledgerSnapshot.v1 has one consumer, the one PullOutbox acts for
 // (DefaultConsumer), and its position in Acked; Upgrade says "its one
-// consumer becomes the default consumer". After RestoreLedger the default
+// consumer becomes the default consumer". After ledger.Restore the default
 // consumer is where the v1 consumer was (its position is 2, so the
 // worker does not re-apply what it had acknowledged), no consumer named ""
 // appears that nobody can acknowledge, and once the worker acknowledges
@@ -228,15 +229,15 @@ func TestVersionOneSnapshotKeepsTheDefaultConsumersPosition(t *testing.T) {
 	e, err := mcpsync.NewEngine(nil)
 	require.NoError(t, err)
 	acceptN(t, e, doc, 3)
-	snap, err := mcpsync.ExportLedger(ctx, e.Ledger())
+	snap, err := ledger.Export(ctx, e.Ledger())
 	require.NoError(t, err)
 	require.Len(t, snap.Outbox, 3)
 	// The same state as an older release exported it: its single consumer
 	// had acknowledged entries 1 and 2.
-	v1 := mcpsync.LedgerSnapshot{Schema: mcpsync.SchemaLedgerSnapshotV1, Records: snap.Records,
+	v1 := ledger.Snapshot{Schema: ledger.SchemaSnapshotV1, Records: snap.Records,
 		Revoked: snap.Revoked, Outbox: snap.Outbox[2:], Acked: 2}
 
-	l, err := mcpsync.NewMemoryLedgerFrom(v1)
+	l, err := ledger.NewMemoryFrom(v1)
 	require.NoError(t, err)
 	n, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)

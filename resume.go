@@ -330,7 +330,7 @@ func (c *Client) synced(key string, gen uint64) (bool, error) {
 	case StateTombstonePending, StateTombstoned, StateReconciliationRequired:
 		return true, nil
 	}
-	if sub.State.open() && sub.Watermark > 0 {
+	if sub.State.Open() && sub.Watermark > 0 {
 		return true, nil
 	}
 	return refused != nil, refused

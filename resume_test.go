@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -26,7 +27,7 @@ const (
 )
 
 // engineOn is a new engine on ledger, as a restarted process builds it.
-func engineOn(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
+func engineOn(t *testing.T, ledger ledger.Ledger) *mcpsync.Engine {
 	t.Helper()
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 	require.NoError(t, err)
@@ -35,7 +36,7 @@ func engineOn(t *testing.T, ledger mcpsync.Ledger) *mcpsync.Engine {
 
 // firstRun subscribes uris through a client on a new engine over ledger,
 // waits for their first versions and closes it, as a worker that stops.
-func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, ledger mcpsync.Ledger, uris ...string) {
+func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, ledger ledger.Ledger, uris ...string) {
 	t.Helper()
 	r, err := newLiveRig(t.Context(), srv, w.version, 1, mcpsync.ClientOptions{Engine: engineOn(t, ledger)})
 	require.NoError(t, err)
@@ -70,7 +71,7 @@ func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
 				for _, u := range []string{keptRaw, changedURI, goneURI} {
 					srv.Set(u, "text/markdown", "v1")
 				}
-				ledger := mcpsync.NewMemoryLedger(nil)
+				ledger := ledger.NewMemory(nil)
 				firstRun(t, srv, w, ledger, keptRaw, changedURI, goneURI)
 
 				// While no process watches: one resource changes, one goes.
@@ -117,7 +118,7 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 		w := eras[0]
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(changedURI, "text/markdown", "v1")
-		ledger := mcpsync.NewMemoryLedger(nil)
+		ledger := ledger.NewMemory(nil)
 		firstRun(t, srv, w, ledger, changedURI)
 
 		for _, tc := range []struct {
@@ -153,7 +154,7 @@ func TestUnsubscribeRacingResumeWins(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := mcpsynctest.NewServer(nil)
 				srv.Set(changedURI, "text/markdown", "v1")
-				ledger := mcpsync.NewMemoryLedger(nil)
+				ledger := ledger.NewMemory(nil)
 				firstRun(t, srv, w, ledger, changedURI)
 
 				e := engineOn(t, ledger)
@@ -191,7 +192,7 @@ func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
 					srv.Set(uri, "text/markdown", "v1 "+id)
 					servers[id] = srv
 				}
-				ledger := mcpsync.NewMemoryLedger(nil)
+				ledger := ledger.NewMemory(nil)
 				run := func(seed int64) map[string]*liveRig {
 					rigs := map[string]*liveRig{}
 					for _, id := range []string{"east", "west"} {
@@ -249,7 +250,7 @@ func TestSecondClientOnTheLedgerLeavesALiveClientsSubscription(t *testing.T) {
 		srvA, srvB := mcpsynctest.NewServer(nil), mcpsynctest.NewServer(nil) // same name: one deployment
 		srvA.Set(doc, "text/markdown", "v1")
 		srvB.Set(doc, "text/markdown", "v1")
-		ledger := mcpsync.NewMemoryLedger(nil)
+		ledger := ledger.NewMemory(nil)
 		connect := func(srv *mcpsynctest.Server) (*mcpsync.Client, *mcpsync.Engine) {
 			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 			require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
@@ -30,7 +31,7 @@ import (
 // RevokeSubject returned: nothing is accepted, served or announced for it.
 func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 	const doc = "file:///docs/a.md"
-	l := mcpsync.NewMemoryLedger(nil)
+	l := ledger.NewMemory(nil)
 	a, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	b, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
@@ -83,7 +84,7 @@ func TestRecordDerivedRacingARevocationIsRefusedOrAnnounced(t *testing.T) {
 
 	b, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mem})
 	require.NoError(t, err)
-	hooked.beforeWrite(func(_ string, next *mcpsync.Record) bool { return len(next.Artifacts) > 0 }, func() {
+	hooked.beforeWrite(func(_ string, next *ledger.Record) bool { return len(next.Artifacts) > 0 }, func() {
 		_, err := b.RevokeSubject(alice)
 		require.NoError(t, err)
 	})
@@ -173,7 +174,7 @@ func isRevocation(err error) bool {
 // of alice on the ledger, as a worker restarted with the old credentials.
 func revokedWorker(t *testing.T, srv *mcpsynctest.Server, doc string) *mcpsync.Client {
 	t.Helper()
-	ledger := mcpsync.NewMemoryLedger(nil)
+	ledger := ledger.NewMemory(nil)
 	dial := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
 	first, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Subject: alice})
 	require.NoError(t, err)

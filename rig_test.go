@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -934,35 +935,35 @@ var errLedgerDown = errors.New("ledger unavailable")
 // faultLedger is a memory ledger that refuses the writes and counter
 // reservations a test arms, and runs a hook ahead of a chosen write.
 type faultLedger struct {
-	mcpsync.Ledger
+	ledger.Ledger
 	mu          sync.Mutex // protects every field below
-	failCAS     func(key string, next *mcpsync.Record) bool
+	failCAS     func(key string, next *ledger.Record) bool
 	nCAS        int
-	failCounter mcpsync.Counter
+	failCounter ledger.Counter
 	nNext       int
 	failed      int
-	before      func(key string, next *mcpsync.Record) bool
+	before      func(key string, next *ledger.Record) bool
 	hook        func()
 }
 
-func newFaultLedger() *faultLedger { return &faultLedger{Ledger: mcpsync.NewMemoryLedger(nil)} }
+func newFaultLedger() *faultLedger { return &faultLedger{Ledger: ledger.NewMemory(nil)} }
 
 // failWrites makes the next n writes whose record match picks fail.
-func (l *faultLedger) failWrites(n int, match func(key string, next *mcpsync.Record) bool) {
+func (l *faultLedger) failWrites(n int, match func(key string, next *ledger.Record) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.failCAS, l.nCAS = match, n
 }
 
 // failReservations makes the next n reservations of counter fail.
-func (l *faultLedger) failReservations(n int, counter mcpsync.Counter) {
+func (l *faultLedger) failReservations(n int, counter ledger.Counter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.failCounter, l.nNext = counter, n
 }
 
 // beforeWrite runs hook, once, ahead of the first write match picks.
-func (l *faultLedger) beforeWrite(match func(key string, next *mcpsync.Record) bool, hook func()) {
+func (l *faultLedger) beforeWrite(match func(key string, next *ledger.Record) bool, hook func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.before, l.hook = match, hook
@@ -975,7 +976,7 @@ func (l *faultLedger) failures() int {
 	return l.failed
 }
 
-func (l *faultLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+func (l *faultLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
 	l.mu.Lock()
 	var hook func()
 	if l.hook != nil && next != nil && l.before(key, next) {
@@ -994,7 +995,7 @@ func (l *faultLedger) CompareAndSwap(ctx context.Context, key string, prev uint6
 	return l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
 }
 
-func (l *faultLedger) Next(ctx context.Context, counter mcpsync.Counter, n uint64) (uint64, error) {
+func (l *faultLedger) Next(ctx context.Context, counter ledger.Counter, n uint64) (uint64, error) {
 	l.mu.Lock()
 	if l.nNext > 0 && counter == l.failCounter {
 		l.nNext--
@@ -1008,36 +1009,36 @@ func (l *faultLedger) Next(ctx context.Context, counter mcpsync.Counter, n uint6
 
 // openingWrite picks the write that opens a generation after the first:
 // the record goes to SUBSCRIBING with a new generation number.
-func openingWrite(_ string, next *mcpsync.Record) bool {
+func openingWrite(_ string, next *ledger.Record) bool {
 	return next.State == mcpsync.StateSubscribing && next.Sub != nil && next.Sub.Generation >= 2
 }
 
 // activatingWrite picks the write that activates a generation after the
 // first.
-func activatingWrite(_ string, next *mcpsync.Record) bool {
+func activatingWrite(_ string, next *ledger.Record) bool {
 	return next.State == mcpsync.StateActive && next.Sub != nil && next.Sub.Generation >= 2
 }
 
 // openingWriteOf picks the opening write (openingWrite) of uri's record.
-func openingWriteOf(uri string) func(string, *mcpsync.Record) bool {
-	return func(key string, next *mcpsync.Record) bool { return key == uri && openingWrite(key, next) }
+func openingWriteOf(uri string) func(string, *ledger.Record) bool {
+	return func(key string, next *ledger.Record) bool { return key == uri && openingWrite(key, next) }
 }
 
 // writeTo picks the writes whose record goes to state.
-func writeTo(state mcpsync.SubscriptionState) func(string, *mcpsync.Record) bool {
-	return func(_ string, next *mcpsync.Record) bool { return next.State == state }
+func writeTo(state mcpsync.SubscriptionState) func(string, *ledger.Record) bool {
+	return func(_ string, next *ledger.Record) bool { return next.State == state }
 }
 
 // writeOf picks the writes of uri's record that go to state.
-func writeOf(uri string, state mcpsync.SubscriptionState) func(string, *mcpsync.Record) bool {
-	return func(key string, next *mcpsync.Record) bool { return key == uri && next.State == state }
+func writeOf(uri string, state mcpsync.SubscriptionState) func(string, *ledger.Record) bool {
+	return func(key string, next *ledger.Record) bool { return key == uri && next.State == state }
 }
 
 // reopenWrites are the writes of a reopen that can fail, by the state the
 // record goes to.
 var reopenWrites = []struct {
 	name  string
-	match func(string, *mcpsync.Record) bool
+	match func(string, *ledger.Record) bool
 }{
 	{"open-next-generation", openingWrite},
 	{"finish-close", writeTo(mcpsync.StateClosed)},

@@ -18,7 +18,7 @@ import (
 // ObserveListing). Then refresh for a stable fraction of subscriptions
 // (ClientOptions.RefreshFraction, Client.SetRefreshFraction), raised without
 // a restart. Rolling back keeps the fence: watermarks and close receipts
-// stay in the ledger (ExportLedger, NewMemoryLedgerFrom), so no old read
+// stay in the ledger (ledger.Export, ledger.NewMemoryFrom), so no old read
 // loses it.
 
 // RolloutStatus reports the gradual enablement of a Client's refresh.

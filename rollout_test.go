@@ -19,6 +19,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -335,7 +336,7 @@ func TestShadowVerdicts(t *testing.T) {
 // ledgerStateOf is everything the fence writes: records (watermarks,
 // versions, tombstones, close receipts), the outbox and the audit.
 type ledgerStateOf struct {
-	Ledger mcpsync.LedgerSnapshot
+	Ledger ledger.Snapshot
 	Outbox []mcpsync.OutboxEntry
 	Stale  []mcpsync.StaleReceipt
 	Counts map[mcpsync.StaleReason]uint64
@@ -343,7 +344,7 @@ type ledgerStateOf struct {
 
 func ledgerState(t *testing.T, e *mcpsync.Engine) ledgerStateOf {
 	t.Helper()
-	snap, err := mcpsync.ExportLedger(context.Background(), e.Ledger())
+	snap, err := ledger.Export(context.Background(), e.Ledger())
 	require.NoError(t, err)
 	entries, err := e.PullOutbox(0, 0)
 	require.NoError(t, err)

@@ -1,51 +1,16 @@
 package mcpsync
 
-// SubscriptionState is a state of one subscription generation of a URI:
-//
-//	DISCOVERED -> SUBSCRIBING -> ACTIVE
-//	ACTIVE -> UPDATE_SEEN -> READ_PENDING -> VERSION_ACCEPTED -> ACTIVE
-//	ACTIVE -> UNSUBSCRIBING -> CLOSED | UNSUBSCRIBE_UNKNOWN
-//	ACTIVE (read says not found, fence passed) -> TOMBSTONE_PENDING -> TOMBSTONED | ACTIVE
-//	any read or write whose identity is unknown -> RECONCILIATION_REQUIRED
-//
-// A proven catalog confirms a TOMBSTONE_PENDING subscription directly; a
-// corroborated deletion goes TOMBSTONE_PENDING -> READ_PENDING (the second
-// read) -> TOMBSTONED (deletion.go).
-//
-// ACTIVE and its read sub-states (UPDATE_SEEN, READ_PENDING,
-// VERSION_ACCEPTED) are "open": only an open subscription is issued reads and
-// only its results can pass the fence.
-type SubscriptionState string
+import "github.com/mcpsync/mcpsync/ledger"
 
-// Subscription states.
-const (
-	StateDiscovered             SubscriptionState = "DISCOVERED"
-	StateSubscribing            SubscriptionState = "SUBSCRIBING"
-	StateActive                 SubscriptionState = "ACTIVE"
-	StateUpdateSeen             SubscriptionState = "UPDATE_SEEN"
-	StateReadPending            SubscriptionState = "READ_PENDING"
-	StateVersionAccepted        SubscriptionState = "VERSION_ACCEPTED"
-	StateUnsubscribing          SubscriptionState = "UNSUBSCRIBING"
-	StateClosed                 SubscriptionState = "CLOSED"
-	StateUnsubscribeUnknown     SubscriptionState = "UNSUBSCRIBE_UNKNOWN"
-	StateTombstonePending       SubscriptionState = "TOMBSTONE_PENDING"
-	StateTombstoned             SubscriptionState = "TOMBSTONED"
-	StateReconciliationRequired SubscriptionState = "RECONCILIATION_REQUIRED"
-)
-
-func (s SubscriptionState) open() bool {
-	switch s {
-	case StateActive, StateUpdateSeen, StateReadPending, StateVersionAccepted:
-		return true
-	}
-	return false
-}
+// The subscription state machine: the steps between the states of
+// ledger.SubscriptionState (its doc draws them), which every write of a
+// record takes through transitions.move.
 
 // readable reports whether a read may be issued: the subscription is open,
 // or its tombstone is pending or confirmed while the server still notifies
 // it (a read that finds the resource brings it back).
-func (s SubscriptionState) readable() bool {
-	return s.open() || s == StateTombstonePending || s == StateTombstoned
+func readable(s SubscriptionState) bool {
+	return s.Open() || s == StateTombstonePending || s == StateTombstoned
 }
 
 // Events of the state machine.
@@ -137,7 +102,7 @@ type transitions struct {
 	n     int
 }
 
-func (p *transitions) reset(cur *Record) {
+func (p *transitions) reset(cur *ledger.Record) {
 	p.n, p.gen = 0, 0
 	if cur != nil && cur.Sub != nil {
 		p.gen = cur.Sub.Generation
@@ -192,7 +157,7 @@ func nextState(event string, from SubscriptionState) (SubscriptionState, bool) {
 }
 
 // move applies event to r's state, or returns a *TransitionError.
-func (p *transitions) move(r *Record, event string) error {
+func (p *transitions) move(r *ledger.Record, event string) error {
 	i, j := eventIndex(event), stateIndex(r.State)
 	k := uint8(0)
 	if i >= 0 && j >= 0 {

@@ -7,55 +7,12 @@ import (
 	"iter"
 	"sync"
 	"time"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
-// SubscriptionMode says how a subscription learns of changes.
-type SubscriptionMode string
-
-// Subscription modes.
-const (
-	// ModePush: the server accepted the subscription; notifications trigger
-	// reads, and revalidation reads bound the staleness of lost ones.
-	ModePush SubscriptionMode = "push"
-	// ModePoll: the server cannot subscribe (or the subscribe failed), so
-	// jittered periodic reads are the only source of freshness. Notifications
-	// that arrive anyway still trigger fenced reads.
-	ModePoll SubscriptionMode = "poll"
-)
-
-// SubscriptionInfo is the part of a subscription generation fixed when it
-// starts (and when it ends).
-type SubscriptionInfo struct {
-	URI string `json:"uri"`
-	// RawURI is the URI as the caller gave it, which reads send to the
-	// server; empty when it is URI itself. A subscription resumed after a
-	// restart reads what the caller asked for, not its normalized key.
-	RawURI string `json:"rawUri,omitempty"`
-	// Subject is stored as "principal", the name resourceSubscription.v1
-	// gives it.
-	Subject           string         `json:"principal"`
-	Server            Implementation `json:"server"`
-	SessionGeneration uint64         `json:"sessionGeneration"`
-	SessionID         string         `json:"sessionId,omitempty"`
-	// Capabilities is the receipt of the session the generation opened in.
-	// Every subscription of a session shares it: like everything a Record
-	// points to, it is never written once stored.
-	Capabilities *CapabilityReceipt `json:"capabilities"`
-	Generation   uint64             `json:"generation"`
-	Mode         SubscriptionMode   `json:"mode,omitempty"`
-	// ModeReason says why a subscription polls: the server cannot
-	// subscribe, the subscribe failed, or the transport cannot carry
-	// notifications.
-	ModeReason string `json:"modeReason,omitempty"`
-	// StalenessBound is how old the local copy may be while the
-	// subscription is open: the revalidation or poll interval plus its
-	// jitter. Zero when none was published.
-	StalenessBound time.Duration `json:"stalenessBoundNanos,omitempty"`
-	StartedAt      time.Time     `json:"startedAt"`
-	EndedAt        time.Time     `json:"endedAt,omitzero"`
-}
-
-func (s *SubscriptionInfo) withEnd(at time.Time) *SubscriptionInfo {
+// withEnd returns a copy of s that ended at at.
+func withEnd(s *ledger.SubscriptionInfo, at time.Time) *ledger.SubscriptionInfo {
 	c := *s
 	c.EndedAt = at
 	return &c
@@ -96,7 +53,7 @@ type Subscription struct {
 	Unlisted *Unlisting `json:"unlisted,omitempty"`
 }
 
-func subscriptionOf(key string, r *Record) Subscription {
+func subscriptionOf(key string, r *ledger.Record) Subscription {
 	s := Subscription{Schema: SchemaSubscription, URI: key, State: r.State}
 	if r.Sub != nil {
 		i := r.Sub
@@ -123,7 +80,7 @@ func (e *Engine) Subscription(rawURI string) (Subscription, error) {
 	}
 	var sub Subscription
 	known := false
-	if err := e.view(key, func(r *Record) {
+	if err := e.view(key, func(r *ledger.Record) {
 		if known = r != nil; known {
 			sub = subscriptionOf(key, r)
 		}
@@ -140,7 +97,7 @@ func (e *Engine) Subscription(rawURI string) (Subscription, error) {
 // stops at the first error of the ledger (yielding it).
 func (e *Engine) Subscriptions() iter.Seq2[Subscription, error] {
 	return func(yield func(Subscription, error) bool) {
-		if err := e.ledger.Range(context.Background(), func(key string, r *Record) bool {
+		if err := e.ledger.Range(context.Background(), func(key string, r *ledger.Record) bool {
 			return yield(subscriptionOf(key, r), nil)
 		}); err != nil {
 			yield(Subscription{}, err)
@@ -167,7 +124,7 @@ func (e *Engine) ResumableSubscriptions() iter.Seq2[Subscription, error] {
 				continue
 			}
 			switch st := sub.State; {
-			case st.open(), st == StateSubscribing, st == StateTombstonePending,
+			case st.Open(), st == StateSubscribing, st == StateTombstonePending,
 				st == StateTombstoned, st == StateReconciliationRequired:
 				if !yield(sub, nil) {
 					return
@@ -184,11 +141,11 @@ func (e *Engine) Discover(rawURI string) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	_, _, err = e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		if cur != nil {
 			return nil, nil, nil
 		}
-		return &Record{Revision: 1, State: StateDiscovered}, nil, nil
+		return &ledger.Record{Revision: 1, State: StateDiscovered}, nil, nil
 	})
 	return err
 }
@@ -218,12 +175,12 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 	var path transitions
 	// Deferred when a crash that lost it would leave a generation a
 	// restart resumes for the same subject, server and spelling.
-	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *Record) (*Record, []OutboxEntry, error) {
+	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		path.reset(cur)
 		var gen uint64
-		next := &Record{Revision: 1}
+		next := &ledger.Record{Revision: 1}
 		if cur != nil {
-			next = cur.clone()
+			next = clone(cur)
 			if cur.Sub != nil {
 				gen = cur.Sub.Generation
 				if cur.Sub.SessionGeneration == s.gen {
@@ -245,7 +202,7 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 		if raw == key {
 			raw = ""
 		}
-		next.Sub = &SubscriptionInfo{
+		next.Sub = &ledger.SubscriptionInfo{
 			URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
 			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: &s.info.Capabilities,
 			Generation: gen + 1, StartedAt: e.now(),
@@ -291,7 +248,7 @@ func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string, b
 	if mode != ModePush && mode != ModePoll {
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
-	return e.step(rawURI, evActivate, resumedAnyway, func(next *Record, _ *transitions) error {
+	return e.step(rawURI, evActivate, resumedAnyway, func(next *ledger.Record, _ *transitions) error {
 		if next.Sub.SessionGeneration != e.sessionGeneration() {
 			// The server confirmed a subscription of a session that is
 			// gone: it notifies nobody now, so it must not look ACTIVE.
@@ -316,14 +273,14 @@ func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subs
 	if err != nil {
 		return Subscription{}, err
 	}
-	next, _, err := e.update(key, func(cur *Record) (*Record, []OutboxEntry, error) {
+	next, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		if !cur.State.open() || cur.Sub.SessionGeneration != e.sessionGeneration() {
+		if !cur.State.Open() || cur.Sub.SessionGeneration != e.sessionGeneration() {
 			return nil, nil, &TransitionError{URI: key, From: cur.State, Event: "publish staleness bound"}
 		}
-		next := cur.clone()
+		next := clone(cur)
 		info := *cur.Sub
 		info.StalenessBound = bound
 		next.Sub = &info
@@ -336,25 +293,25 @@ func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subs
 }
 
 // ended stamps the end of a generation.
-func (e *Engine) ended(next *Record, _ *transitions) error {
-	next.Sub = next.Sub.withEnd(e.now())
+func (e *Engine) ended(next *ledger.Record, _ *transitions) error {
+	next.Sub = withEnd(next.Sub, e.now())
 	return nil
 }
 
 // step applies one event of the current generation, with an optional change
 // to the new record, deferred when mayDefer says so (updateFrom).
-func (e *Engine) step(rawURI, event string, mayDefer func(cur, next *Record) bool, change func(*Record, *transitions) error) (Subscription, error) {
+func (e *Engine) step(rawURI, event string, mayDefer func(cur, next *ledger.Record) bool, change func(*ledger.Record, *transitions) error) (Subscription, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Subscription{}, err
 	}
 	var path transitions
-	next, _, err := e.updateFrom(key, nil, false, mayDefer, func(cur *Record) (*Record, []OutboxEntry, error) {
+	next, _, err := e.updateFrom(key, nil, false, mayDefer, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		next := cur.clone()
+		next := clone(cur)
 		if err := path.move(next, event); err != nil {
 			return nil, nil, err
 		}
@@ -399,12 +356,12 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 	var path transitions
 	// Deferred: a pulse lost in a crash is moot, since a restart reads
 	// every URI it resumes.
-	_, err = e.change(key, nil, false, true, func(cur, next *Record, _ *[]OutboxEntry) (bool, error) {
+	_, err = e.change(key, nil, false, true, func(cur, next *ledger.Record, _ *[]OutboxEntry) (bool, error) {
 		path.reset(cur)
 		if cur == nil || cur.Sub == nil {
 			return false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
-		if !cur.State.readable() || cur.Sub.SessionGeneration != e.sessionGeneration() {
+		if !readable(cur.State) || cur.Sub.SessionGeneration != e.sessionGeneration() {
 			return false, &TransitionError{URI: key, From: cur.State, Event: evNotify}
 		}
 		next.LastNotificationSeq++
@@ -530,9 +487,9 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 		// The record is kept, for the issue to start from, only where it
 		// is an immutable one (not on the memory ledger, which issues in
 		// place and needs none).
-		var loaded *Record
+		var loaded *ledger.Record
 		qk, known := queueKey{uri: key}, false
-		if err := e.view(key, func(cur *Record) {
+		if err := e.view(key, func(cur *ledger.Record) {
 			if known = cur != nil && cur.Sub != nil; known {
 				qk.session, qk.gen = cur.Sub.SessionGeneration, cur.Sub.Generation
 				if e.mem == nil {
@@ -588,7 +545,7 @@ func (e *Engine) Sending(t Ticket) {
 // stops processing but stays dirty, to be read when a read of the URI
 // settles; on any other failure its pending pulse is dropped, since a
 // generation that cannot be read has nothing to refresh.
-func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *Record) (Ticket, bool, error) {
+func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *ledger.Record) (Ticket, bool, error) {
 	q := &e.queue
 	t, err := e.issue(qk.uri, trigger, &qk, loaded)
 	q.mu.Lock()

@@ -107,7 +107,7 @@ func (c *Client) abandonedGeneration(key string, sub Subscription) bool {
 // once more, for a stream the server ended and whose re-establishment is
 // paced.
 func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscription, tick Trigger) (reopen bool, again time.Duration) {
-	if conn.era != EraModern || !sub.State.open() {
+	if conn.era != EraModern || !sub.State.Open() {
 		return false, 0
 	}
 	c.mu.Lock()
@@ -412,7 +412,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 		c.resolveUnknown(conn, key, w)
 		return nil
 	}
-	if sub.Mode != ModePush || !sub.State.readable() {
+	if sub.Mode != ModePush || !readable(sub.State) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)

@@ -16,53 +16,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
-// Implementation names an MCP peer as it introduced itself at initialize.
-type Implementation struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-}
-
-// Content is one decoded item of a resources/read result. Text items carry
-// Text; blob items carry the decoded bytes in Data and have Binary set.
-type Content struct {
-	URI      string `json:"uri"`
-	MIMEType string `json:"mimeType,omitempty"`
-	Text     string `json:"text,omitempty"`
-	Data     []byte `json:"data,omitempty"` // base64 in JSON
-	Binary   bool   `json:"binary,omitempty"`
-}
-
-// ResourceVersion identifies one accepted state of a resource: what was read
-// (digest), when in the fence's order (generations and read ordinal), by whom
-// (subject) and from which server.
-//
-// LastModified is the server's hint and is never compared: two reads with the
-// same digest are the same version whatever their hints say.
-type ResourceVersion struct {
-	Schema                 string         `json:"schema"`
-	URI                    string         `json:"uri"`
-	MIMEType               string         `json:"mimeType,omitempty"`
-	Digest                 string         `json:"digest"`
-	Bytes                  int64          `json:"bytes"`
-	ReadOrdinal            uint64         `json:"readOrdinal"`
-	Subject                string         `json:"subject"`
-	Server                 Implementation `json:"server"`
-	SessionGeneration      uint64         `json:"sessionGeneration"`
-	SubscriptionGeneration uint64         `json:"subscriptionGeneration"`
-	LastModified           string         `json:"lastModified,omitempty"`
-}
-
-// After reports whether v is later than w in the fence's order. Versions of
-// one URI are ordered by subscription generation, then read ordinal; the
-// session generation is implied, since subscription generations keep rising
-// across sessions.
-func (v ResourceVersion) After(w ResourceVersion) bool {
-	if v.SubscriptionGeneration != w.SubscriptionGeneration {
-		return v.SubscriptionGeneration > w.SubscriptionGeneration
-	}
-	return v.ReadOrdinal > w.ReadOrdinal
-}
-
 // ReadResult is the answer to one resources/read, prepared for the fence:
 // contents are decoded, their URIs normalized and the digest computed once,
 // outside every lock. Build one with NewReadResult, ReadResultFromMCP or

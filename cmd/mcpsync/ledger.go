@@ -14,6 +14,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 )
@@ -51,7 +52,7 @@ const ledgerLockWait = time.Second
 // openLedger opens the ledger spec names and returns it with the function
 // that closes it. A spec is the path of a bolt ledger file; stores of other
 // kinds are told apart here, by the scheme of their URL, one case each.
-func openLedger(ctx context.Context, spec string, use ledgerUse) (mcpsync.Ledger, func() error, error) {
+func openLedger(ctx context.Context, spec string, use ledgerUse) (ledger.Ledger, func() error, error) {
 	switch {
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		l, err := openSharedLedger(ctx, spec, use)
@@ -126,7 +127,7 @@ func redact(url string) string {
 
 // openBoltLedger opens the bolt ledger file at path, creating it if missing
 // unless use says it must exist.
-func openBoltLedger(path string, use ledgerUse) (mcpsync.Ledger, func() error, error) {
+func openBoltLedger(path string, use ledgerUse) (ledger.Ledger, func() error, error) {
 	if use == existingLedger {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("no ledger at %s", path)

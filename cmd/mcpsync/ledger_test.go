@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
@@ -23,7 +24,7 @@ func entriesOf(t *testing.T, out string) []mcpsync.OutboxEntry {
 	t.Helper()
 	var entries []mcpsync.OutboxEntry
 	for line := range strings.Lines(out) {
-		e, err := mcpsync.DecodeOutboxEntry([]byte(line))
+		e, err := ledger.DecodeOutboxEntry([]byte(line))
 		require.NoError(t, err, "line %q", line)
 		entries = append(entries, e)
 	}
@@ -211,14 +212,14 @@ func TestWatchWithLedgerCarriesVersionsOver(t *testing.T) {
 // with exit status 3, and --ack does not pass them unless told how far.
 func TestOutboxReportsLostEntries(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "small.ledger")
-	l, err := boltledger.Open(path, &boltledger.Options{Ledger: &mcpsync.LedgerOptions{OutboxRetention: 2}})
+	l, err := boltledger.Open(path, &boltledger.Options{Ledger: &ledger.Options{OutboxRetention: 2}})
 	require.NoError(t, err)
 	ctx := t.Context()
 	require.NoError(t, l.Ack(ctx, "indexer", 0), "registered before any entry")
 	const key = "file:///docs/a.md"
 	for rev := uint64(1); rev <= 5; rev++ {
 		entry := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated, Subject: "cli"}
-		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, &mcpsync.Record{Revision: rev}, []mcpsync.OutboxEntry{entry})
+		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, &ledger.Record{Revision: rev}, []mcpsync.OutboxEntry{entry})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}

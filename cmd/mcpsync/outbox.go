@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The outbox command is a worker's pull and ack from a shell: it lists what
@@ -151,7 +152,7 @@ type listing struct {
 
 func (l *listing) entry(e mcpsync.OutboxEntry) error {
 	if l.json {
-		b, err := mcpsync.EncodeOutboxEntry(e)
+		b, err := ledger.EncodeOutboxEntry(e)
 		if err != nil {
 			return err
 		}

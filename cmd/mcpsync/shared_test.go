@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
@@ -51,7 +51,7 @@ func TestWatchAllSplitsURIsOnASharedLedger(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r)
 	announced := map[string]bool{}
 	for line := range strings.Lines(r.stdout) {
-		en, err := mcpsync.DecodeOutboxEntry([]byte(line))
+		en, err := ledger.DecodeOutboxEntry([]byte(line))
 		require.NoError(t, err)
 		announced[en.URI] = true
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -437,7 +438,7 @@ func run(ctx context.Context, conn string, out *console) (err error) {
 
 // checkCopies compares, for every URI, the ledger's current version and
 // the index with the server.
-func checkCopies(ctx context.Context, st view, ledger *pgledger.Ledger, srv *mcpsynctest.Server, uris []string) error {
+func checkCopies(ctx context.Context, st view, pl *pgledger.Ledger, srv *mcpsynctest.Server, uris []string) error {
 	ix, err := st.indexed(ctx)
 	if err != nil {
 		return err
@@ -445,11 +446,11 @@ func checkCopies(ctx context.Context, st view, ledger *pgledger.Ledger, srv *mcp
 	var errs []error
 	for _, u := range uris {
 		want, _ := srv.Text(u)
-		r, err := ledger.Load(ctx, u)
+		r, err := pl.Load(ctx, u)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
-		case r == nil || r.Current == nil || r.Current.Status != mcpsync.VersionServed || text(r.Current.Contents) != want:
+		case r == nil || r.Current == nil || r.Current.Status != ledger.VersionServed || text(r.Current.Contents) != want:
 			errs = append(errs, fmt.Errorf("%s: the ledger does not serve the server's text %q", u, want))
 		}
 		if ix[u] != want {

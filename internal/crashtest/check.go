@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Checker holds what a crash test learned from its worker's announcements
@@ -70,7 +71,7 @@ func (c *Checker) Revoked() map[string]bool { return c.revoked }
 // Check checks l, the ledger of a worker that is no longer running, and
 // returns its export. Every revocation in it was swept: opening an engine on
 // it, as Check does, finishes a sweep the kill cut short.
-func (c *Checker) Check(t testing.TB, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
+func (c *Checker) Check(t testing.TB, l ledger.Ledger) ledger.Snapshot {
 	t.Helper()
 	return c.check(t, l, true)
 }
@@ -79,12 +80,12 @@ func (c *Checker) Check(t testing.TB, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
 // export: everything Check checks but that every revocation was swept, since
 // the worker may be sweeping one (or revoking a subject again) as the
 // ledger is exported.
-func (c *Checker) CheckRunning(t testing.TB, l mcpsync.Ledger) mcpsync.LedgerSnapshot {
+func (c *Checker) CheckRunning(t testing.TB, l ledger.Ledger) ledger.Snapshot {
 	t.Helper()
 	return c.check(t, l, false)
 }
 
-func (c *Checker) check(t testing.TB, l mcpsync.Ledger, stopped bool) mcpsync.LedgerSnapshot {
+func (c *Checker) check(t testing.TB, l ledger.Ledger, stopped bool) ledger.Snapshot {
 	t.Helper()
 	// Opening an engine finishes a revocation sweep the kill cut short.
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
@@ -129,10 +130,10 @@ func (c *Checker) check(t testing.TB, l mcpsync.Ledger, stopped bool) mcpsync.Le
 		}
 		c.current[key] = v
 		if c.revoked[v.Subject] {
-			assert.Equal(t, mcpsync.VersionRevoked, r.Current.Status, "%s: a revoked subject's version", key)
+			assert.Equal(t, ledger.VersionRevoked, r.Current.Status, "%s: a revoked subject's version", key)
 		}
 		for _, tk := range r.Tickets {
-			assert.LessOrEqual(t, tk.RequestID, snap.Counters[mcpsync.CounterRequest], "%s: a ticket the counter did not allocate", key)
+			assert.LessOrEqual(t, tk.RequestID, snap.Counters[ledger.CounterRequest], "%s: a ticket the counter did not allocate", key)
 		}
 	}
 	revoked := map[string]bool{}
@@ -149,7 +150,7 @@ func (c *Checker) check(t testing.TB, l mcpsync.Ledger, stopped bool) mcpsync.Le
 			assert.Error(t, err, "%s served to revoked %s", uri, s)
 		}
 	}
-	assert.GreaterOrEqual(t, snap.Counters[mcpsync.CounterSession], c.session)
+	assert.GreaterOrEqual(t, snap.Counters[ledger.CounterSession], c.session)
 	return snap
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 const (
@@ -24,9 +25,9 @@ const (
 // history builds a ledger as a worker leaves it: docA read twice by alice,
 // docB read by carol, deleted and tombstoned, carol revoked. It returns the
 // ledger and the lines the worker would have announced.
-func history(t *testing.T) (mcpsync.Ledger, []string) {
+func history(t *testing.T) (ledger.Ledger, []string) {
 	t.Helper()
-	l := mcpsync.NewMemoryLedger(nil)
+	l := ledger.NewMemory(nil)
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
@@ -65,11 +66,11 @@ func history(t *testing.T) (mcpsync.Ledger, []string) {
 // edited is a ledger whose Export is changed by edit (when not nil), as a
 // ledger that broke an invariant would export.
 type edited struct {
-	mcpsync.Ledger
-	edit func(*mcpsync.LedgerSnapshot)
+	ledger.Ledger
+	edit func(*ledger.Snapshot)
 }
 
-func (l edited) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
+func (l edited) Export(ctx context.Context) (ledger.Snapshot, error) {
 	snap, err := l.Ledger.Export(ctx)
 	if err == nil && l.edit != nil {
 		l.edit(&snap)
@@ -79,7 +80,7 @@ func (l edited) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 
 // record returns a copy of snap's record of key, put in snap in its place:
 // records are shared with the ledger, and an edit changes only the copy.
-func record(snap *mcpsync.LedgerSnapshot, key string) *mcpsync.Record {
+func record(snap *ledger.Snapshot, key string) *ledger.Record {
 	r := *snap.Records[key]
 	if r.Current != nil {
 		c := *r.Current
@@ -134,7 +135,7 @@ func TestCheckerCatches(t *testing.T) {
 		c.Check(t, l)
 	}), "the ledger as the worker left it")
 
-	aEntries := func(snap *mcpsync.LedgerSnapshot) []int {
+	aEntries := func(snap *ledger.Snapshot) []int {
 		var out []int
 		for i, en := range snap.Outbox {
 			if en.URI == docA {
@@ -146,37 +147,37 @@ func TestCheckerCatches(t *testing.T) {
 	cases := []struct {
 		name  string
 		extra []string // announced after the history
-		edit  func(*mcpsync.LedgerSnapshot)
+		edit  func(*ledger.Snapshot)
 		// before, when set, is what an earlier check saw.
-		before func(*mcpsync.LedgerSnapshot)
+		before func(*ledger.Snapshot)
 		want   string
 	}{
-		{name: "an entry lost", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "an entry lost", edit: func(s *ledger.Snapshot) {
 			s.Outbox = slices.Delete(s.Outbox, 1, 2)
 		}, want: "no entry lost or numbered twice"},
-		{name: "an entry numbered twice", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "an entry numbered twice", edit: func(s *ledger.Snapshot) {
 			s.Outbox[2].Seq = s.Outbox[1].Seq
 		}, want: "no entry lost or numbered twice"},
-		{name: "a version without its entry", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a version without its entry", edit: func(s *ledger.Snapshot) {
 			i := aEntries(s)
 			s.Outbox[i[len(i)-1]].Version = s.Outbox[i[0]].Version
 		}, want: "the current version is the one the outbox announced last"},
-		{name: "a version regressed", before: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a version regressed", before: func(s *ledger.Snapshot) {
 			r := record(s, docA)
 			r.Current.Version.ReadOrdinal++
 			i := aEntries(s)
 			s.Outbox[i[len(i)-1]].Version = r.Current.Version
 		}, want: "regressed from"},
-		{name: "an ordinal reissued", before: func(s *mcpsync.LedgerSnapshot) {
+		{name: "an ordinal reissued", before: func(s *ledger.Snapshot) {
 			record(s, docA).LastIssued++
 		}, want: "read ordinal reused"},
-		{name: "a watermark lowered", before: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a watermark lowered", before: func(s *ledger.Snapshot) {
 			record(s, docA).Watermark++
 		}, want: "watermark went back"},
-		{name: "a subscription generation reused", before: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a subscription generation reused", before: func(s *ledger.Snapshot) {
 			record(s, docA).Sub.Generation++
 		}, want: "subscription generation reused"},
-		{name: "a deletion tombstoned twice", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a deletion tombstoned twice", edit: func(s *ledger.Snapshot) {
 			for _, en := range s.Outbox {
 				if en.URI == docB && en.Reason == mcpsync.InvalidateTombstoned {
 					en.Seq = s.State.Last + 1
@@ -186,18 +187,18 @@ func TestCheckerCatches(t *testing.T) {
 				}
 			}
 		}, want: "tombstoned by entries"},
-		{name: "a revocation lost", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a revocation lost", edit: func(s *ledger.Snapshot) {
 			s.Revoked = nil
 		}, want: "revocation of " + carol + " lost"},
-		{name: "a revoked subject's version served", edit: func(s *mcpsync.LedgerSnapshot) {
-			record(s, docB).Current.Status = mcpsync.VersionServed
+		{name: "a revoked subject's version served", edit: func(s *ledger.Snapshot) {
+			record(s, docB).Current.Status = ledger.VersionServed
 		}, want: "a revoked subject's version"},
-		{name: "a sweep left unfinished", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a sweep left unfinished", edit: func(s *ledger.Snapshot) {
 			s.Revoked[0].Swept = false
 		}, want: "sweep finished on open"},
-		{name: "a ticket the counter never handed out", edit: func(s *mcpsync.LedgerSnapshot) {
+		{name: "a ticket the counter never handed out", edit: func(s *ledger.Snapshot) {
 			r := record(s, docA)
-			r.Tickets = []mcpsync.Ticket{{RequestID: s.Counters[mcpsync.CounterRequest] + 1}}
+			r.Tickets = []mcpsync.Ticket{{RequestID: s.Counters[ledger.CounterRequest] + 1}}
 		}, want: "a ticket the counter did not allocate"},
 		{name: "a request id announced twice", extra: []string{lines[1]}, want: "handed out twice"},
 		{name: "a session generation announced twice", extra: []string{lines[0]}, want: "session generation reused"},
@@ -222,7 +223,7 @@ func TestCheckerCatches(t *testing.T) {
 // CheckRunning, unlike Check, lets an unfinished sweep pass.
 func TestCheckRunningLetsASweepRun(t *testing.T) {
 	l, lines := history(t)
-	unswept := edited{l, func(s *mcpsync.LedgerSnapshot) { s.Revoked[0].Swept = false }}
+	unswept := edited{l, func(s *ledger.Snapshot) { s.Revoked[0].Swept = false }}
 	assert.Empty(t, failures(t, func(t testing.TB) {
 		c := NewChecker([]string{docA, docB})
 		c.Events(t, lines)

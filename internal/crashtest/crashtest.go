@@ -25,7 +25,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // EnvKills is the variable that sets how many times a crash test
@@ -49,7 +49,7 @@ type Test struct {
 	Env    []string
 	// Ledger opens, in the parent, the ledger the worker writes, for the
 	// checks after an interruption; done is called once they are over.
-	Ledger func(t *testing.T) (l mcpsync.Ledger, done func())
+	Ledger func(t *testing.T) (l ledger.Ledger, done func())
 	// Terminate, when set, cuts the worker's connections to its ledger
 	// while one of them is inside a transaction, and says what it cut. Run
 	// then interrupts the worker this way at about half of its random

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // envRun is the run a worker process is: Run sets it, and its presence is
@@ -32,7 +33,7 @@ var URIs = []string{
 // to the ledger died under a call. It announces each and goes on (a step of
 // its setup is tried again, a step of its run is given up). Any other error
 // ends the process with status 3 after an "error" line.
-func Work(t *testing.T, open func() (mcpsync.Ledger, error), lost func(error) bool) {
+func Work(t *testing.T, open func() (ledger.Ledger, error), lost func(error) bool) {
 	v := os.Getenv(envRun)
 	if v == "" {
 		t.Skip("run by a crash test in a child process")
@@ -45,7 +46,7 @@ func Work(t *testing.T, open func() (mcpsync.Ledger, error), lost func(error) bo
 	os.Exit(0)
 }
 
-func work(open func() (mcpsync.Ledger, error), lost func(error) bool, run int) error {
+func work(open func() (ledger.Ledger, error), lost func(error) bool, run int) error {
 	survive := func(err error) bool {
 		if err == nil || lost == nil || !lost(err) {
 			return false

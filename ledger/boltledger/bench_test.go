@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -24,7 +25,7 @@ func benchEngine(b *testing.B) (*mcpsync.Engine, *boltledger.Ledger) {
 }
 
 func benchResult(i int) mcpsync.ReadResult {
-	return mcpsync.NewReadResult([]mcpsync.Content{{URI: benchURI, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", i)}})
+	return mcpsync.NewReadResult([]ledger.Content{{URI: benchURI, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", i)}})
 }
 
 // BenchmarkAccept compares the fence's accept on the bolt ledger - one
@@ -33,7 +34,7 @@ func benchResult(i int) mcpsync.ReadResult {
 // Update writing a record of the same size and one outbox key, beside it in
 // the same run. Both commit with fsync. In accept the ticket is issued with
 // the timer stopped; issue+accept measures both: the ticket is deferred
-// (DeferringLedger) and written in the accept's transaction, so a read is
+// (ledger.Deferring) and written in the accept's transaction, so a read is
 // one fsync'd transaction, as the baseline is.
 //
 // Go runs each sub-benchmark's -count repetitions back to back, so on a
@@ -56,7 +57,7 @@ func BenchmarkAccept(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			b.StopTimer()
-			t, err := e.IssueTicket(benchURI, mcpsync.TriggerNotification)
+			t, err := e.IssueTicket(benchURI, ledger.TriggerNotification)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -69,7 +70,7 @@ func BenchmarkAccept(b *testing.B) {
 		}
 	})
 	issueAccept := func(b *testing.B, e *mcpsync.Engine, i int) {
-		t, err := e.IssueTicket(benchURI, mcpsync.TriggerNotification)
+		t, err := e.IssueTicket(benchURI, ledger.TriggerNotification)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func bareUpdate(b *testing.B) func(*testing.B) {
 // stores them after an accept, to write as bytes.
 func storedForms(b *testing.B, uri string) (record, entry []byte) {
 	e, l := benchEngineOn(b, nil, []string{uri})
-	t, _ := e.IssueTicket(uri, mcpsync.TriggerNotification)
+	t, _ := e.IssueTicket(uri, ledger.TriggerNotification)
 	if _, err := e.AcceptResourceVersion(t, concurrentResult(uri, 0)); err != nil {
 		b.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func BenchmarkAcceptConcurrent(b *testing.B) {
 		// goroutine w alone reads uris[w] while a round lasts.
 		var reads [concurrentURIs]int
 		return func(w, _ int) error {
-			t, err := e.IssueTicket(uris[w], mcpsync.TriggerNotification)
+			t, err := e.IssueTicket(uris[w], ledger.TriggerNotification)
 			if err != nil {
 				return err
 			}
@@ -273,7 +274,7 @@ func concurrently(b *testing.B, n int, accept func(w, i int) error) {
 // concurrentResult is the i-th read of uri: consecutive reads differ, so
 // each is a changed version with an outbox entry.
 func concurrentResult(uri string, i int) mcpsync.ReadResult {
-	return mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", i&1)}})
+	return mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", i&1)}})
 }
 
 // benchEngineOn is an engine on a new bolt ledger opened with opts, with a
@@ -296,7 +297,7 @@ func benchEngineOn(b *testing.B, opts *boltledger.Options, uris []string) (*mcps
 		if _, err := e.Subscribe(uri, "user:alice"); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := e.Activate(uri, mcpsync.ModePush); err != nil {
+		if _, err := e.Activate(uri, ledger.ModePush); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-// Package boltledger is an mcpsync.Ledger in one file, on go.etcd.io/bbolt.
+// Package boltledger is a ledger.Ledger in one file, on go.etcd.io/bbolt.
 //
 // Every decision of the fence is written in one bbolt transaction: the
 // record, the outbox entries it appends and the outbox numbering commit
@@ -22,7 +22,7 @@
 // and what the retention bound dropped. The outbox bucket's sequence is the
 // number of the newest entry ever appended.
 //
-// The index (mcpsync.LedgerIndex) is written in the transaction of every
+// The index (ledger.Index) is written in the transaction of every
 // write of a record or a revocation: "bySubject" holds a bucket for each
 // subject records are indexed under (Record.Subjects, as their JSON stores
 // it), named by the subject's SHA-256 and holding their keys; a bucket
@@ -51,7 +51,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Schema names the file's layout. Open upgrades a file of the earlier
@@ -108,7 +108,7 @@ const rangeStep = 256
 // Options configure Open; nil means defaults.
 type Options struct {
 	// Ledger sets the outbox's retention bound.
-	Ledger *mcpsync.LedgerOptions
+	Ledger *ledger.Options
 	// Timeout bounds the wait for the file's lock when another process
 	// holds it; 0 means one second.
 	Timeout time.Duration
@@ -120,7 +120,7 @@ type Options struct {
 	Batch bool
 }
 
-// Ledger is an mcpsync.Ledger stored in one bbolt file.
+// Ledger is a ledger.Ledger stored in one bbolt file.
 type Ledger struct {
 	db      *bolt.DB
 	retain  uint64
@@ -148,10 +148,10 @@ type Ledger struct {
 	// hands out the one of the cached, deferred or committing records that
 	// has it, and decodes the file's only when none has.
 	cacheMu    sync.RWMutex // protects cache, writing, deferred, committing and closing
-	cache      map[string]*mcpsync.Record
+	cache      map[string]*ledger.Record
 	writing    map[string]int // writes of each key under way
 	deferred   map[string]*deferredRecord
-	committing map[string]*mcpsync.Record
+	committing map[string]*ledger.Record
 	closing    bool // Close began: no write is deferred any more
 
 	// revokeGen is RevokedGeneration: the subjects in the revoked bucket,
@@ -168,15 +168,15 @@ type Ledger struct {
 }
 
 var (
-	_ mcpsync.Ledger      = (*Ledger)(nil)
-	_ mcpsync.LedgerIndex = (*Ledger)(nil)
+	_ ledger.Ledger = (*Ledger)(nil)
+	_ ledger.Index  = (*Ledger)(nil)
 )
 
 // Open opens (creating if needed) the ledger file at path. A file of an
 // earlier schema is upgraded in place, in one transaction: one of schemaV1
 // has its index built from its records, one of schemaV2 is only renamed
 // (its JSON records and entries are read as they are). A file of any
-// other schema is refused with mcpsync.ErrLedgerSchema. The ledger commits its writes on a goroutine of
+// other schema is refused with ledger.ErrLedgerSchema. The ledger commits its writes on a goroutine of
 // its own, which Close stops.
 func Open(path string, opts *Options) (*Ledger, error) {
 	var o Options
@@ -192,8 +192,8 @@ func Open(path string, opts *Options) (*Ledger, error) {
 	}
 	l := &Ledger{
 		db: db, retain: o.Ledger.Retention(),
-		cache: map[string]*mcpsync.Record{}, writing: map[string]int{}, deferred: map[string]*deferredRecord{},
-		committing: map[string]*mcpsync.Record{},
+		cache: map[string]*ledger.Record{}, writing: map[string]int{}, deferred: map[string]*deferredRecord{},
+		committing: map[string]*ledger.Record{},
 		appended:   make(chan struct{}), closed: make(chan struct{}),
 	}
 	l.revokeGen.Store(uint64(revoked))
@@ -217,7 +217,7 @@ func openFile(path string, timeout time.Duration) (db *bolt.DB, revoked int, err
 			if db != nil {
 				_ = db.Close()
 			}
-			db, err = nil, fmt.Errorf("%w: reading the file faulted (%v): is it cut short?", mcpsync.ErrLedgerCorrupt, r)
+			db, err = nil, fmt.Errorf("%w: reading the file faulted (%v): is it cut short?", ledger.ErrLedgerCorrupt, r)
 		}
 	}()
 	if db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout}); err != nil {
@@ -242,7 +242,7 @@ func openFile(path string, timeout time.Duration) (db *bolt.DB, revoked int, err
 		}
 		revoked = tx.Bucket(bucketRevoked).Stats().KeyN
 		if joined := tx.Bucket(bucketRevokedLog).Sequence(); joined != uint64(revoked) {
-			return fmt.Errorf("%w: %d subjects revoked, %d joined the revoked set", mcpsync.ErrLedgerCorrupt, revoked, joined)
+			return fmt.Errorf("%w: %d subjects revoked, %d joined the revoked set", ledger.ErrLedgerCorrupt, revoked, joined)
 		}
 		if meta := tx.Bucket(bucketMeta); string(meta.Get(keySchema)) != Schema {
 			return meta.Put(keySchema, []byte(Schema))
@@ -261,7 +261,7 @@ func openFile(path string, timeout time.Duration) (db *bolt.DB, revoked int, err
 // all is a new ledger.
 func checkFile(tx *bolt.Tx) error {
 	if info, err := os.Stat(tx.DB().Path()); err == nil && info.Size() < tx.Size() {
-		return fmt.Errorf("%w: the file has %d bytes, its pages need %d: it was cut short", mcpsync.ErrLedgerCorrupt, info.Size(), tx.Size())
+		return fmt.Errorf("%w: the file has %d bytes, its pages need %d: it was cut short", ledger.ErrLedgerCorrupt, info.Size(), tx.Size())
 	}
 	meta := tx.Bucket(bucketMeta)
 	var schema []byte
@@ -271,11 +271,11 @@ func checkFile(tx *bolt.Tx) error {
 	first, _ := tx.Cursor().First()
 	switch {
 	case schema == nil && first != nil:
-		return fmt.Errorf("%w: a bbolt file with no ledger schema (bucket %q): not a ledger", mcpsync.ErrLedgerSchema, first)
+		return fmt.Errorf("%w: a bbolt file with no ledger schema (bucket %q): not a ledger", ledger.ErrLedgerSchema, first)
 	case schema == nil:
 		return nil // new
 	case string(schema) != Schema && string(schema) != schemaV2 && string(schema) != schemaV1:
-		return fmt.Errorf("%w: file schema %q, want %q", mcpsync.ErrLedgerSchema, schema, Schema)
+		return fmt.Errorf("%w: file schema %q, want %q", ledger.ErrLedgerSchema, schema, Schema)
 	}
 	// Identities are allocated from these: a value that is not 8 bytes
 	// would read as 0 and hand them out again.
@@ -300,13 +300,13 @@ func checkFile(tx *bolt.Tx) error {
 // check64 refuses a stored counter or position that is not 8 bytes.
 func check64(name string, v []byte) error {
 	if len(v) != 8 {
-		return fmt.Errorf("%w: %s is %d bytes, not 8", mcpsync.ErrLedgerCorrupt, name, len(v))
+		return fmt.Errorf("%w: %s is %d bytes, not 8", ledger.ErrLedgerCorrupt, name, len(v))
 	}
 	return nil
 }
 
 // Close commits the writes under way and the deferred ones and closes the
-// file; it is idempotent. Calls after it fail with mcpsync.ErrLedgerClosed,
+// file; it is idempotent. Calls after it fail with ledger.ErrLedgerClosed,
 // and waiters in WaitOutbox return it.
 func (l *Ledger) Close() error {
 	var err error
@@ -331,7 +331,7 @@ func (l *Ledger) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 func (l *Ledger) usable(ctx context.Context) error {
 	select {
 	case <-l.closed:
-		return mcpsync.ErrLedgerClosed
+		return ledger.ErrLedgerClosed
 	default:
 	}
 	return ctx.Err()
@@ -346,13 +346,13 @@ func u64(b []byte) uint64 {
 
 func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-// Load implements mcpsync.Ledger. A key being written is read from the
+// Load implements ledger.Ledger. A key being written is read from the
 // file: its commit may be visible there, with its outbox entries, before
 // the cache learns it. Load then hands out the record of the file's
 // revision (the revision prefix tells it without decoding): the cached
 // one, the one being committed, or the file's, decoded; or a deferred
 // record newer than the file's.
-func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
+func (l *Ledger) Load(ctx context.Context, key string) (*ledger.Record, error) {
 	l.cacheMu.RLock()
 	held, ok := l.cache[key]
 	busy := l.writing[key] > 0
@@ -360,7 +360,7 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 	if ok && !busy {
 		return held, l.usable(ctx)
 	}
-	var r *mcpsync.Record
+	var r *ledger.Record
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get([]byte(key))
 		if v == nil {
@@ -394,11 +394,11 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 // ofRevision returns, of key's cached, deferred and committing records,
 // the one the file holds at revision rev, or a deferred one newer than it;
 // nil when none is. Its caller holds cacheMu.
-func (l *Ledger) ofRevision(key string, rev uint64) *mcpsync.Record {
+func (l *Ledger) ofRevision(key string, rev uint64) *ledger.Record {
 	if d := l.deferred[key]; d != nil && d.rec.Revision > rev {
 		return d.rec
 	}
-	for _, r := range []*mcpsync.Record{l.committing[key], l.cache[key]} {
+	for _, r := range []*ledger.Record{l.committing[key], l.cache[key]} {
 		if r != nil && r.Revision == rev {
 			return r
 		}
@@ -409,7 +409,7 @@ func (l *Ledger) ofRevision(key string, rev uint64) *mcpsync.Record {
 // remember caches r, read from the file, unless a newer revision is cached
 // or a write of key is under way (which may have committed since r was
 // read), and returns the record to hand out: r, or the newer one cached.
-func (l *Ledger) remember(key string, r *mcpsync.Record) *mcpsync.Record {
+func (l *Ledger) remember(key string, r *ledger.Record) *ledger.Record {
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	if held, ok := l.cache[key]; ok && held.Revision >= r.Revision {
@@ -435,7 +435,7 @@ func (l *Ledger) beginWrite(key string) *deferredRecord {
 
 // endWrite ends a write of key that committed: r is the record as it left
 // it, stored or found (nil: none).
-func (l *Ledger) endWrite(key string, r *mcpsync.Record) {
+func (l *Ledger) endWrite(key string, r *ledger.Record) {
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	if l.writing[key]--; l.writing[key] == 0 {
@@ -464,16 +464,16 @@ func (l *Ledger) failedWrite(key string) {
 	}
 }
 
-func revisionOf(r *mcpsync.Record) uint64 {
+func revisionOf(r *ledger.Record) uint64 {
 	if r == nil {
 		return 0
 	}
 	return r.Revision
 }
 
-// CompareAndSwap implements mcpsync.Ledger: the revision check, the record,
+// CompareAndSwap implements ledger.Ledger: the revision check, the record,
 // its outbox entries and their numbering are one transaction.
-func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
 	if next == nil || next.Revision != prev+1 {
 		return 0, false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
 	}
@@ -491,7 +491,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	}
 	var first uint64
 	var ok bool
-	var stored *mcpsync.Record // what beat the caller's record, if it was stale
+	var stored *ledger.Record // what beat the caller's record, if it was stale
 	// Made from a deferred record, the write replaces it: the file holds
 	// the record it was deferred over, or one of the deferred records
 	// between (a flush wrote it), each an earlier state of the record the
@@ -534,7 +534,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 		}
 		out := tx.Bucket(bucketOutbox)
 		last := out.Sequence()
-		if _, err := mcpsync.Reserve(mcpsync.CounterOutbox, last, uint64(len(entries))); err != nil {
+		if _, err := ledger.Reserve(ledger.CounterOutbox, last, uint64(len(entries))); err != nil {
 			return err // the transaction, and the record with it, is rolled back
 		}
 		first = last + 1
@@ -567,13 +567,13 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	return first, ok, nil
 }
 
-// CompareAndSwapDeferred implements mcpsync.DeferringLedger: when key's
+// CompareAndSwapDeferred implements ledger.Deferring: when key's
 // record is cached at revision prev and no write of it is under way, next
 // becomes its record at once, in memory, until the next durable write of
 // key, made from it, writes the key's state whole, or a flush (Range,
 // Export, the index, Close) writes it; a crash before then loses it.
 // Otherwise, and for a new key, it is CompareAndSwap.
-func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *mcpsync.Record) (bool, error) {
+func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *ledger.Record) (bool, error) {
 	if next == nil || next.Revision != prev+1 {
 		return false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
 	}
@@ -664,16 +664,16 @@ func minPosition(b *bolt.Bucket) (uint64, bool) {
 	return low, found
 }
 
-// Range implements mcpsync.Ledger. It reads rangeStep records per read
+// Range implements ledger.Ledger. It reads rangeStep records per read
 // transaction, caches them as Load does, and calls fn outside it.
-func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
+func (l *Ledger) Range(ctx context.Context, fn func(key string, r *ledger.Record) bool) error {
 	if err := l.flush(ctx); err != nil {
 		return fmt.Errorf("boltledger: range: %w", err)
 	}
 	var after []byte
 	for {
 		var keys []string
-		var recs []*mcpsync.Record
+		var recs []*ledger.Record
 		err := l.view(ctx, func(tx *bolt.Tx) error {
 			c := tx.Bucket(bucketRecords).Cursor()
 			k, v := c.First()
@@ -712,8 +712,8 @@ func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Recor
 	}
 }
 
-// Next implements mcpsync.Ledger.
-func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64, error) {
+// Next implements ledger.Ledger.
+func (l *Ledger) Next(ctx context.Context, c ledger.Counter, n uint64) (uint64, error) {
 	if n == 0 {
 		return 0, fmt.Errorf("boltledger: reserve 0 values of %s", c)
 	}
@@ -727,7 +727,7 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 			}
 		}
 		last := u64(v)
-		reserved, err := mcpsync.Reserve(c, last, n)
+		reserved, err := ledger.Reserve(c, last, n)
 		if err != nil {
 			return err
 		}
@@ -740,17 +740,17 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 	return first, nil
 }
 
-// Revoke implements mcpsync.Ledger.
+// Revoke implements ledger.Ledger.
 // revocable refuses a subject bucket "revoked" cannot be keyed by.
 func revocable(subject string) error {
 	if len(subject) > bolt.MaxKeySize {
 		return fmt.Errorf("%w: bbolt keys no revocation by a subject of %d bytes, beyond %d",
-			mcpsync.ErrInvalidSubject, len(subject), bolt.MaxKeySize)
+			ledger.ErrInvalidSubject, len(subject), bolt.MaxKeySize)
 	}
 	return nil
 }
 
-func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
+func (l *Ledger) Revoke(ctx context.Context, r ledger.RevokedSubject) error {
 	if err := revocable(r.Subject); err != nil {
 		return fmt.Errorf("boltledger: revoke: %w", err)
 	}
@@ -780,7 +780,7 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	return nil
 }
 
-// RevokedGeneration implements mcpsync.Ledger without a transaction.
+// RevokedGeneration implements ledger.Ledger without a transaction.
 func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	if err := l.usable(ctx); err != nil {
 		return 0, err
@@ -788,9 +788,9 @@ func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	return l.revokeGen.Load(), nil
 }
 
-// Revoked implements mcpsync.Ledger.
-func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) {
-	out := []mcpsync.RevokedSubject{}
+// Revoked implements ledger.Ledger.
+func (l *Ledger) Revoked(ctx context.Context) ([]ledger.RevokedSubject, error) {
+	out := []ledger.RevokedSubject{}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		var err error
 		out, err = readRevoked(tx)
@@ -799,15 +799,15 @@ func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) 
 	return out, err
 }
 
-func readRevoked(tx *bolt.Tx) ([]mcpsync.RevokedSubject, error) {
-	out := []mcpsync.RevokedSubject{}
+func readRevoked(tx *bolt.Tx) ([]ledger.RevokedSubject, error) {
+	out := []ledger.RevokedSubject{}
 	err := tx.Bucket(bucketRevoked).ForEach(func(_, v []byte) error {
-		var r mcpsync.RevokedSubject
+		var r ledger.RevokedSubject
 		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("%w: decode revocation: %w", mcpsync.ErrLedgerCorrupt, err)
+			return fmt.Errorf("%w: decode revocation: %w", ledger.ErrLedgerCorrupt, err)
 		}
-		if r.Schema != mcpsync.SchemaRevokedSubject {
-			return fmt.Errorf("%w: revocation schema %q", mcpsync.ErrLedgerSchema, r.Schema)
+		if r.Schema != ledger.SchemaRevokedSubject {
+			return fmt.Errorf("%w: revocation schema %q", ledger.ErrLedgerSchema, r.Schema)
 		}
 		out = append(out, r)
 		return nil
@@ -815,9 +815,9 @@ func readRevoked(tx *bolt.Tx) ([]mcpsync.RevokedSubject, error) {
 	return out, err
 }
 
-// Outbox implements mcpsync.Ledger.
-func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.OutboxEntry, error) {
-	var out []mcpsync.OutboxEntry
+// Outbox implements ledger.Ledger.
+func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]ledger.OutboxEntry, error) {
+	var out []ledger.OutboxEntry
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOutbox).Cursor()
 		for k, v := c.Seek(key64(after + 1)); k != nil && (max <= 0 || len(out) < max); k, v = c.Next() {
@@ -835,7 +835,7 @@ func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.O
 	return out, nil
 }
 
-// Ack implements mcpsync.Ledger.
+// Ack implements ledger.Ledger.
 func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
 	err := l.update(ctx, func(tx *bolt.Tx) error {
 		consumers := tx.Bucket(bucketConsumers)
@@ -852,7 +852,7 @@ func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, mcpsync.ErrLedgerClosed):
+	case errors.Is(err, ledger.ErrLedgerClosed):
 		return err // the engine says which call it was
 	}
 	return fmt.Errorf("boltledger: ack %q: %w", consumer, err)
@@ -867,9 +867,9 @@ func firstRetained(tx *bolt.Tx) uint64 {
 	return tx.Bucket(bucketOutbox).Sequence() + 1
 }
 
-// OutboxState implements mcpsync.Ledger.
-func (l *Ledger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
-	var st mcpsync.OutboxState
+// OutboxState implements ledger.Ledger.
+func (l *Ledger) OutboxState(ctx context.Context) (ledger.OutboxState, error) {
+	var st ledger.OutboxState
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		st = outboxState(tx)
 		return nil
@@ -877,9 +877,9 @@ func (l *Ledger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
 	return st, err
 }
 
-func outboxState(tx *bolt.Tx) mcpsync.OutboxState {
+func outboxState(tx *bolt.Tx) ledger.OutboxState {
 	meta := tx.Bucket(bucketMeta)
-	st := mcpsync.OutboxState{
+	st := ledger.OutboxState{
 		Last: tx.Bucket(bucketOutbox).Sequence(), First: firstRetained(tx),
 		Dropped: u64(meta.Get(keyDropped)), DroppedThrough: u64(meta.Get(keyDroppedThrough)),
 		Consumers: map[string]uint64{},
@@ -891,7 +891,7 @@ func outboxState(tx *bolt.Tx) mcpsync.OutboxState {
 	return st
 }
 
-// WaitOutbox implements mcpsync.Ledger: it sleeps on the signal the next
+// WaitOutbox implements ledger.Ledger: it sleeps on the signal the next
 // appending commit gives, never polling the file.
 func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 	for {
@@ -911,21 +911,21 @@ func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 		select {
 		case <-ch:
 		case <-l.closed:
-			return mcpsync.ErrLedgerClosed
+			return ledger.ErrLedgerClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
-// Export implements mcpsync.Ledger: one read transaction.
-func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
-	snap := mcpsync.LedgerSnapshot{
-		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{},
-		Counters: map[mcpsync.Counter]uint64{}, Outbox: []mcpsync.OutboxEntry{},
+// Export implements ledger.Ledger: one read transaction.
+func (l *Ledger) Export(ctx context.Context) (ledger.Snapshot, error) {
+	snap := ledger.Snapshot{
+		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{},
+		Counters: map[ledger.Counter]uint64{}, Outbox: []ledger.OutboxEntry{},
 	}
 	if err := l.flush(ctx); err != nil {
-		return mcpsync.LedgerSnapshot{}, fmt.Errorf("boltledger: export: %w", err)
+		return ledger.Snapshot{}, fmt.Errorf("boltledger: export: %w", err)
 	}
 	err := l.view(ctx, func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
@@ -936,7 +936,7 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 			return err
 		}
 		_ = tx.Bucket(bucketCounters).ForEach(func(k, v []byte) error {
-			snap.Counters[mcpsync.Counter(k)] = u64(v)
+			snap.Counters[ledger.Counter(k)] = u64(v)
 			return nil
 		})
 		var err error
@@ -954,14 +954,14 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 		return nil
 	})
 	if err != nil {
-		return mcpsync.LedgerSnapshot{}, fmt.Errorf("boltledger: export: %w", err)
+		return ledger.Snapshot{}, fmt.Errorf("boltledger: export: %w", err)
 	}
 	return snap, nil
 }
 
-// Restore implements mcpsync.Ledger: one write transaction, into an empty
+// Restore implements ledger.Ledger: one write transaction, into an empty
 // file.
-func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error {
+func (l *Ledger) Restore(ctx context.Context, snap ledger.Snapshot) error {
 	snap, err := snap.ForRestore()
 	if err != nil {
 		return fmt.Errorf("boltledger: restore: %w", err)
@@ -980,12 +980,12 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 	err = l.update(ctx, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if !bytes.Equal(name, bucketMeta) && firstKey(tx.Bucket(name).Cursor()) != nil {
-				return mcpsync.ErrLedgerNotEmpty
+				return ledger.ErrLedgerNotEmpty
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
 		if tx.Bucket(bucketOutbox).Sequence() != 0 {
-			return mcpsync.ErrLedgerNotEmpty
+			return ledger.ErrLedgerNotEmpty
 		}
 		// In key order: bbolt splits a node only at commit, so one
 		// transaction putting keys in random order inserts each into the
@@ -1055,7 +1055,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		joined = tx.Bucket(bucketRevokedLog).Sequence()
 		return l.trim(tx)
 	})
-	if err != nil && !errors.Is(err, mcpsync.ErrLedgerNotEmpty) {
+	if err != nil && !errors.Is(err, ledger.ErrLedgerNotEmpty) {
 		return fmt.Errorf("boltledger: restore: %w", err)
 	}
 	if err != nil {

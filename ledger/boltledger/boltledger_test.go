@@ -10,21 +10,22 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest/ledgertest"
 )
 
 var ctx = context.Background()
 
-func open(t *testing.T, opts *mcpsync.LedgerOptions) mcpsync.Ledger {
+func open(t *testing.T, opts *ledger.Options) ledger.Ledger {
 	return openWith(t, &boltledger.Options{Ledger: opts})
 }
 
-func reopen(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger {
+func reopen(t *testing.T, l ledger.Ledger) ledger.Ledger {
 	return reopenWith(t, l, nil)
 }
 
-func openWith(t *testing.T, opts *boltledger.Options) mcpsync.Ledger {
+func openWith(t *testing.T, opts *boltledger.Options) ledger.Ledger {
 	t.Helper()
 	l, err := boltledger.Open(filepath.Join(t.TempDir(), "ledger.db"), opts)
 	require.NoError(t, err)
@@ -32,7 +33,7 @@ func openWith(t *testing.T, opts *boltledger.Options) mcpsync.Ledger {
 	return l
 }
 
-func reopenWith(t *testing.T, l mcpsync.Ledger, opts *boltledger.Options) mcpsync.Ledger {
+func reopenWith(t *testing.T, l ledger.Ledger, opts *boltledger.Options) ledger.Ledger {
 	t.Helper()
 	bl := l.(*boltledger.Ledger)
 	path := bl.Path()
@@ -62,17 +63,17 @@ func TestEngineRestartsOnTheFile(t *testing.T) {
 	for _, uri := range []string{doc, "file:///docs/b.md"} {
 		_, err = e.Subscribe(uri, "user:alice")
 		require.NoError(t, err)
-		_, err = e.Activate(uri, mcpsync.ModePush)
+		_, err = e.Activate(uri, ledger.ModePush)
 		require.NoError(t, err)
 	}
 	content := func(body string) mcpsync.ReadResult {
-		return mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: body}})
+		return mcpsync.NewReadResult([]ledger.Content{{URI: doc, MIMEType: "text/plain", Text: body}})
 	}
-	tk, err := e.IssueTicket(doc, mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket(doc, ledger.TriggerInitial)
 	require.NoError(t, err)
 	out, err := e.AcceptResourceVersion(tk, content("v1"))
 	require.NoError(t, err)
-	inFlight, err := e.IssueTicket(doc, mcpsync.TriggerNotification)
+	inFlight, err := e.IssueTicket(doc, ledger.TriggerNotification)
 	require.NoError(t, err)
 	_, err = e.RevokeSubject("user:bob")
 	require.NoError(t, err)
@@ -95,9 +96,9 @@ func TestEngineRestartsOnTheFile(t *testing.T) {
 
 	_, err = n.Subscribe(doc, "user:bob")
 	require.NoError(t, err)
-	_, err = n.Activate(doc, mcpsync.ModePush)
+	_, err = n.Activate(doc, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err = n.IssueTicket(doc, mcpsync.TriggerReconnect)
+	tk, err = n.IssueTicket(doc, ledger.TriggerReconnect)
 	require.NoError(t, err)
 	assert.Greater(t, tk.RequestID, inFlight.RequestID)
 	_, err = n.AcceptResourceVersion(tk, content("bob's"))

@@ -10,7 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Group commit.
@@ -51,7 +51,7 @@ type write struct {
 // of the key supersedes it.
 type deferredRecord struct {
 	key  string
-	rec  *mcpsync.Record
+	rec  *ledger.Record
 	base uint64
 }
 
@@ -96,7 +96,7 @@ func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 	c.mu.Lock()
 	if c.stopping {
 		c.mu.Unlock()
-		return mcpsync.ErrLedgerClosed
+		return ledger.ErrLedgerClosed
 	}
 	c.queue = append(c.queue, w)
 	c.wake.Signal()

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 func openInternal(t *testing.T) *Ledger {
@@ -50,8 +50,8 @@ func TestWritesMadeDuringACommitShareTheNext(t *testing.T) {
 	l := openInternal(t)
 	const writers = 64
 	key := func(w int) string { return fmt.Sprintf("file:///group/%02d", w) }
-	rec := func(w int, rev uint64) *mcpsync.Record {
-		return &mcpsync.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key(w), rev)}
+	rec := func(w int, rev uint64) *ledger.Record {
+		return &ledger.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key(w), rev)}
 	}
 
 	running, release := make(chan struct{}), make(chan struct{})
@@ -68,8 +68,8 @@ func TestWritesMadeDuringACommitShareTheNext(t *testing.T) {
 	firsts := make([]uint64, writers)
 	for w := range writers {
 		wg.Go(func() {
-			e := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key(w), Reason: mcpsync.InvalidateUpdated, Subject: key(w)}
-			first, ok, err := l.CompareAndSwap(ctx, key(w), 0, rec(w, 1), []mcpsync.OutboxEntry{e})
+			e := ledger.OutboxEntry{Schema: ledger.SchemaInvalidation, URI: key(w), Reason: ledger.InvalidateUpdated, Subject: key(w)}
+			first, ok, err := l.CompareAndSwap(ctx, key(w), 0, rec(w, 1), []ledger.OutboxEntry{e})
 			assert.NoError(t, err)
 			assert.True(t, ok)
 			firsts[w] = first
@@ -95,8 +95,8 @@ func TestWritesMadeDuringACommitShareTheNext(t *testing.T) {
 func TestDeferredWriteIsWrittenByTheKeysNextWrite(t *testing.T) {
 	ctx := context.Background()
 	l := openInternal(t)
-	rec := func(key string, rev uint64) *mcpsync.Record {
-		return &mcpsync.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev)}
+	rec := func(key string, rev uint64) *ledger.Record {
+		return &ledger.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev)}
 	}
 	stored := func(key string) uint64 {
 		var rev uint64
@@ -161,8 +161,8 @@ func TestTheFileIsNeverBehindItsEntries(t *testing.T) {
 	ctx := context.Background()
 	l := openInternal(t)
 	keys := []string{"file:///a", "file:///b", "file:///c"}
-	rec := func(key string, rev uint64) *mcpsync.Record {
-		return &mcpsync.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev)}
+	rec := func(key string, rev uint64) *ledger.Record {
+		return &ledger.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev)}
 	}
 	check := func() {
 		require.NoError(t, l.db.View(func(tx *bolt.Tx) error {
@@ -201,9 +201,9 @@ func TestTheFileIsNeverBehindItsEntries(t *testing.T) {
 				if prev > 0 && i%2 == 0 {
 					ok, err = l.CompareAndSwapDeferred(ctx, k, prev, next)
 				} else {
-					e := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: k, Reason: mcpsync.InvalidateUpdated,
-						Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, URI: k, ReadOrdinal: prev + 1}}
-					_, ok, err = l.CompareAndSwap(ctx, k, prev, next, []mcpsync.OutboxEntry{e})
+					e := ledger.OutboxEntry{Schema: ledger.SchemaInvalidation, URI: k, Reason: ledger.InvalidateUpdated,
+						Version: ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, URI: k, ReadOrdinal: prev + 1}}
+					_, ok, err = l.CompareAndSwap(ctx, k, prev, next, []ledger.OutboxEntry{e})
 				}
 				if !assert.NoError(t, err) {
 					return
@@ -224,7 +224,7 @@ func TestTheFileIsNeverBehindItsEntries(t *testing.T) {
 				return
 			default:
 			}
-			assert.NoError(t, l.Range(ctx, func(string, *mcpsync.Record) bool { return true }))
+			assert.NoError(t, l.Range(ctx, func(string, *ledger.Record) bool { return true }))
 		}
 	})
 	go func() {
@@ -247,7 +247,7 @@ func TestAWriteOverAnEarlierDeferredRecordAFlushWroteIsStored(t *testing.T) {
 	ctx := context.Background()
 	l := openInternal(t)
 	const k = "file:///a"
-	rec := func(rev uint64) *mcpsync.Record { return &mcpsync.Record{Revision: rev} }
+	rec := func(rev uint64) *ledger.Record { return &ledger.Record{Revision: rev} }
 	_, ok, err := l.CompareAndSwap(ctx, k, 0, rec(1), nil)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -30,9 +31,9 @@ func TestAReadCostsOneCommit(t *testing.T) {
 	const doc = "file:///docs/a.md"
 	_, err = e.Subscribe(doc, "user:alice")
 	require.NoError(t, err)
-	_, err = e.Activate(doc, mcpsync.ModePush)
+	_, err = e.Activate(doc, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(doc, mcpsync.TriggerInitial) // reserves the block of request ids
+	tk, err := e.IssueTicket(doc, ledger.TriggerInitial) // reserves the block of request ids
 	require.NoError(t, err)
 	require.NoError(t, e.AbandonRead(tk))
 
@@ -42,10 +43,10 @@ func TestAReadCostsOneCommit(t *testing.T) {
 	require.True(t, ok, "the pulse issued a read")
 	_, err = e.Fail(pulsed)
 	require.NoError(t, err)
-	tk, err = e.IssueTicket(doc, mcpsync.TriggerNotification)
+	tk, err = e.IssueTicket(doc, ledger.TriggerNotification)
 	require.NoError(t, err)
 	assert.Equal(t, before, boltledger.Commits(l), "a pulse, tickets and an abandoned read commit nothing")
-	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: "v1"}}))
+	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: doc, MIMEType: "text/plain", Text: "v1"}}))
 	require.NoError(t, err)
 	require.True(t, out.Changed())
 	assert.Equal(t, before+1, boltledger.Commits(l), "the accept is one commit")
@@ -80,12 +81,12 @@ func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
 	_, err = e.Subscribe(doc, "user:alice")
 	require.NoError(t, err)
 	assert.Equal(t, before+1, boltledger.Commits(l), "a first subscription is durable")
-	_, err = e.Activate(doc, mcpsync.ModePush)
+	_, err = e.Activate(doc, ledger.ModePush)
 	require.NoError(t, err)
 	assert.Equal(t, before+1, boltledger.Commits(l), "its activation is resumed anyway")
 	_, err = e.Subscribe(other, "user:alice")
 	require.NoError(t, err)
-	_, err = e.Activate(other, mcpsync.ModePush)
+	_, err = e.Activate(other, ledger.ModePush)
 	require.NoError(t, err)
 
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
@@ -93,8 +94,8 @@ func TestSubscribeIsDurableUnlessARestartResumesItAnyway(t *testing.T) {
 	before = boltledger.Commits(l)
 	sub, err := e.Subscribe(doc, "user:alice")
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.StateSubscribing, sub.State)
-	_, err = e.Activate(doc, mcpsync.ModePush)
+	require.Equal(t, ledger.StateSubscribing, sub.State)
+	_, err = e.Activate(doc, ledger.ModePush)
 	require.NoError(t, err)
 	assert.Equal(t, before, boltledger.Commits(l), "a restart resumes the same subject's generation anyway")
 	_, err = e.Subscribe(other, "user:bob")
@@ -134,11 +135,11 @@ func TestSubscribingManyURIsSharesCommits(t *testing.T) {
 	subscribed := boltledger.Commits(l) - before
 	assert.Less(t, subscribed, uint64(len(uris)/4), "%d durable subscriptions in %d commits", len(uris), subscribed)
 	atOnce(func(i int) error {
-		_, err := e.Activate(uris[i], mcpsync.ModePush)
+		_, err := e.Activate(uris[i], ledger.ModePush)
 		return err
 	})
 	atOnce(func(i int) error {
-		_, send, err := e.RequestRead(uris[i], mcpsync.TriggerInitial)
+		_, send, err := e.RequestRead(uris[i], ledger.TriggerInitial)
 		if err == nil && !send {
 			err = fmt.Errorf("%s: no read to send", uris[i])
 		}
@@ -155,7 +156,7 @@ func TestSubscribingManyURIsSharesCommits(t *testing.T) {
 // what the ledger caches are those of the run that committed.
 func TestAWriteThatFailsInAGroupFailsAlone(t *testing.T) {
 	l := openWith(t, nil)
-	_, err := l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64-1)
+	_, err := l.Next(ctx, ledger.CounterRequest, math.MaxUint64-1)
 	require.NoError(t, err)
 	const rounds, writers = 20, 8
 	for round := range rounds {
@@ -170,17 +171,17 @@ func TestAWriteThatFailsInAGroupFailsAlone(t *testing.T) {
 		for w := range writers {
 			wg.Go(func() {
 				<-start
-				rec := &mcpsync.Record{Revision: 1, LastAcceptedDigest: fmt.Sprintf("writer %d", w)}
-				e := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated, Subject: fmt.Sprintf("writer %d", w)}
-				first, ok, err := l.CompareAndSwap(ctx, key, 0, rec, []mcpsync.OutboxEntry{e})
+				rec := &ledger.Record{Revision: 1, LastAcceptedDigest: fmt.Sprintf("writer %d", w)}
+				e := ledger.OutboxEntry{Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated, Subject: fmt.Sprintf("writer %d", w)}
+				first, ok, err := l.CompareAndSwap(ctx, key, 0, rec, []ledger.OutboxEntry{e})
 				assert.NoError(t, err)
 				outcomes[w] = outcome{first, ok}
 			})
 		}
 		wg.Go(func() {
 			<-start
-			_, err := l.Next(ctx, mcpsync.CounterRequest, 2)
-			assert.ErrorIs(t, err, mcpsync.ErrCounterExhausted)
+			_, err := l.Next(ctx, ledger.CounterRequest, 2)
+			assert.ErrorIs(t, err, ledger.ErrCounterExhausted)
 		})
 		close(start)
 		wg.Wait()

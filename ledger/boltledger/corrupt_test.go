@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -91,7 +92,7 @@ func errString(err error) string {
 
 // The counters bucket holds each identity counter as 8 bytes. A value of
 // any other length (a torn or hand-edited file) is refused as
-// mcpsync.ErrLedgerCorrupt, by Open or by the Next that reads it, rather
+// ledger.ErrLedgerCorrupt, by Open or by the Next that reads it, rather
 // than read as 0 so that session generations, close epochs and request ids
 // "never reused across restarts" start again from 1.
 func TestGarbageCounterValueIsRefusedAsCorrupt(t *testing.T) {
@@ -100,20 +101,20 @@ func TestGarbageCounterValueIsRefusedAsCorrupt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
 		c := tx.Bucket([]byte("counters"))
-		require.Len(t, c.Get([]byte(mcpsync.CounterSession)), 8)
-		return c.Put([]byte(mcpsync.CounterSession), []byte{0xff, 0xff}) // not 8 bytes
+		require.Len(t, c.Get([]byte(ledger.CounterSession)), 8)
+		return c.Put([]byte(ledger.CounterSession), []byte{0xff, 0xff}) // not 8 bytes
 	}))
 	require.NoError(t, db.Close())
 
 	l, err := boltledger.Open(path, nil)
 	if err != nil {
-		assert.ErrorIs(t, err, mcpsync.ErrLedgerCorrupt)
+		assert.ErrorIs(t, err, ledger.ErrLedgerCorrupt)
 		return
 	}
 	defer l.Close()
-	first, err := l.Next(ctx, mcpsync.CounterSession, 1)
+	first, err := l.Next(ctx, ledger.CounterSession, 1)
 	if err != nil {
-		assert.ErrorIs(t, err, mcpsync.ErrLedgerCorrupt)
+		assert.ErrorIs(t, err, ledger.ErrLedgerCorrupt)
 		return
 	}
 	t.Errorf("a garbage session counter was read as 0: Next handed out session generation %d again (200 were already used)", first)
@@ -121,7 +122,7 @@ func TestGarbageCounterValueIsRefusedAsCorrupt(t *testing.T) {
 
 // A bbolt file that is not a ledger (another tool's database, a wrong
 // --ledger path) has no schema key. Open refuses it with
-// mcpsync.ErrLedgerSchema and writes nothing into it: the other program's
+// ledger.ErrLedgerSchema and writes nothing into it: the other program's
 // file keeps exactly its own buckets.
 func TestOpenRefusesAForeignBoltFileAndLeavesItAlone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "other-app.db")
@@ -140,7 +141,7 @@ func TestOpenRefusesAForeignBoltFileAndLeavesItAlone(t *testing.T) {
 	if err == nil {
 		_ = l.Close()
 	}
-	assert.ErrorIs(t, err, mcpsync.ErrLedgerSchema, "a bbolt file of another program is not a ledger")
+	assert.ErrorIs(t, err, ledger.ErrLedgerSchema, "a bbolt file of another program is not a ledger")
 
 	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
 	require.NoError(t, err)

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Next promises no value is ever returned twice: a reservation past the top
@@ -22,13 +22,13 @@ import (
 func TestNextNeverWrapsAround(t *testing.T) {
 	ctx := context.Background()
 	l := open(t, nil)
-	first, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	first, err := l.Next(ctx, ledger.CounterRequest, 1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), first)
-	if _, err = l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64); err != nil {
+	if _, err = l.Next(ctx, ledger.CounterRequest, math.MaxUint64); err != nil {
 		return // refused: fine
 	}
-	again, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	again, err := l.Next(ctx, ledger.CounterRequest, 1)
 	if err == nil {
 		assert.NotEqual(t, uint64(1), again, "request id 1 handed out twice")
 	}
@@ -42,19 +42,19 @@ func TestNextNeverWrapsAround(t *testing.T) {
 // appended from then on.
 func TestOutboxNumberingNeverWrapsToZero(t *testing.T) {
 	l := open(t, nil)
-	snap := mcpsync.LedgerSnapshot{
-		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{}, Counters: map[mcpsync.Counter]uint64{},
-		State: mcpsync.OutboxState{Last: math.MaxUint64, First: math.MaxUint64, Consumers: map[string]uint64{"index": math.MaxUint64}},
+	snap := ledger.Snapshot{
+		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{}, Counters: map[ledger.Counter]uint64{},
+		State: ledger.OutboxState{Last: math.MaxUint64, First: math.MaxUint64, Consumers: map[string]uint64{"index": math.MaxUint64}},
 	}
-	err := mcpsync.RestoreLedger(ctx, l, snap)
-	if errors.Is(err, mcpsync.ErrSnapshotInvalid) || errors.Is(err, mcpsync.ErrCounterExhausted) {
+	err := ledger.Restore(ctx, l, snap)
+	if errors.Is(err, ledger.ErrSnapshotInvalid) || errors.Is(err, ledger.ErrCounterExhausted) {
 		return
 	}
 	require.NoError(t, err)
-	first, ok, err := l.CompareAndSwap(ctx, "file:///a", 0, &mcpsync.Record{Revision: 1},
-		[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: "file:///a", Reason: mcpsync.InvalidateUpdated}})
+	first, ok, err := l.CompareAndSwap(ctx, "file:///a", 0, &ledger.Record{Revision: 1},
+		[]ledger.OutboxEntry{{Schema: ledger.SchemaInvalidation, URI: "file:///a", Reason: ledger.InvalidateUpdated}})
 	if err != nil {
-		assert.ErrorIs(t, err, mcpsync.ErrCounterExhausted)
+		assert.ErrorIs(t, err, ledger.ErrCounterExhausted)
 		return
 	}
 	require.True(t, ok)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/crashtest"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -168,7 +169,7 @@ func resumeWorker(ctx context.Context, fail context.CancelCauseFunc, ledgerPath,
 		return err
 	}
 	k := 0
-	for slices.ContainsFunc(revoked, func(r mcpsync.RevokedSubject) bool { return r.Subject == principalOf(k) }) {
+	for slices.ContainsFunc(revoked, func(r ledger.RevokedSubject) bool { return r.Subject == principalOf(k) }) {
 		k++
 	}
 	w.principal = principalOf(k)
@@ -303,7 +304,7 @@ func (w *resumer) checkResumed(resumed []string) error {
 			if got, err := w.served(uri); err != nil || got != text {
 				return fmt.Errorf("after WaitForSync %s (%s) serves %q (%v), its server has %q", uri, sub.State, got, err, text)
 			}
-		case sub.Watermark == 0 && sub.State != mcpsync.StateTombstoned:
+		case sub.Watermark == 0 && sub.State != ledger.StateTombstoned:
 			// A read that follows the not-found may be in flight (READ_PENDING).
 			return fmt.Errorf("after WaitForSync %s is %s with no read passed, its server has no such resource", uri, sub.State)
 		}
@@ -329,7 +330,7 @@ func (w *resumer) awaitReconciled(ctx context.Context, resumed []string) error {
 			if err != nil {
 				return false, err.Error()
 			}
-			if sub.SessionGeneration != gen || sub.State != mcpsync.StateTombstoned {
+			if sub.SessionGeneration != gen || sub.State != ledger.StateTombstoned {
 				done = false
 			}
 			states = append(states, fmt.Sprintf("%s %s in session %d", uri, sub.State, sub.SessionGeneration))
@@ -387,7 +388,7 @@ func (w *resumer) change(ctx context.Context, uri, text string) error {
 func (w *resumer) delete(ctx context.Context, uri string) error {
 	w.srv.Delete(uri)
 	for range 10 {
-		if err := w.awaitState(ctx, uri, mcpsync.StateTombstonePending, mcpsync.StateTombstoned); err != nil {
+		if err := w.awaitState(ctx, uri, ledger.StateTombstonePending, ledger.StateTombstoned); err != nil {
 			return err
 		}
 		cat, err := w.c.Scan(ctx, mcpsync.KindResources)
@@ -403,7 +404,7 @@ func (w *resumer) delete(ctx context.Context, uri string) error {
 		if err != nil {
 			return err
 		}
-		if sub.State == mcpsync.StateTombstoned {
+		if sub.State == ledger.StateTombstoned {
 			w.say("deleted %s", uri)
 			return nil
 		}
@@ -419,7 +420,7 @@ func (w *resumer) derive(uri string, n int) error {
 		return nil // nothing to derive from
 	}
 	id := fmt.Sprintf("%d-%d", w.run, n)
-	if err := w.e.RecordDerived(mcpsync.DerivedArtifact{Index: "chunks", ArtifactID: id, Version: entry.Version}); err != nil {
+	if err := w.e.RecordDerived(ledger.DerivedArtifact{Index: "chunks", ArtifactID: id, Version: entry.Version}); err != nil {
 		return fmt.Errorf("record derived %s: %w", id, err)
 	}
 	w.say("derived %s %s", uri, id)
@@ -466,7 +467,7 @@ func (w *resumer) served(uri string) (string, error) {
 
 // awaitState waits until uri's subscription in the current session is in
 // one of states.
-func (w *resumer) awaitState(ctx context.Context, uri string, states ...mcpsync.SubscriptionState) error {
+func (w *resumer) awaitState(ctx context.Context, uri string, states ...ledger.SubscriptionState) error {
 	gen := w.c.Capabilities().SessionGeneration
 	return w.await(ctx, fmt.Sprintf("%s to be %v", uri, states), func() (bool, string) {
 		sub, err := w.e.Subscription(uri)
@@ -526,7 +527,7 @@ func (w *resumer) consume(ctx context.Context) {
 			}
 			return
 		}
-		if en.Reason == mcpsync.InvalidateTombstoned {
+		if en.Reason == ledger.InvalidateTombstoned {
 			w.say("tombstoned %s %d", en.URI, en.Seq)
 		}
 		w.wake.notify()
@@ -590,7 +591,7 @@ func TestCrashResume(t *testing.T) {
 	}
 	c := crashtest.NewChecker(crashtest.URIs)
 	r := resumeChecker{subscribed: map[string]map[string]bool{}}
-	var prev mcpsync.LedgerSnapshot
+	var prev ledger.Snapshot
 	for run := range kills + 1 {
 		before := state.clone()
 		if run > 0 {
@@ -699,9 +700,9 @@ func (r *resumeChecker) add(principal string, uris ...string) {
 
 // check checks the run's outbox entries (those after prev's) against the
 // downtime before it, which turned before into now.
-func (r *resumeChecker) check(t *testing.T, label string, a resumeRun, before, now serverState, prev, snap mcpsync.LedgerSnapshot) {
+func (r *resumeChecker) check(t *testing.T, label string, a resumeRun, before, now serverState, prev, snap ledger.Snapshot) {
 	t.Helper()
-	var entries []mcpsync.OutboxEntry
+	var entries []ledger.OutboxEntry
 	for _, en := range snap.Outbox {
 		if en.Seq > prev.State.Last {
 			entries = append(entries, en)
@@ -714,10 +715,10 @@ func (r *resumeChecker) check(t *testing.T, label string, a resumeRun, before, n
 			if had || !has {
 				continue
 			}
-			i := slices.IndexFunc(entries, func(en mcpsync.OutboxEntry) bool { return en.URI == uri })
+			i := slices.IndexFunc(entries, func(en ledger.OutboxEntry) bool { return en.URI == uri })
 			require.GreaterOrEqual(t, i, 0, "%s: %s, recreated during the downtime, has no outbox entry after the run synced", label, uri)
 			en := entries[i]
-			assert.Equal(t, mcpsync.InvalidateUpdated, en.Reason, "%s: %s, recreated during the downtime, is served again first (entry %d)", label, uri, en.Seq)
+			assert.Equal(t, ledger.InvalidateUpdated, en.Reason, "%s: %s, recreated during the downtime, is served again first (entry %d)", label, uri, en.Seq)
 			assert.Equal(t, a.session, en.Version.SessionGeneration, "%s: %s, recreated during the downtime, is read in the resumed session", label, uri)
 		}
 	}
@@ -727,11 +728,11 @@ func (r *resumeChecker) check(t *testing.T, label string, a resumeRun, before, n
 				continue
 			}
 			if rec := prev.Records[uri]; rec == nil || rec.Current == nil ||
-				rec.Current.Status == mcpsync.VersionTombstoned || rec.Current.Status == mcpsync.VersionRevoked {
+				rec.Current.Status == ledger.VersionTombstoned || rec.Current.Status == ledger.VersionRevoked {
 				continue // consumers were already told to delete what it fed
 			}
-			assert.True(t, slices.ContainsFunc(entries, func(en mcpsync.OutboxEntry) bool {
-				return en.URI == uri && en.Reason == mcpsync.InvalidateTombstoned
+			assert.True(t, slices.ContainsFunc(entries, func(en ledger.OutboxEntry) bool {
+				return en.URI == uri && en.Reason == ledger.InvalidateTombstoned
 			}), "%s: %s, deleted while nothing watched, has no tombstone in the outbox", label, uri)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/crashtest"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -20,7 +20,7 @@ const envWorkerLedger = "MCPSYNC_CRASH_WORKER_LEDGER"
 // process (the os/exec TestHelperProcess pattern), it works on the ledger
 // until it is killed, announcing on stdout each step that committed.
 func TestCrashWorker(t *testing.T) {
-	crashtest.Work(t, func() (mcpsync.Ledger, error) {
+	crashtest.Work(t, func() (ledger.Ledger, error) {
 		return boltledger.Open(os.Getenv(envWorkerLedger), &boltledger.Options{Timeout: 10 * time.Second})
 	}, nil)
 }
@@ -38,13 +38,13 @@ func TestCrashConsistency(t *testing.T) {
 	crashtest.Test{
 		Worker: "TestCrashWorker",
 		Env:    []string{envWorkerLedger + "=" + path},
-		Ledger: func(t *testing.T) (mcpsync.Ledger, func()) { return openFile(t, path) },
+		Ledger: func(t *testing.T) (ledger.Ledger, func()) { return openFile(t, path) },
 	}.Run(t, crashtest.Kills(20))
 }
 
 // openFile opens the ledger file at path, which no worker has open, and
 // returns it with the function that closes it.
-func openFile(t *testing.T, path string) (mcpsync.Ledger, func()) {
+func openFile(t *testing.T, path string) (ledger.Ledger, func()) {
 	t.Helper()
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func openFile(t *testing.T, path string) (mcpsync.Ledger, func()) {
 }
 
 // checkFile checks the ledger file at path with c and returns its export.
-func checkFile(t *testing.T, c *crashtest.Checker, path string) mcpsync.LedgerSnapshot {
+func checkFile(t *testing.T, c *crashtest.Checker, path string) ledger.Snapshot {
 	t.Helper()
 	l, done := openFile(t, path)
 	defer done()

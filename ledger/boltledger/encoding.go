@@ -7,15 +7,15 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/jsontext"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The stored form of records and outbox entries.
 //
 // A record is stored as its revision (8 bytes, big-endian) and a body, an
 // outbox entry as a body alone. A body that begins with '{' is the JSON of
-// mcpsync.EncodeRecord or EncodeOutboxEntry, which files of the schemas
+// ledger.EncodeRecord or EncodeOutboxEntry, which files of the schemas
 // before this one hold and which is read still; one that begins with
 // formatBinary is the binary form below, which every write stores. Any
 // other first byte is ErrLedgerCorrupt.
@@ -48,7 +48,7 @@ const entrySeqAt, entrySeqEnd = 1, 9
 var errTruncated = errors.New("truncated")
 
 // encodeRecord returns the stored form of r: its revision and its body.
-func encodeRecord(r *mcpsync.Record) ([]byte, error) {
+func encodeRecord(r *ledger.Record) ([]byte, error) {
 	e := encoder{b: make([]byte, 0, recordSize(r))}
 	e.b = binary.BigEndian.AppendUint64(e.b, r.Revision)
 	e.b = append(e.b, formatBinary)
@@ -60,28 +60,28 @@ func encodeRecord(r *mcpsync.Record) ([]byte, error) {
 }
 
 // decodeRecord reads encodeRecord's form, or the JSON one before it.
-func decodeRecord(v []byte) (*mcpsync.Record, error) {
+func decodeRecord(v []byte) (*ledger.Record, error) {
 	if len(v) < 9 {
-		return nil, fmt.Errorf("%w: record of %d bytes", mcpsync.ErrLedgerCorrupt, len(v))
+		return nil, fmt.Errorf("%w: record of %d bytes", ledger.ErrLedgerCorrupt, len(v))
 	}
 	switch v[8] {
 	case '{':
-		return mcpsync.DecodeRecord(v[8:])
+		return ledger.DecodeRecord(v[8:])
 	case formatBinary:
 	default:
-		return nil, fmt.Errorf("%w: record of unknown format %#x", mcpsync.ErrLedgerCorrupt, v[8])
+		return nil, fmt.Errorf("%w: record of unknown format %#x", ledger.ErrLedgerCorrupt, v[8])
 	}
 	d := decoder{b: v[9:]}
 	r := d.record()
 	r.Revision = binary.BigEndian.Uint64(v)
 	if err := d.end(); err != nil {
-		return nil, fmt.Errorf("%w: record: %w", mcpsync.ErrLedgerCorrupt, err)
+		return nil, fmt.Errorf("%w: record: %w", ledger.ErrLedgerCorrupt, err)
 	}
 	return r, nil
 }
 
 // encodeEntry returns the stored form of e; numberEntry writes its number.
-func encodeEntry(e mcpsync.OutboxEntry) ([]byte, error) {
+func encodeEntry(e ledger.OutboxEntry) ([]byte, error) {
 	enc := encoder{b: make([]byte, 0, 384)}
 	enc.b = append(enc.b, formatBinary)
 	enc.b = binary.BigEndian.AppendUint64(enc.b, e.Seq)
@@ -117,27 +117,27 @@ func numberEntry(b []byte, seq uint64) {
 }
 
 // decodeEntry reads encodeEntry's form, or the JSON one before it.
-func decodeEntry(v []byte) (mcpsync.OutboxEntry, error) {
+func decodeEntry(v []byte) (ledger.OutboxEntry, error) {
 	if len(v) > 0 && v[0] == '{' {
-		return mcpsync.DecodeOutboxEntry(v)
+		return ledger.DecodeOutboxEntry(v)
 	}
 	if len(v) < entrySeqEnd || v[0] != formatBinary {
-		return mcpsync.OutboxEntry{}, fmt.Errorf("%w: outbox entry of %d bytes, not of a known format", mcpsync.ErrLedgerCorrupt, len(v))
+		return ledger.OutboxEntry{}, fmt.Errorf("%w: outbox entry of %d bytes, not of a known format", ledger.ErrLedgerCorrupt, len(v))
 	}
 	d := decoder{b: v[entrySeqEnd:]}
-	e := mcpsync.OutboxEntry{Seq: binary.BigEndian.Uint64(v[entrySeqAt:entrySeqEnd])}
+	e := ledger.OutboxEntry{Seq: binary.BigEndian.Uint64(v[entrySeqAt:entrySeqEnd])}
 	e.Schema = d.str()
 	e.URI = d.str()
-	e.Reason = mcpsync.InvalidationReason(d.str())
+	e.Reason = ledger.InvalidationReason(d.str())
 	d.version(&e.Version)
 	d.version(&e.Previous)
 	e.Subject = d.str()
 	if d.present() {
-		e.Artifact = new(mcpsync.DerivedArtifact)
+		e.Artifact = new(ledger.DerivedArtifact)
 		d.artifact(e.Artifact)
 	}
 	if d.present() {
-		ev := &mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceKind(d.str()), SnapshotID: d.str()}
+		ev := &ledger.DeletionEvidence{Kind: ledger.EvidenceKind(d.str()), SnapshotID: d.str()}
 		ev.Scans = d.strings(false)
 		if n := d.count(1); n > 0 {
 			ev.Reads = make([]uint64, n)
@@ -150,17 +150,17 @@ func decodeEntry(v []byte) (mcpsync.OutboxEntry, error) {
 	e.At = d.time()
 	e.Engine = d.str()
 	if err := d.end(); err != nil {
-		return mcpsync.OutboxEntry{}, fmt.Errorf("%w: outbox entry: %w", mcpsync.ErrLedgerCorrupt, err)
+		return ledger.OutboxEntry{}, fmt.Errorf("%w: outbox entry: %w", ledger.ErrLedgerCorrupt, err)
 	}
-	if e.Schema != mcpsync.SchemaInvalidation {
-		return mcpsync.OutboxEntry{}, fmt.Errorf("%w: outbox entry schema %q, want %q", mcpsync.ErrLedgerSchema, e.Schema, mcpsync.SchemaInvalidation)
+	if e.Schema != ledger.SchemaInvalidation {
+		return ledger.OutboxEntry{}, fmt.Errorf("%w: outbox entry schema %q, want %q", ledger.ErrLedgerSchema, e.Schema, ledger.SchemaInvalidation)
 	}
 	return e, nil
 }
 
 // recordSize is about the size of r's stored form: its contents, and room
 // for the rest.
-func recordSize(r *mcpsync.Record) int {
+func recordSize(r *ledger.Record) int {
 	n := 512 + 96*len(r.Tickets) + 256*len(r.Artifacts)
 	if r.Current != nil {
 		for _, c := range r.Current.Contents {
@@ -258,12 +258,12 @@ func (e *encoder) timeOrZero(t time.Time) {
 	e.time(t)
 }
 
-func (e *encoder) impl(i mcpsync.Implementation) {
+func (e *encoder) impl(i ledger.Implementation) {
 	e.str(i.Name)
 	e.str(i.Version)
 }
 
-func (e *encoder) record(r *mcpsync.Record) {
+func (e *encoder) record(r *ledger.Record) {
 	if e.present(r.Sub != nil) {
 		e.sub(r.Sub)
 	}
@@ -288,7 +288,7 @@ func (e *encoder) record(r *mcpsync.Record) {
 		e.uint(c.After)
 	}
 	if u := r.Unlisted; e.present(u != nil) {
-		for _, s := range []*mcpsync.UnlistedScan{&u.First, &u.Last} {
+		for _, s := range []*ledger.UnlistedScan{&u.First, &u.Last} {
 			e.strings(s.Scans, true)
 			e.time(s.StartedAt)
 			e.time(s.EndedAt)
@@ -328,7 +328,7 @@ func (e *encoder) record(r *mcpsync.Record) {
 	}
 }
 
-func (e *encoder) sub(s *mcpsync.SubscriptionInfo) {
+func (e *encoder) sub(s *ledger.SubscriptionInfo) {
 	e.str(s.URI)
 	e.str(s.RawURI)
 	e.str(s.Subject)
@@ -356,7 +356,7 @@ func (e *encoder) sub(s *mcpsync.SubscriptionInfo) {
 	e.timeOrZero(s.EndedAt)
 }
 
-func (e *encoder) version(v *mcpsync.ResourceVersion) {
+func (e *encoder) version(v *ledger.ResourceVersion) {
 	e.str(v.Schema)
 	e.str(v.URI)
 	e.str(v.MIMEType)
@@ -370,7 +370,7 @@ func (e *encoder) version(v *mcpsync.ResourceVersion) {
 	e.str(v.LastModified)
 }
 
-func (e *encoder) artifact(a *mcpsync.DerivedArtifact) {
+func (e *encoder) artifact(a *ledger.DerivedArtifact) {
 	e.str(a.Schema)
 	e.str(a.Index)
 	e.str(a.ArtifactID)
@@ -538,16 +538,16 @@ func (d *decoder) time() time.Time {
 	}
 }
 
-func (d *decoder) impl() mcpsync.Implementation {
-	return mcpsync.Implementation{Name: d.str(), Version: d.str()}
+func (d *decoder) impl() ledger.Implementation {
+	return ledger.Implementation{Name: d.str(), Version: d.str()}
 }
 
-func (d *decoder) record() *mcpsync.Record {
-	r := new(mcpsync.Record)
+func (d *decoder) record() *ledger.Record {
+	r := new(ledger.Record)
 	if d.present() {
 		r.Sub = d.sub()
 	}
-	r.State = mcpsync.SubscriptionState(d.str())
+	r.State = ledger.SubscriptionState(d.str())
 	r.LastNotificationSeq = d.uint()
 	r.LastAcceptedDigest = d.str()
 	r.LastIssued = d.uint()
@@ -560,7 +560,7 @@ func (d *decoder) record() *mcpsync.Record {
 	r.TombstonedAt = d.time()
 	r.NotFoundOrdinal = d.uint()
 	if d.present() {
-		c := &mcpsync.Corroboration{SubscriptionGeneration: d.uint(), FirstRead: d.uint()}
+		c := &ledger.Corroboration{SubscriptionGeneration: d.uint(), FirstRead: d.uint()}
 		c.Scans = d.strings(true)
 		c.ScanStartedAt = d.time()
 		c.ScanEndedAt = d.time()
@@ -568,8 +568,8 @@ func (d *decoder) record() *mcpsync.Record {
 		r.Corroboration = c
 	}
 	if d.present() {
-		u := new(mcpsync.Unlisting)
-		for _, s := range []*mcpsync.UnlistedScan{&u.First, &u.Last} {
+		u := new(ledger.Unlisting)
+		for _, s := range []*ledger.UnlistedScan{&u.First, &u.Last} {
 			s.Scans = d.strings(true)
 			s.StartedAt = d.time()
 			s.EndedAt = d.time()
@@ -578,7 +578,7 @@ func (d *decoder) record() *mcpsync.Record {
 		r.Unlisted = u
 	}
 	if n := d.count(minTicket); n > 0 {
-		r.Tickets = make([]mcpsync.Ticket, n)
+		r.Tickets = make([]ledger.Ticket, n)
 		for i := range r.Tickets {
 			t := &r.Tickets[i]
 			t.Engine = d.str()
@@ -587,16 +587,16 @@ func (d *decoder) record() *mcpsync.Record {
 			t.SubscriptionGeneration = d.uint()
 			t.ReadOrdinal = d.uint()
 			t.RequestID = d.uint()
-			t.Trigger = mcpsync.Trigger(d.str())
+			t.Trigger = ledger.Trigger(d.str())
 			t.Subject = d.str()
 			t.IssuedAt = d.time()
 		}
 	}
 	if d.present() {
-		c := new(mcpsync.StoredVersion)
+		c := new(ledger.StoredVersion)
 		d.version(&c.Version)
 		if n := d.count(minContent); n > 0 {
-			c.Contents = make([]mcpsync.Content, n)
+			c.Contents = make([]ledger.Content, n)
 			for i := range c.Contents {
 				ct := &c.Contents[i]
 				ct.URI = d.str()
@@ -608,11 +608,11 @@ func (d *decoder) record() *mcpsync.Record {
 				ct.Binary = d.bool()
 			}
 		}
-		c.Status = mcpsync.VersionStatus(d.str())
+		c.Status = ledger.VersionStatus(d.str())
 		r.Current = c
 	}
 	if n := d.count(minArtifact); n > 0 {
-		r.Artifacts = make([]mcpsync.DerivedArtifact, n)
+		r.Artifacts = make([]ledger.DerivedArtifact, n)
 		for i := range r.Artifacts {
 			d.artifact(&r.Artifacts[i])
 		}
@@ -620,12 +620,12 @@ func (d *decoder) record() *mcpsync.Record {
 	return r
 }
 
-func (d *decoder) sub() *mcpsync.SubscriptionInfo {
-	s := &mcpsync.SubscriptionInfo{URI: d.str(), RawURI: d.str(), Subject: d.str(), Server: d.impl()}
+func (d *decoder) sub() *ledger.SubscriptionInfo {
+	s := &ledger.SubscriptionInfo{URI: d.str(), RawURI: d.str(), Subject: d.str(), Server: d.impl()}
 	s.SessionGeneration = d.uint()
 	s.SessionID = d.str()
 	if d.present() {
-		c := &mcpsync.CapabilityReceipt{Schema: d.str(), ProtocolVersion: d.str(), Server: d.impl(), ServerID: d.str()}
+		c := &ledger.CapabilityReceipt{Schema: d.str(), ProtocolVersion: d.str(), Server: d.impl(), ServerID: d.str()}
 		c.Resources = d.bool()
 		c.Subscribe = d.bool()
 		c.ListChanged = d.bool()
@@ -636,7 +636,7 @@ func (d *decoder) sub() *mcpsync.SubscriptionInfo {
 		s.Capabilities = c
 	}
 	s.Generation = d.uint()
-	s.Mode = mcpsync.SubscriptionMode(d.str())
+	s.Mode = ledger.SubscriptionMode(d.str())
 	s.ModeReason = d.str()
 	s.StalenessBound = time.Duration(d.int())
 	s.StartedAt = d.time()
@@ -644,7 +644,7 @@ func (d *decoder) sub() *mcpsync.SubscriptionInfo {
 	return s
 }
 
-func (d *decoder) version(v *mcpsync.ResourceVersion) {
+func (d *decoder) version(v *ledger.ResourceVersion) {
 	v.Schema = d.str()
 	v.URI = d.str()
 	v.MIMEType = d.str()
@@ -658,7 +658,7 @@ func (d *decoder) version(v *mcpsync.ResourceVersion) {
 	v.LastModified = d.str()
 }
 
-func (d *decoder) artifact(a *mcpsync.DerivedArtifact) {
+func (d *decoder) artifact(a *ledger.DerivedArtifact) {
 	a.Schema = d.str()
 	a.Index = d.str()
 	a.ArtifactID = d.str()

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 var timeType = reflect.TypeFor[time.Time]()
@@ -130,18 +130,18 @@ func fill(t testing.TB, v reflect.Value, n *int) {
 }
 
 // filledRecord and filledEntry have every field set.
-func filledRecord(t testing.TB) *mcpsync.Record {
-	r := new(mcpsync.Record)
+func filledRecord(t testing.TB) *ledger.Record {
+	r := new(ledger.Record)
 	n := 0
 	fill(t, reflect.ValueOf(r).Elem(), &n)
 	return r
 }
 
-func filledEntry(t testing.TB) mcpsync.OutboxEntry {
-	var e mcpsync.OutboxEntry
+func filledEntry(t testing.TB) ledger.OutboxEntry {
+	var e ledger.OutboxEntry
 	n := 0
 	fill(t, reflect.ValueOf(&e).Elem(), &n)
-	e.Schema = mcpsync.SchemaInvalidation
+	e.Schema = ledger.SchemaInvalidation
 	return e
 }
 
@@ -171,9 +171,9 @@ func TestBinaryFormKeepsEveryField(t *testing.T) {
 // (a year past 9999) the binary form refuses too.
 func TestBinaryRecordAlwaysReadsBackAsItsJSON(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		r := new(mcpsync.Record)
+		r := new(ledger.Record)
 		draw(t, reflect.ValueOf(r).Elem(), "record")
-		js, jerr := mcpsync.EncodeRecord(r)
+		js, jerr := ledger.EncodeRecord(r)
 		v, err := encodeRecord(r)
 		if jerr != nil || err != nil {
 			if (jerr == nil) != (err == nil) {
@@ -181,7 +181,7 @@ func TestBinaryRecordAlwaysReadsBackAsItsJSON(t *testing.T) {
 			}
 			return
 		}
-		want, err := mcpsync.DecodeRecord(js)
+		want, err := ledger.DecodeRecord(js)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,11 +196,11 @@ func TestBinaryRecordAlwaysReadsBackAsItsJSON(t *testing.T) {
 // The same of an outbox entry, numbered in its transaction.
 func TestBinaryEntryAlwaysReadsBackAsItsJSON(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var e mcpsync.OutboxEntry
+		var e ledger.OutboxEntry
 		draw(t, reflect.ValueOf(&e).Elem(), "entry")
-		e.Schema = mcpsync.SchemaInvalidation
+		e.Schema = ledger.SchemaInvalidation
 		seq := rapid.Uint64().Draw(t, "seq")
-		js, jerr := mcpsync.EncodeOutboxEntry(func() mcpsync.OutboxEntry { c := e; c.Seq = seq; return c }())
+		js, jerr := ledger.EncodeOutboxEntry(func() ledger.OutboxEntry { c := e; c.Seq = seq; return c }())
 		b, err := encodeEntry(e)
 		if jerr != nil || err != nil {
 			if (jerr == nil) != (err == nil) {
@@ -209,7 +209,7 @@ func TestBinaryEntryAlwaysReadsBackAsItsJSON(t *testing.T) {
 			return
 		}
 		numberEntry(b, seq)
-		want, err := mcpsync.DecodeOutboxEntry(js)
+		want, err := ledger.DecodeOutboxEntry(js)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,12 +226,12 @@ func TestBinaryEntryAlwaysReadsBackAsItsJSON(t *testing.T) {
 // JSON of another schema. What does decode is a value the encoder writes
 // again as it read it.
 func FuzzDecodeRecord(f *testing.F) {
-	for _, r := range []*mcpsync.Record{{Revision: 1}, filledRecord(f)} {
+	for _, r := range []*ledger.Record{{Revision: 1}, filledRecord(f)} {
 		v, err := encodeRecord(r)
 		require.NoError(f, err)
 		f.Add(v)
 		f.Add(v[:len(v)-1])
-		js, err := mcpsync.EncodeRecord(r)
+		js, err := ledger.EncodeRecord(r)
 		require.NoError(f, err)
 		f.Add(append(binary.BigEndian.AppendUint64(nil, r.Revision), js...))
 	}
@@ -240,7 +240,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		r, err := decodeRecord(v)
 		if err != nil {
-			if !errors.Is(err, mcpsync.ErrLedgerCorrupt) && !(errors.Is(err, mcpsync.ErrLedgerSchema) && len(v) > 8 && v[8] == '{') {
+			if !errors.Is(err, ledger.ErrLedgerCorrupt) && !(errors.Is(err, ledger.ErrLedgerSchema) && len(v) > 8 && v[8] == '{') {
 				t.Fatalf("an untyped error: %v", err)
 			}
 			return
@@ -262,14 +262,14 @@ func FuzzDecodeEntry(f *testing.F) {
 	require.NoError(f, err)
 	f.Add(b)
 	f.Add(b[:len(b)/2])
-	js, err := mcpsync.EncodeOutboxEntry(e)
+	js, err := ledger.EncodeOutboxEntry(e)
 	require.NoError(f, err)
 	f.Add(js)
 	f.Add([]byte{formatBinary})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		e, err := decodeEntry(v)
 		if err != nil {
-			if !errors.Is(err, mcpsync.ErrLedgerCorrupt) && !errors.Is(err, mcpsync.ErrLedgerSchema) {
+			if !errors.Is(err, ledger.ErrLedgerCorrupt) && !errors.Is(err, ledger.ErrLedgerSchema) {
 				t.Fatalf("an untyped error: %v", err)
 			}
 			return

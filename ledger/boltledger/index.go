@@ -10,8 +10,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/jsontext"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // indexEntry is what a record is indexed under: whether it is an unknown
@@ -26,12 +26,12 @@ type indexEntry struct {
 const flagUnknown = 1
 
 // entryOf is what r is indexed under, its subjects as its JSON stores them.
-func entryOf(r *mcpsync.Record) indexEntry {
+func entryOf(r *ledger.Record) indexEntry {
 	subjects := r.Subjects()
 	for i, s := range subjects {
 		subjects[i] = jsontext.AsStored(s)
 	}
-	return indexEntry{unknown: r.State == mcpsync.StateUnsubscribeUnknown, subjects: subjects}
+	return indexEntry{unknown: r.State == ledger.StateUnsubscribeUnknown, subjects: subjects}
 }
 
 // encode returns the stored form of x, nil when x is indexed under nothing.
@@ -56,7 +56,7 @@ func decodeIndexEntry(key, b []byte) (indexEntry, error) {
 	if b == nil {
 		return x, nil
 	}
-	corrupt := fmt.Errorf("%w: index entry of %q", mcpsync.ErrLedgerCorrupt, key)
+	corrupt := fmt.Errorf("%w: index entry of %q", ledger.ErrLedgerCorrupt, key)
 	if len(b) == 0 || b[0]&^flagUnknown != 0 {
 		return x, corrupt
 	}
@@ -111,7 +111,7 @@ func unfile(bySubject *bolt.Bucket, subject string, key []byte) error {
 // index moves key, whose record is now r, in the index from where its
 // entry says it was to where r puts it. A write that changes neither
 // (most: an issue, an accept by the same subject) costs one read.
-func index(tx *bolt.Tx, key []byte, r *mcpsync.Record) error {
+func index(tx *bolt.Tx, key []byte, r *ledger.Record) error {
 	indexed := tx.Bucket(bucketIndexed)
 	stored := indexed.Get(key)
 	is := entryOf(r)
@@ -172,7 +172,7 @@ type indexer struct {
 func newIndexer(tx *bolt.Tx) *indexer { return &indexer{tx: tx} }
 
 // add indexes r under key, which is above every key added before.
-func (x *indexer) add(key []byte, r *mcpsync.Record) error {
+func (x *indexer) add(key []byte, r *ledger.Record) error {
 	e := entryOf(r)
 	enc := e.encode()
 	if enc == nil {
@@ -232,7 +232,7 @@ func logJoin(tx *bolt.Tx, subject string) error {
 func buildIndex(tx *bolt.Tx) error {
 	for _, name := range [][]byte{bucketBySubject, bucketUnknown, bucketIndexed, bucketRevokedLog} {
 		if firstKey(tx.Bucket(name).Cursor()) != nil || tx.Bucket(name).Sequence() != 0 {
-			return fmt.Errorf("%w: a %s file with an index (bucket %q)", mcpsync.ErrLedgerCorrupt, schemaV1, name)
+			return fmt.Errorf("%w: a %s file with an index (bucket %q)", ledger.ErrLedgerCorrupt, schemaV1, name)
 		}
 	}
 	x := newIndexer(tx)
@@ -252,7 +252,7 @@ func buildIndex(tx *bolt.Tx) error {
 	return tx.Bucket(bucketRevoked).ForEach(func(k, _ []byte) error { return logJoin(tx, string(k)) })
 }
 
-// SubjectKeys implements mcpsync.LedgerIndex: one read of the subject's
+// SubjectKeys implements ledger.Index: one read of the subject's
 // bucket in "bySubject".
 func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, error) {
 	name := subjectBucket(jsontext.AsStored(subject))
@@ -277,11 +277,11 @@ func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, err
 	return keys, nil
 }
 
-// UnknownCloses implements mcpsync.LedgerIndex: the keys of bucket
+// UnknownCloses implements ledger.Index: the keys of bucket
 // "unknownCloses" and their records, in one read transaction.
-func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record, error) {
+func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*ledger.Record, error) {
 	var keys []string
-	var recs []*mcpsync.Record
+	var recs []*ledger.Record
 	if err := l.flush(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -291,7 +291,7 @@ func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record
 		return tx.Bucket(bucketUnknown).ForEach(func(k, _ []byte) error {
 			v := records.Get(k)
 			if v == nil {
-				return fmt.Errorf("%w: unknown close %q has no record", mcpsync.ErrLedgerCorrupt, k)
+				return fmt.Errorf("%w: unknown close %q has no record", ledger.ErrLedgerCorrupt, k)
 			}
 			r, err := decodeRecord(v)
 			if err != nil {
@@ -310,7 +310,7 @@ func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record
 	return keys, recs, nil
 }
 
-// RevokedAfter implements mcpsync.LedgerIndex: the subjects bucket
+// RevokedAfter implements ledger.Index: the subjects bucket
 // "revokedLog" numbers above gen.
 func (l *Ledger) RevokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error) {
 	var subjects []string

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -29,8 +30,8 @@ func TestWaitOutboxWakesOnARestore(t *testing.T) {
 	require.NoError(t, err)
 	defer src.Close()
 	ctx := context.Background()
-	_, ok, err := src.CompareAndSwap(ctx, "file:///a", 0, &mcpsync.Record{Revision: 1},
-		[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: "file:///a", Reason: mcpsync.InvalidateUpdated}})
+	_, ok, err := src.CompareAndSwap(ctx, "file:///a", 0, &ledger.Record{Revision: 1},
+		[]ledger.OutboxEntry{{Schema: ledger.SchemaInvalidation, URI: "file:///a", Reason: ledger.InvalidateUpdated}})
 	require.NoError(t, err)
 	require.True(t, ok)
 	snap, err := src.Export(ctx)
@@ -44,7 +45,7 @@ func TestWaitOutboxWakesOnARestore(t *testing.T) {
 		woke := make(chan error, 1)
 		go func() { woke <- into.WaitOutbox(wctx, 0) }()
 		synctest.Wait()
-		require.NoError(t, mcpsync.RestoreLedger(ctx, into, snap))
+		require.NoError(t, ledger.Restore(ctx, into, snap))
 		synctest.Wait()
 		select {
 		case err := <-woke:
@@ -60,7 +61,7 @@ func TestWaitOutboxWakesOnARestore(t *testing.T) {
 
 // spinCounter counts WaitOutbox calls: Consume is meant to sleep in it.
 type spinCounter struct {
-	mcpsync.Ledger
+	ledger.Ledger
 	waits atomic.Int64
 }
 
@@ -70,7 +71,7 @@ func (s *spinCounter) WaitOutbox(ctx context.Context, after uint64) error {
 }
 
 // A snapshot whose outbox stops short of State.Last (entries 2 and 3
-// missing) is refused by RestoreLedger. Were it restored, the missing
+// missing) is refused by ledger.Restore. Were it restored, the missing
 // entries would be neither there nor counted as dropped, and Consume would
 // spin (WaitOutbox returning at once, Outbox returning nothing, no gap
 // reported); if it is restored all the same, Consume sleeps or reports a
@@ -79,8 +80,8 @@ func TestRestoreOfAShortOutboxIsRefused(t *testing.T) {
 	ctx := context.Background()
 	src := open(t, nil)
 	for rev := uint64(1); rev <= 3; rev++ {
-		_, ok, err := src.CompareAndSwap(ctx, "file:///a", rev-1, &mcpsync.Record{Revision: rev},
-			[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: "file:///a", Reason: mcpsync.InvalidateUpdated}})
+		_, ok, err := src.CompareAndSwap(ctx, "file:///a", rev-1, &ledger.Record{Revision: rev},
+			[]ledger.OutboxEntry{{Schema: ledger.SchemaInvalidation, URI: "file:///a", Reason: ledger.InvalidateUpdated}})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -89,7 +90,7 @@ func TestRestoreOfAShortOutboxIsRefused(t *testing.T) {
 	snap.Outbox = snap.Outbox[:1] // entries 2 and 3 missing, State.Last still 3
 
 	into := open(t, nil)
-	err = mcpsync.RestoreLedger(ctx, into, snap)
+	err = ledger.Restore(ctx, into, snap)
 	assert.Error(t, err, "a snapshot whose outbox ends at %d, short of its last entry %d", 1, snap.State.Last)
 	if err != nil {
 		return

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -180,7 +181,7 @@ func (w *benchWorker) mustHaveResumed(b *testing.B, uris []string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if sub.SessionGeneration != gen || sub.State != mcpsync.StateActive || sub.Watermark == 0 {
+		if sub.SessionGeneration != gen || sub.State != ledger.StateActive || sub.Watermark == 0 {
 			b.Fatalf("%s not resumed: session %d of %d, %s, watermark %d", u, sub.SessionGeneration, gen, sub.State, sub.Watermark)
 		}
 	}

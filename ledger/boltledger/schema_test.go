@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -35,7 +36,7 @@ func asJSON(t *testing.T, tx *bolt.Tx) error {
 	require.NoError(t, records.ForEach(func(k, v []byte) error {
 		r, err := boltledger.DecodeStored(v)
 		require.NoError(t, err)
-		js, err := mcpsync.EncodeRecord(r)
+		js, err := ledger.EncodeRecord(r)
 		require.NoError(t, err)
 		rewrite[string(k)] = append(binary.BigEndian.AppendUint64(nil, r.Revision), js...)
 		return nil
@@ -44,7 +45,7 @@ func asJSON(t *testing.T, tx *bolt.Tx) error {
 	require.NoError(t, outbox.ForEach(func(k, v []byte) error {
 		e, err := boltledger.EntryStored(v)
 		require.NoError(t, err)
-		js, err := mcpsync.EncodeOutboxEntry(e)
+		js, err := ledger.EncodeOutboxEntry(e)
 		require.NoError(t, err)
 		entries[string(k)] = js
 		return nil
@@ -130,9 +131,9 @@ type indexed struct {
 	revoked   []string
 }
 
-func readIndex(t *testing.T, l mcpsync.Ledger, subjects []string) indexed {
+func readIndex(t *testing.T, l ledger.Ledger, subjects []string) indexed {
 	t.Helper()
-	x := l.(mcpsync.LedgerIndex)
+	x := l.(ledger.Index)
 	got := indexed{bySubject: map[string][]string{}}
 	for _, s := range subjects {
 		keys, err := x.SubjectKeys(ctx, s)
@@ -144,7 +145,7 @@ func readIndex(t *testing.T, l mcpsync.Ledger, subjects []string) indexed {
 	keys, recs, err := x.UnknownCloses(ctx)
 	require.NoError(t, err)
 	for i, k := range keys {
-		require.Equal(t, mcpsync.StateUnsubscribeUnknown, recs[i].State, k)
+		require.Equal(t, ledger.StateUnsubscribeUnknown, recs[i].State, k)
 	}
 	got.unknown = keys
 	got.revoked, _, err = x.RevokedAfter(ctx, 0)
@@ -171,29 +172,29 @@ func TestOpenUpgradesAFileWithoutIndex(t *testing.T) {
 	for _, uri := range slices.Sorted(maps.Keys(readers)) {
 		_, err := e.Subscribe(uri, readers[uri])
 		require.NoError(t, err)
-		_, err = e.Activate(uri, mcpsync.ModePush)
+		_, err = e.Activate(uri, ledger.ModePush)
 		require.NoError(t, err)
-		tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+		tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 		require.NoError(t, err)
-		_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: "v1 of " + uri}}))
+		_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/plain", Text: "v1 of " + uri}}))
 		require.NoError(t, err)
 	}
 	// b.md is read again by alice, after bob's version fed an index: the
 	// record is bob's by its artifact and alice's by its version.
 	b, err := l.Load(ctx, "file:///docs/b.md")
 	require.NoError(t, err)
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "b#0", Version: b.Current.Version}))
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "b#0", Version: b.Current.Version}))
 	_, err = e.BeginClose("file:///docs/b.md")
 	require.NoError(t, err)
 	_, err = e.FinishClose("file:///docs/b.md", true)
 	require.NoError(t, err)
 	_, err = e.Subscribe("file:///docs/b.md", "user:alice")
 	require.NoError(t, err)
-	_, err = e.Activate("file:///docs/b.md", mcpsync.ModePush)
+	_, err = e.Activate("file:///docs/b.md", ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket("file:///docs/b.md", mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket("file:///docs/b.md", ledger.TriggerInitial)
 	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: "file:///docs/b.md", MIMEType: "text/plain", Text: "v2"}}))
+	_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: "file:///docs/b.md", MIMEType: "text/plain", Text: "v2"}}))
 	require.NoError(t, err)
 	// d.md's close loses its ack; carol and erin are revoked.
 	_, err = e.BeginClose("file:///docs/d.md")
@@ -237,7 +238,7 @@ func TestOpenUpgradesAFileWithoutIndex(t *testing.T) {
 	require.NoError(t, err)
 	d, err := n.Subscription("file:///docs/d.md")
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateClosed, d.State, "the new session ended the unknown close")
+	assert.Equal(t, ledger.StateClosed, d.State, "the new session ended the unknown close")
 	rc, err := n.RevokeSubject("user:bob")
 	require.NoError(t, err)
 	assert.Empty(t, rc.Versions, "bob's version was replaced by alice's")
@@ -436,7 +437,7 @@ func TestOpenRefusesAnUnknownSchema(t *testing.T) {
 			if err == nil {
 				_ = l.Close()
 			}
-			require.ErrorIs(t, err, mcpsync.ErrLedgerSchema)
+			require.ErrorIs(t, err, ledger.ErrLedgerSchema)
 			assert.Equal(t, schema, fileSchema(t, path), "the file was left as it was")
 		})
 	}
@@ -450,7 +451,7 @@ func TestUpgradeOfAnUnreadableFileChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	for i := range 3 {
 		key := fmt.Sprintf("file:///docs/%d.md", i)
-		_, ok, err := l.CompareAndSwap(ctx, key, 0, &mcpsync.Record{Revision: 1}, nil)
+		_, ok, err := l.CompareAndSwap(ctx, key, 0, &ledger.Record{Revision: 1}, nil)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -464,6 +465,6 @@ func TestUpgradeOfAnUnreadableFileChangesNothing(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	_, err = boltledger.Open(path, nil)
-	require.ErrorIs(t, err, mcpsync.ErrLedgerCorrupt)
+	require.ErrorIs(t, err, ledger.ErrLedgerCorrupt)
 	assert.Equal(t, schemaV1, fileSchema(t, path), "nothing of the upgrade was committed")
 }

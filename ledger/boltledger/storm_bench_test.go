@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 	for i := range uris {
 		uris[i] = fmt.Sprintf("file:///storm/%05d.md", i)
 		for r := range results {
-			results[r][uris[i]] = mcpsync.NewReadResult([]mcpsync.Content{{URI: uris[i], MIMEType: "text/markdown", Text: fmt.Sprintf("answer %d of %s", r, uris[i])}})
+			results[r][uris[i]] = mcpsync.NewReadResult([]ledger.Content{{URI: uris[i], MIMEType: "text/markdown", Text: fmt.Sprintf("answer %d of %s", r, uris[i])}})
 		}
 	}
 	for _, ledger := range []string{"baseline=memory", "bolt"} {

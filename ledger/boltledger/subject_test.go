@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -32,11 +33,11 @@ func readAs(t *testing.T, e *mcpsync.Engine, uri, subject string) error {
 	t.Helper()
 	_, err := e.Subscribe(uri, subject)
 	require.NoError(t, err)
-	_, err = e.Activate(uri, mcpsync.ModePush)
+	_, err = e.Activate(uri, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: "v1"}}))
+	_, err = e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/plain", Text: "v1"}}))
 	return err
 }
 
@@ -48,9 +49,9 @@ func TestURIAtTheKeyLimitIsAcceptedAndServed(t *testing.T) {
 	require.Len(t, longDoc, 32764)
 	for _, tc := range []struct {
 		name string
-		l    mcpsync.Ledger
+		l    ledger.Ledger
 	}{
-		{"memory", mcpsync.NewMemoryLedger(nil)},
+		{"memory", ledger.NewMemory(nil)},
 		{"bolt", openWith(t, nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,7 +76,7 @@ func TestUpgradeOfARecordAtTheKeyLimitOpens(t *testing.T) {
 	l, err := boltledger.Open(path, nil)
 	require.NoError(t, err)
 	// As schema v1 stored it: a record whose version alice read.
-	mem := mcpsync.NewMemoryLedger(nil)
+	mem := ledger.NewMemory(nil)
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: mem})
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
@@ -97,9 +98,9 @@ func TestUpgradeOfARecordAtTheKeyLimitOpens(t *testing.T) {
 
 // putRecordV1 writes r under key in the closed file at path, in the stored
 // form (8-byte revision, then the record's JSON), touching nothing else.
-func putRecordV1(t *testing.T, path, key string, r *mcpsync.Record) {
+func putRecordV1(t *testing.T, path, key string, r *ledger.Record) {
 	t.Helper()
-	js, err := mcpsync.EncodeRecord(r)
+	js, err := ledger.EncodeRecord(r)
 	require.NoError(t, err)
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
@@ -124,15 +125,15 @@ func TestSubjectStoredAsReplacementCharacterIsRevocable(t *testing.T) {
 	require.NoError(t, err)
 	const doc = "file:///docs/a.md"
 	_, err = e.Subscribe(doc, "\xffbob")
-	require.ErrorIs(t, err, mcpsync.ErrInvalidSubject, "a subject no durable ledger keeps as given")
+	require.ErrorIs(t, err, ledger.ErrInvalidSubject, "a subject no durable ledger keeps as given")
 	_, err = e.RevokeSubject("\xffbob")
-	require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+	require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 
 	// Straight to the ledger: filed under the stored form, before and
 	// after a restart.
 	const stored = "\uFFFDbob"
-	rec := &mcpsync.Record{Revision: 1, Current: &mcpsync.StoredVersion{
-		Version: mcpsync.ResourceVersion{URI: doc, Subject: "\xffbob"}, Status: mcpsync.VersionServed,
+	rec := &ledger.Record{Revision: 1, Current: &ledger.StoredVersion{
+		Version: ledger.ResourceVersion{URI: doc, Subject: "\xffbob"}, Status: ledger.VersionServed,
 	}}
 	_, ok, err := l.CompareAndSwap(ctx, doc, 0, rec, nil)
 	require.NoError(t, err)
@@ -159,7 +160,7 @@ func TestSubjectStoredAsReplacementCharacterIsRevocable(t *testing.T) {
 	assert.Len(t, rc.Versions, 1, "the version the stored record says %q read", stored)
 	r, err = l.Load(ctx, doc)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.VersionRevoked, r.Current.Status)
+	assert.Equal(t, ledger.VersionRevoked, r.Current.Status)
 }
 
 // A subject longer than bbolt's key limit (32 KiB; a principal carrying a
@@ -179,9 +180,9 @@ func TestSubjectBeyondTheKeyLimitIsRefusedAndTheLongestIsRevoked(t *testing.T) {
 	} {
 		for _, l := range []struct {
 			name string
-			l    mcpsync.Ledger
+			l    ledger.Ledger
 		}{
-			{"memory", mcpsync.NewMemoryLedger(nil)},
+			{"memory", ledger.NewMemory(nil)},
 			{"bolt", openWith(t, nil)},
 		} {
 			t.Run(tc.name+"/"+l.name, func(t *testing.T) {
@@ -191,7 +192,7 @@ func TestSubjectBeyondTheKeyLimitIsRefusedAndTheLongestIsRevoked(t *testing.T) {
 				require.NoError(t, err)
 				if !tc.taken {
 					_, err := e.Subscribe(uri, tc.subject)
-					require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+					require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 					return
 				}
 				require.NoError(t, readAs(t, e, uri, tc.subject), "the read is accepted")
@@ -229,19 +230,19 @@ func TestDerivedArtifactOfAnUnrevocableSubjectIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.Subscribe(uri, "user:alice")
 	require.NoError(t, err)
-	_, err = e.Activate(uri, mcpsync.ModePush)
+	_, err = e.Activate(uri, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 	require.NoError(t, err)
-	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: "v2"}}))
+	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/plain", Text: "v2"}}))
 	require.NoError(t, err)
 	require.True(t, out.Changed())
 
 	v := first.Version
 	v.Subject = bad
-	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-1", Version: v})
+	err = e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-1", Version: v})
 	if err != nil {
-		require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+		require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 		return
 	}
 	rc, err := e.RevokeSubject(bad)
@@ -251,7 +252,7 @@ func TestDerivedArtifactOfAnUnrevocableSubjectIsRefused(t *testing.T) {
 			msg = msg[:100] + " … " + msg[len(msg)-100:]
 		}
 		t.Fatalf("an artifact was recorded for a subject that can never be revoked (invalid subject: %v): %s",
-			errors.Is(err, mcpsync.ErrInvalidSubject), msg)
+			errors.Is(err, ledger.ErrInvalidSubject), msg)
 	}
 	require.Len(t, rc.Artifacts, 1, "the revocation names the artifact")
 }
@@ -267,10 +268,10 @@ func TestArtifactOfAnEarlierReleasesNULSubjectIsRevoked(t *testing.T) {
 	subject := "user:\x00mallory"
 	l := openWith(t, nil)
 	// What the earlier release stored: a served version and an artifact.
-	v := mcpsync.ResourceVersion{URI: uri, Subject: subject, Digest: "sha256:00"}
-	rec := &mcpsync.Record{Revision: 1, State: mcpsync.StateActive,
-		Current: &mcpsync.StoredVersion{Version: v, Status: mcpsync.VersionServed},
-		Artifacts: []mcpsync.DerivedArtifact{{Schema: mcpsync.SchemaDerivedArtifact, Index: "search",
+	v := ledger.ResourceVersion{URI: uri, Subject: subject, Digest: "sha256:00"}
+	rec := &ledger.Record{Revision: 1, State: ledger.StateActive,
+		Current: &ledger.StoredVersion{Version: v, Status: ledger.VersionServed},
+		Artifacts: []ledger.DerivedArtifact{{Schema: ledger.SchemaDerivedArtifact, Index: "search",
 			ArtifactID: "doc#0", Version: v, RecordedAt: time.Now()}},
 	}
 	_, ok, err := l.CompareAndSwap(ctx, uri, 0, rec, nil)
@@ -291,15 +292,15 @@ func TestArtifactOfAnEarlierReleasesNULSubjectIsRevoked(t *testing.T) {
 func TestEarlierReleasesRevocationBeyondTheKeyLimitIsRefusedClearly(t *testing.T) {
 	ctx := context.Background()
 	subject := "user:" + strings.Repeat("c", 33000)
-	src := mcpsync.NewMemoryLedger(nil)
+	src := ledger.NewMemory(nil)
 	// What the earlier release's RevokeSubject stored.
-	require.NoError(t, src.Revoke(ctx, mcpsync.RevokedSubject{
-		Schema: mcpsync.SchemaRevokedSubject, Subject: subject, At: time.Now(), Engine: "earlier", Swept: true,
+	require.NoError(t, src.Revoke(ctx, ledger.RevokedSubject{
+		Schema: ledger.SchemaRevokedSubject, Subject: subject, At: time.Now(), Engine: "earlier", Swept: true,
 	}))
-	snap, err := mcpsync.ExportLedger(ctx, src)
+	snap, err := ledger.Export(ctx, src)
 	require.NoError(t, err)
-	err = mcpsync.RestoreLedger(ctx, openWith(t, nil), snap)
-	if err != nil && !errors.Is(err, mcpsync.ErrInvalidSubject) {
+	err = ledger.Restore(ctx, openWith(t, nil), snap)
+	if err != nil && !errors.Is(err, ledger.ErrInvalidSubject) {
 		msg := err.Error()
 		if len(msg) > 200 {
 			msg = msg[:100] + " … " + msg[len(msg)-100:]

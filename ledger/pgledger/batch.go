@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // maxBatch bounds how many calls one statement carries.
@@ -230,9 +230,9 @@ const (
 )
 
 func (l *Ledger) startBatchers() {
-	l.loads = startBatcher(loadSenders, mcpsync.ErrLedgerClosed, l.loadAll, l.loadOne, retryApart)
-	l.swaps = startBatcher(swapSenders, mcpsync.ErrLedgerClosed, l.swapAll, l.swapOne, retryApart)
-	l.revGens = startBatcher(revGenSenders, mcpsync.ErrLedgerClosed, l.readRevGen, l.readRevGenOne,
+	l.loads = startBatcher(loadSenders, ledger.ErrLedgerClosed, l.loadAll, l.loadOne, retryApart)
+	l.swaps = startBatcher(swapSenders, ledger.ErrLedgerClosed, l.swapAll, l.swapOne, retryApart)
+	l.revGens = startBatcher(revGenSenders, ledger.ErrLedgerClosed, l.readRevGen, l.readRevGenOne,
 		func(error, int) bool { return false }) // one statement, whatever the callers
 }
 
@@ -347,7 +347,7 @@ func (l *Ledger) swapAll(ctx context.Context, swaps []swap) ([]swapped, error) {
 		}
 	}
 	if len(res) != len(swaps) {
-		return nil, fmt.Errorf("%w: %d results for %d writes", mcpsync.ErrLedgerCorrupt, len(res), len(swaps))
+		return nil, fmt.Errorf("%w: %d results for %d writes", ledger.ErrLedgerCorrupt, len(res), len(swaps))
 	}
 	for at, i := range order {
 		switch r := res[at]; {

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
@@ -219,11 +219,11 @@ func TestSwapAllDecidesEachKey(t *testing.T) {
 	taken, err := l.AcquireAll(t.Context(), keys[:3]) // not d
 	require.NoError(t, err)
 	enc := func(key string, rev uint64, entries int) swap {
-		rec, err := mcpsync.EncodeRecord(&mcpsync.Record{Revision: rev, State: mcpsync.StateActive})
+		rec, err := ledger.EncodeRecord(&ledger.Record{Revision: rev, State: ledger.StateActive})
 		require.NoError(t, err)
 		s := swap{key: key, prev: int64(rev - 1), record: rec, epoch: int64(taken[key])}
 		for range entries {
-			b, err := encodeEntry(mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated})
+			b, err := encodeEntry(ledger.OutboxEntry{Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated})
 			require.NoError(t, err)
 			s.entries = append(s.entries, b)
 		}
@@ -299,8 +299,8 @@ func TestConcurrentWritesShareStatements(t *testing.T) {
 					if cur != nil {
 						rev = cur.Revision
 					}
-					_, ok, err := l.CompareAndSwap(t.Context(), key, rev, &mcpsync.Record{Revision: rev + 1, State: mcpsync.StateActive},
-						[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated}})
+					_, ok, err := l.CompareAndSwap(t.Context(), key, rev, &ledger.Record{Revision: rev + 1, State: ledger.StateActive},
+						[]ledger.OutboxEntry{{Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated}})
 					require.NoError(t, err)
 					if ok {
 						break
@@ -343,8 +343,8 @@ func TestBadKeyFailsNoOtherWriteBatchedWithIt(t *testing.T) {
 	l, err := Open(ctx, conn, &Options{Schema: schema})
 	require.NoError(t, err)
 	defer l.Close()
-	rec := func(rev uint64) *mcpsync.Record {
-		return &mcpsync.Record{Revision: rev, State: mcpsync.StateActive}
+	rec := func(rev uint64) *ledger.Record {
+		return &ledger.Record{Revision: rev, State: ledger.StateActive}
 	}
 	b := make([]byte, 4096)
 	_, err = rand.Read(b)
@@ -416,7 +416,7 @@ func TestBadKeyFailsNoOtherWriteBatchedWithIt(t *testing.T) {
 	require.True(t, got.stored)
 }
 
-// The outbox keeps "at most LedgerOptions.OutboxRetention entries" whether
+// The outbox keeps "at most ledger.Options.OutboxRetention entries" whether
 // writes come one at a time or share one compare_and_swap_all statement
 // (here two writes of 600 entries each, four times over, in the statement
 // the batcher sends for two writes that queued together, as
@@ -426,15 +426,15 @@ func TestBatchedWritesKeepTheRetentionBound(t *testing.T) {
 	conn, schema := pgtest.Schema(t)
 	ctx := context.Background()
 	const retain, each = 10, 600
-	l, err := Open(ctx, conn, &Options{Schema: schema, Ledger: &mcpsync.LedgerOptions{OutboxRetention: retain}})
+	l, err := Open(ctx, conn, &Options{Schema: schema, Ledger: &ledger.Options{OutboxRetention: retain}})
 	require.NoError(t, err)
 	defer l.Close()
 	write := func(key string) swap {
-		rec, err := mcpsync.EncodeRecord(&mcpsync.Record{Revision: 1, State: mcpsync.StateActive})
+		rec, err := ledger.EncodeRecord(&ledger.Record{Revision: 1, State: ledger.StateActive})
 		require.NoError(t, err)
 		s := swap{key: key, record: rec}
 		for range each {
-			b, err := encodeEntry(mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated})
+			b, err := encodeEntry(ledger.OutboxEntry{Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated})
 			require.NoError(t, err)
 			s.entries = append(s.entries, b)
 		}
@@ -442,8 +442,8 @@ func TestBatchedWritesKeepTheRetentionBound(t *testing.T) {
 	}
 
 	// One at a time, a write of 600 entries keeps the bound.
-	_, _, err = l.CompareAndSwap(ctx, "file:///alone", 0, &mcpsync.Record{Revision: 1, State: mcpsync.StateActive},
-		make([]mcpsync.OutboxEntry, each))
+	_, _, err = l.CompareAndSwap(ctx, "file:///alone", 0, &ledger.Record{Revision: 1, State: ledger.StateActive},
+		make([]ledger.OutboxEntry, each))
 	require.NoError(t, err)
 	st, err := l.OutboxState(ctx)
 	require.NoError(t, err)

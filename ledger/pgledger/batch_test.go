@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
@@ -39,7 +39,7 @@ func TestAbandonedWritesStallNoOtherKey(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := w.CompareAndSwap(wctx, a, 0, record(a, 1), []mcpsync.OutboxEntry{entry(a, 1)})
+			_, _, err := w.CompareAndSwap(wctx, a, 0, record(a, 1), []ledger.OutboxEntry{entry(a, 1)})
 			done <- err
 		}()
 		waitLockWaiters(t, watcher, schema, "compare_and_swap", i+1)
@@ -55,7 +55,7 @@ func TestAbandonedWritesStallNoOtherKey(t *testing.T) {
 	// A write of b, which nothing else holds, with ample time.
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	_, stored, err := w.CompareAndSwap(bctx, b, 0, record(b, 1), []mcpsync.OutboxEntry{entry(b, 1)})
+	_, stored, err := w.CompareAndSwap(bctx, b, 0, record(b, 1), []ledger.OutboxEntry{entry(b, 1)})
 	require.NoError(t, err, "a write of b, a key this worker holds and nobody contends, must not wait on writes of a whose callers left")
 	require.True(t, stored)
 }

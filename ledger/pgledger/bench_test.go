@@ -13,21 +13,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // benchRecord is a record as the fence stores one: a version with its
 // contents.
-func benchRecord(key string, rev uint64) *mcpsync.Record {
+func benchRecord(key string, rev uint64) *ledger.Record {
 	r := record(key, rev)
-	r.Current = &mcpsync.StoredVersion{
-		Version: mcpsync.ResourceVersion{
-			Schema: mcpsync.SchemaResourceVersion, URI: key, ReadOrdinal: rev, Subject: "user:alice",
+	r.Current = &ledger.StoredVersion{
+		Version: ledger.ResourceVersion{
+			Schema: ledger.SchemaResourceVersion, URI: key, ReadOrdinal: rev, Subject: "user:alice",
 			Digest: "sha256:" + strings.Repeat("0f", 32),
 		},
-		Contents: []mcpsync.Content{{URI: key, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", rev)}},
-		Status:   mcpsync.VersionServed,
+		Contents: []ledger.Content{{URI: key, MIMEType: "text/markdown", Text: fmt.Sprintf("version %d of the document", rev)}},
+		Status:   ledger.VersionServed,
 	}
 	return r
 }
@@ -46,8 +47,8 @@ func BenchmarkAccept(b *testing.B) {
 	}
 	b.Cleanup(func() { l.Close() })
 	const key = "file:///docs/a.md"
-	rec, _ := mcpsync.EncodeRecord(benchRecord(key, 1))
-	ent, _ := mcpsync.EncodeOutboxEntry(entry(key, 1))
+	rec, _ := ledger.EncodeRecord(benchRecord(key, 1))
+	ent, _ := ledger.EncodeOutboxEntry(entry(key, 1))
 	bare := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
 	if _, err := l.Pool().Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %s (key text PRIMARY KEY, revision bigint NOT NULL, record bytea NOT NULL);
@@ -74,7 +75,7 @@ func BenchmarkAccept(b *testing.B) {
 	}
 	doLedger := func(b *testing.B) {
 		rev++
-		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, benchRecord(key, rev), []mcpsync.OutboxEntry{entry(key, rev)})
+		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, benchRecord(key, rev), []ledger.OutboxEntry{entry(key, rev)})
 		if err != nil || !ok {
 			b.Fatal("not stored", err)
 		}
@@ -181,7 +182,7 @@ func BenchmarkAcceptWorkers(b *testing.B) {
 				wg.Go(func() {
 					key := fmt.Sprintf("file:///docs/worker-%d.md", w)
 					for rev := uint64(1); left.Add(-1) >= 0; rev++ {
-						_, ok, err := l.CompareAndSwap(ctx, key, rev-1, benchRecord(key, rev), []mcpsync.OutboxEntry{entry(key, rev)})
+						_, ok, err := l.CompareAndSwap(ctx, key, rev-1, benchRecord(key, rev), []ledger.OutboxEntry{entry(key, rev)})
 						if err != nil || !ok {
 							failed.Store(fmt.Sprint("not stored: ", err))
 							return
@@ -214,7 +215,7 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	open := func(b *testing.B) *run {
 		conn, schema := pgtest.Schema(b)
-		l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema, Ledger: &mcpsync.LedgerOptions{OutboxRetention: 1 << 24}})
+		l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema, Ledger: &ledger.Options{OutboxRetention: 1 << 24}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -229,7 +230,7 @@ func BenchmarkConsume(b *testing.B) {
 		return &run{l: l, e: e}
 	}
 	appendEntries := func(b *testing.B, r *run, n int) {
-		entries := make([]mcpsync.OutboxEntry, n)
+		entries := make([]ledger.OutboxEntry, n)
 		for i := range entries {
 			entries[i] = entry(key, r.rev+1)
 		}

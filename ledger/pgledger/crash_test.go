@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/crashtest"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -33,7 +33,7 @@ const (
 // until it is killed, announcing on stdout each step that committed, and
 // goes on when its connections are terminated under it.
 func TestCrashWorker(t *testing.T) {
-	crashtest.Work(t, func() (mcpsync.Ledger, error) {
+	crashtest.Work(t, func() (ledger.Ledger, error) {
 		return pgledger.Open(context.Background(), os.Getenv(envCrashConn), &pgledger.Options{Schema: os.Getenv(envCrashSchema)})
 	}, connectionLost)
 }
@@ -75,7 +75,7 @@ func TestCrashConsistency(t *testing.T) {
 	crashtest.Test{
 		Worker:    "TestCrashWorker",
 		Env:       []string{envCrashConn + "=" + withApplicationName(conn, app), envCrashSchema + "=" + schema},
-		Ledger:    func(*testing.T) (mcpsync.Ledger, func()) { return l, func() {} },
+		Ledger:    func(*testing.T) (ledger.Ledger, func()) { return l, func() {} },
 		Terminate: func(t *testing.T) string { return terminateInTransaction(t, db, app) },
 	}.Run(t, crashtest.Kills(20))
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/jsontext"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // indexEntry is what a record is filed under in the records table's
@@ -20,12 +20,12 @@ type indexEntry struct {
 	unknown  bool
 }
 
-func entryOf(r *mcpsync.Record) indexEntry {
+func entryOf(r *ledger.Record) indexEntry {
 	var digests [][]byte
 	for _, s := range r.Subjects() {
 		digests = append(digests, subjectDigest(s))
 	}
-	return indexEntry{subjects: digests, unknown: r.State == mcpsync.StateUnsubscribeUnknown}
+	return indexEntry{subjects: digests, unknown: r.State == ledger.StateUnsubscribeUnknown}
 }
 
 // subjectDigest is what the records' subjects column holds for subject:
@@ -129,9 +129,9 @@ func backfillIndex(ctx context.Context, tx pgx.Tx, n names) error {
 	}
 }
 
-var _ mcpsync.LedgerIndex = (*Ledger)(nil)
+var _ ledger.Index = (*Ledger)(nil)
 
-// SubjectKeys implements mcpsync.LedgerIndex: one query of the records'
+// SubjectKeys implements ledger.Index: one query of the records'
 // GIN index on subjects.
 func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, error) {
 	if err := l.usable(ctx); err != nil {
@@ -152,9 +152,9 @@ func (l *Ledger) SubjectKeys(ctx context.Context, subject string) ([]string, err
 	return keys, nil
 }
 
-// UnknownCloses implements mcpsync.LedgerIndex: one query of the records'
+// UnknownCloses implements ledger.Index: one query of the records'
 // partial index of unknown closes, so one instant.
-func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record, error) {
+func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*ledger.Record, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -169,7 +169,7 @@ func (l *Ledger) UnknownCloses(ctx context.Context) ([]string, []*mcpsync.Record
 	return keys, recs, nil
 }
 
-// RevokedAfter implements mcpsync.LedgerIndex: the generation and the
+// RevokedAfter implements ledger.Index: the generation and the
 // subjects revoked_log numbers above gen, in one statement, so they agree.
 func (l *Ledger) RevokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error) {
 	if err := l.usable(ctx); err != nil {

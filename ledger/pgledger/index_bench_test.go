@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -28,8 +29,8 @@ func BenchmarkIndex(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	snap := mcpsync.LedgerSnapshot{
-		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{}, Counters: map[mcpsync.Counter]uint64{},
+	snap := ledger.Snapshot{
+		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{}, Counters: map[ledger.Counter]uint64{},
 	}
 	for i := range indexBenchRecords {
 		key := fmt.Sprintf("file:///docs/%05d.md", i)
@@ -60,14 +61,14 @@ func BenchmarkIndex(b *testing.B) {
 		if _, err := e.Subscribe(uri, subject); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := e.Activate(uri, mcpsync.ModePush); err != nil {
+		if _, err := e.Activate(uri, ledger.ModePush); err != nil {
 			b.Fatal(err)
 		}
-		tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+		tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 		if err != nil {
 			b.Fatal(err)
 		}
-		out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: "body"}}))
+		out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/plain", Text: "body"}}))
 		if err != nil || !out.Accepted {
 			b.Fatal("not accepted: ", err)
 		}

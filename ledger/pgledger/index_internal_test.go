@@ -6,19 +6,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
 // indexedRecord is a record whose current version is current's (none when
 // ""), with status, and which holds an artifact of each of artifacts.
-func indexedRecord(rev uint64, state mcpsync.SubscriptionState, current string, status mcpsync.VersionStatus, artifacts ...string) *mcpsync.Record {
-	r := &mcpsync.Record{Revision: rev, State: state}
+func indexedRecord(rev uint64, state ledger.SubscriptionState, current string, status ledger.VersionStatus, artifacts ...string) *ledger.Record {
+	r := &ledger.Record{Revision: rev, State: state}
 	if current != "" {
-		r.Current = &mcpsync.StoredVersion{Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, Subject: current}, Status: status}
+		r.Current = &ledger.StoredVersion{Version: ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, Subject: current}, Status: status}
 	}
 	for _, s := range artifacts {
-		r.Artifacts = append(r.Artifacts, mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: s, Version: mcpsync.ResourceVersion{Subject: s}})
+		r.Artifacts = append(r.Artifacts, ledger.DerivedArtifact{Index: "vectors", ArtifactID: s, Version: ledger.ResourceVersion{Subject: s}})
 	}
 	return r
 }
@@ -32,11 +32,11 @@ func TestIndexWrites(t *testing.T) {
 	type write struct {
 		key  string
 		prev int64
-		r    *mcpsync.Record
+		r    *ledger.Record
 	}
 	var l *Ledger
 	swapOf := func(w write) swap {
-		b, err := mcpsync.EncodeRecord(w.r)
+		b, err := ledger.EncodeRecord(w.r)
 		require.NoError(t, err)
 		return swap{key: w.key, prev: w.prev, record: b, index: entryOf(w.r)}
 	}
@@ -87,16 +87,16 @@ func TestIndexWrites(t *testing.T) {
 				}
 				require.Equal(t, want, keys, "unknown closes")
 			}
-			do(write{b, 0, indexedRecord(1, mcpsync.StateActive, "user:dave", mcpsync.VersionServed, "user:carol")},
-				write{a, 0, indexedRecord(1, mcpsync.StateActive, "user:alice", mcpsync.VersionServed, "user:bob", "user:carol", "user:bob")})
+			do(write{b, 0, indexedRecord(1, ledger.StateActive, "user:dave", ledger.VersionServed, "user:carol")},
+				write{a, 0, indexedRecord(1, ledger.StateActive, "user:alice", ledger.VersionServed, "user:bob", "user:carol", "user:bob")})
 			requireIndex(nil, map[string][]string{"user:alice": {"a"}, "user:bob": {"a"}, "user:carol": {"a", "b"}, "user:dave": {"b"}})
 
-			do(write{a, 1, indexedRecord(2, mcpsync.StateUnsubscribeUnknown, "user:alice", mcpsync.VersionRevoked, "user:bob")},
-				write{b, 1, indexedRecord(2, mcpsync.StateUnsubscribeUnknown, "user:dave", mcpsync.VersionServed)})
+			do(write{a, 1, indexedRecord(2, ledger.StateUnsubscribeUnknown, "user:alice", ledger.VersionRevoked, "user:bob")},
+				write{b, 1, indexedRecord(2, ledger.StateUnsubscribeUnknown, "user:dave", ledger.VersionServed)})
 			requireIndex([]string{"a", "b"}, map[string][]string{"user:bob": {"a"}, "user:dave": {"b"}})
 
-			do(write{a, 2, indexedRecord(3, mcpsync.StateClosed, "", "")},
-				write{b, 2, indexedRecord(3, mcpsync.StateUnsubscribeUnknown, "user:dave", mcpsync.VersionServed, "user:alice")})
+			do(write{a, 2, indexedRecord(3, ledger.StateClosed, "", "")},
+				write{b, 2, indexedRecord(3, ledger.StateUnsubscribeUnknown, "user:dave", ledger.VersionServed, "user:alice")})
 			requireIndex([]string{"b"}, map[string][]string{"user:alice": {"b"}, "user:dave": {"b"}})
 		})
 	}

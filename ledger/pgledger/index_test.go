@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -18,14 +18,14 @@ import (
 // indexed is a record whose current version subject read (none when ""),
 // with status, holding an artifact derived from a version of each of
 // artifacts.
-func indexed(rev uint64, state mcpsync.SubscriptionState, subject string, status mcpsync.VersionStatus, artifacts ...string) *mcpsync.Record {
-	r := &mcpsync.Record{Revision: rev, State: state}
+func indexed(rev uint64, state ledger.SubscriptionState, subject string, status ledger.VersionStatus, artifacts ...string) *ledger.Record {
+	r := &ledger.Record{Revision: rev, State: state}
 	if subject != "" {
-		r.Current = &mcpsync.StoredVersion{Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, Subject: subject}, Status: status}
+		r.Current = &ledger.StoredVersion{Version: ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, Subject: subject}, Status: status}
 	}
 	for i, s := range artifacts {
-		r.Artifacts = append(r.Artifacts, mcpsync.DerivedArtifact{Schema: mcpsync.SchemaDerivedArtifact, Index: "vectors",
-			ArtifactID: fmt.Sprint(i), Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, Subject: s}})
+		r.Artifacts = append(r.Artifacts, ledger.DerivedArtifact{Schema: ledger.SchemaDerivedArtifact, Index: "vectors",
+			ArtifactID: fmt.Sprint(i), Version: ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, Subject: s}})
 	}
 	return r
 }
@@ -55,24 +55,24 @@ func TestUpgradeIndexesRecords(t *testing.T) {
 
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	cas3 := "SELECT " + table("compare_and_swap") + "($1, $2, $3, $4, $5, $6, $7, $8)"
-	store := func(key string, r *mcpsync.Record) {
-		b, err := mcpsync.EncodeRecord(r)
+	store := func(key string, r *ledger.Record) {
+		b, err := ledger.EncodeRecord(r)
 		require.NoError(t, err)
 		var first *int64
 		require.NoError(t, pool.QueryRow(ctx, cas3, key, int64(r.Revision-1), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
 		require.NotNil(t, first, key)
 	}
-	store("file:///a", indexed(1, mcpsync.StateActive, "user:alice", mcpsync.VersionServed, "user:bob", "user:carol"))
-	store("file:///b", indexed(1, mcpsync.StateActive, "user:bob", mcpsync.VersionRevoked, "user:alice"))
-	store("file:///c", indexed(1, mcpsync.StateUnsubscribeUnknown, "user:dave", mcpsync.VersionServed))
-	store("file:///d", indexed(1, mcpsync.StateUnsubscribeUnknown, "", ""))
-	store("file:///e", indexed(1, mcpsync.StateDiscovered, "", ""))
+	store("file:///a", indexed(1, ledger.StateActive, "user:alice", ledger.VersionServed, "user:bob", "user:carol"))
+	store("file:///b", indexed(1, ledger.StateActive, "user:bob", ledger.VersionRevoked, "user:alice"))
+	store("file:///c", indexed(1, ledger.StateUnsubscribeUnknown, "user:dave", ledger.VersionServed))
+	store("file:///d", indexed(1, ledger.StateUnsubscribeUnknown, "", ""))
+	store("file:///e", indexed(1, ledger.StateDiscovered, "", ""))
 	// Beyond one page of the upgrade's reads.
 	for i := range 1100 {
-		store(fmt.Sprintf("file:///many/%04d", i), indexed(1, mcpsync.StateActive, fmt.Sprint("user:", i%3), mcpsync.VersionServed))
+		store(fmt.Sprintf("file:///many/%04d", i), indexed(1, ledger.StateActive, fmt.Sprint("user:", i%3), ledger.VersionServed))
 	}
 	for _, s := range []string{"user:zed", "user:bob"} {
-		b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: s})
+		b, err := json.Marshal(ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: s})
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, "INSERT INTO "+table("revoked")+" VALUES ($1, $2)", s, b)
 		require.NoError(t, err)
@@ -85,18 +85,18 @@ func TestUpgradeIndexesRecords(t *testing.T) {
 	requireRevokedAfter(t, l, 0, []string{"user:bob", "user:zed"}, 2)
 
 	// Writes of this release keep the index, and so does a revocation.
-	_, ok, err := l.CompareAndSwap(ctx, "file:///a", 1, indexed(2, mcpsync.StateUnsubscribeUnknown, "user:alice", mcpsync.VersionRevoked, "user:carol"), nil)
+	_, ok, err := l.CompareAndSwap(ctx, "file:///a", 1, indexed(2, ledger.StateUnsubscribeUnknown, "user:alice", ledger.VersionRevoked, "user:carol"), nil)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, ok, err = l.CompareAndSwap(ctx, "file:///c", 1, indexed(2, mcpsync.StateClosed, "user:dave", mcpsync.VersionServed), nil)
+	_, ok, err = l.CompareAndSwap(ctx, "file:///c", 1, indexed(2, ledger.StateClosed, "user:dave", ledger.VersionServed), nil)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: "user:alice"}))
+	require.NoError(t, l.Revoke(ctx, ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: "user:alice"}))
 	requireIndexed(t, l, "user:alice", "user:bob", "user:carol", "user:dave")
 	requireRevokedAfter(t, l, 2, []string{"user:alice"}, 3)
 
 	// A writer of the earlier release still running writes nothing.
-	b, err := mcpsync.EncodeRecord(indexed(3, mcpsync.StateActive, "user:erin", mcpsync.VersionServed))
+	b, err := ledger.EncodeRecord(indexed(3, ledger.StateActive, "user:erin", ledger.VersionServed))
 	require.NoError(t, err)
 	var first *int64
 	err = pool.QueryRow(ctx, cas3, "file:///a", int64(2), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first)
@@ -112,12 +112,12 @@ func requireIndexed(t *testing.T, l *pgledger.Ledger, subjects ...string) {
 	t.Helper()
 	bySubject := map[string][]string{}
 	var unknown []string
-	recs := map[string]*mcpsync.Record{}
-	require.NoError(t, l.Range(ctx, func(key string, r *mcpsync.Record) bool {
+	recs := map[string]*ledger.Record{}
+	require.NoError(t, l.Range(ctx, func(key string, r *ledger.Record) bool {
 		for _, s := range r.Subjects() {
 			bySubject[s] = append(bySubject[s], key)
 		}
-		if r.State == mcpsync.StateUnsubscribeUnknown {
+		if r.State == ledger.StateUnsubscribeUnknown {
 			unknown = append(unknown, key)
 			recs[key] = r
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Lease errors.
@@ -22,9 +22,9 @@ var (
 	// ErrNotLeaseholder: a fenced CompareAndSwap of a key whose lease this
 	// worker does not hold at the epoch it took it with. Nothing was
 	// written. Every such refusal is a *LeaseError. It is the engine's
-	// mcpsync.ErrNotLeaseholder, on which the engine and the client let
+	// ledger.ErrNotLeaseholder, on which the engine and the client let
 	// such a URI go.
-	ErrNotLeaseholder = mcpsync.ErrNotLeaseholder
+	ErrNotLeaseholder = ledger.ErrNotLeaseholder
 	// ErrLeaseHeld: Acquire of a lease another worker holds and has not let
 	// expire.
 	ErrLeaseHeld = errors.New("pgledger: lease held by another worker")

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -27,7 +27,7 @@ func fenced(t *testing.T, conn, schema string, ttl time.Duration) *pgledger.Ledg
 }
 
 func write(l *pgledger.Ledger, key string, rev uint64) (uint64, bool, error) {
-	return l.CompareAndSwap(ctx, key, rev-1, record(key, rev), []mcpsync.OutboxEntry{entry(key, rev)})
+	return l.CompareAndSwap(ctx, key, rev-1, record(key, rev), []ledger.OutboxEntry{entry(key, rev)})
 }
 
 // A worker whose lease was taken cannot write, though it never noticed (it

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // liveness is a fenced ledger's proof of life: a session advisory lock,
@@ -35,7 +35,7 @@ func (v *liveness) ensure(ctx context.Context) (int64, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
-		return 0, mcpsync.ErrLedgerClosed
+		return 0, ledger.ErrLedgerClosed
 	}
 	if v.conn != nil {
 		// On a context of its own: a caller giving up must not end the

@@ -1,4 +1,4 @@
-// Package pgledger is an mcpsync.Ledger on PostgreSQL, shared by every
+// Package pgledger is a ledger.Ledger on PostgreSQL, shared by every
 // worker that opens it.
 //
 // Every decision of the fence is one PostgreSQL transaction: the record, the
@@ -21,7 +21,7 @@
 // applied under an advisory lock, so workers opening the ledger at once
 // apply each of them once. A schema migrated by a newer release is refused.
 //
-// The ledger implements mcpsync.LedgerIndex: each record's row carries the
+// The ledger implements ledger.Index: each record's row carries the
 // subjects it is filed under and whether it is an unknown close, written
 // by the statement that writes the record, and revoked_log numbers the
 // revoked subjects in the order they joined, so revocations and new
@@ -55,7 +55,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // DefaultSchema is the PostgreSQL schema a ledger lives in when its options
@@ -79,7 +79,7 @@ const rangeStep = 256
 type Options struct {
 	// Ledger sets the outbox's retention bound. Every ledger opened on one
 	// schema should set the same.
-	Ledger *mcpsync.LedgerOptions
+	Ledger *ledger.Options
 	// Schema is the PostgreSQL schema holding the ledger's tables: a
 	// lower-case identifier; "" means DefaultSchema.
 	Schema string
@@ -88,7 +88,7 @@ type Options struct {
 	Leases *LeaseOptions
 }
 
-// Ledger is an mcpsync.Ledger stored in a PostgreSQL schema. It is safe for
+// Ledger is a ledger.Ledger stored in a PostgreSQL schema. It is safe for
 // concurrent use, and any number of Ledgers, in any number of processes,
 // may be opened on one schema.
 type Ledger struct {
@@ -117,7 +117,7 @@ type Ledger struct {
 	once   sync.Once
 }
 
-var _ mcpsync.Ledger = (*Ledger)(nil)
+var _ ledger.Ledger = (*Ledger)(nil)
 
 // Open connects to the database connString names (a PostgreSQL URL or
 // key=value string, as pgxpool.ParseConfig reads it), creates or migrates
@@ -183,7 +183,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 	return l, nil
 }
 
-// Close stops the ledger: calls after it fail with mcpsync.ErrLedgerClosed,
+// Close stops the ledger: calls after it fail with ledger.ErrLedgerClosed,
 // waiters in WaitOutbox return it, and the listening connection (and the
 // pool, when Open made it) is closed once the calls in progress end. It is
 // idempotent and returns nil; the error is there so that a Ledger is an
@@ -213,7 +213,7 @@ func (l *Ledger) Pool() *pgxpool.Pool { return l.pool }
 func (l *Ledger) usable(ctx context.Context) error {
 	select {
 	case <-l.closed:
-		return mcpsync.ErrLedgerClosed
+		return ledger.ErrLedgerClosed
 	default:
 	}
 	return ctx.Err()
@@ -283,35 +283,35 @@ func stored(v uint64, what string) (int64, error) {
 	return int64(v), nil
 }
 
-func decodeRecord(key string, rev int64, b []byte) (*mcpsync.Record, error) {
-	r, err := mcpsync.DecodeRecord(b)
+func decodeRecord(key string, rev int64, b []byte) (*ledger.Record, error) {
+	r, err := ledger.DecodeRecord(b)
 	if err != nil {
 		return nil, fmt.Errorf("record %q: %w", key, err)
 	}
 	if r.Revision != uint64(rev) {
-		return nil, fmt.Errorf("%w: record %q stored at revision %d says %d", mcpsync.ErrLedgerCorrupt, key, rev, r.Revision)
+		return nil, fmt.Errorf("%w: record %q stored at revision %d says %d", ledger.ErrLedgerCorrupt, key, rev, r.Revision)
 	}
 	return r, nil
 }
 
 // encodeEntry is an entry's stored form: its number is the row's seq.
-func encodeEntry(e mcpsync.OutboxEntry) ([]byte, error) {
+func encodeEntry(e ledger.OutboxEntry) ([]byte, error) {
 	e.Seq = 0
-	return mcpsync.EncodeOutboxEntry(e)
+	return ledger.EncodeOutboxEntry(e)
 }
 
-func decodeEntry(seq int64, b []byte) (mcpsync.OutboxEntry, error) {
-	e, err := mcpsync.DecodeOutboxEntry(b)
+func decodeEntry(seq int64, b []byte) (ledger.OutboxEntry, error) {
+	e, err := ledger.DecodeOutboxEntry(b)
 	if err != nil {
-		return mcpsync.OutboxEntry{}, fmt.Errorf("outbox entry %d: %w", seq, err)
+		return ledger.OutboxEntry{}, fmt.Errorf("outbox entry %d: %w", seq, err)
 	}
 	e.Seq = uint64(seq)
 	return e, nil
 }
 
-// Load implements mcpsync.Ledger. Loads made while others are in flight
+// Load implements ledger.Ledger. Loads made while others are in flight
 // share one query.
-func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) {
+func (l *Ledger) Load(ctx context.Context, key string) (*ledger.Record, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -329,12 +329,12 @@ func (l *Ledger) Load(ctx context.Context, key string) (*mcpsync.Record, error) 
 	return r, nil
 }
 
-// CompareAndSwap implements mcpsync.Ledger in one statement: the revision
+// CompareAndSwap implements ledger.Ledger in one statement: the revision
 // check, the record and its index entry, its outbox entries, their
 // numbering, the trim and the notification of waiters commit together. On
 // a fenced ledger it also requires this worker's lease of key (a
 // *LeaseError otherwise, matching ErrNotLeaseholder).
-func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *mcpsync.Record, entries []mcpsync.OutboxEntry) (uint64, bool, error) {
+func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
 	if next == nil || next.Revision != prev+1 {
 		return 0, false, fmt.Errorf("pgledger: %s: revision must go from %d to %d", key, prev, prev+1)
 	}
@@ -345,7 +345,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	if err != nil || prev == math.MaxInt64 {
 		return 0, false, fmt.Errorf("pgledger: %s: revision %d beyond what PostgreSQL's bigint holds", key, prev+1)
 	}
-	rec, err := mcpsync.EncodeRecord(next)
+	rec, err := ledger.EncodeRecord(next)
 	if err != nil {
 		return 0, false, err
 	}
@@ -371,9 +371,9 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	return uint64(got.first), true, nil
 }
 
-// Range implements mcpsync.Ledger. It reads rangeStep records per query and
+// Range implements ledger.Ledger. It reads rangeStep records per query and
 // calls fn between queries.
-func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Record) bool) error {
+func (l *Ledger) Range(ctx context.Context, fn func(key string, r *ledger.Record) bool) error {
 	var after *string
 	for {
 		if err := l.usable(ctx); err != nil {
@@ -405,9 +405,9 @@ func (l *Ledger) Range(ctx context.Context, fn func(key string, r *mcpsync.Recor
 	}
 }
 
-// Next implements mcpsync.Ledger: one statement reserves the values, so
+// Next implements ledger.Ledger: one statement reserves the values, so
 // every worker on the schema draws from the same counter.
-func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64, error) {
+func (l *Ledger) Next(ctx context.Context, c ledger.Counter, n uint64) (uint64, error) {
 	if n == 0 {
 		return 0, fmt.Errorf("pgledger: reserve 0 values of %s", c)
 	}
@@ -422,7 +422,7 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 		if err = l.pool.QueryRow(ctx, l.q.counter, string(c)).Scan(&last); err == nil {
 			var held uint64
 			if held, err = strconv.ParseUint(last, 10, 64); err == nil {
-				_, err = mcpsync.Reserve(c, held, n)
+				_, err = ledger.Reserve(c, held, n)
 			}
 		}
 		return 0, fmt.Errorf("pgledger: next %s: %w", c, err)
@@ -432,15 +432,15 @@ func (l *Ledger) Next(ctx context.Context, c mcpsync.Counter, n uint64) (uint64,
 	}
 	v, err := strconv.ParseUint(last, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("pgledger: next %s: %w: %w", c, mcpsync.ErrLedgerCorrupt, err)
+		return 0, fmt.Errorf("pgledger: next %s: %w: %w", c, ledger.ErrLedgerCorrupt, err)
 	}
 	return v - n + 1, nil
 }
 
-// Revoke implements mcpsync.Ledger: a new subject raises the generation,
+// Revoke implements ledger.Ledger: a new subject raises the generation,
 // and is numbered with it (RevokedAfter), in the transaction that stores
 // it.
-func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
+func (l *Ledger) Revoke(ctx context.Context, r ledger.RevokedSubject) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
@@ -465,7 +465,7 @@ func (l *Ledger) Revoke(ctx context.Context, r mcpsync.RevokedSubject) error {
 	})
 	if tooLong(err) {
 		return fmt.Errorf("pgledger: revoke a subject of %d bytes: %w: PostgreSQL keys no revocation by it (%w)",
-			len(r.Subject), mcpsync.ErrInvalidSubject, err)
+			len(r.Subject), ledger.ErrInvalidSubject, err)
 	}
 	if err != nil {
 		return fmt.Errorf("pgledger: revoke %q: %w", r.Subject, err)
@@ -503,7 +503,7 @@ func tooLong(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "54000" && strings.Contains(pgErr.Message, "revoked")
 }
 
-// RevokedGeneration implements mcpsync.Ledger with a one-row read. Nothing
+// RevokedGeneration implements ledger.Ledger with a one-row read. Nothing
 // cheaper is exact: once another process's Revoke has returned, an engine
 // here must see the subject, and only the database knows it at once.
 func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
@@ -517,8 +517,8 @@ func (l *Ledger) RevokedGeneration(ctx context.Context) (uint64, error) {
 	return uint64(gen), nil
 }
 
-// Revoked implements mcpsync.Ledger.
-func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) {
+// Revoked implements ledger.Ledger.
+func (l *Ledger) Revoked(ctx context.Context) ([]ledger.RevokedSubject, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -530,9 +530,9 @@ func (l *Ledger) Revoked(ctx context.Context) ([]mcpsync.RevokedSubject, error) 
 }
 
 // readRecords reads rows of (key, revision, record), decoding each record.
-func readRecords(rows pgx.Rows) ([]string, []*mcpsync.Record, error) {
+func readRecords(rows pgx.Rows) ([]string, []*ledger.Record, error) {
 	var keys []string
-	var recs []*mcpsync.Record
+	var recs []*ledger.Record
 	var key string
 	var rev int64
 	var b []byte
@@ -550,12 +550,12 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func readRevoked(ctx context.Context, q querier, sql string) ([]mcpsync.RevokedSubject, error) {
+func readRevoked(ctx context.Context, q querier, sql string) ([]ledger.RevokedSubject, error) {
 	rows, err := q.Query(ctx, sql)
 	if err != nil {
 		return nil, err
 	}
-	out := []mcpsync.RevokedSubject{}
+	out := []ledger.RevokedSubject{}
 	var b []byte
 	_, err = pgx.ForEachRow(rows, []any{&b}, func() error {
 		r, err := decodeRevoked(b)
@@ -563,12 +563,12 @@ func readRevoked(ctx context.Context, q querier, sql string) ([]mcpsync.RevokedS
 		return err
 	})
 	// The table orders keys (subjectText), not subjects.
-	slices.SortFunc(out, func(a, b mcpsync.RevokedSubject) int { return strings.Compare(a.Subject, b.Subject) })
+	slices.SortFunc(out, func(a, b ledger.RevokedSubject) int { return strings.Compare(a.Subject, b.Subject) })
 	return out, err
 }
 
-// Outbox implements mcpsync.Ledger.
-func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.OutboxEntry, error) {
+// Outbox implements ledger.Ledger.
+func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]ledger.OutboxEntry, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -586,12 +586,12 @@ func (l *Ledger) Outbox(ctx context.Context, after uint64, max int) ([]mcpsync.O
 	return out, nil
 }
 
-func readOutbox(ctx context.Context, q querier, sql string, after int64, limit *int) ([]mcpsync.OutboxEntry, error) {
+func readOutbox(ctx context.Context, q querier, sql string, after int64, limit *int) ([]ledger.OutboxEntry, error) {
 	rows, err := q.Query(ctx, sql, after, limit)
 	if err != nil {
 		return nil, err
 	}
-	var out []mcpsync.OutboxEntry
+	var out []ledger.OutboxEntry
 	var seq int64
 	var b []byte
 	_, err = pgx.ForEachRow(rows, []any{&seq, &b}, func() error {
@@ -602,7 +602,7 @@ func readOutbox(ctx context.Context, q querier, sql string, after int64, limit *
 	return out, err
 }
 
-// Ack implements mcpsync.Ledger in one statement (the schema's ack
+// Ack implements ledger.Ledger in one statement (the schema's ack
 // function), which trims what every consumer passed.
 func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
 	if err := l.usable(ctx); err != nil {
@@ -616,26 +616,26 @@ func (l *Ledger) Ack(ctx context.Context, consumer string, seq uint64) error {
 	return nil
 }
 
-// OutboxState implements mcpsync.Ledger in one statement.
-func (l *Ledger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
+// OutboxState implements ledger.Ledger in one statement.
+func (l *Ledger) OutboxState(ctx context.Context) (ledger.OutboxState, error) {
 	if err := l.usable(ctx); err != nil {
-		return mcpsync.OutboxState{}, err
+		return ledger.OutboxState{}, err
 	}
 	st, err := readState(ctx, l.pool, l.q.state)
 	if err != nil {
-		return mcpsync.OutboxState{}, fmt.Errorf("pgledger: outbox state: %w", err)
+		return ledger.OutboxState{}, fmt.Errorf("pgledger: outbox state: %w", err)
 	}
 	return st, nil
 }
 
-func readState(ctx context.Context, q querier, sql string) (mcpsync.OutboxState, error) {
+func readState(ctx context.Context, q querier, sql string) (ledger.OutboxState, error) {
 	var last, first, dropped, through int64
 	var names []string
 	var positions []int64
 	if err := q.QueryRow(ctx, sql).Scan(&last, &first, &dropped, &through, &names, &positions); err != nil {
-		return mcpsync.OutboxState{}, err
+		return ledger.OutboxState{}, err
 	}
-	st := mcpsync.OutboxState{
+	st := ledger.OutboxState{
 		Last: uint64(last), First: uint64(first), Dropped: uint64(dropped), DroppedThrough: uint64(through),
 		Consumers: make(map[string]uint64, len(names)),
 	}

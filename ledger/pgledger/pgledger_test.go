@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 	"github.com/mcpsync/mcpsync/mcpsynctest/ledgertest"
@@ -16,7 +16,7 @@ import (
 var ctx = context.Background()
 
 // openIn opens a ledger on schema, closed when t ends.
-func openIn(t testing.TB, conn, schema string, opts *mcpsync.LedgerOptions) *pgledger.Ledger {
+func openIn(t testing.TB, conn, schema string, opts *ledger.Options) *pgledger.Ledger {
 	t.Helper()
 	l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema, Ledger: opts})
 	require.NoError(t, err)
@@ -25,13 +25,13 @@ func openIn(t testing.TB, conn, schema string, opts *mcpsync.LedgerOptions) *pgl
 }
 
 // open is the suite's Opener: a ledger in a schema of its own.
-func open(t *testing.T, opts *mcpsync.LedgerOptions) mcpsync.Ledger {
+func open(t *testing.T, opts *ledger.Options) ledger.Ledger {
 	t.Helper()
 	conn, schema := pgtest.Schema(t)
 	return openIn(t, conn, schema, opts)
 }
 
-func reopen(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger {
+func reopen(t *testing.T, l ledger.Ledger) ledger.Ledger {
 	t.Helper()
 	pl := l.(*pgledger.Ledger)
 	conn := pl.Pool().Config().ConnString()

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // migrations holds the schema's versions: NNN_name.sql is version NNN, with
@@ -103,7 +103,7 @@ func (n names) expand(sql string) string {
 // migrate brings the schema to SchemaVersion in one transaction under an
 // advisory lock of its own, so that workers opening it at once apply each
 // version once; a schema already there costs one short transaction. A
-// schema of a newer version is refused with mcpsync.ErrLedgerSchema.
+// schema of a newer version is refused with ledger.ErrLedgerSchema.
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
 	return migrateTo(ctx, pool, n, math.MaxInt)
 }
@@ -136,7 +136,7 @@ func migrateTo(ctx context.Context, pool *pgxpool.Pool, n names, upto int) error
 			return err
 		}
 		if latest := ms[len(ms)-1].version; current > latest {
-			return fmt.Errorf("%w: schema %s is at version %d, this package knows up to %d", mcpsync.ErrLedgerSchema, n.schema, current, latest)
+			return fmt.Errorf("%w: schema %s is at version %d, this package knows up to %d", ledger.ErrLedgerSchema, n.schema, current, latest)
 		}
 		for _, m := range ms {
 			if m.version <= current || m.version > upto {

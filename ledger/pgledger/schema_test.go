@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -50,7 +51,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	_, err := l.Pool().Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()+" (version, name) VALUES ($1, 'from the future')", pgledger.SchemaVersion()+1)
 	require.NoError(t, err)
 	_, err = pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
-	require.ErrorIs(t, err, mcpsync.ErrLedgerSchema)
+	require.ErrorIs(t, err, ledger.ErrLedgerSchema)
 }
 
 func TestOpenRefusesSchemaName(t *testing.T) {
@@ -70,11 +71,11 @@ func TestClosed(t *testing.T) {
 	go func() { woke <- l.WaitOutbox(ctx, 0) }()
 	require.NoError(t, l.Close())
 	require.NoError(t, l.Close(), "idempotent")
-	require.ErrorIs(t, <-woke, mcpsync.ErrLedgerClosed)
+	require.ErrorIs(t, <-woke, ledger.ErrLedgerClosed)
 	_, err = l.Load(ctx, "file:///a")
-	require.ErrorIs(t, err, mcpsync.ErrLedgerClosed)
+	require.ErrorIs(t, err, ledger.ErrLedgerClosed)
 	_, _, err = l.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), nil)
-	require.ErrorIs(t, err, mcpsync.ErrLedgerClosed)
+	require.ErrorIs(t, err, ledger.ErrLedgerClosed)
 }
 
 // A record stored under the empty key (a key version 3, Range, Load and
@@ -84,19 +85,19 @@ func TestClosed(t *testing.T) {
 func TestUpgradeBackfillIndexesTheEmptyKey(t *testing.T) {
 	conn, schema, pool := schemaAtVersion3(t)
 	cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
-	store := func(key string, r *mcpsync.Record) {
-		b, err := mcpsync.EncodeRecord(r)
+	store := func(key string, r *ledger.Record) {
+		b, err := ledger.EncodeRecord(r)
 		require.NoError(t, err)
 		var first *int64
 		require.NoError(t, pool.QueryRow(ctx, cas3, key, int64(0), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
 		require.NotNil(t, first, key)
 	}
-	store("", indexed(1, mcpsync.StateUnsubscribeUnknown, "user:alice", mcpsync.VersionServed))
-	store("file:///b", indexed(1, mcpsync.StateUnsubscribeUnknown, "user:alice", mcpsync.VersionServed))
+	store("", indexed(1, ledger.StateUnsubscribeUnknown, "user:alice", ledger.VersionServed))
+	store("file:///b", indexed(1, ledger.StateUnsubscribeUnknown, "user:alice", ledger.VersionServed))
 
 	l := openIn(t, conn, schema, nil)
 	var walked []string
-	require.NoError(t, l.Range(ctx, func(key string, _ *mcpsync.Record) bool {
+	require.NoError(t, l.Range(ctx, func(key string, _ *ledger.Record) bool {
 		walked = append(walked, key)
 		return true
 	}))
@@ -109,11 +110,11 @@ func readAs(t *testing.T, e *mcpsync.Engine, uri, subject, text string) {
 	t.Helper()
 	_, err := e.Subscribe(uri, subject)
 	require.NoError(t, err)
-	_, err = e.Activate(uri, mcpsync.ModePush)
+	_, err = e.Activate(uri, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 	require.NoError(t, err)
-	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: text}}))
+	out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/plain", Text: text}}))
 	require.NoError(t, err)
 	require.True(t, out.Accepted)
 }
@@ -140,7 +141,7 @@ func TestEarlierReleasesRevokeAfterTheUpgradeIsRefused(t *testing.T) {
 	// The earlier release's Revoke, statement for statement (schema version 3:
 	// revokeAdd, then raiseRevGen, in one transaction).
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
-	b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
+	b, err := json.Marshal(ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject})
 	require.NoError(t, err)
 	err = pgx.BeginFunc(ctx, l.Pool(), func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, "INSERT INTO "+table("revoked")+" (subject, revocation) VALUES ($1, $2) ON CONFLICT (subject) DO NOTHING", subject, b)
@@ -195,14 +196,14 @@ func TestUpgradeRacingAnEarlierReleasesWriteKeepsTheIndexRight(t *testing.T) {
 
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	cas3 := "SELECT " + table("compare_and_swap") + "($1, $2, $3, $4, $5, $6, $7, $8)"
-	encode := func(r *mcpsync.Record) []byte {
-		b, err := mcpsync.EncodeRecord(r)
+	encode := func(r *ledger.Record) []byte {
+		b, err := ledger.EncodeRecord(r)
 		require.NoError(t, err)
 		return b
 	}
 	var first *int64
 	require.NoError(t, pool.QueryRow(ctx, cas3, "file:///a", int64(0),
-		encode(indexed(1, mcpsync.StateActive, "user:alice", mcpsync.VersionServed)), [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
+		encode(indexed(1, ledger.StateActive, "user:alice", ledger.VersionServed)), [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
 	require.NotNil(t, first)
 
 	// Hold the upgrade half way: after it took records, before it drops
@@ -227,7 +228,7 @@ func TestUpgradeRacingAnEarlierReleasesWriteKeepsTheIndexRight(t *testing.T) {
 	go func() {
 		var first *int64
 		err := pool.QueryRow(ctx, cas3, "file:///a", int64(1),
-			encode(indexed(2, mcpsync.StateActive, "user:erin", mcpsync.VersionServed)), [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first)
+			encode(indexed(2, ledger.StateActive, "user:erin", ledger.VersionServed)), [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first)
 		if err == nil && first == nil {
 			err = errNotStored
 		}
@@ -277,7 +278,7 @@ func contains(ss []string, s string) bool {
 // way when the upgrade to version 4 begins, which commits while the upgrade
 // waits for it: the subject joins revoked_log too, so the revoked
 // generation still counts the subjects that joined and RevokedAfter names
-// every revoked subject (mcpsync.LedgerIndex: RevokedGeneration is the
+// every revoked subject (ledger.Index: RevokedGeneration is the
 // number of subjects that joined).
 func TestUpgradeRacingAnEarlierReleasesRevokeKeepsItInTheLog(t *testing.T) {
 	conn, schema, pool := schemaAtVersion3(t)
@@ -285,7 +286,7 @@ func TestUpgradeRacingAnEarlierReleasesRevokeKeepsItInTheLog(t *testing.T) {
 
 	// One subject revoked before, by the earlier release.
 	revocation := func(subject string) []byte {
-		b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
+		b, err := json.Marshal(ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject})
 		require.NoError(t, err)
 		return b
 	}
@@ -345,7 +346,7 @@ func TestEarlierReleasesRevokeOfAnEscapedSubjectUndoesNoOther(t *testing.T) {
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	// The earlier release's Revoke, statement for statement.
 	oldRevoke := func(subject string) error {
-		b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
+		b, err := json.Marshal(ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject})
 		require.NoError(t, err)
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, "INSERT INTO "+table("revoked")+" (subject, revocation) VALUES ($1, $2) ON CONFLICT (subject) DO NOTHING", subject, b)
@@ -393,7 +394,7 @@ func TestUpgradeOfSubjectsThatCollideWhenEscapedOpens(t *testing.T) {
 	conn, schema, pool := schemaAtVersion3(t)
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	for _, subject := range []string{`corp\alice`, `corp\\alice`} {
-		b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
+		b, err := json.Marshal(ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject})
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, "INSERT INTO "+table("revoked")+" (subject, revocation) VALUES ($1, $2)", subject, b)
 		require.NoError(t, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
@@ -95,7 +96,7 @@ func shardWorker(conn, schema, url string) error {
 		// revalidation.
 		RevalidateEvery: shardRevalidate,
 		OnError: func(err error) {
-			if errors.Is(err, mcpsync.ErrNotLeaseholder) {
+			if errors.Is(err, ledger.ErrNotLeaseholder) {
 				say("refused %v", err)
 			}
 		},
@@ -138,7 +139,7 @@ func shardWorker(conn, schema, url string) error {
 	go func() {
 		for range probe {
 			for key := range l.Owned() {
-				if _, err := e.Subscribe(key, "user:indexer"); errors.Is(err, mcpsync.ErrNotLeaseholder) {
+				if _, err := e.Subscribe(key, "user:indexer"); errors.Is(err, ledger.ErrNotLeaseholder) {
 					say("refused %s", key)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -55,7 +56,7 @@ func newShardRig(t *testing.T, conn, schema string, lease pgledger.LeaseOptions,
 	require.NoError(t, err)
 	opts.Engine, opts.Subject, opts.NoResume, opts.ProtocolVersion = r.engine, "user:indexer", true, "2025-11-25"
 	opts.OnError = func(err error) {
-		if errors.Is(err, mcpsync.ErrNotLeaseholder) {
+		if errors.Is(err, ledger.ErrNotLeaseholder) {
 			r.mu.Lock()
 			r.refused++
 			r.mu.Unlock()

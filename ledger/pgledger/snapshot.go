@@ -10,31 +10,31 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
-func encodeRevoked(r mcpsync.RevokedSubject) ([]byte, error) { return json.Marshal(r) }
+func encodeRevoked(r ledger.RevokedSubject) ([]byte, error) { return json.Marshal(r) }
 
-func decodeRevoked(b []byte) (mcpsync.RevokedSubject, error) {
-	var r mcpsync.RevokedSubject
+func decodeRevoked(b []byte) (ledger.RevokedSubject, error) {
+	var r ledger.RevokedSubject
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("%w: decode revocation: %w", mcpsync.ErrLedgerCorrupt, err)
+		return r, fmt.Errorf("%w: decode revocation: %w", ledger.ErrLedgerCorrupt, err)
 	}
-	if r.Schema != mcpsync.SchemaRevokedSubject {
-		return r, fmt.Errorf("%w: revocation schema %q", mcpsync.ErrLedgerSchema, r.Schema)
+	if r.Schema != ledger.SchemaRevokedSubject {
+		return r, fmt.Errorf("%w: revocation schema %q", ledger.ErrLedgerSchema, r.Schema)
 	}
 	return r, nil
 }
 
-// Export implements mcpsync.Ledger: one REPEATABLE READ transaction, so
+// Export implements ledger.Ledger: one REPEATABLE READ transaction, so
 // every query reads the same instant and no record is torn from its entries.
-func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
+func (l *Ledger) Export(ctx context.Context) (ledger.Snapshot, error) {
 	if err := l.usable(ctx); err != nil {
-		return mcpsync.LedgerSnapshot{}, err
+		return ledger.Snapshot{}, err
 	}
-	snap := mcpsync.LedgerSnapshot{
-		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{},
-		Counters: map[mcpsync.Counter]uint64{}, Outbox: []mcpsync.OutboxEntry{},
+	snap := ledger.Snapshot{
+		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{},
+		Counters: map[ledger.Counter]uint64{}, Outbox: []ledger.OutboxEntry{},
 	}
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, l.names.expand(`SELECT key, revision, record FROM {{schema}}.records`))
@@ -58,7 +58,7 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 		var name, last string
 		if _, err := pgx.ForEachRow(rows, []any{&name, &last}, func() error {
 			v, err := strconv.ParseUint(last, 10, 64)
-			snap.Counters[mcpsync.Counter(name)] = v
+			snap.Counters[ledger.Counter(name)] = v
 			return err
 		}); err != nil {
 			return err
@@ -75,16 +75,16 @@ func (l *Ledger) Export(ctx context.Context) (mcpsync.LedgerSnapshot, error) {
 		return err
 	})
 	if err != nil {
-		return mcpsync.LedgerSnapshot{}, fmt.Errorf("pgledger: export: %w", err)
+		return ledger.Snapshot{}, fmt.Errorf("pgledger: export: %w", err)
 	}
 	return snap, nil
 }
 
-// Restore implements mcpsync.Ledger: one transaction, into an empty schema.
+// Restore implements ledger.Ledger: one transaction, into an empty schema.
 // It locks the ledger's tables against writers first, so that nothing
 // lands between its check that they are empty and its commit; a number of
 // the snapshot beyond what a bigint holds is refused.
-func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error {
+func (l *Ledger) Restore(ctx context.Context, snap ledger.Snapshot) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 			return err
 		}
 		if used {
-			return mcpsync.ErrLedgerNotEmpty
+			return ledger.ErrLedgerNotEmpty
 		}
 		b := &pgx.Batch{}
 		b.Queue(l.names.expand(`INSERT INTO {{schema}}.records (key, revision, record, unknown, subjects, indexed)
@@ -141,11 +141,11 @@ func (l *Ledger) Restore(ctx context.Context, snap mcpsync.LedgerSnapshot) error
 		b.Queue(`SELECT pg_notify($1, $2)`, l.names.channel, strconv.FormatInt(rows.last, 10))
 		return tx.SendBatch(ctx, b).Close()
 	})
-	if errors.Is(err, mcpsync.ErrLedgerNotEmpty) {
+	if errors.Is(err, ledger.ErrLedgerNotEmpty) {
 		return err
 	}
 	if tooLong(err) {
-		return fmt.Errorf("pgledger: restore: %w: PostgreSQL keys no revocation by a subject this long (%w)", mcpsync.ErrInvalidSubject, err)
+		return fmt.Errorf("pgledger: restore: %w: PostgreSQL keys no revocation by a subject this long (%w)", ledger.ErrInvalidSubject, err)
 	}
 	if err != nil {
 		return fmt.Errorf("pgledger: restore: %w", err)
@@ -169,7 +169,7 @@ type snapshotRows struct {
 	last, first, dropped, droppedThrough int64
 }
 
-func restoreRows(snap mcpsync.LedgerSnapshot) (snapshotRows, error) {
+func restoreRows(snap ledger.Snapshot) (snapshotRows, error) {
 	var rows snapshotRows
 	var errs []error
 	num := func(v uint64, what string) int64 {
@@ -178,7 +178,7 @@ func restoreRows(snap mcpsync.LedgerSnapshot) (snapshotRows, error) {
 		return n
 	}
 	for key, r := range snap.Records {
-		b, err := mcpsync.EncodeRecord(r)
+		b, err := ledger.EncodeRecord(r)
 		errs = append(errs, err)
 		rows.keys, rows.revisions, rows.records = append(rows.keys, key), append(rows.revisions, num(r.Revision, "revision")), append(rows.records, b)
 		rows.index.add(key, entryOf(r))

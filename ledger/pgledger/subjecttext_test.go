@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -23,7 +24,7 @@ import (
 func TestUpgradeKeepsRevokedSubjects(t *testing.T) {
 	const subject = `corp\alice\0`
 	conn, schema, pool := schemaAtVersion3(t)
-	b, err := json.Marshal(mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject})
+	b, err := json.Marshal(ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject})
 	require.NoError(t, err)
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	_, err = pool.Exec(ctx, "INSERT INTO "+table("revoked")+" (subject, revocation) VALUES ($1, $2)", subject, b)
@@ -70,15 +71,15 @@ func requireFiledUnder(t *testing.T, subject string) {
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
 	_, err = e.Subscribe(uri, subject)
-	require.ErrorIs(t, err, mcpsync.ErrInvalidSubject, "a subject some ledger could not revoke")
+	require.ErrorIs(t, err, ledger.ErrInvalidSubject, "a subject some ledger could not revoke")
 
-	rec := &mcpsync.Record{Revision: 1, Current: &mcpsync.StoredVersion{
-		Version: mcpsync.ResourceVersion{URI: uri, Subject: subject}, Status: mcpsync.VersionServed,
+	rec := &ledger.Record{Revision: 1, Current: &ledger.StoredVersion{
+		Version: ledger.ResourceVersion{URI: uri, Subject: subject}, Status: ledger.VersionServed,
 	}}
 	_, ok, err := l.CompareAndSwap(ctx, uri, 0, rec, nil)
 	require.NoError(t, err)
 	require.True(t, ok)
-	keys, err := l.(mcpsync.LedgerIndex).SubjectKeys(ctx, subject)
+	keys, err := l.(ledger.Index).SubjectKeys(ctx, subject)
 	require.NoError(t, err)
 	require.Equal(t, []string{uri}, keys)
 }
@@ -96,7 +97,7 @@ func TestLongSubjectIsRefusedForAReadYetFiled(t *testing.T) {
 func TestUpgradeWithALongSubjectRecordOpens(t *testing.T) {
 	conn, schema, pool := schemaAtVersion3(t)
 	cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
-	b, err := mcpsync.EncodeRecord(indexed(1, mcpsync.StateActive, longSubject(t), mcpsync.VersionServed))
+	b, err := ledger.EncodeRecord(indexed(1, ledger.StateActive, longSubject(t), ledger.VersionServed))
 	require.NoError(t, err)
 	var first *int64
 	require.NoError(t, pool.QueryRow(ctx, cas3, "file:///a", int64(0), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
@@ -120,7 +121,7 @@ func TestNulSubjectIsRefusedForAReadYetFiled(t *testing.T) {
 func TestUpgradeWithANulSubjectRecordOpens(t *testing.T) {
 	conn, schema, pool := schemaAtVersion3(t)
 	cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
-	b, err := mcpsync.EncodeRecord(indexed(1, mcpsync.StateActive, "user:\x00alice", mcpsync.VersionServed))
+	b, err := ledger.EncodeRecord(indexed(1, ledger.StateActive, "user:\x00alice", ledger.VersionServed))
 	require.NoError(t, err)
 	var first *int64
 	require.NoError(t, pool.QueryRow(ctx, cas3, "file:///a", int64(0), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
@@ -141,8 +142,8 @@ func TestNonUTF8SubjectIsFiledUnderItsStoredForm(t *testing.T) {
 	conn, schema := pgtest.Schema(t)
 	l := openIn(t, conn, schema, nil)
 	const doc, stored = "file:///docs/a.md", "\uFFFDbob"
-	rec := &mcpsync.Record{Revision: 1, Current: &mcpsync.StoredVersion{
-		Version: mcpsync.ResourceVersion{URI: doc, Subject: "\xffbob"}, Status: mcpsync.VersionServed,
+	rec := &ledger.Record{Revision: 1, Current: &ledger.StoredVersion{
+		Version: ledger.ResourceVersion{URI: doc, Subject: "\xffbob"}, Status: ledger.VersionServed,
 	}}
 	_, ok, err := l.CompareAndSwap(ctx, doc, 0, rec, nil)
 	require.NoError(t, err)
@@ -160,7 +161,7 @@ func TestNonUTF8SubjectIsFiledUnderItsStoredForm(t *testing.T) {
 // revocation must be stored and the version refused by every engine on l;
 // otherwise the subject is refused for reading (ErrInvalidSubject) and
 // nothing is served. It reports whether the read was taken.
-func revokeAfterARead(t *testing.T, l mcpsync.Ledger, subject string) bool {
+func revokeAfterARead(t *testing.T, l ledger.Ledger, subject string) bool {
 	t.Helper()
 	const uri = "file:///doc.md"
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
@@ -168,7 +169,7 @@ func revokeAfterARead(t *testing.T, l mcpsync.Ledger, subject string) bool {
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
 	if _, err := e.Subscribe(uri, subject); err != nil {
-		require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+		require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 		_, err = e.Lookup(subject, uri)
 		require.Error(t, err, "nothing served to a refused subject")
 		return false
@@ -199,7 +200,7 @@ func revokeAfterARead(t *testing.T, l mcpsync.Ledger, subject string) bool {
 // not be revoked there: every ledger refuses it for a read.
 func TestNulSubjectIsRefusedByEveryLedger(t *testing.T) {
 	const subject = "user:\x00alice"
-	require.False(t, revokeAfterARead(t, mcpsync.NewMemoryLedger(nil), subject))
+	require.False(t, revokeAfterARead(t, ledger.NewMemory(nil), subject))
 	require.False(t, revokeAfterARead(t, open(t, nil), subject))
 }
 
@@ -208,10 +209,10 @@ func TestNulSubjectIsRefusedByEveryLedger(t *testing.T) {
 // longest subject it takes (MaxSubjectBytes, incompressible) is revoked.
 func TestLongSubjectIsRefusedAndTheLongestIsRevoked(t *testing.T) {
 	subject := longSubject(t)
-	require.False(t, revokeAfterARead(t, mcpsync.NewMemoryLedger(nil), subject))
+	require.False(t, revokeAfterARead(t, ledger.NewMemory(nil), subject))
 	require.False(t, revokeAfterARead(t, open(t, nil), subject))
 	longest := subject[:mcpsync.MaxSubjectBytes]
-	require.True(t, revokeAfterARead(t, mcpsync.NewMemoryLedger(nil), longest))
+	require.True(t, revokeAfterARead(t, ledger.NewMemory(nil), longest))
 	require.True(t, revokeAfterARead(t, open(t, nil), longest))
 }
 
@@ -244,9 +245,9 @@ func TestDerivedArtifactOfAnUnrevocableSubjectIsRefused(t *testing.T) {
 
 			v := first.Version
 			v.Subject = bad
-			err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-1", Version: v})
+			err = e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-1", Version: v})
 			if err != nil {
-				require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+				require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 				return
 			}
 			rc, err := e.RevokeSubject(bad)
@@ -256,7 +257,7 @@ func TestDerivedArtifactOfAnUnrevocableSubjectIsRefused(t *testing.T) {
 					msg = msg[:100] + " … " + msg[len(msg)-100:]
 				}
 				t.Fatalf("an artifact was recorded for a subject that can never be revoked (invalid subject: %v): %s",
-					errors.Is(err, mcpsync.ErrInvalidSubject), msg)
+					errors.Is(err, ledger.ErrInvalidSubject), msg)
 			}
 			require.Len(t, rc.Artifacts, 1, "the revocation names the artifact")
 		})
@@ -278,7 +279,7 @@ func TestEarlierReleasesOddSubjectsAreRevokedOrRefusedClearly(t *testing.T) {
 			const uri = "file:///a"
 			conn, schema, pool := schemaAtVersion3(t)
 			cas3 := "SELECT " + pgx.Identifier{schema, "compare_and_swap"}.Sanitize() + "($1, $2, $3, $4, $5, $6, $7, $8)"
-			b, err := mcpsync.EncodeRecord(indexed(1, mcpsync.StateActive, subject, mcpsync.VersionServed))
+			b, err := ledger.EncodeRecord(indexed(1, ledger.StateActive, subject, ledger.VersionServed))
 			require.NoError(t, err)
 			var first *int64
 			require.NoError(t, pool.QueryRow(ctx, cas3, uri, int64(0), b, [][]byte(nil), 1<<16, 1024, nil, nil).Scan(&first))
@@ -288,10 +289,10 @@ func TestEarlierReleasesOddSubjectsAreRevokedOrRefusedClearly(t *testing.T) {
 			require.NoError(t, err)
 			// Such a subject is served nothing, by any engine.
 			_, err = e.Lookup(subject, uri)
-			require.ErrorIs(t, err, mcpsync.ErrInvalidSubject, "the earlier release's version is not served")
+			require.ErrorIs(t, err, ledger.ErrInvalidSubject, "the earlier release's version is not served")
 			rc, err := e.RevokeSubject(subject)
 			if name == "long" {
-				require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+				require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 				// The record itself stays readable to the ledger's walks.
 				r, err := l.Load(ctx, uri)
 				require.NoError(t, err)
@@ -320,20 +321,20 @@ func TestRestoreKeepsANulSubjectsRevocationAndRefusesALongOne(t *testing.T) {
 		"long": longSubject(t),
 	} {
 		t.Run(name, func(t *testing.T) {
-			src := mcpsync.NewMemoryLedger(nil)
+			src := ledger.NewMemory(nil)
 			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: src})
 			require.NoError(t, err)
 			_, err = e.RevokeSubject(subject)
 			if err != nil {
-				require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+				require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 				return
 			}
-			snap, err := mcpsync.ExportLedger(ctx, src)
+			snap, err := ledger.Export(ctx, src)
 			require.NoError(t, err)
 			l := open(t, nil)
-			err = mcpsync.RestoreLedger(ctx, l, snap)
+			err = ledger.Restore(ctx, l, snap)
 			if name == "long" {
-				require.ErrorIs(t, err, mcpsync.ErrInvalidSubject)
+				require.ErrorIs(t, err, ledger.ErrInvalidSubject)
 				return
 			}
 			require.NoError(t, err)
@@ -341,7 +342,7 @@ func TestRestoreKeepsANulSubjectsRevocationAndRefusesALongOne(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, revoked, 1)
 			require.Equal(t, subject, revoked[0].Subject)
-			after, _, err := l.(mcpsync.LedgerIndex).RevokedAfter(ctx, 0)
+			after, _, err := l.(ledger.Index).RevokedAfter(ctx, 0)
 			require.NoError(t, err)
 			require.Equal(t, []string{subject}, after)
 		})
@@ -358,15 +359,15 @@ func TestEarlierReleasesRevocationsOfOddSubjectsRestoreClearly(t *testing.T) {
 		"long": longSubject(t),
 	} {
 		t.Run(name, func(t *testing.T) {
-			src := mcpsync.NewMemoryLedger(nil)
+			src := ledger.NewMemory(nil)
 			// What the earlier release's RevokeSubject stored.
-			require.NoError(t, src.Revoke(ctx, mcpsync.RevokedSubject{
-				Schema: mcpsync.SchemaRevokedSubject, Subject: subject, At: time.Now(), Engine: "earlier", Swept: true,
+			require.NoError(t, src.Revoke(ctx, ledger.RevokedSubject{
+				Schema: ledger.SchemaRevokedSubject, Subject: subject, At: time.Now(), Engine: "earlier", Swept: true,
 			}))
-			snap, err := mcpsync.ExportLedger(ctx, src)
+			snap, err := ledger.Export(ctx, src)
 			require.NoError(t, err)
-			err = mcpsync.RestoreLedger(ctx, open(t, nil), snap)
-			if err != nil && !errors.Is(err, mcpsync.ErrInvalidSubject) {
+			err = ledger.Restore(ctx, open(t, nil), snap)
+			if err != nil && !errors.Is(err, ledger.ErrInvalidSubject) {
 				msg := err.Error()
 				if len(msg) > 200 {
 					msg = msg[:100] + " … " + msg[len(msg)-100:]
@@ -377,21 +378,21 @@ func TestEarlierReleasesRevocationsOfOddSubjectsRestoreClearly(t *testing.T) {
 	}
 }
 
-// docs/workers.md: "Ledgers move between kinds with ExportLedger and RestoreLedger
+// docs/workers.md: "Ledgers move between kinds with ledger.Export and ledger.Restore
 // (memory ↔ bolt ↔ PostgreSQL)". RevokeSubject takes a subject holding NUL
 // on the memory ledger (nothing was ever read by it: one call of a
 // caller's admin tool), and that ledger still moves to PostgreSQL: its
 // snapshot is restored whole.
 func TestEveryLedgerMovesToPostgreSQL(t *testing.T) {
-	src := mcpsync.NewMemoryLedger(nil)
+	src := ledger.NewMemory(nil)
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: src})
 	require.NoError(t, err)
 	_, err = e.RevokeSubject("user:\x00mallory")
 	require.NoError(t, err, "this release revokes the subject on the memory ledger")
 
-	snap, err := mcpsync.ExportLedger(ctx, src)
+	snap, err := ledger.Export(ctx, src)
 	require.NoError(t, err)
-	err = mcpsync.RestoreLedger(ctx, open(t, nil), snap)
+	err = ledger.Restore(ctx, open(t, nil), snap)
 	require.NoError(t, err, "a memory ledger this release wrote no longer moves to PostgreSQL")
 }
 
@@ -421,10 +422,10 @@ func TestSubjectPostgreSQLCanKeyIsRevoked(t *testing.T) {
 	_, err = pool.Exec(ctx, "INSERT INTO "+probe+" VALUES ($1)", subject)
 	require.NoError(t, err, "PostgreSQL keys a text primary key of %d bytes", len(subject))
 
-	v := mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, URI: uri, Subject: subject, Digest: "sha256:00"}
-	rec := &mcpsync.Record{Revision: 1, State: mcpsync.StateActive,
-		Current: &mcpsync.StoredVersion{Version: v, Status: mcpsync.VersionServed},
-		Artifacts: []mcpsync.DerivedArtifact{{Schema: mcpsync.SchemaDerivedArtifact, Index: "search",
+	v := ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, URI: uri, Subject: subject, Digest: "sha256:00"}
+	rec := &ledger.Record{Revision: 1, State: ledger.StateActive,
+		Current: &ledger.StoredVersion{Version: v, Status: ledger.VersionServed},
+		Artifacts: []ledger.DerivedArtifact{{Schema: ledger.SchemaDerivedArtifact, Index: "search",
 			ArtifactID: "doc#0", Version: v, RecordedAt: time.Now()}},
 	}
 	_, ok, err := l.CompareAndSwap(ctx, uri, 0, rec, nil)

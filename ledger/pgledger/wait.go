@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Pauses between attempts to listen again after the listening connection
@@ -145,7 +145,7 @@ func (w *waiter) listen() bool {
 	}
 }
 
-// WaitOutbox implements mcpsync.Ledger: it sleeps until a notification
+// WaitOutbox implements ledger.Ledger: it sleeps until a notification
 // announces an entry above after, reading the outbox when it starts and
 // once per LISTEN in force (so an append that committed before the wait
 // started returns at once, even while no LISTEN can be made, and one after
@@ -184,7 +184,7 @@ func (l *Ledger) WaitOutbox(ctx context.Context, after uint64) error {
 		select {
 		case <-wake:
 		case <-l.closed:
-			return mcpsync.ErrLedgerClosed
+			return ledger.ErrLedgerClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/uri"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Shard keeps one worker's share of a set of URIs: the workers sharing a
@@ -35,7 +36,7 @@ import (
 // and lets them go.
 type Shard struct {
 	ledger *Ledger
-	client *mcpsync.Client
+	client shardClient
 	opts   ShardOptions
 
 	mu  sync.Mutex        // protects raw and held
@@ -65,11 +66,36 @@ type ShardOptions struct {
 	OnChange func(uri string, owned bool)
 }
 
+// Client is what a Shard keeps its URIs subscribed through: an
+// *mcpsync.Client, whose Subscribe and Unsubscribe return S.
+type Client[S any] interface {
+	Subscribe(ctx context.Context, uri string) (S, error)
+	Unsubscribe(ctx context.Context, uri string) (S, error)
+}
+
+// shardClient is a Client whatever it returns.
+type shardClient interface {
+	subscribe(ctx context.Context, uri string) error
+	unsubscribe(ctx context.Context, uri string) error
+}
+
+type clientOf[S any] struct{ c Client[S] }
+
+func (c clientOf[S]) subscribe(ctx context.Context, uri string) error {
+	_, err := c.c.Subscribe(ctx, uri)
+	return err
+}
+
+func (c clientOf[S]) unsubscribe(ctx context.Context, uri string) error {
+	_, err := c.c.Unsubscribe(ctx, uri)
+	return err
+}
+
 // NewShard returns the Shard of ledger's worker, keeping what it is
 // assigned subscribed through c. The ledger must be fenced (opened with
 // LeaseOptions), and c must not resume subscriptions on its own
 // (ClientOptions.NoResume): what a worker keeps is decided here.
-func NewShard(ledger *Ledger, c *mcpsync.Client, opts *ShardOptions) (*Shard, error) {
+func NewShard[S any](ledger *Ledger, c Client[S], opts *ShardOptions) (*Shard, error) {
 	if _, err := ledger.leasing(); err != nil {
 		return nil, err
 	}
@@ -86,7 +112,7 @@ func NewShard(ledger *Ledger, c *mcpsync.Client, opts *ShardOptions) (*Shard, er
 	if o.Every <= 0 {
 		o.Every = 500 * time.Millisecond
 	}
-	return &Shard{ledger: ledger, client: c, opts: o, raw: map[string]string{}, held: map[string]bool{}}, nil
+	return &Shard{ledger: ledger, client: clientOf[S]{c}, opts: o, raw: map[string]string{}, held: map[string]bool{}}, nil
 }
 
 // Run keeps the shard until ctx ends; then it lets every URI go (so other
@@ -181,7 +207,7 @@ func (s *Shard) refresh(ctx context.Context) error {
 	}
 	raw := make(map[string]string, len(uris))
 	for _, u := range uris {
-		key, err := mcpsync.NormalizeURI(u)
+		key, err := uri.Normalize(u)
 		if err != nil {
 			s.report(fmt.Errorf("pgledger: shard: %w", err))
 			continue
@@ -315,7 +341,7 @@ func (s *Shard) assigned(key string, members []uuid.UUID) uuid.UUID {
 // fails hands the lease back, so that it does not outlive a URI nobody
 // reads; a later round tries again.
 func (s *Shard) take(ctx context.Context, key, raw string) {
-	if _, err := s.client.Subscribe(ctx, raw); err != nil {
+	if err := s.client.subscribe(ctx, raw); err != nil {
 		s.report(fmt.Errorf("pgledger: shard: subscribe %s: %w", raw, err))
 		if err := s.ledger.Release(ctx, key); err != nil {
 			s.report(err)
@@ -342,7 +368,7 @@ func (s *Shard) letGo(ctx context.Context, key string, release bool) {
 	if !ok {
 		raw = key
 	}
-	if _, err := s.client.Unsubscribe(ctx, raw); err != nil && !errors.Is(err, mcpsync.ErrUnknownURI) {
+	if err := s.client.unsubscribe(ctx, raw); err != nil && !errors.Is(err, ledger.ErrUnknownURI) {
 		s.report(fmt.Errorf("pgledger: shard: unsubscribe %s: %w", raw, err))
 	}
 	if release {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
@@ -29,22 +30,22 @@ func workers(t *testing.T, n int) []*pgledger.Ledger {
 	return out
 }
 
-func record(key string, rev uint64) *mcpsync.Record {
-	return &mcpsync.Record{
-		Revision: rev, State: mcpsync.StateActive, Watermark: rev, LastIssued: rev,
+func record(key string, rev uint64) *ledger.Record {
+	return &ledger.Record{
+		Revision: rev, State: ledger.StateActive, Watermark: rev, LastIssued: rev,
 		LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev),
 	}
 }
 
-func entry(key string, rev uint64) mcpsync.OutboxEntry {
-	return mcpsync.OutboxEntry{
-		Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated,
-		Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, URI: key, ReadOrdinal: rev},
+func entry(key string, rev uint64) ledger.OutboxEntry {
+	return ledger.OutboxEntry{
+		Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated,
+		Version: ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, URI: key, ReadOrdinal: rev},
 	}
 }
 
 // requireNumbered checks that the outbox holds entries 1..n, each once.
-func requireNumbered(t *testing.T, l *pgledger.Ledger, n int) []mcpsync.OutboxEntry {
+func requireNumbered(t *testing.T, l *pgledger.Ledger, n int) []ledger.OutboxEntry {
 	t.Helper()
 	entries, err := l.Outbox(ctx, 0, 0)
 	require.NoError(t, err)
@@ -78,7 +79,7 @@ func TestWorkersRaceOnOneKey(t *testing.T) {
 					if rev >= revisions {
 						return
 					}
-					_, ok, err := l.CompareAndSwap(ctx, key, rev, record(key, rev+1), []mcpsync.OutboxEntry{entry(key, rev+1)})
+					_, ok, err := l.CompareAndSwap(ctx, key, rev, record(key, rev+1), []ledger.OutboxEntry{entry(key, rev+1)})
 					if !assert.NoError(t, err) {
 						return
 					}
@@ -114,7 +115,7 @@ func TestWorkersNumberOneOutbox(t *testing.T) {
 			wg.Go(func() {
 				key := fmt.Sprintf("file:///w%d/g%d", w, g)
 				for rev := uint64(1); rev <= each; rev++ {
-					first, ok, err := l.CompareAndSwap(ctx, key, rev-1, record(key, rev), []mcpsync.OutboxEntry{entry(key, rev), entry(key, rev)})
+					first, ok, err := l.CompareAndSwap(ctx, key, rev-1, record(key, rev), []ledger.OutboxEntry{entry(key, rev), entry(key, rev)})
 					if !assert.NoError(t, err) || !assert.True(t, ok) {
 						return
 					}
@@ -146,7 +147,7 @@ func TestWorkersWakeEachOther(t *testing.T) {
 
 	woke := make(chan error, 1)
 	go func() { woke <- waiting.WaitOutbox(wctx, 0) }()
-	_, ok, err := writing.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []mcpsync.OutboxEntry{entry("file:///a", 1)})
+	_, ok, err := writing.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []ledger.OutboxEntry{entry("file:///a", 1)})
 	require.NoError(t, err)
 	require.True(t, ok)
 	select {
@@ -162,7 +163,7 @@ func TestWorkersWakeEachOther(t *testing.T) {
 	for range 4 {
 		wg.Go(func() { assert.NoError(t, waiting.WaitOutbox(wctx, 1)) })
 	}
-	_, ok, err = writing.CompareAndSwap(ctx, "file:///a", 1, record("file:///a", 2), []mcpsync.OutboxEntry{entry("file:///a", 2)})
+	_, ok, err = writing.CompareAndSwap(ctx, "file:///a", 1, record("file:///a", 2), []ledger.OutboxEntry{entry("file:///a", 2)})
 	require.NoError(t, err)
 	require.True(t, ok)
 	wg.Wait()
@@ -177,7 +178,7 @@ func TestWorkersSeeRevocations(t *testing.T) {
 	require.NoError(t, err)
 	for i := range 10 {
 		subject := fmt.Sprintf("user:%d", i)
-		require.NoError(t, revoking.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: subject}))
+		require.NoError(t, revoking.Revoke(ctx, ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: subject}))
 		moved, err := checking.RevokedGeneration(ctx)
 		require.NoError(t, err)
 		require.Greater(t, moved, gen, "revocation of %s seen by the other worker", subject)
@@ -199,7 +200,7 @@ func TestWorkersShareCounters(t *testing.T) {
 			wg.Go(func() {
 				for i := range 30 {
 					n := uint64(1 + (w+g+i)%4)
-					first, err := l.Next(ctx, mcpsync.CounterRequest, n)
+					first, err := l.Next(ctx, ledger.CounterRequest, n)
 					if !assert.NoError(t, err) {
 						return
 					}
@@ -216,7 +217,7 @@ func TestWorkersShareCounters(t *testing.T) {
 	for v, n := range seen {
 		require.Equal(t, 1, n, "value %d handed out %d times", v, n)
 	}
-	next, err := ls[0].Next(ctx, mcpsync.CounterRequest, 1)
+	next, err := ls[0].Next(ctx, ledger.CounterRequest, 1)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(len(seen)+1), next, "and none skipped")
 }
@@ -225,7 +226,7 @@ func TestWorkersShareCounters(t *testing.T) {
 // is refused by the other's fence at once.
 func TestEnginesShareRevocations(t *testing.T) {
 	ls := workers(t, 2)
-	engine := func(l mcpsync.Ledger) *mcpsync.Engine {
+	engine := func(l ledger.Ledger) *mcpsync.Engine {
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		_, err = e.BeginSession(mcpsync.SessionInfo{})
@@ -237,14 +238,14 @@ func TestEnginesShareRevocations(t *testing.T) {
 	const doc = "file:///docs/bob.md"
 	_, err := b.Subscribe(doc, "user:bob")
 	require.NoError(t, err)
-	_, err = b.Activate(doc, mcpsync.ModePush)
+	_, err = b.Activate(doc, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := b.IssueTicket(doc, mcpsync.TriggerInitial)
+	tk, err := b.IssueTicket(doc, ledger.TriggerInitial)
 	require.NoError(t, err)
 
 	_, err = a.RevokeSubject("user:bob")
 	require.NoError(t, err)
-	_, err = b.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: "bob's"}}))
+	_, err = b.AcceptResourceVersion(tk, mcpsync.NewReadResult([]ledger.Content{{URI: doc, MIMEType: "text/plain", Text: "bob's"}}))
 	require.ErrorIs(t, err, mcpsync.ErrSubjectRevoked, "revoked through the other worker")
 }
 
@@ -303,7 +304,7 @@ func TestKilledMidTransaction(t *testing.T) {
 	conn, schema := pgtest.Schema(t)
 	l := openIn(t, conn, schema, nil)
 	const key = "file:///a"
-	_, ok, err := l.CompareAndSwap(ctx, key, 0, record(key, 1), []mcpsync.OutboxEntry{entry(key, 1)})
+	_, ok, err := l.CompareAndSwap(ctx, key, 0, record(key, 1), []ledger.OutboxEntry{entry(key, 1)})
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -318,7 +319,7 @@ func TestKilledMidTransaction(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := l.CompareAndSwap(ctx, key, 1, record(key, 2), []mcpsync.OutboxEntry{entry(key, 2)})
+		_, _, err := l.CompareAndSwap(ctx, key, 1, record(key, 2), []ledger.OutboxEntry{entry(key, 2)})
 		done <- err
 	}()
 	victim := waitForBackend(t, killer, "SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", holderPID)
@@ -337,7 +338,7 @@ func TestKilledMidTransaction(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), got.Revision, "the record's update was rolled back with the rest")
 	requireNumbered(t, l, 1)
-	first, ok, err := l.CompareAndSwap(ctx, key, 1, record(key, 2), []mcpsync.OutboxEntry{entry(key, 2)})
+	first, ok, err := l.CompareAndSwap(ctx, key, 1, record(key, 2), []ledger.OutboxEntry{entry(key, 2)})
 	require.NoError(t, err, "the ledger works on a new connection")
 	require.True(t, ok)
 	assert.Equal(t, uint64(2), first, "numbering goes on without a gap")
@@ -360,7 +361,7 @@ func TestListenerKilled(t *testing.T) {
 	require.NoError(t, killer.QueryRow(ctx, "SELECT pg_terminate_backend($1)", listener).Scan(&killed))
 	require.True(t, killed)
 
-	_, ok, err := writing.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []mcpsync.OutboxEntry{entry("file:///a", 1)})
+	_, ok, err := writing.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []ledger.OutboxEntry{entry("file:///a", 1)})
 	require.NoError(t, err)
 	require.True(t, ok)
 	select {
@@ -396,7 +397,7 @@ func TestWaitOutboxReturnsOnEntriesThatExistWhenListeningFails(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 
-	_, ok, err := l.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []mcpsync.OutboxEntry{entry("file:///a", 1)})
+	_, ok, err := l.CompareAndSwap(ctx, "file:///a", 0, record("file:///a", 1), []ledger.OutboxEntry{entry("file:///a", 1)})
 	require.NoError(t, err)
 	require.True(t, ok)
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // testSharedConsumer holds a consumer name that several workers consume
@@ -18,7 +19,7 @@ import (
 // them, and a worker goes on once a peer acknowledged past the gap.
 func testSharedConsumer(t *testing.T, open Opener) {
 	const name = "indexer"
-	workers := func(t *testing.T, l mcpsync.Ledger) (a, b *mcpsync.Engine) {
+	workers := func(t *testing.T, l ledger.Ledger) (a, b *mcpsync.Engine) {
 		a, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
 		b, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
@@ -26,10 +27,10 @@ func testSharedConsumer(t *testing.T, open Opener) {
 		return a, b
 	}
 	// pull starts e consuming as name; the caller stops it.
-	pull := func(t *testing.T, e *mcpsync.Engine) func() (mcpsync.OutboxEntry, error) {
+	pull := func(t *testing.T, e *mcpsync.Engine) func() (ledger.OutboxEntry, error) {
 		next, stop := iter.Pull2(e.Consume(ctx, name))
 		t.Cleanup(stop)
-		return func() (mcpsync.OutboxEntry, error) {
+		return func() (ledger.OutboxEntry, error) {
 			en, err, ok := next()
 			require.True(t, ok, "the sequence ended")
 			return en, err
@@ -71,7 +72,7 @@ func testSharedConsumer(t *testing.T, open Opener) {
 	}
 
 	t.Run("GapOnlyForWhatTheBoundDroppedBeforeTheNamePassedIt", func(t *testing.T) {
-		l := open(t, &mcpsync.LedgerOptions{OutboxRetention: 2})
+		l := open(t, &ledger.Options{OutboxRetention: 2})
 		a, b := workers(t, l)
 		write(t, l, "a", 1, 1)
 		next := pull(t, a)
@@ -83,9 +84,9 @@ func testSharedConsumer(t *testing.T, open Opener) {
 			write(t, l, "a", rev, 1) // entries 2 to 5; the bound keeps 4 and 5
 		}
 		_, err = next()
-		var gap *mcpsync.OutboxGapError
+		var gap *ledger.OutboxGapError
 		require.ErrorAs(t, err, &gap)
-		assert.Equal(t, mcpsync.OutboxGapError{Consumer: name, From: 2, Through: 3}, *gap,
+		assert.Equal(t, ledger.OutboxGapError{Consumer: name, From: 2, Through: 3}, *gap,
 			"entry 1, which the name passed, is not lost")
 
 		// Progress: once a worker rebuilt and acknowledged the gap, the
@@ -97,7 +98,7 @@ func testSharedConsumer(t *testing.T, open Opener) {
 	})
 
 	t.Run("NoGapOnceAPeerAcknowledgedPastIt", func(t *testing.T) {
-		l := open(t, &mcpsync.LedgerOptions{OutboxRetention: 2})
+		l := open(t, &ledger.Options{OutboxRetention: 2})
 		a, b := workers(t, l)
 		write(t, l, "a", 1, 1)
 		next := pull(t, a)

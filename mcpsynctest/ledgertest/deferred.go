@@ -6,17 +6,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
-// testDeferred holds a ledger that defers writes (mcpsync.DeferringLedger)
+// testDeferred holds a ledger that defers writes (ledger.Deferring)
 // to its contract: a deferred write is the key's record for every call made
 // after it, compared and replaced like any other, seen by Range, Export
 // and the index, refused when stale, and durable once the key's next write
 // is, or the ledger was closed.
 func testDeferred(t *testing.T, open Opener, reopen Reopener) {
 	l := open(t, nil)
-	d, ok := l.(mcpsync.DeferringLedger)
+	d, ok := l.(ledger.Deferring)
 	if !ok {
 		t.Skip("the ledger defers no write")
 	}
@@ -40,7 +40,7 @@ func testDeferred(t *testing.T, open Opener, reopen Reopener) {
 	assert.True(t, ok, "a new key may be written deferred too")
 
 	var seen []uint64
-	require.NoError(t, l.Range(ctx, func(_ string, r *mcpsync.Record) bool {
+	require.NoError(t, l.Range(ctx, func(_ string, r *ledger.Record) bool {
 		seen = append(seen, r.Revision)
 		return true
 	}))
@@ -49,7 +49,7 @@ func testDeferred(t *testing.T, open Opener, reopen Reopener) {
 	require.NoError(t, err)
 	require.Contains(t, snap.Records, a)
 	assert.Equal(t, uint64(2), snap.Records[a].Revision, "Export sees deferred writes")
-	if x, ok := l.(mcpsync.LedgerIndex); ok {
+	if x, ok := l.(ledger.Index); ok {
 		keys, err := x.SubjectKeys(ctx, "user:alice")
 		require.NoError(t, err)
 		assert.Equal(t, []string{a, b}, keys, "the index files deferred writes")

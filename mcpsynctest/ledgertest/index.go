@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Index runs: sequences of indexRuns seeds, each of indexSteps random
@@ -31,12 +32,12 @@ var (
 // (subscriptions by several subjects, accepts, not-founds, derived artifacts
 // recorded and forgotten, revocations, closes whose ack is lost or not,
 // resolutions, new sessions, restores into a new ledger and, when durable,
-// reopens) and after each requires the ledger's mcpsync.LedgerIndex to
+// reopens) and after each requires the ledger's ledger.Index to
 // answer what a walk of every record (Range) says. A ledger without an
 // index skips it.
 func testIndex(t *testing.T, open Opener, reopen Reopener) {
-	if _, ok := open(t, nil).(mcpsync.LedgerIndex); !ok {
-		t.Skip("the ledger keeps no index (mcpsync.LedgerIndex)")
+	if _, ok := open(t, nil).(ledger.Index); !ok {
+		t.Skip("the ledger keeps no index (ledger.Index)")
 	}
 	var seen indexCoverage
 	for seed := range uint64(indexRuns) {
@@ -63,17 +64,17 @@ func testIndex(t *testing.T, open Opener, reopen Reopener) {
 	// A snapshot may name a subject twice, the later revocation replacing
 	// the earlier: it joins once.
 	l := open(t, nil)
-	revoked := func(s string, swept bool) mcpsync.RevokedSubject {
-		return mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: s, Swept: swept}
+	revoked := func(s string, swept bool) ledger.RevokedSubject {
+		return ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: s, Swept: swept}
 	}
-	require.NoError(t, mcpsync.RestoreLedger(ctx, l, mcpsync.LedgerSnapshot{
-		Schema: mcpsync.SchemaLedgerSnapshot, Records: map[string]*mcpsync.Record{}, Counters: map[mcpsync.Counter]uint64{},
-		Revoked: []mcpsync.RevokedSubject{revoked("user:bob", false), revoked("user:alice", false), revoked("user:bob", true)},
+	require.NoError(t, ledger.Restore(ctx, l, ledger.Snapshot{
+		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{}, Counters: map[ledger.Counter]uint64{},
+		Revoked: []ledger.RevokedSubject{revoked("user:bob", false), revoked("user:alice", false), revoked("user:bob", true)},
 	}))
 	gen, err := l.RevokedGeneration(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), gen, "two subjects joined")
-	after, now, err := l.(mcpsync.LedgerIndex).RevokedAfter(ctx, 0)
+	after, now, err := l.(ledger.Index).RevokedAfter(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), now)
 	require.Equal(t, []string{"user:bob", "user:alice"}, after, "in the snapshot's order, once each")
@@ -89,7 +90,7 @@ type indexRun struct {
 	reopen Reopener
 	seen   *indexCoverage
 
-	l      mcpsync.Ledger
+	l      ledger.Ledger
 	e      *mcpsync.Engine
 	joined []string // subjects in the order they joined the revoked set
 	log    []string // operations so far, for a failure's message
@@ -143,17 +144,17 @@ func (r *indexRun) step() {
 			if _, err := r.e.Subscribe(uri, subject); err != nil {
 				return err
 			}
-			_, err := r.e.Activate(uri, mcpsync.ModePush)
+			_, err := r.e.Activate(uri, ledger.ModePush)
 			return err
 		})
 	case n < 45:
 		body := fmt.Sprintf("body %d", r.rnd.IntN(3))
-		result := mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/plain", Text: body}})
+		result := mcpsync.NewReadResult([]ledger.Content{{URI: uri, MIMEType: "text/plain", Text: body}})
 		if r.rnd.IntN(8) == 0 {
 			body, result = "not found", mcpsync.NotFoundResult()
 		}
 		r.do("read "+uri+": "+body, func() error {
-			tk, err := r.e.IssueTicket(uri, mcpsync.TriggerNotification)
+			tk, err := r.e.IssueTicket(uri, ledger.TriggerNotification)
 			if err != nil {
 				return err
 			}
@@ -167,7 +168,7 @@ func (r *indexRun) step() {
 			if err != nil || rec == nil || rec.Current == nil {
 				return err
 			}
-			return r.e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: rec.Current.Version})
+			return r.e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: rec.Current.Version})
 		})
 	case n < 66:
 		id := fmt.Sprint(r.rnd.IntN(3))
@@ -208,7 +209,7 @@ func (r *indexRun) step() {
 		snap, err := r.l.Export(ctx)
 		require.NoError(r.t, err)
 		r.l = r.open(r.t, nil)
-		require.NoError(r.t, mcpsync.RestoreLedger(ctx, r.l, snap))
+		require.NoError(r.t, ledger.Restore(ctx, r.l, snap))
 		// Restore joins a snapshot's subjects in its order: by subject.
 		slices.Sort(r.joined)
 		r.seen.restored++
@@ -226,20 +227,20 @@ func (r *indexRun) step() {
 func (r *indexRun) check() {
 	t := r.t
 	t.Helper()
-	x := r.l.(mcpsync.LedgerIndex)
+	x := r.l.(ledger.Index)
 	bySubject := map[string][]string{}
 	var unknown []string
-	unknownRecs := map[string]*mcpsync.Record{}
-	require.NoError(t, r.l.Range(ctx, func(key string, rec *mcpsync.Record) bool {
-		if rec.State == mcpsync.StateUnsubscribeUnknown {
+	unknownRecs := map[string]*ledger.Record{}
+	require.NoError(t, r.l.Range(ctx, func(key string, rec *ledger.Record) bool {
+		if rec.State == ledger.StateUnsubscribeUnknown {
 			unknown = append(unknown, key)
 			unknownRecs[key] = rec
 		}
 		// Read the slow way, not by Record.Subjects: what a revocation
 		// of each subject would change.
 		for _, s := range indexSubjects {
-			if c := rec.Current; c != nil && c.Status != mcpsync.VersionRevoked && c.Version.Subject == s ||
-				slices.ContainsFunc(rec.Artifacts, func(a mcpsync.DerivedArtifact) bool { return a.Version.Subject == s }) {
+			if c := rec.Current; c != nil && c.Status != ledger.VersionRevoked && c.Version.Subject == s ||
+				slices.ContainsFunc(rec.Artifacts, func(a ledger.DerivedArtifact) bool { return a.Version.Subject == s }) {
 				bySubject[s] = append(bySubject[s], key)
 			}
 		}

@@ -1,4 +1,4 @@
-// Package ledgertest holds every mcpsync.Ledger to one contract, the way
+// Package ledgertest holds every ledger.Ledger to one contract, the way
 // testing/fstest.TestFS holds file systems to theirs: a ledger that passes
 // Run keeps the fence's guarantees whatever store is behind it.
 package ledgertest
@@ -16,25 +16,25 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Opener returns a new, empty ledger configured by opts (nil means
 // defaults). It arranges, with t.Cleanup, for the ledger to be closed.
-type Opener func(t *testing.T, opts *mcpsync.LedgerOptions) mcpsync.Ledger
+type Opener func(t *testing.T, opts *ledger.Options) ledger.Ledger
 
 // Reopener closes l and returns the same store opened again, as a restarted
 // process would find it.
-type Reopener func(t *testing.T, l mcpsync.Ledger) mcpsync.Ledger
+type Reopener func(t *testing.T, l ledger.Ledger) ledger.Ledger
 
 // Run checks the contract every ledger keeps: compare-and-swap, outbox
 // numbering, acknowledgements per consumer, the retention bound, wake-ups,
 // counters never reused, revocations, export and restore (consistent under
 // concurrent writes), concurrency (run it under -race), that a reader who
 // saw an outbox entry finds its record at least as new, for a ledger that
-// implements mcpsync.LedgerIndex, that its index answers what a walk of
+// implements ledger.Index, that its index answers what a walk of
 // every record does after any sequence of an engine's writes, and, for one
-// that implements mcpsync.DeferringLedger, that deferred writes are seen
+// that implements ledger.Deferring, that deferred writes are seen
 // by every later call.
 func Run(t *testing.T, open Opener) {
 	RunDurable(t, open, nil)
@@ -66,30 +66,30 @@ var ctx = context.Background()
 
 // record returns a record at revision rev naming its key in its digest, so
 // that a record stored under the wrong key, or torn, shows.
-func record(key string, rev uint64) *mcpsync.Record {
-	return &mcpsync.Record{
-		Revision: rev, State: mcpsync.StateActive, Watermark: rev, LastIssued: rev,
+func record(key string, rev uint64) *ledger.Record {
+	return &ledger.Record{
+		Revision: rev, State: ledger.StateActive, Watermark: rev, LastIssued: rev,
 		LastAcceptedDigest: fmt.Sprintf("%s@%d", key, rev),
-		Current: &mcpsync.StoredVersion{
-			Version:  mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, URI: key, ReadOrdinal: rev, Subject: "user:alice"},
-			Contents: []mcpsync.Content{{URI: key, MIMEType: "text/plain", Text: fmt.Sprintf("body %d", rev)}},
-			Status:   mcpsync.VersionServed,
+		Current: &ledger.StoredVersion{
+			Version:  ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, URI: key, ReadOrdinal: rev, Subject: "user:alice"},
+			Contents: []ledger.Content{{URI: key, MIMEType: "text/plain", Text: fmt.Sprintf("body %d", rev)}},
+			Status:   ledger.VersionServed,
 		},
 	}
 }
 
-func entry(key string, rev uint64) mcpsync.OutboxEntry {
-	return mcpsync.OutboxEntry{
-		Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated, Subject: "user:alice",
-		Version: mcpsync.ResourceVersion{Schema: mcpsync.SchemaResourceVersion, URI: key, ReadOrdinal: rev},
+func entry(key string, rev uint64) ledger.OutboxEntry {
+	return ledger.OutboxEntry{
+		Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated, Subject: "user:alice",
+		Version: ledger.ResourceVersion{Schema: ledger.SchemaResourceVersion, URI: key, ReadOrdinal: rev},
 		At:      time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC),
 	}
 }
 
 // write stores revision rev of key with n entries, which must succeed.
-func write(t *testing.T, l mcpsync.Ledger, key string, rev uint64, n int) uint64 {
+func write(t *testing.T, l ledger.Ledger, key string, rev uint64, n int) uint64 {
 	t.Helper()
-	entries := make([]mcpsync.OutboxEntry, n)
+	entries := make([]ledger.OutboxEntry, n)
 	for i := range entries {
 		entries[i] = entry(key, rev)
 	}
@@ -109,7 +109,7 @@ func testCompareAndSwap(t *testing.T, open Opener) {
 	assert.Equal(t, uint64(0), write(t, l, "a", 2, 0), "no entries, no number")
 	assert.Equal(t, uint64(3), write(t, l, "b", 1, 1), "numbering is one sequence for all keys")
 
-	first, ok, err := l.CompareAndSwap(ctx, "a", 1, record("a", 2), []mcpsync.OutboxEntry{entry("a", 2)})
+	first, ok, err := l.CompareAndSwap(ctx, "a", 1, record("a", 2), []ledger.OutboxEntry{entry("a", 2)})
 	require.NoError(t, err)
 	assert.False(t, ok, "a stale revision writes nothing")
 	assert.Zero(t, first)
@@ -134,12 +134,12 @@ func testCompareAndSwap(t *testing.T, open Opener) {
 }
 
 // assertSameRecord compares records by their stored form.
-func assertSameRecord(t *testing.T, want, got *mcpsync.Record) {
+func assertSameRecord(t *testing.T, want, got *ledger.Record) {
 	t.Helper()
 	require.NotNil(t, got)
-	w, err := mcpsync.EncodeRecord(want)
+	w, err := ledger.EncodeRecord(want)
 	require.NoError(t, err)
-	g, err := mcpsync.EncodeRecord(got)
+	g, err := ledger.EncodeRecord(got)
 	require.NoError(t, err)
 	assert.JSONEq(t, string(w), string(g))
 }
@@ -151,7 +151,7 @@ func testRange(t *testing.T, open Opener) {
 		write(t, l, k, 1, 0)
 	}
 	var seen []string
-	require.NoError(t, l.Range(ctx, func(key string, r *mcpsync.Record) bool {
+	require.NoError(t, l.Range(ctx, func(key string, r *ledger.Record) bool {
 		seen = append(seen, key)
 		assert.Equal(t, key, r.Current.Version.URI)
 		// fn may write to the ledger it ranges over.
@@ -162,19 +162,19 @@ func testRange(t *testing.T, open Opener) {
 	}))
 	assert.Equal(t, []string{"file:///a", "file:///b", "file:///c"}, seen, "key order")
 	n := 0
-	require.NoError(t, l.Range(ctx, func(string, *mcpsync.Record) bool { n++; return false }))
+	require.NoError(t, l.Range(ctx, func(string, *ledger.Record) bool { n++; return false }))
 	assert.Equal(t, 1, n, "Range stops when fn returns false")
 }
 
 func testCounters(t *testing.T, open Opener) {
 	l := open(t, nil)
-	first, err := l.Next(ctx, mcpsync.CounterSession, 1)
+	first, err := l.Next(ctx, ledger.CounterSession, 1)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), first, "counters start at 1")
-	first, err = l.Next(ctx, mcpsync.CounterRequest, 64)
+	first, err = l.Next(ctx, ledger.CounterRequest, 64)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), first, "counters are independent")
-	first, err = l.Next(ctx, mcpsync.CounterRequest, 1)
+	first, err = l.Next(ctx, ledger.CounterRequest, 1)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(65), first, "a reserved block is never handed out again")
 
@@ -185,7 +185,7 @@ func testCounters(t *testing.T, open Opener) {
 	for range workers {
 		wg.Go(func() {
 			for range each {
-				v, err := l.Next(ctx, mcpsync.CounterCloseEpoch, 1)
+				v, err := l.Next(ctx, ledger.CounterCloseEpoch, 1)
 				assert.NoError(t, err)
 				mu.Lock()
 				assert.False(t, seen[v], "close epoch %d handed out twice", v)
@@ -197,11 +197,11 @@ func testCounters(t *testing.T, open Opener) {
 	wg.Wait()
 	assert.Len(t, seen, workers*each)
 
-	last, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	last, err := l.Next(ctx, ledger.CounterRequest, 1)
 	require.NoError(t, err)
-	_, err = l.Next(ctx, mcpsync.CounterRequest, math.MaxUint64)
-	require.ErrorIs(t, err, mcpsync.ErrCounterExhausted, "a reservation never wraps a counter")
-	next, err := l.Next(ctx, mcpsync.CounterRequest, 1)
+	_, err = l.Next(ctx, ledger.CounterRequest, math.MaxUint64)
+	require.ErrorIs(t, err, ledger.ErrCounterExhausted, "a reservation never wraps a counter")
+	next, err := l.Next(ctx, ledger.CounterRequest, 1)
 	require.NoError(t, err)
 	assert.Equal(t, last+1, next, "a refused reservation reserves nothing")
 }
@@ -215,13 +215,13 @@ func testRevocations(t *testing.T, open Opener) {
 	require.NoError(t, err)
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	for _, s := range []string{"user:bob", "user:alice"} {
-		require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: s, At: at}))
+		require.NoError(t, l.Revoke(ctx, ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: s, At: at}))
 		moved, err := l.RevokedGeneration(ctx)
 		require.NoError(t, err)
 		assert.Greater(t, moved, gen, "a new revoked subject moves the generation")
 		gen = moved
 	}
-	require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: "user:bob", At: at, Swept: true}))
+	require.NoError(t, l.Revoke(ctx, ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: "user:bob", At: at, Swept: true}))
 	still, err := l.RevokedGeneration(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, gen, still, "replacing a subject's record does not")
@@ -241,11 +241,11 @@ func testConsumers(t *testing.T, open Opener) {
 	}
 	require.NoError(t, l.Ack(ctx, "index", 2))
 	require.NoError(t, l.Ack(ctx, "cache", 3))
-	require.NoError(t, l.Ack(ctx, mcpsync.DefaultConsumer, 3), "the engine's default consumer")
-	require.NoError(t, l.Ack(ctx, mcpsync.DefaultConsumer, 4))
+	require.NoError(t, l.Ack(ctx, ledger.DefaultConsumer, 3), "the engine's default consumer")
+	require.NoError(t, l.Ack(ctx, ledger.DefaultConsumer, 4))
 	st, err := l.OutboxState(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"index": 2, "cache": 3, mcpsync.DefaultConsumer: 4}, st.Consumers)
+	assert.Equal(t, map[string]uint64{"index": 2, "cache": 3, ledger.DefaultConsumer: 4}, st.Consumers)
 	assert.Equal(t, uint64(4), st.Last)
 	assert.Equal(t, uint64(3), st.First, "entries every consumer passed are gone")
 	entries, err := l.Outbox(ctx, 0, 0)
@@ -257,7 +257,7 @@ func testConsumers(t *testing.T, open Opener) {
 	require.NoError(t, l.Ack(ctx, "cache", 99), "beyond the newest entry stops at it")
 	st, err = l.OutboxState(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"index": 2, "cache": 4, mcpsync.DefaultConsumer: 4}, st.Consumers)
+	assert.Equal(t, map[string]uint64{"index": 2, "cache": 4, ledger.DefaultConsumer: 4}, st.Consumers)
 
 	require.NoError(t, l.Ack(ctx, "late", 0))
 	st, err = l.OutboxState(ctx)
@@ -273,7 +273,7 @@ func testConsumers(t *testing.T, open Opener) {
 }
 
 func testRetention(t *testing.T, open Opener) {
-	l := open(t, &mcpsync.LedgerOptions{OutboxRetention: 3})
+	l := open(t, &ledger.Options{OutboxRetention: 3})
 	require.NoError(t, l.Ack(ctx, "slow", 0))
 	for rev := uint64(1); rev <= 5; rev++ {
 		write(t, l, "a", rev, 1)
@@ -285,7 +285,7 @@ func testRetention(t *testing.T, open Opener) {
 	assert.Equal(t, uint64(2), st.DroppedThrough)
 	assert.Equal(t, uint64(0), st.Consumers["slow"], "the consumer's position says it did not pass them")
 
-	off := open(t, &mcpsync.LedgerOptions{OutboxRetention: -1})
+	off := open(t, &ledger.Options{OutboxRetention: -1})
 	assert.Equal(t, uint64(1), write(t, off, "a", 1, 1), "an outbox turned off still numbers entries")
 	entries, err := off.Outbox(ctx, 0, 0)
 	require.NoError(t, err)
@@ -327,7 +327,7 @@ func testConcurrency(t *testing.T, open Opener) {
 		wg.Go(func() {
 			own := fmt.Sprintf("file:///own/%d", w)
 			for rev := uint64(1); rev <= each; rev++ {
-				_, ok, err := l.CompareAndSwap(ctx, own, rev-1, record(own, rev), []mcpsync.OutboxEntry{entry(own, rev)})
+				_, ok, err := l.CompareAndSwap(ctx, own, rev-1, record(own, rev), []ledger.OutboxEntry{entry(own, rev)})
 				assert.NoError(t, err)
 				assert.True(t, ok)
 				// One shared key: every writer retries until it wins once.
@@ -340,7 +340,7 @@ func testConcurrency(t *testing.T, open Opener) {
 					if cur != nil {
 						rev = cur.Revision
 					}
-					_, ok, err := l.CompareAndSwap(ctx, "file:///shared", rev, record("file:///shared", rev+1), []mcpsync.OutboxEntry{entry("file:///shared", rev+1)})
+					_, ok, err := l.CompareAndSwap(ctx, "file:///shared", rev, record("file:///shared", rev+1), []ledger.OutboxEntry{entry("file:///shared", rev+1)})
 					if !assert.NoError(t, err) || ok {
 						break
 					}
@@ -371,7 +371,7 @@ func testConcurrency(t *testing.T, open Opener) {
 // ledger that defers writes, every third write is deferred, with no entry).
 func testEntriesNeverAheadOfRecords(t *testing.T, open Opener) {
 	l := open(t, nil)
-	d, _ := l.(mcpsync.DeferringLedger)
+	d, _ := l.(ledger.Deferring)
 	keys := []string{"file:///seen/a", "file:///seen/b"}
 	const writes = 100
 	done := make(chan struct{})
@@ -385,7 +385,7 @@ func testEntriesNeverAheadOfRecords(t *testing.T, open Opener) {
 				if d != nil && rev%3 == 0 {
 					ok, err = d.CompareAndSwapDeferred(ctx, k, rev-1, record(k, rev))
 				} else {
-					_, ok, err = l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []mcpsync.OutboxEntry{entry(k, rev)})
+					_, ok, err = l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []ledger.OutboxEntry{entry(k, rev)})
 				}
 				if !assert.NoError(t, err) || !assert.True(t, ok) {
 					return
@@ -437,48 +437,48 @@ func testExportRestore(t *testing.T, open Opener) {
 	write(t, l, "file:///a", 2, 1)
 	write(t, l, "file:///b", 1, 1)
 	require.NoError(t, l.Ack(ctx, "index", 1))
-	_, err := l.Next(ctx, mcpsync.CounterSession, 3)
+	_, err := l.Next(ctx, ledger.CounterSession, 3)
 	require.NoError(t, err)
-	require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: "user:bob", Swept: true}))
+	require.NoError(t, l.Revoke(ctx, ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: "user:bob", Swept: true}))
 
 	snap, err := l.Export(ctx)
 	require.NoError(t, err)
 	raw, err := json.Marshal(snap)
 	require.NoError(t, err)
-	var decoded mcpsync.LedgerSnapshot
+	var decoded ledger.Snapshot
 	require.NoError(t, json.Unmarshal(raw, &decoded))
 
 	into := open(t, nil)
-	require.NoError(t, mcpsync.RestoreLedger(ctx, into, decoded))
+	require.NoError(t, ledger.Restore(ctx, into, decoded))
 	again, err := into.Export(ctx)
 	require.NoError(t, err)
 	// Every counter, also one the snapshot never used, resumes a gap
 	// beyond the snapshot: its source may have gone on after the export.
 	want := snap
-	want.Counters = map[mcpsync.Counter]uint64{}
-	for _, c := range mcpsync.Counters {
-		want.Counters[c] = snap.Counters[c] + mcpsync.RestoreCounterGap
+	want.Counters = map[ledger.Counter]uint64{}
+	for _, c := range ledger.Counters {
+		want.Counters[c] = snap.Counters[c] + ledger.RestoreCounterGap
 	}
 	assertSameSnapshot(t, want, again)
-	require.ErrorIs(t, into.Restore(ctx, decoded), mcpsync.ErrLedgerNotEmpty)
+	require.ErrorIs(t, into.Restore(ctx, decoded), ledger.ErrLedgerNotEmpty)
 
-	v, err := into.Next(ctx, mcpsync.CounterSession, 1)
+	v, err := into.Next(ctx, ledger.CounterSession, 1)
 	require.NoError(t, err)
-	assert.Equal(t, 3+mcpsync.RestoreCounterGap+1, v, "counters continue past the gap")
+	assert.Equal(t, 3+ledger.RestoreCounterGap+1, v, "counters continue past the gap")
 	assert.Equal(t, uint64(4), write(t, into, "file:///b", 2, 1), "outbox numbering continues")
 
 	short := decoded
 	short.Outbox = decoded.Outbox[:len(decoded.Outbox)-1]
-	require.ErrorIs(t, mcpsync.RestoreLedger(ctx, open(t, nil), short), mcpsync.ErrSnapshotInvalid,
+	require.ErrorIs(t, ledger.Restore(ctx, open(t, nil), short), ledger.ErrSnapshotInvalid,
 		"an outbox short of its last number")
 	unnamed := decoded
-	unnamed.Counters = map[mcpsync.Counter]uint64{}
-	unnamed.Records = map[string]*mcpsync.Record{"file:///a": {Revision: 1, CloseEpoch: 7}}
-	require.ErrorIs(t, mcpsync.RestoreLedger(ctx, open(t, nil), unnamed), mcpsync.ErrSnapshotInvalid,
+	unnamed.Counters = map[ledger.Counter]uint64{}
+	unnamed.Records = map[string]*ledger.Record{"file:///a": {Revision: 1, CloseEpoch: 7}}
+	require.ErrorIs(t, ledger.Restore(ctx, open(t, nil), unnamed), ledger.ErrSnapshotInvalid,
 		"a record naming a close epoch its counter never handed out")
 }
 
-func assertSameSnapshot(t *testing.T, want, got mcpsync.LedgerSnapshot) {
+func assertSameSnapshot(t *testing.T, want, got ledger.Snapshot) {
 	t.Helper()
 	w, err := json.Marshal(want)
 	require.NoError(t, err)
@@ -500,7 +500,7 @@ func testExportNeverTears(t *testing.T, open Opener) {
 		defer close(done)
 		for rev := uint64(1); rev <= writes; rev++ {
 			for _, k := range keys {
-				_, ok, err := l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []mcpsync.OutboxEntry{entry(k, rev)})
+				_, ok, err := l.CompareAndSwap(ctx, k, rev-1, record(k, rev), []ledger.OutboxEntry{entry(k, rev)})
 				if !assert.NoError(t, err) || !assert.True(t, ok) {
 					return
 				}
@@ -534,14 +534,14 @@ func testExportNeverTears(t *testing.T, open Opener) {
 }
 
 func testReopen(t *testing.T, open Opener, reopen Reopener) {
-	l := open(t, &mcpsync.LedgerOptions{OutboxRetention: 4})
+	l := open(t, &ledger.Options{OutboxRetention: 4})
 	for rev := uint64(1); rev <= 3; rev++ {
 		write(t, l, "file:///a", rev, 2)
 	}
 	require.NoError(t, l.Ack(ctx, "index", 3))
-	session, err := l.Next(ctx, mcpsync.CounterSession, 1)
+	session, err := l.Next(ctx, ledger.CounterSession, 1)
 	require.NoError(t, err)
-	require.NoError(t, l.Revoke(ctx, mcpsync.RevokedSubject{Schema: mcpsync.SchemaRevokedSubject, Subject: "user:bob"}))
+	require.NoError(t, l.Revoke(ctx, ledger.RevokedSubject{Schema: ledger.SchemaRevokedSubject, Subject: "user:bob"}))
 	before, err := l.Export(ctx)
 	require.NoError(t, err)
 
@@ -549,7 +549,7 @@ func testReopen(t *testing.T, open Opener, reopen Reopener) {
 	after, err := l.Export(ctx)
 	require.NoError(t, err)
 	assertSameSnapshot(t, before, after)
-	next, err := l.Next(ctx, mcpsync.CounterSession, 1)
+	next, err := l.Next(ctx, ledger.CounterSession, 1)
 	require.NoError(t, err)
 	assert.Greater(t, next, session, "a counter never goes back across a reopen")
 	assert.Equal(t, before.State.Last+1, write(t, l, "file:///a", 4, 1), "numbering goes on")

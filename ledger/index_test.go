@@ -1,4 +1,4 @@
-package mcpsync
+package ledger
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func TestLedgerIndexesMatchAFullWalk(t *testing.T) {
 	states := []SubscriptionState{StateActive, StateUnsubscribeUnknown, StateClosed, StateTombstonePending}
 	statuses := []VersionStatus{VersionServed, VersionRevoked, VersionQuarantined}
 	rapid.Check(t, func(rt *rapid.T) {
-		l := NewMemoryLedger(nil).(*memoryLedger)
+		l := NewMemory(nil).(*memoryLedger)
 		_, err := l.Next(ctx, CounterSession, 1)
 		require.NoError(rt, err)
 		var joined []string
@@ -121,7 +121,7 @@ func TestLedgerIndexesMatchAFullWalk(t *testing.T) {
 		}
 		snap, err := l.Export(ctx)
 		require.NoError(rt, err)
-		restored := NewMemoryLedger(nil).(*memoryLedger)
+		restored := NewMemory(nil).(*memoryLedger)
 		require.NoError(rt, restored.Restore(ctx, snap))
 		joined = slices.Sorted(slices.Values(joined)) // Restore reads them in subject order
 		check(restored)
@@ -183,7 +183,7 @@ func TestKeyIndexKeepsKeysInOrder(t *testing.T) {
 func TestExportIsOneInstantAcrossChunks(t *testing.T) {
 	smallChunks(t, 4)
 	ctx := context.Background()
-	l := NewMemoryLedger(&LedgerOptions{OutboxRetention: 1 << 20})
+	l := NewMemory(&Options{OutboxRetention: 1 << 20})
 	keys := make([]string, 50)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("file:///k/%03d", i)
@@ -251,7 +251,7 @@ func TestExportIsOneInstantAcrossChunks(t *testing.T) {
 // a view taken before the acknowledgements still reads every entry.
 func TestAcknowledgedBacklogIsReleased(t *testing.T) {
 	ctx := context.Background()
-	l := NewMemoryLedger(&LedgerOptions{OutboxRetention: 1 << 20}).(*memoryLedger)
+	l := NewMemory(&Options{OutboxRetention: 1 << 20}).(*memoryLedger)
 	const backlog = 100_000
 	for i := range backlog {
 		k := fmt.Sprintf("file:///k/%d", i%7)

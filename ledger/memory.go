@@ -1,4 +1,4 @@
-package mcpsync
+package ledger
 
 import (
 	"context"
@@ -10,9 +10,15 @@ import (
 )
 
 // The memory ledger: the embedded default, one process's ledger in memory.
+//
+// It never blocks on I/O, so a context can only have ended before a call:
+// each method then refuses, like a durable ledger's, so that a caller's
+// cancellation means the same on every ledger.
 
-// NewMemoryLedger returns a Ledger kept in memory; opts may be nil.
-func NewMemoryLedger(opts *LedgerOptions) Ledger {
+var _ Index = (*memoryLedger)(nil)
+
+// NewMemory returns a Ledger kept in memory; opts may be nil.
+func NewMemory(opts *Options) Ledger {
 	return &memoryLedger{
 		records:   make(map[string]*Record),
 		counters:  make(map[Counter]uint64),
@@ -31,7 +37,7 @@ func NewMemoryLedger(opts *LedgerOptions) Ledger {
 // whole ledger: Range and Export visit the keys in chunks of ledgerChunk,
 // releasing the lock between chunks, and the passes the engine makes over
 // every record (a revocation's sweep, a new session's end of unknown
-// closes) read indexes kept up to date by each write instead (LedgerIndex).
+// closes) read indexes kept up to date by each write instead (Index).
 type memoryLedger struct {
 	mu sync.Mutex // protects every field below
 	// records holds each key's record: one a caller stored, never modified,
@@ -52,6 +58,7 @@ type memoryLedger struct {
 	// outbox entries; both are reused by the next one.
 	draft   memSlot
 	scratch []OutboxEntry
+	tx      memTx // the write in place under way
 	// exports are the exports in progress; each keeps the record, as of
 	// its instant, of every key written since.
 	exports map[*exportView]struct{}
@@ -220,51 +227,6 @@ func (l *memoryLedger) publishLocked(r *Record) *Record {
 		p.Current = &v
 	}
 	return &p
-}
-
-// inspect runs fn, under the ledger's lock, on the record stored under key
-// (nil when there is none), which fn must neither change nor keep: it may
-// be a private copy. It hands nothing out, so it costs no copy.
-func (l *memoryLedger) inspect(key string, fn func(cur *Record)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fn(l.records[key])
-}
-
-// lock takes the ledger's lock and returns the record of key, which its
-// caller must neither change nor keep. The caller lets the lock go, or
-// begins the write of key with holding.
-func (l *memoryLedger) lock(key string) *Record {
-	l.mu.Lock()
-	return l.records[key]
-}
-
-// holding returns the write in place of key, whose record is cur, by a
-// holder of the ledger's lock (lock).
-func (l *memoryLedger) holding(key string, cur *Record) memTx {
-	return memTx{l: l, key: key, cur: cur, held: true}
-}
-
-// update runs fn as a write in place of key (memTx): on cur, and on next,
-// a private copy of cur (nil when cur is), storing next and the entries fn
-// appended when fn returns true. pre, when not nil, runs first on cur
-// alone, and when it returns false nothing else does: a write refused by
-// the record as it is costs no copy.
-func (l *memoryLedger) update(key, engine string, pre func(cur *Record) bool, fn stepFunc) (uint64, error) {
-	tx := l.holding(key, l.lock(key))
-	defer tx.end()
-	if pre != nil && !pre(tx.cur) {
-		return 0, nil
-	}
-	var next *Record
-	if tx.cur != nil {
-		next = tx.prepare()
-	}
-	write, err := fn(tx.cur, next, tx.entries())
-	if err != nil || !write {
-		return 0, err
-	}
-	return tx.commit(engine)
 }
 
 // wakeLocked wakes every WaitOutbox sleeping on the outbox.
@@ -456,15 +418,15 @@ func (l *memoryLedger) WaitOutbox(ctx context.Context, after uint64) error {
 // on keeps the record of every key written before the export reads it. The
 // records are then read ledgerChunk keys at a time, releasing the lock
 // between chunks, each from the view if it was written since the instant.
-func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
+func (l *memoryLedger) Export(ctx context.Context) (Snapshot, error) {
 	if err := ctx.Err(); err != nil {
-		return LedgerSnapshot{}, err
+		return Snapshot{}, err
 	}
 	v := &exportView{before: make(map[string]*Record)}
 	l.mu.Lock()
 	l.exports[v] = struct{}{}
-	snap := LedgerSnapshot{
-		Schema:   SchemaLedgerSnapshot,
+	snap := Snapshot{
+		Schema:   SchemaSnapshot,
 		Counters: maps.Clone(l.counters),
 		State:    l.stateLocked(),
 	}
@@ -485,7 +447,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 	keys := make([]string, 0, ledgerChunk)
 	for from := false; ; from = true {
 		if err := ctx.Err(); err != nil {
-			return LedgerSnapshot{}, err
+			return Snapshot{}, err
 		}
 		var last string
 		if len(keys) > 0 {
@@ -509,7 +471,7 @@ func (l *memoryLedger) Export(ctx context.Context) (LedgerSnapshot, error) {
 	}
 }
 
-func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
+func (l *memoryLedger) Restore(ctx context.Context, snap Snapshot) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -560,10 +522,10 @@ func (l *memoryLedger) Restore(ctx context.Context, snap LedgerSnapshot) error {
 	return nil
 }
 
-// NewMemoryLedgerFrom returns a memory ledger holding snap (RestoreLedger).
-func NewMemoryLedgerFrom(snap LedgerSnapshot) (Ledger, error) {
-	l := NewMemoryLedger(nil)
-	if err := RestoreLedger(context.Background(), l, snap); err != nil {
+// NewMemoryFrom returns a memory ledger holding snap (Restore).
+func NewMemoryFrom(snap Snapshot) (Ledger, error) {
+	l := NewMemory(nil)
+	if err := Restore(context.Background(), l, snap); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -1,4 +1,4 @@
-package mcpsync
+package ledger
 
 import (
 	"slices"

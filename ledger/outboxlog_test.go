@@ -1,4 +1,4 @@
-package mcpsync
+package ledger
 
 import (
 	"fmt"
@@ -204,29 +204,26 @@ func TestOutboxLogModel(t *testing.T) {
 // afterwards.
 func TestRestoredOutboxOwnsItsEntries(t *testing.T) {
 	ctx := t.Context()
-	e, err := NewEngine(nil)
-	require.NoError(t, err)
-	_, err = e.BeginSession(SessionInfo{Capabilities: CapabilityReceipt{Server: Implementation{Name: "s"}, Resources: true, Subscribe: true}})
-	require.NoError(t, err)
+	l := NewMemory(nil)
 	const key = "file:///a"
-	_, err = e.Subscribe(key, "alice")
+	_, err := l.Next(ctx, CounterSession, 1)
 	require.NoError(t, err)
-	_, err = e.Activate(key, ModePush)
+	sub := &SubscriptionInfo{URI: key, Subject: "alice", Server: Implementation{Name: "s"}, SessionGeneration: 1, Generation: 1}
+	v := ResourceVersion{Schema: SchemaResourceVersion, URI: key, Subject: "alice", Server: sub.Server, SessionGeneration: 1, SubscriptionGeneration: 1, ReadOrdinal: 1}
+	_, ok, err := l.CompareAndSwap(ctx, key, 0, &Record{Revision: 1, State: StateActive, Sub: sub, LastIssued: 1, Watermark: 1},
+		[]OutboxEntry{{Schema: SchemaInvalidation, URI: key, Reason: InvalidateUpdated, Version: v, Subject: "alice"}})
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(key, TriggerInitial)
-	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(tk, NewReadResult([]Content{{URI: key, Text: "v1"}}))
-	require.NoError(t, err)
-	snap, err := ExportLedger(ctx, e.Ledger())
+	require.True(t, ok)
+	snap, err := Export(ctx, l)
 	require.NoError(t, err)
 	want := slices.Clone(snap.Outbox)
 	require.Len(t, want, 1)
 
-	restored := NewMemoryLedger(nil)
+	restored := NewMemory(nil)
 	require.NoError(t, restored.Restore(ctx, snap))
-	sub := *snap.Records[key].Sub
-	sub.Subject, sub.Generation = "mallory", 99
-	*snap.Records[key].Sub = sub // the caller's own records, changed after Restore
+	changed := *snap.Records[key].Sub
+	changed.Subject, changed.Generation = "mallory", 99
+	*snap.Records[key].Sub = changed // the caller's own records, changed after Restore
 	got, err := restored.Outbox(ctx, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
