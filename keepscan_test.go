@@ -532,3 +532,60 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 		}
 	}
 }
+
+// A server that keeps answering not found while it is listed never draws
+// the kept scan into listing back to back: each listing the not-found
+// overtakes is followed by another about a second later, not at once; and
+// once the deletion is confirmed, the kept scan lists once per review.
+func TestKeptScanNeverListsBackToBackWhileNotFoundsOvertakeIt(t *testing.T) {
+	const doc = "file:///docs/doc.md"
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newKeptRig(t, w, doc, "file:///docs/other.md")
+				_, err := r.c.Subscribe(t.Context(), doc)
+				require.NoError(t, err)
+				r.keep(t, false)
+				r.srv.Delete(doc)
+				quiesce()
+				// Each scan's first pass (one page) waits at the kit while a
+				// not-found comes; every list request is held, so that a
+				// scan begun at once would be seen at once.
+				hold := func() *mcpsynctest.Hold {
+					return r.kit.HoldNextRequest(string(mcp.MethodResourcesList), "")
+				}
+				var began []time.Time
+				h := hold()
+				for i := range 5 {
+					<-h.Arrived() // pass A
+					began = append(began, time.Now())
+					time.Sleep(100 * time.Millisecond)
+					out, err := r.c.Read(t.Context(), doc)
+					require.NoError(t, err)
+					require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+					passB := hold()
+					h.Release()
+					<-passB.Arrived()
+					if i < 4 {
+						h = hold()
+					}
+					passB.Release()
+				}
+				quiesce()
+				for i := 1; i < len(began); i++ {
+					assert.GreaterOrEqual(t, began[i].Sub(began[i-1]), time.Second, "scan %d began %v after the one before", i, began[i].Sub(began[i-1]))
+				}
+				r.waitTombstone(t, doc, 2*time.Second)
+				r.mu.Lock()
+				n := len(r.scans)
+				r.mu.Unlock()
+				time.Sleep(3 * keptReview)
+				quiesce()
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				assert.InDelta(t, 3, len(r.scans)-n, 1, "scans in three review intervals once the deletion is confirmed")
+				assert.Empty(t, r.errs)
+			})
+		})
+	}
+}
