@@ -457,8 +457,11 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 					_, err := r.c.Subscribe(t.Context(), doc)
 					require.NoError(t, err)
 					r.keep(t, false)
-					scanAt := r.scans[0].Catalog.NextReviewAt
-					require.Equal(t, mcpsync.CatalogSnapshotUnproven, r.scans[0].Catalog.Status)
+					r.mu.Lock()
+					first := r.scans[0].Catalog
+					r.mu.Unlock()
+					require.Equal(t, mcpsync.CatalogSnapshotUnproven, first.Status)
+					scanAt := first.NextReviewAt
 					pending := func() {
 						t.Helper()
 						sub, err := r.c.Engine().Subscription(doc)
