@@ -561,6 +561,10 @@ type Reconciliation struct {
 	// TOMBSTONE_PENDING resource is not served) until a later catalog
 	// decides.
 	Deferred []string `json:"deferred"`
+	// TooOld are the URIs of Deferred whose newest not-found came after
+	// the catalog's scan began (ErrEvidenceTooOld): its absence says
+	// nothing of them, and a scan begun now may decide them.
+	TooOld []string `json:"tooOld,omitempty"`
 }
 
 // Scan lists kind completely over pages and says how far the result may be

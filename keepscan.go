@@ -61,20 +61,23 @@ type ScanReport struct {
 	Err error
 }
 
-// listChangedGap is the least time between the end of a scan and a scan a
-// list_changed asks for: a server that keeps announcing changes is listed
-// about once a second, not continuously.
-const listChangedGap = time.Second
+// rescanGap is the least time between the end of a scan and a scan that a
+// list_changed asks for, or a not-found that came while the scan listed: a
+// server that keeps announcing changes, or keeps answering not found while
+// it is listed, is listed about once a second, not continuously.
+const rescanGap = time.Second
 
 // KeepScanning starts a kept scan of the server's resources on the client's
 // goroutines: one scan now (or at After), then one every Every (by default
-// at each catalog's NextReviewAt) and one soon after every list_changed. Each catalog is reconciled (Reconcile),
-// which reads open subscriptions the listing lost and confirms or
-// corroborates the deletions of pending ones; a scan that lost an open
-// subscription whose read then says not found is followed by another at
-// once, so that a deleted resource is confirmed within about one review
-// interval of the first scan that misses it. Failures go to OnError (as
-// well as OnScan); a scan while the session is lost is skipped.
+// at each catalog's NextReviewAt) and one soon after every list_changed.
+// Each catalog is reconciled (Reconcile), which reads open subscriptions
+// the listing lost and confirms or corroborates the deletions of pending
+// ones. A scan that lost an open subscription whose read then says not
+// found is followed by another at once, and one whose listing a not-found
+// overtook (Reconciliation.TooOld) by another a second later, so that a
+// deletion the server's reads confirm is confirmed about a second after the
+// first scan that misses it, not a review interval later. Failures go to
+// OnError (as well as OnScan); a scan while the session is lost is skipped.
 //
 // It returns ErrNoResources for a server that declares no resources, and
 // ErrClientClosed once the client is closed. stop ends the kept scan;
@@ -126,7 +129,7 @@ func (c *Client) keepScanning(ctx context.Context, o KeepScanOptions, listed fun
 	for {
 		wake := c.listChanges.wait()
 		if c.ListChanged(KindResources) != seen {
-			next = minTime(next, ended.Add(listChangedGap))
+			next = minTime(next, ended.Add(rescanGap))
 		}
 		timer.Reset(time.Until(next))
 		select {
@@ -208,6 +211,12 @@ func (c *Client) keptScan(ctx context.Context, o KeepScanOptions) (ScanReport, t
 	rep.Err = errors.Join(errs...)
 	if c.lostMissing(ctx, rep.Reconciliation.Missing) {
 		return rep, time.Now() // the scan that may corroborate, now
+	}
+	if len(rep.Reconciliation.TooOld) > 0 {
+		// A not-found came while the scan listed, so its listing is older
+		// than the not-found and confirms nothing: a scan begun after it
+		// may, and the review may be far.
+		return rep, minTime(review, time.Now().Add(rescanGap))
 	}
 	return rep, review
 }

@@ -437,3 +437,158 @@ func TestWaitForSyncWithAKeptScanReturnsWhenHealingGaveUp(t *testing.T) {
 		require.ErrorIs(t, err, mcpsync.ErrReconnectGaveUp, "WaitForSync with a kept scan, healing given up")
 	})
 }
+
+// A deleted resource is confirmed within a second or so of the kept scan
+// that first misses it, whatever the order of that scan's listing and the
+// read that says not found: a not-found before the listing is corroborated
+// by it; one that comes while it lists (the first, or again for a URI
+// already pending) leaves the listing too old to count, and the next scan,
+// which is not one review interval later, counts; one whose answer comes
+// after the scan's reconciliation is waited for, and the scan that may
+// corroborate follows.
+func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testing.T) {
+	const doc, other = "file:///docs/doc.md", "file:///docs/other.md"
+	const soon = 2 * time.Second // keptReview, when the next scan is due, is 10 s
+	for _, w := range eras {
+		for _, order := range []string{"not found before the listing", "not found while it lists", "not found again while it lists", "not found after the reconciliation"} {
+			t.Run(w.name+"/"+order, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := newKeptRig(t, w, doc, other)
+					_, err := r.c.Subscribe(t.Context(), doc)
+					require.NoError(t, err)
+					r.keep(t, false)
+					r.mu.Lock()
+					first := r.scans[0].Catalog
+					r.mu.Unlock()
+					require.Equal(t, mcpsync.CatalogSnapshotUnproven, first.Status)
+					scanAt := first.NextReviewAt
+					pending := func() {
+						t.Helper()
+						sub, err := r.c.Engine().Subscription(doc)
+						require.NoError(t, err)
+						require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+					}
+					switch order {
+					case "not found before the listing":
+						r.srv.Delete(doc)
+						quiesce()
+						pending()
+						time.Sleep(time.Until(scanAt))
+					case "not found while it lists", "not found again while it lists":
+						if order == "not found again while it lists" {
+							r.srv.Delete(doc)
+							quiesce()
+							pending()
+						}
+						// The scan's first page waits at the kit while the
+						// not-found comes, later than the scan began.
+						h := r.kit.HoldNextRequest(string(mcp.MethodResourcesList), "")
+						defer h.Release()
+						<-h.Arrived()
+						require.False(t, time.Now().Before(scanAt))
+						time.Sleep(100 * time.Millisecond)
+						if order == "not found while it lists" {
+							r.srv.Delete(doc)
+						} else {
+							out, err := r.c.Read(t.Context(), doc)
+							require.NoError(t, err)
+							require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+						}
+						quiesce()
+						pending()
+						h.Release()
+					case "not found after the reconciliation":
+						time.Sleep(time.Until(scanAt) - 100*time.Millisecond)
+						// The server says not found at once; the client hears
+						// it after the scan reconciled.
+						h := r.kit.HoldNext(string(mcp.MethodResourcesRead), doc)
+						defer h.Release()
+						r.srv.Delete(doc)
+						<-h.Arrived()
+						time.Sleep(200 * time.Millisecond)
+						quiesce()
+						h.Release()
+					}
+					quiesce()
+					_, entry := r.waitTombstone(t, doc, soon)
+					took := time.Since(scanAt)
+					assert.LessOrEqual(t, took, soon, "confirmed %v after the first scan that missed it", took)
+					require.NotNil(t, entry.Evidence)
+					assert.Equal(t, mcpsync.EvidenceCorroborated, entry.Evidence.Kind)
+					r.mu.Lock()
+					defer r.mu.Unlock()
+					assert.Empty(t, r.errs)
+					// The order asked for is the order that came: the scan
+					// that first missed the URI says which.
+					require.GreaterOrEqual(t, len(r.scans), 2)
+					rec := r.scans[1].Reconciliation
+					switch order {
+					case "not found before the listing":
+						assert.Equal(t, []string{doc}, rec.Corroborating)
+					case "not found while it lists", "not found again while it lists":
+						assert.Equal(t, []string{doc}, rec.TooOld)
+					case "not found after the reconciliation":
+						assert.Equal(t, []string{doc}, rec.Missing)
+					}
+				})
+			})
+		}
+	}
+}
+
+// A server that keeps answering not found while it is listed never draws
+// the kept scan into listing back to back: each listing the not-found
+// overtakes is followed by another about a second later, not at once; and
+// once the deletion is confirmed, the kept scan lists once per review.
+func TestKeptScanNeverListsBackToBackWhileNotFoundsOvertakeIt(t *testing.T) {
+	const doc = "file:///docs/doc.md"
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newKeptRig(t, w, doc, "file:///docs/other.md")
+				_, err := r.c.Subscribe(t.Context(), doc)
+				require.NoError(t, err)
+				r.keep(t, false)
+				r.srv.Delete(doc)
+				quiesce()
+				// Each scan's first pass (one page) waits at the kit while a
+				// not-found comes; every list request is held, so that a
+				// scan begun at once would be seen at once.
+				hold := func() *mcpsynctest.Hold {
+					return r.kit.HoldNextRequest(string(mcp.MethodResourcesList), "")
+				}
+				var began []time.Time
+				h := hold()
+				for i := range 5 {
+					<-h.Arrived() // pass A
+					began = append(began, time.Now())
+					time.Sleep(100 * time.Millisecond)
+					out, err := r.c.Read(t.Context(), doc)
+					require.NoError(t, err)
+					require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
+					passB := hold()
+					h.Release()
+					<-passB.Arrived()
+					if i < 4 {
+						h = hold()
+					}
+					passB.Release()
+				}
+				quiesce()
+				for i := 1; i < len(began); i++ {
+					assert.GreaterOrEqual(t, began[i].Sub(began[i-1]), time.Second, "scan %d began %v after the one before", i, began[i].Sub(began[i-1]))
+				}
+				r.waitTombstone(t, doc, 2*time.Second)
+				r.mu.Lock()
+				n := len(r.scans)
+				r.mu.Unlock()
+				time.Sleep(3 * keptReview)
+				quiesce()
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				assert.InDelta(t, 3, len(r.scans)-n, 1, "scans in three review intervals once the deletion is confirmed")
+				assert.Empty(t, r.errs)
+			})
+		})
+	}
+}

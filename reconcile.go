@@ -29,7 +29,9 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // A fresh SNAPSHOT_UNPROVEN catalog that does not list a TOMBSTONE_PENDING
 // URI starts a corroboration instead, where policy allows
 // (Engine.Corroborate): the second read it sends confirms the deletion if
-// it says not found again. Otherwise absent URIs are Deferred. An open
+// it says not found again. Otherwise absent URIs are Deferred, and also
+// TooOld when their newest not-found came after the scan began (a scan
+// begun later can decide them). An open
 // subscription the catalog does not list is read again (Missing), and so is
 // a TOMBSTONED one that it lists (created again). Any
 // catalog of another session generation or of another engine, and an
@@ -136,6 +138,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 		case errors.Is(err, ErrEvidenceTooOld):
 			// Measured before the not-found: the next scan decides.
 			out.Deferred = append(out.Deferred, key)
+			out.TooOld = append(out.TooOld, key)
 			continue
 		case isTransitionError(err) || errors.Is(err, ErrUnknownURI):
 			continue // it moved on meanwhile (closed, another session)
