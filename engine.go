@@ -35,7 +35,7 @@ type EngineOptions struct {
 	// stored and outside every lock. It must not block for long.
 	OnTransition func(Transition)
 	// ConfirmSends promises that the caller reports every queued read
-	// (from Notify, RequestRead, Reconcile or a follow-up) with Sending
+	// (from Notify, RequestRead, ApplyListing, Corroborate or a follow-up) with Sending
 	// right before it goes out. Pulses that arrive before then are covered
 	// by that read, so duplicate notifications cost no follow-up. A Client
 	// turns it on for the engine it drives; a caller that cannot keep the

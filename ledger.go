@@ -91,6 +91,7 @@ const (
 	EvidenceUnlisted     = ledger.EvidenceUnlisted
 )
 
-// DefaultConsumer is the outbox consumer PullOutbox, AckOutbox and
-// OutboxCursor act for.
+// DefaultConsumer is the outbox consumer PullOutbox acts for: acknowledge
+// its entries with Acknowledge under this name, and read its position in
+// OutboxState.
 const DefaultConsumer = ledger.DefaultConsumer

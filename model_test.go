@@ -1207,7 +1207,7 @@ func (m *modelMachine) tick(*rapid.T) {
 
 func (m *modelMachine) ackOutbox(rt *rapid.T) {
 	seq := rapid.Uint64Range(0, m.lastSeq+1).Draw(rt, "ack up to")
-	require.NoError(rt, m.e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, seq), "AckOutbox")
+	require.NoError(rt, m.e.Acknowledge(context.Background(), mcpsync.DefaultConsumer, seq), "Acknowledge")
 	m.acked = max(m.acked, min(seq, m.lastSeq))
 }
 
