@@ -852,22 +852,6 @@ func (a *auditLog) recordLocked(s *StaleReceipt) {
 	}
 }
 
-// refuseNotification records a notification that triggers nothing: one of
-// an older session generation (ReasonGenerationMismatch) or for a URI with no
-// open subscription (ReasonNotSubscribed). It changes nothing else.
-func (e *Engine) refuseNotification(rawURI string, sessionGen uint64, reason StaleReason, detail string) StaleReceipt {
-	key, err := normalizeKey(rawURI)
-	if err != nil {
-		key = rawURI
-	}
-	s := StaleReceipt{
-		Schema: SchemaStaleReceipt, Reason: reason, URI: key, SessionGeneration: sessionGen,
-		Trigger: TriggerNotification, Detail: detail, At: e.now(),
-	}
-	e.audit.record(&s)
-	return s
-}
-
 // StaleReceipts returns the newest stale receipts, oldest first.
 func (e *Engine) StaleReceipts() []StaleReceipt {
 	a := &e.audit

@@ -258,3 +258,19 @@ func (conn *connection) currentStream(id string) bool {
 	defer conn.mu.Unlock()
 	return conn.listen == nil || conn.listen.id == "" || conn.listen.id == id
 }
+
+// refuseNotification records a notification that triggers nothing: one of
+// an older session generation (ReasonGenerationMismatch) or for a URI with no
+// open subscription (ReasonNotSubscribed). It changes nothing else.
+func (e *Engine) refuseNotification(rawURI string, sessionGen uint64, reason StaleReason, detail string) StaleReceipt {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		key = rawURI
+	}
+	s := StaleReceipt{
+		Schema: SchemaStaleReceipt, Reason: reason, URI: key, SessionGeneration: sessionGen,
+		Trigger: TriggerNotification, Detail: detail, At: e.now(),
+	}
+	e.audit.record(&s)
+	return s
+}
