@@ -63,15 +63,19 @@ func installNPM() {
 		npm.node = node
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	// The registry stalls now and then: an install that takes longer than
+	// a healthy one by far is stopped and tried again, three times at most.
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, npmBin, "ci", "--no-audit", "--no-fund", "--prefix", npmDir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		npm.err = fmt.Errorf("npm ci --prefix %s: %w\n%s", npmDir, err, out.String())
-		return
+	for attempt := 1; ; attempt++ {
+		err := npmCI(npmBin)
+		if err == nil {
+			break
+		}
+		if attempt == npmAttempts {
+			npm.err = err
+			return
+		}
+		fmt.Fprintf(os.Stderr, "interop: npm ci, attempt %d of %d: %v\n", attempt, npmAttempts, err)
 	}
 	npm.took = time.Since(start)
 	fmt.Fprintf(os.Stderr, "interop: npm ci installed the npm servers in %v\n", npm.took.Round(time.Millisecond))
@@ -80,6 +84,26 @@ func installNPM() {
 		return
 	}
 	npm.node = node
+}
+
+// npmAttempts is how many times installNPM runs npm ci, each for
+// npmAttemptTimeout at most (a healthy install takes seconds).
+const (
+	npmAttempts       = 3
+	npmAttemptTimeout = 3 * time.Minute
+)
+
+// npmCI runs npm ci once in npmDir.
+func npmCI(npmBin string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), npmAttemptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npmBin, "ci", "--no-audit", "--no-fund", "--prefix", npmDir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("npm ci --prefix %s: %w\n%s", npmDir, err, out.String())
+	}
+	return nil
 }
 
 // needNode skips a test on a machine without Node.js and fails it when the
