@@ -212,18 +212,7 @@ func TestStreamCutBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
 		cleanUp.Release()
 		minutes(1)
 
-		for _, u := range []string{x, y} {
-			r.srv.Set(u, "text/markdown", "v2")
-		}
-		minutes(2)
-		for _, u := range []string{x, y} {
-			entry, err := r.c.Lookup(u)
-			require.NoError(t, err)
-			if entry.Contents[0].Text != "v2" && entry.Degraded == "" {
-				_, desc := r.state(u)
-				t.Errorf("%s silently stale after its ended stream was cleaned up late: %s", u, desc)
-			}
-		}
+		r.requireChangesHeard(t, "its ended stream was cleaned up late", x, y)
 	})
 }
 
@@ -265,17 +254,25 @@ func TestCutDuringAReplacementLeavesNoURISilent(t *testing.T) {
 		cleanUp.Release()
 		minutes(1)
 
-		for _, u := range []string{x, y} {
-			r.srv.Set(u, "text/markdown", "v2")
-		}
-		minutes(2)
-		for _, u := range []string{x, y} {
-			entry, err := r.c.Lookup(u)
-			require.NoError(t, err)
-			if entry.Contents[0].Text != "v2" && entry.Degraded == "" {
-				_, desc := r.state(u)
-				t.Errorf("%s silently stale after the replaced stream was cut and cleaned up late: %s", u, desc)
-			}
-		}
+		r.requireChangesHeard(t, "the replaced stream was cut and cleaned up late", x, y)
 	})
+}
+
+// requireChangesHeard changes each of uris on the server and requires,
+// two minutes (four poll intervals) later, that each serves the change or
+// is visibly degraded: never silently stale (after says what came before).
+func (r *rig) requireChangesHeard(t *testing.T, after string, uris ...string) {
+	t.Helper()
+	for _, u := range uris {
+		r.srv.Set(u, "text/markdown", "v2")
+	}
+	minutes(2)
+	for _, u := range uris {
+		entry, err := r.c.Lookup(u)
+		require.NoError(t, err)
+		if entry.Contents[0].Text != "v2" && entry.Degraded == "" {
+			_, desc := r.state(u)
+			t.Errorf("%s silently stale after %s: %s", u, after, desc)
+		}
+	}
 }

@@ -556,9 +556,16 @@ func (c *Client) suspectAfterCutLocked(conn *connection, now time.Time, soonest 
 	if cur == nil || !cur.out || cur.suspect {
 		return nil
 	}
-	cur.suspect = true
-	keys := make([]string, len(cur.uris))
-	for i, raw := range cur.uris {
+	return distrustLocked(cur)
+}
+
+// distrustLocked marks stream s suspect, so that nothing is heard from it
+// until it is replaced, and returns the keys of the URIs it carries, whose
+// passes are to look again. conn.mu is held.
+func distrustLocked(s *listenStream) []string {
+	s.suspect = true
+	keys := make([]string, len(s.uris))
+	for i, raw := range s.uris {
 		keys[i] = spelledKey(raw)
 	}
 	return keys
@@ -588,15 +595,13 @@ func (c *Client) listenEnded(conn *connection, s *listenStream, how wire.Ending)
 		if how == wire.Cut {
 			conn.cutAt = time.Now()
 		}
-		cur := conn.listen
-		var uris []string
-		if late && cur != nil && cur.out {
-			cur.suspect = true
-			uris = cur.uris
+		var keys []string
+		if cur := conn.listen; late && cur != nil && cur.out {
+			keys = distrustLocked(cur)
 		}
 		conn.mu.Unlock()
-		for _, raw := range uris {
-			c.mark(spelledKey(raw))
+		for _, key := range keys {
+			c.mark(key)
 		}
 		c.markStream(0)
 	})
