@@ -495,14 +495,18 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	// Made from a deferred record, the write replaces it: the file holds
 	// the record it was deferred over, or one of the deferred records
 	// between (a flush wrote it), each an earlier state of the record the
-	// write was made from. Made from an older one, it is stale.
+	// write was made from. Made from an older one, it is stale. Made from
+	// a newer one, the deferred record is one a commit superseded, visible
+	// in the file before the committer forgets it (committed): it decides
+	// nothing, and the file must hold prev itself.
 	over := prev
 	d := l.beginWrite(key)
-	if d != nil {
-		if d.rec.Revision != prev {
-			l.endWrite(key, d.rec)
-			return 0, false, nil
-		}
+	switch {
+	case d == nil || d.rec.Revision < prev:
+	case d.rec.Revision > prev:
+		l.endWrite(key, d.rec)
+		return 0, false, nil
+	default:
 		over = d.base
 	}
 	err = l.update(ctx, func(tx *bolt.Tx) error {
@@ -591,8 +595,8 @@ func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev ui
 				return false, nil
 			}
 			base := prev
-			if d := l.deferred[key]; d != nil {
-				base = d.base
+			if d := l.deferred[key]; d != nil && d.rec.Revision == prev {
+				base = d.base // replaced before any commit wrote it
 			}
 			l.cache[key] = next
 			l.deferred[key] = &deferredRecord{key: key, rec: next, base: base}

@@ -288,3 +288,83 @@ func TestAWriteOverAnEarlierDeferredRecordAFlushWroteIsStored(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(4), got.Revision)
 }
+
+// A commit is visible in the file before the committer forgets the
+// deferred record it superseded: a write made meanwhile from the record
+// that superseded it (as Load gives it then) is stored, not refused as
+// stale, so writers that retry from Load never spin on a record that is
+// already gone.
+func TestAWriteFromTheRecordThatSupersededADeferredOneIsStored(t *testing.T) {
+	ctx := context.Background()
+	l := openInternal(t)
+	const k = "file:///a"
+	rec := func(rev uint64) *ledger.Record { return &ledger.Record{Revision: rev} }
+	_, ok, err := l.CompareAndSwap(ctx, k, 0, rec(1), nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = l.CompareAndSwapDeferred(ctx, k, 1, rec(2))
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// Hold the committer in one group while the next forms: the durable
+	// write made from the deferred record, and a write that holds the
+	// committer once that group committed, before it forgets what the
+	// group superseded.
+	running, release := make(chan struct{}), make(chan struct{})
+	committed, forget := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		assert.NoError(t, l.update(ctx, func(*bolt.Tx) error {
+			close(running)
+			<-release
+			return nil
+		}))
+	})
+	<-running
+	wg.Go(func() {
+		_, ok, err := l.CompareAndSwap(ctx, k, 2, rec(3), nil)
+		assert.NoError(t, err)
+		assert.True(t, ok, "the write made from the deferred record")
+	})
+	waitQueued(t, l, 1)
+	wg.Go(func() {
+		assert.NoError(t, l.update(ctx, func(tx *bolt.Tx) error {
+			tx.OnCommit(func() {
+				close(committed)
+				<-forget
+			})
+			return nil
+		}))
+	})
+	waitQueued(t, l, 2)
+	close(release)
+	<-committed
+
+	got, err := l.Load(ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), got.Revision, "the commit is visible")
+	stored := make(chan bool, 1)
+	wg.Go(func() {
+		ok, err := l.CompareAndSwapDeferred(ctx, k, 3, rec(4))
+		assert.NoError(t, err)
+		stored <- ok
+	})
+	// Until it is queued for the next group or answered at once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.commits.mu.Lock()
+		queued := len(l.commits.queue)
+		l.commits.mu.Unlock()
+		if queued > 0 || len(stored) > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the write neither queued nor answered")
+		runtime.Gosched()
+	}
+	close(forget)
+	wg.Wait()
+	assert.True(t, <-stored, "the write made from the record that superseded the deferred one")
+	got, err = l.Load(ctx, k)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(4), got.Revision)
+}

@@ -371,12 +371,24 @@ func (w *resumer) change(ctx context.Context, uri, text string) error {
 	w.srv.Set(uri, "text/plain", text)
 	if err := w.await(ctx, fmt.Sprintf("%s to serve %q", uri, text), func() (bool, string) {
 		got, err := w.served(uri)
-		return err == nil && got == text, fmt.Sprintf("serves %q (%v)", got, err)
+		return err == nil && got == text, fmt.Sprintf("serves %q (%v); %s", got, err, w.diagnose(uri))
 	}); err != nil {
 		return err
 	}
 	w.say("changed %s", uri)
 	return nil
+}
+
+// diagnose describes uri's subscription and what its server knows of it.
+func (w *resumer) diagnose(uri string) string {
+	sub, err := w.e.Subscription(uri)
+	if err != nil {
+		return err.Error()
+	}
+	text, present := w.srv.Text(uri)
+	return fmt.Sprintf("%s gen %d in session %d (now %d), mode %q (%s), watermark %d, issued %d, server subscribed %v, has %v %q, reads %d, health %+v",
+		sub.State, sub.SubscriptionGeneration, sub.SessionGeneration, w.c.Capabilities().SessionGeneration, sub.Mode, sub.ModeReason,
+		sub.Watermark, sub.LastIssuedOrdinal, w.srv.Subscribed(uri), present, text, w.srv.Reads(uri), w.c.Health())
 }
 
 // delete deletes uri on the server, waits for the fenced not-found, and has
