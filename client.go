@@ -332,6 +332,11 @@ type watch struct {
 	// activated in push mode; protected by Client.mu.
 	retryAt, pushedAt time.Time
 	retries           uint
+	// pulse is a notification the engine could not take when it came (the
+	// write of its pulse failed): the key's next pass hands it over
+	// (pulseAgain), pulseTries times failed since. Protected by Client.mu.
+	pulse      bool
+	pulseTries int
 	// position is the key's RefreshPosition, kept so that a notification
 	// need not hash the key again to learn it is outside the fraction.
 	position float64

@@ -236,10 +236,11 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	lost := conn.lost
 	var tick Trigger
 	var untilTick time.Duration
-	asked := false
+	asked, pulse := false, false
 	if w != nil {
 		tick, untilTick = c.dueTickLocked(w)
 		asked, w.asked = w.asked, false
+		pulse, w.pulse = w.pulse, false
 	}
 	c.mu.Unlock()
 	if untilTick > 0 {
@@ -269,19 +270,20 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	if err == nil {
 		again, err = c.syncWatched(conn, key, w, tick, asked, lost)
 	}
-	if errors.Is(err, errComing) {
-		c.mu.Lock()
-		w.asked = w.asked || asked
-		c.mu.Unlock()
-		return 0, err
-	}
 	if err != nil {
 		// Tried again by the next pass, with what this one was to do.
 		c.mu.Lock()
-		if tick != "" {
+		w.asked, w.pulse = w.asked || asked, w.pulse || pulse
+		if tick != "" && !errors.Is(err, errComing) {
 			w.tickAt = time.Now() // the periodic read is due at once
 		}
-		w.asked = w.asked || asked
+		c.mu.Unlock()
+	}
+	if errors.Is(err, errComing) {
+		return 0, err
+	}
+	if err != nil {
+		c.mu.Lock()
 		opened := w.opened && c.watches[key] == w
 		c.mu.Unlock()
 		if opened {
@@ -291,6 +293,12 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	}
 	if tick != "" && !lost {
 		c.requestRead(key, tick)
+	}
+	if pulse && !lost {
+		// A pulse left for the next session is moot: it reads every key.
+		if d := c.pulseAgain(key, w); d > 0 && (again == 0 || d < again) {
+			again = d
+		}
 	}
 	return again, nil
 }

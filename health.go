@@ -66,9 +66,11 @@ type ReconnectPolicy struct {
 	Initial, Max time.Duration
 }
 
-// ReadError is a read that got no answer (a transport error, a timeout). It
-// is told to ClientOptions.OnError; the read is tried again while its
-// subscription is open.
+// ReadError is a read that got no answer (a transport error, a timeout),
+// or, with TriggerNotification, the read a notification asks for that could
+// not be recorded (the ledger's write failed). It is told to
+// ClientOptions.OnError; the read is tried again while its subscription is
+// open.
 type ReadError struct {
 	URI     string
 	Trigger Trigger

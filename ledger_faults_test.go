@@ -514,3 +514,39 @@ func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
 		r.requireWhereLeft([]string{faultURI, x, y}, map[string]bool{faultURI: true, y: true}, map[string]bool{x: true})
 	})
 }
+
+// A notification the engine cannot take (the write of its pulse fails) is
+// not lost: OnError is told, Lookup says the copy is degraded while the
+// pulse is owed, and the key's passes hand it over again, so the change is
+// read within the retry policy's backoff, not at the next revalidation an
+// hour later. Both eras.
+func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+				}})
+				r.subscribe()
+				quiesce()
+
+				r.ledger.failWrites(3, writeOf(faultURI, mcpsync.StateUpdateSeen))
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				quiesce()
+				entry, err := r.c.Lookup(faultURI)
+				require.NoError(t, err)
+				assert.Equal(t, "v1", entry.Contents[0].Text)
+				assert.NotEmpty(t, entry.Degraded, "while the pulse is owed, the copy says it may be stale")
+				assert.NotEmpty(t, r.errs.list(), "the failed write is told")
+
+				time.Sleep(10 * time.Second)
+				quiesce()
+				require.Equal(t, 3, r.ledger.failures(), "the pulse's write was to fail three times")
+				entry, err = r.c.Lookup(faultURI)
+				require.NoError(t, err)
+				assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff")
+				assert.Empty(t, entry.Degraded)
+			})
+		})
+	}
+}

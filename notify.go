@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -137,15 +139,8 @@ func (c *Client) handle(n note) {
 		if c.skipRefresh(key, TriggerNotification) {
 			return // outside the refresh fraction (rollout.go)
 		}
-		t, ok, err := c.engine.Notify(key)
-		switch {
-		case err != nil:
-			if errors.Is(err, ErrNotLeaseholder) {
-				c.report(err)
-			}
+		if err := c.notify(key); err != nil {
 			c.engine.refuseNotification(key, n.gen, ReasonNotSubscribed, err.Error())
-		case ok:
-			c.dispatch(t)
 		}
 	case mcp.MethodNotificationSubscriptionsAcknowledged:
 		start, left := n.conn.acknowledged(acknowledgedURIs(params), streamIDOf(n.n))
@@ -157,6 +152,76 @@ func (c *Client) handle(n note) {
 		}
 		c.markStream(0) // a replacement may wait for this answer
 	}
+}
+
+// notify hands the engine a notification of key and sends the read it
+// asks for. A pulse whose write failed is not lost: it is kept on key's
+// watch, OnError is told, the key is Degraded saying why, and the key's
+// next pass hands the pulse over again (pulseAgain). It returns the error
+// of a pulse that is moot: key is not readable in this session, or
+// another worker holds it.
+func (c *Client) notify(key string) error {
+	t, ok, err := c.engine.Notify(key)
+	switch {
+	case err == nil:
+		if ok {
+			c.dispatch(t)
+		}
+		return nil
+	case errors.Is(err, ErrNotLeaseholder):
+		c.report(err)
+		return err
+	case pulseMoot(err):
+		return err
+	}
+	c.mu.Lock()
+	w := c.watches[key]
+	if w != nil {
+		w.pulse = true
+		c.failing[key] = pulseFailed + causeText(err)
+	}
+	c.mu.Unlock()
+	if w == nil {
+		return err
+	}
+	c.report(&ReadError{URI: key, Trigger: TriggerNotification, Err: err})
+	c.mark(key)
+	return nil
+}
+
+// pulseFailed begins the Degraded reason of a key whose notification the
+// engine could not take.
+const pulseFailed = "a notification could not be recorded: "
+
+// pulseMoot reports whether a pulse the engine refused with err needs no
+// read: key is not readable in this session (a first read, or the next
+// session's reads, cover it) or not subscribed at all.
+func pulseMoot(err error) bool {
+	return isTransitionError(err) || errors.Is(err, ErrUnknownURI) || errors.Is(err, ErrNotLeaseholder)
+}
+
+// pulseAgain hands over the pulse of a notification the engine could not
+// take (notify) and returns 0, or, while its write still fails, when to
+// try again: after the retry policy's backoff.
+func (c *Client) pulseAgain(key string, w *watch) time.Duration {
+	t, ok, err := c.engine.Notify(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil && !pulseMoot(err) {
+		w.pulse = true
+		c.failing[key] = pulseFailed + causeText(err)
+		d := c.retry.delay(w.pulseTries)
+		w.pulseTries++
+		return d
+	}
+	w.pulseTries = 0
+	if err != nil && strings.HasPrefix(c.failing[key], pulseFailed) {
+		delete(c.failing, key) // moot: nothing is owed (the read that is clears it)
+	}
+	if ok {
+		c.dispatch(t)
+	}
+	return 0
 }
 
 // decodeParams reads notification params into dst through JSON. mcp-go's
