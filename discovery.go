@@ -190,20 +190,6 @@ func NewScanner(opts *ScannerOptions) (*Scanner, error) {
 	return s, nil
 }
 
-// Discovery errors.
-var (
-	// ErrScanUnreconciled matches every error of Scan: the catalog it
-	// returned is UNRECONCILED and lists nothing.
-	ErrScanUnreconciled = errors.New("mcpsync: list scan not reconciled")
-	// ErrCursorCycle: a cursor came back twice within one pass.
-	ErrCursorCycle = errors.New("mcpsync: list cursor cycle")
-	// ErrPageCap: a pass needed more pages than ScannerOptions.MaxPages.
-	ErrPageCap = errors.New("mcpsync: list page cap exceeded")
-	// ErrListUnstable: the last attempt saw the listing change
-	// (list_changed or differing passes).
-	ErrListUnstable = errors.New("mcpsync: listing changed during every scan attempt")
-)
-
 // FaultKind names what went wrong in a pass.
 type FaultKind string
 

@@ -237,26 +237,6 @@ func (e *DegradedError) Unwrap() error { return e.Err }
 // Is makes every DegradedError match ErrSessionDegraded.
 func (e *DegradedError) Is(target error) bool { return target == ErrSessionDegraded }
 
-// Sentinels of hostile input, for errors.Is.
-var (
-	// ErrLimitExceeded matches every *LimitError.
-	ErrLimitExceeded = newError("LIMIT_EXCEEDED")
-	// ErrFramingViolation matches every *FramingError.
-	ErrFramingViolation = newError("stdio framing violation")
-	// ErrSessionDegraded matches every *DegradedError.
-	ErrSessionDegraded = newError("session degraded")
-
-	ErrMessageTooLarge   = &LimitError{Limit: LimitMessageBytes}
-	ErrMessageTooDeep    = &LimitError{Limit: LimitDepth}
-	ErrReadTooLarge      = &LimitError{Limit: LimitReadBytes}
-	ErrTooManyReadItems  = &LimitError{Limit: LimitReadItems}
-	ErrTooManyPageItems  = &LimitError{Limit: LimitPageItems}
-	ErrNotificationRate  = &LimitError{Limit: LimitNotificationsPerSecond}
-	ErrScanTimeout       = &LimitError{Limit: LimitScanDuration}
-	ErrMalformedMessage  = &MessageError{Fault: FaultMalformedMessage}
-	ErrUnknownResponseID = &MessageError{Fault: FaultUnknownResponseID}
-)
-
 // wireFaults builds this package's errors for the wire layer, which
 // declares none of its own (wire.Faults).
 type wireFaults struct{}
