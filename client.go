@@ -291,7 +291,7 @@ type Client struct {
 	keepStop   context.CancelFunc
 	keepListed context.Context
 
-	scanner     *Scanner
+	scanner     *scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
 	rollout     rollout                   // refresh fraction (rollout.go)
@@ -332,7 +332,7 @@ type watch struct {
 	// activated in push mode; protected by Client.mu.
 	retryAt, pushedAt time.Time
 	retries           uint
-	// position is the key's RefreshPosition, kept so that a notification
+	// position is position(key), kept so that a notification
 	// need not hash the key again to learn it is outside the fraction.
 	position float64
 }
@@ -443,7 +443,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		so.MaxPages = limits.MaxScanPages
 		o.Scanner = &so
 	}
-	scanner, err := NewScanner(o.Scanner)
+	scanner, err := newScanner(o.Scanner)
 	if err != nil {
 		return nil, err
 	}

@@ -91,13 +91,13 @@ func (d Descriptor) Key() string {
 	return d.Name
 }
 
-// Page is one page of a list result as the wire gave it.
+// listPage is one page of a list result as the wire gave it.
 //
 // mcp-go v1.2.1 decodes nextCursor into a string with omitempty
 // (mcp.PaginatedResult), which cannot tell an absent nextCursor from "". From
 // protocol 2026-07-28 on the difference matters, so the session layer builds
 // pages from the raw result.
-type Page struct {
+type listPage struct {
 	Items []Descriptor
 	// NextCursor is the result's nextCursor, nil when the result had none.
 	NextCursor *string
@@ -105,13 +105,14 @@ type Page struct {
 	SnapshotID string
 }
 
-// PageFunc fetches the page after cursor (nil: the first page). It must
+// pageFunc fetches the page after cursor (nil: the first page). It must
 // return the server's cursor untouched, and the JSON-RPC error of the server
 // as an *RPCError (possibly wrapped), so that an invalid cursor can be told
 // from other failures.
-type PageFunc func(ctx context.Context, cursor *string) (Page, error)
+type pageFunc func(ctx context.Context, cursor *string) (listPage, error)
 
-// ScannerOptions configure a Scanner. The zero value (or nil) means defaults.
+// ScannerOptions configure discovery scans (ClientOptions.Scanner). The zero
+// value (or nil) means defaults.
 type ScannerOptions struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -137,18 +138,18 @@ type ScannerOptions struct {
 	ReviewAfter time.Duration
 }
 
-// Scanner lists the items of one kind completely, or says it could not. A
-// Scanner is safe for concurrent use.
-type Scanner struct {
+// scanner lists the items of one kind completely, or says it could not. A
+// scanner is safe for concurrent use.
+type scanner struct {
 	opts ScannerOptions
 
 	randMu sync.Mutex // protects rnd
 	rnd    *rand.Rand // nil: the global source, which is safe on its own
 }
 
-// NewScanner returns a scanner with opts applied. It rejects negative values
+// newScanner returns a scanner with opts applied. It rejects negative values
 // and a ReviewAfter beyond StaleAfter or a BackoffMax below BackoffBase.
-func NewScanner(opts *ScannerOptions) (*Scanner, error) {
+func newScanner(opts *ScannerOptions) (*scanner, error) {
 	var o ScannerOptions
 	if opts != nil {
 		o = *opts
@@ -183,7 +184,7 @@ func NewScanner(opts *ScannerOptions) (*Scanner, error) {
 	if o.ReviewAfter > o.StaleAfter {
 		return nil, fmt.Errorf("mcpsync: ReviewAfter %v beyond StaleAfter %v: the catalog would be stale before its review", o.ReviewAfter, o.StaleAfter)
 	}
-	s := &Scanner{opts: o}
+	s := &scanner{opts: o}
 	if o.Rand != nil {
 		s.rnd = rand.New(o.Rand)
 	}
@@ -553,24 +554,12 @@ type Reconciliation struct {
 	TooOld []string `json:"tooOld,omitempty"`
 }
 
-// Scan lists kind completely over pages and says how far the result may be
-// trusted.
-//
-// With the snapshot extension negotiated (receipt.SnapshotList), one clean
-// pass whose pages all carry the same snapshot id gives SNAPSHOT_PROVEN.
-// Otherwise an attempt is two consecutive passes A and B; when both are clean,
-// their set digests are equal and listChanged did not move from the start of
-// A to the end of B, the catalog is SNAPSHOT_UNPROVEN. Any other attempt
-// (list_changed, differing sets, a cursor cycle, an invalid cursor) is
-// started over after a jittered exponential backoff, up to
-// MaxAttempts. listChanged counts the list_changed notifications of kind; nil
-// means they are not observed (a server without listChanged), which the
-// digest comparison still covers.
-//
-// A failed page, the page cap, exhausted attempts and a cancelled ctx end the
-// scan with a *ScanError and an UNRECONCILED catalog that lists nothing but
-// keeps the receipts. Cancelling ctx stops the wait or the page in progress.
-func (s *Scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (Catalog, error) {
+// Scan lists kind completely over pages, as Client.Scan says: the snapshot
+// extension counts as negotiated when receipt.SnapshotList is set, and
+// listChanged counts the list_changed notifications of kind; nil means they
+// are not observed (a server without listChanged), which the digest
+// comparison still covers.
+func (s *scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (Catalog, error) {
 	if kind.Method() == "" {
 		return Catalog{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
 	}
@@ -660,7 +649,7 @@ func retryablePass(err error) bool {
 // failure: BackoffBase doubled n-1 times, capped at BackoffMax, of which a
 // random half is waited on top of the other half, so that the wait never
 // collapses to zero while scanners that failed together still spread out.
-func (s *Scanner) backoff(n int) time.Duration {
+func (s *scanner) backoff(n int) time.Duration {
 	d := s.opts.BackoffBase
 	for i := 1; i < n && d < s.opts.BackoffMax; i++ {
 		d *= 2
@@ -693,7 +682,7 @@ func waitBackoff(ctx context.Context, d time.Duration) error {
 // pass walks the listing once and returns its receipt and, when it reached
 // the end, its distinct descriptors sorted by key. The error is the pass's
 // *PassError, or ctx's error.
-func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
+func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
 	r := ScanReceipt{
 		Schema: SchemaDiscoveryScan, ID: uuid.NewString(), Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
 		SnapshotNegotiated: receipt.SnapshotList, StartedAt: s.opts.Now(), Pages: []PageReceipt{},
@@ -841,7 +830,7 @@ func descriptorSetDigest(kind ListKind, set []keyedDescriptor) string {
 // *PassError for a cursor cycle, the page cap or a failed page (an invalid
 // cursor is not retried here; Scan starts over), or ctx's error. It proves
 // nothing about completeness; use Scan for that.
-func (s *Scanner) Walk(ctx context.Context, kind ListKind, era Era, pages PageFunc) iter.Seq2[Descriptor, error] {
+func (s *scanner) Walk(ctx context.Context, kind ListKind, era Era, pages pageFunc) iter.Seq2[Descriptor, error] {
 	return func(yield func(Descriptor, error) bool) {
 		for w, err := range s.walkPages(ctx, era, pages) {
 			if err != nil {
