@@ -435,15 +435,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, err
 	}
 	o.Limits = &limits
-	if o.Scanner == nil || o.Scanner.MaxPages == 0 {
-		so := ScannerOptions{}
-		if o.Scanner != nil {
-			so = *o.Scanner
-		}
-		so.MaxPages = limits.MaxScanPages
-		o.Scanner = &so
-	}
-	scanner, err := newScanner(o.Scanner)
+	scanner, err := newScanner(o.Scanner, limits.MaxScanPages)
 	if err != nil {
 		return nil, err
 	}

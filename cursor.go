@@ -54,7 +54,7 @@ func (s *scanner) walkPages(ctx context.Context, era Era, pages pageFunc) iter.S
 				if rpc, ok := errors.AsType[*RPCError](err); ok && rpc.Code == CodeInvalidParams && cursor != nil {
 					fault = FaultInvalidCursor
 				}
-				yield(walkedPage{}, &PassError{Fault: fault, Page: index, CursorDigest: digest, Err: err})
+				yield(walkedPage{}, &passError{Fault: fault, Page: index, CursorDigest: digest, Err: err})
 				return
 			}
 			if !yield(walkedPage{index: index, cursorDigest: digest, page: p}, nil) {
@@ -65,11 +65,11 @@ func (s *scanner) walkPages(ctx context.Context, era Era, pages pageFunc) iter.S
 			}
 			next := cursorDigest(*p.NextCursor)
 			if _, cycled := sent[next]; cycled {
-				yield(walkedPage{}, &PassError{Fault: FaultCursorCycle, Page: index + 1, CursorDigest: next})
+				yield(walkedPage{}, &passError{Fault: FaultCursorCycle, Page: index + 1, CursorDigest: next})
 				return
 			}
-			if index+1 >= s.opts.MaxPages {
-				yield(walkedPage{}, &PassError{Fault: FaultPageCap, Page: index + 1, CursorDigest: next})
+			if index+1 >= s.maxPages {
+				yield(walkedPage{}, &passError{Fault: FaultPageCap, Page: index + 1, CursorDigest: next})
 				return
 			}
 			sent[next] = struct{}{}

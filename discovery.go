@@ -119,8 +119,6 @@ type ScannerOptions struct {
 	// Rand is the source of backoff jitter; nil means the global source of
 	// math/rand/v2.
 	Rand rand.Source
-	// MaxPages is the most pages one pass may fetch; 0 means 1000.
-	MaxPages int
 	// MaxAttempts is how many times a scan may start over (each attempt is
 	// one pass with snapshot proof, otherwise two); 0 means 5.
 	MaxAttempts int
@@ -141,27 +139,29 @@ type ScannerOptions struct {
 // scanner lists the items of one kind completely, or says it could not. A
 // scanner is safe for concurrent use.
 type scanner struct {
-	opts ScannerOptions
+	opts     ScannerOptions
+	maxPages int // the most pages one pass may fetch (Limits.MaxScanPages)
 
 	randMu sync.Mutex // protects rnd
 	rnd    *rand.Rand // nil: the global source, which is safe on its own
 }
 
-// newScanner returns a scanner with opts applied. It rejects negative values
-// and a ReviewAfter beyond StaleAfter or a BackoffMax below BackoffBase.
-func newScanner(opts *ScannerOptions) (*scanner, error) {
+// newScanner returns a scanner with opts applied whose passes fetch at most
+// maxPages pages (0: DefaultMaxScanPages). It rejects negative values and a
+// ReviewAfter beyond StaleAfter or a BackoffMax below BackoffBase.
+func newScanner(opts *ScannerOptions, maxPages int) (*scanner, error) {
 	var o ScannerOptions
 	if opts != nil {
 		o = *opts
 	}
-	if o.MaxPages < 0 || o.MaxAttempts < 0 || o.BackoffBase < 0 || o.BackoffMax < 0 || o.StaleAfter < 0 || o.ReviewAfter < 0 {
+	if maxPages < 0 || o.MaxAttempts < 0 || o.BackoffBase < 0 || o.BackoffMax < 0 || o.StaleAfter < 0 || o.ReviewAfter < 0 {
 		return nil, errors.New("mcpsync: negative scanner option")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.MaxPages == 0 {
-		o.MaxPages = 1000
+	if maxPages == 0 {
+		maxPages = DefaultMaxScanPages
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = 5
@@ -184,7 +184,7 @@ func newScanner(opts *ScannerOptions) (*scanner, error) {
 	if o.ReviewAfter > o.StaleAfter {
 		return nil, fmt.Errorf("mcpsync: ReviewAfter %v beyond StaleAfter %v: the catalog would be stale before its review", o.ReviewAfter, o.StaleAfter)
 	}
-	s := &scanner{opts: o}
+	s := &scanner{opts: o, maxPages: maxPages}
 	if o.Rand != nil {
 		s.rnd = rand.New(o.Rand)
 	}
@@ -198,7 +198,8 @@ type FaultKind string
 const (
 	// FaultCursorCycle: a cursor came back twice in the pass. The pass ends.
 	FaultCursorCycle FaultKind = "CURSOR_CYCLE"
-	// FaultPageCap: the pass needed more than MaxPages pages. The pass ends.
+	// FaultPageCap: the pass needed more than Limits.MaxScanPages pages.
+	// The pass ends.
 	FaultPageCap FaultKind = "PAGE_CAP"
 	// FaultInvalidCursor: the server refused one of its own cursors with
 	// -32602. The pass ends and the scan starts over.
@@ -214,8 +215,9 @@ const (
 	FaultPageError FaultKind = "PAGE_ERROR"
 )
 
-// PassError is a pass that could not reach the end of the listing.
-type PassError struct {
+// passError is a pass that could not reach the end of the listing: the
+// error form of the ScanFault its receipt records.
+type passError struct {
 	Fault FaultKind
 	// Page is the 0-based index of the page the pass could not fetch.
 	Page int
@@ -225,9 +227,9 @@ type PassError struct {
 	Err error
 }
 
-func (e *PassError) Error() string { return errPrefix + e.text() }
+func (e *passError) Error() string { return errPrefix + e.text() }
 
-func (e *PassError) text() string {
+func (e *passError) text() string {
 	msg := fmt.Sprintf("list pass: %s at page %d", e.Fault, e.Page)
 	if e.Err != nil {
 		msg += ": " + causeText(e.Err)
@@ -235,10 +237,10 @@ func (e *PassError) text() string {
 	return msg
 }
 
-func (e *PassError) Unwrap() error { return e.Err }
+func (e *passError) Unwrap() error { return e.Err }
 
 // Is matches ErrCursorCycle and ErrPageCap for those faults.
-func (e *PassError) Is(target error) bool {
+func (e *passError) Is(target error) bool {
 	return target == ErrCursorCycle && e.Fault == FaultCursorCycle ||
 		target == ErrPageCap && e.Fault == FaultPageCap
 }
@@ -249,8 +251,10 @@ func (e *PassError) Is(target error) bool {
 type ScanError struct {
 	Kind     ListKind
 	Attempts int
-	// Err is why the last attempt failed: a *PassError, ErrListUnstable or
-	// the context's error.
+	// Err is why the last attempt failed: a fault of a pass, which matches
+	// ErrCursorCycle or ErrPageCap or wraps the page's error (an *RPCError,
+	// say), and which the pass's ScanReceipt.Faults records; ErrListUnstable;
+	// ErrScanTimeout; or the context's error.
 	Err error
 }
 
@@ -641,7 +645,7 @@ func (s *scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt Capa
 // the pass. The page cap is not retried: a listing longer than the cap stays
 // longer, and retrying would multiply the load the cap exists to bound.
 func retryablePass(err error) bool {
-	pe, ok := errors.AsType[*PassError](err)
+	pe, ok := errors.AsType[*passError](err)
 	return ok && (pe.Fault == FaultCursorCycle || pe.Fault == FaultInvalidCursor)
 }
 
@@ -681,7 +685,7 @@ func waitBackoff(ctx context.Context, d time.Duration) error {
 
 // pass walks the listing once and returns its receipt and, when it reached
 // the end, its distinct descriptors sorted by key. The error is the pass's
-// *PassError, or ctx's error.
+// *passError, or ctx's error.
 func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
 	r := ScanReceipt{
 		Schema: SchemaDiscoveryScan, ID: uuid.NewString(), Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
@@ -722,7 +726,7 @@ func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 	r.EndedAt = s.opts.Now()
 	if walkErr != nil {
 		r.Outcome, r.SnapshotID = PassFailed, ""
-		if pe, ok := errors.AsType[*PassError](walkErr); ok {
+		if pe, ok := errors.AsType[*passError](walkErr); ok {
 			f := ScanFault{Fault: pe.Fault, Page: pe.Page, CursorDigest: pe.CursorDigest}
 			if pe.Err != nil {
 				f.Error = causeText(pe.Err)
@@ -827,7 +831,7 @@ func descriptorSetDigest(kind ListKind, set []keyedDescriptor) string {
 
 // Walk lists kind lazily in one pass, yielding each item as listed (repeats
 // included), and yields an error and stops at the first failure: a
-// *PassError for a cursor cycle, the page cap or a failed page (an invalid
+// *passError for a cursor cycle, the page cap or a failed page (an invalid
 // cursor is not retried here; Scan starts over), or ctx's error. It proves
 // nothing about completeness; use Scan for that.
 func (s *scanner) Walk(ctx context.Context, kind ListKind, era Era, pages pageFunc) iter.Seq2[Descriptor, error] {

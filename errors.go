@@ -87,7 +87,7 @@ var (
 	ErrScanUnreconciled = errors.New("mcpsync: list scan not reconciled")
 	// ErrCursorCycle: a cursor came back twice within one pass.
 	ErrCursorCycle = errors.New("mcpsync: list cursor cycle")
-	// ErrPageCap: a pass needed more pages than ScannerOptions.MaxPages.
+	// ErrPageCap: a pass needed more pages than Limits.MaxScanPages.
 	ErrPageCap = errors.New("mcpsync: list page cap exceeded")
 	// ErrListUnstable: the last attempt saw the listing change
 	// (list_changed or differing passes).

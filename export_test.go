@@ -13,10 +13,16 @@ type (
 	AbsenceScan = ledger.UnlistedScan
 )
 
-var (
-	NewScanner   = newScanner
-	CursorDigest = cursorDigest
-)
+var CursorDigest = cursorDigest
+
+// NewScanner is newScanner with the default page cap.
+func NewScanner(opts *ScannerOptions) (*scanner, error) { return newScanner(opts, 0) }
+
+// WithMaxPages sets the page cap of s (Limits.MaxScanPages) and returns s.
+func (s *scanner) WithMaxPages(n int) *scanner {
+	s.maxPages = n
+	return s
+}
 
 // Corroborate is corroborate: Catalog.ReconcileWith's step for one
 // TOMBSTONE_PENDING URI an unproven catalog does not list.

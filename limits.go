@@ -23,8 +23,7 @@ type Limits struct {
 	MaxReadItems int
 	// MaxPageItems bounds the items of one list page; 0 means 100,000.
 	MaxPageItems int
-	// MaxScanPages bounds the pages of one scan pass (ScannerOptions.MaxPages
-	// wins when set); 0 means 1,000.
+	// MaxScanPages bounds the pages of one scan pass; 0 means 1,000.
 	MaxScanPages int
 	// ScanTimeout bounds a whole scan, every attempt and backoff included;
 	// 0 means 5 minutes.
