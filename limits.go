@@ -264,10 +264,6 @@ func (wireFaults) Output(first []byte, exit error) error {
 
 func (wireFaults) OutputClosed() error { return ErrOutputClosed }
 
-// ReasonLimitExceeded: the read result passed a limit (Limits); the stale
-// receipt's detail names the limit, its bound and the observed size.
-const ReasonLimitExceeded StaleReason = "LIMIT_EXCEEDED"
-
 // limitResult is the read result of a read refused for a limit.
 func limitResult(err *LimitError) ReadResult {
 	return ReadResult{err: &RefusalError{Reason: ReasonLimitExceeded, Detail: fmt.Sprintf("%s: observed %d, limit %d", err.Limit, err.Observed, err.Max), Err: err}}
