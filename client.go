@@ -291,7 +291,7 @@ type Client struct {
 	keepStop   context.CancelFunc
 	keepListed context.Context
 
-	scanner     *Scanner
+	scanner     *scanner
 	notes       noteQueue
 	listChanged map[string]*atomic.Uint64 // list method -> list_changed seen; fixed keys
 	rollout     rollout                   // refresh fraction (rollout.go)
@@ -337,7 +337,7 @@ type watch struct {
 	// (pulseAgain), pulseTries times failed since. Protected by Client.mu.
 	pulse      bool
 	pulseTries int
-	// position is the key's RefreshPosition, kept so that a notification
+	// position is position(key), kept so that a notification
 	// need not hash the key again to learn it is outside the fraction.
 	position float64
 }
@@ -440,15 +440,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 		return nil, err
 	}
 	o.Limits = &limits
-	if o.Scanner == nil || o.Scanner.MaxPages == 0 {
-		so := ScannerOptions{}
-		if o.Scanner != nil {
-			so = *o.Scanner
-		}
-		so.MaxPages = limits.MaxScanPages
-		o.Scanner = &so
-	}
-	scanner, err := NewScanner(o.Scanner)
+	scanner, err := newScanner(o.Scanner, limits.MaxScanPages)
 	if err != nil {
 		return nil, err
 	}

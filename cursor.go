@@ -12,9 +12,9 @@ import (
 // next untouched, and remembered only as digests, for receipts and to find a
 // cursor that comes back within a pass.
 
-// CursorDigest returns the digest a receipt keeps of a cursor: "sha256:" and
+// cursorDigest returns the digest a receipt keeps of a cursor: "sha256:" and
 // the lower-case hex SHA-256 of the cursor's bytes.
-func CursorDigest(cursor string) string {
+func cursorDigest(cursor string) string {
 	sum := sha256.Sum256([]byte(cursor))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -23,14 +23,14 @@ func CursorDigest(cursor string) string {
 type walkedPage struct {
 	index        int
 	cursorDigest string // of the cursor sent for the page; "" for the first
-	page         Page
+	page         listPage
 }
 
 // walkPages fetches the pages of one pass, from the first until the listing
 // ends, and yields an error and stops on a cursor cycle, the page cap, a
 // failed page or the end of ctx. Cursors go from one page to the next
 // untouched; only their digests are remembered.
-func (s *Scanner) walkPages(ctx context.Context, era Era, pages PageFunc) iter.Seq2[walkedPage, error] {
+func (s *scanner) walkPages(ctx context.Context, era Era, pages pageFunc) iter.Seq2[walkedPage, error] {
 	return func(yield func(walkedPage, error) bool) {
 		var cursor *string
 		var digest string
@@ -54,7 +54,7 @@ func (s *Scanner) walkPages(ctx context.Context, era Era, pages PageFunc) iter.S
 				if rpc, ok := errors.AsType[*RPCError](err); ok && rpc.Code == CodeInvalidParams && cursor != nil {
 					fault = FaultInvalidCursor
 				}
-				yield(walkedPage{}, &PassError{Fault: fault, Page: index, CursorDigest: digest, Err: err})
+				yield(walkedPage{}, &passError{Fault: fault, Page: index, CursorDigest: digest, Err: err})
 				return
 			}
 			if !yield(walkedPage{index: index, cursorDigest: digest, page: p}, nil) {
@@ -63,13 +63,13 @@ func (s *Scanner) walkPages(ctx context.Context, era Era, pages PageFunc) iter.S
 			if listingEnded(era, p.NextCursor) {
 				return
 			}
-			next := CursorDigest(*p.NextCursor)
+			next := cursorDigest(*p.NextCursor)
 			if _, cycled := sent[next]; cycled {
-				yield(walkedPage{}, &PassError{Fault: FaultCursorCycle, Page: index + 1, CursorDigest: next})
+				yield(walkedPage{}, &passError{Fault: FaultCursorCycle, Page: index + 1, CursorDigest: next})
 				return
 			}
-			if index+1 >= s.opts.MaxPages {
-				yield(walkedPage{}, &PassError{Fault: FaultPageCap, Page: index + 1, CursorDigest: next})
+			if index+1 >= s.maxPages {
+				yield(walkedPage{}, &passError{Fault: FaultPageCap, Page: index + 1, CursorDigest: next})
 				return
 			}
 			sent[next] = struct{}{}

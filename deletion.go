@@ -25,7 +25,7 @@ import (
 //     not found. This is what every server without the extension can give.
 //
 // The corroboration is a small state machine kept in the ledger record
-// (Record.Corroboration), so it survives a restart: Engine.Corroborate
+// (Record.Corroboration), so it survives a restart: Catalog.ReconcileWith
 // records the scan and asks for the second read; the fence confirms the
 // tombstone when that read says not found. Anything else on the way (the
 // URI listed, a pulse, a read that finds content, a read that fails or is
@@ -106,16 +106,7 @@ type TombstoneReceipt struct {
 	At        time.Time `json:"at"`
 }
 
-// AbsenceScan is a clean two-pass scan of the current session that did not
-// list a URI, as Engine.Corroborate takes it.
-type AbsenceScan struct {
-	// Scans are the ids of the two passes (ScanReceipt.ID).
-	Scans []string
-	// StartedAt is when the first pass began; EndedAt when the second ended.
-	StartedAt, EndedAt time.Time
-}
-
-// Corroborate records that a clean two-pass scan did not list the URI, and
+// corroborate records that a clean two-pass scan did not list the URI, and
 // returns the read that may confirm its deletion (ok: send it; not ok: a
 // read of the URI is in flight and the queue issues it when that one ends).
 //
@@ -126,10 +117,10 @@ type AbsenceScan struct {
 // again. For an open subscription the scan asks for a reconcile read, whose
 // not-found takes the fenced path. Other states are left alone.
 //
-// Corroborate does not check the scan: Catalog.Reconcile (under a
+// corroborate does not check the scan: Catalog.ReconcileWith (under a
 // DeletionPolicy that allows it) hands it only the passes of a fresh
 // SNAPSHOT_UNPROVEN catalog of the current session.
-func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, error) {
+func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Ticket{}, false, err

@@ -49,12 +49,6 @@ func CommandDialer(cmd Command) Dialer {
 	})
 }
 
-// ErrCommandContext: StdioDialer was given a command bound to a context
-// (exec.CommandContext). The Client owns a server process's lifetime; a
-// context ending would kill a server the Client still speaks to (a dial's
-// context ends once the handshake is done).
-var ErrCommandContext = newError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
-
 // StdioDialer is the form of CommandDialer for a command it cannot
 // describe (a process group of its own, credentials, a stderr of the
 // caller's): newCmd builds a new, unstarted command at every dial, which

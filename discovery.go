@@ -91,13 +91,13 @@ func (d Descriptor) Key() string {
 	return d.Name
 }
 
-// Page is one page of a list result as the wire gave it.
+// listPage is one page of a list result as the wire gave it.
 //
 // mcp-go v1.2.1 decodes nextCursor into a string with omitempty
 // (mcp.PaginatedResult), which cannot tell an absent nextCursor from "". From
 // protocol 2026-07-28 on the difference matters, so the session layer builds
 // pages from the raw result.
-type Page struct {
+type listPage struct {
 	Items []Descriptor
 	// NextCursor is the result's nextCursor, nil when the result had none.
 	NextCursor *string
@@ -105,21 +105,20 @@ type Page struct {
 	SnapshotID string
 }
 
-// PageFunc fetches the page after cursor (nil: the first page). It must
+// pageFunc fetches the page after cursor (nil: the first page). It must
 // return the server's cursor untouched, and the JSON-RPC error of the server
 // as an *RPCError (possibly wrapped), so that an invalid cursor can be told
 // from other failures.
-type PageFunc func(ctx context.Context, cursor *string) (Page, error)
+type pageFunc func(ctx context.Context, cursor *string) (listPage, error)
 
-// ScannerOptions configure a Scanner. The zero value (or nil) means defaults.
+// ScannerOptions configure discovery scans (ClientOptions.Scanner). The zero
+// value (or nil) means defaults.
 type ScannerOptions struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Rand is the source of backoff jitter; nil means the global source of
 	// math/rand/v2.
 	Rand rand.Source
-	// MaxPages is the most pages one pass may fetch; 0 means 1000.
-	MaxPages int
 	// MaxAttempts is how many times a scan may start over (each attempt is
 	// one pass with snapshot proof, otherwise two); 0 means 5.
 	MaxAttempts int
@@ -137,30 +136,32 @@ type ScannerOptions struct {
 	ReviewAfter time.Duration
 }
 
-// Scanner lists the items of one kind completely, or says it could not. A
-// Scanner is safe for concurrent use.
-type Scanner struct {
-	opts ScannerOptions
+// scanner lists the items of one kind completely, or says it could not. A
+// scanner is safe for concurrent use.
+type scanner struct {
+	opts     ScannerOptions
+	maxPages int // the most pages one pass may fetch (Limits.MaxScanPages)
 
 	randMu sync.Mutex // protects rnd
 	rnd    *rand.Rand // nil: the global source, which is safe on its own
 }
 
-// NewScanner returns a scanner with opts applied. It rejects negative values
-// and a ReviewAfter beyond StaleAfter or a BackoffMax below BackoffBase.
-func NewScanner(opts *ScannerOptions) (*Scanner, error) {
+// newScanner returns a scanner with opts applied whose passes fetch at most
+// maxPages pages (0: DefaultMaxScanPages). It rejects negative values and a
+// ReviewAfter beyond StaleAfter or a BackoffMax below BackoffBase.
+func newScanner(opts *ScannerOptions, maxPages int) (*scanner, error) {
 	var o ScannerOptions
 	if opts != nil {
 		o = *opts
 	}
-	if o.MaxPages < 0 || o.MaxAttempts < 0 || o.BackoffBase < 0 || o.BackoffMax < 0 || o.StaleAfter < 0 || o.ReviewAfter < 0 {
+	if maxPages < 0 || o.MaxAttempts < 0 || o.BackoffBase < 0 || o.BackoffMax < 0 || o.StaleAfter < 0 || o.ReviewAfter < 0 {
 		return nil, errors.New("mcpsync: negative scanner option")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.MaxPages == 0 {
-		o.MaxPages = 1000
+	if maxPages == 0 {
+		maxPages = DefaultMaxScanPages
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = 5
@@ -183,26 +184,12 @@ func NewScanner(opts *ScannerOptions) (*Scanner, error) {
 	if o.ReviewAfter > o.StaleAfter {
 		return nil, fmt.Errorf("mcpsync: ReviewAfter %v beyond StaleAfter %v: the catalog would be stale before its review", o.ReviewAfter, o.StaleAfter)
 	}
-	s := &Scanner{opts: o}
+	s := &scanner{opts: o, maxPages: maxPages}
 	if o.Rand != nil {
 		s.rnd = rand.New(o.Rand)
 	}
 	return s, nil
 }
-
-// Discovery errors.
-var (
-	// ErrScanUnreconciled matches every error of Scan: the catalog it
-	// returned is UNRECONCILED and lists nothing.
-	ErrScanUnreconciled = errors.New("mcpsync: list scan not reconciled")
-	// ErrCursorCycle: a cursor came back twice within one pass.
-	ErrCursorCycle = errors.New("mcpsync: list cursor cycle")
-	// ErrPageCap: a pass needed more pages than ScannerOptions.MaxPages.
-	ErrPageCap = errors.New("mcpsync: list page cap exceeded")
-	// ErrListUnstable: the last attempt saw the listing change
-	// (list_changed or differing passes).
-	ErrListUnstable = errors.New("mcpsync: listing changed during every scan attempt")
-)
 
 // FaultKind names what went wrong in a pass.
 type FaultKind string
@@ -211,7 +198,8 @@ type FaultKind string
 const (
 	// FaultCursorCycle: a cursor came back twice in the pass. The pass ends.
 	FaultCursorCycle FaultKind = "CURSOR_CYCLE"
-	// FaultPageCap: the pass needed more than MaxPages pages. The pass ends.
+	// FaultPageCap: the pass needed more than Limits.MaxScanPages pages.
+	// The pass ends.
 	FaultPageCap FaultKind = "PAGE_CAP"
 	// FaultInvalidCursor: the server refused one of its own cursors with
 	// -32602. The pass ends and the scan starts over.
@@ -227,8 +215,9 @@ const (
 	FaultPageError FaultKind = "PAGE_ERROR"
 )
 
-// PassError is a pass that could not reach the end of the listing.
-type PassError struct {
+// passError is a pass that could not reach the end of the listing: the
+// error form of the ScanFault its receipt records.
+type passError struct {
 	Fault FaultKind
 	// Page is the 0-based index of the page the pass could not fetch.
 	Page int
@@ -238,9 +227,9 @@ type PassError struct {
 	Err error
 }
 
-func (e *PassError) Error() string { return errPrefix + e.text() }
+func (e *passError) Error() string { return errPrefix + e.text() }
 
-func (e *PassError) text() string {
+func (e *passError) text() string {
 	msg := fmt.Sprintf("list pass: %s at page %d", e.Fault, e.Page)
 	if e.Err != nil {
 		msg += ": " + causeText(e.Err)
@@ -248,10 +237,10 @@ func (e *PassError) text() string {
 	return msg
 }
 
-func (e *PassError) Unwrap() error { return e.Err }
+func (e *passError) Unwrap() error { return e.Err }
 
 // Is matches ErrCursorCycle and ErrPageCap for those faults.
-func (e *PassError) Is(target error) bool {
+func (e *passError) Is(target error) bool {
 	return target == ErrCursorCycle && e.Fault == FaultCursorCycle ||
 		target == ErrPageCap && e.Fault == FaultPageCap
 }
@@ -262,8 +251,10 @@ func (e *PassError) Is(target error) bool {
 type ScanError struct {
 	Kind     ListKind
 	Attempts int
-	// Err is why the last attempt failed: a *PassError, ErrListUnstable or
-	// the context's error.
+	// Err is why the last attempt failed: a fault of a pass, which matches
+	// ErrCursorCycle or ErrPageCap or wraps the page's error (an *RPCError,
+	// say), and which the pass's ScanReceipt.Faults records; ErrListUnstable;
+	// ErrScanTimeout; or the context's error.
 	Err error
 }
 
@@ -567,24 +558,12 @@ type Reconciliation struct {
 	TooOld []string `json:"tooOld,omitempty"`
 }
 
-// Scan lists kind completely over pages and says how far the result may be
-// trusted.
-//
-// With the snapshot extension negotiated (receipt.SnapshotList), one clean
-// pass whose pages all carry the same snapshot id gives SNAPSHOT_PROVEN.
-// Otherwise an attempt is two consecutive passes A and B; when both are clean,
-// their set digests are equal and listChanged did not move from the start of
-// A to the end of B, the catalog is SNAPSHOT_UNPROVEN. Any other attempt
-// (list_changed, differing sets, a cursor cycle, an invalid cursor) is
-// started over after a jittered exponential backoff, up to
-// MaxAttempts. listChanged counts the list_changed notifications of kind; nil
-// means they are not observed (a server without listChanged), which the
-// digest comparison still covers.
-//
-// A failed page, the page cap, exhausted attempts and a cancelled ctx end the
-// scan with a *ScanError and an UNRECONCILED catalog that lists nothing but
-// keeps the receipts. Cancelling ctx stops the wait or the page in progress.
-func (s *Scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (Catalog, error) {
+// Scan lists kind completely over pages, as Client.Scan says: the snapshot
+// extension counts as negotiated when receipt.SnapshotList is set, and
+// listChanged counts the list_changed notifications of kind; nil means they
+// are not observed (a server without listChanged), which the digest
+// comparison still covers.
+func (s *scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (Catalog, error) {
 	if kind.Method() == "" {
 		return Catalog{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
 	}
@@ -666,7 +645,7 @@ func (s *Scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt Capa
 // the pass. The page cap is not retried: a listing longer than the cap stays
 // longer, and retrying would multiply the load the cap exists to bound.
 func retryablePass(err error) bool {
-	pe, ok := errors.AsType[*PassError](err)
+	pe, ok := errors.AsType[*passError](err)
 	return ok && (pe.Fault == FaultCursorCycle || pe.Fault == FaultInvalidCursor)
 }
 
@@ -674,7 +653,7 @@ func retryablePass(err error) bool {
 // failure: BackoffBase doubled n-1 times, capped at BackoffMax, of which a
 // random half is waited on top of the other half, so that the wait never
 // collapses to zero while scanners that failed together still spread out.
-func (s *Scanner) backoff(n int) time.Duration {
+func (s *scanner) backoff(n int) time.Duration {
 	d := s.opts.BackoffBase
 	for i := 1; i < n && d < s.opts.BackoffMax; i++ {
 		d *= 2
@@ -706,8 +685,8 @@ func waitBackoff(ctx context.Context, d time.Duration) error {
 
 // pass walks the listing once and returns its receipt and, when it reached
 // the end, its distinct descriptors sorted by key. The error is the pass's
-// *PassError, or ctx's error.
-func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages PageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
+// *passError, or ctx's error.
+func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
 	r := ScanReceipt{
 		Schema: SchemaDiscoveryScan, ID: uuid.NewString(), Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
 		SnapshotNegotiated: receipt.SnapshotList, StartedAt: s.opts.Now(), Pages: []PageReceipt{},
@@ -747,7 +726,7 @@ func (s *Scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 	r.EndedAt = s.opts.Now()
 	if walkErr != nil {
 		r.Outcome, r.SnapshotID = PassFailed, ""
-		if pe, ok := errors.AsType[*PassError](walkErr); ok {
+		if pe, ok := errors.AsType[*passError](walkErr); ok {
 			f := ScanFault{Fault: pe.Fault, Page: pe.Page, CursorDigest: pe.CursorDigest}
 			if pe.Err != nil {
 				f.Error = causeText(pe.Err)
@@ -852,10 +831,10 @@ func descriptorSetDigest(kind ListKind, set []keyedDescriptor) string {
 
 // Walk lists kind lazily in one pass, yielding each item as listed (repeats
 // included), and yields an error and stops at the first failure: a
-// *PassError for a cursor cycle, the page cap or a failed page (an invalid
+// *passError for a cursor cycle, the page cap or a failed page (an invalid
 // cursor is not retried here; Scan starts over), or ctx's error. It proves
 // nothing about completeness; use Scan for that.
-func (s *Scanner) Walk(ctx context.Context, kind ListKind, era Era, pages PageFunc) iter.Seq2[Descriptor, error] {
+func (s *scanner) Walk(ctx context.Context, kind ListKind, era Era, pages pageFunc) iter.Seq2[Descriptor, error] {
 	return func(yield func(Descriptor, error) bool) {
 		for w, err := range s.walkPages(ctx, era, pages) {
 			if err != nil {

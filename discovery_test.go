@@ -612,7 +612,7 @@ func TestScanPageCap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			all := []string{"file:///1", "file:///2", "file:///3", "file:///4"}[:tc.items]
 			l := newFakeListing(mcpsync.KindResources, 1, all...)
-			c, err := runScan(t, newTestScanner(t, &mcpsync.ScannerOptions{MaxPages: 3}), mcpsync.KindResources, mcpsync.EraLegacy, capsPlain, l.page, nil)
+			c, err := runScan(t, newTestScanner(t, nil).WithMaxPages(3), mcpsync.KindResources, mcpsync.EraLegacy, capsPlain, l.page, nil)
 			if tc.ok {
 				require.NoError(t, err)
 				assert.Equal(t, all, catalogKeys(c))
@@ -920,7 +920,6 @@ func TestScannerOptions(t *testing.T) {
 		{"review before stale", &mcpsync.ScannerOptions{StaleAfter: time.Minute, ReviewAfter: time.Minute}, true},
 		{"review after stale", &mcpsync.ScannerOptions{StaleAfter: time.Minute, ReviewAfter: 2 * time.Minute}, false},
 		{"backoff max below base", &mcpsync.ScannerOptions{BackoffBase: time.Minute, BackoffMax: time.Second}, false},
-		{"negative pages", &mcpsync.ScannerOptions{MaxPages: -1}, false},
 		{"negative attempts", &mcpsync.ScannerOptions{MaxAttempts: -1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

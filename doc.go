@@ -7,7 +7,7 @@
 // raises a watermark, stores a version and appends to the invalidation
 // outbox. Everything else refuses with a receipt. The Client drives an Engine
 // over an mcp-go connection: subscriptions in both protocol eras, coalesced
-// reads, revalidation, reconnects and discovery scans (Scanner, Catalog).
+// reads, revalidation, reconnects and discovery scans (Client.Scan, Catalog).
 //
 // # Protocol facts the code relies on
 //

@@ -15,19 +15,19 @@ import (
 	"github.com/mcpsync/mcpsync/ledger"
 )
 
-// Errors callers branch on with errors.Is and errors.As. Every refusal of the
-// fence is a *RefusalError whose Is matches both ErrRefused and the sentinel of
-// its reason.
-//
 // Every message begins "mcpsync: " once: an error of this package that wraps
 // another prints the other without its prefix, and without mcp-go's
 // "transport error: " (see causeText).
 
-// ErrRefused matches every refusal of the fence, whatever its reason.
-var ErrRefused = newError("read result refused by the fence")
-
-// Fence refusals, one per StaleReason.
+// Errors callers branch on with errors.Is: every sentinel of the package, by
+// area. The typed errors (*RefusalError, *ScanError, *LimitError, …) carry
+// the details for errors.As, and each matches the sentinel its doc names.
 var (
+	// Refusals of the fence. Every refusal is a *RefusalError whose Is
+	// matches both ErrRefused and the sentinel of its StaleReason.
+
+	// ErrRefused matches every refusal of the fence, whatever its reason.
+	ErrRefused                = newError("read result refused by the fence")
 	ErrStaleOrdinal           = &RefusalError{Reason: ReasonStaleOrdinal}
 	ErrStaleAfterClose        = &RefusalError{Reason: ReasonStaleAfterClose}
 	ErrGenerationMismatch     = &RefusalError{Reason: ReasonGenerationMismatch}
@@ -38,6 +38,137 @@ var (
 	ErrEmptyContents          = &RefusalError{Reason: ReasonEmptyContents}
 	ErrInvalidContent         = &RefusalError{Reason: ReasonInvalidContent}
 	ErrReconciliationRequired = &RefusalError{Reason: ReasonReconciliationRequired}
+
+	// Lookups: why a version is not served (RefusalOf names each).
+
+	// ErrNoVersion: no version of the URI has been accepted (or it was evicted).
+	ErrNoVersion = newError("no accepted version")
+	// ErrRevoked: the version was read by a subject whose access was revoked.
+	ErrRevoked = newError("version revoked")
+	// ErrQuarantined: the newest content was refused by the content guard, so
+	// no version of the URI is current.
+	ErrQuarantined = newError("newest content quarantined")
+	// ErrTombstoned: the resource was confirmed deleted.
+	ErrTombstoned = newError("resource tombstoned")
+	// ErrTombstonePending: a read said not found and list reconciliation has
+	// not yet decided; the last version is no longer served.
+	ErrTombstonePending = newError("resource tombstone pending")
+	// ErrForbidden: the version was read by another subject.
+	ErrForbidden = newError("version bound to another subject")
+	// ErrStale: the version is older than its staleness bound, or no open
+	// subscription keeps it fresh (Lookup with RequireFresh).
+	ErrStale = newError("version past its staleness bound")
+	// ErrUnknownURI: no subscription or discovery record exists for the URI.
+	ErrUnknownURI = ledger.ErrUnknownURI
+	// ErrInvalidURI: the URI cannot be normalized into a key.
+	ErrInvalidURI = newError("invalid resource URI")
+	// ErrInvalidSubject: the subject is empty, not UTF-8, longer than
+	// MaxSubjectBytes or holds NUL.
+	ErrInvalidSubject = ledger.ErrInvalidSubject
+
+	// The engine's state machine and its evidence.
+
+	// ErrIllegalTransition matches every *TransitionError.
+	ErrIllegalTransition = newError("illegal subscription transition")
+	// ErrNoSession: the engine has not been told of a session (BeginSession).
+	ErrNoSession = newError("no session")
+	// ErrTooManyReads: the URI already has the most reads in flight allowed.
+	ErrTooManyReads = newError("too many reads in flight")
+	// ErrEvidenceTooOld: list evidence began before the not-found it would
+	// confirm, so it cannot tell a deletion from a re-creation since.
+	ErrEvidenceTooOld = newError("evidence predates the not-found")
+	// ErrUnknownVersion: a derived artifact names a version the ledger never accepted.
+	ErrUnknownVersion = newError("unknown resource version")
+
+	// Discovery.
+
+	// ErrScanUnreconciled matches every error of Scan: the catalog it
+	// returned is UNRECONCILED and lists nothing.
+	ErrScanUnreconciled = errors.New("mcpsync: list scan not reconciled")
+	// ErrCursorCycle: a cursor came back twice within one pass.
+	ErrCursorCycle = errors.New("mcpsync: list cursor cycle")
+	// ErrPageCap: a pass needed more pages than Limits.MaxScanPages.
+	ErrPageCap = errors.New("mcpsync: list page cap exceeded")
+	// ErrListUnstable: the last attempt saw the listing change
+	// (list_changed or differing passes).
+	ErrListUnstable = errors.New("mcpsync: listing changed during every scan attempt")
+	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
+	// completeness is not proven by a snapshot.
+	ErrSnapshotUnproven = newError("catalog snapshot unproven")
+	// ErrNoResources: the server declares no resources capability, so it
+	// lists no resources (or templates) and has none to read.
+	ErrNoResources = newError("this server lists no resources")
+
+	// The Client and its connection.
+
+	// ErrNotFound: the server has no resource of the URI: its read said
+	// not found (Client.Subscribe).
+	ErrNotFound = newError("the server has no such resource")
+	// ErrEngineInUse: Connect was given an Engine that another Client,
+	// not yet closed, drives. An engine has one Client at a time.
+	ErrEngineInUse = newError("engine driven by another client")
+	// ErrReconnectGaveUp: a lost session could not be replaced within the
+	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
+	ErrReconnectGaveUp = newError("reconnecting gave up")
+	// ErrClientClosed: the Client was closed.
+	ErrClientClosed = newError("client closed")
+	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of
+	// the client did (a request stuck in a server that ignores
+	// cancellation).
+	ErrCloseTimeout = newError("close timed out")
+
+	// A stdio server's process.
+
+	// ErrCommandContext: StdioDialer was given a command bound to a context
+	// (exec.CommandContext). The Client owns a server process's lifetime; a
+	// context ending would kill a server the Client still speaks to (a dial's
+	// context ends once the handshake is done).
+	ErrCommandContext = newError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
+	// ErrServerExited matches every *ExitError.
+	ErrServerExited = newError("the server exited")
+	// ErrNotJSONRPC matches every *OutputError.
+	ErrNotJSONRPC = newError("the server's output is not JSON-RPC")
+	// ErrOutputClosed is a stdio server whose output ended before it
+	// answered initialize, with nothing said; one whose process exited
+	// meanwhile is an *ExitError instead.
+	ErrOutputClosed = newError("the server closed its output before initialize")
+
+	// Hostile input (Limits): each is reported to ClientOptions.OnFault
+	// and returned to the request it concerns.
+
+	// ErrFramingViolation matches every *FramingError.
+	ErrFramingViolation = newError("stdio framing violation")
+	// ErrSessionDegraded matches every *DegradedError.
+	ErrSessionDegraded = newError("session degraded")
+	// ErrLimitExceeded matches every *LimitError. Each of the sentinels
+	// after it matches the *LimitError of one limit, or the *MessageError
+	// of one fault.
+	ErrLimitExceeded     = newError("LIMIT_EXCEEDED")
+	ErrMessageTooLarge   = &LimitError{Limit: LimitMessageBytes}
+	ErrMessageTooDeep    = &LimitError{Limit: LimitDepth}
+	ErrReadTooLarge      = &LimitError{Limit: LimitReadBytes}
+	ErrTooManyReadItems  = &LimitError{Limit: LimitReadItems}
+	ErrTooManyPageItems  = &LimitError{Limit: LimitPageItems}
+	ErrNotificationRate  = &LimitError{Limit: LimitNotificationsPerSecond}
+	ErrScanTimeout       = &LimitError{Limit: LimitScanDuration}
+	ErrMalformedMessage  = &MessageError{Fault: FaultMalformedMessage}
+	ErrUnknownResponseID = &MessageError{Fault: FaultUnknownResponseID}
+
+	// The outbox and the ledger (package ledger holds the rest of the
+	// ledger's errors).
+
+	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
+	// (its retention bound); *OutboxGapError says which.
+	ErrOutboxGap = ledger.ErrOutboxGap
+	// ErrInvalidConsumer: an outbox consumer name is empty, not UTF-8,
+	// holds NUL or is longer than MaxSubjectBytes (the rules of subjects).
+	ErrInvalidConsumer = newError("invalid outbox consumer name")
+	// ErrNotLeaseholder: another worker holds the URI's lease (see
+	// ledger.ErrNotLeaseholder).
+	ErrNotLeaseholder = ledger.ErrNotLeaseholder
+	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
+	// often than the retry budget allows.
+	ErrLedgerConflict = newError("ledger compare-and-swap conflict")
 )
 
 // refusals holds the sentinel of each reason that has one, by reasonIndex,
@@ -135,69 +266,6 @@ func refusal(reason StaleReason) error {
 	}
 	return &RefusalError{Reason: reason}
 }
-
-// Lookup and state errors.
-var (
-	// ErrNoVersion: no version of the URI has been accepted (or it was evicted).
-	ErrNoVersion = newError("no accepted version")
-	// ErrRevoked: the version was read by a subject whose access was revoked.
-	ErrRevoked = newError("version revoked")
-	// ErrQuarantined: the newest content was refused by the content guard, so
-	// no version of the URI is current.
-	ErrQuarantined = newError("newest content quarantined")
-	// ErrTombstoned: the resource was confirmed deleted.
-	ErrTombstoned = newError("resource tombstoned")
-	// ErrTombstonePending: a read said not found and list reconciliation has
-	// not yet decided; the last version is no longer served.
-	ErrTombstonePending = newError("resource tombstone pending")
-	// ErrForbidden: the version was read by another subject.
-	ErrForbidden = newError("version bound to another subject")
-	// ErrUnknownURI: no subscription or discovery record exists for the URI.
-	ErrUnknownURI = ledger.ErrUnknownURI
-	// ErrEngineInUse: Connect was given an Engine that another Client,
-	// not yet closed, drives. An engine has one Client at a time.
-	ErrEngineInUse = newError("engine driven by another client")
-	// ErrInvalidURI: the URI cannot be normalized into a key.
-	ErrInvalidURI = newError("invalid resource URI")
-	// ErrUnknownVersion: a derived artifact names a version the ledger never accepted.
-	ErrUnknownVersion = newError("unknown resource version")
-	// ErrIllegalTransition matches every *TransitionError.
-	ErrIllegalTransition = newError("illegal subscription transition")
-	// ErrSnapshotUnproven: a completeness task was handed a catalog whose
-	// completeness is not proven by a snapshot.
-	ErrSnapshotUnproven = newError("catalog snapshot unproven")
-	// ErrInvalidSubject: the subject is empty, not UTF-8, longer than
-	// MaxSubjectBytes or holds NUL.
-	ErrInvalidSubject = ledger.ErrInvalidSubject
-	// ErrNoSession: the engine has not been told of a session (BeginSession).
-	ErrNoSession = newError("no session")
-	// ErrTooManyReads: the URI already has the most reads in flight allowed.
-	ErrTooManyReads = newError("too many reads in flight")
-	// ErrEvidenceTooOld: list evidence began before the not-found it would
-	// confirm, so it cannot tell a deletion from a re-creation since.
-	ErrEvidenceTooOld = newError("evidence predates the not-found")
-	// ErrStale: the version is older than its staleness bound, or no open
-	// subscription keeps it fresh (Lookup with RequireFresh).
-	ErrStale = newError("version past its staleness bound")
-	// ErrReconnectGaveUp: a lost session could not be replaced within the
-	// ReconnectPolicy; the Client is ConnectionFailed until Reconnect.
-	ErrReconnectGaveUp = newError("reconnecting gave up")
-	// ErrNotFound: the server has no resource of the URI: its read said
-	// not found (Client.Subscribe).
-	ErrNotFound = newError("the server has no such resource")
-	// ErrNoResources: the server declares no resources capability, so it
-	// lists no resources (or templates) and has none to read.
-	ErrNoResources = newError("this server lists no resources")
-	// ErrClientClosed: the Client was closed.
-	ErrClientClosed = newError("client closed")
-	// ErrCloseTimeout: Close or Shutdown returned before every goroutine of
-	// the client did (a request stuck in a server that ignores
-	// cancellation).
-	ErrCloseTimeout = newError("close timed out")
-	// ErrLedgerConflict: a compare-and-swap lost to a concurrent writer more
-	// often than the retry budget allows.
-	ErrLedgerConflict = newError("ledger compare-and-swap conflict")
-)
 
 // TransitionError is a state change the subscription state machine does not
 // allow. The state is left as it was.
@@ -299,20 +367,6 @@ func (e *RPCError) ResourceNotFound() bool {
 	return e.Method == "resources/read" && (e.Code == CodeResourceNotFound || e.Code == CodeInvalidParams)
 }
 
-// Errors of the outbox, and of the ledgers a Client or Engine user branches
-// on (package ledger holds the rest).
-var (
-	// ErrNotLeaseholder: another worker holds the URI's lease (see
-	// ledger.ErrNotLeaseholder).
-	ErrNotLeaseholder = ledger.ErrNotLeaseholder
-	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
-	// (its retention bound); *OutboxGapError says which.
-	ErrOutboxGap = ledger.ErrOutboxGap
-	// ErrInvalidConsumer: an outbox consumer name is empty, not UTF-8,
-	// holds NUL or is longer than MaxSubjectBytes (the rules of subjects).
-	ErrInvalidConsumer = newError("invalid outbox consumer name")
-)
-
 // OutboxGapError names the entries a consumer lost to the outbox's
 // retention bound.
 type OutboxGapError = ledger.OutboxGapError
@@ -386,17 +440,6 @@ func (e *OutputError) Unwrap() error { return e.Exit }
 
 // Is makes every OutputError match ErrNotJSONRPC.
 func (e *OutputError) Is(target error) bool { return target == ErrNotJSONRPC }
-
-var (
-	// ErrServerExited matches every *ExitError.
-	ErrServerExited = newError("the server exited")
-	// ErrNotJSONRPC matches every *OutputError.
-	ErrNotJSONRPC = newError("the server's output is not JSON-RPC")
-	// ErrOutputClosed is a stdio server whose output ended before it
-	// answered initialize, with nothing said; one whose process exited
-	// meanwhile is an *ExitError instead.
-	ErrOutputClosed = newError("the server closed its output before initialize")
-)
 
 // newError returns a sentinel error that prints as errPrefix + text and
 // reads as text inside another error's message.

@@ -44,6 +44,9 @@ const (
 	// its own record is in doubt; the subscription moves to
 	// RECONCILIATION_REQUIRED.
 	ReasonReconciliationRequired StaleReason = "RECONCILIATION_REQUIRED"
+	// ReasonLimitExceeded: the read result passed a limit (Limits); the stale
+	// receipt's detail names the limit, its bound and the observed size.
+	ReasonLimitExceeded StaleReason = "LIMIT_EXCEEDED"
 )
 
 // sameIdentity reports whether t is the ticket held as issued: a ticket is

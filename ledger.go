@@ -43,8 +43,11 @@ type (
 	EvidenceKind = ledger.EvidenceKind
 )
 
-// Subscription states (ledger.SubscriptionState).
+// The values of the ledger's enumerations a user of Client and Engine
+// compares with, and the outbox's default consumer. Package ledger documents
+// each.
 const (
+	// Subscription states (SubscriptionState).
 	StateDiscovered             = ledger.StateDiscovered
 	StateSubscribing            = ledger.StateSubscribing
 	StateActive                 = ledger.StateActive
@@ -57,41 +60,33 @@ const (
 	StateTombstonePending       = ledger.StateTombstonePending
 	StateTombstoned             = ledger.StateTombstoned
 	StateReconciliationRequired = ledger.StateReconciliationRequired
-)
 
-// Subscription modes.
-const (
+	// Subscription modes (SubscriptionMode).
 	ModePush = ledger.ModePush
 	ModePoll = ledger.ModePoll
-)
 
-// Read triggers.
-const (
+	// Read triggers (Trigger).
 	TriggerInitial      = ledger.TriggerInitial
 	TriggerNotification = ledger.TriggerNotification
 	TriggerRevalidate   = ledger.TriggerRevalidate
 	TriggerPoll         = ledger.TriggerPoll
 	TriggerReconnect    = ledger.TriggerReconnect
 	TriggerReconcile    = ledger.TriggerReconcile
-)
 
-// Invalidation reasons (ledger.InvalidationReason).
-const (
+	// Invalidation reasons (InvalidationReason).
 	InvalidateUpdated     = ledger.InvalidateUpdated
 	InvalidateTombstoned  = ledger.InvalidateTombstoned
 	InvalidateRevoked     = ledger.InvalidateRevoked
 	InvalidateQuarantined = ledger.InvalidateQuarantined
 	InvalidateForgotten   = ledger.InvalidateForgotten
-)
 
-// Evidence kinds.
-const (
+	// Evidence kinds (EvidenceKind).
 	EvidenceProven       = ledger.EvidenceProven
 	EvidenceCorroborated = ledger.EvidenceCorroborated
 	EvidenceUnlisted     = ledger.EvidenceUnlisted
-)
 
-// DefaultConsumer is the outbox consumer PullOutbox acts for: acknowledge
-// its entries with Acknowledge under this name, and read its position in
-// OutboxState.
-const DefaultConsumer = ledger.DefaultConsumer
+	// DefaultConsumer is the outbox consumer PullOutbox acts for: acknowledge
+	// its entries with Acknowledge under this name, and read its position in
+	// OutboxState.
+	DefaultConsumer = ledger.DefaultConsumer
+)

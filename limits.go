@@ -23,8 +23,7 @@ type Limits struct {
 	MaxReadItems int
 	// MaxPageItems bounds the items of one list page; 0 means 100,000.
 	MaxPageItems int
-	// MaxScanPages bounds the pages of one scan pass (ScannerOptions.MaxPages
-	// wins when set); 0 means 1,000.
+	// MaxScanPages bounds the pages of one scan pass; 0 means 1,000.
 	MaxScanPages int
 	// ScanTimeout bounds a whole scan, every attempt and backoff included;
 	// 0 means 5 minutes.
@@ -237,26 +236,6 @@ func (e *DegradedError) Unwrap() error { return e.Err }
 // Is makes every DegradedError match ErrSessionDegraded.
 func (e *DegradedError) Is(target error) bool { return target == ErrSessionDegraded }
 
-// Sentinels of hostile input, for errors.Is.
-var (
-	// ErrLimitExceeded matches every *LimitError.
-	ErrLimitExceeded = newError("LIMIT_EXCEEDED")
-	// ErrFramingViolation matches every *FramingError.
-	ErrFramingViolation = newError("stdio framing violation")
-	// ErrSessionDegraded matches every *DegradedError.
-	ErrSessionDegraded = newError("session degraded")
-
-	ErrMessageTooLarge   = &LimitError{Limit: LimitMessageBytes}
-	ErrMessageTooDeep    = &LimitError{Limit: LimitDepth}
-	ErrReadTooLarge      = &LimitError{Limit: LimitReadBytes}
-	ErrTooManyReadItems  = &LimitError{Limit: LimitReadItems}
-	ErrTooManyPageItems  = &LimitError{Limit: LimitPageItems}
-	ErrNotificationRate  = &LimitError{Limit: LimitNotificationsPerSecond}
-	ErrScanTimeout       = &LimitError{Limit: LimitScanDuration}
-	ErrMalformedMessage  = &MessageError{Fault: FaultMalformedMessage}
-	ErrUnknownResponseID = &MessageError{Fault: FaultUnknownResponseID}
-)
-
 // wireFaults builds this package's errors for the wire layer, which
 // declares none of its own (wire.Faults).
 type wireFaults struct{}
@@ -284,10 +263,6 @@ func (wireFaults) Output(first []byte, exit error) error {
 }
 
 func (wireFaults) OutputClosed() error { return ErrOutputClosed }
-
-// ReasonLimitExceeded: the read result passed a limit (Limits); the stale
-// receipt's detail names the limit, its bound and the observed size.
-const ReasonLimitExceeded StaleReason = "LIMIT_EXCEEDED"
 
 // limitResult is the read result of a read refused for a limit.
 func limitResult(err *LimitError) ReadResult {

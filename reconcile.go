@@ -28,7 +28,7 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // which only a proven, fresh catalog can make (the same rule as Complete).
 // A fresh SNAPSHOT_UNPROVEN catalog that does not list a TOMBSTONE_PENDING
 // URI starts a corroboration instead, where policy allows
-// (Engine.Corroborate): the second read it sends confirms the deletion if
+// (deletion.go): the second read it sends confirms the deletion if
 // it says not found again. Otherwise absent URIs are Deferred, and also
 // TooOld when their newest not-found came after the scan began (a scan
 // begun later can decide them). An open
@@ -129,7 +129,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 		case v.state.Open():
 			tk, ok, err = e.enqueue(key, TriggerReconcile)
 		case canCorroborate && v.state == StateTombstonePending:
-			tk, ok, err = e.Corroborate(key, scan)
+			tk, ok, err = e.corroborate(key, scan)
 		default:
 			out.Deferred = append(out.Deferred, key)
 			continue
@@ -168,16 +168,16 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 // a corroboration, and whether policy lets the catalog corroborate at now:
 // it must be SNAPSHOT_UNPROVEN (two identical clean passes, the last two
 // receipts) and fresh.
-func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (AbsenceScan, bool) {
+func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (ledger.UnlistedScan, bool) {
 	n := len(c.Scans)
 	if c.Status != CatalogSnapshotUnproven || n < 2 || !now.Before(c.StaleAfter) {
-		return AbsenceScan{}, false
+		return ledger.UnlistedScan{}, false
 	}
 	a, b := c.Scans[n-2], c.Scans[n-1]
 	if !policy.corroborates(b.SnapshotNegotiated) {
-		return AbsenceScan{}, false
+		return ledger.UnlistedScan{}, false
 	}
-	return AbsenceScan{Scans: []string{a.ID, b.ID}, StartedAt: a.StartedAt, EndedAt: b.EndedAt}, true
+	return ledger.UnlistedScan{Scans: []string{a.ID, b.ID}, StartedAt: a.StartedAt, EndedAt: b.EndedAt}, true
 }
 
 // reconcile is Reconcile of a key, with the evidence an absent verdict

@@ -43,20 +43,8 @@ type rollout struct {
 	skipped map[Trigger]uint64 // reads left out, by trigger
 }
 
-// RefreshPosition returns where the subscription of uri sits in [0, 1): it
-// refreshes while its position is below the refresh fraction, so raising the
-// fraction only ever adds subscriptions and lowering it only removes them.
-// The position is the first 8 bytes of SHA-256 over the normalized URI, read
-// big-endian as a fraction of 2^64 (to 53 bits), so every process and every
-// spelling of the URI agree on it.
-func RefreshPosition(uri string) (float64, error) {
-	key, err := normalizeKey(uri)
-	if err != nil {
-		return 0, err
-	}
-	return position(key), nil
-}
-
+// position returns where the subscription of key sits in [0, 1), as
+// SetRefreshFraction says.
 func position(key string) float64 {
 	sum := sha256.Sum256([]byte(key))
 	// 53 bits convert to float64 exactly, so no position rounds up to 1 and
@@ -65,8 +53,13 @@ func position(key string) float64 {
 }
 
 // SetRefreshFraction sets the share of subscriptions that refresh, from 0
-// (none) to 1 (all, the default); anything else is refused. A subscription
-// refreshes iff its RefreshPosition is below f.
+// (none) to 1 (all, the default); anything else is refused.
+//
+// A subscription refreshes iff its position is below f, so raising the
+// fraction only ever adds subscriptions and lowering it only removes them.
+// The position of a URI is the first 8 bytes of SHA-256 over its
+// normalized form, read big-endian as a fraction of 2^64 (to 53 bits), so
+// every process and every spelling of the URI agree on it.
 //
 // A subscription outside the fraction stays subscribed, discovered and
 // fenced, but the client sends it no reads of its own: not the initial read

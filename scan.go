@@ -15,10 +15,22 @@ import (
 // the current session's pages, and Reconcile hands a catalog's verdicts to
 // the engine under the client's deletion policy.
 
-// Scan lists kind completely over the current session, as Scanner.Scan
-// says: two identical clean passes at least, or one pass with snapshot proof
-// where the server negotiated the snapshot extension. list_changed
-// notifications seen during a pass force another.
+// Scan lists kind completely over the current session and says how far the
+// result may be trusted.
+//
+// Where the server negotiated the snapshot extension, one clean pass whose
+// pages all carry the same snapshot id gives SNAPSHOT_PROVEN. Otherwise an
+// attempt is two consecutive passes A and B; when both are clean, their set
+// digests are equal and no list_changed of kind arrived from the start of A
+// to the end of B, the catalog is SNAPSHOT_UNPROVEN. Any other attempt
+// (list_changed, differing sets, a cursor cycle, an invalid cursor) is
+// started over after a jittered exponential backoff, up to
+// ScannerOptions.MaxAttempts.
+//
+// A failed page, the page cap, exhausted attempts, Limits.ScanTimeout and a
+// cancelled ctx end the scan with a *ScanError and an UNRECONCILED catalog
+// that lists nothing but keeps the receipts. Cancelling ctx stops the wait or
+// the page in progress.
 //
 // A server that declares no resources capability has no resources or
 // templates to list: Scan of those kinds returns ErrNoResources and an
@@ -57,8 +69,8 @@ func (c *Client) Scan(ctx context.Context, kind ListKind) (Catalog, error) {
 // omits an empty cursor from its request (omitempty), so a 2026-07-28 server
 // that hands out "" gets its first page again, which the scanner's cycle
 // detection reports rather than a short listing.
-func (c *Client) pages(conn *connection, kind ListKind) PageFunc {
-	return func(ctx context.Context, cursor *string) (Page, error) {
+func (c *Client) pages(conn *connection, kind ListKind) pageFunc {
+	return func(ctx context.Context, cursor *string) (listPage, error) {
 		ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 		defer cancel()
 		var raw json.RawMessage
@@ -78,10 +90,10 @@ func (c *Client) pages(conn *connection, kind ListKind) PageFunc {
 		case KindPrompts:
 			_, err = conn.mc.ListPromptsByPage(ctx, mcp.ListPromptsRequest{PaginatedRequest: paged})
 		default:
-			return Page{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
+			return listPage{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
 		}
 		if err != nil {
-			return Page{}, err
+			return listPage{}, err
 		}
 		return pageFromRaw(kind, raw)
 	}
@@ -109,12 +121,12 @@ type listResult struct {
 	Meta       map[string]any `json:"_meta"`
 }
 
-func pageFromRaw(kind ListKind, raw json.RawMessage) (Page, error) {
+func pageFromRaw(kind ListKind, raw json.RawMessage) (listPage, error) {
 	var r listResult
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return Page{}, errorf("%s result: %w", kind.Method(), err)
+		return listPage{}, errorf("%s result: %w", kind.Method(), err)
 	}
-	p := Page{NextCursor: r.NextCursor}
+	p := listPage{NextCursor: r.NextCursor}
 	if id, ok := r.Meta[SnapshotIDMetaKey].(string); ok {
 		p.SnapshotID = id
 	}
