@@ -332,11 +332,18 @@ type watch struct {
 	// activated in push mode; protected by Client.mu.
 	retryAt, pushedAt time.Time
 	retries           uint
-	// pulse is a notification the engine could not take when it came (the
-	// write of its pulse failed): the key's next pass hands it over
-	// (pulseAgain), pulseTries times failed since. Protected by Client.mu.
-	pulse      bool
-	pulseTries int
+	// owed is a read the server's notifications asked for that the engine
+	// could not record or issue (a ledger write failed; owe): its trigger,
+	// whether the notification itself is to be recorded again (renotify),
+	// why, how many tries of the key's passes failed since (pulseAgain),
+	// and whether the read was issued (owedAsked: nothing is asked again).
+	// A read of the key issued after it (a later generation, or an ordinal
+	// past owedOrdinal) settles it once answered. Protected by Client.mu.
+	owed                 Trigger
+	renotify, owedAsked  bool
+	owedErr              string
+	owedTries            int
+	owedGen, owedOrdinal uint64
 	// position is position(key), kept so that a notification
 	// need not hash the key again to learn it is outside the fraction.
 	position float64

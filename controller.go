@@ -236,11 +236,11 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	lost := conn.lost
 	var tick Trigger
 	var untilTick time.Duration
-	asked, pulse := false, false
+	asked, owed := false, false
 	if w != nil {
 		tick, untilTick = c.dueTickLocked(w)
 		asked, w.asked = w.asked, false
-		pulse, w.pulse = w.pulse, false
+		owed = w.owed != ""
 	}
 	c.mu.Unlock()
 	if untilTick > 0 {
@@ -273,7 +273,7 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	if err != nil {
 		// Tried again by the next pass, with what this one was to do.
 		c.mu.Lock()
-		w.asked, w.pulse = w.asked || asked, w.pulse || pulse
+		w.asked = w.asked || asked
 		if tick != "" && !errors.Is(err, errComing) {
 			w.tickAt = time.Now() // the periodic read is due at once
 		}
@@ -294,8 +294,8 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	if tick != "" && !lost {
 		c.requestRead(key, tick)
 	}
-	if pulse && !lost {
-		// A pulse left for the next session is moot: it reads every key.
+	if owed && !lost {
+		// A lost session's is settled by the next session's first read.
 		if d := c.pulseAgain(key, w); d > 0 && (again == 0 || d < again) {
 			again = d
 		}

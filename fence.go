@@ -159,6 +159,11 @@ type Outcome struct {
 	// FollowUp is the coalesced read to send next, if notifications arrived
 	// while this one was in flight (set by FinishRead only).
 	FollowUp *Ticket
+	// FollowUpErr, a *ReadError, says the follow-up read could not be
+	// issued (a ledger write failed): the notifications it was for are
+	// owed a read, to ask for again with RequestRead (set by FinishRead
+	// only; Fail returns it with its error).
+	FollowUpErr error
 }
 
 // Decision is what the fence decided for a result that passed: ACCEPTED

@@ -291,6 +291,9 @@ func (c *Client) degradedReason(key string) string {
 	if why := c.unopened[key]; why != "" {
 		return why
 	}
+	if why := c.owedReasonLocked(key); why != "" {
+		return why
+	}
 	return c.failing[key]
 }
 

@@ -9,6 +9,8 @@ package mcpsync_test
 // notified by the server, serving current content, not degraded.
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -546,6 +548,164 @@ func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff")
 				assert.Empty(t, entry.Degraded)
+			})
+		})
+	}
+}
+
+// pulsesOf picks the writes that record a notification of uri beyond the
+// ones its record counts now: while they fail, nothing else of uri does.
+func pulsesOf(r *rig, uri string) func(string, *ledger.Record) bool {
+	r.t.Helper()
+	cur, err := r.ledger.Load(r.t.Context(), uri)
+	require.NoError(r.t, err)
+	seq := cur.LastNotificationSeq
+	return func(key string, next *ledger.Record) bool { return key == uri && next.LastNotificationSeq > seq }
+}
+
+// A read already out when a notification's pulse cannot be written was
+// answered before the change it announces: its answer settles nothing the
+// pulse owes. While the pulse is owed (its write keeps failing), Lookup says
+// the copy is degraded, whatever that earlier read brought back. Both eras.
+func TestDegradedStaysWhileAPulseIsOwedThoughAnEarlierReadAnswers(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
+				r.subscribe()
+				quiesce()
+
+				// v2's read is answered and held; v3 is notified meanwhile,
+				// and its pulse cannot be written.
+				h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				<-h.Arrived()
+				r.ledger.failWrites(1000, pulsesOf(r, faultURI))
+				r.srv.Set(faultURI, "text/markdown", "v3")
+				quiesce()
+				require.NotZero(t, r.ledger.failures(), "v3's pulse was to fail")
+				h.Release()
+				quiesce()
+
+				for range 3 {
+					entry, err := r.c.Lookup(faultURI)
+					require.NoError(t, err)
+					if text := entry.Contents[0].Text; text != "v3" {
+						require.NotEmpty(t, entry.Degraded, "serves %q, the server has v3 and its pulse is owed, without saying so", text)
+					}
+					time.Sleep(time.Minute)
+					quiesce()
+				}
+			})
+		})
+	}
+}
+
+// A pulse written while a read is out earns one follow-up read when that
+// read ends. A follow-up whose own write fails (the ledger is down for a
+// moment) is not lost: the change is read within the retry policy's
+// backoff, and until then Lookup says the copy is degraded. Both eras.
+func TestFollowUpReadWhoseWriteFailsIsStillRead(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+				}})
+				r.subscribe()
+				quiesce()
+
+				h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				<-h.Arrived()
+				r.srv.Set(faultURI, "text/markdown", "v3") // pulse written: a follow-up is owed
+				quiesce()
+				r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateReadPending))
+				h.Release()
+				quiesce()
+				require.Equal(t, 1, r.ledger.failures(), "the follow-up's write was to fail once")
+
+				for range 10 {
+					entry, err := r.c.Lookup(faultURI)
+					require.NoError(t, err)
+					if text := entry.Contents[0].Text; text != "v3" {
+						require.NotEmpty(t, entry.Degraded, "serves %q at %v, the server has v3, without saying so", text, time.Now().Format(time.TimeOnly))
+					}
+					time.Sleep(time.Second)
+					quiesce()
+				}
+				assert.Equal(t, "v3", r.served(), "the change is read within the retry's backoff")
+			})
+		})
+	}
+}
+
+// A pulse owed (its write failed) is settled by any read of the key sent
+// after it: once a reconnect's read or a revalidation read brought the
+// change, nothing is owed, and Lookup does not call the current copy
+// degraded for as long as the ledger keeps failing the write. Both eras.
+func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
+	cases := []struct {
+		name string
+		read func(r *rig)
+	}{
+		{"reconnect", func(r *rig) { require.NoError(r.t, r.c.Reconnect(r.t.Context())) }},
+		{"revalidation", func(r *rig) { minutes(13) }}, // RevalidateEvery 10 min, ±20%
+	}
+	for _, w := range eras {
+		for _, tc := range cases {
+			t.Run(w.version+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Minute}})
+					r.subscribe()
+					quiesce()
+
+					r.ledger.failWrites(100000, pulsesOf(r, faultURI))
+					r.srv.Set(faultURI, "text/markdown", "v2")
+					quiesce()
+					tc.read(r)
+					quiesce()
+					require.Equal(t, "v2", r.served(), "the %s read brings the change", tc.name)
+
+					for range 6 {
+						entry, err := r.c.Lookup(faultURI)
+						require.NoError(t, err)
+						require.Equal(t, "v2", entry.Contents[0].Text)
+						require.Empty(t, entry.Degraded, "the copy is current, read after the notification (%d pulse writes failed)", r.ledger.failures())
+						time.Sleep(time.Minute)
+						quiesce()
+					}
+				})
+			})
+		}
+	}
+}
+
+// A ledger that refuses a key's pulses for minutes, while its server
+// notifies every second, is told to OnError when the pulse becomes owed:
+// the notifications that find it owed coalesce into it, and are not each
+// told again. Both eras.
+func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
+				r.subscribe()
+				quiesce()
+
+				r.ledger.failWrites(100000, pulsesOf(r, faultURI))
+				for i := range 300 {
+					r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i+2))
+					time.Sleep(time.Second)
+					quiesce()
+				}
+				told := 0
+				for _, err := range r.errs.list() {
+					if re, ok := errors.AsType[*mcpsync.ReadError](err); ok && re.URI == faultURI && re.Trigger == mcpsync.TriggerNotification {
+						told++
+					}
+				}
+				assert.LessOrEqual(t, told, 5, "OnError told %d times in five minutes of one owed pulse", told)
 			})
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -155,11 +154,9 @@ func (c *Client) handle(n note) {
 }
 
 // notify hands the engine a notification of key and sends the read it
-// asks for. A pulse whose write failed is not lost: it is kept on key's
-// watch, OnError is told, the key is Degraded saying why, and the key's
-// next pass hands the pulse over again (pulseAgain). It returns the error
-// of a pulse that is moot: key is not readable in this session, or
-// another worker holds it.
+// asks for. A pulse the engine could not record (a ledger write failed)
+// is owed (owe). It returns the error of a pulse that is moot: key is not
+// readable in this session, or another worker holds it.
 func (c *Client) notify(key string) error {
 	t, ok, err := c.engine.Notify(key)
 	switch {
@@ -171,53 +168,128 @@ func (c *Client) notify(key string) error {
 	case errors.Is(err, ErrNotLeaseholder):
 		c.report(err)
 		return err
-	case pulseMoot(err):
+	case pulseMoot(err) || !c.owe(key, TriggerNotification, true, err):
 		return err
 	}
-	c.mu.Lock()
-	w := c.watches[key]
-	if w != nil {
-		w.pulse = true
-		c.failing[key] = pulseFailed + causeText(err)
-	}
-	c.mu.Unlock()
-	if w == nil {
-		return err
-	}
-	c.report(&ReadError{URI: key, Trigger: TriggerNotification, Err: err})
-	c.mark(key)
 	return nil
 }
 
-// pulseFailed begins the Degraded reason of a key whose notification the
-// engine could not take.
-const pulseFailed = "a notification could not be recorded: "
+// owe records that a read key's notifications asked for could not be
+// recorded or issued (err): no pulse is lost to a failed write. The key
+// is Degraded, saying why, until a read issued after it is answered
+// (settle); OnError hears a *ReadError when the read becomes owed, not
+// again for each notification that finds it owed; and the key's passes
+// ask for it again (pulseAgain), after the retry policy's backoff while
+// the write still fails. renotify says the notification itself is to be
+// recorded again (Notify), not only its read (RequestRead). It reports
+// false when key is not watched: nothing is owed then.
+func (c *Client) owe(key string, trigger Trigger, renotify bool, err error) bool {
+	// The reads this one may not count on: those issued before it.
+	sub, serr := c.engine.Subscription(key)
+	c.mu.Lock()
+	w := c.watches[key]
+	if w == nil {
+		c.mu.Unlock()
+		return false
+	}
+	first := w.owed == ""
+	if first || w.owed != TriggerNotification {
+		w.owed = trigger // a notification's read counts most
+	}
+	w.renotify = w.renotify || renotify
+	w.owedErr, w.owedAsked = causeText(err), false
+	if serr == nil && (first || sub.SubscriptionGeneration > w.owedGen ||
+		(sub.SubscriptionGeneration == w.owedGen && sub.LastIssuedOrdinal > w.owedOrdinal)) {
+		w.owedGen, w.owedOrdinal = sub.SubscriptionGeneration, sub.LastIssuedOrdinal
+	}
+	c.mu.Unlock()
+	if first {
+		c.report(&ReadError{URI: key, Trigger: trigger, Err: err})
+	}
+	c.mark(key)
+	return true
+}
 
-// pulseMoot reports whether a pulse the engine refused with err needs no
-// read: key is not readable in this session (a first read, or the next
-// session's reads, cover it) or not subscribed at all.
+// settle records that the server answered t: a read issued after the
+// read key owed (owe) settles it, whatever its answer.
+func (c *Client) settle(t Ticket) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.watches[t.URI]
+	if w == nil || w.owed == "" {
+		return
+	}
+	if t.SubscriptionGeneration > w.owedGen || (t.SubscriptionGeneration == w.owedGen && t.ReadOrdinal > w.owedOrdinal) {
+		w.owed, w.renotify, w.owedErr, w.owedTries, w.owedAsked = "", false, "", 0, false
+	}
+}
+
+// oweFollowUp owes the read of a follow-up the engine could not issue
+// (err, from FinishRead or Fail), if err says so.
+func (c *Client) oweFollowUp(err error) {
+	if re, ok := errors.AsType[*ReadError](err); ok {
+		c.owe(re.URI, re.Trigger, false, re.Err)
+	}
+}
+
+// owedReasonLocked says why key's copy may miss a change its server announced,
+// or "": a read it owes (owe). c.mu is held.
+func (c *Client) owedReasonLocked(key string) string {
+	if w := c.watches[key]; w != nil && w.owed != "" {
+		return "a read the server's notification asked for could not be recorded: " + w.owedErr
+	}
+	return ""
+}
+
+// pulseMoot reports whether a read the engine refused with err is not
+// owed: key is not readable in this session (a first read, or the next
+// session's reads, cover it), not subscribed at all, or held by another
+// worker.
 func pulseMoot(err error) bool {
 	return isTransitionError(err) || errors.Is(err, ErrUnknownURI) || errors.Is(err, ErrNotLeaseholder)
 }
 
-// pulseAgain hands over the pulse of a notification the engine could not
-// take (notify) and returns 0, or, while its write still fails, when to
-// try again: after the retry policy's backoff.
+// pulseAgain asks again for the read key owes (owe) and returns 0, or,
+// while its write still fails, when to try again: after the retry
+// policy's backoff. The read it issues settles the debt once answered.
 func (c *Client) pulseAgain(key string, w *watch) time.Duration {
-	t, ok, err := c.engine.Notify(key)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil && !pulseMoot(err) {
-		w.pulse = true
-		c.failing[key] = pulseFailed + causeText(err)
-		d := c.retry.delay(w.pulseTries)
-		w.pulseTries++
+	trigger, renotify := w.owed, w.renotify
+	asked := w.owedAsked
+	c.mu.Unlock()
+	if trigger == "" || asked {
+		return 0
+	}
+	var t Ticket
+	var ok bool
+	var err error
+	if renotify {
+		t, ok, err = c.engine.Notify(key)
+	} else {
+		t, ok, err = c.engine.RequestRead(key, trigger)
+	}
+	c.mu.Lock()
+	switch {
+	case err != nil && !pulseMoot(err):
+		w.owedErr = causeText(err)
+		d := c.retry.delay(w.owedTries)
+		w.owedTries++
+		c.mu.Unlock()
 		return d
+	case err != nil || !ok:
+		// Moot (nothing this session can read is owed), or coalesced
+		// into a read not yet sent or a follow-up of the one out, which
+		// the engine owes now (a follow-up it cannot issue is owed
+		// again: reads.go).
+		w.owed, w.renotify, w.owedErr, w.owedTries, w.owedAsked = "", false, "", 0, false
+	default:
+		// Issued: its answer settles the debt, and nothing is asked
+		// again meanwhile (a read that fails is retried by the read
+		// path).
+		w.owedGen, w.owedOrdinal = t.SubscriptionGeneration, t.ReadOrdinal-1
+		w.renotify, w.owedTries, w.owedAsked = false, 0, true
 	}
-	w.pulseTries = 0
-	if err != nil && strings.HasPrefix(c.failing[key], pulseFailed) {
-		delete(c.failing, key) // moot: nothing is owed (the read that is clears it)
-	}
+	c.mu.Unlock()
 	if ok {
 		c.dispatch(t)
 	}

@@ -214,6 +214,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	if conn.gen != t.SessionGeneration {
 		defer c.settled.notify(t.URI)
 		next, err := c.engine.Fail(t)
+		c.oweFollowUp(err)
 		return Outcome{FollowUp: next}, err
 	}
 	c.engine.Sending(t)
@@ -229,12 +230,15 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 		c.metrics.read(t.Trigger, "FAILED")
 		c.failedRead(conn, t, err)
 		next, ferr := c.engine.Fail(t)
+		c.oweFollowUp(ferr)
 		c.progress.notify()
 		c.settled.notify(t.URI)
 		return Outcome{FollowUp: next}, errors.Join(errorf("%w: %s: %w", errReadFailed, raw, err), ferr)
 	}
 	c.answered(t.URI)
 	out, err := c.engine.FinishRead(t, result)
+	c.settle(t)
+	c.oweFollowUp(out.FollowUpErr)
 	c.noteRefusal(t.URI, out, err)
 	if errors.Is(err, ErrNotLeaseholder) {
 		c.report(err) // refused by the ledger: another worker took key

@@ -398,7 +398,7 @@ func (e *Engine) RequestRead(rawURI string, trigger Trigger) (Ticket, bool, erro
 // outcome carries the one follow-up read to send.
 func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
 	out, err := e.AcceptResourceVersion(t, r)
-	out.FollowUp = e.done(t)
+	out.FollowUp, out.FollowUpErr = e.done(t)
 	return out, err
 }
 
@@ -406,7 +406,8 @@ func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
 // follow-up read to send, if the URI became dirty meanwhile.
 func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 	err := e.AbandonRead(t)
-	return e.done(t), err
+	next, ferr := e.done(t)
+	return next, errors.Join(err, ferr)
 }
 
 // ApplyListing applies list reconciliation's verdict on a URI, from evidence
@@ -568,8 +569,10 @@ func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *ledger.Record
 
 // done ends a read of t's item: the queue's own read stops processing, and
 // the item's pending read (a follow-up, or one that waited for room under
-// the read cap) is issued.
-func (e *Engine) done(t Ticket) *Ticket {
+// the read cap) is issued. A pending read that cannot be issued for a
+// failed write is returned as a *ReadError of its trigger: the pulses it
+// was for are owed a read (ask again with RequestRead).
+func (e *Engine) done(t Ticket) (*Ticket, error) {
 	q := &e.queue
 	qk := keyOf(t)
 	q.mu.Lock()
@@ -577,21 +580,24 @@ func (e *Engine) done(t Ticket) *Ticket {
 	switch {
 	case busy && r.id != t.RequestID:
 		q.mu.Unlock()
-		return nil // not the queue's read: the queue's own is still out
+		return nil, nil // not the queue's read: the queue's own is still out
 	case busy:
 		delete(q.processing, qk)
 	}
 	trigger, dirty := q.dirty[qk]
 	if !dirty {
 		q.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	delete(q.dirty, qk)
 	q.processing[qk] = queuedRead{unsent: q.confirmSends}
 	q.mu.Unlock()
-	next, ok, _ := e.issueQueued(qk, trigger, nil)
-	if !ok {
-		return nil
+	next, ok, err := e.issueQueued(qk, trigger, nil)
+	switch {
+	case err != nil && !isTransitionError(err) && !errors.Is(err, ErrUnknownURI) && !errors.Is(err, errGenerationMoved):
+		return nil, &ReadError{URI: qk.uri, Trigger: trigger, Err: err}
+	case !ok:
+		return nil, nil
 	}
-	return &next
+	return &next, nil
 }
