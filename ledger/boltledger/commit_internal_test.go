@@ -24,6 +24,23 @@ func openInternal(t *testing.T) *Ledger {
 	return l
 }
 
+// holdCommitter has the committer run a write that waits until release is
+// closed, and returns once it runs: writes made meanwhile form the next
+// group. wg counts the write.
+func holdCommitter(t *testing.T, l *Ledger, wg *sync.WaitGroup) (release chan struct{}) {
+	t.Helper()
+	running, release := make(chan struct{}), make(chan struct{})
+	wg.Go(func() {
+		assert.NoError(t, l.update(context.Background(), func(*bolt.Tx) error {
+			close(running)
+			<-release
+			return nil
+		}))
+	})
+	<-running
+	return release
+}
+
 // waitQueued waits, within a deadline, until n writes are queued behind the
 // group being committed.
 func waitQueued(t *testing.T, l *Ledger, n int) {
@@ -54,16 +71,8 @@ func TestWritesMadeDuringACommitShareTheNext(t *testing.T) {
 		return &ledger.Record{Revision: rev, LastAcceptedDigest: fmt.Sprintf("%s@%d", key(w), rev)}
 	}
 
-	running, release := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		assert.NoError(t, l.update(ctx, func(*bolt.Tx) error {
-			close(running)
-			<-release
-			return nil
-		}))
-	})
-	<-running
+	release := holdCommitter(t, l, &wg)
 	before := l.commits.count.Load()
 	firsts := make([]uint64, writers)
 	for w := range writers {
@@ -310,17 +319,9 @@ func TestAWriteFromTheRecordThatSupersededADeferredOneIsStored(t *testing.T) {
 	// write made from the deferred record, and a write that holds the
 	// committer once that group committed, before it forgets what the
 	// group superseded.
-	running, release := make(chan struct{}), make(chan struct{})
 	committed, forget := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		assert.NoError(t, l.update(ctx, func(*bolt.Tx) error {
-			close(running)
-			<-release
-			return nil
-		}))
-	})
-	<-running
+	release := holdCommitter(t, l, &wg)
 	wg.Go(func() {
 		_, ok, err := l.CompareAndSwap(ctx, k, 2, rec(3), nil)
 		assert.NoError(t, err)
