@@ -89,6 +89,9 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledg
 	if e.mem != nil {
 		issuedAt = e.now()
 	}
+	// Reads that ended while their ticket's write failed: their tickets
+	// are dropped by this write (endedUnwritten).
+	ended := e.endedOf(key)
 	{
 		// Deferred: a ticket is refused after any crash (its engine and
 		// session are gone), so it rides with the write of its answer.
@@ -103,7 +106,10 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledg
 			if want != nil && (want.session != cur.Sub.SessionGeneration || want.gen != cur.Sub.Generation) {
 				return false, errGenerationMoved
 			}
-			if len(cur.Tickets) >= e.maxTickets {
+			if len(ended) > 0 {
+				next.Tickets = slices.DeleteFunc(next.Tickets, func(t Ticket) bool { return slices.Contains(ended, t.RequestID) })
+			}
+			if len(next.Tickets) >= e.maxTickets {
 				return false, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(cur.Tickets))
 			}
 			if err := path.move(next, evIssueRead); err != nil {
@@ -138,6 +144,9 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledg
 		})
 		if err != nil {
 			return Ticket{}, err
+		}
+		if len(ended) > 0 {
+			e.forgetEnded(key, ended)
 		}
 		e.emit(key, &path)
 		return t, nil

@@ -710,3 +710,192 @@ func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
 		})
 	}
 }
+
+// An owed read (a notification's pulse could not be written) is settled by
+// a later read the server answers only once that answer is the copy's: a
+// read whose accepting write the ledger refuses brought nothing in, so the
+// copy still misses the change, and Lookup says so until a read brings it.
+// Both eras.
+func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+				}})
+				r.subscribe()
+				quiesce()
+
+				// The pulse of v2's notification fails once, then the write
+				// accepting the answer of the read asked for again.
+				cur, err := r.ledger.Load(t.Context(), faultURI)
+				require.NoError(t, err)
+				pulseFailed, acceptFailed := false, false
+				r.ledger.failWrites(2, func(key string, next *ledger.Record) bool {
+					switch {
+					case key != faultURI:
+						return false
+					case !pulseFailed && next.LastNotificationSeq > cur.LastNotificationSeq:
+						pulseFailed = true
+						return true
+					case pulseFailed && !acceptFailed && next.Watermark > cur.Watermark:
+						acceptFailed = true
+						return true
+					}
+					return false
+				})
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				quiesce()
+				require.NotEmpty(t, r.errs.list(), "the failed pulse is told")
+
+				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
+				quiesce()
+				require.Equal(t, 2, r.ledger.failures(), "the pulse and the accepting write were to fail")
+				for range 10 {
+					entry, err := r.c.Lookup(faultURI)
+					require.NoError(t, err)
+					if text := entry.Contents[0].Text; text != "v2" {
+						require.NotEmpty(t, entry.Degraded, "serves %q at %v, the server has v2 and no read of it was accepted, without saying so",
+							text, time.Now().Format(time.TimeOnly))
+					}
+					time.Sleep(time.Minute)
+					quiesce()
+				}
+			})
+		})
+	}
+}
+
+// A notification's read the server does not answer (an error response) is
+// asked for again after the retry policy's backoff; a re-ask whose own
+// write fails (the ledger is down for a moment) is not lost with it: the
+// change is read within the backoff, not at the revalidation an hour
+// later. Both eras.
+func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+				}})
+				r.subscribe()
+				quiesce()
+
+				// The notification's read is answered with an error; the
+				// write issuing the read that asks again fails, once.
+				cur, err := r.ledger.Load(t.Context(), faultURI)
+				require.NoError(t, err)
+				issued := 0
+				r.ledger.failWrites(1, func(key string, next *ledger.Record) bool {
+					if key != faultURI || next.LastIssued <= cur.LastIssued+uint64(issued) {
+						return false
+					}
+					issued++
+					return issued == 2
+				})
+				r.faults().FailNext(string(mcp.MethodResourcesRead), faultURI, -32603, "server busy")
+				r.srv.Set(faultURI, "text/markdown", "v2")
+				quiesce()
+
+				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
+				quiesce()
+				require.Equal(t, 1, r.ledger.failures(), "the re-ask's write was to fail once")
+				entry, err := r.c.Lookup(faultURI)
+				require.NoError(t, err)
+				assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff (Degraded %q)", entry.Degraded)
+			})
+		})
+	}
+}
+
+// A ledger that refuses the writes accepting a URI's reads for a while
+// (each notification's read is answered, and its answer not recorded)
+// leaves no URI stuck: once the ledger is healthy again, a change is read
+// within the hour (twelve revalidation periods), whatever the reads that
+// failed left behind (their tickets are not to fill the read cap). Both eras.
+func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+					RevalidateEvery: 5 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+				}})
+				r.subscribe()
+				quiesce()
+
+				cur, err := r.ledger.Load(t.Context(), faultURI)
+				require.NoError(t, err)
+				r.ledger.failWrites(20, func(key string, next *ledger.Record) bool {
+					return key == faultURI && next.Watermark > cur.Watermark
+				})
+				for i := range 20 {
+					r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i+2))
+					time.Sleep(time.Second)
+					quiesce()
+				}
+				t.Logf("%d accepting writes refused", r.ledger.failures())
+				r.ledger.failWrites(0, nil)
+
+				r.srv.Set(faultURI, "text/markdown", "healed")
+				minutes(60) // twelve revalidation periods
+				entry, err := r.c.Lookup(faultURI)
+				require.NoError(t, err)
+				sub, _ := r.c.Engine().Subscription(faultURI)
+				require.Equal(t, "healed", entry.Contents[0].Text,
+					"the URI never reads again once the ledger is healthy (subscription %s, Degraded %q)", sub.State, entry.Degraded)
+			})
+		})
+	}
+}
+
+// A notification that arrives while a revalidation read of its URI is
+// being issued coalesces into that read; when the read's own write then
+// fails (the ledger is down for a moment), the notification is not lost
+// with it: within the retry policy's backoff the change is read, or Lookup
+// says the copy may miss it. Both eras.
+func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
+	for _, w := range eras {
+		t.Run(w.version, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+					RevalidateEvery: 10 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+				}})
+				r.subscribe()
+				quiesce()
+
+				// The write issuing the next revalidation read fails; just
+				// before it, the server changes the resource and notifies it.
+				cur, err := r.ledger.Load(t.Context(), faultURI)
+				require.NoError(t, err)
+				revalidation := func(key string, next *ledger.Record) bool {
+					return key == faultURI && next.LastIssued > cur.LastIssued && len(next.Tickets) > 0 &&
+						next.Tickets[len(next.Tickets)-1].Trigger == mcpsync.TriggerRevalidate
+				}
+				notified := false
+				r.ledger.beforeWrite(revalidation, func() {
+					r.srv.Set(faultURI, "text/markdown", "v2")
+					synctest.Wait() // the notification is handled
+					notified = true
+				})
+				r.ledger.failWrites(1, revalidation)
+				for range 15 {
+					if notified {
+						break
+					}
+					time.Sleep(time.Minute)
+					quiesce()
+				}
+				require.True(t, notified, "no revalidation read within 15 minutes")
+				require.Equal(t, 1, r.ledger.failures(), "the revalidation read's write was to fail")
+
+				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
+				quiesce()
+				entry, err := r.c.Lookup(faultURI)
+				require.NoError(t, err)
+				if text := entry.Contents[0].Text; text != "v2" && entry.Degraded == "" {
+					t.Fatalf("serves %q, the server notified v2 %v ago, without saying so", text, 10*time.Second)
+				}
+			})
+		})
+	}
+}

@@ -210,8 +210,8 @@ func (c *Client) owe(key string, trigger Trigger, renotify bool, err error) bool
 	return true
 }
 
-// settle records that the server answered t: a read issued after the
-// read key owed (owe) settles it, whatever its answer.
+// settle records that the fence accepted the answer to t: a read issued
+// after the read key owed (owe) settles it, whatever it found.
 func (c *Client) settle(t Ticket) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -236,7 +236,7 @@ func (c *Client) oweFollowUp(err error) {
 // or "": a read it owes (owe). c.mu is held.
 func (c *Client) owedReasonLocked(key string) string {
 	if w := c.watches[key]; w != nil && w.owed != "" {
-		return "a read the server's notification asked for could not be recorded: " + w.owedErr
+		return "a read of it could not be recorded: " + w.owedErr
 	}
 	return ""
 }

@@ -140,6 +140,9 @@ func (c *Client) nextRead(key string) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	t, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
+	if err != nil && !pulseMoot(err) {
+		c.owe(failed.URI, failed.Trigger, false, err) // asked again by its passes
+	}
 	return t, err == nil && ok
 }
 
@@ -237,7 +240,14 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	}
 	c.answered(t.URI)
 	out, err := c.engine.FinishRead(t, result)
-	c.settle(t)
+	switch {
+	case out.Accepted:
+		c.settle(t)
+	case err != nil && !errors.Is(err, ErrRefused) && !pulseMoot(err):
+		// The answer could not be written (the ledger failed): what it
+		// said is lost, and the key owes the read again.
+		c.owe(t.URI, t.Trigger, false, err)
+	}
 	c.oweFollowUp(out.FollowUpErr)
 	c.noteRefusal(t.URI, out, err)
 	if errors.Is(err, ErrNotLeaseholder) {

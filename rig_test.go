@@ -962,7 +962,8 @@ func (l *faultLedger) failReservations(n int, counter ledger.Counter) {
 	l.failCounter, l.nNext = counter, n
 }
 
-// beforeWrite runs hook, once, ahead of the first write match picks.
+// beforeWrite runs hook, once, ahead of the first write match picks,
+// whether that write is then refused (failWrites) or made.
 func (l *faultLedger) beforeWrite(match func(key string, next *ledger.Record) bool, hook func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -982,15 +983,17 @@ func (l *faultLedger) CompareAndSwap(ctx context.Context, key string, prev uint6
 	if l.hook != nil && next != nil && l.before(key, next) {
 		hook, l.hook = l.hook, nil
 	}
-	if l.nCAS > 0 && l.failCAS != nil && next != nil && l.failCAS(key, next) {
+	refuse := l.nCAS > 0 && l.failCAS != nil && next != nil && l.failCAS(key, next)
+	if refuse {
 		l.nCAS--
 		l.failed++
-		l.mu.Unlock()
-		return 0, false, errLedgerDown
 	}
 	l.mu.Unlock()
 	if hook != nil {
 		hook()
+	}
+	if refuse {
+		return 0, false, errLedgerDown
 	}
 	return l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"time"
 
@@ -398,6 +399,7 @@ func (e *Engine) RequestRead(rawURI string, trigger Trigger) (Ticket, bool, erro
 // outcome carries the one follow-up read to send.
 func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
 	out, err := e.AcceptResourceVersion(t, r)
+	e.endedUnwritten(t, err)
 	out.FollowUp, out.FollowUpErr = e.done(t)
 	return out, err
 }
@@ -406,6 +408,7 @@ func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
 // follow-up read to send, if the URI became dirty meanwhile.
 func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 	err := e.AbandonRead(t)
+	e.endedUnwritten(t, err)
 	next, ferr := e.done(t)
 	return next, errors.Join(err, ferr)
 }
@@ -451,6 +454,11 @@ type readQueue struct {
 	// before it goes out (EngineOptions.ConfirmSends, or a Client driving the
 	// engine); it is only ever switched on.
 	confirmSends bool
+	// ended holds, by URI, the request ids of reads that ended (FinishRead,
+	// Fail) while the write that settles their ticket failed: the tickets
+	// stay in the record, and the URI's next issue drops them, so that
+	// failed writes never fill the read cap for good.
+	ended map[string][]uint64
 }
 
 // queueKey is one item of the read queue.
@@ -472,7 +480,43 @@ type queuedRead struct {
 func (q *readQueue) init(confirmSends bool) {
 	q.dirty = make(map[queueKey]Trigger)
 	q.processing = make(map[queueKey]queuedRead)
+	q.ended = make(map[string][]uint64)
 	q.confirmSends = confirmSends
+}
+
+// endedUnwritten records that t's read ended while the write that settles
+// its ticket failed with err (a ledger failure, not a refusal).
+func (e *Engine) endedUnwritten(t Ticket, err error) {
+	if err == nil || errors.Is(err, ErrRefused) || isTransitionError(err) ||
+		errors.Is(err, ErrNotLeaseholder) || errors.Is(err, ErrUnknownURI) {
+		return
+	}
+	q := &e.queue
+	q.mu.Lock()
+	q.ended[t.URI] = append(q.ended[t.URI], t.RequestID)
+	q.mu.Unlock()
+}
+
+// endedOf returns the request ids of key's ended reads whose tickets stay
+// in the record (endedUnwritten).
+func (e *Engine) endedOf(key string) []uint64 {
+	q := &e.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.ended[key])
+}
+
+// forgetEnded forgets ids, whose tickets a write of key dropped.
+func (e *Engine) forgetEnded(key string, ids []uint64) {
+	q := &e.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	left := slices.DeleteFunc(q.ended[key], func(id uint64) bool { return slices.Contains(ids, id) })
+	if len(left) == 0 {
+		delete(q.ended, key)
+	} else {
+		q.ended[key] = left
+	}
 }
 
 // confirm records that every queued read will be reported with Sending.
