@@ -526,11 +526,7 @@ func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.version, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-				}})
-				r.subscribe()
-				quiesce()
+				r := owingRig(t, w)
 
 				r.ledger.failWrites(3, writeOf(faultURI, mcpsync.StateUpdateSeen))
 				r.srv.Set(faultURI, "text/markdown", "v2")
@@ -550,6 +546,35 @@ func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
 				assert.Empty(t, entry.Degraded)
 			})
 		})
+	}
+}
+
+// owingRig is a rig on a fault ledger, subscribed to faultURI, whose client
+// revalidates hourly and retries within seconds: a change read within
+// seconds of a failed write was read because a read was owed.
+func owingRig(t *testing.T, w wiring) *rig {
+	t.Helper()
+	r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+		RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+	}})
+	r.subscribe()
+	quiesce()
+	return r
+}
+
+// requireNeverSilentlyStale looks faultURI up n times, step apart, and
+// fails the first time it serves other than want without Degraded saying
+// why: why is what the server has, and why the copy may be stale.
+func (r *rig) requireNeverSilentlyStale(want string, n int, step time.Duration, why string) {
+	r.t.Helper()
+	for range n {
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(r.t, err)
+		if text := entry.Contents[0].Text; text != want {
+			require.NotEmpty(r.t, entry.Degraded, "serves %q at %v, %s, without saying so", text, time.Now().Format(time.TimeOnly), why)
+		}
+		time.Sleep(step)
+		quiesce()
 	}
 }
 
@@ -587,15 +612,7 @@ func TestDegradedStaysWhileAPulseIsOwedThoughAnEarlierReadAnswers(t *testing.T) 
 				h.Release()
 				quiesce()
 
-				for range 3 {
-					entry, err := r.c.Lookup(faultURI)
-					require.NoError(t, err)
-					if text := entry.Contents[0].Text; text != "v3" {
-						require.NotEmpty(t, entry.Degraded, "serves %q, the server has v3 and its pulse is owed, without saying so", text)
-					}
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				r.requireNeverSilentlyStale("v3", 3, time.Minute, "the server has v3 and its pulse is owed")
 			})
 		})
 	}
@@ -609,11 +626,7 @@ func TestFollowUpReadWhoseWriteFailsIsStillRead(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.version, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-				}})
-				r.subscribe()
-				quiesce()
+				r := owingRig(t, w)
 
 				h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
 				r.srv.Set(faultURI, "text/markdown", "v2")
@@ -625,15 +638,7 @@ func TestFollowUpReadWhoseWriteFailsIsStillRead(t *testing.T) {
 				quiesce()
 				require.Equal(t, 1, r.ledger.failures(), "the follow-up's write was to fail once")
 
-				for range 10 {
-					entry, err := r.c.Lookup(faultURI)
-					require.NoError(t, err)
-					if text := entry.Contents[0].Text; text != "v3" {
-						require.NotEmpty(t, entry.Degraded, "serves %q at %v, the server has v3, without saying so", text, time.Now().Format(time.TimeOnly))
-					}
-					time.Sleep(time.Second)
-					quiesce()
-				}
+				r.requireNeverSilentlyStale("v3", 10, time.Second, "the server has v3")
 				assert.Equal(t, "v3", r.served(), "the change is read within the retry's backoff")
 			})
 		})
@@ -720,11 +725,7 @@ func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.version, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-				}})
-				r.subscribe()
-				quiesce()
+				r := owingRig(t, w)
 
 				// The pulse of v2's notification fails once, then the write
 				// accepting the answer of the read asked for again.
@@ -751,16 +752,7 @@ func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
 				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
 				quiesce()
 				require.Equal(t, 2, r.ledger.failures(), "the pulse and the accepting write were to fail")
-				for range 10 {
-					entry, err := r.c.Lookup(faultURI)
-					require.NoError(t, err)
-					if text := entry.Contents[0].Text; text != "v2" {
-						require.NotEmpty(t, entry.Degraded, "serves %q at %v, the server has v2 and no read of it was accepted, without saying so",
-							text, time.Now().Format(time.TimeOnly))
-					}
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				r.requireNeverSilentlyStale("v2", 10, time.Minute, "the server has v2 and no read of it was accepted")
 			})
 		})
 	}
@@ -775,11 +767,7 @@ func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.version, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-					RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-				}})
-				r.subscribe()
-				quiesce()
+				r := owingRig(t, w)
 
 				// The notification's read is answered with an error; the
 				// write issuing the read that asks again fails, once.
