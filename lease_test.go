@@ -193,24 +193,16 @@ func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testi
 		require.True(t, srv.Subscribed(docURI))
 
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		subDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(t.Context(), z)
-			subDone <- err
-		}()
+		subDone := goCall(t.Context(), r.c.Subscribe, z)
 		<-hold.Arrived()
 		l.setForeign(docURI, true)
 		ctx, cancel := context.WithCancel(t.Context())
-		unsubDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, docURI)
-			unsubDone <- err
-		}()
+		unsubDone := goCall(ctx, r.c.Unsubscribe, docURI)
 		synctest.Wait()
 		cancel()
-		t.Logf("Unsubscribe: %v", <-unsubDone)
+		t.Logf("Unsubscribe: %v", (<-unsubDone).err)
 		hold.Release()
-		require.NoError(t, <-subDone)
+		require.NoError(t, (<-subDone).err)
 		for range 6 {
 			time.Sleep(5 * time.Minute)
 			quiesce()

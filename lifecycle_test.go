@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -192,11 +191,7 @@ func TestSubscribeAllRacingCloseLeavesNothingRunning(t *testing.T) {
 						uris[i] = fmt.Sprintf("file:///b39/close/%03d.md", i)
 					}
 					c := buildRig(t, w, rigConfig{uris: uris}).c
-					done := make(chan error, 1)
-					go func() {
-						_, err := c.SubscribeAll(t.Context(), uris)
-						done <- err
-					}()
+					done := goCall(t.Context(), c.SubscribeAll, uris)
 					time.Sleep(d)
 					require.NoError(t, c.Close())
 					<-done
@@ -217,13 +212,9 @@ func TestRefusedResubscribeRacingCloseLeavesNothingRunning(t *testing.T) {
 		var wg sync.WaitGroup
 		var once sync.Once
 		closed := make(chan error, 1)
-		lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
-			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-				once.Do(func() { wg.Go(func() { closed <- r.c.Close() }) })
-				return true
-			}
-			return false
-		})
+		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
+			once.Do(func() { wg.Go(func() { closed <- r.c.Close() }) })
+		}))
 		wg.Wait()
 		require.NoError(t, <-closed)
 		time.Sleep(time.Hour)

@@ -49,16 +49,12 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 
 		// Step 2: A -> B, x changes in between.
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(context.Background(), y)
-			done <- err
-		}()
+		done := goCall(context.Background(), r.c.Subscribe, y)
 		synctest.Wait()
 		require.True(t, arrived(hold), "stream B is held")
 		r.srv.Set(x, "text/markdown", "v2") // no stream carries x now
 		hold.Release()
-		require.NoError(t, <-done)
+		require.NoError(t, (<-done).err)
 
 		// Step 3: B -> C, C acknowledged late; z gives up first.
 		hold2 := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -340,10 +336,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 				}
 				r.srv.Set(x, "text/markdown", "v2")
 				r.srv.Set(y, "text/markdown", "v2")
-				for range 40 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(40)
 				gen := r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
 					s, err := r.c.Engine().Subscription(u)
@@ -642,15 +635,9 @@ func TestSteadilyRefusedURIDrawsNoListenStorm(t *testing.T) {
 		require.Equal(t, mcpsync.ModePoll, sub.Mode, "x's stream was refused")
 
 		// Let the fault become steady: ten minutes.
-		for range 10 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(10)
 		before, refusedBefore := r.listens(), r.wire.refusals(listen)
-		for range 5 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(5)
 		n, nr := r.listens()-before, r.wire.refusals(listen)-refusedBefore
 		t.Logf("listen requests in the 5 minutes after the first 10: %d (%d refused); total %d", n, nr, r.listens())
 		if n > 10 {

@@ -238,15 +238,7 @@ func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second, PollEvery: 2 * time.Second}, faultURI)
 				hold := r.faults().HoldNextRequest(r.subscribeMethod(), "")
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				done := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Subscribe(context.Background(), faultURI)
-					done <- result{sub, err}
-				}()
+				done := goCall(context.Background(), r.c.Subscribe, faultURI)
 				synctest.Wait()
 				require.True(t, arrived(hold), "the subscribe request is held")
 				require.NoError(t, r.c.Reconnect(t.Context()))
@@ -259,7 +251,7 @@ func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 					t.Logf("Subscribe failed visibly: %v", res.err)
 					return
 				}
-				r.requireConverged(t, faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.sub.SessionGeneration, res.sub.State))
+				r.requireConverged(t, faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.val.SessionGeneration, res.val.State))
 			})
 		})
 	}
@@ -320,17 +312,13 @@ func TestLivenessRelistenGap(t *testing.T) {
 		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, faultURI, otherURI)
 		r.subscribeSettled(t, faultURI)
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		subscribed := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(context.Background(), otherURI)
-			subscribed <- err
-		}()
+		subscribed := goCall(context.Background(), r.c.Subscribe, otherURI)
 		synctest.Wait()
 		require.True(t, arrived(hold), "the new stream is held")
 		t.Logf("while the new stream is held, the server has %s subscribed: %v", faultURI, r.srv.Subscribed(faultURI))
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		hold.Release()
-		require.NoError(t, <-subscribed)
+		require.NoError(t, (<-subscribed).err)
 		time.Sleep(10 * time.Second)
 		quiesce()
 		r.requireConverged(t, faultURI, "relisten gap")
@@ -543,11 +531,7 @@ func TestLivenessCloseBounded(t *testing.T) {
 				r, err := newLiveRig(t.Context(), srv, "2025-11-25", int64(round), mcpsync.ClientOptions{})
 				require.NoError(t, err)
 				hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
-				subscribed := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(context.Background(), faultURI)
-					subscribed <- err
-				}()
+				subscribed := goCall(context.Background(), r.c.Subscribe, faultURI)
 				synctest.Wait()
 				require.True(t, arrived(hold))
 				// The subscribe resumes while Close waits for the client's
@@ -559,7 +543,7 @@ func TestLivenessCloseBounded(t *testing.T) {
 				}
 				hold.Release()
 				require.NoError(t, <-closed)
-				err = <-subscribed
+				err = (<-subscribed).err
 				synctest.Wait()
 				if round%2 == 0 {
 					// Close had begun (and marked the client closed) before

@@ -197,9 +197,7 @@ func TestReconnectWhoseActivationFailsHeals(t *testing.T) {
 				r.requireToldReopen(faultURI)
 
 				// The ledger is healthy again; the server's content moves on.
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
+				r.requireHealsAfterAChange(faultURI)
 			})
 		})
 	}
@@ -311,11 +309,7 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 		}
 
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		done := make(chan error, 1)
-		go func() {
-			_, err := c.SubscribeAll(t.Context(), uris)
-			done <- err
-		}()
+		done := goCall(t.Context(), c.SubscribeAll, uris)
 		synctest.Wait()
 		<-hold.Arrived()
 		reconnected := make(chan error, 1)
@@ -323,7 +317,7 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 		synctest.Wait()
 		hold.Release()
 		require.NoError(t, <-reconnected)
-		require.NoError(t, <-done)
+		require.NoError(t, (<-done).err)
 		quiesce()
 
 		gen := c.Health().SessionGeneration
@@ -367,16 +361,12 @@ func TestSubscribeAllRacingAReconnectEndsPushedInTheNewSession(t *testing.T) {
 				} else {
 					hold = r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
 				}
-				done := make(chan error, 1)
-				go func() {
-					_, err := r.c.SubscribeAll(t.Context(), uris)
-					done <- err
-				}()
+				done := goCall(t.Context(), r.c.SubscribeAll, uris)
 				synctest.Wait()
 				<-hold.Arrived()
 				require.NoError(t, r.c.Reconnect(t.Context()))
 				hold.Release()
-				require.NoError(t, <-done)
+				require.NoError(t, (<-done).err)
 				quiesce()
 				gen := r.c.Health().SessionGeneration
 				for _, u := range uris {
@@ -412,27 +402,8 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b45/inline/x.md"
 		r := buildRig(t, eras[0], rigConfig{uris: []string{x}})
-		sub, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode)
-		quiesce()
+		hold := heldLateUnsubscribe(t, r, x)
 		kit := r.faults()
-		hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), x)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, x)
-			done <- err
-		}()
-		<-hold.Arrived()
-		cancel()
-		<-done
-		quiesce()
-		sub, err = r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode)
-		quiesce()
-
 		resub := kit.HoldNextRequest(string(mcp.MethodResourcesSubscribe), x)
 		hold.Release() // the late unsubscribe reaches the server
 		<-resub.Arrived()
@@ -443,7 +414,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 		quiesce()
 
 		gen := r.c.Health().SessionGeneration
-		sub, err = r.c.Engine().Subscription(x)
+		sub, err := r.c.Engine().Subscription(x)
 		require.NoError(t, err)
 		e, lerr := r.c.Lookup(x)
 		require.NoError(t, lerr)
@@ -534,11 +505,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				}
 				t.Logf("reconnect's first request parked (%q); second caller subscribes %s", first, other)
 				bctx, cancel := context.WithCancel(context.Background())
-				bDone := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(bctx, other)
-					bDone <- err
-				}()
+				bDone := goCall(bctx, r.c.Subscribe, other)
 				var second string
 				select {
 				case second = <-arrived2:
@@ -558,7 +525,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				cancel()
 				close(h2)
 				quiesce()
-				t.Logf("second caller: %v", <-bDone)
+				t.Logf("second caller: %v", (<-bDone).err)
 				if !recFinished {
 					<-recDone
 				}
@@ -587,10 +554,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 						bad = append(bad, "stale silently 2 min after the change: "+desc)
 					}
 				}
-				for range 10 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(10)
 				gen = r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
 					s, _ := r.c.Engine().Subscription(u)
@@ -682,10 +646,7 @@ func TestSubscribeCancelledDuringAReconnectBringsNothingUnwatchedBack(t *testing
 					t.Logf("reconnect: %v", <-recDone)
 					quiesce()
 					r.srv.Set(keep, "text/markdown", "v2")
-					for range 12 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(12)
 					gen := r.c.Health().SessionGeneration
 					var bad []string
 					s, _ := r.c.Engine().Subscription(keep)
@@ -754,9 +715,7 @@ func TestSteadyLedgerFailureAcrossRepeatedReconnectsDrawsNoStorm(t *testing.T) {
 				require.NoError(t, err)
 				require.NotEmpty(t, e.Degraded, "URI not open and not degraded")
 				r.ledger.failWrites(0, nil)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
+				r.requireHealsAfterAChange(faultURI)
 			})
 		})
 	}
@@ -781,15 +740,7 @@ func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
 				r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
 					subHold <- kit.HoldNextRequest(subscribeMethod(w.version), "")
 				})
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				done := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Subscribe(context.Background(), x)
-					done <- result{sub, err}
-				}()
+				done := goCall(context.Background(), r.c.Subscribe, x)
 				synctest.Wait()
 				time.Sleep(time.Second)
 				synctest.Wait()
@@ -803,19 +754,10 @@ func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
 				require.True(t, arrived(hold), "the new session's subscribe of x is held")
 				readHold.Release()
 				quiesce()
-				var res result
-				select {
-				case res = <-done:
-				default: // still waiting for the new session: let it go
-					hold.Release()
-					res = <-done
-				}
+				res := releasedIfWaiting(done, hold)
 				hold.Release()
 				require.NoError(t, <-reconnected)
-				require.NoError(t, res.err)
-				assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.sub.Mode,
-					"Subscribe returned nil with a subscription never activated: %s session %d", res.sub.State, res.sub.SessionGeneration)
-				assert.True(t, openState(res.sub.State), "Subscribe returned nil with a subscription not open: %s", res.sub.State)
+				requireActivated(t, res)
 
 				minutes(2)
 				r.requireWhereLeft([]string{x}, map[string]bool{x: true}, nil)
@@ -972,18 +914,10 @@ func TestSubscribeWhileTheSessionIsLostReturnsWithinTheRequestTimeout(t *testing
 					}
 				})
 				r.setDown(true)
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				done := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Subscribe(context.Background(), y)
-					done <- result{sub, err}
-				}()
+				done := goCall(context.Background(), r.c.Subscribe, y)
 				select {
 				case res := <-done:
-					t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.sub.State, res.sub.Mode, res.sub.ModeReason, res.err, r.c.Health().State)
+					t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.val.State, res.val.Mode, res.val.ModeReason, res.err, r.c.Health().State)
 				case <-time.After(time.Minute):
 					t.Errorf("Subscribe still waiting a minute later (RequestTimeout 5 s); health %s", r.c.Health().State)
 					require.NoError(t, r.c.Close()) // ends the wait

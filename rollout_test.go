@@ -545,11 +545,7 @@ func TestURIOutsideTheRefreshFractionIsReopenedAfterAFailedReopen(t *testing.T) 
 		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
-		r.ledger.failWrites(1, openingWrite)
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write opening the next generation was refused")
+		r.reestablishRefusingOnce(openingWrite)
 
 		r.sixRevalidations() // half an hour, the ledger healthy
 		sub, err := r.c.Engine().Subscription(faultURI)
@@ -574,11 +570,7 @@ func TestURIOutsideTheRefreshFractionIsPutBackOnAStream(t *testing.T) {
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
 		// The write beginning the reopen's close fails, once.
-		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
 		r.requireToldReopen(faultURI)
 
 		r.sixRevalidations() // half an hour, the ledger healthy

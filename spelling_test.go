@@ -52,11 +52,7 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 			seconds = append(seconds, second)
 		}
 		hold := r.faults().HoldNext("resources/read", z)
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.SubscribeAll(t.Context(), uris)
-			done <- err
-		}()
+		done := goCall(t.Context(), r.c.SubscribeAll, uris)
 		synctest.Wait()
 		<-hold.Arrived()
 		quiesce() // every Subscribe but z's is done; z's waits for its first read
@@ -76,7 +72,7 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 			require.Equal(t, mcpsync.StateClosed, sub.State, u)
 		}
 		hold.Release()
-		require.NoError(t, <-done)
+		require.NoError(t, (<-done).err)
 		quiesce()
 
 		var carried []string
@@ -105,14 +101,10 @@ func TestCancelledSpellingIsUnsubscribedWithTheURI(t *testing.T) {
 		r.srv.Set(b, "text/markdown", "v1")
 		hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), a)
 		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(ctx, a)
-			done <- err
-		}()
+		done := goCall(ctx, r.c.Subscribe, a)
 		<-hold.Arrived()
 		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
+		require.ErrorIs(t, (<-done).err, context.Canceled)
 		quiesce()
 
 		sub, err := r.c.Subscribe(t.Context(), b)
@@ -185,16 +177,10 @@ func TestAlternatingSpellingsUnderFailuresEndOnTheLastWatched(t *testing.T) {
 					time.Sleep(5 * time.Minute)
 					quiesce()
 					r.wire.refuseWhen(nil)
-					for range 10 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(10)
 					r.srv.Set(a, "text/markdown", "v2")
 					r.srv.Set(b, "text/markdown", "v2")
-					for range 7 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(7)
 					sub, err := r.c.Engine().Subscription(a)
 					e, lerr := r.c.Lookup(a)
 					text := ""

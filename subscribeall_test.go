@@ -184,23 +184,11 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 				// A replacement is under way (z's) and waits for its
 				// acknowledgement; the Unsubscribe of x queues behind it.
 				hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				zDone := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(t.Context(), z)
-					zDone <- err
-				}()
+				zDone := goCall(t.Context(), r.c.Subscribe, z)
 				synctest.Wait()
 				<-hold.Arrived()
 
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				unsub := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Unsubscribe(t.Context(), faultURI)
-					unsub <- result{sub, err}
-				}()
+				unsub := goCall(t.Context(), r.c.Unsubscribe, faultURI)
 				synctest.Wait()
 				resub := make(chan error, 1)
 				go func() {
@@ -215,19 +203,19 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 				synctest.Wait()
 				hold.Release()
 
-				require.NoError(t, <-zDone)
+				require.NoError(t, (<-zDone).err)
 				u := <-unsub
 				require.NoError(t, u.err)
 				require.NoError(t, <-resub)
 				quiesce()
 
-				assert.Equal(t, mcpsync.StateClosed, u.sub.State,
-					"the Unsubscribe that was answered left its generation %s", u.sub.State)
+				assert.Equal(t, mcpsync.StateClosed, u.val.State,
+					"the Unsubscribe that was answered left its generation %s", u.val.State)
 				sub, err := r.c.Engine().Subscription(faultURI)
 				require.NoError(t, err)
 				assert.Equal(t, mcpsync.ModePush, sub.Mode)
 				assert.True(t, r.srv.Subscribed(faultURI))
-				assert.Greater(t, sub.SubscriptionGeneration, u.sub.SubscriptionGeneration)
+				assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
 			})
 		})
 	}
@@ -301,10 +289,7 @@ func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
 					time.Sleep(10 * time.Minute)
 					quiesce()
 					r.wire.refuseWhen(nil)
-					for range 30 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(30)
 					defer func() {
 						if t.Failed() {
 							for u, err := range unsubErrs {
