@@ -3,9 +3,7 @@ package mcpsync_test
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"testing/synctest"
@@ -250,22 +248,10 @@ func TestTombstoneReceiptGolden(t *testing.T) {
 	entry := entries[len(entries)-1]
 	require.Equal(t, e.ID(), entry.Engine)
 	entry.Engine = "00000000-0000-4000-8000-000000000000"
-	for name, v := range map[string]any{
+	requireGolden(t, map[string]any{
 		"tombstone_receipt.json": out.Tombstone,
 		"outbox_tombstone.json":  entry,
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := json.MarshalIndent(v, "", "  ")
-			require.NoError(t, err)
-			path := filepath.Join("testdata", "golden", name)
-			if *update {
-				require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err, "run go test -run TestTombstoneReceiptGolden -update")
-			assert.JSONEq(t, string(want), string(got))
-		})
-	}
+	})
 }
 
 // A confirmed tombstone stands when it is read again, also for a URI that

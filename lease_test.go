@@ -18,7 +18,6 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // leasedLedger refuses writes to the keys another worker holds, as a shared
@@ -31,6 +30,14 @@ type leasedLedger struct {
 
 func newLeasedLedger() *leasedLedger {
 	return &leasedLedger{Ledger: ledger.NewMemory(nil), foreign: map[string]bool{}}
+}
+
+// leasedEngine is an engine on l.
+func leasedEngine(t *testing.T, l *leasedLedger) *mcpsync.Engine {
+	t.Helper()
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+	require.NoError(t, err)
+	return e
 }
 
 func (l *leasedLedger) setForeign(key string, foreign bool) {
@@ -103,13 +110,8 @@ func TestRevocationAcrossLeases(t *testing.T) {
 func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-		require.NoError(t, err)
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(docURI, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, eras[0].version, 1, mcpsync.ClientOptions{Engine: e})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI)
+		srv := r.srv
 		r.subscribeSettled(t, docURI)
 		require.True(t, srv.Subscribed(docURI))
 		before, err := l.Load(t.Context(), docURI)
@@ -139,14 +141,8 @@ func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.
 			synctest.Test(t, func(t *testing.T) {
 				const y = "file:///b42/lease/y.md"
 				l := newLeasedLedger()
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-				require.NoError(t, err)
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(docURI, "text/markdown", "v1")
-				srv.Set(y, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, w.version, 1, mcpsync.ClientOptions{Engine: e})
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, y)
+				srv := r.srv
 				r.subscribeSettled(t, docURI)
 				r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
 				require.True(t, srv.Subscribed(docURI))
@@ -157,7 +153,7 @@ func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.
 					method = string(mcp.MethodSubscriptionsListen)
 				}
 				r.faults().FailNext(method, "", mcp.INTERNAL_ERROR, "b42: try again")
-				_, err = r.c.Unsubscribe(t.Context(), docURI)
+				_, err := r.c.Unsubscribe(t.Context(), docURI)
 				require.NoError(t, err)
 				for range 6 {
 					time.Sleep(5 * time.Minute)
@@ -181,14 +177,8 @@ func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testi
 	synctest.Test(t, func(t *testing.T) {
 		const z = "file:///b42/lease/z.md"
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-		require.NoError(t, err)
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(docURI, "text/markdown", "v1")
-		srv.Set(z, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, eras[1].version, 1, mcpsync.ClientOptions{Engine: e})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, z)
+		srv := r.srv
 		r.subscribeSettled(t, docURI)
 		require.True(t, srv.Subscribed(docURI))
 
@@ -222,17 +212,10 @@ func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///lease/back/x.md", "file:///lease/back/y.md"
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-		require.NoError(t, err)
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(x, "text/markdown", "v1")
-		srv.Set(y, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, eras[1].version, 1,
-			mcpsync.ClientOptions{Engine: e, CoalesceWindow: time.Second, RevalidateEvery: time.Hour})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{Engine: leasedEngine(t, l), CoalesceWindow: time.Second, RevalidateEvery: time.Hour}, x, y)
+		srv := r.srv
 		r.subscribeSettled(t, x)
-		_, err = r.c.Subscribe(t.Context(), y)
+		_, err := r.c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 
 		l.setForeign(x, true)
