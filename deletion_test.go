@@ -87,9 +87,7 @@ func TestCorroboratedTombstone(t *testing.T) {
 	assert.Nil(t, sub.Corroboration)
 	_, err = e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
-	entries := outbox(t, e)
-	require.Len(t, entries, before+1)
-	last := entries[len(entries)-1]
+	last := appendedEntry(t, e, before)
 	assert.Equal(t, mcpsync.InvalidateTombstoned, last.Reason)
 	assert.Equal(t, uint64(1), last.Previous.ReadOrdinal, "the entry deletes what v1 fed")
 	require.NotNil(t, last.Evidence)
@@ -470,6 +468,23 @@ func (r *unlistedRig) reconcile(c mcpsync.Catalog, opts ...mcpsync.ReconcileOpti
 	return rec, err
 }
 
+// reconcileAnOlderCatalogAfter scans once, lists a clean catalog that
+// lacks docURI, runs between, and only then reconciles that catalog and
+// scans again. It returns the catalog and what the last scan reconciled.
+func (r *unlistedRig) reconcileAnOlderCatalogAfter(between func()) (mcpsync.Catalog, mcpsync.Reconciliation) {
+	r.t.Helper()
+	_, _, err := r.scan()
+	require.NoError(r.t, err)
+	before, err := r.list()
+	require.NoError(r.t, err)
+	between()
+	_, err = r.reconcile(before)
+	require.NoError(r.t, err)
+	_, rec, err := r.scan()
+	require.NoError(r.t, err)
+	return before, rec
+}
+
 func (r *unlistedRig) sub(uri string) mcpsync.Subscription {
 	r.t.Helper()
 	sub, err := r.e.Subscription(uri)
@@ -751,30 +766,21 @@ func TestConnectRefusesABadDeletionSetting(t *testing.T) {
 // the next scan, one interval after the failure, deletes the URI.
 func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	_, _, err := r.scan()
-	require.NoError(t, err)
-
-	// A clean scan that lacks docURI, reconciled only after the failure.
-	before, err := r.list()
-	require.NoError(t, err)
-
-	r.fail = true
-	_, _, _ = r.scan()
-	require.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
-	failedAt := r.clock.t
-	r.fail = false
-
-	_, err = r.reconcile(before)
-	require.NoError(t, err)
-	_, rec, err := r.scan()
-	require.NoError(t, err)
+	var failedAt time.Time
+	before, rec := r.reconcileAnOlderCatalogAfter(func() {
+		r.fail = true
+		_, _, _ = r.scan()
+		require.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
+		failedAt = r.clock.t
+		r.fail = false
+	})
 	assert.Empty(t, rec.Tombstoned, "deleted on a span from %v to %v that holds the failed listing of %v",
 		before.Scans[0].StartedAt, r.clock.t, failedAt)
 	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
 
 	// Progress: a whole span of clean scans after the failure deletes it.
 	for range 2 {
-		_, _, err = r.scan()
+		_, _, err := r.scan()
 		require.NoError(t, err)
 	}
 	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
@@ -787,24 +793,15 @@ func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 // the next scan, one interval after the URI was listed, deletes it.
 func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	_, _, err := r.scan()
-	require.NoError(t, err)
-
-	// A clean scan that lacks docURI, reconciled only after a listing has it.
-	before, err := r.list()
-	require.NoError(t, err)
-
-	r.listing.add(docURI)
-	_, _, err = r.scan()
-	require.NoError(t, err)
-	require.Nil(t, r.sub(docURI).Unlisted, "the listing ended the absence")
-	listedAt := r.clock.t
-	r.listing.remove(docURI)
-
-	_, err = r.reconcile(before)
-	require.NoError(t, err)
-	_, rec, err := r.scan()
-	require.NoError(t, err)
+	var listedAt time.Time
+	_, rec := r.reconcileAnOlderCatalogAfter(func() {
+		r.listing.add(docURI)
+		_, _, err := r.scan()
+		require.NoError(t, err)
+		require.Nil(t, r.sub(docURI).Unlisted, "the listing ended the absence")
+		listedAt = r.clock.t
+		r.listing.remove(docURI)
+	})
 	assert.Empty(t, rec.Tombstoned, "deleted one interval after the listing of %v had it", listedAt)
 	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
 }

@@ -36,9 +36,7 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 	require.NoError(t, e.Forget(docURI))
 	_, err = e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrNoVersion)
-	entries := outbox(t, e)
-	require.Len(t, entries, before+1)
-	last := entries[len(entries)-1]
+	last := appendedEntry(t, e, before)
 	assert.Equal(t, mcpsync.InvalidateForgotten, last.Reason)
 	assert.Equal(t, v1, last.Previous)
 	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "c1", Version: v1})

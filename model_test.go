@@ -1257,12 +1257,19 @@ func invWatermarkNeverDecreases(rt *rapid.T, m *modelMachine) {
 // Invariant 2: nothing passes the fence once its generation began closing.
 func invNoAcceptanceAfterClose(rt *rapid.T, d delivery) {
 	rt.Helper()
-	if !d.closeBegun {
-		return
+	if d.closeBegun {
+		requireRefusedAsClosedOrMismatched(rt, d, "invariant 2 (no acceptance after close), a result after BeginClose")
 	}
+}
+
+// requireRefusedAsClosedOrMismatched fails, naming the invariant, unless d
+// was refused as STALE_AFTER_CLOSE or GENERATION_MISMATCH.
+func requireRefusedAsClosedOrMismatched(rt *rapid.T, d delivery, invariant string) {
+	rt.Helper()
 	if d.out.Accepted || (d.out.Stale.Reason != mcpsync.ReasonStaleAfterClose && d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch) {
-		rt.Fatalf("invariant 2 (no acceptance after close): %s result of %s generation %d ordinal %d after BeginClose: accepted=%v decision=%s stale=%q err=%v",
-			d.kind, d.t.URI, d.t.SubscriptionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+		rt.Fatalf("%s: %s result of %s session %d generation %d ordinal %d: accepted=%v decision=%s stale=%q err=%v",
+			invariant, d.kind, d.t.URI, d.t.SessionGeneration, d.t.SubscriptionGeneration, d.t.ReadOrdinal,
+			d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
 	}
 }
 
@@ -1318,13 +1325,9 @@ func invCorroboratedTombstoneSound(rt *rapid.T, u *uriModel, d delivery) {
 // Invariant 6: a ticket of an older session generation never passes.
 func invOldSessionNeverPasses(rt *rapid.T, d delivery) {
 	rt.Helper()
-	if !d.oldSession {
-		return
-	}
 	// A generation closed before the session ended says so (STALE_AFTER_CLOSE).
-	if d.out.Accepted || (d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch && d.out.Stale.Reason != mcpsync.ReasonStaleAfterClose) {
-		rt.Fatalf("invariant 6 (old session never passes): %s result of %s session %d ordinal %d: accepted=%v decision=%s stale=%q err=%v",
-			d.kind, d.t.URI, d.t.SessionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+	if d.oldSession {
+		requireRefusedAsClosedOrMismatched(rt, d, "invariant 6 (old session never passes)")
 	}
 }
 

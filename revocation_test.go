@@ -39,10 +39,7 @@ func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 
 	_, err = b.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
-	_, err = b.Subscribe(doc, "user:bob")
-	require.NoError(t, err)
-	_, err = b.Activate(doc, mcpsync.ModePush)
-	require.NoError(t, err)
+	subscribeActive(t, b, doc, "user:bob")
 	inFlight, err := b.IssueTicket(doc, mcpsync.TriggerNotification)
 	require.NoError(t, err)
 
