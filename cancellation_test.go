@@ -227,9 +227,7 @@ func TestCancelledSubscribeAllLeavesNoStreamCarryingIt(t *testing.T) {
 func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, z = "file:///b38/unsub/x.md", "file:///b38/unsub/z.md"
-		r := newRig(t, eras[1], nil)
-		r.srv.Set(x, "text/markdown", "x1")
-		r.srv.Set(z, "text/markdown", "z1")
+		r := buildRig(t, eras[1], rigConfig{uris: []string{x, z}})
 		r.subscribe()
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
@@ -36,12 +35,8 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 			armed.Do(func() { r.ledger.failWrites(1<<20, beginClose) })
 		}))
 		for range 12 { // more than two revalidation periods
-			time.Sleep(time.Minute)
-			quiesce()
-			sub, err := r.c.Engine().Subscription(a)
-			require.NoError(t, err)
-			e, err := r.c.Lookup(a)
-			require.NoError(t, err)
+			minutes(1)
+			sub, e, _ := r.look(a)
 			require.False(t, sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(a) && e.Degraded == "",
 				"%s in push mode, not subscribed on the server, and Lookup says nothing (ledger failures %d)", a, r.ledger.failures())
 		}

@@ -468,6 +468,17 @@ func (r *unlistedRig) reconcile(c mcpsync.Catalog, opts ...mcpsync.ReconcileOpti
 	return rec, err
 }
 
+// scanUntilTombstoned scans three times, a span in which docURI is never
+// listed, and checks that its absence tombstoned it.
+func (r *unlistedRig) scanUntilTombstoned() {
+	r.t.Helper()
+	for range 3 {
+		_, _, err := r.scan()
+		require.NoError(r.t, err)
+	}
+	require.Equal(r.t, mcpsync.StateTombstoned, r.sub(docURI).State)
+}
+
 // reconcileAnOlderCatalogAfter scans once, lists a clean catalog that
 // lacks docURI, runs between, and only then reconciles that catalog and
 // scans again. It returns the catalog and what the last scan reconciled.
@@ -578,11 +589,7 @@ func TestUnlistedForSetsTheSpan(t *testing.T) {
 // that lists the URI again brings it back: its read is accepted and served.
 func TestUnlistedTombstoneEndsOnlyWhenListed(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	for range 3 {
-		_, _, err := r.scan()
-		require.NoError(t, err)
-	}
-	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	r.scanUntilTombstoned()
 	before := len(outbox(t, r.e))
 
 	tk, ok, err := r.e.Notify(docURI)
@@ -721,11 +728,7 @@ func TestUnlistedSurvivesRestart(t *testing.T) {
 // that finds content is served.
 func TestUnlistedTombstoneEndsWithANewSubscription(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	for range 3 {
-		_, _, err := r.scan()
-		require.NoError(t, err)
-	}
-	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	r.scanUntilTombstoned()
 	_, err := r.e.BeginClose(docURI)
 	require.NoError(t, err)
 	_, err = r.e.FinishClose(docURI, true)

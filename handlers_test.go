@@ -1,7 +1,6 @@
 package mcpsync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,12 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // call is one call a handler was told, with the texts of its entries.
@@ -203,7 +200,7 @@ func TestHandlerToldDeletionsWithWhy(t *testing.T) {
 	t.Run("confirmed with evidence", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			h := &handlerLog{}
-			r := newHandledKeptRig(t, h, "file:///kb/a.md", "file:///kb/b.md")
+			r := newHandledKeptRig(t, eras[0], h, "file:///kb/a.md", "file:///kb/b.md")
 			r.keep(t, true)
 			require.NoError(t, r.c.WaitForSync(t.Context()))
 			require.ElementsMatch(t, []call{
@@ -244,27 +241,6 @@ func TestHandlerToldDeletionsWithWhy(t *testing.T) {
 			assert.Equal(t, mcpsync.EvidenceCorroborated, d.evidence.Kind)
 		})
 	})
-}
-
-// newHandledKeptRig is a kept-scan rig (keepscan_test.go) whose client has
-// handler h.
-func newHandledKeptRig(t *testing.T, h mcpsync.ResourceHandler, uris ...string) *keptRig {
-	t.Helper()
-	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
-	for _, u := range uris {
-		r.srv.Set(u, "text/plain", "v1 of "+u)
-	}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
-		return r.kit, nil
-	}, &mcpsync.ClientOptions{
-		Subject: alice, ProtocolVersion: eras[0].version, Seed: 1, RequestTimeout: time.Second, Handler: h,
-		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	return r
 }
 
 // A Client connected to an engine that serves versions already tells them

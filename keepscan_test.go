@@ -3,7 +3,6 @@ package mcpsync_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -38,6 +37,13 @@ type keptRig struct {
 
 func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
 	t.Helper()
+	return newHandledKeptRig(t, w, nil, uris...)
+}
+
+// newHandledKeptRig is newKeptRig with handler h (nil: none) on the
+// client.
+func newHandledKeptRig(t *testing.T, w wiring, h mcpsync.ResourceHandler, uris ...string) *keptRig {
+	t.Helper()
 	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
 	for _, u := range uris {
 		r.srv.Set(u, "text/plain", "v1 of "+u)
@@ -46,7 +52,7 @@ func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
 		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
 		return r.kit, nil
 	}, &mcpsync.ClientOptions{
-		Subject: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second,
+		Subject: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second, Handler: h,
 		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
 		OnError: func(err error) {
 			r.mu.Lock()
@@ -347,10 +353,7 @@ func TestSubscribeToAMissingResource(t *testing.T) {
 // stream per resource (each naming all before it).
 func TestKeptScanSubscribesACatalogOnOneStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		uris := make([]string, 100)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///docs/%03d.md", i)
-		}
+		uris := numbered("file:///docs/%03d.md", 100)
 		r := newKeptRig(t, eras[1], uris...)
 		r.keep(t, true)
 		for _, u := range uris {

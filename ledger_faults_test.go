@@ -265,20 +265,13 @@ func TestReestablishWhoseBeginCloseFailsEndsPushedOnAStream(t *testing.T) {
 // carried by the listen stream (2026-07-28) or subscribed on the server
 // (2025-11-25, after a Reconnect whose activation failed) again.
 func TestRepairedURIIsPushedAgain(t *testing.T) {
-	for _, f := range reopenFaults() {
-		t.Run(f.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, f.w)
-				r.subscribe()
-
-				f.reopen(r, 1)
-				require.Equal(t, 1, r.ledger.failures())
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v1")
-				r.requirePushed()
-			})
-		})
-	}
+	eachReopenFault(t, func(t *testing.T, r *rig, reopen func(r *rig, n int)) {
+		reopen(r, 1)
+		require.Equal(t, 1, r.ledger.failures())
+		r.sixRevalidations()
+		r.requireHealed(faultURI, "v1")
+		r.requirePushed()
+	})
 }
 
 // A ledger that refuses a reopen's write every time for an hour, then
@@ -287,50 +280,50 @@ func TestRepairedURIIsPushedAgain(t *testing.T) {
 // everything right is eventually accepted; a repeating failure is visible
 // without flooding the caller).
 func TestRepeatingLedgerFaultHealsWithoutFloodingOnError(t *testing.T) {
-	for _, f := range reopenFaults() {
-		t.Run(f.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, f.w)
-				r.subscribe()
+	eachReopenFault(t, func(t *testing.T, r *rig, reopen func(r *rig, n int)) {
+		reopen(r, 1000)
+		r.requireReopensPaced()
+		r.ledger.failWrites(0, nil)
+		r.requireHealsAfterAChange(faultURI)
+	})
+}
 
-				f.reopen(r, 1000)
-				r.requireReopensPaced()
-				r.ledger.failWrites(0, nil)
-				r.requireHealsAfterAChange(faultURI)
-			})
-		})
+// eachReopenFault runs test once for each way the reopen of a watched URI
+// meets failing ledger writes, in a subtest and a bubble of its own, on a
+// ledger rig of that way's era with faultURI subscribed. reopen has the
+// ledger refuse the next n writes of its kind, starts the reopen that
+// meets them, and waits for it: a listen stream the server ends
+// (2026-07-28), re-established, meeting a failing write of each of
+// reopenWrites, or a Reconnect, in each era, meeting a failing activation.
+func eachReopenFault(t *testing.T, test func(t *testing.T, r *rig, reopen func(r *rig, n int))) {
+	type fault struct {
+		name   string
+		w      wiring
+		reopen func(r *rig, n int)
 	}
-}
-
-// reopenFault is a way for the reopen of a watched URI to meet failing
-// ledger writes.
-type reopenFault struct {
-	name string
-	w    wiring
-	// reopen has the ledger refuse the next n writes of its kind, starts
-	// the reopen that meets them, and waits for it.
-	reopen func(r *rig, n int)
-}
-
-// reopenFaults are a listen stream the server ends (2026-07-28),
-// re-established, meeting a failing write of each of reopenWrites, and a
-// Reconnect, in each era, meeting a failing activation.
-func reopenFaults() []reopenFault {
-	var faults []reopenFault
+	var faults []fault
 	for _, m := range reopenWrites {
-		faults = append(faults, reopenFault{"reestablish-" + m.name, eras[1], func(r *rig, n int) {
+		faults = append(faults, fault{"reestablish-" + m.name, eras[1], func(r *rig, n int) {
 			r.ledger.failWrites(n, m.match)
 			r.reestablish()
 		}})
 	}
 	for _, w := range eras {
-		faults = append(faults, reopenFault{"reconnect-activate-" + w.name, w, func(r *rig, n int) {
+		faults = append(faults, fault{"reconnect-activate-" + w.name, w, func(r *rig, n int) {
 			r.ledger.failWrites(n, activatingWrite)
 			require.Error(r.t, r.c.Reconnect(r.t.Context()))
 			quiesce()
 		}})
 	}
-	return faults
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newLedgerRig(t, f.w)
+				r.subscribe()
+				test(t, r, f.reopen)
+			})
+		})
+	}
 }
 
 // requireReopensPaced waits an hour of failing writes and checks that

@@ -186,10 +186,7 @@ func TestSubscribeAllRacingCloseLeavesNothingRunning(t *testing.T) {
 		for _, d := range []time.Duration{0, time.Microsecond, 5 * time.Millisecond, 15 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%s/%v", w.name, d), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					uris := make([]string, 150)
-					for i := range uris {
-						uris[i] = fmt.Sprintf("file:///b39/close/%03d.md", i)
-					}
+					uris := numbered("file:///b39/close/%03d.md", 150)
 					c := buildRig(t, w, rigConfig{uris: uris}).c
 					done := goCall(t.Context(), c.SubscribeAll, uris)
 					time.Sleep(d)

@@ -339,11 +339,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 				minutes(40)
 				gen := r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
-					s, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					e, lerr := r.c.Lookup(u)
-					require.NoError(t, lerr)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
+					s, e, desc := r.look(u)
 					t.Log(desc)
 					require.True(t, s.SessionGeneration == gen && generationOpen(s.State), desc)
 					if s.Mode == mcpsync.ModePush {
@@ -535,10 +531,7 @@ func TestListenRefusedForAnHourPollsThenPushesAgain(t *testing.T) {
 func TestSteadyListenRefusalAtScaleStaysPaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 40
-		uris := make([]string, n)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b42/steady/%03d.md", i)
-		}
+		uris := numbered("file:///b42/steady/%03d.md", n)
 		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
 			w.refuse = listensWhere(anyURIs)
 		}})

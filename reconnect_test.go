@@ -533,11 +533,8 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 
 				gen := r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
-					s, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					e, lerr := r.c.Lookup(u)
-					require.NoError(t, lerr)
-					t.Logf("just after: %s %s %s %q session %d/%d server %v degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Degraded)
+					_, _, desc := r.look(u)
+					t.Logf("just after: %s", desc)
 				}
 				r.srv.Set(x, "text/markdown", "v2")
 				r.srv.Set(y, "text/markdown", "v2")

@@ -294,6 +294,23 @@ func (r *rig) state(uri string) (text string, desc string) {
 		sub.State, sub.Mode, sub.ModeReason, e.Degraded, r.srv.Subscribed(uri), err)
 }
 
+// look returns uri's subscription and what Lookup serves for it, both
+// required, and a line that describes them in the current session.
+func (r *rig) look(uri string) (mcpsync.Subscription, mcpsync.Entry, string) {
+	r.t.Helper()
+	gen := r.c.Health().SessionGeneration
+	s, err := r.c.Engine().Subscription(uri)
+	require.NoError(r.t, err)
+	e, err := r.c.Lookup(uri)
+	require.NoError(r.t, err)
+	text := ""
+	if len(e.Contents) > 0 {
+		text = e.Contents[0].Text
+	}
+	return s, e, fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q",
+		uri, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(uri), text, e.Degraded)
+}
+
 // pushed counts the URIs of uris open in push mode, and describes each.
 func (r *rig) pushed(uris []string) (push int, lines []string) {
 	for _, u := range uris {

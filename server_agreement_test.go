@@ -389,10 +389,7 @@ func TestCancelledSubscribesOfOneURIDrawAPacedUnsubscribe(t *testing.T) {
 func TestCancelledSubscribesAnsweredAtOnceAreUnsubscribed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 200
-		uris := make([]string, n)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b43/exit/%03d.md", i)
-		}
+		uris := numbered("file:///b43/exit/%03d.md", n)
 		r := buildRig(t, eras[0], rigConfig{uris: uris})
 		kit := r.faults()
 		var wg sync.WaitGroup
@@ -446,15 +443,10 @@ func TestRefusedResubscribeAfterALateUnsubscribePollsSayingWhy(t *testing.T) {
 		minutes(20)
 		before := r.requests(string(mcp.MethodResourcesSubscribe))
 		r.srv.Set(x, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
-		sub, err := r.c.Engine().Subscription(x)
-		require.NoError(t, err)
-		e, lerr := r.c.Lookup(x)
-		require.NoError(t, lerr)
-		t.Logf("x: %s %s reason %q; server subscribed %v; serves %q degraded %q; subscribes sent %d (%d in the last minute)",
-			sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(x), e.Contents[0].Text, e.Degraded,
-			r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
+		minutes(1)
+		sub, _, desc := r.look(x)
+		t.Logf("%s; subscribes sent %d (%d in the last minute)",
+			desc, r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
 		if sub.Mode == mcpsync.ModePush {
 			require.True(t, r.srv.Subscribed(x),
 				"x is in push mode (reason %q) but the server does not notify it, 21 minutes after the re-subscribe started failing", sub.ModeReason)

@@ -96,9 +96,7 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 func TestCancelledSpellingIsUnsubscribedWithTheURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, b = "file:///b42/sp/a.md", "file:///b42/sp/%61.md"
-		r := newRig(t, eras[0], nil)
-		r.srv.Set(a, "text/markdown", "v1")
-		r.srv.Set(b, "text/markdown", "v1")
+		r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
 		hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), a)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := goCall(ctx, r.c.Subscribe, a)

@@ -144,10 +144,7 @@ func TestSubscribeAllCancelled(t *testing.T) {
 		c := subscribeAllClient(t, srv, "2026-07-28")
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		uris := make([]string, 300)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-		}
+		uris := numbered("file:///all/%03d.md", 300)
 		subs, err := c.SubscribeAll(ctx, uris)
 		require.ErrorIs(t, err, context.Canceled)
 		assert.Len(t, subs, len(uris))
@@ -235,10 +232,7 @@ func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/reconnect=%v", w.name, reconnect), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					const n = 200
-					uris := make([]string, n)
-					for i := range uris {
-						uris[i] = fmt.Sprintf("file:///b42/scale/%03d.md", i)
-					}
+					uris := numbered("file:///b42/scale/%03d.md", n)
 					r := buildRig(t, w, rigConfig{uris: uris})
 					faulty := func(method, _ string, k int) bool {
 						switch method {
