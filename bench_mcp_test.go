@@ -33,9 +33,7 @@ func rawClient(b *testing.B, srv *mcpsynctest.Server) *mcpclient.Client {
 
 func syncClient(b *testing.B, srv *mcpsynctest.Server) *mcpsync.Client {
 	b.Helper()
-	c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
+	c, err := mcpsync.Connect(b.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package mcpsync_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync"
@@ -64,9 +62,7 @@ func scaleServer(n int) (*mcpsynctest.Server, []string) {
 
 func scaleConnect(b *testing.B, srv *mcpsynctest.Server, version string) *mcpsync.Client {
 	b.Helper()
-	c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, NoResume: true})
+	c, err := mcpsync.Connect(b.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, NoResume: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -323,9 +322,7 @@ func TestFaultSubscribeFailsAfterRecording(t *testing.T) {
 	srv := mcpsynctest.NewServer(srvOpts)
 	srv.Set(faultURI, "text/markdown", "v1")
 	outcomes := make(chan mcpsync.Outcome, 16)
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
 	require.NoError(t, err)
 	defer c.Close()
 	sub, err := c.Subscribe(t.Context(), faultURI)

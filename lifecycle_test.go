@@ -253,9 +253,7 @@ func TestCloseIsFinalForAReconnectUnderWay(t *testing.T) {
 				<-dialing
 				require.NoError(t, a.Close())
 
-				b, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-					return srv.NewInProcessTransport(), nil
-				}, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+				b, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
 				require.NoError(t, err, "Close left the engine in use")
 				defer func() { require.NoError(t, b.Close()) }()
 				_, err = b.Subscribe(t.Context(), docURI)

@@ -10,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -131,9 +130,7 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 		} {
 			e := engineOn(t, ledger)
 			reads := srv.Reads(changedURI)
-			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Engine: e, Subject: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
+			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
 			require.NoError(t, err)
 			quiesce()
 			require.NoError(t, c.WaitForSync(t.Context()), tc.name)
@@ -254,9 +251,7 @@ func TestSecondClientOnTheLedgerLeavesALiveClientsSubscription(t *testing.T) {
 		connect := func(srv *mcpsynctest.Server) (*mcpsync.Client, *mcpsync.Engine) {
 			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 			require.NoError(t, err)
-			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Engine: e, Subject: alice})
+			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
 			return c, e

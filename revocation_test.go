@@ -13,7 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -172,7 +171,7 @@ func isRevocation(err error) bool {
 func revokedWorker(t *testing.T, srv *mcpsynctest.Server, doc string) *mcpsync.Client {
 	t.Helper()
 	ledger := ledger.NewMemory(nil)
-	dial := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
+	dial := srv.Dialer()
 	first, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Subject: alice})
 	require.NoError(t, err)
 	_, err = first.Subscribe(t.Context(), doc)

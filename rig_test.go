@@ -149,7 +149,7 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	for _, u := range cfg.uris {
 		r.srv.Set(u, "text/markdown", "v1")
 	}
-	inner := func(context.Context) (transport.Interface, error) { return r.srv.NewInProcessTransport(), nil }
+	inner := r.srv.Dialer()
 	if cfg.dial != nil {
 		inner = cfg.dial
 	}

@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -475,9 +474,7 @@ func TestShadowListing(t *testing.T) {
 			for _, u := range []string{faultURI, offURI, "file:///docs/b.md"} {
 				srv.Set(u, "text/markdown", "v1")
 			}
-			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
+			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 			require.NoError(t, err)
 			defer c.Close()
 			cat, err := c.Scan(t.Context(), mcpsync.KindResources)
