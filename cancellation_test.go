@@ -27,40 +27,36 @@ import (
 // released: once settled, the server notifies exactly the URIs that are
 // open in push mode, in both eras.
 func TestSubscribeAllCancelledMidwaySettlesTheServer(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				method := subscribeMethod(w.version)
-				uris := numbered("file:///b39/all/%02d.md", 12)
-				r := buildRig(t, w, rigConfig{uris: uris})
-				srv, kit := r.srv, r.faults()
-				u3, u5 := uris[3], uris[5]
-				if method == string(mcp.MethodSubscriptionsListen) {
-					u3, u5 = "", ""
-				}
-				h1 := kit.HoldNextRequest(method, u3)
-				h2 := kit.HoldNext(method, u5)
-				ctx, cancel := context.WithCancel(t.Context())
-				done := goCall(ctx, r.c.SubscribeAll, uris)
-				synctest.Wait()
-				cancel()
-				synctest.Wait()
-				h1.Release()
-				h2.Release()
-				<-done
-				quiesce()
-				minutes(6)
-				open := 0
-				for _, u := range uris {
-					if srv.Subscribed(u) {
-						open++
-					}
-				}
-				t.Logf("%d of %d URIs subscribed on the server after the cancel", open, len(uris))
-				r.requireServerMatchesPush(uris)
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		method := subscribeMethod(w.version)
+		uris := numbered("file:///b39/all/%02d.md", 12)
+		r := buildRig(t, w, rigConfig{uris: uris})
+		srv, kit := r.srv, r.faults()
+		u3, u5 := uris[3], uris[5]
+		if method == string(mcp.MethodSubscriptionsListen) {
+			u3, u5 = "", ""
+		}
+		h1 := kit.HoldNextRequest(method, u3)
+		h2 := kit.HoldNext(method, u5)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := goCall(ctx, r.c.SubscribeAll, uris)
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		h1.Release()
+		h2.Release()
+		<-done
+		quiesce()
+		minutes(6)
+		open := 0
+		for _, u := range uris {
+			if srv.Subscribed(u) {
+				open++
+			}
+		}
+		t.Logf("%d of %d URIs subscribed on the server after the cancel", open, len(uris))
+		r.requireServerMatchesPush(uris)
+	})
 }
 
 // A Subscribe whose context ends while the server is being asked to notify
@@ -312,30 +308,26 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 // Subscribe fails with context.Canceled; once settled x is not open in the
 // current session and the server does not notify it. Both eras.
 func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const x = "file:///cancel/reconnect/x.md"
-				r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-				opening, slow := r.ledger.slowWrite(writeOf(x, mcpsync.StateSubscribing))
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				done := goCall(ctx, r.c.Subscribe, x)
-				<-opening
+	eachEra(t, func(t *testing.T, w wiring) {
+		const x = "file:///cancel/reconnect/x.md"
+		r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+		opening, slow := r.ledger.slowWrite(writeOf(x, mcpsync.StateSubscribing))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := goCall(ctx, r.c.Subscribe, x)
+		<-opening
 
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
-				synctest.Wait() // the new session is up; its pass over x waits for x's first
-				cancel()
-				require.ErrorIs(t, (<-done).err, context.Canceled)
-				close(slow)
-				t.Logf("reconnect: %v", <-reconnected)
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+		synctest.Wait() // the new session is up; its pass over x waits for x's first
+		cancel()
+		require.ErrorIs(t, (<-done).err, context.Canceled)
+		close(slow)
+		t.Logf("reconnect: %v", <-reconnected)
 
-				r.sixRevalidations()
-				r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
-			})
-		})
-	}
+		r.sixRevalidations()
+		r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+	})
 }
 
 // Subscribes of a URI nobody watched that all fail (every caller gives up

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -285,41 +284,37 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 // stays closed instead of coming back against the caller's last word. Both
 // eras.
 func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
-				srv.Set(faultURI, "text/markdown", "v1")
-				srv.Set(listedURI, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = r.c.Close() })
-				r.subscribeSettled(t, faultURI)
-				srv.Delete(faultURI)
-				time.Sleep(time.Second)
-				quiesce()
-				cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
-				require.NoError(t, err)
-				_, err = r.c.Reconcile(cat)
-				require.NoError(t, err)
-				sub, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				require.Equal(t, mcpsync.StateTombstoned, sub.State, r.describe(faultURI))
+	eachEra(t, func(t *testing.T, w wiring) {
+		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
+		srv.Set(faultURI, "text/markdown", "v1")
+		srv.Set(listedURI, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.c.Close() })
+		r.subscribeSettled(t, faultURI)
+		srv.Delete(faultURI)
+		time.Sleep(time.Second)
+		quiesce()
+		cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+		require.NoError(t, err)
+		_, err = r.c.Reconcile(cat)
+		require.NoError(t, err)
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.StateTombstoned, sub.State, r.describe(faultURI))
 
-				closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
-				t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
-				quiesce()
-				srv.Recreate(faultURI, "v2")
-				time.Sleep(time.Minute)
-				quiesce()
-				sub, err = r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				if uerr != nil || openState(sub.State) || srv.Subscribed(faultURI) {
-					t.Fatalf("unsubscribe of a tombstoned URI not done (Unsubscribe err %v); after recreation: %s", uerr, r.describe(faultURI))
-				}
-			})
-		})
-	}
+		closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
+		t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
+		quiesce()
+		srv.Recreate(faultURI, "v2")
+		time.Sleep(time.Minute)
+		quiesce()
+		sub, err = r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		if uerr != nil || openState(sub.State) || srv.Subscribed(faultURI) {
+			t.Fatalf("unsubscribe of a tombstoned URI not done (Unsubscribe err %v); after recreation: %s", uerr, r.describe(faultURI))
+		}
+	})
 }
 
 // Corroborate on a pending tombstone whose URI has a queued read in flight

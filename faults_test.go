@@ -173,70 +173,62 @@ func TestFaultUnsubscribeAckLost(t *testing.T) {
 // Old-session notification: a notification of the previous connection that
 // arrives after the reconnect triggers nothing and leaves a receipt.
 func TestFaultOldSessionNotification(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, nil)
-				r.subscribe()
-				oldKit := r.faults()
-				oldKit.DelayNext(faultURI, 0) // hold until released
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-				require.Equal(t, 1, oldKit.Held())
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, nil)
+		r.subscribe()
+		oldKit := r.faults()
+		oldKit.DelayNext(faultURI, 0) // hold until released
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		require.Equal(t, 1, oldKit.Held())
 
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				reread := next(t, r.outcomes)
-				require.True(t, reread.Accepted)
-				assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
-				sub, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				issued := sub.LastIssuedOrdinal
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		reread := next(t, r.outcomes)
+		require.True(t, reread.Accepted)
+		assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		issued := sub.LastIssuedOrdinal
 
-				require.Equal(t, 1, oldKit.ReleaseNotifications())
-				quiesce()
-				assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch],
-					"the old session's notification is refused with a receipt")
-				sub, err = r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, issued, sub.LastIssuedOrdinal, "it issued no read")
-				assert.Equal(t, "v2", r.served())
-			})
-		})
-	}
+		require.Equal(t, 1, oldKit.ReleaseNotifications())
+		quiesce()
+		assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch],
+			"the old session's notification is refused with a receipt")
+		sub, err = r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, issued, sub.LastIssuedOrdinal, "it issued no read")
+		assert.Equal(t, "v2", r.served())
+	})
 }
 
 // Out-of-order and duplicated notifications: whatever order pulses arrive
 // in, accepted versions only move forward and the last is the server's
 // newest.
 func TestFaultOutOfOrderNotifications(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, nil)
-				r.subscribe()
-				kit := r.faults()
-				kit.ReorderNext(faultURI)
-				kit.SetDuplicateRate(1)
-				readsBefore := r.srv.Reads(faultURI)
-				for _, v := range []string{"v2", "v3", "v4", "v5"} {
-					r.srv.Set(faultURI, "text/markdown", v)
-				}
-				kit.ReleaseNotifications()
-				quiesce()
-				assert.Equal(t, "v5", r.served())
-				reads := r.srv.Reads(faultURI) - readsBefore
-				assert.LessOrEqual(t, reads, 8, "8 pulses for 4 changes: never more reads than pulses")
-				var last uint64
-				for len(r.outcomes) > 0 {
-					out := <-r.outcomes
-					if out.Accepted {
-						assert.Greater(t, out.Version.Version.ReadOrdinal, last, "no version regression")
-						last = out.Version.Version.ReadOrdinal
-					}
-				}
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, nil)
+		r.subscribe()
+		kit := r.faults()
+		kit.ReorderNext(faultURI)
+		kit.SetDuplicateRate(1)
+		readsBefore := r.srv.Reads(faultURI)
+		for _, v := range []string{"v2", "v3", "v4", "v5"} {
+			r.srv.Set(faultURI, "text/markdown", v)
+		}
+		kit.ReleaseNotifications()
+		quiesce()
+		assert.Equal(t, "v5", r.served())
+		reads := r.srv.Reads(faultURI) - readsBefore
+		assert.LessOrEqual(t, reads, 8, "8 pulses for 4 changes: never more reads than pulses")
+		var last uint64
+		for len(r.outcomes) > 0 {
+			out := <-r.outcomes
+			if out.Accepted {
+				assert.Greater(t, out.Version.Version.ReadOrdinal, last, "no version regression")
+				last = out.Version.Version.ReadOrdinal
+			}
+		}
+	})
 }
 
 // URI encoding confusion: the server notifies another spelling of the
@@ -261,21 +253,17 @@ func TestFaultURIEncodingConfusion(t *testing.T) {
 // Multi-page change with a lost notification: the update notification is
 // lost; the revalidation read bounds how long the copy stays stale.
 func TestFaultLostNotificationCaughtByRevalidation(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Minute, Jitter: 0.1})
-				sub := r.subscribe()
-				r.faults().DropNext(faultURI, 1)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-				assert.Equal(t, "v1", r.served(), "the notification was lost")
-				time.Sleep(time.Duration(sub.StalenessBoundMs) * time.Millisecond)
-				quiesce()
-				assert.Equal(t, "v2", r.served(), "caught within the published staleness bound")
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Minute, Jitter: 0.1})
+		sub := r.subscribe()
+		r.faults().DropNext(faultURI, 1)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		assert.Equal(t, "v1", r.served(), "the notification was lost")
+		time.Sleep(time.Duration(sub.StalenessBoundMs) * time.Millisecond)
+		quiesce()
+		assert.Equal(t, "v2", r.served(), "caught within the published staleness bound")
+	})
 }
 
 // Cache hit after permission revocation: zero hits once the subject is

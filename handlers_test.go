@@ -94,31 +94,27 @@ func adds(uris ...string) []call {
 // reconnect tell nothing after that; new content is an update with the old
 // and the new entry.
 func TestHandlerToldInitialVersionsOnceBeforeWaitForSync(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				h := &handlerLog{}
-				docs := []string{"file:///docs/a.md", "file:///docs/b.md"}
-				r := buildRig(t, w, rigConfig{uris: docs, opts: mcpsync.ClientOptions{Handler: h, RevalidateEvery: time.Minute}})
-				_, err := r.c.SubscribeAll(t.Context(), append([]string{faultURI}, docs...))
-				require.NoError(t, err)
-				require.NoError(t, r.c.WaitForSync(t.Context()))
-				assert.ElementsMatch(t, adds(faultURI, docs[0], docs[1]), h.take(), "told before WaitForSync returned")
+	eachEra(t, func(t *testing.T, w wiring) {
+		h := &handlerLog{}
+		docs := []string{"file:///docs/a.md", "file:///docs/b.md"}
+		r := buildRig(t, w, rigConfig{uris: docs, opts: mcpsync.ClientOptions{Handler: h, RevalidateEvery: time.Minute}})
+		_, err := r.c.SubscribeAll(t.Context(), append([]string{faultURI}, docs...))
+		require.NoError(t, err)
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		assert.ElementsMatch(t, adds(faultURI, docs[0], docs[1]), h.take(), "told before WaitForSync returned")
 
-				minutes(5)                                // revalidations
-				r.srv.Set(docs[0], "text/markdown", "v1") // a notification, same content
-				quiesce()
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				require.NoError(t, r.c.WaitForSync(t.Context()))
-				minutes(2)
-				assert.Empty(t, h.take(), "nothing new was told after WaitForSync")
+		minutes(5)                                // revalidations
+		r.srv.Set(docs[0], "text/markdown", "v1") // a notification, same content
+		quiesce()
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		minutes(2)
+		assert.Empty(t, h.take(), "nothing new was told after WaitForSync")
 
-				r.srv.Set(docs[1], "text/markdown", "v2")
-				quiesce()
-				assert.Equal(t, []call{{kind: "update", uri: docs[1], old: "v1", new: "v2"}}, h.take())
-			})
-		})
-	}
+		r.srv.Set(docs[1], "text/markdown", "v2")
+		quiesce()
+		assert.Equal(t, []call{{kind: "update", uri: docs[1], old: "v1", new: "v2"}}, h.take())
+	})
 }
 
 // Updates of one URI are told in order: each old entry is the new entry of

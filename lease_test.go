@@ -136,35 +136,31 @@ func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 // hour later it does not notify a URI this client no longer watches, and
 // still notifies the one it does. Both eras.
 func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///b42/lease/y.md"
-				l := newLeasedLedger()
-				r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, y)
-				srv := r.srv
-				r.subscribeSettled(t, docURI)
-				r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
-				require.True(t, srv.Subscribed(docURI))
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///b42/lease/y.md"
+		l := newLeasedLedger()
+		r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, y)
+		srv := r.srv
+		r.subscribeSettled(t, docURI)
+		r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
+		require.True(t, srv.Subscribed(docURI))
 
-				l.setForeign(docURI, true)
-				method := string(mcp.MethodResourcesUnsubscribe)
-				if w.version == "2026-07-28" {
-					method = string(mcp.MethodSubscriptionsListen)
-				}
-				r.faults().FailNext(method, "", mcp.INTERNAL_ERROR, "b42: try again")
-				_, err := r.c.Unsubscribe(t.Context(), docURI)
-				require.NoError(t, err)
-				for range 6 {
-					time.Sleep(5 * time.Minute)
-					quiesce()
-				}
-				require.True(t, srv.Subscribed(y), "y is still watched")
-				require.False(t, srv.Subscribed(docURI),
-					"half an hour after Unsubscribe let go of a URI whose lease moved, the server still notifies it (unsubscribes sent %d)", srv.UnsubscribeCalls())
-			})
-		})
-	}
+		l.setForeign(docURI, true)
+		method := string(mcp.MethodResourcesUnsubscribe)
+		if w.version == "2026-07-28" {
+			method = string(mcp.MethodSubscriptionsListen)
+		}
+		r.faults().FailNext(method, "", mcp.INTERNAL_ERROR, "b42: try again")
+		_, err := r.c.Unsubscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		for range 6 {
+			time.Sleep(5 * time.Minute)
+			quiesce()
+		}
+		require.True(t, srv.Subscribed(y), "y is still watched")
+		require.False(t, srv.Subscribed(docURI),
+			"half an hour after Unsubscribe let go of a URI whose lease moved, the server still notifies it (unsubscribes sent %d)", srv.UnsubscribeCalls())
+	})
 }
 
 // The same on 2026-07-28 with the caller giving up: an Unsubscribe of a

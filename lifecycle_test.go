@@ -227,60 +227,56 @@ func TestRefusedResubscribeRacingCloseLeavesNothingRunning(t *testing.T) {
 // the server (its change is read within seconds), and Subscribes of the
 // second Client still open.
 func TestCloseIsFinalForAReconnectUnderWay(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const other = "file:///docs/other.md"
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(docURI, "text/plain", "v1")
-				srv.Set(other, "text/plain", "v1")
-				e := newEngine(t, nil)
-				gate := make(chan struct{})
-				dialing := make(chan struct{}, 1)
-				dials := 0
-				slowDial := func(context.Context) (transport.Interface, error) {
-					dials++
-					if dials == 2 {
-						dialing <- struct{}{}
-						<-gate // a dial that takes a while, whatever the context says
-					}
-					return srv.NewInProcessTransport(), nil
-				}
-				a, err := mcpsync.Connect(t.Context(), slowDial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
-				require.NoError(t, err)
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- a.Reconnect(context.Background()) }()
-				<-dialing
-				require.NoError(t, a.Close())
+	eachEra(t, func(t *testing.T, w wiring) {
+		const other = "file:///docs/other.md"
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/plain", "v1")
+		srv.Set(other, "text/plain", "v1")
+		e := newEngine(t, nil)
+		gate := make(chan struct{})
+		dialing := make(chan struct{}, 1)
+		dials := 0
+		slowDial := func(context.Context) (transport.Interface, error) {
+			dials++
+			if dials == 2 {
+				dialing <- struct{}{}
+				<-gate // a dial that takes a while, whatever the context says
+			}
+			return srv.NewInProcessTransport(), nil
+		}
+		a, err := mcpsync.Connect(t.Context(), slowDial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+		require.NoError(t, err)
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- a.Reconnect(context.Background()) }()
+		<-dialing
+		require.NoError(t, a.Close())
 
-				b, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
-				require.NoError(t, err, "Close left the engine in use")
-				defer func() { require.NoError(t, b.Close()) }()
-				_, err = b.Subscribe(t.Context(), docURI)
-				require.NoError(t, err)
-				srv.Set(docURI, "text/plain", "v1.5")
-				time.Sleep(5 * time.Second)
-				quiesce()
-				entry, err := b.Lookup(docURI)
-				require.NoError(t, err)
-				require.Equal(t, "v1.5", entry.Contents[0].Text, "the second client hears its server")
+		b, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+		require.NoError(t, err, "Close left the engine in use")
+		defer func() { require.NoError(t, b.Close()) }()
+		_, err = b.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		srv.Set(docURI, "text/plain", "v1.5")
+		time.Sleep(5 * time.Second)
+		quiesce()
+		entry, err := b.Lookup(docURI)
+		require.NoError(t, err)
+		require.Equal(t, "v1.5", entry.Contents[0].Text, "the second client hears its server")
 
-				close(gate) // the closed client's dial comes back
-				assert.Error(t, <-reconnected, "a Reconnect of a closed client")
-				quiesce()
+		close(gate) // the closed client's dial comes back
+		assert.Error(t, <-reconnected, "a Reconnect of a closed client")
+		quiesce()
 
-				srv.Set(docURI, "text/plain", "v2")
-				time.Sleep(5 * time.Second)
-				quiesce()
-				entry, err = b.Lookup(docURI)
-				require.NoError(t, err)
-				assert.Equal(t, "v2", entry.Contents[0].Text,
-					"the second client's copy went stale (Degraded %q): the closed client started a session on its engine", entry.Degraded)
-				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-				defer cancel()
-				_, err = b.Subscribe(ctx, other)
-				assert.NoError(t, err, "a Subscribe of the second client after the closed client's dial came back")
-			})
-		})
-	}
+		srv.Set(docURI, "text/plain", "v2")
+		time.Sleep(5 * time.Second)
+		quiesce()
+		entry, err = b.Lookup(docURI)
+		require.NoError(t, err)
+		assert.Equal(t, "v2", entry.Contents[0].Text,
+			"the second client's copy went stale (Degraded %q): the closed client started a session on its engine", entry.Degraded)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err = b.Subscribe(ctx, other)
+		assert.NoError(t, err, "a Subscribe of the second client after the closed client's dial came back")
+	})
 }

@@ -34,33 +34,29 @@ import (
 // (ten minutes pass; the default heartbeat finds a dead session within
 // one), or Health says the client is not up.
 func TestFailedReconnectLeavesNoDeadSessionUp(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(faultURI, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = r.c.Close() })
-				r.subscribeSettled(t, faultURI)
+	eachEra(t, func(t *testing.T, w wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(faultURI, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.c.Close() })
+		r.subscribeSettled(t, faultURI)
 
-				r.down.Store(true)
-				err = r.c.Reconnect(t.Context())
-				require.Error(t, err, "the server is down: Reconnect says so")
-				r.down.Store(false) // the server is back
+		r.down.Store(true)
+		err = r.c.Reconnect(t.Context())
+		require.Error(t, err, "the server is down: Reconnect says so")
+		r.down.Store(false) // the server is back
 
-				srv.Set(faultURI, "text/markdown", "v2")
-				time.Sleep(10 * time.Minute)
-				quiesce()
-				h := r.c.Health()
-				entry, lerr := r.c.Lookup(faultURI)
-				t.Logf("after the failed Reconnect and 10 minutes: Health %+v; Lookup degraded %q err %v", h, entry.Degraded, lerr)
-				if h.State == mcpsync.ConnectionUp {
-					r.requireConverged(t, faultURI, "failed caller Reconnect (Health says UP)")
-				}
-			})
-		})
-	}
+		srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(10 * time.Minute)
+		quiesce()
+		h := r.c.Health()
+		entry, lerr := r.c.Lookup(faultURI)
+		t.Logf("after the failed Reconnect and 10 minutes: Health %+v; Lookup degraded %q err %v", h, entry.Degraded, lerr)
+		if h.State == mcpsync.ConnectionUp {
+			r.requireConverged(t, faultURI, "failed caller Reconnect (Health says UP)")
+		}
+	})
 }
 
 // gaveUp counts the ErrReconnectGaveUp OnError was told.
@@ -182,25 +178,21 @@ func TestHealDoesNotWaitForTheLostServersShutdown(t *testing.T) {
 // later it is open in the current session, not degraded, and serves the
 // server's newer content. Both eras.
 func TestReconnectWhoseActivationFailsHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newLedgerRig(t, w)
+		r.subscribe()
 
-				r.ledger.failWrites(1, activatingWrite)
-				err := r.c.Reconnect(t.Context())
-				if err == nil || r.ledger.failures() != 1 {
-					t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
-				}
-				quiesce()
-				r.requireToldReopen(faultURI)
+		r.ledger.failWrites(1, activatingWrite)
+		err := r.c.Reconnect(t.Context())
+		if err == nil || r.ledger.failures() != 1 {
+			t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
+		}
+		quiesce()
+		r.requireToldReopen(faultURI)
 
-				// The ledger is healthy again; the server's content moves on.
-				r.requireHealsAfterAChange(faultURI)
-			})
-		})
-	}
+		// The ledger is healthy again; the server's content moves on.
+		r.requireHealsAfterAChange(faultURI)
+	})
 }
 
 // A Reconnect whose write opening a URI's new generation fails once leaves
@@ -208,38 +200,34 @@ func TestReconnectWhoseActivationFailsHeals(t *testing.T) {
 // the URI's next revalidation tick opens it in the current session, where
 // it reads the server's current content. Both eras.
 func TestReconnectWhoseOpeningWriteFailsHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newLedgerRig(t, w)
+		r.subscribe()
 
-				r.ledger.failWrites(1, openingWrite)
-				if err := r.c.Reconnect(t.Context()); err == nil || r.ledger.failures() != 1 {
-					t.Fatalf("the opening write was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
-				}
-				if len(r.errs.list()) == 0 {
-					quiesce()
-				}
-				if len(r.errs.list()) == 0 {
-					t.Fatal("the failed resubscribe was not told to OnError")
-				}
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
+		r.ledger.failWrites(1, openingWrite)
+		if err := r.c.Reconnect(t.Context()); err == nil || r.ledger.failures() != 1 {
+			t.Fatalf("the opening write was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
+		}
+		if len(r.errs.list()) == 0 {
+			quiesce()
+		}
+		if len(r.errs.list()) == 0 {
+			t.Fatal("the failed resubscribe was not told to OnError")
+		}
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.sixRevalidations()
 
-				sub, err := r.c.Engine().Subscription(faultURI)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if sub.SessionGeneration != r.c.Health().SessionGeneration || sub.State != mcpsync.StateActive {
-					t.Fatalf("not reopened in the current session: %s in session %d", sub.State, sub.SessionGeneration)
-				}
-				if got := r.served(); got != "v2" {
-					t.Fatalf("serves %q, the server has v2", got)
-				}
-			})
-		})
-	}
+		sub, err := r.c.Engine().Subscription(faultURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.SessionGeneration != r.c.Health().SessionGeneration || sub.State != mcpsync.StateActive {
+			t.Fatalf("not reopened in the current session: %s in session %d", sub.State, sub.SessionGeneration)
+		}
+		if got := r.served(); got != "v2" {
+			t.Fatalf("serves %q, the server has v2", got)
+		}
+	})
 }
 
 // A Reconnect whose context is cancelled while it re-subscribes the first
@@ -248,48 +236,44 @@ func TestReconnectWhoseOpeningWriteFailsHeals(t *testing.T) {
 // notifies both again, and each reads the server's current content. Both
 // eras.
 func TestReconnectCancelledMidwayHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///docs/zz-other.md"
-				r := newRig(t, w, nil)
-				r.srv.Set(y, "text/markdown", "y1")
-				var hold *mcpsynctest.Hold
-				r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
-					if conn == 2 {
-						hold = kit.HoldNextRequest(subscribeMethod(w.version), "") // the Reconnect's first re-subscribe
-					}
-				})
-				for _, u := range []string{faultURI, y} {
-					_, err := r.c.Subscribe(t.Context(), u)
-					require.NoError(t, err)
-				}
-				quiesce()
-
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() { done <- r.c.Reconnect(ctx) }()
-				synctest.Wait()
-				select {
-				case <-hold.Arrived():
-				default:
-					t.Fatal("the Reconnect never asked the server to notify")
-				}
-				cancel()
-				require.Error(t, <-done, "the Reconnect was cancelled midway")
-				hold.Release()
-				quiesce()
-
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.srv.Set(y, "text/markdown", "y2")
-				minutes(36)
-				r.requireHealed(faultURI, "v2")
-				r.requireHealed(y, "y2")
-				require.True(t, r.srv.Subscribed(faultURI))
-				require.True(t, r.srv.Subscribed(y))
-			})
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///docs/zz-other.md"
+		r := newRig(t, w, nil)
+		r.srv.Set(y, "text/markdown", "y1")
+		var hold *mcpsynctest.Hold
+		r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
+			if conn == 2 {
+				hold = kit.HoldNextRequest(subscribeMethod(w.version), "") // the Reconnect's first re-subscribe
+			}
 		})
-	}
+		for _, u := range []string{faultURI, y} {
+			_, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+		}
+		quiesce()
+
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.c.Reconnect(ctx) }()
+		synctest.Wait()
+		select {
+		case <-hold.Arrived():
+		default:
+			t.Fatal("the Reconnect never asked the server to notify")
+		}
+		cancel()
+		require.Error(t, <-done, "the Reconnect was cancelled midway")
+		hold.Release()
+		quiesce()
+
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.srv.Set(y, "text/markdown", "y2")
+		minutes(36)
+		r.requireHealed(faultURI, "v2")
+		r.requireHealed(y, "y2")
+		require.True(t, r.srv.Subscribed(faultURI))
+		require.True(t, r.srv.Subscribed(y))
+	})
 }
 
 // A Reconnect while SubscribeAll's first listen stream (carrying every URI)
@@ -346,47 +330,43 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 // every URI ACTIVE in push mode in the new session, carried by the server,
 // and later changes reach Lookup. Both eras.
 func TestSubscribeAllRacingAReconnectEndsPushedInTheNewSession(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, nil)
-				uris := make([]string, 6)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///b37/reconnect/%d.md", i)
-					r.srv.Set(uris[i], "text/markdown", "v1")
-				}
-				var hold *mcpsynctest.Hold
-				if w.version == "2026-07-28" {
-					hold = r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				} else {
-					hold = r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
-				}
-				done := goCall(t.Context(), r.c.SubscribeAll, uris)
-				synctest.Wait()
-				<-hold.Arrived()
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				hold.Release()
-				require.NoError(t, (<-done).err)
-				quiesce()
-				gen := r.c.Health().SessionGeneration
-				for _, u := range uris {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					assert.Equal(t, gen, sub.SessionGeneration, u)
-					assert.True(t, sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted, "%s %s", u, sub.State)
-					assert.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %q", u, sub.ModeReason)
-					assert.True(t, r.srv.Subscribed(u), u)
-					r.srv.Set(u, "text/markdown", "v2")
-				}
-				quiesce()
-				for _, u := range uris {
-					entry, err := r.c.Lookup(u)
-					require.NoError(t, err)
-					assert.Equal(t, "v2", entry.Contents[0].Text, u)
-				}
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, nil)
+		uris := make([]string, 6)
+		for i := range uris {
+			uris[i] = fmt.Sprintf("file:///b37/reconnect/%d.md", i)
+			r.srv.Set(uris[i], "text/markdown", "v1")
+		}
+		var hold *mcpsynctest.Hold
+		if w.version == "2026-07-28" {
+			hold = r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		} else {
+			hold = r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
+		}
+		done := goCall(t.Context(), r.c.SubscribeAll, uris)
+		synctest.Wait()
+		<-hold.Arrived()
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		hold.Release()
+		require.NoError(t, (<-done).err)
+		quiesce()
+		gen := r.c.Health().SessionGeneration
+		for _, u := range uris {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			assert.Equal(t, gen, sub.SessionGeneration, u)
+			assert.True(t, sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted, "%s %s", u, sub.State)
+			assert.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %q", u, sub.ModeReason)
+			assert.True(t, r.srv.Subscribed(u), u)
+			r.srv.Set(u, "text/markdown", "v2")
+		}
+		quiesce()
+		for _, u := range uris {
+			entry, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			assert.Equal(t, "v2", entry.Contents[0].Text, u)
+		}
+	})
 }
 
 // 2025-11-25. A late resources/unsubscribe removed watched x on the server,
@@ -678,44 +658,40 @@ func TestSubscribeCancelledDuringAReconnectBringsNothingUnwatchedBack(t *testing
 // the ledger heals the URI comes back; goleak checks that nothing is left
 // running. Both eras.
 func TestSteadyLedgerFailureAcrossRepeatedReconnectsDrawsNoStorm(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
-				r.ledger.failWrites(1<<20, openingWrite)
-				const races = 20
-				for range races {
-					done := make(chan struct{}, 4)
-					for range 3 {
-						go func() {
-							ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-							defer cancel()
-							_, _ = r.c.Subscribe(ctx, faultURI)
-							done <- struct{}{}
-						}()
-					}
-					go func() { _ = r.c.Reconnect(context.Background()); done <- struct{}{} }()
-					for range 4 {
-						<-done
-					}
-					quiesce()
-				}
-				f := r.ledger.failures()
-				t.Logf("failed writes after %d races: %d; errors told: %d", races, f, len(r.errs.list()))
-				time.Sleep(30 * time.Second)
-				quiesce()
-				f2 := r.ledger.failures()
-				t.Logf("failed writes 30s later: %d", f2)
-				require.LessOrEqual(t, f2, 20*races, "ledger write storm")
-				e, err := r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				require.NotEmpty(t, e.Degraded, "URI not open and not degraded")
-				r.ledger.failWrites(0, nil)
-				r.requireHealsAfterAChange(faultURI)
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newLedgerRig(t, w)
+		r.subscribe()
+		r.ledger.failWrites(1<<20, openingWrite)
+		const races = 20
+		for range races {
+			done := make(chan struct{}, 4)
+			for range 3 {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+					defer cancel()
+					_, _ = r.c.Subscribe(ctx, faultURI)
+					done <- struct{}{}
+				}()
+			}
+			go func() { _ = r.c.Reconnect(context.Background()); done <- struct{}{} }()
+			for range 4 {
+				<-done
+			}
+			quiesce()
+		}
+		f := r.ledger.failures()
+		t.Logf("failed writes after %d races: %d; errors told: %d", races, f, len(r.errs.list()))
+		time.Sleep(30 * time.Second)
+		quiesce()
+		f2 := r.ledger.failures()
+		t.Logf("failed writes 30s later: %d", f2)
+		require.LessOrEqual(t, f2, 20*races, "ledger write storm")
+		e, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		require.NotEmpty(t, e.Degraded, "URI not open and not degraded")
+		r.ledger.failWrites(0, nil)
+		r.requireHealsAfterAChange(faultURI)
+	})
 }
 
 // A Subscribe that returns no error returns its subscription activated
@@ -726,41 +702,37 @@ func TestSteadyLedgerFailureAcrossRepeatedReconnectsDrawsNoStorm(t *testing.T) {
 // its session and Subscribe returns. It must not return the new session's
 // generation half opened (SUBSCRIBING, no mode) with a nil error. Both eras.
 func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const x = "file:///race/reconnect/x.md"
-				r := buildRig(t, w, rigConfig{uris: []string{x}})
-				readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
-				defer readHold.Release()
-				subHold := make(chan *mcpsynctest.Hold, 1)
-				r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
-					subHold <- kit.HoldNextRequest(subscribeMethod(w.version), "")
-				})
-				done := goCall(context.Background(), r.c.Subscribe, x)
-				synctest.Wait()
-				time.Sleep(time.Second)
-				synctest.Wait()
-				require.True(t, arrived(readHold), "x's first read is held")
-
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
-				synctest.Wait()
-				hold := <-subHold
-				defer hold.Release()
-				require.True(t, arrived(hold), "the new session's subscribe of x is held")
-				readHold.Release()
-				quiesce()
-				res := releasedIfWaiting(done, hold)
-				hold.Release()
-				require.NoError(t, <-reconnected)
-				requireActivated(t, res)
-
-				minutes(2)
-				r.requireWhereLeft([]string{x}, map[string]bool{x: true}, nil)
-			})
+	eachEra(t, func(t *testing.T, w wiring) {
+		const x = "file:///race/reconnect/x.md"
+		r := buildRig(t, w, rigConfig{uris: []string{x}})
+		readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
+		defer readHold.Release()
+		subHold := make(chan *mcpsynctest.Hold, 1)
+		r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
+			subHold <- kit.HoldNextRequest(subscribeMethod(w.version), "")
 		})
-	}
+		done := goCall(context.Background(), r.c.Subscribe, x)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.True(t, arrived(readHold), "x's first read is held")
+
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+		synctest.Wait()
+		hold := <-subHold
+		defer hold.Release()
+		require.True(t, arrived(hold), "the new session's subscribe of x is held")
+		readHold.Release()
+		quiesce()
+		res := releasedIfWaiting(done, hold)
+		hold.Release()
+		require.NoError(t, <-reconnected)
+		requireActivated(t, res)
+
+		minutes(2)
+		r.requireWhereLeft([]string{x}, map[string]bool{x: true}, nil)
+	})
 }
 
 // While a session is lost and healing keeps failing, no subscription
@@ -769,61 +741,57 @@ func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
 // the server is back, every watched URI is open in push mode in the new
 // session and serves the server's current content. Both eras.
 func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///case/lost/y.md"
-				r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
-					RevalidateEvery: time.Minute, PingEvery: 10 * time.Second,
-					Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
-				}})
-				r.subscribe()
-				_, err := r.c.Subscribe(t.Context(), y)
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///case/lost/y.md"
+		r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
+			RevalidateEvery: time.Minute, PingEvery: 10 * time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
+		}})
+		r.subscribe()
+		_, err := r.c.Subscribe(t.Context(), y)
+		require.NoError(t, err)
+		quiesce()
+		before := map[string]mcpsync.Subscription{}
+		for _, u := range []string{faultURI, y} {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			require.Equal(t, mcpsync.ModePush, sub.Mode)
+			before[u] = sub
+		}
+
+		r.setDown(true)
+		r.faults().DropSession()
+		for range 10 { // five revalidation periods, lost
+			time.Sleep(30 * time.Second)
+			quiesce()
+			require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
+			for u, was := range before {
+				sub, err := r.c.Engine().Subscription(u)
 				require.NoError(t, err)
-				quiesce()
-				before := map[string]mcpsync.Subscription{}
-				for _, u := range []string{faultURI, y} {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					require.Equal(t, mcpsync.ModePush, sub.Mode)
-					before[u] = sub
-				}
+				require.Equal(t, was.SubscriptionGeneration, sub.SubscriptionGeneration, "%s changed generation while the session was lost", u)
+				require.Equal(t, was.SessionGeneration, sub.SessionGeneration, u)
+				require.Equal(t, was.Mode, sub.Mode, "%s changed mode while the session was lost", u)
+				require.LessOrEqual(t, sub.StalenessBoundMs, was.StalenessBoundMs, "%s's bound widened while the session was lost", u)
+			}
+		}
 
-				r.setDown(true)
-				r.faults().DropSession()
-				for range 10 { // five revalidation periods, lost
-					time.Sleep(30 * time.Second)
-					quiesce()
-					require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
-					for u, was := range before {
-						sub, err := r.c.Engine().Subscription(u)
-						require.NoError(t, err)
-						require.Equal(t, was.SubscriptionGeneration, sub.SubscriptionGeneration, "%s changed generation while the session was lost", u)
-						require.Equal(t, was.SessionGeneration, sub.SessionGeneration, u)
-						require.Equal(t, was.Mode, sub.Mode, "%s changed mode while the session was lost", u)
-						require.LessOrEqual(t, sub.StalenessBoundMs, was.StalenessBoundMs, "%s's bound widened while the session was lost", u)
-					}
-				}
-
-				r.setDown(false)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.srv.Set(y, "text/markdown", "y2")
-				time.Sleep(time.Minute)
-				quiesce()
-				require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
-				for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					require.Equal(t, r.c.Health().SessionGeneration, sub.SessionGeneration, "%s open in the new session", u)
-					require.Equal(t, mcpsync.ModePush, sub.Mode, u)
-					e, err := r.c.Lookup(u)
-					require.NoError(t, err)
-					require.Equal(t, text, e.Contents[0].Text, u)
-					require.Empty(t, e.Degraded, u)
-				}
-			})
-		})
-	}
+		r.setDown(false)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.srv.Set(y, "text/markdown", "y2")
+		time.Sleep(time.Minute)
+		quiesce()
+		require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
+		for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			require.Equal(t, r.c.Health().SessionGeneration, sub.SessionGeneration, "%s open in the new session", u)
+			require.Equal(t, mcpsync.ModePush, sub.Mode, u)
+			e, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			require.Equal(t, text, e.Contents[0].Text, u)
+			require.Empty(t, e.Degraded, u)
+		}
+	})
 }
 
 // (2025-11-25) While a session is lost, no subscription changes generation
@@ -890,37 +858,33 @@ func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testin
 // minute; it does not wait for a server that may never come back. Both
 // eras.
 func TestSubscribeWhileTheSessionIsLostReturnsWithinTheRequestTimeout(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///case/lost/subscribe/y.md"
-				r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
-					RequestTimeout: 5 * time.Second, RevalidateEvery: time.Hour,
-					PingEvery: 2 * time.Second, PingTimeout: time.Second,
-					Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: time.Second, Max: 2 * time.Second},
-				}})
-				r.subscribe()
-				hung := make(chan struct{})
-				defer close(hung)
-				r.wire.set(func(fw *faultWire) {
-					fw.park = func(req wireRequest) <-chan struct{} {
-						if req.method == "ping" || req.method == subscribeMethod(w.version) {
-							return hung // a server that stopped answering
-						}
-						return nil
-					}
-				})
-				r.setDown(true)
-				done := goCall(context.Background(), r.c.Subscribe, y)
-				select {
-				case res := <-done:
-					t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.val.State, res.val.Mode, res.val.ModeReason, res.err, r.c.Health().State)
-				case <-time.After(time.Minute):
-					t.Errorf("Subscribe still waiting a minute later (RequestTimeout 5 s); health %s", r.c.Health().State)
-					require.NoError(t, r.c.Close()) // ends the wait
-					<-done
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///case/lost/subscribe/y.md"
+		r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
+			RequestTimeout: 5 * time.Second, RevalidateEvery: time.Hour,
+			PingEvery: 2 * time.Second, PingTimeout: time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: time.Second, Max: 2 * time.Second},
+		}})
+		r.subscribe()
+		hung := make(chan struct{})
+		defer close(hung)
+		r.wire.set(func(fw *faultWire) {
+			fw.park = func(req wireRequest) <-chan struct{} {
+				if req.method == "ping" || req.method == subscribeMethod(w.version) {
+					return hung // a server that stopped answering
 				}
-			})
+				return nil
+			}
 		})
-	}
+		r.setDown(true)
+		done := goCall(context.Background(), r.c.Subscribe, y)
+		select {
+		case res := <-done:
+			t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.val.State, res.val.Mode, res.val.ModeReason, res.err, r.c.Health().State)
+		case <-time.After(time.Minute):
+			t.Errorf("Subscribe still waiting a minute later (RequestTimeout 5 s); health %s", r.c.Health().State)
+			require.NoError(t, r.c.Close()) // ends the wait
+			<-done
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -40,6 +41,16 @@ type wiring struct {
 }
 
 var eras = []wiring{{"legacy", "2025-11-25", false}, {"modern", "2026-07-28", false}}
+
+// eachEra runs test once per protocol era, in a subtest named for the era
+// and a testing/synctest bubble of its own.
+func eachEra(t *testing.T, test func(t *testing.T, w wiring)) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, w) })
+		})
+	}
+}
 
 // withHTTP adds streamable HTTP (2025-11-25: the stateful streamable HTTP
 // server of mcp-go speaks the legacy revision).

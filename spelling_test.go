@@ -216,34 +216,30 @@ func TestSpellingSwappedBeforeItsPassLeavesNoOtherSpellingNotified(t *testing.T)
 	// One P: the worker the Unsubscribe wakes runs only once the caller
 	// blocks, in the Subscribe that follows.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const a, b = "file:///swap/sp/a.md", "file:///swap/sp/%61.md"
-				r := newRig(t, w, nil)
-				r.srv.Set(a, "text/markdown", "v1")
-				r.srv.Set(b, "text/markdown", "v1")
-				_, err := r.c.Subscribe(t.Context(), a)
-				require.NoError(t, err)
-				quiesce()
-				require.True(t, r.srv.Subscribed(a))
+	eachEra(t, func(t *testing.T, w wiring) {
+		const a, b = "file:///swap/sp/a.md", "file:///swap/sp/%61.md"
+		r := newRig(t, w, nil)
+		r.srv.Set(a, "text/markdown", "v1")
+		r.srv.Set(b, "text/markdown", "v1")
+		_, err := r.c.Subscribe(t.Context(), a)
+		require.NoError(t, err)
+		quiesce()
+		require.True(t, r.srv.Subscribed(a))
 
-				gone, cancel := context.WithCancel(t.Context())
-				cancel()
-				_, _ = r.c.Unsubscribe(gone, a) // its pass runs without the caller
-				sub, err := r.c.Subscribe(t.Context(), b)
-				require.NoError(t, err)
-				minutes(2)
-				t.Logf("B watched: %s %s (%q); server subscribed A %v, B %v", sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(a), r.srv.Subscribed(b))
-				assert.False(t, r.srv.Subscribed(a), "the server still notifies %s, which the caller unsubscribed", a)
-				assert.True(t, r.srv.Subscribed(b), "the server does not notify %s, the spelling the caller watches", b)
+		gone, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, _ = r.c.Unsubscribe(gone, a) // its pass runs without the caller
+		sub, err := r.c.Subscribe(t.Context(), b)
+		require.NoError(t, err)
+		minutes(2)
+		t.Logf("B watched: %s %s (%q); server subscribed A %v, B %v", sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(a), r.srv.Subscribed(b))
+		assert.False(t, r.srv.Subscribed(a), "the server still notifies %s, which the caller unsubscribed", a)
+		assert.True(t, r.srv.Subscribed(b), "the server does not notify %s, the spelling the caller watches", b)
 
-				_, err = r.c.Unsubscribe(t.Context(), b)
-				require.NoError(t, err)
-				minutes(30)
-				require.False(t, r.srv.Subscribed(b), "B")
-				require.False(t, r.srv.Subscribed(a), "half an hour after the URI's last Unsubscribe, the server still notifies %s", a)
-			})
-		})
-	}
+		_, err = r.c.Unsubscribe(t.Context(), b)
+		require.NoError(t, err)
+		minutes(30)
+		require.False(t, r.srv.Subscribed(b), "B")
+		require.False(t, r.srv.Subscribed(a), "half an hour after the URI's last Unsubscribe, the server still notifies %s", a)
+	})
 }
