@@ -127,12 +127,8 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 // is, in push mode, and their changes reach Lookup.
 func TestUnsubscribeWhileAnEndedStreamWaitsLeavesTheOthersPushed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, eras[1], nil)
-		uris := make([]string, 6)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b37/ended/%d.md", i)
-			r.srv.Set(uris[i], "text/markdown", "v1")
-		}
+		uris := numbered("file:///b37/ended/%d.md", 6)
+		r := buildRig(t, eras[1], rigConfig{uris: uris})
 		_, err := r.c.SubscribeAll(t.Context(), uris)
 		require.NoError(t, err)
 		quiesce()
@@ -171,12 +167,8 @@ func TestRefusedListenInSubscribeAllEndsPushed(t *testing.T) {
 	for _, n := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d URIs", n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, eras[1], nil)
-				uris := make([]string, n)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///b37/refused/%d.md", i)
-					r.srv.Set(uris[i], "text/markdown", "v1")
-				}
+				uris := numbered("file:///b37/refused/%d.md", n)
+				r := buildRig(t, eras[1], rigConfig{uris: uris})
 				r.faults().FailNext(string(mcp.MethodSubscriptionsListen), "", -32603, "not now")
 				_, err := r.c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)

@@ -331,12 +331,8 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 // and later changes reach Lookup. Both eras.
 func TestSubscribeAllRacingAReconnectEndsPushedInTheNewSession(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := newRig(t, w, nil)
-		uris := make([]string, 6)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b37/reconnect/%d.md", i)
-			r.srv.Set(uris[i], "text/markdown", "v1")
-		}
+		uris := numbered("file:///b37/reconnect/%d.md", 6)
+		r := buildRig(t, w, rigConfig{uris: uris})
 		var hold *mcpsynctest.Hold
 		if w.version == "2026-07-28" {
 			hold = r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -522,10 +518,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				quiesce()
 				var bad []string
 				for _, u := range []string{x, y} {
-					s, _ := r.c.Engine().Subscription(u)
-					e, lerr := r.c.Lookup(u)
-					require.NoError(t, lerr)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
+					_, e, desc := r.look(u)
 					t.Logf("2 min after the change: %s", desc)
 					if e.Contents[0].Text != "v2" && e.Degraded == "" {
 						bad = append(bad, "stale silently 2 min after the change: "+desc)
@@ -534,9 +527,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				minutes(10)
 				gen = r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
-					s, _ := r.c.Engine().Subscription(u)
-					e, _ := r.c.Lookup(u)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
+					s, e, desc := r.look(u)
 					t.Logf("12 min after: %s", desc)
 					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "not healed: "+desc)
@@ -626,9 +617,7 @@ func TestSubscribeCancelledDuringAReconnectBringsNothingUnwatchedBack(t *testing
 					minutes(12)
 					gen := r.c.Health().SessionGeneration
 					var bad []string
-					s, _ := r.c.Engine().Subscription(keep)
-					e, _ := r.c.Lookup(keep)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", keep, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(keep), e.Contents[0].Text, e.Degraded)
+					s, e, desc := r.look(keep)
 					t.Logf("kept: %s", desc)
 					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "watched URI not healed: "+desc)

@@ -370,6 +370,22 @@ func goCall[A, T any](ctx context.Context, call func(context.Context, A) (T, err
 	return done
 }
 
+// subscribeEach makes a Subscribe of each of uris on c, each on a
+// goroutine of its own; wait returns what each returned, in the order of
+// uris, once all have.
+func subscribeEach(ctx context.Context, c *mcpsync.Client, uris []string) (wait func() ([]mcpsync.Subscription, []error)) {
+	var wg sync.WaitGroup
+	subs := make([]mcpsync.Subscription, len(uris))
+	errs := make([]error, len(uris))
+	for i, u := range uris {
+		wg.Go(func() { subs[i], errs[i] = c.Subscribe(ctx, u) })
+	}
+	return func() ([]mcpsync.Subscription, []error) {
+		wg.Wait()
+		return subs, errs
+	}
+}
+
 // cancelWhileHeld makes call(ctx, arg) with a context that ends once hold
 // has the call's request (the server has not seen it), and returns what
 // call returned and how long the request took to be held; the request
