@@ -78,6 +78,19 @@ func (r *keptRig) keep(t *testing.T, subscribe bool) {
 	quiesce()
 }
 
+// requireFoundAfter has uri appear on the server, lets d pass, and checks
+// that a kept scan subscribed it by then (why says which), serving its
+// text.
+func (r *keptRig) requireFoundAfter(t *testing.T, uri string, d time.Duration, why string) {
+	t.Helper()
+	r.srv.Set(uri, "text/plain", "new")
+	time.Sleep(d)
+	quiesce()
+	entry, err := r.c.Lookup(uri)
+	require.NoError(t, err, why)
+	assert.Equal(t, "new", entry.Contents[0].Text)
+}
+
 // tombstones returns the tombstoned outbox entries of uri.
 func (r *keptRig) tombstones(t *testing.T, uri string) []mcpsync.OutboxEntry {
 	t.Helper()
@@ -223,12 +236,7 @@ func TestKeptScanSubscribesWhatAppeared(t *testing.T) {
 				r.keep(t, true)
 				_, err := r.c.Lookup(first)
 				require.NoError(t, err, "subscribed by the first scan")
-				r.srv.Set(later, "text/plain", "new")
-				time.Sleep(keptReview)
-				quiesce()
-				entry, err := r.c.Lookup(later)
-				require.NoError(t, err, "subscribed by the next scan")
-				assert.Equal(t, "new", entry.Contents[0].Text)
+				r.requireFoundAfter(t, later, keptReview, "subscribed by the next scan")
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				require.GreaterOrEqual(t, len(r.scans), 2)
@@ -387,12 +395,7 @@ func TestKeptScanEveryBoundsHowLateANewResourceIsFound(t *testing.T) {
 				}})
 				require.NoError(t, err)
 				quiesce()
-				r.srv.Set(later, "text/plain", "new")
-				time.Sleep(every)
-				quiesce()
-				entry, err := r.c.Lookup(later)
-				require.NoError(t, err, "subscribed by the scan one interval later")
-				assert.Equal(t, "new", entry.Contents[0].Text)
+				r.requireFoundAfter(t, later, every, "subscribed by the scan one interval later")
 
 				time.Sleep(5 * every)
 				quiesce()

@@ -189,3 +189,19 @@ func TestSubscribesWithinOneWindowCauseOneReplacement(t *testing.T) {
 		assert.Equal(t, 1, r.listens()-before, "one replacement for %d Subscribes: %v", n, r.wire.listenFilters())
 	})
 }
+
+// subscribeEach makes a Subscribe of each of uris on c, each on a
+// goroutine of its own; wait returns what each returned, in the order of
+// uris, once all have.
+func subscribeEach(ctx context.Context, c *mcpsync.Client, uris []string) (wait func() ([]mcpsync.Subscription, []error)) {
+	var wg sync.WaitGroup
+	subs := make([]mcpsync.Subscription, len(uris))
+	errs := make([]error, len(uris))
+	for i, u := range uris {
+		wg.Go(func() { subs[i], errs[i] = c.Subscribe(ctx, u) })
+	}
+	return func() ([]mcpsync.Subscription, []error) {
+		wg.Wait()
+		return subs, errs
+	}
+}

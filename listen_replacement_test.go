@@ -238,3 +238,24 @@ func (r *rig) requireChangesHeard(t *testing.T, after string, uris ...string) {
 		}
 	}
 }
+
+// newSessionWideRig (2026-07-28) is a rig whose server cleans up a listen
+// stream for the whole session, as the official Go SDK server does, and
+// holds uris; revalidation is an hour away, so that a periodic read cannot
+// stand in for a lost notification.
+func newSessionWideRig(t *testing.T, uris ...string) *rig {
+	t.Helper()
+	return buildRig(t, eras[1], rigConfig{
+		opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+		server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
+		uris:   uris,
+	})
+}
+
+// watchSettled subscribes uris with one SubscribeAll and lets a minute pass.
+func (r *rig) watchSettled(uris ...string) {
+	r.t.Helper()
+	_, err := r.c.SubscribeAll(r.t.Context(), uris)
+	require.NoError(r.t, err)
+	minutes(1)
+}

@@ -137,19 +137,6 @@ func newLedgerRigWatching(t *testing.T, other string) *rig {
 	return r
 }
 
-// newSessionWideRig (2026-07-28) is a rig whose server cleans up a listen
-// stream for the whole session, as the official Go SDK server does, and
-// holds uris; revalidation is an hour away, so that a periodic read cannot
-// stand in for a lost notification.
-func newSessionWideRig(t *testing.T, uris ...string) *rig {
-	t.Helper()
-	return buildRig(t, eras[1], rigConfig{
-		opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
-		server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
-		uris:   uris,
-	})
-}
-
 func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	t.Helper()
 	r := &rig{t: t, srv: mcpsynctest.NewServer(cfg.server), outcomes: make(chan mcpsync.Outcome, 1024), wire: newFaultWire()}
@@ -269,14 +256,6 @@ func (r *rig) subscribe() mcpsync.Subscription {
 	return sub
 }
 
-// watchSettled subscribes uris with one SubscribeAll and lets a minute pass.
-func (r *rig) watchSettled(uris ...string) {
-	r.t.Helper()
-	_, err := r.c.SubscribeAll(r.t.Context(), uris)
-	require.NoError(r.t, err)
-	minutes(1)
-}
-
 // served returns the text Lookup serves for faultURI.
 func (r *rig) served() string {
 	r.t.Helper()
@@ -368,22 +347,6 @@ func goCall[A, T any](ctx context.Context, call func(context.Context, A) (T, err
 		done <- returned[T]{v, err}
 	}()
 	return done
-}
-
-// subscribeEach makes a Subscribe of each of uris on c, each on a
-// goroutine of its own; wait returns what each returned, in the order of
-// uris, once all have.
-func subscribeEach(ctx context.Context, c *mcpsync.Client, uris []string) (wait func() ([]mcpsync.Subscription, []error)) {
-	var wg sync.WaitGroup
-	subs := make([]mcpsync.Subscription, len(uris))
-	errs := make([]error, len(uris))
-	for i, u := range uris {
-		wg.Go(func() { subs[i], errs[i] = c.Subscribe(ctx, u) })
-	}
-	return func() ([]mcpsync.Subscription, []error) {
-		wg.Wait()
-		return subs, errs
-	}
 }
 
 // cancelWhileHeld makes call(ctx, arg) with a context that ends once hold
