@@ -237,15 +237,7 @@ func TestUnacknowledgedStreamIsNotTakenAsCarrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const y = "file:///docs/zz-other.md"
 		r := newRig(t, eras[1], nil)
-		r.subscribe()
-		r.srv.Set(y, "text/markdown", "y1")
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		defer hold.Release()
-		sub, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePoll, sub.Mode, "y's stream was never acknowledged")
-		quiesce()
-		r.sixRevalidations() // half an hour
+		r.subscribeOnAnUnacknowledgedStream(y)
 		xs, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		entry, err := r.c.Lookup(faultURI)
@@ -264,18 +256,28 @@ func TestUnacknowledgedStreamIsFoundByTheURIsOwnTick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const y = "file:///docs/zz-other.md"
 		r := newRig(t, eras[1], &mcpsync.ClientOptions{PollEvery: 24 * time.Hour})
-		r.subscribe()
-		r.srv.Set(y, "text/markdown", "y1")
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		defer hold.Release()
-		sub, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePoll, sub.Mode, "y's stream was never acknowledged")
-		quiesce()
-		r.sixRevalidations() // half an hour
+		r.subscribeOnAnUnacknowledgedStream(y)
 		require.True(t, r.srv.Subscribed(faultURI), "%s is carried by no stream the server has", faultURI)
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		quiesce()
 		require.Equal(t, "v2", r.served(), "a change of %s was not pushed", faultURI)
 	})
+}
+
+// subscribeOnAnUnacknowledgedStream (2026-07-28) has faultURI pushed on an
+// acknowledged stream, then a Subscribe(y) send the replacement naming
+// both, which stays stuck before the server (never acknowledged, never
+// ended) until the test ends: y polls. Then half an hour passes.
+func (r *rig) subscribeOnAnUnacknowledgedStream(y string) {
+	t := r.t
+	t.Helper()
+	r.subscribe()
+	r.srv.Set(y, "text/markdown", "y1")
+	hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+	t.Cleanup(hold.Release)
+	sub, err := r.c.Subscribe(t.Context(), y)
+	require.NoError(t, err)
+	require.Equal(t, mcpsync.ModePoll, sub.Mode, "y's stream was never acknowledged")
+	quiesce()
+	r.sixRevalidations() // half an hour
 }

@@ -33,9 +33,7 @@ func rawClient(b *testing.B, srv *mcpsynctest.Server) *mcpclient.Client {
 
 func syncClient(b *testing.B, srv *mcpsynctest.Server) *mcpsync.Client {
 	b.Helper()
-	c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
+	c, err := mcpsync.Connect(b.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,6 +48,40 @@ func reportCPU(b *testing.B, since time.Duration) {
 	b.ReportMetric(float64(cpuTime()-since)/float64(b.N), "cpu-ns/op")
 }
 
+// benchRawReads measures mcp-go's ReadResource of faultURI, of size bytes,
+// on c.
+func benchRawReads(b *testing.B, c *mcpclient.Client, size int) {
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = faultURI
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		if _, err := c.ReadResource(b.Context(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu)
+}
+
+// benchSyncReads subscribes faultURI, of size bytes, on c and measures
+// its Read.
+func benchSyncReads(b *testing.B, c *mcpsync.Client, size int) {
+	if _, err := c.Subscribe(b.Context(), faultURI); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		out, err := c.Read(b.Context(), faultURI)
+		if err != nil || !out.Accepted {
+			b.Fatal("read not accepted", err)
+		}
+	}
+	reportCPU(b, cpu)
+}
+
 // BenchmarkRead compares a read through mcpsync (ticket, wire, digest,
 // fence, receipt) with a raw mcp-go ReadResource of the same resource over
 // the in-process transport.
@@ -59,33 +91,11 @@ func BenchmarkRead(b *testing.B) {
 		srv.Set(faultURI, "text/plain", strings.Repeat("x", size))
 		b.Run(byteSize(size)+"/baseline=mcp-go", func(b *testing.B) {
 			c := rawClient(b, srv)
-			req := mcp.ReadResourceRequest{}
-			req.Params.URI = faultURI
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			cpu := cpuTime()
-			for b.Loop() {
-				if _, err := c.ReadResource(b.Context(), req); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportCPU(b, cpu)
+			benchRawReads(b, c, size)
 		})
 		b.Run(byteSize(size)+"/mcpsync", func(b *testing.B) {
 			c := syncClient(b, srv)
-			if _, err := c.Subscribe(b.Context(), faultURI); err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			cpu := cpuTime()
-			for b.Loop() {
-				out, err := c.Read(b.Context(), faultURI)
-				if err != nil || !out.Accepted {
-					b.Fatal("read not accepted", err)
-				}
-			}
-			reportCPU(b, cpu)
+			benchSyncReads(b, c, size)
 		})
 	}
 }
@@ -110,17 +120,7 @@ func BenchmarkReadStdio(b *testing.B) {
 			if _, err := c.Initialize(b.Context(), mcp.InitializeRequest{}); err != nil {
 				b.Fatal(err)
 			}
-			req := mcp.ReadResourceRequest{}
-			req.Params.URI = faultURI
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			cpu := cpuTime()
-			for b.Loop() {
-				if _, err := c.ReadResource(b.Context(), req); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportCPU(b, cpu)
+			benchRawReads(b, c, size)
 		})
 		b.Run(byteSize(size)+"/mcpsync", func(b *testing.B) {
 			dial := mcpsync.CommandDialer(mcpsync.Command{Name: self, Env: env})
@@ -129,19 +129,7 @@ func BenchmarkReadStdio(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			if _, err := c.Subscribe(b.Context(), faultURI); err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			cpu := cpuTime()
-			for b.Loop() {
-				out, err := c.Read(b.Context(), faultURI)
-				if err != nil || !out.Accepted {
-					b.Fatal("read not accepted", err)
-				}
-			}
-			reportCPU(b, cpu)
+			benchSyncReads(b, c, size)
 		})
 	}
 }

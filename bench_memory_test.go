@@ -27,10 +27,7 @@ import (
 func BenchmarkEngineMemory(b *testing.B) {
 	const body = "x" // one byte of text: its payload is negligible
 	for _, n := range scaleSizes() {
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = fmt.Sprintf("file:///scale/%07d.md", i)
-		}
+		keys := numbered("file:///scale/%07d.md", n)
 		b.Run(fmt.Sprintf("uris=%s/baseline=watermarks", sizeName(n)), func(b *testing.B) {
 			var per float64
 			for b.Loop() {

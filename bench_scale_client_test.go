@@ -1,7 +1,6 @@
 package mcpsync_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync"
@@ -64,9 +62,7 @@ func scaleServer(n int) (*mcpsynctest.Server, []string) {
 
 func scaleConnect(b *testing.B, srv *mcpsynctest.Server, version string) *mcpsync.Client {
 	b.Helper()
-	c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, NoResume: true})
+	c, err := mcpsync.Connect(b.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, NoResume: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,35 +157,14 @@ func BenchmarkSubscribeMany(b *testing.B) {
 		var legacy []time.Duration // one per -count, median taken
 		for _, era := range scaleEras {
 			b.Run(fmt.Sprintf("n=%d/parallel=%s/%s", n, parallelName(parallel), era.name), func(b *testing.B) {
-				var total time.Duration
-				ops, calls := 0, 0
-				for b.Loop() {
-					b.StopTimer()
-					srv, uris := scaleServer(n)
-					c := scaleConnect(b, srv, era.version)
-					b.StartTimer()
-					start := time.Now()
+				per, calls := timeOnFreshClients(b, n, era.version, func(c *mcpsync.Client, uris []string) {
 					subscribeAll(b, c, uris, parallel)
-					total += time.Since(start)
-					calls += srv.SubscribeCalls()
-					ops++
-					b.StopTimer()
-					if err := c.Close(); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
-				}
-				per := total / time.Duration(ops)
+				})
 				b.ReportMetric(float64(per.Microseconds())/float64(n), "µs/subscription")
 				// resources/subscribe calls (legacy) or subscriptions/listen
 				// streams (2026-07-28) the server received: batching shows here.
-				b.ReportMetric(float64(calls)/float64(ops), "subscribe-requests")
-				if era.version == scaleEras[0].version {
-					legacy = append(legacy, per)
-				} else if len(legacy) > 0 {
-					slices.Sort(legacy)
-					b.ReportMetric(float64(per)/float64(legacy[len(legacy)/2]), "x-legacy")
-				}
+				b.ReportMetric(calls, "subscribe-requests")
+				reportAgainstLegacy(b, &legacy, era.version, per)
 			})
 		}
 	}
@@ -205,41 +180,58 @@ func BenchmarkEraReads(b *testing.B) {
 	var legacy []time.Duration
 	for _, era := range scaleEras {
 		b.Run(fmt.Sprintf("n=%d/%s", n, era.name), func(b *testing.B) {
-			var total time.Duration
-			ops := 0
-			for b.Loop() {
-				b.StopTimer()
-				srv, uris := scaleServer(n)
-				c := scaleConnect(b, srv, era.version)
+			per, _ := timeOnFreshClients(b, n, era.version, func(c *mcpsync.Client, uris []string) {
 				mc, err := c.Session()
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.StartTimer()
-				start := time.Now()
 				inFlight(b, len(uris), 64, func(i int) error {
 					req := mcp.ReadResourceRequest{}
 					req.Params.URI = uris[i]
 					_, err := mc.ReadResource(b.Context(), req)
 					return err
 				})
-				total += time.Since(start)
-				ops++
-				b.StopTimer()
-				if err := c.Close(); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			per := total / time.Duration(ops)
+			})
 			b.ReportMetric(float64(per.Microseconds())/float64(n), "µs/read")
-			if era.version == scaleEras[0].version {
-				legacy = append(legacy, per)
-			} else if len(legacy) > 0 {
-				slices.Sort(legacy)
-				b.ReportMetric(float64(per)/float64(legacy[len(legacy)/2]), "x-legacy")
-			}
+			reportAgainstLegacy(b, &legacy, era.version, per)
 		})
+	}
+}
+
+// timeOnFreshClients runs run once an op on a client of its own, connected
+// in version to a server of its own holding n URIs (both set up and closed
+// off the clock), and returns the mean time of a run and the mean number
+// of subscribe requests the server received.
+func timeOnFreshClients(b *testing.B, n int, version string, run func(c *mcpsync.Client, uris []string)) (time.Duration, float64) {
+	var total time.Duration
+	ops, calls := 0, 0
+	for b.Loop() {
+		b.StopTimer()
+		srv, uris := scaleServer(n)
+		c := scaleConnect(b, srv, version)
+		b.StartTimer()
+		start := time.Now()
+		run(c, uris)
+		total += time.Since(start)
+		calls += srv.SubscribeCalls()
+		ops++
+		b.StopTimer()
+		if err := c.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	return total / time.Duration(ops), float64(calls) / float64(ops)
+}
+
+// reportAgainstLegacy keeps per, a legacy run's time, in legacy, or
+// reports a 2026-07-28 run's per against the median of those (x-legacy).
+func reportAgainstLegacy(b *testing.B, legacy *[]time.Duration, version string, per time.Duration) {
+	if version == scaleEras[0].version {
+		*legacy = append(*legacy, per)
+	} else if len(*legacy) > 0 {
+		slices.Sort(*legacy)
+		b.ReportMetric(float64(per)/float64((*legacy)[len(*legacy)/2]), "x-legacy")
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -112,9 +111,7 @@ func TestCloseFromOnOutcomeReturnsNil(t *testing.T) {
 		var c *mcpsync.Client
 		closed := make(chan error, 1)
 		subscribed := make(chan struct{})
-		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-			return srv.NewInProcessTransport(), nil
-		}, &mcpsync.ClientOptions{Subject: alice, OnOutcome: func(o mcpsync.Outcome) {
+		c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, OnOutcome: func(o mcpsync.Outcome) {
 			select {
 			case <-subscribed:
 			default:
@@ -143,9 +140,7 @@ func TestPanickingOnOutcomeInSubscribeLeavesTheURIFree(t *testing.T) {
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(docURI, "text/markdown", "v1")
 		var panicked atomic.Bool
-		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-			return srv.NewInProcessTransport(), nil
-		}, &mcpsync.ClientOptions{Subject: alice, OnOutcome: func(mcpsync.Outcome) {
+		c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, OnOutcome: func(mcpsync.Outcome) {
 			if panicked.CompareAndSwap(false, true) {
 				panic("bug in the caller's prompt cache")
 			}

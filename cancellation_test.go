@@ -27,53 +27,36 @@ import (
 // released: once settled, the server notifies exactly the URIs that are
 // open in push mode, in both eras.
 func TestSubscribeAllCancelledMidwaySettlesTheServer(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				method := string(mcp.MethodResourcesSubscribe)
-				if w.version == "2026-07-28" {
-					method = string(mcp.MethodSubscriptionsListen)
-				}
-				uris := make([]string, 12)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///b39/all/%02d.md", i)
-				}
-				r := buildRig(t, w, rigConfig{uris: uris})
-				c, srv, kit := r.c, r.srv, r.faults()
-				u3, u5 := uris[3], uris[5]
-				if method == string(mcp.MethodSubscriptionsListen) {
-					u3, u5 = "", ""
-				}
-				h1 := kit.HoldNextRequest(method, u3)
-				h2 := kit.HoldNext(method, u5)
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() {
-					_, err := c.SubscribeAll(ctx, uris)
-					done <- err
-				}()
-				synctest.Wait()
-				cancel()
-				synctest.Wait()
-				h1.Release()
-				h2.Release()
-				<-done
-				quiesce()
-				for range 6 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
-				open := 0
-				for _, u := range uris {
-					if srv.Subscribed(u) {
-						open++
-					}
-				}
-				t.Logf("%d of %d URIs subscribed on the server after the cancel", open, len(uris))
-				r.requireServerMatchesPush(uris)
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		method := subscribeMethod(w.version)
+		uris := numbered("file:///b39/all/%02d.md", 12)
+		r := buildRig(t, w, rigConfig{uris: uris})
+		srv, kit := r.srv, r.faults()
+		u3, u5 := uris[3], uris[5]
+		if method == string(mcp.MethodSubscriptionsListen) {
+			u3, u5 = "", ""
+		}
+		h1 := kit.HoldNextRequest(method, u3)
+		h2 := kit.HoldNext(method, u5)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := goCall(ctx, r.c.SubscribeAll, uris)
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		h1.Release()
+		h2.Release()
+		<-done
+		quiesce()
+		minutes(6)
+		open := 0
+		for _, u := range uris {
+			if srv.Subscribed(u) {
+				open++
+			}
+		}
+		t.Logf("%d of %d URIs subscribed on the server after the cancel", open, len(uris))
+		r.requireServerMatchesPush(uris)
+	})
 }
 
 // A Subscribe whose context ends while the server is being asked to notify
@@ -85,63 +68,36 @@ func TestSubscribeAllCancelledMidwaySettlesTheServer(t *testing.T) {
 // server. 2026-07-28; TestCancelledSubscribeAnsweredAsItEndsIsUnsubscribed
 // is the 2025-11-25 counterpart.
 func TestCancelledSubscribeLeavesNothingBehind(t *testing.T) {
-	for _, w := range eras[1:] {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const x, y = "file:///b36/cancel/x.md", "file:///b36/cancel/y.md"
-				r := newRig(t, w, nil)
-				r.srv.Set(x, "text/markdown", "x1")
-				r.srv.Set(y, "text/markdown", "y1")
-				r.subscribe()
-				var hold *mcpsynctest.Hold
-				if w.version == "2026-07-28" {
-					hold = r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				} else {
-					hold = r.faults().HoldNext(string(mcp.MethodResourcesSubscribe), "")
-				}
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(ctx, x)
-					done <- err
-				}()
-				synctest.Wait()
-				select {
-				case <-hold.Arrived():
-				case err := <-done:
-					t.Fatalf("Subscribe returned %v before the server was asked", err)
-				}
-				cancel()
-				require.ErrorIs(t, <-done, context.Canceled)
-				hold.Release()
-				quiesce()
+	synctest.Test(t, func(t *testing.T) {
+		const x, y = "file:///b36/cancel/x.md", "file:///b36/cancel/y.md"
+		r := newRig(t, eras[1], nil)
+		r.srv.Set(y, "text/markdown", "y1")
+		r.cancelSubscribeWhileItsStreamIsHeld(x)
 
-				_, err := r.c.Subscribe(t.Context(), y) // replaces the listen stream
-				require.NoError(t, err)
-				quiesce()
-				assert.False(t, r.srv.Subscribed(x), "the server still notifies a URI whose Subscribe was cancelled")
-				assert.True(t, r.srv.Subscribed(y))
+		_, err := r.c.Subscribe(t.Context(), y) // replaces the listen stream
+		require.NoError(t, err)
+		quiesce()
+		assert.False(t, r.srv.Subscribed(x), "the server still notifies a URI whose Subscribe was cancelled")
+		assert.True(t, r.srv.Subscribed(y))
 
-				sub, err := r.c.Subscribe(t.Context(), x)
-				require.NoError(t, err)
-				assert.Equal(t, mcpsync.ModePush, sub.Mode)
-				quiesce()
-				assert.True(t, r.srv.Subscribed(x))
-				r.srv.Set(x, "text/markdown", "x2")
-				quiesce()
-				entry, err := r.c.Lookup(x)
-				require.NoError(t, err)
-				assert.Equal(t, "x2", entry.Contents[0].Text)
+		sub, err := r.c.Subscribe(t.Context(), x)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.ModePush, sub.Mode)
+		quiesce()
+		assert.True(t, r.srv.Subscribed(x))
+		r.srv.Set(x, "text/markdown", "x2")
+		quiesce()
+		entry, err := r.c.Lookup(x)
+		require.NoError(t, err)
+		assert.Equal(t, "x2", entry.Contents[0].Text)
 
-				closed, err := r.c.Unsubscribe(t.Context(), x)
-				require.NoError(t, err)
-				assert.Equal(t, mcpsync.StateClosed, closed.State)
-				quiesce()
-				assert.False(t, r.srv.Subscribed(x))
-				assert.True(t, r.srv.Subscribed(y))
-			})
-		})
-	}
+		closed, err := r.c.Unsubscribe(t.Context(), x)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateClosed, closed.State)
+		quiesce()
+		assert.False(t, r.srv.Subscribed(x))
+		assert.True(t, r.srv.Subscribed(y))
+	})
 }
 
 // 2025-11-25. A Subscribe whose context ends as the server answers: the
@@ -184,25 +140,7 @@ func TestCancelledSubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b38/cancel/x.md"
 		r := newRig(t, eras[1], nil)
-		r.srv.Set(x, "text/markdown", "x1")
-		r.subscribe()
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(ctx, x)
-			done <- err
-		}()
-		synctest.Wait()
-		select {
-		case <-hold.Arrived():
-		case err := <-done:
-			t.Fatalf("Subscribe returned %v before the server was asked", err)
-		}
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
-		hold.Release()
-		quiesce()
+		r.cancelSubscribeWhileItsStreamIsHeld(x)
 		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(faultURI))
 		require.False(t, r.srv.Subscribed(x),
@@ -219,31 +157,8 @@ func TestCancelledSubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 // none comes back as a subscription that silently polls.
 func TestSubscribeAllCancelledMidwayReportsWhatItDidNotSubscribe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, eras[1], nil)
-		uris := make([]string, 8)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b35/cancel/%d.md", i)
-			r.srv.Set(uris[i], "text/markdown", "v1")
-		}
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		ctx, cancel := context.WithCancel(t.Context())
-		type result struct {
-			subs []mcpsync.Subscription
-			err  error
-		}
-		done := make(chan result, 1)
-		go func() {
-			subs, err := r.c.SubscribeAll(ctx, uris)
-			done <- result{subs, err}
-		}()
-		synctest.Wait()
-		select {
-		case <-hold.Arrived():
-		default:
-			t.Fatal("the first listen stream was never sent")
-		}
-		cancel()
-		res := <-done
+		uris := numbered("file:///b35/cancel/%d.md", 8)
+		r, res, hold := cancelSubscribeAllWhileItsStreamIsHeld(t, uris)
 		defer func() {
 			hold.Release()
 			quiesce()
@@ -257,7 +172,7 @@ func TestSubscribeAllCancelledMidwayReportsWhatItDidNotSubscribe(t *testing.T) {
 			if strings.Contains(msg, uri) {
 				continue // said why
 			}
-			sub := res.subs[i]
+			sub := res.val[i]
 			entry, err := r.c.Lookup(uri)
 			assert.True(t, sub.Mode == mcpsync.ModePush && err == nil && len(entry.Contents) > 0,
 				"%s: no error, yet subscription %s in %s mode (%q) with no first version at return", uri, sub.State, sub.Mode, sub.ModeReason)
@@ -274,27 +189,9 @@ func TestSubscribeAllCancelledMidwayReportsWhatItDidNotSubscribe(t *testing.T) {
 // is not carried on the stream after things settle).
 func TestCancelledSubscribeAllLeavesNoStreamCarryingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, eras[1], nil)
-		uris := make([]string, 4)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b37/cancel/%d.md", i)
-			r.srv.Set(uris[i], "text/markdown", "v1")
-		}
-		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.SubscribeAll(ctx, uris)
-			done <- err
-		}()
-		synctest.Wait()
-		select {
-		case <-hold.Arrived():
-		default:
-			t.Fatal("the first listen stream was never sent")
-		}
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
+		uris := numbered("file:///b37/cancel/%d.md", 4)
+		r, res, hold := cancelSubscribeAllWhileItsStreamIsHeld(t, uris)
+		require.ErrorIs(t, res.err, context.Canceled)
 		hold.Release()
 		quiesce()
 
@@ -326,9 +223,7 @@ func TestCancelledSubscribeAllLeavesNoStreamCarryingIt(t *testing.T) {
 func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, z = "file:///b38/unsub/x.md", "file:///b38/unsub/z.md"
-		r := newRig(t, eras[1], nil)
-		r.srv.Set(x, "text/markdown", "x1")
-		r.srv.Set(z, "text/markdown", "z1")
+		r := buildRig(t, eras[1], rigConfig{uris: []string{x, z}})
 		r.subscribe()
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
@@ -357,9 +252,7 @@ func TestCancelledUnsubscribeOfAHalfDoneCloseLeavesNoStreamCarryingIt(t *testing
 		r.srv.Set(z, "text/markdown", "z1")
 		r.subscribe()
 		r.ledger.failWrites(1, writeTo(mcpsync.StateClosed))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
+		r.reestablish()
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
@@ -415,38 +308,26 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 // Subscribe fails with context.Canceled; once settled x is not open in the
 // current session and the server does not notify it. Both eras.
 func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const x = "file:///cancel/reconnect/x.md"
-				r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-				slow, opening := make(chan struct{}), make(chan struct{})
-				r.ledger.beforeWrite(writeOf(x, mcpsync.StateSubscribing), func() {
-					close(opening)
-					<-slow
-				})
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				done := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(ctx, x)
-					done <- err
-				}()
-				<-opening
+	eachEra(t, func(t *testing.T, w wiring) {
+		const x = "file:///cancel/reconnect/x.md"
+		r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+		opening, slow := r.ledger.slowWrite(writeOf(x, mcpsync.StateSubscribing))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := goCall(ctx, r.c.Subscribe, x)
+		<-opening
 
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
-				synctest.Wait() // the new session is up; its pass over x waits for x's first
-				cancel()
-				require.ErrorIs(t, <-done, context.Canceled)
-				close(slow)
-				t.Logf("reconnect: %v", <-reconnected)
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+		synctest.Wait() // the new session is up; its pass over x waits for x's first
+		cancel()
+		require.ErrorIs(t, (<-done).err, context.Canceled)
+		close(slow)
+		t.Logf("reconnect: %v", <-reconnected)
 
-				r.sixRevalidations()
-				r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
-			})
-		})
-	}
+		r.sixRevalidations()
+		r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+	})
 }
 
 // Subscribes of a URI nobody watched that all fail (every caller gives up
@@ -471,11 +352,7 @@ func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-					slow, opening := make(chan struct{}), make(chan struct{})
-					r.ledger.beforeWrite(writeOf(x, mcpsync.StateSubscribing), func() {
-						close(opening)
-						<-slow
-					})
+					opening, slow := r.ledger.slowWrite(writeOf(x, mcpsync.StateSubscribing))
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
 					errs := make(chan error, len(tc.spellings))
@@ -512,6 +389,36 @@ func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 	}
 }
 
+// cancelSubscribeWhileItsStreamIsHeld (2026-07-28) has the server hold uri
+// (text "x1") and the client watch faultURI, then a Subscribe(uri) give up
+// while the listen stream naming uri is held before the server: it fails
+// with context.Canceled. Then the stream goes out, and things settle.
+func (r *rig) cancelSubscribeWhileItsStreamIsHeld(uri string) {
+	t := r.t
+	t.Helper()
+	r.srv.Set(uri, "text/markdown", "x1")
+	r.subscribe()
+	hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+	res, _ := cancelWhileHeld(t, hold, r.c.Subscribe, uri)
+	require.ErrorIs(t, res.err, context.Canceled)
+	hold.Release()
+	quiesce()
+}
+
+// cancelSubscribeAllWhileItsStreamIsHeld (2026-07-28) has a SubscribeAll
+// of uris (on the server with text "v1") give up while its first listen
+// stream, which carries every URI and goes out at once, is held before the
+// server. It returns the rig, what SubscribeAll returned and the held
+// stream.
+func cancelSubscribeAllWhileItsStreamIsHeld(t *testing.T, uris []string) (*rig, returned[[]mcpsync.Subscription], *mcpsynctest.Hold) {
+	t.Helper()
+	r := buildRig(t, eras[1], rigConfig{uris: uris})
+	hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+	res, took := cancelWhileHeld(t, hold, r.c.SubscribeAll, uris)
+	require.Zero(t, took, "the first listen stream goes out at once")
+	return r, res, hold
+}
+
 // unsubscribeBehindAHeldStream has a Subscribe(z) replace the listen stream
 // with its request held before the server, then an Unsubscribe(gone) wait
 // behind it and its caller give up; then the held stream goes out, and
@@ -519,24 +426,16 @@ func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 func unsubscribeBehindAHeldStream(t *testing.T, r *rig, gone, z string) {
 	t.Helper()
 	hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-	subDone := make(chan error, 1)
-	go func() {
-		_, err := r.c.Subscribe(t.Context(), z)
-		subDone <- err
-	}()
+	subDone := goCall(t.Context(), r.c.Subscribe, z)
 	synctest.Wait()
 	<-hold.Arrived()
 
 	ctx, cancel := context.WithCancel(t.Context())
-	unsubDone := make(chan error, 1)
-	go func() {
-		_, err := r.c.Unsubscribe(ctx, gone)
-		unsubDone <- err
-	}()
+	unsubDone := goCall(ctx, r.c.Unsubscribe, gone)
 	synctest.Wait()
 	cancel()
 	<-unsubDone
 	hold.Release()
-	require.NoError(t, <-subDone)
+	require.NoError(t, (<-subDone).err)
 	quiesce()
 }

@@ -7,11 +7,9 @@ package mcpsync_test
 // it.
 
 import (
-	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
@@ -33,33 +31,19 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 		r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
 		beginClose := writeTo(mcpsync.StateUnsubscribing)
 		var armed sync.Once
-		lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
-			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-				armed.Do(func() { r.ledger.failWrites(1<<20, beginClose) })
-				return true
-			}
-			return false
-		})
+		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
+			armed.Do(func() { r.ledger.failWrites(1<<20, beginClose) })
+		}))
 		for range 12 { // more than two revalidation periods
-			time.Sleep(time.Minute)
-			quiesce()
-			sub, err := r.c.Engine().Subscription(a)
-			require.NoError(t, err)
-			e, err := r.c.Lookup(a)
-			require.NoError(t, err)
+			minutes(1)
+			sub, e, _ := r.look(a)
 			require.False(t, sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(a) && e.Degraded == "",
 				"%s in push mode, not subscribed on the server, and Lookup says nothing (ledger failures %d)", a, r.ledger.failures())
 		}
 		r.ledger.failWrites(0, nil)
-		for range 12 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(12)
 		r.srv.Set(a, "text/markdown", "v2")
-		for range 7 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(7)
 		r.requireHealed(a, "v2")
 	})
 }
@@ -72,28 +56,13 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 // later x is open, carried, current, and not degraded.
 func TestDegradedClearedOnceAnotherReopenCarriesTheURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const y = "file:///docs/zz-other.md"
-		r := newLedgerRig(t, eras[1])
-		r.subscribe()
-		r.srv.Set(y, "text/markdown", "y1")
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
-		quiesce()
+		r := newLedgerRigWatching(t, "file:///docs/zz-other.md")
 
-		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateUnsubscribing))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "x's close was refused once")
+		r.reestablishRefusingOnce(writeOf(faultURI, mcpsync.StateUnsubscribing))
 		// The failure was told when it happened. Degraded may already be
 		// clear again here: the stream y's reopen opened carries x, and
 		// x was read again after the gap.
-		told := false
-		for _, err := range r.errs.list() {
-			var re *mcpsync.ReopenError
-			told = told || errors.As(err, &re) && re.URI == faultURI
-		}
-		require.True(t, told, "OnError was told no *ReopenError: %v", r.errs.list())
+		require.True(t, r.toldReopen(faultURI), "OnError was told no *ReopenError: %v", r.errs.list())
 		require.True(t, r.srv.Subscribed(faultURI), "y's reopen put x back on a stream")
 
 		r.srv.Set(faultURI, "text/markdown", "v2")
@@ -112,32 +81,19 @@ func TestDegradedClearedOnceAnotherReopenCarriesTheURI(t *testing.T) {
 // is degraded (DESIGN: a watched URI is carried, or Degraded says why).
 func TestDegradedKeptWhileOnlyAnUnacknowledgedStreamCarriesTheURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const y = "file:///docs/zz-other.md"
-		r := newLedgerRig(t, eras[1])
-		r.subscribe()
-		r.srv.Set(y, "text/markdown", "y1")
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
-		quiesce()
+		r := newLedgerRigWatching(t, "file:///docs/zz-other.md")
 
 		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateUnsubscribing))
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
 		defer hold.Release()
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
+		r.reestablish()
 		require.Equal(t, 1, r.ledger.failures(), "x's close was refused once")
 		select {
 		case <-hold.Arrived():
 		default:
 			t.Fatal("y's reopen sent no listen stream")
 		}
-		told := false
-		for _, err := range r.errs.list() {
-			var re *mcpsync.ReopenError
-			told = told || errors.As(err, &re) && re.URI == faultURI
-		}
-		require.True(t, told, "OnError was told no *ReopenError: %v", r.errs.list())
+		require.True(t, r.toldReopen(faultURI), "OnError was told no *ReopenError: %v", r.errs.list())
 		entry, err := r.c.Lookup(faultURI)
 		require.NoError(t, err)
 		require.NotEmpty(t, entry.Degraded, "just after the failed reopen")
@@ -175,11 +131,7 @@ func TestRefusedAnswerKeepsTheDegradedOfAStuckURI(t *testing.T) {
 			t.Fatal("the read never reached the server")
 		}
 
-		r.ledger.failWrites(1, openingWrite)
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write opening the next generation was refused")
+		r.reestablishRefusingOnce(openingWrite)
 		r.requireToldReopen(faultURI)
 
 		hold.Release() // the old generation's answer comes back

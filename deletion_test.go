@@ -3,12 +3,9 @@ package mcpsync_test
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -89,9 +86,7 @@ func TestCorroboratedTombstone(t *testing.T) {
 	assert.Nil(t, sub.Corroboration)
 	_, err = e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
-	entries := outbox(t, e)
-	require.Len(t, entries, before+1)
-	last := entries[len(entries)-1]
+	last := appendedEntry(t, e, before)
 	assert.Equal(t, mcpsync.InvalidateTombstoned, last.Reason)
 	assert.Equal(t, uint64(1), last.Previous.ReadOrdinal, "the entry deletes what v1 fed")
 	require.NotNil(t, last.Evidence)
@@ -250,22 +245,10 @@ func TestTombstoneReceiptGolden(t *testing.T) {
 	entry := entries[len(entries)-1]
 	require.Equal(t, e.ID(), entry.Engine)
 	entry.Engine = "00000000-0000-4000-8000-000000000000"
-	for name, v := range map[string]any{
+	requireGolden(t, map[string]any{
 		"tombstone_receipt.json": out.Tombstone,
 		"outbox_tombstone.json":  entry,
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := json.MarshalIndent(v, "", "  ")
-			require.NoError(t, err)
-			path := filepath.Join("testdata", "golden", name)
-			if *update {
-				require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err, "run go test -run TestTombstoneReceiptGolden -update")
-			assert.JSONEq(t, string(want), string(got))
-		})
-	}
+	})
 }
 
 // A confirmed tombstone stands when it is read again, also for a URI that
@@ -301,41 +284,37 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 // stays closed instead of coming back against the caller's last word. Both
 // eras.
 func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
-				srv.Set(faultURI, "text/markdown", "v1")
-				srv.Set(listedURI, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = r.c.Close() })
-				r.subscribeSettled(t, faultURI)
-				srv.Delete(faultURI)
-				time.Sleep(time.Second)
-				quiesce()
-				cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
-				require.NoError(t, err)
-				_, err = r.c.Reconcile(cat)
-				require.NoError(t, err)
-				sub, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				require.Equal(t, mcpsync.StateTombstoned, sub.State, r.describe(faultURI))
+	eachEra(t, func(t *testing.T, w wiring) {
+		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
+		srv.Set(faultURI, "text/markdown", "v1")
+		srv.Set(listedURI, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.c.Close() })
+		r.subscribeSettled(t, faultURI)
+		srv.Delete(faultURI)
+		time.Sleep(time.Second)
+		quiesce()
+		cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
+		require.NoError(t, err)
+		_, err = r.c.Reconcile(cat)
+		require.NoError(t, err)
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.StateTombstoned, sub.State, r.describe(faultURI))
 
-				closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
-				t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
-				quiesce()
-				srv.Recreate(faultURI, "v2")
-				time.Sleep(time.Minute)
-				quiesce()
-				sub, err = r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				if uerr != nil || openState(sub.State) || srv.Subscribed(faultURI) {
-					t.Fatalf("unsubscribe of a tombstoned URI not done (Unsubscribe err %v); after recreation: %s", uerr, r.describe(faultURI))
-				}
-			})
-		})
-	}
+		closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
+		t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
+		quiesce()
+		srv.Recreate(faultURI, "v2")
+		time.Sleep(time.Minute)
+		quiesce()
+		sub, err = r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		if uerr != nil || openState(sub.State) || srv.Subscribed(faultURI) {
+			t.Fatalf("unsubscribe of a tombstoned URI not done (Unsubscribe err %v); after recreation: %s", uerr, r.describe(faultURI))
+		}
+	})
 }
 
 // Corroborate on a pending tombstone whose URI has a queued read in flight
@@ -484,6 +463,34 @@ func (r *unlistedRig) reconcile(c mcpsync.Catalog, opts ...mcpsync.ReconcileOpti
 	return rec, err
 }
 
+// scanUntilTombstoned scans three times, a span in which docURI is never
+// listed, and checks that its absence tombstoned it.
+func (r *unlistedRig) scanUntilTombstoned() {
+	r.t.Helper()
+	for range 3 {
+		_, _, err := r.scan()
+		require.NoError(r.t, err)
+	}
+	require.Equal(r.t, mcpsync.StateTombstoned, r.sub(docURI).State)
+}
+
+// reconcileAnOlderCatalogAfter scans once, lists a clean catalog that
+// lacks docURI, runs between, and only then reconciles that catalog and
+// scans again. It returns the catalog and what the last scan reconciled.
+func (r *unlistedRig) reconcileAnOlderCatalogAfter(between func()) (mcpsync.Catalog, mcpsync.Reconciliation) {
+	r.t.Helper()
+	_, _, err := r.scan()
+	require.NoError(r.t, err)
+	before, err := r.list()
+	require.NoError(r.t, err)
+	between()
+	_, err = r.reconcile(before)
+	require.NoError(r.t, err)
+	_, rec, err := r.scan()
+	require.NoError(r.t, err)
+	return before, rec
+}
+
 func (r *unlistedRig) sub(uri string) mcpsync.Subscription {
 	r.t.Helper()
 	sub, err := r.e.Subscription(uri)
@@ -577,11 +584,7 @@ func TestUnlistedForSetsTheSpan(t *testing.T) {
 // that lists the URI again brings it back: its read is accepted and served.
 func TestUnlistedTombstoneEndsOnlyWhenListed(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	for range 3 {
-		_, _, err := r.scan()
-		require.NoError(t, err)
-	}
-	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	r.scanUntilTombstoned()
 	before := len(outbox(t, r.e))
 
 	tk, ok, err := r.e.Notify(docURI)
@@ -720,11 +723,7 @@ func TestUnlistedSurvivesRestart(t *testing.T) {
 // that finds content is served.
 func TestUnlistedTombstoneEndsWithANewSubscription(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	for range 3 {
-		_, _, err := r.scan()
-		require.NoError(t, err)
-	}
-	require.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	r.scanUntilTombstoned()
 	_, err := r.e.BeginClose(docURI)
 	require.NoError(t, err)
 	_, err = r.e.FinishClose(docURI, true)
@@ -765,30 +764,21 @@ func TestConnectRefusesABadDeletionSetting(t *testing.T) {
 // the next scan, one interval after the failure, deletes the URI.
 func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	_, _, err := r.scan()
-	require.NoError(t, err)
-
-	// A clean scan that lacks docURI, reconciled only after the failure.
-	before, err := r.list()
-	require.NoError(t, err)
-
-	r.fail = true
-	_, _, _ = r.scan()
-	require.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
-	failedAt := r.clock.t
-	r.fail = false
-
-	_, err = r.reconcile(before)
-	require.NoError(t, err)
-	_, rec, err := r.scan()
-	require.NoError(t, err)
+	var failedAt time.Time
+	before, rec := r.reconcileAnOlderCatalogAfter(func() {
+		r.fail = true
+		_, _, _ = r.scan()
+		require.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
+		failedAt = r.clock.t
+		r.fail = false
+	})
 	assert.Empty(t, rec.Tombstoned, "deleted on a span from %v to %v that holds the failed listing of %v",
 		before.Scans[0].StartedAt, r.clock.t, failedAt)
 	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
 
 	// Progress: a whole span of clean scans after the failure deletes it.
 	for range 2 {
-		_, _, err = r.scan()
+		_, _, err := r.scan()
 		require.NoError(t, err)
 	}
 	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
@@ -801,24 +791,15 @@ func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 // the next scan, one interval after the URI was listed, deletes it.
 func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
 	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
-	_, _, err := r.scan()
-	require.NoError(t, err)
-
-	// A clean scan that lacks docURI, reconciled only after a listing has it.
-	before, err := r.list()
-	require.NoError(t, err)
-
-	r.listing.add(docURI)
-	_, _, err = r.scan()
-	require.NoError(t, err)
-	require.Nil(t, r.sub(docURI).Unlisted, "the listing ended the absence")
-	listedAt := r.clock.t
-	r.listing.remove(docURI)
-
-	_, err = r.reconcile(before)
-	require.NoError(t, err)
-	_, rec, err := r.scan()
-	require.NoError(t, err)
+	var listedAt time.Time
+	_, rec := r.reconcileAnOlderCatalogAfter(func() {
+		r.listing.add(docURI)
+		_, _, err := r.scan()
+		require.NoError(t, err)
+		require.Nil(t, r.sub(docURI).Unlisted, "the listing ended the absence")
+		listedAt = r.clock.t
+		r.listing.remove(docURI)
+	})
 	assert.Empty(t, rec.Tombstoned, "deleted one interval after the listing of %v had it", listedAt)
 	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
 }

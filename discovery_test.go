@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -1126,22 +1125,10 @@ func TestScanReceiptGolden(t *testing.T) {
 		require.NotEmpty(t, c.Scans[i].ID)
 		c.Scans[i].ID = "00000000-0000-4000-8000-00000000000" + strconv.Itoa(i)
 	}
-	for name, v := range map[string]any{
+	requireGolden(t, map[string]any{
 		"scan_receipt.json": c.Scans[0],
 		"scan_catalog.json": c,
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := json.MarshalIndent(v, "", "  ")
-			require.NoError(t, err)
-			path := filepath.Join("testdata", "golden", name)
-			if *update {
-				require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err, "run go test -run TestScanReceiptGolden -update")
-			assert.JSONEq(t, string(want), string(got))
-		})
-	}
+	})
 }
 
 // Two engines on two fresh ledgers both open session generation 1: only

@@ -24,7 +24,7 @@ func TestConnectRefusesAnEngineAnotherClientDrives(t *testing.T) {
 		connect := func(dial mcpsync.Dialer) (*mcpsync.Client, error) {
 			return mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice})
 		}
-		inProcess := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
+		inProcess := srv.Dialer()
 
 		_, err := connect(func(context.Context) (transport.Interface, error) { return nil, errors.New("refused") })
 		require.Error(t, err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -97,9 +96,7 @@ func ExampleConnect() {
 	srv := mcpsynctest.NewServer(nil)
 	srv.Set("file:///handbook.md", "text/markdown", "Badges are at desk 4.")
 	outcomes := make(chan mcpsync.Outcome, 1)
-	client, err := mcpsync.Connect(context.Background(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: "user:alice", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	client, err := mcpsync.Connect(context.Background(), srv.Dialer(), &mcpsync.ClientOptions{Subject: "user:alice", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
 	if err != nil {
 		panic(err)
 	}
@@ -124,9 +121,7 @@ func ExampleClient_Scan() {
 	for _, name := range []string{"a", "b", "c"} {
 		srv.Set("file:///"+name+".md", "text/markdown", name)
 	}
-	client, err := mcpsync.Connect(context.Background(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: "user:alice"})
+	client, err := mcpsync.Connect(context.Background(), srv.Dialer(), &mcpsync.ClientOptions{Subject: "user:alice"})
 	if err != nil {
 		panic(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mark3labs/mcp-go/client/transport"
-
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -23,7 +21,7 @@ func Example_quickStart() {
 	const uri = "file:///handbook/onboarding.md"
 	srv := mcpsynctest.NewServer(nil)
 	srv.Set(uri, "text/markdown", "Badges are at desk 2.")
-	dial := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
+	dial := srv.Dialer()
 	ctx, cancel := context.WithCancel(context.Background())
 
 	prompts, indexed := make(chan string, 16), make(chan string, 16)

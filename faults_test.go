@@ -12,13 +12,24 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
+
+// subscribedIn runs test once per wiring of ws, in a subtest named for
+// it, on a rig of that wiring with faultURI subscribed.
+func subscribedIn(t *testing.T, ws []wiring, test func(t *testing.T, r *rig)) {
+	for _, w := range ws {
+		t.Run(w.name, func(t *testing.T) {
+			r := newRig(t, w, nil)
+			r.subscribe()
+			test(t, r)
+		})
+	}
+}
 
 func waitFor(t *testing.T, ch <-chan struct{}) {
 	t.Helper()
@@ -32,31 +43,27 @@ func waitFor(t *testing.T, ch <-chan struct{}) {
 // Read A slower than B: A was sent first but answers last, with older
 // content; B's version stays, A leaves a STALE_ORDINAL receipt.
 func TestFaultReadASlowerThanB(t *testing.T) {
-	for _, w := range withHTTP {
-		t.Run(w.name, func(t *testing.T) {
-			r := newRig(t, w, nil)
-			r.subscribe()
+	subscribedIn(t, withHTTP, func(t *testing.T, r *rig) {
 
-			holdA := r.faults().HoldNext("resources/read", faultURI)
-			r.srv.Set(faultURI, "text/markdown", "v2") // notification -> read A
-			waitFor(t, holdA.Arrived())                // the server answered v2; the client waits
-			r.srv.Set(faultURI, "text/markdown", "v3")
-			b, err := r.c.Read(t.Context(), faultURI) // read B overtakes A
-			require.NoError(t, err)
-			require.Equal(t, mcpsync.DecisionAccepted, b.Version.Decision)
-			require.Equal(t, "v3", r.served())
+		holdA := r.faults().HoldNext("resources/read", faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2") // notification -> read A
+		waitFor(t, holdA.Arrived())                // the server answered v2; the client waits
+		r.srv.Set(faultURI, "text/markdown", "v3")
+		b, err := r.c.Read(t.Context(), faultURI) // read B overtakes A
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.DecisionAccepted, b.Version.Decision)
+		require.Equal(t, "v3", r.served())
 
-			holdA.Release()
-			a := next(t, r.outcomes)
-			for a.Accepted && a.Version.Version.ReadOrdinal == b.Version.Version.ReadOrdinal {
-				a = next(t, r.outcomes) // B's own outcome, reported too
-			}
-			require.False(t, a.Accepted, "the slower, older read must not pass")
-			assert.Equal(t, mcpsync.ReasonStaleOrdinal, a.Stale.Reason)
-			assert.Less(t, a.Stale.ReadOrdinal, b.Version.Version.ReadOrdinal)
-			assert.Equal(t, "v3", r.served(), "old generation never overwrites new")
-		})
-	}
+		holdA.Release()
+		a := next(t, r.outcomes)
+		for a.Accepted && a.Version.Version.ReadOrdinal == b.Version.Version.ReadOrdinal {
+			a = next(t, r.outcomes) // B's own outcome, reported too
+		}
+		require.False(t, a.Accepted, "the slower, older read must not pass")
+		assert.Equal(t, mcpsync.ReasonStaleOrdinal, a.Stale.Reason)
+		assert.Less(t, a.Stale.ReadOrdinal, b.Version.Version.ReadOrdinal)
+		assert.Equal(t, "v3", r.served(), "old generation never overwrites new")
+	})
 }
 
 // Close vs read accept race: a read is in flight when the unsubscribe
@@ -99,41 +106,37 @@ func TestFaultCloseVersusReadAcceptRace(t *testing.T) {
 // Late content and late not-found after CLOSED: the unsubscribe completed
 // before the answers of two reads arrive; neither changes anything.
 func TestFaultLateContentAndNotFoundAfterClosed(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			r := newRig(t, w, nil)
-			r.subscribe()
-			holdContent := r.faults().HoldNext("resources/read", faultURI)
-			results := make(chan mcpsync.Outcome, 2)
-			go func() { out, _ := r.c.Read(context.Background(), faultURI); results <- out }()
-			waitFor(t, holdContent.Arrived())
-			r.faults().DropNext(faultURI, 1) // only the explicit reads below
-			r.srv.Delete(faultURI)
-			holdGone := r.faults().HoldNext("resources/read", faultURI)
-			go func() { out, _ := r.c.Read(context.Background(), faultURI); results <- out }()
-			waitFor(t, holdGone.Arrived())
+	subscribedIn(t, eras, func(t *testing.T, r *rig) {
+		holdContent := r.faults().HoldNext("resources/read", faultURI)
+		results := make(chan mcpsync.Outcome, 2)
+		go func() { out, _ := r.c.Read(context.Background(), faultURI); results <- out }()
+		waitFor(t, holdContent.Arrived())
+		r.faults().DropNext(faultURI, 1) // only the explicit reads below
+		r.srv.Delete(faultURI)
+		holdGone := r.faults().HoldNext("resources/read", faultURI)
+		go func() { out, _ := r.c.Read(context.Background(), faultURI); results <- out }()
+		waitFor(t, holdGone.Arrived())
 
-			sub, err := r.c.Unsubscribe(t.Context(), faultURI)
-			require.NoError(t, err)
-			require.Equal(t, mcpsync.StateClosed, sub.State)
-			holdContent.Release()
-			holdGone.Release()
-			notFound := 0
-			for range 2 {
-				out := <-results
-				require.False(t, out.Accepted)
-				assert.Equal(t, mcpsync.ReasonStaleAfterClose, out.Stale.Reason)
-				if out.Stale.NotFound {
-					notFound++
-				}
+		sub, err := r.c.Unsubscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		require.Equal(t, mcpsync.StateClosed, sub.State)
+		holdContent.Release()
+		holdGone.Release()
+		notFound := 0
+		for range 2 {
+			out := <-results
+			require.False(t, out.Accepted)
+			assert.Equal(t, mcpsync.ReasonStaleAfterClose, out.Stale.Reason)
+			if out.Stale.NotFound {
+				notFound++
 			}
-			assert.Equal(t, 1, notFound)
-			assert.Len(t, r.outbox(), 1, "only the version accepted before the close")
-			sub, err = r.c.Engine().Subscription(faultURI)
-			require.NoError(t, err)
-			assert.Equal(t, mcpsync.StateClosed, sub.State, "no late tombstone")
-		})
-	}
+		}
+		assert.Equal(t, 1, notFound)
+		assert.Len(t, r.outbox(), 1, "only the version accepted before the close")
+		sub, err = r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateClosed, sub.State, "no late tombstone")
+	})
 }
 
 // Unsubscribe ack lost: the generation becomes UNSUBSCRIBE_UNKNOWN, stays
@@ -174,145 +177,125 @@ func TestFaultUnsubscribeAckLost(t *testing.T) {
 // Old-session notification: a notification of the previous connection that
 // arrives after the reconnect triggers nothing and leaves a receipt.
 func TestFaultOldSessionNotification(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, nil)
-				r.subscribe()
-				oldKit := r.faults()
-				oldKit.DelayNext(faultURI, 0) // hold until released
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-				require.Equal(t, 1, oldKit.Held())
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, nil)
+		r.subscribe()
+		oldKit := r.faults()
+		oldKit.DelayNext(faultURI, 0) // hold until released
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		require.Equal(t, 1, oldKit.Held())
 
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				reread := next(t, r.outcomes)
-				require.True(t, reread.Accepted)
-				assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
-				sub, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				issued := sub.LastIssuedOrdinal
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		reread := next(t, r.outcomes)
+		require.True(t, reread.Accepted)
+		assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		issued := sub.LastIssuedOrdinal
 
-				require.Equal(t, 1, oldKit.ReleaseNotifications())
-				quiesce()
-				assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch],
-					"the old session's notification is refused with a receipt")
-				sub, err = r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, issued, sub.LastIssuedOrdinal, "it issued no read")
-				assert.Equal(t, "v2", r.served())
-			})
-		})
-	}
+		require.Equal(t, 1, oldKit.ReleaseNotifications())
+		quiesce()
+		assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonGenerationMismatch],
+			"the old session's notification is refused with a receipt")
+		sub, err = r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, issued, sub.LastIssuedOrdinal, "it issued no read")
+		assert.Equal(t, "v2", r.served())
+	})
 }
 
 // Out-of-order and duplicated notifications: whatever order pulses arrive
 // in, accepted versions only move forward and the last is the server's
 // newest.
 func TestFaultOutOfOrderNotifications(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, nil)
-				r.subscribe()
-				kit := r.faults()
-				kit.ReorderNext(faultURI)
-				kit.SetDuplicateRate(1)
-				readsBefore := r.srv.Reads(faultURI)
-				for _, v := range []string{"v2", "v3", "v4", "v5"} {
-					r.srv.Set(faultURI, "text/markdown", v)
-				}
-				kit.ReleaseNotifications()
-				quiesce()
-				assert.Equal(t, "v5", r.served())
-				reads := r.srv.Reads(faultURI) - readsBefore
-				assert.LessOrEqual(t, reads, 8, "8 pulses for 4 changes: never more reads than pulses")
-				var last uint64
-				for len(r.outcomes) > 0 {
-					out := <-r.outcomes
-					if out.Accepted {
-						assert.Greater(t, out.Version.Version.ReadOrdinal, last, "no version regression")
-						last = out.Version.Version.ReadOrdinal
-					}
-				}
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, nil)
+		r.subscribe()
+		kit := r.faults()
+		kit.ReorderNext(faultURI)
+		kit.SetDuplicateRate(1)
+		readsBefore := r.srv.Reads(faultURI)
+		for _, v := range []string{"v2", "v3", "v4", "v5"} {
+			r.srv.Set(faultURI, "text/markdown", v)
+		}
+		kit.ReleaseNotifications()
+		quiesce()
+		assert.Equal(t, "v5", r.served())
+		reads := r.srv.Reads(faultURI) - readsBefore
+		assert.LessOrEqual(t, reads, 8, "8 pulses for 4 changes: never more reads than pulses")
+		var last uint64
+		for len(r.outcomes) > 0 {
+			out := <-r.outcomes
+			if out.Accepted {
+				assert.Greater(t, out.Version.Version.ReadOrdinal, last, "no version regression")
+				last = out.Version.Version.ReadOrdinal
+			}
+		}
+	})
 }
 
 // URI encoding confusion: the server notifies another spelling of the
 // subscribed URI; it reaches the same subscription and fence.
 func TestFaultURIEncodingConfusion(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			r := newRig(t, w, nil)
-			r.subscribe()
-			r.faults().MapNotificationURIs(func(u string) string {
-				return strings.Replace(strings.Replace(u, "file:", "FILE:", 1), "handbook", "%68andbook", 1)
-			})
-			r.srv.Set(faultURI, "text/markdown", "v2")
-			out := next(t, r.outcomes)
-			require.True(t, out.Accepted)
-			assert.Equal(t, faultURI, out.Version.Version.URI)
-			assert.Equal(t, "v2", r.served())
+	subscribedIn(t, eras, func(t *testing.T, r *rig) {
+		r.faults().MapNotificationURIs(func(u string) string {
+			return strings.Replace(strings.Replace(u, "file:", "FILE:", 1), "handbook", "%68andbook", 1)
 		})
-	}
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		out := next(t, r.outcomes)
+		require.True(t, out.Accepted)
+		assert.Equal(t, faultURI, out.Version.Version.URI)
+		assert.Equal(t, "v2", r.served())
+	})
 }
 
 // Multi-page change with a lost notification: the update notification is
 // lost; the revalidation read bounds how long the copy stays stale.
 func TestFaultLostNotificationCaughtByRevalidation(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Minute, Jitter: 0.1})
-				sub := r.subscribe()
-				r.faults().DropNext(faultURI, 1)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-				assert.Equal(t, "v1", r.served(), "the notification was lost")
-				time.Sleep(time.Duration(sub.StalenessBoundMs) * time.Millisecond)
-				quiesce()
-				assert.Equal(t, "v2", r.served(), "caught within the published staleness bound")
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Minute, Jitter: 0.1})
+		sub := r.subscribe()
+		r.faults().DropNext(faultURI, 1)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		assert.Equal(t, "v1", r.served(), "the notification was lost")
+		time.Sleep(time.Duration(sub.StalenessBoundMs) * time.Millisecond)
+		quiesce()
+		assert.Equal(t, "v2", r.served(), "caught within the published staleness bound")
+	})
 }
 
 // Cache hit after permission revocation: zero hits once the subject is
 // revoked, every derived artifact invalidated, reads in flight refused.
 func TestFaultCacheHitAfterPermissionRevocation(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			r := newRig(t, w, nil)
-			r.subscribe()
-			e := r.c.Engine()
-			v := r.outbox()[0].Version
-			require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "embeddings", ArtifactID: "handbook#0", Version: v}))
+	subscribedIn(t, eras, func(t *testing.T, r *rig) {
+		e := r.c.Engine()
+		v := r.outbox()[0].Version
+		require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "embeddings", ArtifactID: "handbook#0", Version: v}))
 
-			hold := r.faults().HoldNext("resources/read", faultURI)
-			r.srv.Set(faultURI, "text/markdown", "v2")
-			waitFor(t, hold.Arrived())
-			rc, err := e.RevokeSubject(alice)
-			require.NoError(t, err)
-			_, err = r.c.Lookup(faultURI)
-			require.ErrorIs(t, err, mcpsync.ErrRevoked, "0 cache hits after revocation")
-			require.Len(t, rc.Artifacts, 1)
-			assert.Equal(t, "handbook#0", rc.Artifacts[0].ArtifactID)
+		hold := r.faults().HoldNext("resources/read", faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		waitFor(t, hold.Arrived())
+		rc, err := e.RevokeSubject(alice)
+		require.NoError(t, err)
+		_, err = r.c.Lookup(faultURI)
+		require.ErrorIs(t, err, mcpsync.ErrRevoked, "0 cache hits after revocation")
+		require.Len(t, rc.Artifacts, 1)
+		assert.Equal(t, "handbook#0", rc.Artifacts[0].ArtifactID)
 
-			hold.Release()
-			late := next(t, r.outcomes)
-			require.False(t, late.Accepted)
-			assert.Equal(t, mcpsync.ReasonSubjectRevoked, late.Stale.Reason)
-			var traced []string
-			for _, entry := range r.outbox() {
-				if entry.Reason == mcpsync.InvalidateRevoked {
-					traced = append(traced, artifactOf(entry))
-				}
+		hold.Release()
+		late := next(t, r.outcomes)
+		require.False(t, late.Accepted)
+		assert.Equal(t, mcpsync.ReasonSubjectRevoked, late.Stale.Reason)
+		var traced []string
+		for _, entry := range r.outbox() {
+			if entry.Reason == mcpsync.InvalidateRevoked {
+				traced = append(traced, artifactOf(entry))
 			}
-			assert.ElementsMatch(t, []string{"/", "embeddings/handbook#0"}, traced)
-		})
-	}
+		}
+		assert.ElementsMatch(t, []string{"/", "embeddings/handbook#0"}, traced)
+	})
 }
 
 // A subscribe handler that records the subscription and then fails (a real
@@ -323,9 +306,7 @@ func TestFaultSubscribeFailsAfterRecording(t *testing.T) {
 	srv := mcpsynctest.NewServer(srvOpts)
 	srv.Set(faultURI, "text/markdown", "v1")
 	outcomes := make(chan mcpsync.Outcome, 16)
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
+	c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", OnOutcome: func(o mcpsync.Outcome) { outcomes <- o }})
 	require.NoError(t, err)
 	defer c.Close()
 	sub, err := c.Subscribe(t.Context(), faultURI)

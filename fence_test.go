@@ -1,8 +1,6 @@
 package mcpsync_test
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -11,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/ledger"
 )
 
 const (
@@ -70,6 +67,16 @@ func issue(t testing.TB, e *mcpsync.Engine, trigger mcpsync.Trigger) mcpsync.Tic
 	return tk
 }
 
+// acceptRead issues a read of docURI for trigger and checks that the
+// fence accepts body as its answer.
+func acceptRead(t testing.TB, e *mcpsync.Engine, trigger mcpsync.Trigger, body string) mcpsync.Outcome {
+	t.Helper()
+	out, err := e.AcceptResourceVersion(issue(t, e, trigger), text(docURI, body))
+	require.NoError(t, err)
+	require.True(t, out.Accepted)
+	return out
+}
+
 func served(t testing.TB, e *mcpsync.Engine) string {
 	t.Helper()
 	entry, err := e.Lookup(alice, docURI)
@@ -82,6 +89,15 @@ func outbox(t testing.TB, e *mcpsync.Engine) []mcpsync.OutboxEntry {
 	entries, err := e.PullOutbox(0, 0)
 	require.NoError(t, err)
 	return entries
+}
+
+// appendedEntry checks that the outbox of e grew by one entry from its
+// first before, and returns that entry.
+func appendedEntry(t testing.TB, e *mcpsync.Engine, before int) mcpsync.OutboxEntry {
+	t.Helper()
+	entries := outbox(t, e)
+	require.Len(t, entries, before+1)
+	return entries[before]
 }
 
 // readsFiveAndSix returns an engine whose ordinals 1-4 were accepted and
@@ -154,9 +170,7 @@ func TestCloseVersusReadAcceptRace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := activeEngine(t, nil)
-			first := issue(t, e, mcpsync.TriggerInitial)
-			_, err := e.AcceptResourceVersion(first, text(docURI, "kept"))
-			require.NoError(t, err)
+			acceptRead(t, e, mcpsync.TriggerInitial, "kept")
 			inFlight := issue(t, e, mcpsync.TriggerNotification)
 			before := outbox(t, e)
 
@@ -482,51 +496,37 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 	}{{"late content", text(docURI, "late")}, {"late not found", mcpsync.NotFoundResult()}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := activeEngine(t, nil)
-			kept := issue(t, e, mcpsync.TriggerInitial)
-			_, err := e.AcceptResourceVersion(kept, text(docURI, "v1"))
-			require.NoError(t, err)
+			acceptRead(t, e, mcpsync.TriggerInitial, "v1")
 			inFlight := issue(t, e, mcpsync.TriggerNotification)
 			closing := "file:///docs/closing.md"
-			_, err = e.Subscribe(closing, alice)
-			require.NoError(t, err)
-			_, err = e.Activate(closing, mcpsync.ModePush)
-			require.NoError(t, err)
+			subscribeActive(t, e, closing, alice)
 			closingRead, err := e.IssueTicket(closing, mcpsync.TriggerInitial)
 			require.NoError(t, err)
 			rc, err := e.BeginClose(closing)
 			require.NoError(t, err)
 
-			snap, err := ledger.Export(context.Background(), e.Ledger())
-			require.NoError(t, err)
-			raw, err := json.Marshal(snap)
-			require.NoError(t, err)
-			var decoded ledger.Snapshot
-			require.NoError(t, json.Unmarshal(raw, &decoded))
-			ledger, err := ledger.NewMemoryFrom(decoded)
-			require.NoError(t, err)
-			restored, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
-			require.NoError(t, err)
-			_, err = restored.BeginSession(mcpsync.SessionInfo{})
+			back := restored(t, e, nil)
+			_, err = back.BeginSession(mcpsync.SessionInfo{})
 			require.NoError(t, err)
 
-			_, err = restored.AcceptResourceVersion(inFlight, tc.late)
+			_, err = back.AcceptResourceVersion(inFlight, tc.late)
 			require.ErrorIs(t, err, mcpsync.ErrRefused, "a read from before the export")
-			_, err = restored.AcceptResourceVersion(closingRead, tc.late)
+			_, err = back.AcceptResourceVersion(closingRead, tc.late)
 			require.ErrorIs(t, err, mcpsync.ErrRefused, "a read answered after its close")
-			entry, err := restored.Lookup(alice, docURI)
+			entry, err := back.Lookup(alice, docURI)
 			require.NoError(t, err)
 			assert.Equal(t, "v1", entry.Contents[0].Text, "nothing accepted is lost")
-			sub, err := restored.Subscription(closing)
+			sub, err := back.Subscription(closing)
 			require.NoError(t, err)
 			assert.Equal(t, rc.CloseOrdinal, sub.CloseOrdinal, "the close receipt survives")
 			assert.Equal(t, mcpsync.StateUnsubscribing, sub.State)
 
 			// New tickets never reuse an identity from before.
-			_, err = restored.Subscribe(docURI, alice)
+			_, err = back.Subscribe(docURI, alice)
 			require.NoError(t, err)
-			_, err = restored.Activate(docURI, mcpsync.ModePush)
+			_, err = back.Activate(docURI, mcpsync.ModePush)
 			require.NoError(t, err)
-			fresh, err := restored.IssueTicket(docURI, mcpsync.TriggerReconnect)
+			fresh, err := back.IssueTicket(docURI, mcpsync.TriggerReconnect)
 			require.NoError(t, err)
 			assert.Greater(t, fresh.RequestID, inFlight.RequestID)
 			assert.Greater(t, fresh.SubscriptionGeneration, inFlight.SubscriptionGeneration)

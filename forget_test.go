@@ -5,7 +5,6 @@ package mcpsync_test
 
 import (
 	"testing"
-	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,9 +35,7 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 	require.NoError(t, e.Forget(docURI))
 	_, err = e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrNoVersion)
-	entries := outbox(t, e)
-	require.Len(t, entries, before+1)
-	last := entries[len(entries)-1]
+	last := appendedEntry(t, e, before)
 	assert.Equal(t, mcpsync.InvalidateForgotten, last.Reason)
 	assert.Equal(t, v1, last.Previous)
 	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "c1", Version: v1})
@@ -55,23 +52,19 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 }
 
 func TestClientForgetUnsubscribesAndEvicts(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := mustLiveRig(t, w, mcpsync.ClientOptions{}, docURI)
-				_, err := r.c.Subscribe(t.Context(), docURI)
-				require.NoError(t, err)
-				require.NoError(t, r.c.WaitForSync(t.Context()))
-				_, err = r.c.Lookup(docURI)
-				require.NoError(t, err)
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := mustLiveRig(t, w, mcpsync.ClientOptions{}, docURI)
+		_, err := r.c.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		_, err = r.c.Lookup(docURI)
+		require.NoError(t, err)
 
-				require.NoError(t, r.c.Forget(t.Context(), docURI))
-				quiesce()
-				_, err = r.c.Lookup(docURI)
-				require.ErrorIs(t, err, mcpsync.ErrNoVersion)
-				assert.False(t, r.srv.Subscribed(docURI), "the server keeps no subscription")
-				require.ErrorIs(t, r.c.Forget(t.Context(), "file:///never.md"), mcpsync.ErrUnknownURI)
-			})
-		})
-	}
+		require.NoError(t, r.c.Forget(t.Context(), docURI))
+		quiesce()
+		_, err = r.c.Lookup(docURI)
+		require.ErrorIs(t, err, mcpsync.ErrNoVersion)
+		assert.False(t, r.srv.Subscribed(docURI), "the server keeps no subscription")
+		require.ErrorIs(t, r.c.Forget(t.Context(), "file:///never.md"), mcpsync.ErrUnknownURI)
+	})
 }

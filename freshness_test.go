@@ -2,7 +2,6 @@ package mcpsync_test
 
 import (
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -93,74 +92,70 @@ func TestStrictLookupCountsTheBoundFromWhenTheReadWasIssued(t *testing.T) {
 // serving a copy confirmed moments ago, and Degraded says what is going on;
 // past the bound, with the server gone for good, they refuse with ErrStale.
 func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, &mcpsync.ClientOptions{
-					RevalidateEvery: 5 * time.Minute, Jitter: 0.2, PingEvery: 100 * time.Millisecond, PingTimeout: 100 * time.Millisecond,
-					Reconnect: mcpsync.ReconnectPolicy{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond},
-				})
-				r.subscribe()
-				quiesce()
-				before, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
-				require.NoError(t, err)
-				require.Positive(t, before.StalenessBound)
-
-				// The session is lost; the server is back 0.5 s later, and
-				// holds the re-subscribe a while before it reaches the server.
-				dialed := make(chan *mcpsynctest.Hold, 1)
-				r.setOnDial(func(_ int, kit *mcpsynctest.Transport) {
-					select {
-					case dialed <- kit.HoldNextRequest(subscribeMethod(w.version), ""):
-					default:
-					}
-				})
-				r.setDown(true)
-				r.faults().DropSession()
-				for range 5 {
-					quiesce()
-					entry, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
-					require.NoError(t, err, "a copy confirmed %v ago with a bound of %v", time.Since(before.ValidatedAt), before.StalenessBound)
-					assert.NotEmpty(t, entry.Degraded, "the lost session is not said")
-					assert.Equal(t, before.StalenessBound, entry.StalenessBound, "the published bound is no longer in force")
-				}
-				r.setDown(false)
-				var h *mcpsynctest.Hold
-				select {
-				case h = <-dialed:
-				case <-time.After(time.Minute):
-					t.Fatal("the client did not dial again")
-				}
-				select {
-				case <-h.Arrived():
-				case <-time.After(time.Minute):
-					t.Fatal("the client did not subscribe again")
-				}
-				entry, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
-				require.NoError(t, err, "refused while the server answers the re-subscribe")
-				assert.Equal(t, before.StalenessBound, entry.StalenessBound)
-				h.Release()
-				quiesce()
-				entry, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
-				require.NoError(t, err)
-				assert.Empty(t, entry.Degraded, "healed, yet degraded")
-
-				// The server goes away for good: strict Lookups answer until
-				// ValidatedAt + bound, and refuse after it.
-				validated := entry.ValidatedAt
-				r.setDown(true)
-				r.faults().DropSession()
-				time.Sleep(time.Until(validated.Add(entry.StalenessBound)) - time.Second)
-				quiesce()
-				entry, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
-				require.NoError(t, err, "refused within the bound")
-				assert.NotEmpty(t, entry.Degraded)
-				time.Sleep(2 * time.Second)
-				_, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
-				require.ErrorIs(t, err, mcpsync.ErrStale, "served past its bound")
-			})
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, &mcpsync.ClientOptions{
+			RevalidateEvery: 5 * time.Minute, Jitter: 0.2, PingEvery: 100 * time.Millisecond, PingTimeout: 100 * time.Millisecond,
+			Reconnect: mcpsync.ReconnectPolicy{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond},
 		})
-	}
+		r.subscribe()
+		quiesce()
+		before, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.NoError(t, err)
+		require.Positive(t, before.StalenessBound)
+
+		// The session is lost; the server is back 0.5 s later, and
+		// holds the re-subscribe a while before it reaches the server.
+		dialed := make(chan *mcpsynctest.Hold, 1)
+		r.setOnDial(func(_ int, kit *mcpsynctest.Transport) {
+			select {
+			case dialed <- kit.HoldNextRequest(subscribeMethod(w.version), ""):
+			default:
+			}
+		})
+		r.setDown(true)
+		r.faults().DropSession()
+		for range 5 {
+			quiesce()
+			entry, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
+			require.NoError(t, err, "a copy confirmed %v ago with a bound of %v", time.Since(before.ValidatedAt), before.StalenessBound)
+			assert.NotEmpty(t, entry.Degraded, "the lost session is not said")
+			assert.Equal(t, before.StalenessBound, entry.StalenessBound, "the published bound is no longer in force")
+		}
+		r.setDown(false)
+		var h *mcpsynctest.Hold
+		select {
+		case h = <-dialed:
+		case <-time.After(time.Minute):
+			t.Fatal("the client did not dial again")
+		}
+		select {
+		case <-h.Arrived():
+		case <-time.After(time.Minute):
+			t.Fatal("the client did not subscribe again")
+		}
+		entry, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.NoError(t, err, "refused while the server answers the re-subscribe")
+		assert.Equal(t, before.StalenessBound, entry.StalenessBound)
+		h.Release()
+		quiesce()
+		entry, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.NoError(t, err)
+		assert.Empty(t, entry.Degraded, "healed, yet degraded")
+
+		// The server goes away for good: strict Lookups answer until
+		// ValidatedAt + bound, and refuse after it.
+		validated := entry.ValidatedAt
+		r.setDown(true)
+		r.faults().DropSession()
+		time.Sleep(time.Until(validated.Add(entry.StalenessBound)) - time.Second)
+		quiesce()
+		entry, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.NoError(t, err, "refused within the bound")
+		assert.NotEmpty(t, entry.Degraded)
+		time.Sleep(2 * time.Second)
+		_, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
+		require.ErrorIs(t, err, mcpsync.ErrStale, "served past its bound")
+	})
 }
 
 // A quiet server that answers every read, a little slowly, keeps a strict
@@ -172,37 +167,33 @@ func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
 // the jitter draws long.
 func TestStrictLookupNeverRefusesACopyAQuietServerKeepsConfirming(t *testing.T) {
 	const latency = 200 * time.Millisecond
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{
-					opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Second, Jitter: 0.1},
-					wire: func(fw *faultWire) {
-						fw.park = func(req wireRequest) <-chan struct{} {
-							if req.method != string(mcp.MethodResourcesRead) {
-								return nil
-							}
-							ch := make(chan struct{})
-							time.AfterFunc(latency, func() { close(ch) })
-							return ch
-						}
-					},
-				})
-				_, err := r.c.Subscribe(t.Context(), faultURI)
-				require.NoError(t, err)
-				refused, since := 0, time.Now()
-				var first error
-				for time.Since(since) < 10*time.Minute {
-					time.Sleep(50 * time.Millisecond)
-					if _, err := r.c.Lookup(faultURI, mcpsync.RequireFresh()); err != nil {
-						refused++
-						if first == nil {
-							first = err
-						}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{
+			opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Second, Jitter: 0.1},
+			wire: func(fw *faultWire) {
+				fw.park = func(req wireRequest) <-chan struct{} {
+					if req.method != string(mcp.MethodResourcesRead) {
+						return nil
 					}
+					ch := make(chan struct{})
+					time.AfterFunc(latency, func() { close(ch) })
+					return ch
 				}
-				assert.Zero(t, refused, "strict lookups refused over 10 minutes of a quiet server answering in %v: first %v", latency, first)
-			})
+			},
 		})
-	}
+		_, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		refused, since := 0, time.Now()
+		var first error
+		for time.Since(since) < 10*time.Minute {
+			time.Sleep(50 * time.Millisecond)
+			if _, err := r.c.Lookup(faultURI, mcpsync.RequireFresh()); err != nil {
+				refused++
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		assert.Zero(t, refused, "strict lookups refused over 10 minutes of a quiet server answering in %v: first %v", latency, first)
+	})
 }

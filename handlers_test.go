@@ -1,7 +1,6 @@
 package mcpsync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,12 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // call is one call a handler was told, with the texts of its entries.
@@ -97,31 +94,27 @@ func adds(uris ...string) []call {
 // reconnect tell nothing after that; new content is an update with the old
 // and the new entry.
 func TestHandlerToldInitialVersionsOnceBeforeWaitForSync(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				h := &handlerLog{}
-				docs := []string{"file:///docs/a.md", "file:///docs/b.md"}
-				r := buildRig(t, w, rigConfig{uris: docs, opts: mcpsync.ClientOptions{Handler: h, RevalidateEvery: time.Minute}})
-				_, err := r.c.SubscribeAll(t.Context(), append([]string{faultURI}, docs...))
-				require.NoError(t, err)
-				require.NoError(t, r.c.WaitForSync(t.Context()))
-				assert.ElementsMatch(t, adds(faultURI, docs[0], docs[1]), h.take(), "told before WaitForSync returned")
+	eachEra(t, func(t *testing.T, w wiring) {
+		h := &handlerLog{}
+		docs := []string{"file:///docs/a.md", "file:///docs/b.md"}
+		r := buildRig(t, w, rigConfig{uris: docs, opts: mcpsync.ClientOptions{Handler: h, RevalidateEvery: time.Minute}})
+		_, err := r.c.SubscribeAll(t.Context(), append([]string{faultURI}, docs...))
+		require.NoError(t, err)
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		assert.ElementsMatch(t, adds(faultURI, docs[0], docs[1]), h.take(), "told before WaitForSync returned")
 
-				minutes(5)                                // revalidations
-				r.srv.Set(docs[0], "text/markdown", "v1") // a notification, same content
-				quiesce()
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				require.NoError(t, r.c.WaitForSync(t.Context()))
-				minutes(2)
-				assert.Empty(t, h.take(), "nothing new was told after WaitForSync")
+		minutes(5)                                // revalidations
+		r.srv.Set(docs[0], "text/markdown", "v1") // a notification, same content
+		quiesce()
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+		minutes(2)
+		assert.Empty(t, h.take(), "nothing new was told after WaitForSync")
 
-				r.srv.Set(docs[1], "text/markdown", "v2")
-				quiesce()
-				assert.Equal(t, []call{{kind: "update", uri: docs[1], old: "v1", new: "v2"}}, h.take())
-			})
-		})
-	}
+		r.srv.Set(docs[1], "text/markdown", "v2")
+		quiesce()
+		assert.Equal(t, []call{{kind: "update", uri: docs[1], old: "v1", new: "v2"}}, h.take())
+	})
 }
 
 // Updates of one URI are told in order: each old entry is the new entry of
@@ -203,7 +196,7 @@ func TestHandlerToldDeletionsWithWhy(t *testing.T) {
 	t.Run("confirmed with evidence", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			h := &handlerLog{}
-			r := newHandledKeptRig(t, h, "file:///kb/a.md", "file:///kb/b.md")
+			r := newHandledKeptRig(t, eras[0], h, "file:///kb/a.md", "file:///kb/b.md")
 			r.keep(t, true)
 			require.NoError(t, r.c.WaitForSync(t.Context()))
 			require.ElementsMatch(t, []call{
@@ -244,27 +237,6 @@ func TestHandlerToldDeletionsWithWhy(t *testing.T) {
 			assert.Equal(t, mcpsync.EvidenceCorroborated, d.evidence.Kind)
 		})
 	})
-}
-
-// newHandledKeptRig is a kept-scan rig (keepscan_test.go) whose client has
-// handler h.
-func newHandledKeptRig(t *testing.T, h mcpsync.ResourceHandler, uris ...string) *keptRig {
-	t.Helper()
-	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
-	for _, u := range uris {
-		r.srv.Set(u, "text/plain", "v1 of "+u)
-	}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
-		return r.kit, nil
-	}, &mcpsync.ClientOptions{
-		Subject: alice, ProtocolVersion: eras[0].version, Seed: 1, RequestTimeout: time.Second, Handler: h,
-		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	return r
 }
 
 // A Client connected to an engine that serves versions already tells them

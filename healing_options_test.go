@@ -2,7 +2,6 @@ package mcpsync_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,10 +17,7 @@ import (
 // restarted server is not stampeded; every one is still read.
 func TestReconnectReadsArePaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		uris := make([]string, 30)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///paced/%02d.md", i)
-		}
+		uris := numbered("file:///paced/%02d.md", 30)
 		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour, ReconnectReads: 1, CoalesceWindow: -1}, uris...)
 		for _, u := range uris {
 			_, err := r.c.Subscribe(t.Context(), u)

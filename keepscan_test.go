@@ -3,7 +3,6 @@ package mcpsync_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -38,6 +37,13 @@ type keptRig struct {
 
 func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
 	t.Helper()
+	return newHandledKeptRig(t, w, nil, uris...)
+}
+
+// newHandledKeptRig is newKeptRig with handler h (nil: none) on the
+// client.
+func newHandledKeptRig(t *testing.T, w wiring, h mcpsync.ResourceHandler, uris ...string) *keptRig {
+	t.Helper()
 	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
 	for _, u := range uris {
 		r.srv.Set(u, "text/plain", "v1 of "+u)
@@ -46,7 +52,7 @@ func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
 		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
 		return r.kit, nil
 	}, &mcpsync.ClientOptions{
-		Subject: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second,
+		Subject: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second, Handler: h,
 		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
 		OnError: func(err error) {
 			r.mu.Lock()
@@ -70,6 +76,19 @@ func (r *keptRig) keep(t *testing.T, subscribe bool) {
 	}})
 	require.NoError(t, err)
 	quiesce()
+}
+
+// requireFoundAfter has uri appear on the server, lets d pass, and checks
+// that a kept scan subscribed it by then (why says which), serving its
+// text.
+func (r *keptRig) requireFoundAfter(t *testing.T, uri string, d time.Duration, why string) {
+	t.Helper()
+	r.srv.Set(uri, "text/plain", "new")
+	time.Sleep(d)
+	quiesce()
+	entry, err := r.c.Lookup(uri)
+	require.NoError(t, err, why)
+	assert.Equal(t, "new", entry.Contents[0].Text)
 }
 
 // tombstones returns the tombstoned outbox entries of uri.
@@ -217,12 +236,7 @@ func TestKeptScanSubscribesWhatAppeared(t *testing.T) {
 				r.keep(t, true)
 				_, err := r.c.Lookup(first)
 				require.NoError(t, err, "subscribed by the first scan")
-				r.srv.Set(later, "text/plain", "new")
-				time.Sleep(keptReview)
-				quiesce()
-				entry, err := r.c.Lookup(later)
-				require.NoError(t, err, "subscribed by the next scan")
-				assert.Equal(t, "new", entry.Contents[0].Text)
+				r.requireFoundAfter(t, later, keptReview, "subscribed by the next scan")
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				require.GreaterOrEqual(t, len(r.scans), 2)
@@ -347,10 +361,7 @@ func TestSubscribeToAMissingResource(t *testing.T) {
 // stream per resource (each naming all before it).
 func TestKeptScanSubscribesACatalogOnOneStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		uris := make([]string, 100)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///docs/%03d.md", i)
-		}
+		uris := numbered("file:///docs/%03d.md", 100)
 		r := newKeptRig(t, eras[1], uris...)
 		r.keep(t, true)
 		for _, u := range uris {
@@ -384,12 +395,7 @@ func TestKeptScanEveryBoundsHowLateANewResourceIsFound(t *testing.T) {
 				}})
 				require.NoError(t, err)
 				quiesce()
-				r.srv.Set(later, "text/plain", "new")
-				time.Sleep(every)
-				quiesce()
-				entry, err := r.c.Lookup(later)
-				require.NoError(t, err, "subscribed by the scan one interval later")
-				assert.Equal(t, "new", entry.Contents[0].Text)
+				r.requireFoundAfter(t, later, every, "subscribed by the scan one interval later")
 
 				time.Sleep(5 * every)
 				quiesce()

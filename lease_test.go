@@ -18,7 +18,6 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger"
-	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // leasedLedger refuses writes to the keys another worker holds, as a shared
@@ -31,6 +30,14 @@ type leasedLedger struct {
 
 func newLeasedLedger() *leasedLedger {
 	return &leasedLedger{Ledger: ledger.NewMemory(nil), foreign: map[string]bool{}}
+}
+
+// leasedEngine is an engine on l.
+func leasedEngine(t *testing.T, l *leasedLedger) *mcpsync.Engine {
+	t.Helper()
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+	require.NoError(t, err)
+	return e
 }
 
 func (l *leasedLedger) setForeign(key string, foreign bool) {
@@ -103,13 +110,8 @@ func TestRevocationAcrossLeases(t *testing.T) {
 func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-		require.NoError(t, err)
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(docURI, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, eras[0].version, 1, mcpsync.ClientOptions{Engine: e})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI)
+		srv := r.srv
 		r.subscribeSettled(t, docURI)
 		require.True(t, srv.Subscribed(docURI))
 		before, err := l.Load(t.Context(), docURI)
@@ -134,41 +136,31 @@ func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 // hour later it does not notify a URI this client no longer watches, and
 // still notifies the one it does. Both eras.
 func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///b42/lease/y.md"
-				l := newLeasedLedger()
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-				require.NoError(t, err)
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(docURI, "text/markdown", "v1")
-				srv.Set(y, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, w.version, 1, mcpsync.ClientOptions{Engine: e})
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
-				r.subscribeSettled(t, docURI)
-				r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
-				require.True(t, srv.Subscribed(docURI))
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///b42/lease/y.md"
+		l := newLeasedLedger()
+		r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, y)
+		srv := r.srv
+		r.subscribeSettled(t, docURI)
+		r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
+		require.True(t, srv.Subscribed(docURI))
 
-				l.setForeign(docURI, true)
-				method := string(mcp.MethodResourcesUnsubscribe)
-				if w.version == "2026-07-28" {
-					method = string(mcp.MethodSubscriptionsListen)
-				}
-				r.faults().FailNext(method, "", mcp.INTERNAL_ERROR, "b42: try again")
-				_, err = r.c.Unsubscribe(t.Context(), docURI)
-				require.NoError(t, err)
-				for range 6 {
-					time.Sleep(5 * time.Minute)
-					quiesce()
-				}
-				require.True(t, srv.Subscribed(y), "y is still watched")
-				require.False(t, srv.Subscribed(docURI),
-					"half an hour after Unsubscribe let go of a URI whose lease moved, the server still notifies it (unsubscribes sent %d)", srv.UnsubscribeCalls())
-			})
-		})
-	}
+		l.setForeign(docURI, true)
+		method := string(mcp.MethodResourcesUnsubscribe)
+		if w.version == "2026-07-28" {
+			method = string(mcp.MethodSubscriptionsListen)
+		}
+		r.faults().FailNext(method, "", mcp.INTERNAL_ERROR, "b42: try again")
+		_, err := r.c.Unsubscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		for range 6 {
+			time.Sleep(5 * time.Minute)
+			quiesce()
+		}
+		require.True(t, srv.Subscribed(y), "y is still watched")
+		require.False(t, srv.Subscribed(docURI),
+			"half an hour after Unsubscribe let go of a URI whose lease moved, the server still notifies it (unsubscribes sent %d)", srv.UnsubscribeCalls())
+	})
 }
 
 // The same on 2026-07-28 with the caller giving up: an Unsubscribe of a
@@ -181,36 +173,22 @@ func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testi
 	synctest.Test(t, func(t *testing.T) {
 		const z = "file:///b42/lease/z.md"
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-		require.NoError(t, err)
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(docURI, "text/markdown", "v1")
-		srv.Set(z, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, eras[1].version, 1, mcpsync.ClientOptions{Engine: e})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, z)
+		srv := r.srv
 		r.subscribeSettled(t, docURI)
 		require.True(t, srv.Subscribed(docURI))
 
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		subDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(t.Context(), z)
-			subDone <- err
-		}()
+		subDone := goCall(t.Context(), r.c.Subscribe, z)
 		<-hold.Arrived()
 		l.setForeign(docURI, true)
 		ctx, cancel := context.WithCancel(t.Context())
-		unsubDone := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, docURI)
-			unsubDone <- err
-		}()
+		unsubDone := goCall(ctx, r.c.Unsubscribe, docURI)
 		synctest.Wait()
 		cancel()
-		t.Logf("Unsubscribe: %v", <-unsubDone)
+		t.Logf("Unsubscribe: %v", (<-unsubDone).err)
 		hold.Release()
-		require.NoError(t, <-subDone)
+		require.NoError(t, (<-subDone).err)
 		for range 6 {
 			time.Sleep(5 * time.Minute)
 			quiesce()
@@ -230,17 +208,10 @@ func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///lease/back/x.md", "file:///lease/back/y.md"
 		l := newLeasedLedger()
-		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-		require.NoError(t, err)
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(x, "text/markdown", "v1")
-		srv.Set(y, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, eras[1].version, 1,
-			mcpsync.ClientOptions{Engine: e, CoalesceWindow: time.Second, RevalidateEvery: time.Hour})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{Engine: leasedEngine(t, l), CoalesceWindow: time.Second, RevalidateEvery: time.Hour}, x, y)
+		srv := r.srv
 		r.subscribeSettled(t, x)
-		_, err = r.c.Subscribe(t.Context(), y)
+		_, err := r.c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 
 		l.setForeign(x, true)

@@ -36,9 +36,7 @@ func TestReestablishWhoseCloseEpochFailsKeepsTheBound(t *testing.T) {
 		r.subscribe()
 
 		r.ledger.failReservations(1, ledger.CounterCloseEpoch)
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second)
-		quiesce()
+		r.reestablish()
 		if r.ledger.failures() != 1 {
 			t.Fatalf("the close was to fail once, %d failures", r.ledger.failures())
 		}
@@ -64,27 +62,40 @@ func TestReestablishWhoseCloseEpochFailsKeepsTheBound(t *testing.T) {
 }
 
 // Poll mode (a server without the subscribe capability): a Reconnect whose
-// opening write fails twice in a row (at the Reconnect, then at the first
-// repair) is told, and healed by a later poll tick. Both eras.
-func TestPolledURIWhoseOpeningWriteFailsTwiceHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{server: &mcpsynctest.ServerOptions{NoSubscribe: true}, ledger: true})
-				sub, err := r.c.Subscribe(t.Context(), faultURI)
-				require.NoError(t, err)
-				require.Equal(t, mcpsync.ModePoll, sub.Mode)
+// reopen meets failing ledger writes is told, and a later poll tick heals
+// the URI: open again in the current session, reading the server's current
+// content. The opening write fails twice in a row (at the Reconnect, then
+// at the first repair), or the activation fails once (leaving the URI
+// SUBSCRIBING in the new session). Both eras.
+func TestPolledURIWhoseReopenWriteFailsHeals(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails int
+		match func(string, *ledger.Record) bool
+		wait  func(r *rig) // for the poll tick that heals it
+	}{
+		{"opening-write-fails-twice", 2, openingWrite, func(*rig) { minutes(6) }},
+		{"activation-fails-once", 1, activatingWrite, (*rig).sixRevalidations},
+	} {
+		for _, w := range eras {
+			t.Run(tc.name+"/"+w.version, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := buildRig(t, w, rigConfig{server: &mcpsynctest.ServerOptions{NoSubscribe: true}, ledger: true})
+					sub, err := r.c.Subscribe(t.Context(), faultURI)
+					require.NoError(t, err)
+					require.Equal(t, mcpsync.ModePoll, sub.Mode)
 
-				r.ledger.failWrites(2, openingWrite)
-				require.Error(t, r.c.Reconnect(t.Context()))
-				quiesce()
-				r.requireToldReopen(faultURI)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				minutes(6)
-				require.Equal(t, 2, r.ledger.failures())
-				r.requireHealed(faultURI, "v2")
+					r.ledger.failWrites(tc.fails, tc.match)
+					require.Error(t, r.c.Reconnect(t.Context()))
+					quiesce()
+					r.requireToldReopen(faultURI)
+					r.srv.Set(faultURI, "text/markdown", "v2")
+					tc.wait(r)
+					require.Equal(t, tc.fails, r.ledger.failures())
+					r.requireHealed(faultURI, "v2")
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -108,13 +119,9 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
 				var armed sync.Once
-				lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
-					if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-						armed.Do(func() { r.ledger.failWrites(1, m.match) })
-						return true
-					}
-					return false
-				})
+				lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
+					armed.Do(func() { r.ledger.failWrites(1, m.match) })
+				}))
 				t.Logf("ledger failures: %d", r.ledger.failures())
 				sub, _ := r.c.Engine().Subscription(a)
 				e, _ := r.c.Lookup(a)
@@ -122,21 +129,12 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 				if r.ledger.failures() > 0 {
 					r.requireToldReopen(a)
 				}
-				for range 10 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(10)
 				subs := r.requests(string(mcp.MethodResourcesSubscribe))
-				for range 10 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(10)
 				subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
 				r.srv.Set(a, "text/markdown", "v2")
-				for range 7 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(7)
 				sub, err := r.c.Engine().Subscription(a)
 				require.NoError(t, err)
 				t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
@@ -168,17 +166,11 @@ func TestReestablishWhoseWriteFailsIsToldAndHeals(t *testing.T) {
 				r := newLedgerRig(t, eras[1])
 				r.subscribe()
 
-				r.ledger.failWrites(1, m.match) // one write of the reopen fails, once
-				r.faults().EndListenStreams()
-				time.Sleep(2 * time.Second) // the client's backoff before reopening
-				quiesce()
-				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+				r.reestablishRefusingOnce(m.match)
 				r.requireToldReopen(faultURI)
 
 				// The ledger is healthy again; the server's content moves on.
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
+				r.requireHealsAfterAChange(faultURI)
 			})
 		})
 	}
@@ -210,9 +202,7 @@ func TestReopenOfALeftOutURIWhoseWriteFailsIsToldAndHeals(t *testing.T) {
 
 		// The ledger and the server are healthy again; x's content moves on.
 		r.wire.leaveOut("")
-		r.srv.Set(x, "text/markdown", "v2")
-		r.sixRevalidations()
-		r.requireHealed(x, "v2")
+		r.requireHealsAfterAChange(x)
 	})
 }
 
@@ -230,11 +220,7 @@ func TestReopenWhoseBeginCloseFailsIsRepaired(t *testing.T) {
 		require.True(t, r.srv.Subscribed(faultURI))
 
 		// The write beginning the reopen's close fails, once.
-		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
 		r.requireToldReopen(faultURI)
 
 		// The ledger is healthy again; six revalidation periods pass.
@@ -264,15 +250,9 @@ func TestReestablishWhoseBeginCloseFailsEndsPushedOnAStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
 		r.subscribe()
-		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second)
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
 		r.requireToldReopen(faultURI)
-		r.srv.Set(faultURI, "text/markdown", "v2")
-		r.sixRevalidations()
-		r.requireHealed(faultURI, "v2")
+		r.requireHealsAfterAChange(faultURI)
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.ModePush, sub.Mode)
@@ -287,38 +267,13 @@ func TestReestablishWhoseBeginCloseFailsEndsPushedOnAStream(t *testing.T) {
 // carried by the listen stream (2026-07-28) or subscribed on the server
 // (2025-11-25, after a Reconnect whose activation failed) again.
 func TestRepairedURIIsPushedAgain(t *testing.T) {
-	for _, m := range reopenWrites {
-		t.Run("reestablish-"+m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, eras[1])
-				r.subscribe()
-
-				r.ledger.failWrites(1, m.match)
-				r.faults().EndListenStreams()
-				time.Sleep(2 * time.Second)
-				quiesce()
-				require.Equal(t, 1, r.ledger.failures())
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v1")
-				r.requirePushed()
-			})
-		})
-	}
-	for _, w := range eras {
-		t.Run("reconnect-activate-"+w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
-
-				r.ledger.failWrites(1, activatingWrite)
-				require.Error(t, r.c.Reconnect(t.Context()))
-				quiesce()
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v1")
-				r.requirePushed()
-			})
-		})
-	}
+	eachReopenFault(t, func(t *testing.T, r *rig, reopen func(r *rig, n int)) {
+		reopen(r, 1)
+		require.Equal(t, 1, r.ledger.failures())
+		r.sixRevalidations()
+		r.requireHealed(faultURI, "v1")
+		r.requirePushed()
+	})
 }
 
 // A ledger that refuses a reopen's write every time for an hour, then
@@ -327,35 +282,47 @@ func TestRepairedURIIsPushedAgain(t *testing.T) {
 // everything right is eventually accepted; a repeating failure is visible
 // without flooding the caller).
 func TestRepeatingLedgerFaultHealsWithoutFloodingOnError(t *testing.T) {
-	for _, m := range reopenWrites {
-		t.Run("reestablish-"+m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, eras[1])
-				r.subscribe()
+	eachReopenFault(t, func(t *testing.T, r *rig, reopen func(r *rig, n int)) {
+		reopen(r, 1000)
+		r.requireReopensPaced()
+		r.ledger.failWrites(0, nil)
+		r.requireHealsAfterAChange(faultURI)
+	})
+}
 
-				r.ledger.failWrites(1000, m.match)
-				r.faults().EndListenStreams()
-				r.requireReopensPaced()
-				r.ledger.failWrites(0, nil)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
-			})
-		})
+// eachReopenFault runs test once for each way the reopen of a watched URI
+// meets failing ledger writes, in a subtest and a bubble of its own, on a
+// ledger rig of that way's era with faultURI subscribed. reopen has the
+// ledger refuse the next n writes of its kind, starts the reopen that
+// meets them, and waits for it: a listen stream the server ends
+// (2026-07-28), re-established, meeting a failing write of each of
+// reopenWrites, or a Reconnect, in each era, meeting a failing activation.
+func eachReopenFault(t *testing.T, test func(t *testing.T, r *rig, reopen func(r *rig, n int))) {
+	type fault struct {
+		name   string
+		w      wiring
+		reopen func(r *rig, n int)
+	}
+	var faults []fault
+	for _, m := range reopenWrites {
+		faults = append(faults, fault{"reestablish-" + m.name, eras[1], func(r *rig, n int) {
+			r.ledger.failWrites(n, m.match)
+			r.reestablish()
+		}})
 	}
 	for _, w := range eras {
-		t.Run("reconnect-activate-"+w.name, func(t *testing.T) {
+		faults = append(faults, fault{"reconnect-activate-" + w.name, w, func(r *rig, n int) {
+			r.ledger.failWrites(n, activatingWrite)
+			require.Error(r.t, r.c.Reconnect(r.t.Context()))
+			quiesce()
+		}})
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
+				r := newLedgerRig(t, f.w)
 				r.subscribe()
-
-				r.ledger.failWrites(1000, activatingWrite)
-				require.Error(t, r.c.Reconnect(t.Context()))
-				r.requireReopensPaced()
-				r.ledger.failWrites(0, nil)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
+				test(t, r, f.reopen)
 			})
 		})
 	}
@@ -379,31 +346,6 @@ func (r *rig) requireReopensPaced() {
 	require.Positive(t, r.reopenErrors(), "the failing reopen was never told")
 }
 
-// A server without resources.subscribe: the URI polls. A Reconnect whose
-// activation write fails once leaves it SUBSCRIBING in the new session; the
-// failure is told, and its next poll tick opens it again, and it reads the
-// server's current content. Both eras.
-func TestPolledURIWhoseActivationFailsIsRepaired(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{server: &mcpsynctest.ServerOptions{NoSubscribe: true}, ledger: true})
-				sub, err := r.c.Subscribe(t.Context(), faultURI)
-				require.NoError(t, err)
-				require.Equal(t, mcpsync.ModePoll, sub.Mode)
-
-				r.ledger.failWrites(1, activatingWrite)
-				require.Error(t, r.c.Reconnect(t.Context()))
-				quiesce()
-				r.requireToldReopen(faultURI)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
-			})
-		})
-	}
-}
-
 // A listen stream the server ends is re-established, and the write
 // finishing the URI's close fails once: the URI is left UNSUBSCRIBING in
 // the current session. The caller then unsubscribes it, before any tick
@@ -417,11 +359,7 @@ func TestUnsubscribeDecidesAHalfDoneClose(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 
-		r.ledger.failWrites(1, writeTo(mcpsync.StateClosed))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write finishing the close was refused")
+		r.reestablishRefusingOnce(writeTo(mcpsync.StateClosed))
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
@@ -454,20 +392,12 @@ func TestUnsubscribeDecidesAHalfDoneClose(t *testing.T) {
 // it either.
 func TestUnsubscribeOfAHalfDoneReopenTellsTheServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const other = "file:///docs/other.md"
-		r := newLedgerRig(t, eras[1])
-		r.subscribe()
-		r.srv.Set(other, "text/markdown", "v1")
-		_, err := r.c.Subscribe(t.Context(), other)
-		require.NoError(t, err)
-		quiesce()
+		r := newLedgerRigWatching(t, "file:///docs/other.md")
 
 		// The write opening its next generation fails until the caller
 		// lets it go: the repair a read of it would start fails too.
 		r.ledger.failWrites(1000, openingWriteOf(faultURI))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
+		r.reestablish()
 		require.GreaterOrEqual(t, r.ledger.failures(), 1, "the write opening the next generation was refused")
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)

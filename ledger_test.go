@@ -67,9 +67,7 @@ func subscribeActive(t *testing.T, e *mcpsync.Engine, uri, principal string) {
 func TestRestoredEngineRefusesTheLiveEnginesReads(t *testing.T) {
 	clock := newClock()
 	live := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	tk := issue(t, live, mcpsync.TriggerInitial)
-	_, err := live.AcceptResourceVersion(tk, text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, live, mcpsync.TriggerInitial, "v1")
 
 	back := restored(t, live, clock.now)
 	for _, e := range []*mcpsync.Engine{live, back} {
@@ -79,7 +77,7 @@ func TestRestoredEngineRefusesTheLiveEnginesReads(t *testing.T) {
 	// The restored engine spends as many request ids as the live one did
 	// before the export, so that only the engine tells the tickets apart.
 	subscribeActive(t, back, "file:///docs/other.md", alice)
-	_, err = back.IssueTicket("file:///docs/other.md", mcpsync.TriggerInitial)
+	_, err := back.IssueTicket("file:///docs/other.md", mcpsync.TriggerInitial)
 	require.NoError(t, err)
 
 	liveRead := issue(t, live, mcpsync.TriggerNotification)
@@ -160,10 +158,8 @@ func TestCatalogOfAnEarlierEngineIsNotComplete(t *testing.T) {
 func TestRevocationSurvivesRestart(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	tk := issue(t, e, mcpsync.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "alice's"))
-	require.NoError(t, err)
-	_, err = e.RevokeSubject(alice)
+	acceptRead(t, e, mcpsync.TriggerInitial, "alice's")
+	_, err := e.RevokeSubject(alice)
 	require.NoError(t, err)
 
 	n := reopened(t, e, clock.now)

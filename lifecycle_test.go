@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -187,16 +186,9 @@ func TestSubscribeAllRacingCloseLeavesNothingRunning(t *testing.T) {
 		for _, d := range []time.Duration{0, time.Microsecond, 5 * time.Millisecond, 15 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%s/%v", w.name, d), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					uris := make([]string, 150)
-					for i := range uris {
-						uris[i] = fmt.Sprintf("file:///b39/close/%03d.md", i)
-					}
+					uris := numbered("file:///b39/close/%03d.md", 150)
 					c := buildRig(t, w, rigConfig{uris: uris}).c
-					done := make(chan error, 1)
-					go func() {
-						_, err := c.SubscribeAll(t.Context(), uris)
-						done <- err
-					}()
+					done := goCall(t.Context(), c.SubscribeAll, uris)
 					time.Sleep(d)
 					require.NoError(t, c.Close())
 					<-done
@@ -217,13 +209,9 @@ func TestRefusedResubscribeRacingCloseLeavesNothingRunning(t *testing.T) {
 		var wg sync.WaitGroup
 		var once sync.Once
 		closed := make(chan error, 1)
-		lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
-			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-				once.Do(func() { wg.Go(func() { closed <- r.c.Close() }) })
-				return true
-			}
-			return false
-		})
+		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
+			once.Do(func() { wg.Go(func() { closed <- r.c.Close() }) })
+		}))
 		wg.Wait()
 		require.NoError(t, <-closed)
 		time.Sleep(time.Hour)
@@ -239,62 +227,56 @@ func TestRefusedResubscribeRacingCloseLeavesNothingRunning(t *testing.T) {
 // the server (its change is read within seconds), and Subscribes of the
 // second Client still open.
 func TestCloseIsFinalForAReconnectUnderWay(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const other = "file:///docs/other.md"
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(docURI, "text/plain", "v1")
-				srv.Set(other, "text/plain", "v1")
-				e := newEngine(t, nil)
-				gate := make(chan struct{})
-				dialing := make(chan struct{}, 1)
-				dials := 0
-				slowDial := func(context.Context) (transport.Interface, error) {
-					dials++
-					if dials == 2 {
-						dialing <- struct{}{}
-						<-gate // a dial that takes a while, whatever the context says
-					}
-					return srv.NewInProcessTransport(), nil
-				}
-				a, err := mcpsync.Connect(t.Context(), slowDial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
-				require.NoError(t, err)
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- a.Reconnect(context.Background()) }()
-				<-dialing
-				require.NoError(t, a.Close())
+	eachEra(t, func(t *testing.T, w wiring) {
+		const other = "file:///docs/other.md"
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(docURI, "text/plain", "v1")
+		srv.Set(other, "text/plain", "v1")
+		e := newEngine(t, nil)
+		gate := make(chan struct{})
+		dialing := make(chan struct{}, 1)
+		dials := 0
+		slowDial := func(context.Context) (transport.Interface, error) {
+			dials++
+			if dials == 2 {
+				dialing <- struct{}{}
+				<-gate // a dial that takes a while, whatever the context says
+			}
+			return srv.NewInProcessTransport(), nil
+		}
+		a, err := mcpsync.Connect(t.Context(), slowDial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+		require.NoError(t, err)
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- a.Reconnect(context.Background()) }()
+		<-dialing
+		require.NoError(t, a.Close())
 
-				b, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-					return srv.NewInProcessTransport(), nil
-				}, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
-				require.NoError(t, err, "Close left the engine in use")
-				defer func() { require.NoError(t, b.Close()) }()
-				_, err = b.Subscribe(t.Context(), docURI)
-				require.NoError(t, err)
-				srv.Set(docURI, "text/plain", "v1.5")
-				time.Sleep(5 * time.Second)
-				quiesce()
-				entry, err := b.Lookup(docURI)
-				require.NoError(t, err)
-				require.Equal(t, "v1.5", entry.Contents[0].Text, "the second client hears its server")
+		b, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: w.version})
+		require.NoError(t, err, "Close left the engine in use")
+		defer func() { require.NoError(t, b.Close()) }()
+		_, err = b.Subscribe(t.Context(), docURI)
+		require.NoError(t, err)
+		srv.Set(docURI, "text/plain", "v1.5")
+		time.Sleep(5 * time.Second)
+		quiesce()
+		entry, err := b.Lookup(docURI)
+		require.NoError(t, err)
+		require.Equal(t, "v1.5", entry.Contents[0].Text, "the second client hears its server")
 
-				close(gate) // the closed client's dial comes back
-				assert.Error(t, <-reconnected, "a Reconnect of a closed client")
-				quiesce()
+		close(gate) // the closed client's dial comes back
+		assert.Error(t, <-reconnected, "a Reconnect of a closed client")
+		quiesce()
 
-				srv.Set(docURI, "text/plain", "v2")
-				time.Sleep(5 * time.Second)
-				quiesce()
-				entry, err = b.Lookup(docURI)
-				require.NoError(t, err)
-				assert.Equal(t, "v2", entry.Contents[0].Text,
-					"the second client's copy went stale (Degraded %q): the closed client started a session on its engine", entry.Degraded)
-				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-				defer cancel()
-				_, err = b.Subscribe(ctx, other)
-				assert.NoError(t, err, "a Subscribe of the second client after the closed client's dial came back")
-			})
-		})
-	}
+		srv.Set(docURI, "text/plain", "v2")
+		time.Sleep(5 * time.Second)
+		quiesce()
+		entry, err = b.Lookup(docURI)
+		require.NoError(t, err)
+		assert.Equal(t, "v2", entry.Contents[0].Text,
+			"the second client's copy went stale (Degraded %q): the closed client started a session on its engine", entry.Degraded)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err = b.Subscribe(ctx, other)
+		assert.NoError(t, err, "a Subscribe of the second client after the closed client's dial came back")
+	})
 }

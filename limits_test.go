@@ -113,6 +113,33 @@ func connectPeer(t *testing.T, dial mcpsync.Dialer, o mcpsync.ClientOptions) *mc
 	return c
 }
 
+// subscribedPeer connects a client with o to the peer dial reaches and
+// subscribes peerURI; the context it returns bounds what the test asks of
+// the client to d.
+func subscribedPeer(t *testing.T, dial mcpsync.Dialer, o mcpsync.ClientOptions, d time.Duration) (*mcpsync.Client, context.Context) {
+	t.Helper()
+	c := connectPeer(t, dial, o)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	_, err := c.Subscribe(ctx, peerURI)
+	require.NoError(t, err)
+	return c, ctx
+}
+
+// readPastABound reads peerURI, whose answer is past a bound of the
+// client's Limits, and returns the error; a read accepted anyway is logged
+// with what it kept.
+func readPastABound(t *testing.T, c *mcpsync.Client, ctx context.Context) error {
+	t.Helper()
+	out, err := c.Read(ctx, peerURI)
+	if err == nil && out.Accepted {
+		entry, lerr := c.Lookup(peerURI)
+		require.NoError(t, lerr)
+		t.Logf("accepted a read past its bound: %d content items, %d bytes of text in the first", len(entry.Contents), len(entry.Contents[0].Text))
+	}
+	return err
+}
+
 // peerURI is the one resource of the scripted peers.
 const peerURI = "test://peer/doc"
 
@@ -131,18 +158,8 @@ func TestEscapedContentsKeyCountsTowardMaxReadItems(t *testing.T) {
 		}
 		p.result(req.ID, `{"cont\u0065nts":[`+strings.Join(items, ",")+`]}`)
 	})
-	c := connectPeer(t, dial, mcpsync.ClientOptions{Limits: &lim})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
-	out, err := c.Read(ctx, peerURI)
-	if err == nil && out.Accepted {
-		entry, lerr := c.Lookup(peerURI)
-		require.NoError(t, lerr)
-		t.Logf("accepted a read of %d content items under MaxReadItems=10", len(entry.Contents))
-	}
-	require.ErrorIs(t, err, mcpsync.ErrTooManyReadItems, "11 content items under MaxReadItems=10")
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{Limits: &lim}, 10*time.Second)
+	require.ErrorIs(t, readPastABound(t, c, ctx), mcpsync.ErrTooManyReadItems, "11 content items under MaxReadItems=10")
 }
 
 // 64 KiB of text under a "t\u0065xt" key fail a read with MaxReadBytes
@@ -152,18 +169,8 @@ func TestEscapedTextKeyCountsTowardMaxReadBytes(t *testing.T) {
 	dial := peerDialer(t, func(p *scriptedPeer, req peerRequest) {
 		p.result(req.ID, fmt.Sprintf(`{"contents":[{"uri":%q,"t\u0065xt":%q}]}`, peerURI, strings.Repeat("x", 64<<10)))
 	})
-	c := connectPeer(t, dial, mcpsync.ClientOptions{Limits: &lim})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
-	out, err := c.Read(ctx, peerURI)
-	if err == nil && out.Accepted {
-		entry, lerr := c.Lookup(peerURI)
-		require.NoError(t, lerr)
-		t.Logf("accepted %d bytes of text under MaxReadBytes=1024", len(entry.Contents[0].Text))
-	}
-	require.ErrorIs(t, err, mcpsync.ErrReadTooLarge, "64 KiB of text under MaxReadBytes=1024")
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{Limits: &lim}, 10*time.Second)
+	require.ErrorIs(t, readPastABound(t, c, ctx), mcpsync.ErrReadTooLarge, "64 KiB of text under MaxReadBytes=1024")
 }
 
 // A page of 50 items under a "Resources" key fails a scan with MaxPageItems
@@ -220,11 +227,7 @@ func TestEscapedContentsKeyFloodStaysWithinTheHeapBound(t *testing.T) {
 		_ = bw.Flush()
 	})
 	lim := mcpsync.Limits{MaxMessageBytes: msgBytes}
-	c := connectPeer(t, dial, mcpsync.ClientOptions{Limits: &lim})
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{Limits: &lim}, 30*time.Second)
 
 	runtime.GC()
 	stop, done := make(chan struct{}), make(chan uint64)
@@ -276,7 +279,7 @@ func TestNotificationFloodKeepsTheSubscribedPulse(t *testing.T) {
 	faults := make(chan error, 16)
 	outcomes := make(chan mcpsync.Outcome, 64)
 	lim := mcpsync.Limits{MaxNotificationsPerSecond: 100}
-	c := connectPeer(t, dial, mcpsync.ClientOptions{
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{
 		Limits: &lim, RevalidateEvery: time.Hour,
 		OnFault: func(err error) {
 			select {
@@ -290,12 +293,8 @@ func TestNotificationFloodKeepsTheSubscribedPulse(t *testing.T) {
 			default:
 			}
 		},
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
-	_, err = c.Read(ctx, peerURI)
+	}, 10*time.Second)
+	_, err := c.Read(ctx, peerURI)
 	require.NoError(t, err)
 	entry, err := c.Lookup(peerURI)
 	require.NoError(t, err)
@@ -348,12 +347,8 @@ func TestResponseWithAMethodFailsAsMalformed(t *testing.T) {
 	dial := peerDialer(t, func(p *scriptedPeer, req peerRequest) {
 		p.write(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"resources/read","result":{"contents":[{"uri":%q,"text":"x"}]}}`+"\n", req.ID, peerURI))
 	})
-	c := connectPeer(t, dial, mcpsync.ClientOptions{RequestTimeout: time.Minute})
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
-	_, err = c.Read(ctx, peerURI)
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{RequestTimeout: time.Minute}, 3*time.Second)
+	_, err := c.Read(ctx, peerURI)
 	require.Error(t, err)
 	require.NotErrorIs(t, err, context.DeadlineExceeded, "a cause, not a timeout")
 	require.ErrorIs(t, err, mcpsync.ErrMalformedMessage)
@@ -370,12 +365,8 @@ func TestCRLFLineOfExactlyMaxMessageBytesIsAccepted(t *testing.T) {
 		msg := head + strings.Repeat("x", limit-len(head)-len(tail)) + tail
 		p.write(msg + "\r\n")
 	})
-	c := connectPeer(t, dial, mcpsync.ClientOptions{Limits: &mcpsync.Limits{MaxMessageBytes: limit}})
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
-	_, err = c.Read(ctx, peerURI)
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{Limits: &mcpsync.Limits{MaxMessageBytes: limit}}, 5*time.Second)
+	_, err := c.Read(ctx, peerURI)
 	require.NoError(t, err, "a message of exactly MaxMessageBytes, CRLF-framed")
 	require.NoError(t, c.SessionErr())
 }
@@ -438,12 +429,8 @@ func TestStreamBrokenMidLineIsAFramingViolation(t *testing.T) {
 			p.mu.Unlock()
 		})
 	})
-	c := connectPeer(t, dial, mcpsync.ClientOptions{Reconnect: mcpsync.ReconnectPolicy{Disabled: true}})
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	_, err := c.Subscribe(ctx, peerURI)
-	require.NoError(t, err)
-	_, err = c.Read(ctx, peerURI)
+	c, ctx := subscribedPeer(t, dial, mcpsync.ClientOptions{Reconnect: mcpsync.ReconnectPolicy{Disabled: true}}, 5*time.Second)
+	_, err := c.Read(ctx, peerURI)
 	require.Error(t, err)
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, mcpsync.ErrFramingViolation, "stream broke mid-line")

@@ -103,33 +103,32 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 func TestParkedListenRequestHoldsNoKeyPass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, timeout = 80, 5 * time.Second // more than the controller's 64 workers
-		var uris []string
-		for i := range n {
-			uris = append(uris, fmt.Sprintf("file:///parked/%02d.md", i))
-		}
+		uris := numbered("file:///parked/%02d.md", n)
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: timeout}, uris: uris})
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
 		defer hold.Release()
 		start := time.Now()
-		var wg sync.WaitGroup
-		subs := make([]mcpsync.Subscription, n)
-		errs := make([]error, n)
-		for i, u := range uris {
-			wg.Go(func() { subs[i], errs[i] = r.c.Subscribe(context.Background(), u) })
-		}
+		wait := subscribeEach(context.Background(), r.c, uris)
 		synctest.Wait()
 		require.True(t, arrived(hold), "the listen request is parked")
 		forgot := time.Now()
 		require.ErrorIs(t, r.c.Forget(context.Background(), faultURI), mcpsync.ErrUnknownURI)
 		assert.Zero(t, time.Since(forgot), "a key the stream does not concern waits for nothing")
-		wg.Wait()
+		subs, errs := wait()
 		assert.LessOrEqual(t, time.Since(start), timeout+time.Second, "each waits at most its own timeout and its read")
-		for i, u := range uris {
-			require.NoError(t, errs[i], u)
-			assert.Equal(t, mcpsync.ModePoll, subs[i].Mode, u)
-			assert.Contains(t, subs[i].ModeReason, "subscribe failed", u)
-		}
+		requirePolledAfterAFailedSubscribe(t, uris, subs, errs)
 	})
+}
+
+// requirePolledAfterAFailedSubscribe checks what a Subscribe of each of
+// uris returned: no error, and poll mode saying that subscribing failed.
+func requirePolledAfterAFailedSubscribe(t *testing.T, uris []string, subs []mcpsync.Subscription, errs []error) {
+	t.Helper()
+	for i, u := range uris {
+		require.NoError(t, errs[i], u)
+		assert.Equal(t, mcpsync.ModePoll, subs[i].Mode, u)
+		assert.Contains(t, subs[i].ModeReason, "subscribe failed", u)
+	}
 }
 
 // noAck is a transport whose server never acknowledges a listen stream.
@@ -160,18 +159,10 @@ func TestListenNeverAcknowledged(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { require.NoError(t, c.Close()) }()
 		start := time.Now()
-		var wg sync.WaitGroup
-		subs := make([]mcpsync.Subscription, len(uris))
-		errs := make([]error, len(uris))
-		for i, u := range uris {
-			wg.Go(func() { subs[i], errs[i] = c.Subscribe(t.Context(), u) })
-		}
-		wg.Wait()
+		subs, errs := subscribeEach(t.Context(), c, uris)()
 		assert.LessOrEqual(t, time.Since(start), 2*timeout, "each waits at most its own timeout and its read")
-		for i, u := range uris {
-			require.NoError(t, errs[i], u)
-			assert.Equal(t, mcpsync.ModePoll, subs[i].Mode, u)
-			assert.Contains(t, subs[i].ModeReason, "subscribe failed", u)
+		requirePolledAfterAFailedSubscribe(t, uris, subs, errs)
+		for _, u := range uris {
 			_, err := c.Lookup(u)
 			assert.NoError(t, err, "%s has its first version", u)
 		}
@@ -185,25 +176,32 @@ func TestListenNeverAcknowledged(t *testing.T) {
 func TestSubscribesWithinOneWindowCauseOneReplacement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
-		var uris []string
-		for i := range n {
-			uris = append(uris, fmt.Sprintf("file:///window/%02d.md", i))
-		}
+		uris := numbered("file:///window/%02d.md", n)
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second}, uris: uris})
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		before := r.listens()
-		var wg sync.WaitGroup
-		subs := make([]mcpsync.Subscription, n)
-		errs := make([]error, n)
-		for i, u := range uris {
-			wg.Go(func() { subs[i], errs[i] = r.c.Subscribe(t.Context(), u) })
-		}
-		wg.Wait()
+		subs, errs := subscribeEach(t.Context(), r.c, uris)()
 		for i, u := range uris {
 			require.NoError(t, errs[i], u)
 			assert.Equal(t, mcpsync.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
 		}
 		assert.Equal(t, 1, r.listens()-before, "one replacement for %d Subscribes: %v", n, r.wire.listenFilters())
 	})
+}
+
+// subscribeEach makes a Subscribe of each of uris on c, each on a
+// goroutine of its own; wait returns what each returned, in the order of
+// uris, once all have.
+func subscribeEach(ctx context.Context, c *mcpsync.Client, uris []string) (wait func() ([]mcpsync.Subscription, []error)) {
+	var wg sync.WaitGroup
+	subs := make([]mcpsync.Subscription, len(uris))
+	errs := make([]error, len(uris))
+	for i, u := range uris {
+		wg.Go(func() { subs[i], errs[i] = c.Subscribe(ctx, u) })
+	}
+	return func() ([]mcpsync.Subscription, []error) {
+		wg.Wait()
+		return subs, errs
+	}
 }

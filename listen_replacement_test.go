@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
@@ -121,11 +120,7 @@ func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
 func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, b, x = "file:///late/a.md", "file:///late/b.md", "file:///late/x.md"
-		r := buildRig(t, eras[1], rigConfig{
-			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
-			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
-			uris:   []string{a, b, x},
-		})
+		r := newSessionWideRig(t, a, b, x)
 		for _, u := range []string{a, b} {
 			_, err := r.c.Subscribe(t.Context(), u)
 			require.NoError(t, err)
@@ -141,15 +136,7 @@ func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *test
 		defer endHold2.Release()
 		readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
 		defer readHold.Release()
-		type result struct {
-			sub mcpsync.Subscription
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			sub, err := r.c.Subscribe(context.Background(), x)
-			done <- result{sub, err}
-		}()
+		done := goCall(context.Background(), r.c.Subscribe, x)
 		synctest.Wait()
 		require.True(t, arrived(endHold), "stream A ended and its clean-up is held")
 		time.Sleep(time.Second) // past the patience: B goes out and is acknowledged
@@ -164,19 +151,10 @@ func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *test
 		require.True(t, arrived(listenHold), "the stream sent after A's late end is held")
 		readHold.Release()
 		quiesce()
-		var res result
-		select {
-		case res = <-done:
-		default: // still waiting for the held stream: let it go
-			listenHold.Release()
-			res = <-done
-		}
+		res := releasedIfWaiting(done, listenHold)
 		listenHold.Release()
 		endHold2.Release()
-		require.NoError(t, res.err)
-		assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.sub.Mode,
-			"Subscribe returned nil with a subscription never activated: %+v", res.sub)
-		assert.True(t, openState(res.sub.State), "Subscribe returned nil with a subscription not open: %s", res.sub.State)
+		requireActivated(t, res)
 
 		minutes(2)
 		r.requireWhereLeft([]string{a, b, x}, map[string]bool{a: true, b: true, x: true}, nil)
@@ -193,14 +171,8 @@ func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *test
 func TestStreamCutBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///endlate/x.md", "file:///endlate/y.md"
-		r := buildRig(t, eras[1], rigConfig{
-			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
-			uris:   []string{x, y},
-			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
-		})
-		_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
-		require.NoError(t, err)
-		minutes(1)
+		r := newSessionWideRig(t, x, y)
+		r.watchSettled(x, y)
 
 		cleanUp := r.srv.HoldNextListenEnd()
 		defer cleanUp.Release()
@@ -229,26 +201,16 @@ func TestStreamCutBeforeItsCleanUpLeavesNoCarriedURISilent(t *testing.T) {
 func TestCutDuringAReplacementLeavesNoURISilent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///cutreplace/x.md", "file:///cutreplace/y.md", "file:///cutreplace/z.md"
-		r := buildRig(t, eras[1], rigConfig{
-			server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
-			uris:   []string{x, y, z},
-			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
-		})
-		_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
-		require.NoError(t, err)
-		minutes(1)
+		r := newSessionWideRig(t, x, y, z)
+		r.watchSettled(x, y)
 
 		cleanUp := r.srv.HoldNextListenEnd()
 		defer cleanUp.Release()
-		subscribed := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(context.Background(), z)
-			subscribed <- err
-		}()
+		subscribed := goCall(context.Background(), r.c.Subscribe, z)
 		synctest.Wait()
 		require.True(t, arrived(cleanUp), "the replaced stream's clean-up is held")
 		r.faults().CutListenStreams() // the replaced stream only: the new one waits for it
-		require.NoError(t, <-subscribed)
+		require.NoError(t, (<-subscribed).err)
 		quiesce()
 		require.True(t, r.srv.Subscribed(x) && r.srv.Subscribed(y), "the new stream carries both")
 		cleanUp.Release()
@@ -275,4 +237,25 @@ func (r *rig) requireChangesHeard(t *testing.T, after string, uris ...string) {
 			t.Errorf("%s silently stale after %s: %s", u, after, desc)
 		}
 	}
+}
+
+// newSessionWideRig (2026-07-28) is a rig whose server cleans up a listen
+// stream for the whole session, as the official Go SDK server does, and
+// holds uris; revalidation is an hour away, so that a periodic read cannot
+// stand in for a lost notification.
+func newSessionWideRig(t *testing.T, uris ...string) *rig {
+	t.Helper()
+	return buildRig(t, eras[1], rigConfig{
+		opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+		server: &mcpsynctest.ServerOptions{SessionWideListenEnd: true},
+		uris:   uris,
+	})
+}
+
+// watchSettled subscribes uris with one SubscribeAll and lets a minute pass.
+func (r *rig) watchSettled(uris ...string) {
+	r.t.Helper()
+	_, err := r.c.SubscribeAll(r.t.Context(), uris)
+	require.NoError(r.t, err)
+	minutes(1)
 }

@@ -49,16 +49,12 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 
 		// Step 2: A -> B, x changes in between.
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(context.Background(), y)
-			done <- err
-		}()
+		done := goCall(context.Background(), r.c.Subscribe, y)
 		synctest.Wait()
 		require.True(t, arrived(hold), "stream B is held")
 		r.srv.Set(x, "text/markdown", "v2") // no stream carries x now
 		hold.Release()
-		require.NoError(t, <-done)
+		require.NoError(t, (<-done).err)
 
 		// Step 3: B -> C, C acknowledged late; z gives up first.
 		hold2 := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -131,12 +127,8 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 // is, in push mode, and their changes reach Lookup.
 func TestUnsubscribeWhileAnEndedStreamWaitsLeavesTheOthersPushed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, eras[1], nil)
-		uris := make([]string, 6)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b37/ended/%d.md", i)
-			r.srv.Set(uris[i], "text/markdown", "v1")
-		}
+		uris := numbered("file:///b37/ended/%d.md", 6)
+		r := buildRig(t, eras[1], rigConfig{uris: uris})
 		_, err := r.c.SubscribeAll(t.Context(), uris)
 		require.NoError(t, err)
 		quiesce()
@@ -175,12 +167,8 @@ func TestRefusedListenInSubscribeAllEndsPushed(t *testing.T) {
 	for _, n := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d URIs", n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, eras[1], nil)
-				uris := make([]string, n)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///b37/refused/%d.md", i)
-					r.srv.Set(uris[i], "text/markdown", "v1")
-				}
+				uris := numbered("file:///b37/refused/%d.md", n)
+				r := buildRig(t, eras[1], rigConfig{uris: uris})
 				r.faults().FailNext(string(mcp.MethodSubscriptionsListen), "", -32603, "not now")
 				_, err := r.c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)
@@ -340,17 +328,10 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 				}
 				r.srv.Set(x, "text/markdown", "v2")
 				r.srv.Set(y, "text/markdown", "v2")
-				for range 40 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(40)
 				gen := r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
-					s, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					e, lerr := r.c.Lookup(u)
-					require.NoError(t, lerr)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
+					s, e, desc := r.look(u)
 					t.Log(desc)
 					require.True(t, s.SessionGeneration == gen && generationOpen(s.State), desc)
 					if s.Mode == mcpsync.ModePush {
@@ -542,10 +523,7 @@ func TestListenRefusedForAnHourPollsThenPushesAgain(t *testing.T) {
 func TestSteadyListenRefusalAtScaleStaysPaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 40
-		uris := make([]string, n)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b42/steady/%03d.md", i)
-		}
+		uris := numbered("file:///b42/steady/%03d.md", n)
 		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
 			w.refuse = listensWhere(anyURIs)
 		}})
@@ -642,15 +620,9 @@ func TestSteadilyRefusedURIDrawsNoListenStorm(t *testing.T) {
 		require.Equal(t, mcpsync.ModePoll, sub.Mode, "x's stream was refused")
 
 		// Let the fault become steady: ten minutes.
-		for range 10 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(10)
 		before, refusedBefore := r.listens(), r.wire.refusals(listen)
-		for range 5 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(5)
 		n, nr := r.listens()-before, r.wire.refusals(listen)-refusedBefore
 		t.Logf("listen requests in the 5 minutes after the first 10: %d (%d refused); total %d", n, nr, r.listens())
 		if n > 10 {

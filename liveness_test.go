@@ -233,36 +233,24 @@ func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
 // client reconnects must not end in the dead session. The request is held
 // before the server sees it until the reconnect is done.
 func TestLivenessSubscribeRacingReconnect(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second, PollEvery: 2 * time.Second}, faultURI)
-				hold := r.faults().HoldNextRequest(r.subscribeMethod(), "")
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				done := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Subscribe(context.Background(), faultURI)
-					done <- result{sub, err}
-				}()
-				synctest.Wait()
-				require.True(t, arrived(hold), "the subscribe request is held")
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				hold.Release()
-				res := <-done
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				time.Sleep(30 * time.Second) // many revalidation intervals
-				quiesce()
-				if res.err != nil {
-					t.Logf("Subscribe failed visibly: %v", res.err)
-					return
-				}
-				r.requireConverged(t, faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.sub.SessionGeneration, res.sub.State))
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second, PollEvery: 2 * time.Second}, faultURI)
+		hold := r.faults().HoldNextRequest(r.subscribeMethod(), "")
+		done := goCall(context.Background(), r.c.Subscribe, faultURI)
+		synctest.Wait()
+		require.True(t, arrived(hold), "the subscribe request is held")
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		hold.Release()
+		res := <-done
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(30 * time.Second) // many revalidation intervals
+		quiesce()
+		if res.err != nil {
+			t.Logf("Subscribe failed visibly: %v", res.err)
+			return
+		}
+		r.requireConverged(t, faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.val.SessionGeneration, res.val.State))
+	})
 }
 
 // An Unsubscribe that completes while a Reconnect is
@@ -270,43 +258,39 @@ func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 // The first resubscribe of the reconnect is held; the other URI is
 // unsubscribed meanwhile.
 func TestLivenessUnsubscribeDuringReconnect(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second}, faultURI, otherURI)
-				r.subscribeSettled(t, faultURI)
-				r.subscribeSettled(t, otherURI)
-				var hold *mcpsynctest.Hold
-				r.setOnDial(func(_ int, kit *mcpsynctest.Transport) { hold = kit.HoldNextRequest(r.subscribeMethod(), "") })
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
-				synctest.Wait()
-				require.True(t, arrived(hold), "the first resubscribe is held")
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second}, faultURI, otherURI)
+		r.subscribeSettled(t, faultURI)
+		r.subscribeSettled(t, otherURI)
+		var hold *mcpsynctest.Hold
+		r.setOnDial(func(_ int, kit *mcpsynctest.Transport) { hold = kit.HoldNextRequest(r.subscribeMethod(), "") })
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+		synctest.Wait()
+		require.True(t, arrived(hold), "the first resubscribe is held")
 
-				// The URI the reconnect has not reached yet is the one still
-				// in the old session.
-				current := r.c.Engine().SessionGeneration()
-				gone := faultURI
-				if sub, err := r.c.Engine().Subscription(faultURI); err == nil && sub.SessionGeneration == current {
-					gone = otherURI
-				}
-				closed, err := r.c.Unsubscribe(t.Context(), gone)
-				require.NoError(t, err)
-				require.Contains(t, []mcpsync.SubscriptionState{mcpsync.StateClosed, mcpsync.StateUnsubscribeUnknown}, closed.State)
-				hold.Release()
-				t.Logf("Reconnect returned %v", <-reconnected)
-				time.Sleep(10 * time.Second)
-				quiesce()
+		// The URI the reconnect has not reached yet is the one still
+		// in the old session.
+		current := r.c.Engine().SessionGeneration()
+		gone := faultURI
+		if sub, err := r.c.Engine().Subscription(faultURI); err == nil && sub.SessionGeneration == current {
+			gone = otherURI
+		}
+		closed, err := r.c.Unsubscribe(t.Context(), gone)
+		require.NoError(t, err)
+		require.Contains(t, []mcpsync.SubscriptionState{mcpsync.StateClosed, mcpsync.StateUnsubscribeUnknown}, closed.State)
+		hold.Release()
+		t.Logf("Reconnect returned %v", <-reconnected)
+		time.Sleep(10 * time.Second)
+		quiesce()
 
-				sub, err := r.c.Engine().Subscription(gone)
-				require.NoError(t, err)
-				if sub.SubscriptionGeneration != closed.SubscriptionGeneration || openState(sub.State) || r.srv.Subscribed(gone) {
-					t.Fatalf("unsubscribe during reconnect undone: Unsubscribe returned %s generation %d; now %s",
-						closed.State, closed.SubscriptionGeneration, r.describe(gone))
-				}
-			})
-		})
-	}
+		sub, err := r.c.Engine().Subscription(gone)
+		require.NoError(t, err)
+		if sub.SubscriptionGeneration != closed.SubscriptionGeneration || openState(sub.State) || r.srv.Subscribed(gone) {
+			t.Fatalf("unsubscribe during reconnect undone: Unsubscribe returned %s generation %d; now %s",
+				closed.State, closed.SubscriptionGeneration, r.describe(gone))
+		}
+	})
 }
 
 // (2026-07-28) A change to an already subscribed URI while the
@@ -320,17 +304,13 @@ func TestLivenessRelistenGap(t *testing.T) {
 		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, faultURI, otherURI)
 		r.subscribeSettled(t, faultURI)
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		subscribed := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(context.Background(), otherURI)
-			subscribed <- err
-		}()
+		subscribed := goCall(context.Background(), r.c.Subscribe, otherURI)
 		synctest.Wait()
 		require.True(t, arrived(hold), "the new stream is held")
 		t.Logf("while the new stream is held, the server has %s subscribed: %v", faultURI, r.srv.Subscribed(faultURI))
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		hold.Release()
-		require.NoError(t, <-subscribed)
+		require.NoError(t, (<-subscribed).err)
 		time.Sleep(10 * time.Second)
 		quiesce()
 		r.requireConverged(t, faultURI, "relisten gap")
@@ -543,11 +523,7 @@ func TestLivenessCloseBounded(t *testing.T) {
 				r, err := newLiveRig(t.Context(), srv, "2025-11-25", int64(round), mcpsync.ClientOptions{})
 				require.NoError(t, err)
 				hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
-				subscribed := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(context.Background(), faultURI)
-					subscribed <- err
-				}()
+				subscribed := goCall(context.Background(), r.c.Subscribe, faultURI)
 				synctest.Wait()
 				require.True(t, arrived(hold))
 				// The subscribe resumes while Close waits for the client's
@@ -559,7 +535,7 @@ func TestLivenessCloseBounded(t *testing.T) {
 				}
 				hold.Release()
 				require.NoError(t, <-closed)
-				err = <-subscribed
+				err = (<-subscribed).err
 				synctest.Wait()
 				if round%2 == 0 {
 					// Close had begun (and marked the client closed) before
@@ -607,34 +583,30 @@ func TestReadReturnsAtTheSoonerOfItsDeadlineAndRequestTimeout(t *testing.T) {
 // later notification and revalidation: the URI converges to the server's
 // text after two changes, both notified.
 func TestReadAtTheCapSendsItsFollowUp(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{MaxReadsInFlight: 1})
-				require.NoError(t, err)
-				r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: e, RevalidateEvery: time.Minute}, faultURI)
-				r.subscribeSettled(t, faultURI)
+	eachEra(t, func(t *testing.T, w wiring) {
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{MaxReadsInFlight: 1})
+		require.NoError(t, err)
+		r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: e, RevalidateEvery: time.Minute}, faultURI)
+		r.subscribeSettled(t, faultURI)
 
-				hold := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
-				read := make(chan mcpsync.Outcome, 1)
-				go func() {
-					out, _ := r.c.Read(context.Background(), faultURI)
-					read <- out
-				}()
-				synctest.Wait()
-				require.True(t, arrived(hold), "the caller's read is in flight")
-				r.srv.Set(faultURI, "text/markdown", "v2") // its pulse finds the URI at the cap
-				quiesce()
-				hold.Release()
-				out := <-read
-				t.Logf("Client.Read returned accepted=%v followUp=%+v", out.Accepted, out.FollowUp)
+		hold := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+		read := make(chan mcpsync.Outcome, 1)
+		go func() {
+			out, _ := r.c.Read(context.Background(), faultURI)
+			read <- out
+		}()
+		synctest.Wait()
+		require.True(t, arrived(hold), "the caller's read is in flight")
+		r.srv.Set(faultURI, "text/markdown", "v2") // its pulse finds the URI at the cap
+		quiesce()
+		hold.Release()
+		out := <-read
+		t.Logf("Client.Read returned accepted=%v followUp=%+v", out.Accepted, out.FollowUp)
 
-				time.Sleep(5 * time.Second)
-				r.srv.Set(faultURI, "text/markdown", "v3") // a later pulse, nothing in flight
-				time.Sleep(5 * time.Minute)                // five revalidation intervals
-				quiesce()
-				r.requireConverged(t, faultURI, "pulse at the cap behind Client.Read")
-			})
-		})
-	}
+		time.Sleep(5 * time.Second)
+		r.srv.Set(faultURI, "text/markdown", "v3") // a later pulse, nothing in flight
+		time.Sleep(5 * time.Minute)                // five revalidation intervals
+		quiesce()
+		r.requireConverged(t, faultURI, "pulse at the cap behind Client.Read")
+	})
 }

@@ -557,13 +557,7 @@ func (m *modelMachine) activate(rt *rapid.T) {
 	u := m.drawURI(rt)
 	mode := rapid.SampledFrom([]mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}).Draw(rt, "mode")
 	_, err := m.e.Activate(u.key, mode)
-	var want error
-	switch {
-	case u.gen == 0:
-		want = mcpsync.ErrUnknownURI
-	case u.phase != phaseSubscribing || u.session != m.session:
-		want = mcpsync.ErrIllegalTransition
-	}
+	want := stepErr(u, u.phase == phaseSubscribing && u.session == m.session)
 	requireRefusal(rt, err, want, "Activate")
 	if want == nil {
 		u.phase = phaseOpen
@@ -573,15 +567,11 @@ func (m *modelMachine) activate(rt *rapid.T) {
 func (m *modelMachine) beginClose(rt *rapid.T) {
 	u := m.drawURI(rt)
 	rc, err := m.e.BeginClose(u.key)
-	var want error
-	switch {
-	case u.gen == 0:
-		want = mcpsync.ErrUnknownURI
-	case u.closeBegun:
-		// Idempotent: the receipt of the close already begun.
-	default:
-		// A confirmed tombstone is still subscribed on the server, so it
-		// closes like an open generation.
+	// Idempotent: a close already begun answers with its receipt. A
+	// confirmed tombstone is still subscribed on the server, so it closes
+	// like an open generation.
+	want := stepErr(u, true)
+	if want == nil && !u.closeBegun {
 		u.phase, u.closeBegun, u.closeOrdinal = phaseClosing, true, u.lastIssued
 		u.closeBegunGens[u.gen] = true
 		u.corr = nil
@@ -597,16 +587,12 @@ func (m *modelMachine) finishClose(rt *rapid.T) {
 	u := m.drawURI(rt)
 	acked := rapid.Bool().Draw(rt, "acked")
 	_, err := m.e.FinishClose(u.key, acked)
-	var want error
-	switch {
-	case u.gen == 0:
-		want = mcpsync.ErrUnknownURI
-	case u.phase != phaseClosing:
-		want = mcpsync.ErrIllegalTransition
-	case acked:
-		u.phase = phaseClosed
-	default:
+	want := stepErr(u, u.phase == phaseClosing)
+	if want == nil {
 		u.phase = phaseUnknown
+		if acked {
+			u.phase = phaseClosed
+		}
 	}
 	requireRefusal(rt, err, want, "FinishClose")
 }
@@ -614,13 +600,8 @@ func (m *modelMachine) finishClose(rt *rapid.T) {
 func (m *modelMachine) resolveUnsubscribe(rt *rapid.T) {
 	u := m.drawURI(rt)
 	_, err := m.e.ResolveUnsubscribe(u.key)
-	var want error
-	switch {
-	case u.gen == 0:
-		want = mcpsync.ErrUnknownURI
-	case u.phase != phaseUnknown:
-		want = mcpsync.ErrIllegalTransition
-	default:
+	want := stepErr(u, u.phase == phaseUnknown)
+	if want == nil {
 		u.phase = phaseClosed
 	}
 	requireRefusal(rt, err, want, "ResolveUnsubscribe")
@@ -639,6 +620,19 @@ func (m *modelMachine) beginSession(rt *rapid.T) {
 			u.phase = phaseClosed
 		}
 	}
+}
+
+// stepErr is the refusal the model expects from a lifecycle step on u
+// that its phase allows or not: ErrUnknownURI for a URI never subscribed,
+// ErrIllegalTransition where the phase does not allow the step.
+func stepErr(u *uriModel, allowed bool) error {
+	switch {
+	case u.gen == 0:
+		return mcpsync.ErrUnknownURI
+	case !allowed:
+		return mcpsync.ErrIllegalTransition
+	}
+	return nil
 }
 
 // Reads.
@@ -1257,12 +1251,19 @@ func invWatermarkNeverDecreases(rt *rapid.T, m *modelMachine) {
 // Invariant 2: nothing passes the fence once its generation began closing.
 func invNoAcceptanceAfterClose(rt *rapid.T, d delivery) {
 	rt.Helper()
-	if !d.closeBegun {
-		return
+	if d.closeBegun {
+		requireRefusedAsClosedOrMismatched(rt, d, "invariant 2 (no acceptance after close), a result after BeginClose")
 	}
+}
+
+// requireRefusedAsClosedOrMismatched fails, naming the invariant, unless d
+// was refused as STALE_AFTER_CLOSE or GENERATION_MISMATCH.
+func requireRefusedAsClosedOrMismatched(rt *rapid.T, d delivery, invariant string) {
+	rt.Helper()
 	if d.out.Accepted || (d.out.Stale.Reason != mcpsync.ReasonStaleAfterClose && d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch) {
-		rt.Fatalf("invariant 2 (no acceptance after close): %s result of %s generation %d ordinal %d after BeginClose: accepted=%v decision=%s stale=%q err=%v",
-			d.kind, d.t.URI, d.t.SubscriptionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+		rt.Fatalf("%s: %s result of %s session %d generation %d ordinal %d: accepted=%v decision=%s stale=%q err=%v",
+			invariant, d.kind, d.t.URI, d.t.SessionGeneration, d.t.SubscriptionGeneration, d.t.ReadOrdinal,
+			d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
 	}
 }
 
@@ -1318,13 +1319,9 @@ func invCorroboratedTombstoneSound(rt *rapid.T, u *uriModel, d delivery) {
 // Invariant 6: a ticket of an older session generation never passes.
 func invOldSessionNeverPasses(rt *rapid.T, d delivery) {
 	rt.Helper()
-	if !d.oldSession {
-		return
-	}
 	// A generation closed before the session ended says so (STALE_AFTER_CLOSE).
-	if d.out.Accepted || (d.out.Stale.Reason != mcpsync.ReasonGenerationMismatch && d.out.Stale.Reason != mcpsync.ReasonStaleAfterClose) {
-		rt.Fatalf("invariant 6 (old session never passes): %s result of %s session %d ordinal %d: accepted=%v decision=%s stale=%q err=%v",
-			d.kind, d.t.URI, d.t.SessionGeneration, d.t.ReadOrdinal, d.out.Accepted, d.out.Version.Decision, d.out.Stale.Reason, d.err)
+	if d.oldSession {
+		requireRefusedAsClosedOrMismatched(rt, d, "invariant 6 (old session never passes)")
 	}
 }
 

@@ -34,33 +34,29 @@ import (
 // (ten minutes pass; the default heartbeat finds a dead session within
 // one), or Health says the client is not up.
 func TestFailedReconnectLeavesNoDeadSessionUp(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(faultURI, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = r.c.Close() })
-				r.subscribeSettled(t, faultURI)
+	eachEra(t, func(t *testing.T, w wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(faultURI, "text/markdown", "v1")
+		r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.c.Close() })
+		r.subscribeSettled(t, faultURI)
 
-				r.down.Store(true)
-				err = r.c.Reconnect(t.Context())
-				require.Error(t, err, "the server is down: Reconnect says so")
-				r.down.Store(false) // the server is back
+		r.down.Store(true)
+		err = r.c.Reconnect(t.Context())
+		require.Error(t, err, "the server is down: Reconnect says so")
+		r.down.Store(false) // the server is back
 
-				srv.Set(faultURI, "text/markdown", "v2")
-				time.Sleep(10 * time.Minute)
-				quiesce()
-				h := r.c.Health()
-				entry, lerr := r.c.Lookup(faultURI)
-				t.Logf("after the failed Reconnect and 10 minutes: Health %+v; Lookup degraded %q err %v", h, entry.Degraded, lerr)
-				if h.State == mcpsync.ConnectionUp {
-					r.requireConverged(t, faultURI, "failed caller Reconnect (Health says UP)")
-				}
-			})
-		})
-	}
+		srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(10 * time.Minute)
+		quiesce()
+		h := r.c.Health()
+		entry, lerr := r.c.Lookup(faultURI)
+		t.Logf("after the failed Reconnect and 10 minutes: Health %+v; Lookup degraded %q err %v", h, entry.Degraded, lerr)
+		if h.State == mcpsync.ConnectionUp {
+			r.requireConverged(t, faultURI, "failed caller Reconnect (Health says UP)")
+		}
+	})
 }
 
 // gaveUp counts the ErrReconnectGaveUp OnError was told.
@@ -182,27 +178,21 @@ func TestHealDoesNotWaitForTheLostServersShutdown(t *testing.T) {
 // later it is open in the current session, not degraded, and serves the
 // server's newer content. Both eras.
 func TestReconnectWhoseActivationFailsHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newLedgerRig(t, w)
+		r.subscribe()
 
-				r.ledger.failWrites(1, activatingWrite)
-				err := r.c.Reconnect(t.Context())
-				if err == nil || r.ledger.failures() != 1 {
-					t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
-				}
-				quiesce()
-				r.requireToldReopen(faultURI)
+		r.ledger.failWrites(1, activatingWrite)
+		err := r.c.Reconnect(t.Context())
+		if err == nil || r.ledger.failures() != 1 {
+			t.Fatalf("the activation was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
+		}
+		quiesce()
+		r.requireToldReopen(faultURI)
 
-				// The ledger is healthy again; the server's content moves on.
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
-			})
-		})
-	}
+		// The ledger is healthy again; the server's content moves on.
+		r.requireHealsAfterAChange(faultURI)
+	})
 }
 
 // A Reconnect whose write opening a URI's new generation fails once leaves
@@ -210,38 +200,34 @@ func TestReconnectWhoseActivationFailsHeals(t *testing.T) {
 // the URI's next revalidation tick opens it in the current session, where
 // it reads the server's current content. Both eras.
 func TestReconnectWhoseOpeningWriteFailsHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newLedgerRig(t, w)
+		r.subscribe()
 
-				r.ledger.failWrites(1, openingWrite)
-				if err := r.c.Reconnect(t.Context()); err == nil || r.ledger.failures() != 1 {
-					t.Fatalf("the opening write was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
-				}
-				if len(r.errs.list()) == 0 {
-					quiesce()
-				}
-				if len(r.errs.list()) == 0 {
-					t.Fatal("the failed resubscribe was not told to OnError")
-				}
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
+		r.ledger.failWrites(1, openingWrite)
+		if err := r.c.Reconnect(t.Context()); err == nil || r.ledger.failures() != 1 {
+			t.Fatalf("the opening write was to fail once: Reconnect returned %v, %d failures", err, r.ledger.failures())
+		}
+		if len(r.errs.list()) == 0 {
+			quiesce()
+		}
+		if len(r.errs.list()) == 0 {
+			t.Fatal("the failed resubscribe was not told to OnError")
+		}
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.sixRevalidations()
 
-				sub, err := r.c.Engine().Subscription(faultURI)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if sub.SessionGeneration != r.c.Health().SessionGeneration || sub.State != mcpsync.StateActive {
-					t.Fatalf("not reopened in the current session: %s in session %d", sub.State, sub.SessionGeneration)
-				}
-				if got := r.served(); got != "v2" {
-					t.Fatalf("serves %q, the server has v2", got)
-				}
-			})
-		})
-	}
+		sub, err := r.c.Engine().Subscription(faultURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.SessionGeneration != r.c.Health().SessionGeneration || sub.State != mcpsync.StateActive {
+			t.Fatalf("not reopened in the current session: %s in session %d", sub.State, sub.SessionGeneration)
+		}
+		if got := r.served(); got != "v2" {
+			t.Fatalf("serves %q, the server has v2", got)
+		}
+	})
 }
 
 // A Reconnect whose context is cancelled while it re-subscribes the first
@@ -250,48 +236,44 @@ func TestReconnectWhoseOpeningWriteFailsHeals(t *testing.T) {
 // notifies both again, and each reads the server's current content. Both
 // eras.
 func TestReconnectCancelledMidwayHeals(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///docs/zz-other.md"
-				r := newRig(t, w, nil)
-				r.srv.Set(y, "text/markdown", "y1")
-				var hold *mcpsynctest.Hold
-				r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
-					if conn == 2 {
-						hold = kit.HoldNextRequest(subscribeMethod(w.version), "") // the Reconnect's first re-subscribe
-					}
-				})
-				for _, u := range []string{faultURI, y} {
-					_, err := r.c.Subscribe(t.Context(), u)
-					require.NoError(t, err)
-				}
-				quiesce()
-
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() { done <- r.c.Reconnect(ctx) }()
-				synctest.Wait()
-				select {
-				case <-hold.Arrived():
-				default:
-					t.Fatal("the Reconnect never asked the server to notify")
-				}
-				cancel()
-				require.Error(t, <-done, "the Reconnect was cancelled midway")
-				hold.Release()
-				quiesce()
-
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.srv.Set(y, "text/markdown", "y2")
-				minutes(36)
-				r.requireHealed(faultURI, "v2")
-				r.requireHealed(y, "y2")
-				require.True(t, r.srv.Subscribed(faultURI))
-				require.True(t, r.srv.Subscribed(y))
-			})
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///docs/zz-other.md"
+		r := newRig(t, w, nil)
+		r.srv.Set(y, "text/markdown", "y1")
+		var hold *mcpsynctest.Hold
+		r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
+			if conn == 2 {
+				hold = kit.HoldNextRequest(subscribeMethod(w.version), "") // the Reconnect's first re-subscribe
+			}
 		})
-	}
+		for _, u := range []string{faultURI, y} {
+			_, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+		}
+		quiesce()
+
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.c.Reconnect(ctx) }()
+		synctest.Wait()
+		select {
+		case <-hold.Arrived():
+		default:
+			t.Fatal("the Reconnect never asked the server to notify")
+		}
+		cancel()
+		require.Error(t, <-done, "the Reconnect was cancelled midway")
+		hold.Release()
+		quiesce()
+
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.srv.Set(y, "text/markdown", "y2")
+		minutes(36)
+		r.requireHealed(faultURI, "v2")
+		r.requireHealed(y, "y2")
+		require.True(t, r.srv.Subscribed(faultURI))
+		require.True(t, r.srv.Subscribed(y))
+	})
 }
 
 // A Reconnect while SubscribeAll's first listen stream (carrying every URI)
@@ -311,11 +293,7 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 		}
 
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-		done := make(chan error, 1)
-		go func() {
-			_, err := c.SubscribeAll(t.Context(), uris)
-			done <- err
-		}()
+		done := goCall(t.Context(), c.SubscribeAll, uris)
 		synctest.Wait()
 		<-hold.Arrived()
 		reconnected := make(chan error, 1)
@@ -323,7 +301,7 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 		synctest.Wait()
 		hold.Release()
 		require.NoError(t, <-reconnected)
-		require.NoError(t, <-done)
+		require.NoError(t, (<-done).err)
 		quiesce()
 
 		gen := c.Health().SessionGeneration
@@ -352,51 +330,39 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 // every URI ACTIVE in push mode in the new session, carried by the server,
 // and later changes reach Lookup. Both eras.
 func TestSubscribeAllRacingAReconnectEndsPushedInTheNewSession(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, nil)
-				uris := make([]string, 6)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///b37/reconnect/%d.md", i)
-					r.srv.Set(uris[i], "text/markdown", "v1")
-				}
-				var hold *mcpsynctest.Hold
-				if w.version == "2026-07-28" {
-					hold = r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				} else {
-					hold = r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
-				}
-				done := make(chan error, 1)
-				go func() {
-					_, err := r.c.SubscribeAll(t.Context(), uris)
-					done <- err
-				}()
-				synctest.Wait()
-				<-hold.Arrived()
-				require.NoError(t, r.c.Reconnect(t.Context()))
-				hold.Release()
-				require.NoError(t, <-done)
-				quiesce()
-				gen := r.c.Health().SessionGeneration
-				for _, u := range uris {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					assert.Equal(t, gen, sub.SessionGeneration, u)
-					assert.True(t, sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted, "%s %s", u, sub.State)
-					assert.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %q", u, sub.ModeReason)
-					assert.True(t, r.srv.Subscribed(u), u)
-					r.srv.Set(u, "text/markdown", "v2")
-				}
-				quiesce()
-				for _, u := range uris {
-					entry, err := r.c.Lookup(u)
-					require.NoError(t, err)
-					assert.Equal(t, "v2", entry.Contents[0].Text, u)
-				}
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		uris := numbered("file:///b37/reconnect/%d.md", 6)
+		r := buildRig(t, w, rigConfig{uris: uris})
+		var hold *mcpsynctest.Hold
+		if w.version == "2026-07-28" {
+			hold = r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		} else {
+			hold = r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
+		}
+		done := goCall(t.Context(), r.c.SubscribeAll, uris)
+		synctest.Wait()
+		<-hold.Arrived()
+		require.NoError(t, r.c.Reconnect(t.Context()))
+		hold.Release()
+		require.NoError(t, (<-done).err)
+		quiesce()
+		gen := r.c.Health().SessionGeneration
+		for _, u := range uris {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			assert.Equal(t, gen, sub.SessionGeneration, u)
+			assert.True(t, sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted, "%s %s", u, sub.State)
+			assert.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %q", u, sub.ModeReason)
+			assert.True(t, r.srv.Subscribed(u), u)
+			r.srv.Set(u, "text/markdown", "v2")
+		}
+		quiesce()
+		for _, u := range uris {
+			entry, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			assert.Equal(t, "v2", entry.Contents[0].Text, u)
+		}
+	})
 }
 
 // 2025-11-25. A late resources/unsubscribe removed watched x on the server,
@@ -412,27 +378,8 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b45/inline/x.md"
 		r := buildRig(t, eras[0], rigConfig{uris: []string{x}})
-		sub, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode)
-		quiesce()
+		hold := heldLateUnsubscribe(t, r, x)
 		kit := r.faults()
-		hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), x)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, x)
-			done <- err
-		}()
-		<-hold.Arrived()
-		cancel()
-		<-done
-		quiesce()
-		sub, err = r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode)
-		quiesce()
-
 		resub := kit.HoldNextRequest(string(mcp.MethodResourcesSubscribe), x)
 		hold.Release() // the late unsubscribe reaches the server
 		<-resub.Arrived()
@@ -443,7 +390,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 		quiesce()
 
 		gen := r.c.Health().SessionGeneration
-		sub, err = r.c.Engine().Subscription(x)
+		sub, err := r.c.Engine().Subscription(x)
 		require.NoError(t, err)
 		e, lerr := r.c.Lookup(x)
 		require.NoError(t, lerr)
@@ -534,11 +481,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				}
 				t.Logf("reconnect's first request parked (%q); second caller subscribes %s", first, other)
 				bctx, cancel := context.WithCancel(context.Background())
-				bDone := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(bctx, other)
-					bDone <- err
-				}()
+				bDone := goCall(bctx, r.c.Subscribe, other)
 				var second string
 				select {
 				case second = <-arrived2:
@@ -558,7 +501,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				cancel()
 				close(h2)
 				quiesce()
-				t.Logf("second caller: %v", <-bDone)
+				t.Logf("second caller: %v", (<-bDone).err)
 				if !recFinished {
 					<-recDone
 				}
@@ -566,11 +509,8 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 
 				gen := r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
-					s, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					e, lerr := r.c.Lookup(u)
-					require.NoError(t, lerr)
-					t.Logf("just after: %s %s %s %q session %d/%d server %v degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Degraded)
+					_, _, desc := r.look(u)
+					t.Logf("just after: %s", desc)
 				}
 				r.srv.Set(x, "text/markdown", "v2")
 				r.srv.Set(y, "text/markdown", "v2")
@@ -578,24 +518,16 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 				quiesce()
 				var bad []string
 				for _, u := range []string{x, y} {
-					s, _ := r.c.Engine().Subscription(u)
-					e, lerr := r.c.Lookup(u)
-					require.NoError(t, lerr)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
+					_, e, desc := r.look(u)
 					t.Logf("2 min after the change: %s", desc)
 					if e.Contents[0].Text != "v2" && e.Degraded == "" {
 						bad = append(bad, "stale silently 2 min after the change: "+desc)
 					}
 				}
-				for range 10 {
-					time.Sleep(time.Minute)
-					quiesce()
-				}
+				minutes(10)
 				gen = r.c.Health().SessionGeneration
 				for _, u := range []string{x, y} {
-					s, _ := r.c.Engine().Subscription(u)
-					e, _ := r.c.Lookup(u)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", u, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(u), e.Contents[0].Text, e.Degraded)
+					s, e, desc := r.look(u)
 					t.Logf("12 min after: %s", desc)
 					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "not healed: "+desc)
@@ -682,15 +614,10 @@ func TestSubscribeCancelledDuringAReconnectBringsNothingUnwatchedBack(t *testing
 					t.Logf("reconnect: %v", <-recDone)
 					quiesce()
 					r.srv.Set(keep, "text/markdown", "v2")
-					for range 12 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(12)
 					gen := r.c.Health().SessionGeneration
 					var bad []string
-					s, _ := r.c.Engine().Subscription(keep)
-					e, _ := r.c.Lookup(keep)
-					desc := fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q", keep, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(keep), e.Contents[0].Text, e.Degraded)
+					s, e, desc := r.look(keep)
 					t.Logf("kept: %s", desc)
 					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "watched URI not healed: "+desc)
@@ -720,46 +647,40 @@ func TestSubscribeCancelledDuringAReconnectBringsNothingUnwatchedBack(t *testing
 // the ledger heals the URI comes back; goleak checks that nothing is left
 // running. Both eras.
 func TestSteadyLedgerFailureAcrossRepeatedReconnectsDrawsNoStorm(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, w)
-				r.subscribe()
-				r.ledger.failWrites(1<<20, openingWrite)
-				const races = 20
-				for range races {
-					done := make(chan struct{}, 4)
-					for range 3 {
-						go func() {
-							ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-							defer cancel()
-							_, _ = r.c.Subscribe(ctx, faultURI)
-							done <- struct{}{}
-						}()
-					}
-					go func() { _ = r.c.Reconnect(context.Background()); done <- struct{}{} }()
-					for range 4 {
-						<-done
-					}
-					quiesce()
-				}
-				f := r.ledger.failures()
-				t.Logf("failed writes after %d races: %d; errors told: %d", races, f, len(r.errs.list()))
-				time.Sleep(30 * time.Second)
-				quiesce()
-				f2 := r.ledger.failures()
-				t.Logf("failed writes 30s later: %d", f2)
-				require.LessOrEqual(t, f2, 20*races, "ledger write storm")
-				e, err := r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				require.NotEmpty(t, e.Degraded, "URI not open and not degraded")
-				r.ledger.failWrites(0, nil)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.sixRevalidations()
-				r.requireHealed(faultURI, "v2")
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newLedgerRig(t, w)
+		r.subscribe()
+		r.ledger.failWrites(1<<20, openingWrite)
+		const races = 20
+		for range races {
+			done := make(chan struct{}, 4)
+			for range 3 {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+					defer cancel()
+					_, _ = r.c.Subscribe(ctx, faultURI)
+					done <- struct{}{}
+				}()
+			}
+			go func() { _ = r.c.Reconnect(context.Background()); done <- struct{}{} }()
+			for range 4 {
+				<-done
+			}
+			quiesce()
+		}
+		f := r.ledger.failures()
+		t.Logf("failed writes after %d races: %d; errors told: %d", races, f, len(r.errs.list()))
+		time.Sleep(30 * time.Second)
+		quiesce()
+		f2 := r.ledger.failures()
+		t.Logf("failed writes 30s later: %d", f2)
+		require.LessOrEqual(t, f2, 20*races, "ledger write storm")
+		e, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		require.NotEmpty(t, e.Degraded, "URI not open and not degraded")
+		r.ledger.failWrites(0, nil)
+		r.requireHealsAfterAChange(faultURI)
+	})
 }
 
 // A Subscribe that returns no error returns its subscription activated
@@ -770,58 +691,37 @@ func TestSteadyLedgerFailureAcrossRepeatedReconnectsDrawsNoStorm(t *testing.T) {
 // its session and Subscribe returns. It must not return the new session's
 // generation half opened (SUBSCRIBING, no mode) with a nil error. Both eras.
 func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const x = "file:///race/reconnect/x.md"
-				r := buildRig(t, w, rigConfig{uris: []string{x}})
-				readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
-				defer readHold.Release()
-				subHold := make(chan *mcpsynctest.Hold, 1)
-				r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
-					subHold <- kit.HoldNextRequest(subscribeMethod(w.version), "")
-				})
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				done := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Subscribe(context.Background(), x)
-					done <- result{sub, err}
-				}()
-				synctest.Wait()
-				time.Sleep(time.Second)
-				synctest.Wait()
-				require.True(t, arrived(readHold), "x's first read is held")
-
-				reconnected := make(chan error, 1)
-				go func() { reconnected <- r.c.Reconnect(context.Background()) }()
-				synctest.Wait()
-				hold := <-subHold
-				defer hold.Release()
-				require.True(t, arrived(hold), "the new session's subscribe of x is held")
-				readHold.Release()
-				quiesce()
-				var res result
-				select {
-				case res = <-done:
-				default: // still waiting for the new session: let it go
-					hold.Release()
-					res = <-done
-				}
-				hold.Release()
-				require.NoError(t, <-reconnected)
-				require.NoError(t, res.err)
-				assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.sub.Mode,
-					"Subscribe returned nil with a subscription never activated: %s session %d", res.sub.State, res.sub.SessionGeneration)
-				assert.True(t, openState(res.sub.State), "Subscribe returned nil with a subscription not open: %s", res.sub.State)
-
-				minutes(2)
-				r.requireWhereLeft([]string{x}, map[string]bool{x: true}, nil)
-			})
+	eachEra(t, func(t *testing.T, w wiring) {
+		const x = "file:///race/reconnect/x.md"
+		r := buildRig(t, w, rigConfig{uris: []string{x}})
+		readHold := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), x)
+		defer readHold.Release()
+		subHold := make(chan *mcpsynctest.Hold, 1)
+		r.setOnDial(func(conn int, kit *mcpsynctest.Transport) {
+			subHold <- kit.HoldNextRequest(subscribeMethod(w.version), "")
 		})
-	}
+		done := goCall(context.Background(), r.c.Subscribe, x)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.True(t, arrived(readHold), "x's first read is held")
+
+		reconnected := make(chan error, 1)
+		go func() { reconnected <- r.c.Reconnect(context.Background()) }()
+		synctest.Wait()
+		hold := <-subHold
+		defer hold.Release()
+		require.True(t, arrived(hold), "the new session's subscribe of x is held")
+		readHold.Release()
+		quiesce()
+		res := releasedIfWaiting(done, hold)
+		hold.Release()
+		require.NoError(t, <-reconnected)
+		requireActivated(t, res)
+
+		minutes(2)
+		r.requireWhereLeft([]string{x}, map[string]bool{x: true}, nil)
+	})
 }
 
 // While a session is lost and healing keeps failing, no subscription
@@ -830,61 +730,57 @@ func TestSubscribeRacingAReconnectReturnsAnActivatedSubscription(t *testing.T) {
 // the server is back, every watched URI is open in push mode in the new
 // session and serves the server's current content. Both eras.
 func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///case/lost/y.md"
-				r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
-					RevalidateEvery: time.Minute, PingEvery: 10 * time.Second,
-					Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
-				}})
-				r.subscribe()
-				_, err := r.c.Subscribe(t.Context(), y)
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///case/lost/y.md"
+		r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
+			RevalidateEvery: time.Minute, PingEvery: 10 * time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
+		}})
+		r.subscribe()
+		_, err := r.c.Subscribe(t.Context(), y)
+		require.NoError(t, err)
+		quiesce()
+		before := map[string]mcpsync.Subscription{}
+		for _, u := range []string{faultURI, y} {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			require.Equal(t, mcpsync.ModePush, sub.Mode)
+			before[u] = sub
+		}
+
+		r.setDown(true)
+		r.faults().DropSession()
+		for range 10 { // five revalidation periods, lost
+			time.Sleep(30 * time.Second)
+			quiesce()
+			require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
+			for u, was := range before {
+				sub, err := r.c.Engine().Subscription(u)
 				require.NoError(t, err)
-				quiesce()
-				before := map[string]mcpsync.Subscription{}
-				for _, u := range []string{faultURI, y} {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					require.Equal(t, mcpsync.ModePush, sub.Mode)
-					before[u] = sub
-				}
+				require.Equal(t, was.SubscriptionGeneration, sub.SubscriptionGeneration, "%s changed generation while the session was lost", u)
+				require.Equal(t, was.SessionGeneration, sub.SessionGeneration, u)
+				require.Equal(t, was.Mode, sub.Mode, "%s changed mode while the session was lost", u)
+				require.LessOrEqual(t, sub.StalenessBoundMs, was.StalenessBoundMs, "%s's bound widened while the session was lost", u)
+			}
+		}
 
-				r.setDown(true)
-				r.faults().DropSession()
-				for range 10 { // five revalidation periods, lost
-					time.Sleep(30 * time.Second)
-					quiesce()
-					require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
-					for u, was := range before {
-						sub, err := r.c.Engine().Subscription(u)
-						require.NoError(t, err)
-						require.Equal(t, was.SubscriptionGeneration, sub.SubscriptionGeneration, "%s changed generation while the session was lost", u)
-						require.Equal(t, was.SessionGeneration, sub.SessionGeneration, u)
-						require.Equal(t, was.Mode, sub.Mode, "%s changed mode while the session was lost", u)
-						require.LessOrEqual(t, sub.StalenessBoundMs, was.StalenessBoundMs, "%s's bound widened while the session was lost", u)
-					}
-				}
-
-				r.setDown(false)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.srv.Set(y, "text/markdown", "y2")
-				time.Sleep(time.Minute)
-				quiesce()
-				require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
-				for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					require.Equal(t, r.c.Health().SessionGeneration, sub.SessionGeneration, "%s open in the new session", u)
-					require.Equal(t, mcpsync.ModePush, sub.Mode, u)
-					e, err := r.c.Lookup(u)
-					require.NoError(t, err)
-					require.Equal(t, text, e.Contents[0].Text, u)
-					require.Empty(t, e.Degraded, u)
-				}
-			})
-		})
-	}
+		r.setDown(false)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.srv.Set(y, "text/markdown", "y2")
+		time.Sleep(time.Minute)
+		quiesce()
+		require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
+		for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			require.Equal(t, r.c.Health().SessionGeneration, sub.SessionGeneration, "%s open in the new session", u)
+			require.Equal(t, mcpsync.ModePush, sub.Mode, u)
+			e, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			require.Equal(t, text, e.Contents[0].Text, u)
+			require.Empty(t, e.Degraded, u)
+		}
+	})
 }
 
 // (2025-11-25) While a session is lost, no subscription changes generation
@@ -951,45 +847,33 @@ func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testin
 // minute; it does not wait for a server that may never come back. Both
 // eras.
 func TestSubscribeWhileTheSessionIsLostReturnsWithinTheRequestTimeout(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const y = "file:///case/lost/subscribe/y.md"
-				r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
-					RequestTimeout: 5 * time.Second, RevalidateEvery: time.Hour,
-					PingEvery: 2 * time.Second, PingTimeout: time.Second,
-					Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: time.Second, Max: 2 * time.Second},
-				}})
-				r.subscribe()
-				hung := make(chan struct{})
-				defer close(hung)
-				r.wire.set(func(fw *faultWire) {
-					fw.park = func(req wireRequest) <-chan struct{} {
-						if req.method == "ping" || req.method == subscribeMethod(w.version) {
-							return hung // a server that stopped answering
-						}
-						return nil
-					}
-				})
-				r.setDown(true)
-				type result struct {
-					sub mcpsync.Subscription
-					err error
+	eachEra(t, func(t *testing.T, w wiring) {
+		const y = "file:///case/lost/subscribe/y.md"
+		r := buildRig(t, w, rigConfig{uris: []string{y}, opts: mcpsync.ClientOptions{
+			RequestTimeout: 5 * time.Second, RevalidateEvery: time.Hour,
+			PingEvery: 2 * time.Second, PingTimeout: time.Second,
+			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: time.Second, Max: 2 * time.Second},
+		}})
+		r.subscribe()
+		hung := make(chan struct{})
+		defer close(hung)
+		r.wire.set(func(fw *faultWire) {
+			fw.park = func(req wireRequest) <-chan struct{} {
+				if req.method == "ping" || req.method == subscribeMethod(w.version) {
+					return hung // a server that stopped answering
 				}
-				done := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Subscribe(context.Background(), y)
-					done <- result{sub, err}
-				}()
-				select {
-				case res := <-done:
-					t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.sub.State, res.sub.Mode, res.sub.ModeReason, res.err, r.c.Health().State)
-				case <-time.After(time.Minute):
-					t.Errorf("Subscribe still waiting a minute later (RequestTimeout 5 s); health %s", r.c.Health().State)
-					require.NoError(t, r.c.Close()) // ends the wait
-					<-done
-				}
-			})
+				return nil
+			}
 		})
-	}
+		r.setDown(true)
+		done := goCall(context.Background(), r.c.Subscribe, y)
+		select {
+		case res := <-done:
+			t.Logf("Subscribe: %s %s (%q), err %v; health %s", res.val.State, res.val.Mode, res.val.ModeReason, res.err, r.c.Health().State)
+		case <-time.After(time.Minute):
+			t.Errorf("Subscribe still waiting a minute later (RequestTimeout 5 s); health %s", r.c.Health().State)
+			require.NoError(t, r.c.Close()) // ends the wait
+			<-done
+		}
+	})
 }

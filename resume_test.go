@@ -10,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -64,50 +63,46 @@ func tombstoneOf(t *testing.T, e *mcpsync.Engine, uri string) mcpsync.OutboxEntr
 }
 
 func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true})
-				for _, u := range []string{keptRaw, changedURI, goneURI} {
-					srv.Set(u, "text/markdown", "v1")
-				}
-				ledger := ledger.NewMemory(nil)
-				firstRun(t, srv, w, ledger, keptRaw, changedURI, goneURI)
+	eachEra(t, func(t *testing.T, w wiring) {
+		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true})
+		for _, u := range []string{keptRaw, changedURI, goneURI} {
+			srv.Set(u, "text/markdown", "v1")
+		}
+		ledger := ledger.NewMemory(nil)
+		firstRun(t, srv, w, ledger, keptRaw, changedURI, goneURI)
 
-				// While no process watches: one resource changes, one goes.
-				srv.Set(changedURI, "text/markdown", "v2")
-				srv.Delete(goneURI)
-				readsBefore := srv.Reads(keptRaw)
+		// While no process watches: one resource changes, one goes.
+		srv.Set(changedURI, "text/markdown", "v2")
+		srv.Delete(goneURI)
+		readsBefore := srv.Reads(keptRaw)
 
-				e := engineOn(t, ledger)
-				r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
-				require.NoError(t, r.c.WaitForSync(t.Context()))
+		e := engineOn(t, ledger)
+		r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		require.NoError(t, r.c.WaitForSync(t.Context()))
 
-				gen := e.SessionGeneration()
-				for _, u := range []string{keptRaw, changedURI} {
-					sub, err := e.Subscription(u)
-					require.NoError(t, err)
-					assert.Equal(t, gen, sub.SessionGeneration, "%s is open in the new session", u)
-					assert.Equal(t, mcpsync.StateActive, sub.State, u)
-				}
-				assert.Greater(t, srv.Reads(keptRaw), readsBefore, "resumed URIs are read again, as their server spells them")
-				text, err := r.served(changedURI)
-				require.NoError(t, err)
-				assert.Equal(t, "v2", text, "a change made during the downtime is read")
-				text, err = r.served(keptRaw)
-				require.NoError(t, err)
-				assert.Equal(t, "v1", text)
+		gen := e.SessionGeneration()
+		for _, u := range []string{keptRaw, changedURI} {
+			sub, err := e.Subscription(u)
+			require.NoError(t, err)
+			assert.Equal(t, gen, sub.SessionGeneration, "%s is open in the new session", u)
+			assert.Equal(t, mcpsync.StateActive, sub.State, u)
+		}
+		assert.Greater(t, srv.Reads(keptRaw), readsBefore, "resumed URIs are read again, as their server spells them")
+		text, err := r.served(changedURI)
+		require.NoError(t, err)
+		assert.Equal(t, "v2", text, "a change made during the downtime is read")
+		text, err = r.served(keptRaw)
+		require.NoError(t, err)
+		assert.Equal(t, "v1", text)
 
-				tomb := tombstoneOf(t, e, goneURI)
-				assert.Equal(t, goneURI, tomb.URI)
-				sub, err := e.Subscription(goneURI)
-				require.NoError(t, err)
-				assert.Equal(t, mcpsync.StateTombstoned, sub.State, "a deletion during the downtime is confirmed")
-			})
-		})
-	}
+		tomb := tombstoneOf(t, e, goneURI)
+		assert.Equal(t, goneURI, tomb.URI)
+		sub, err := e.Subscription(goneURI)
+		require.NoError(t, err)
+		assert.Equal(t, mcpsync.StateTombstoned, sub.State, "a deletion during the downtime is confirmed")
+	})
 }
 
 // Resuming is the ledger's intent for this client only: NoResume leaves
@@ -131,9 +126,7 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 		} {
 			e := engineOn(t, ledger)
 			reads := srv.Reads(changedURI)
-			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Engine: e, Subject: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
+			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
 			require.NoError(t, err)
 			quiesce()
 			require.NoError(t, c.WaitForSync(t.Context()), tc.name)
@@ -149,32 +142,28 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 // An Unsubscribe called as soon as Connect returns wins over the resume
 // under way: the URI ends closed, and the server keeps no subscription.
 func TestUnsubscribeRacingResumeWins(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(changedURI, "text/markdown", "v1")
-				ledger := ledger.NewMemory(nil)
-				firstRun(t, srv, w, ledger, changedURI)
+	eachEra(t, func(t *testing.T, w wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(changedURI, "text/markdown", "v1")
+		ledger := ledger.NewMemory(nil)
+		firstRun(t, srv, w, ledger, changedURI)
 
-				e := engineOn(t, ledger)
-				r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
-				_, err = r.c.Unsubscribe(t.Context(), changedURI)
-				require.NoError(t, err)
-				quiesce()
-				time.Sleep(time.Hour)
-				quiesce()
+		e := engineOn(t, ledger)
+		r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		_, err = r.c.Unsubscribe(t.Context(), changedURI)
+		require.NoError(t, err)
+		quiesce()
+		time.Sleep(time.Hour)
+		quiesce()
 
-				sub, err := e.Subscription(changedURI)
-				require.NoError(t, err)
-				assert.NotEqual(t, mcpsync.StateActive, sub.State, "the Unsubscribe stands")
-				assert.False(t, srv.Subscribed(changedURI), "the server keeps no subscription")
-				require.NoError(t, r.c.WaitForSync(t.Context()))
-			})
-		})
-	}
+		sub, err := e.Subscription(changedURI)
+		require.NoError(t, err)
+		assert.NotEqual(t, mcpsync.StateActive, sub.State, "the Unsubscribe stands")
+		assert.False(t, srv.Subscribed(changedURI), "the server keeps no subscription")
+		require.NoError(t, r.c.WaitForSync(t.Context()))
+	})
 }
 
 // Two deployments of one server product (the same name) behind one shared
@@ -182,59 +171,55 @@ func TestUnsubscribeRacingResumeWins(t *testing.T) {
 // server. Resuming the other's would read them where they do not exist,
 // and tombstone resources that are alive on the server that has them.
 func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const east, west = "file:///east/a.md", "file:///west/b.md"
-				servers := map[string]*mcpsynctest.Server{}
-				for id, uri := range map[string]string{"east": east, "west": west} {
-					srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true})
-					srv.Set(uri, "text/markdown", "v1 "+id)
-					servers[id] = srv
-				}
-				ledger := ledger.NewMemory(nil)
-				run := func(seed int64) map[string]*liveRig {
-					rigs := map[string]*liveRig{}
-					for _, id := range []string{"east", "west"} {
-						r, err := newLiveRig(t.Context(), servers[id], w.version, seed,
-							mcpsync.ClientOptions{Engine: engineOn(t, ledger), ServerID: id})
-						require.NoError(t, err)
-						t.Cleanup(func() { _ = r.c.Close() }) // a second Close is a no-op
-						rigs[id] = r
-					}
-					return rigs
-				}
-				first := run(1)
-				for id, uri := range map[string]string{"east": east, "west": west} {
-					_, err := first[id].c.Subscribe(t.Context(), uri)
-					require.NoError(t, err)
-					require.NoError(t, first[id].c.WaitForSync(t.Context()))
-				}
-				for _, r := range first {
-					require.NoError(t, r.c.Close())
-				}
+	eachEra(t, func(t *testing.T, w wiring) {
+		const east, west = "file:///east/a.md", "file:///west/b.md"
+		servers := map[string]*mcpsynctest.Server{}
+		for id, uri := range map[string]string{"east": east, "west": west} {
+			srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true})
+			srv.Set(uri, "text/markdown", "v1 "+id)
+			servers[id] = srv
+		}
+		ledger := ledger.NewMemory(nil)
+		run := func(seed int64) map[string]*liveRig {
+			rigs := map[string]*liveRig{}
+			for _, id := range []string{"east", "west"} {
+				r, err := newLiveRig(t.Context(), servers[id], w.version, seed,
+					mcpsync.ClientOptions{Engine: engineOn(t, ledger), ServerID: id})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = r.c.Close() }) // a second Close is a no-op
+				rigs[id] = r
+			}
+			return rigs
+		}
+		first := run(1)
+		for id, uri := range map[string]string{"east": east, "west": west} {
+			_, err := first[id].c.Subscribe(t.Context(), uri)
+			require.NoError(t, err)
+			require.NoError(t, first[id].c.WaitForSync(t.Context()))
+		}
+		for _, r := range first {
+			require.NoError(t, r.c.Close())
+		}
 
-				second := run(2)
-				ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
-				defer cancel()
-				for id, r := range second {
-					require.NoError(t, r.c.WaitForSync(ctx), "the %s worker syncs", id)
-				}
-				quiesce()
-				time.Sleep(time.Hour) // every resume's reconcile rounds end
-				quiesce()
-				for id, uri := range map[string]string{"east": east, "west": west} {
-					sub, err := second[id].c.Engine().Subscription(uri)
-					require.NoError(t, err)
-					assert.Equal(t, mcpsync.StateActive, sub.State, "%s stays alive: its server has it", uri)
-					assert.Equal(t, id, sub.Capabilities.ServerID, "%s is resumed by the worker of its server", uri)
-					text, err := second[id].served(uri)
-					require.NoError(t, err)
-					assert.Equal(t, "v1 "+id, text)
-				}
-			})
-		})
-	}
+		second := run(2)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		for id, r := range second {
+			require.NoError(t, r.c.WaitForSync(ctx), "the %s worker syncs", id)
+		}
+		quiesce()
+		time.Sleep(time.Hour) // every resume's reconcile rounds end
+		quiesce()
+		for id, uri := range map[string]string{"east": east, "west": west} {
+			sub, err := second[id].c.Engine().Subscription(uri)
+			require.NoError(t, err)
+			assert.Equal(t, mcpsync.StateActive, sub.State, "%s stays alive: its server has it", uri)
+			assert.Equal(t, id, sub.Capabilities.ServerID, "%s is resumed by the worker of its server", uri)
+			text, err := second[id].served(uri)
+			require.NoError(t, err)
+			assert.Equal(t, "v1 "+id, text)
+		}
+	})
 }
 
 // Two engines on one ledger in one process, each with a Client for the same
@@ -254,9 +239,7 @@ func TestSecondClientOnTheLedgerLeavesALiveClientsSubscription(t *testing.T) {
 		connect := func(srv *mcpsynctest.Server) (*mcpsync.Client, *mcpsync.Engine) {
 			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
 			require.NoError(t, err)
-			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Engine: e, Subject: alice})
+			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
 			return c, e

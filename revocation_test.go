@@ -13,7 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -39,10 +38,7 @@ func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 
 	_, err = b.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
-	_, err = b.Subscribe(doc, "user:bob")
-	require.NoError(t, err)
-	_, err = b.Activate(doc, mcpsync.ModePush)
-	require.NoError(t, err)
+	subscribeActive(t, b, doc, "user:bob")
 	inFlight, err := b.IssueTicket(doc, mcpsync.TriggerNotification)
 	require.NoError(t, err)
 
@@ -175,7 +171,7 @@ func isRevocation(err error) bool {
 func revokedWorker(t *testing.T, srv *mcpsynctest.Server, doc string) *mcpsync.Client {
 	t.Helper()
 	ledger := ledger.NewMemory(nil)
-	dial := func(context.Context) (transport.Interface, error) { return srv.NewInProcessTransport(), nil }
+	dial := srv.Dialer()
 	first, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: engineOn(t, ledger), Subject: alice})
 	require.NoError(t, err)
 	_, err = first.Subscribe(t.Context(), doc)

@@ -17,11 +17,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
@@ -39,6 +41,16 @@ type wiring struct {
 }
 
 var eras = []wiring{{"legacy", "2025-11-25", false}, {"modern", "2026-07-28", false}}
+
+// eachEra runs test once per protocol era, in a subtest named for the era
+// and a testing/synctest bubble of its own.
+func eachEra(t *testing.T, test func(t *testing.T, w wiring)) {
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, w) })
+		})
+	}
+}
 
 // withHTTP adds streamable HTTP (2025-11-25: the stateful streamable HTTP
 // server of mcp-go speaks the legacy revision).
@@ -113,6 +125,18 @@ func newLedgerRig(t *testing.T, w wiring, uris ...string) *rig {
 	return buildRig(t, w, rigConfig{ledger: true, uris: uris})
 }
 
+// newLedgerRigWatching is newLedgerRig (2026-07-28) with faultURI, then
+// other (on the server with text "v1"), watched on one listen stream.
+func newLedgerRigWatching(t *testing.T, other string) *rig {
+	t.Helper()
+	r := newLedgerRig(t, eras[1], other)
+	r.subscribe()
+	_, err := r.c.Subscribe(t.Context(), other)
+	require.NoError(t, err)
+	quiesce()
+	return r
+}
+
 func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	t.Helper()
 	r := &rig{t: t, srv: mcpsynctest.NewServer(cfg.server), outcomes: make(chan mcpsync.Outcome, 1024), wire: newFaultWire()}
@@ -123,7 +147,7 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	for _, u := range cfg.uris {
 		r.srv.Set(u, "text/markdown", "v1")
 	}
-	inner := func(context.Context) (transport.Interface, error) { return r.srv.NewInProcessTransport(), nil }
+	inner := r.srv.Dialer()
 	if cfg.dial != nil {
 		inner = cfg.dial
 	}
@@ -260,6 +284,23 @@ func (r *rig) state(uri string) (text string, desc string) {
 		sub.State, sub.Mode, sub.ModeReason, e.Degraded, r.srv.Subscribed(uri), err)
 }
 
+// look returns uri's subscription and what Lookup serves for it, both
+// required, and a line that describes them in the current session.
+func (r *rig) look(uri string) (mcpsync.Subscription, mcpsync.Entry, string) {
+	r.t.Helper()
+	gen := r.c.Health().SessionGeneration
+	s, err := r.c.Engine().Subscription(uri)
+	require.NoError(r.t, err)
+	e, err := r.c.Lookup(uri)
+	require.NoError(r.t, err)
+	text := ""
+	if len(e.Contents) > 0 {
+		text = e.Contents[0].Text
+	}
+	return s, e, fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q",
+		uri, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(uri), text, e.Degraded)
+}
+
 // pushed counts the URIs of uris open in push mode, and describes each.
 func (r *rig) pushed(uris []string) (push int, lines []string) {
 	for _, u := range uris {
@@ -288,6 +329,75 @@ func minutes(n int) {
 		time.Sleep(time.Minute)
 		quiesce()
 	}
+}
+
+// returned is what a call made on a goroutine of its own returned.
+type returned[T any] struct {
+	val T
+	err error
+}
+
+// goCall makes call(ctx, arg) (a client's Subscribe, say) on a goroutine
+// of its own; what it returned arrives on the channel, which has room for
+// it, so a test that stops listening leaves nothing blocked.
+func goCall[A, T any](ctx context.Context, call func(context.Context, A) (T, error), arg A) <-chan returned[T] {
+	done := make(chan returned[T], 1)
+	go func() {
+		v, err := call(ctx, arg)
+		done <- returned[T]{v, err}
+	}()
+	return done
+}
+
+// cancelWhileHeld makes call(ctx, arg) with a context that ends once hold
+// has the call's request (the server has not seen it), and returns what
+// call returned and how long the request took to be held; the request
+// stays held. The call must not return before its request is held.
+func cancelWhileHeld[A, T any](t *testing.T, hold *mcpsynctest.Hold, call func(context.Context, A) (T, error), arg A) (returned[T], time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	start := time.Now()
+	done := goCall(ctx, call, arg)
+	select {
+	case <-hold.Arrived():
+	case res := <-done:
+		t.Fatalf("the call returned (%v) before its request was held", res.err)
+	}
+	took := time.Since(start)
+	cancel()
+	return <-done, took
+}
+
+// releasedIfWaiting returns what the call of done returned, releasing hold
+// first if the call still waits.
+func releasedIfWaiting[T any](done <-chan returned[T], hold *mcpsynctest.Hold) returned[T] {
+	select {
+	case res := <-done:
+		return res
+	default:
+		hold.Release()
+		return <-done
+	}
+}
+
+// requireActivated checks what a Subscribe returned: no error, and its
+// subscription activated (push or poll) and open.
+func requireActivated(t *testing.T, res returned[mcpsync.Subscription]) {
+	t.Helper()
+	require.NoError(t, res.err)
+	assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.val.Mode,
+		"Subscribe returned nil with a subscription never activated: %s session %d", res.val.State, res.val.SessionGeneration)
+	assert.True(t, openState(res.val.State), "Subscribe returned nil with a subscription not open: %s", res.val.State)
+}
+
+// numbered returns n URIs, the i-th spelled by format with i.
+func numbered(format string, n int) []string {
+	uris := make([]string, n)
+	for i := range uris {
+		uris[i] = fmt.Sprintf(format, i)
+	}
+	return uris
 }
 
 // requireToldReopen checks that a failed reopen of uri was visible when it
@@ -344,6 +454,34 @@ func (r *rig) requireHealed(uri, want string) {
 			sub.State, sub.SessionGeneration, sub.SubscriptionGeneration, c.Health().SessionGeneration,
 			served, want, entry.Degraded, lerr, c.Health().State)
 	}
+}
+
+// requireHealsAfterAChange has the server's content of uri move on to
+// "v2", gives the client six revalidation periods, and checks that uri came
+// back with it (requireHealed).
+func (r *rig) requireHealsAfterAChange(uri string) {
+	r.t.Helper()
+	r.srv.Set(uri, "text/markdown", "v2")
+	r.sixRevalidations()
+	r.requireHealed(uri, "v2")
+}
+
+// reestablish has the server end every listen stream, and waits out the
+// client's backoff before it reopens the URIs they carried.
+func (r *rig) reestablish() {
+	r.faults().EndListenStreams()
+	time.Sleep(2 * time.Second) // the client's backoff before reopening
+	quiesce()
+}
+
+// reestablishRefusingOnce is reestablish with the ledger refusing, once,
+// the write of the reopen that match picks; it checks that the reopen met
+// that refusal.
+func (r *rig) reestablishRefusingOnce(match func(key string, next *ledger.Record) bool) {
+	r.t.Helper()
+	r.ledger.failWrites(1, match)
+	r.reestablish()
+	require.Equal(r.t, 1, r.ledger.failures(), "the reopen's write was refused once")
 }
 
 // requirePushed checks that a change of faultURI on the server is read
@@ -968,6 +1106,17 @@ func (l *faultLedger) beforeWrite(match func(key string, next *ledger.Record) bo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.before, l.hook = match, hook
+}
+
+// slowWrite makes the next write match picks wait until slow is closed;
+// opening is closed once it waits.
+func (l *faultLedger) slowWrite(match func(key string, next *ledger.Record) bool) (opening, slow chan struct{}) {
+	opening, slow = make(chan struct{}), make(chan struct{})
+	l.beforeWrite(match, func() {
+		close(opening)
+		<-slow
+	})
+	return opening, slow
 }
 
 // failures counts the writes and reservations refused so far.

@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -475,9 +474,7 @@ func TestShadowListing(t *testing.T) {
 			for _, u := range []string{faultURI, offURI, "file:///docs/b.md"} {
 				srv.Set(u, "text/markdown", "v1")
 			}
-			c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-				return srv.NewInProcessTransport(), nil
-			}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
+			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25"})
 			require.NoError(t, err)
 			defer c.Close()
 			cat, err := c.Scan(t.Context(), mcpsync.KindResources)
@@ -545,11 +542,7 @@ func TestURIOutsideTheRefreshFractionIsReopenedAfterAFailedReopen(t *testing.T) 
 		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
-		r.ledger.failWrites(1, openingWrite)
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write opening the next generation was refused")
+		r.reestablishRefusingOnce(openingWrite)
 
 		r.sixRevalidations() // half an hour, the ledger healthy
 		sub, err := r.c.Engine().Subscription(faultURI)
@@ -574,11 +567,7 @@ func TestURIOutsideTheRefreshFractionIsPutBackOnAStream(t *testing.T) {
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
 		// The write beginning the reopen's close fails, once.
-		r.ledger.failWrites(1, writeTo(mcpsync.StateUnsubscribing))
-		r.faults().EndListenStreams()
-		time.Sleep(2 * time.Second) // the client's backoff before reopening
-		quiesce()
-		require.Equal(t, 1, r.ledger.failures(), "the write beginning the close was refused")
+		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
 		r.requireToldReopen(faultURI)
 
 		r.sixRevalidations() // half an hour, the ledger healthy

@@ -1,13 +1,11 @@
 package mcpsync_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,9 +28,7 @@ func TestScheduleRevalidatesEveryWatch(t *testing.T) {
 					uris[i] = fmt.Sprintf("file:///sched/%02d.txt", i)
 					srv.Set(uris[i], "text/plain", "v1")
 				}
-				c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-					return srv.NewInProcessTransport(), nil
-				}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: era, RevalidateEvery: every, Jitter: jitter, Seed: 7})
+				c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: era, RevalidateEvery: every, Jitter: jitter, Seed: 7})
 				require.NoError(t, err)
 				defer func() { require.NoError(t, c.Close()) }()
 				for _, u := range uris {
@@ -77,9 +73,7 @@ func TestSchedulePollsWithoutSubscribe(t *testing.T) {
 		const poll = 10 * time.Second
 		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{NoSubscribe: true})
 		srv.Set(faultURI, "text/plain", "v1")
-		c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-			return srv.NewInProcessTransport(), nil
-		}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", PollEvery: poll, Jitter: 0.1, RevalidateEvery: time.Hour})
+		c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: "2025-11-25", PollEvery: poll, Jitter: 0.1, RevalidateEvery: time.Hour})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, c.Close()) }()
 		sub, err := c.Subscribe(t.Context(), faultURI)

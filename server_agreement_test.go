@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // 2025-11-25. A subscribe the client gave up on (it timed out: poll mode)
@@ -32,15 +33,11 @@ func TestLateUnsubscribeNeverUndoesALaterSubscribe(t *testing.T) {
 		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 2 * time.Second}, faultURI)
 		kit := r.faults()
 		subHold := kit.HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
-		first := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(context.Background(), faultURI)
-			first <- err
-		}()
+		first := goCall(context.Background(), r.c.Subscribe, faultURI)
 		synctest.Wait()
 		require.True(t, arrived(subHold))
 		time.Sleep(3 * time.Second) // the client gives up on the subscribe: poll mode
-		require.NoError(t, <-first)
+		require.NoError(t, (<-first).err)
 		quiesce()
 
 		unsubHold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), "")
@@ -96,29 +93,46 @@ func TestFailedUnsubscribeIsRetriedOnALiveSession(t *testing.T) {
 // request meets fail.
 func lateUnsubscribe(t *testing.T, r *rig, a string, fail func(method, uri string, n int) bool) {
 	t.Helper()
+	hold := heldLateUnsubscribe(t, r, a)
+	r.wire.refuseWhen(fail)
+	hold.Release()
+	quiesce()
+}
+
+// heldLateUnsubscribe has a (2025-11-25) watched in push mode, notified by
+// the server; then an Unsubscribe of it given up while its
+// resources/unsubscribe is held before the server; then a watched again in
+// push mode. Releasing the hold it returns lets that unsubscribe reach the
+// server late.
+func heldLateUnsubscribe(t *testing.T, r *rig, a string) *mcpsynctest.Hold {
+	t.Helper()
 	sub, err := r.c.Subscribe(t.Context(), a)
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.ModePush, sub.Mode)
 	quiesce()
-	kit := r.faults()
-	hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), a)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.c.Unsubscribe(ctx, a)
-		done <- err
-	}()
-	<-hold.Arrived()
-	cancel()
-	<-done
+	require.True(t, r.srv.Subscribed(a))
+	hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), a)
+	cancelWhileHeld(t, hold, r.c.Unsubscribe, a)
 	quiesce()
 	sub, err = r.c.Subscribe(t.Context(), a)
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.ModePush, sub.Mode)
 	quiesce()
-	r.wire.refuseWhen(fail)
-	hold.Release()
-	quiesce()
+	return hold
+}
+
+// refusingSubscribesOf refuses every resources/subscribe of uri, calling
+// first (if set) as each is refused: a fault for lateUnsubscribe.
+func refusingSubscribesOf(uri string, first func()) func(method, u string, n int) bool {
+	return func(method, u string, _ int) bool {
+		if method != string(mcp.MethodResourcesSubscribe) || u != uri {
+			return false
+		}
+		if first != nil {
+			first()
+		}
+		return true
+	}
 }
 
 // 2025-11-25. The client's request subscribing x again after a late
@@ -183,24 +197,15 @@ func TestRefusedResubscribeRacingTheCallerEndsWhereTheCallerLeftIt(t *testing.T)
 					}
 					lateUnsubscribe(t, r, a, fail)
 					wg.Wait()
-					for range 10 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(10)
 					subs := r.requests(string(mcp.MethodResourcesSubscribe))
 					unsubs := r.requests(string(mcp.MethodResourcesUnsubscribe))
-					for range 10 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(10)
 					subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
 					unsubs = r.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
 					r.srv.Set(a, "text/markdown", "v2")
 					r.srv.Set(b, "text/markdown", "v2")
-					for range 7 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(7)
 					gen := r.c.Health().SessionGeneration
 					sub, err := r.c.Engine().Subscription(a)
 					require.NoError(t, err)
@@ -244,24 +249,12 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 	const a = "file:///b44/deleted/x.md"
 	synctest.Test(t, func(t *testing.T) {
 		r := buildRig(t, eras[0], rigConfig{uris: []string{a}})
-		lateUnsubscribe(t, r, a, func(method, uri string, _ int) bool {
-			if method == string(mcp.MethodResourcesSubscribe) && uri == a {
-				r.srv.Delete(a)
-				return true
-			}
-			return false
-		})
-		for range 10 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() { r.srv.Delete(a) }))
+		minutes(10)
 		sub, _ := r.c.Engine().Subscription(a)
 		t.Logf("deleted: %s %s %q", sub.State, sub.Mode, sub.ModeReason)
 		r.srv.Recreate(a, "v3")
-		for range 10 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(10)
 		sub, err := r.c.Engine().Subscription(a)
 		require.NoError(t, err)
 		e, lerr := r.c.Lookup(a)
@@ -368,14 +361,10 @@ func TestCancelledSubscribesOfOneURIDrawAPacedUnsubscribe(t *testing.T) {
 		for range cancels {
 			hold := kit.HoldNext(string(mcp.MethodResourcesSubscribe), x)
 			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() {
-				_, err := c.Subscribe(ctx, x)
-				done <- err
-			}()
+			done := goCall(ctx, c.Subscribe, x)
 			<-hold.Arrived()
 			cancel()
-			require.Error(t, <-done)
+			require.Error(t, (<-done).err)
 			hold.Release()
 			quiesce()
 		}
@@ -400,10 +389,7 @@ func TestCancelledSubscribesOfOneURIDrawAPacedUnsubscribe(t *testing.T) {
 func TestCancelledSubscribesAnsweredAtOnceAreUnsubscribed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 200
-		uris := make([]string, n)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///b43/exit/%03d.md", i)
-		}
+		uris := numbered("file:///b43/exit/%03d.md", n)
 		r := buildRig(t, eras[0], rigConfig{uris: uris})
 		kit := r.faults()
 		var wg sync.WaitGroup
@@ -426,10 +412,7 @@ func TestCancelledSubscribesAnsweredAtOnceAreUnsubscribed(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		for range 10 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(10)
 		var left []string
 		for _, u := range uris {
 			if cancelled[u] && r.srv.Subscribed(u) {
@@ -454,52 +437,16 @@ func TestRefusedResubscribeAfterALateUnsubscribePollsSayingWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x = "file:///b43/resub/x.md"
 		r := buildRig(t, eras[0], rigConfig{uris: []string{x}})
-		sub, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode)
-		quiesce()
-		require.True(t, r.srv.Subscribed(x))
-
-		kit := r.faults()
-		hold := kit.HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), x)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Unsubscribe(ctx, x)
-			done <- err
-		}()
-		<-hold.Arrived()
-		cancel()
-		t.Logf("cancelled Unsubscribe: %v", <-done)
-		quiesce()
-
-		sub, err = r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		t.Logf("Subscribe again: %s %s", sub.State, sub.Mode)
-		quiesce()
-
-		r.wire.refuseWhen(func(method, uri string, _ int) bool {
-			return method == string(mcp.MethodResourcesSubscribe) && uri == x
-		})
-		hold.Release()
-		quiesce()
+		lateUnsubscribe(t, r, x, refusingSubscribesOf(x, nil))
 		t.Logf("after the late unsubscribe: server subscribed %v", r.srv.Subscribed(x))
 
-		for range 20 {
-			time.Sleep(time.Minute)
-			quiesce()
-		}
+		minutes(20)
 		before := r.requests(string(mcp.MethodResourcesSubscribe))
 		r.srv.Set(x, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
-		sub, err = r.c.Engine().Subscription(x)
-		require.NoError(t, err)
-		e, lerr := r.c.Lookup(x)
-		require.NoError(t, lerr)
-		t.Logf("x: %s %s reason %q; server subscribed %v; serves %q degraded %q; subscribes sent %d (%d in the last minute)",
-			sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(x), e.Contents[0].Text, e.Degraded,
-			r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
+		minutes(1)
+		sub, _, desc := r.look(x)
+		t.Logf("%s; subscribes sent %d (%d in the last minute)",
+			desc, r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
 		if sub.Mode == mcpsync.ModePush {
 			require.True(t, r.srv.Subscribed(x),
 				"x is in push mode (reason %q) but the server does not notify it, 21 minutes after the re-subscribe started failing", sub.ModeReason)

@@ -52,11 +52,7 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 			seconds = append(seconds, second)
 		}
 		hold := r.faults().HoldNext("resources/read", z)
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.SubscribeAll(t.Context(), uris)
-			done <- err
-		}()
+		done := goCall(t.Context(), r.c.SubscribeAll, uris)
 		synctest.Wait()
 		<-hold.Arrived()
 		quiesce() // every Subscribe but z's is done; z's waits for its first read
@@ -76,7 +72,7 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 			require.Equal(t, mcpsync.StateClosed, sub.State, u)
 		}
 		hold.Release()
-		require.NoError(t, <-done)
+		require.NoError(t, (<-done).err)
 		quiesce()
 
 		var carried []string
@@ -100,19 +96,13 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 func TestCancelledSpellingIsUnsubscribedWithTheURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, b = "file:///b42/sp/a.md", "file:///b42/sp/%61.md"
-		r := newRig(t, eras[0], nil)
-		r.srv.Set(a, "text/markdown", "v1")
-		r.srv.Set(b, "text/markdown", "v1")
+		r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
 		hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), a)
 		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.c.Subscribe(ctx, a)
-			done <- err
-		}()
+		done := goCall(ctx, r.c.Subscribe, a)
 		<-hold.Arrived()
 		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
+		require.ErrorIs(t, (<-done).err, context.Canceled)
 		quiesce()
 
 		sub, err := r.c.Subscribe(t.Context(), b)
@@ -185,16 +175,10 @@ func TestAlternatingSpellingsUnderFailuresEndOnTheLastWatched(t *testing.T) {
 					time.Sleep(5 * time.Minute)
 					quiesce()
 					r.wire.refuseWhen(nil)
-					for range 10 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(10)
 					r.srv.Set(a, "text/markdown", "v2")
 					r.srv.Set(b, "text/markdown", "v2")
-					for range 7 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(7)
 					sub, err := r.c.Engine().Subscription(a)
 					e, lerr := r.c.Lookup(a)
 					text := ""
@@ -232,34 +216,30 @@ func TestSpellingSwappedBeforeItsPassLeavesNoOtherSpellingNotified(t *testing.T)
 	// One P: the worker the Unsubscribe wakes runs only once the caller
 	// blocks, in the Subscribe that follows.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const a, b = "file:///swap/sp/a.md", "file:///swap/sp/%61.md"
-				r := newRig(t, w, nil)
-				r.srv.Set(a, "text/markdown", "v1")
-				r.srv.Set(b, "text/markdown", "v1")
-				_, err := r.c.Subscribe(t.Context(), a)
-				require.NoError(t, err)
-				quiesce()
-				require.True(t, r.srv.Subscribed(a))
+	eachEra(t, func(t *testing.T, w wiring) {
+		const a, b = "file:///swap/sp/a.md", "file:///swap/sp/%61.md"
+		r := newRig(t, w, nil)
+		r.srv.Set(a, "text/markdown", "v1")
+		r.srv.Set(b, "text/markdown", "v1")
+		_, err := r.c.Subscribe(t.Context(), a)
+		require.NoError(t, err)
+		quiesce()
+		require.True(t, r.srv.Subscribed(a))
 
-				gone, cancel := context.WithCancel(t.Context())
-				cancel()
-				_, _ = r.c.Unsubscribe(gone, a) // its pass runs without the caller
-				sub, err := r.c.Subscribe(t.Context(), b)
-				require.NoError(t, err)
-				minutes(2)
-				t.Logf("B watched: %s %s (%q); server subscribed A %v, B %v", sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(a), r.srv.Subscribed(b))
-				assert.False(t, r.srv.Subscribed(a), "the server still notifies %s, which the caller unsubscribed", a)
-				assert.True(t, r.srv.Subscribed(b), "the server does not notify %s, the spelling the caller watches", b)
+		gone, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, _ = r.c.Unsubscribe(gone, a) // its pass runs without the caller
+		sub, err := r.c.Subscribe(t.Context(), b)
+		require.NoError(t, err)
+		minutes(2)
+		t.Logf("B watched: %s %s (%q); server subscribed A %v, B %v", sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(a), r.srv.Subscribed(b))
+		assert.False(t, r.srv.Subscribed(a), "the server still notifies %s, which the caller unsubscribed", a)
+		assert.True(t, r.srv.Subscribed(b), "the server does not notify %s, the spelling the caller watches", b)
 
-				_, err = r.c.Unsubscribe(t.Context(), b)
-				require.NoError(t, err)
-				minutes(30)
-				require.False(t, r.srv.Subscribed(b), "B")
-				require.False(t, r.srv.Subscribed(a), "half an hour after the URI's last Unsubscribe, the server still notifies %s", a)
-			})
-		})
-	}
+		_, err = r.c.Unsubscribe(t.Context(), b)
+		require.NoError(t, err)
+		minutes(30)
+		require.False(t, r.srv.Subscribed(b), "B")
+		require.False(t, r.srv.Subscribed(a), "half an hour after the URI's last Unsubscribe, the server still notifies %s", a)
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,9 +19,7 @@ import (
 
 func subscribeAllClient(t *testing.T, srv *mcpsynctest.Server, version string) *mcpsync.Client {
 	t.Helper()
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, NoResume: true})
+	c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: version, NoResume: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -144,10 +141,7 @@ func TestSubscribeAllCancelled(t *testing.T) {
 		c := subscribeAllClient(t, srv, "2026-07-28")
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		uris := make([]string, 300)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-		}
+		uris := numbered("file:///all/%03d.md", 300)
 		subs, err := c.SubscribeAll(ctx, uris)
 		require.ErrorIs(t, err, context.Canceled)
 		assert.Len(t, subs, len(uris))
@@ -184,23 +178,11 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 				// A replacement is under way (z's) and waits for its
 				// acknowledgement; the Unsubscribe of x queues behind it.
 				hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				zDone := make(chan error, 1)
-				go func() {
-					_, err := r.c.Subscribe(t.Context(), z)
-					zDone <- err
-				}()
+				zDone := goCall(t.Context(), r.c.Subscribe, z)
 				synctest.Wait()
 				<-hold.Arrived()
 
-				type result struct {
-					sub mcpsync.Subscription
-					err error
-				}
-				unsub := make(chan result, 1)
-				go func() {
-					sub, err := r.c.Unsubscribe(t.Context(), faultURI)
-					unsub <- result{sub, err}
-				}()
+				unsub := goCall(t.Context(), r.c.Unsubscribe, faultURI)
 				synctest.Wait()
 				resub := make(chan error, 1)
 				go func() {
@@ -215,19 +197,19 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 				synctest.Wait()
 				hold.Release()
 
-				require.NoError(t, <-zDone)
+				require.NoError(t, (<-zDone).err)
 				u := <-unsub
 				require.NoError(t, u.err)
 				require.NoError(t, <-resub)
 				quiesce()
 
-				assert.Equal(t, mcpsync.StateClosed, u.sub.State,
-					"the Unsubscribe that was answered left its generation %s", u.sub.State)
+				assert.Equal(t, mcpsync.StateClosed, u.val.State,
+					"the Unsubscribe that was answered left its generation %s", u.val.State)
 				sub, err := r.c.Engine().Subscription(faultURI)
 				require.NoError(t, err)
 				assert.Equal(t, mcpsync.ModePush, sub.Mode)
 				assert.True(t, r.srv.Subscribed(faultURI))
-				assert.Greater(t, sub.SubscriptionGeneration, u.sub.SubscriptionGeneration)
+				assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
 			})
 		})
 	}
@@ -247,10 +229,7 @@ func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/reconnect=%v", w.name, reconnect), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					const n = 200
-					uris := make([]string, n)
-					for i := range uris {
-						uris[i] = fmt.Sprintf("file:///b42/scale/%03d.md", i)
-					}
+					uris := numbered("file:///b42/scale/%03d.md", n)
 					r := buildRig(t, w, rigConfig{uris: uris})
 					faulty := func(method, _ string, k int) bool {
 						switch method {
@@ -301,10 +280,7 @@ func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
 					time.Sleep(10 * time.Minute)
 					quiesce()
 					r.wire.refuseWhen(nil)
-					for range 30 {
-						time.Sleep(time.Minute)
-						quiesce()
-					}
+					minutes(30)
 					defer func() {
 						if t.Failed() {
 							for u, err := range unsubErrs {

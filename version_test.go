@@ -20,6 +20,28 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
+// requireGolden checks the JSON of each value against its golden file in
+// testdata/golden, named by its key, each in a subtest of that name; with
+// -update it rewrites the files first.
+func requireGolden(t *testing.T, files map[string]any) {
+	t.Helper()
+	test := t.Name()
+	for name, v := range files {
+		t.Run(name, func(t *testing.T) {
+			got, err := json.MarshalIndent(v, "", "  ")
+			require.NoError(t, err)
+			path := filepath.Join("testdata", "golden", name)
+			if *update {
+				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run go test -run %s -update", test)
+			assert.JSONEq(t, string(want), string(got))
+		})
+	}
+}
+
 // The digest is the documented canonical form, computed here independently.
 func TestDigestCanonicalForm(t *testing.T) {
 	h := sha256.New()
@@ -178,27 +200,14 @@ func TestReceiptsGolden(t *testing.T) {
 	require.Equal(t, e.ID(), sub.Capabilities.Engine)
 	sub.Capabilities.Engine = "00000000-0000-4000-8000-000000000000"
 
-	for name, v := range map[string]any{
+	requireGolden(t, map[string]any{
 		"version_receipt.json":    accepted.Version,
 		"stale_receipt.json":      stale.Stale,
 		"subscription.json":       sub,
 		"outbox.json":             entries,
 		"close_receipt.json":      closing,
 		"revocation_receipt.json": revocation,
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := json.MarshalIndent(v, "", "  ")
-			require.NoError(t, err)
-			path := filepath.Join("testdata", "golden", name)
-			if *update {
-				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-				require.NoError(t, os.WriteFile(path, append(got, '\n'), 0o644))
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err, "run go test -run TestReceiptsGolden -update")
-			assert.JSONEq(t, string(want), string(got))
-		})
-	}
+	})
 }
 
 // Preparing a read allocates what the result keeps, the normalized keys

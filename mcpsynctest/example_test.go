@@ -7,6 +7,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -82,4 +83,26 @@ func ExampleServer_OnPage() {
 	// file:///a
 	// file:///b
 	// file:///d
+}
+
+// A Client of package mcpsync connected to the server in process.
+func ExampleServer_Dialer() {
+	srv := mcpsynctest.NewServer(nil)
+	srv.Set("file:///a", "text/plain", "v1")
+
+	ctx := context.Background()
+	c, err := mcpsync.Connect(ctx, srv.Dialer(), &mcpsync.ClientOptions{Subject: "user:alice"})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	if _, err := c.Subscribe(ctx, "file:///a"); err != nil {
+		panic(err)
+	}
+	entry, err := c.Lookup("file:///a")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(entry.Contents[0].Text)
+	// Output: v1
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 const (
@@ -283,6 +285,13 @@ func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
 // call is a separate session, so a second call is how a test reconnects.
 func (s *Server) NewInProcessTransport() *transport.InProcessTransport {
 	return transport.NewInProcessTransport(s.mcp)
+}
+
+// Dialer returns a dialer of s for mcpsync.Connect: each dial is a new
+// in-process transport (NewInProcessTransport), so the client's reconnects
+// open sessions of their own.
+func (s *Server) Dialer() mcpsync.Dialer {
+	return func(context.Context) (transport.Interface, error) { return s.NewInProcessTransport(), nil }
 }
 
 // wireRequest is the part of a raw request the kit looks at before mcp-go
