@@ -453,30 +453,26 @@ func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
 // read within the retry policy's backoff, not at the next revalidation an
 // hour later. Both eras.
 func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := owingRig(t, w)
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := owingRig(t, w)
 
-				r.ledger.failWrites(3, writeOf(faultURI, mcpsync.StateUpdateSeen))
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-				entry, err := r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, "v1", entry.Contents[0].Text)
-				assert.NotEmpty(t, entry.Degraded, "while the pulse is owed, the copy says it may be stale")
-				assert.NotEmpty(t, r.errs.list(), "the failed write is told")
+		r.ledger.failWrites(3, writeOf(faultURI, mcpsync.StateUpdateSeen))
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, "v1", entry.Contents[0].Text)
+		assert.NotEmpty(t, entry.Degraded, "while the pulse is owed, the copy says it may be stale")
+		assert.NotEmpty(t, r.errs.list(), "the failed write is told")
 
-				time.Sleep(10 * time.Second)
-				quiesce()
-				require.Equal(t, 3, r.ledger.failures(), "the pulse's write was to fail three times")
-				entry, err = r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff")
-				assert.Empty(t, entry.Degraded)
-			})
-		})
-	}
+		time.Sleep(10 * time.Second)
+		quiesce()
+		require.Equal(t, 3, r.ledger.failures(), "the pulse's write was to fail three times")
+		entry, err = r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff")
+		assert.Empty(t, entry.Degraded)
+	})
 }
 
 // owingRig is a rig on a fault ledger, subscribed to faultURI, whose client
@@ -523,29 +519,25 @@ func pulsesOf(r *rig, uri string) func(string, *ledger.Record) bool {
 // pulse owes. While the pulse is owed (its write keeps failing), Lookup says
 // the copy is degraded, whatever that earlier read brought back. Both eras.
 func TestDegradedStaysWhileAPulseIsOwedThoughAnEarlierReadAnswers(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-				r.subscribe()
-				quiesce()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
+		r.subscribe()
+		quiesce()
 
-				// v2's read is answered and held; v3 is notified meanwhile,
-				// and its pulse cannot be written.
-				h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				<-h.Arrived()
-				r.ledger.failWrites(1000, pulsesOf(r, faultURI))
-				r.srv.Set(faultURI, "text/markdown", "v3")
-				quiesce()
-				require.NotZero(t, r.ledger.failures(), "v3's pulse was to fail")
-				h.Release()
-				quiesce()
+		// v2's read is answered and held; v3 is notified meanwhile,
+		// and its pulse cannot be written.
+		h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		<-h.Arrived()
+		r.ledger.failWrites(1000, pulsesOf(r, faultURI))
+		r.srv.Set(faultURI, "text/markdown", "v3")
+		quiesce()
+		require.NotZero(t, r.ledger.failures(), "v3's pulse was to fail")
+		h.Release()
+		quiesce()
 
-				r.requireNeverSilentlyStale("v3", 3, time.Minute, "the server has v3 and its pulse is owed")
-			})
-		})
-	}
+		r.requireNeverSilentlyStale("v3", 3, time.Minute, "the server has v3 and its pulse is owed")
+	})
 }
 
 // A pulse written while a read is out earns one follow-up read when that
@@ -553,26 +545,22 @@ func TestDegradedStaysWhileAPulseIsOwedThoughAnEarlierReadAnswers(t *testing.T) 
 // moment) is not lost: the change is read within the retry policy's
 // backoff, and until then Lookup says the copy is degraded. Both eras.
 func TestFollowUpReadWhoseWriteFailsIsStillRead(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := owingRig(t, w)
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := owingRig(t, w)
 
-				h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				<-h.Arrived()
-				r.srv.Set(faultURI, "text/markdown", "v3") // pulse written: a follow-up is owed
-				quiesce()
-				r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateReadPending))
-				h.Release()
-				quiesce()
-				require.Equal(t, 1, r.ledger.failures(), "the follow-up's write was to fail once")
+		h := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		<-h.Arrived()
+		r.srv.Set(faultURI, "text/markdown", "v3") // pulse written: a follow-up is owed
+		quiesce()
+		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateReadPending))
+		h.Release()
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the follow-up's write was to fail once")
 
-				r.requireNeverSilentlyStale("v3", 10, time.Second, "the server has v3")
-				assert.Equal(t, "v3", r.served(), "the change is read within the retry's backoff")
-			})
-		})
-	}
+		r.requireNeverSilentlyStale("v3", 10, time.Second, "the server has v3")
+		assert.Equal(t, "v3", r.served(), "the change is read within the retry's backoff")
+	})
 }
 
 // A pulse owed (its write failed) is settled by any read of the key sent
@@ -621,29 +609,25 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 // the notifications that find it owed coalesce into it, and are not each
 // told again. Both eras.
 func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-				r.subscribe()
-				quiesce()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
+		r.subscribe()
+		quiesce()
 
-				r.ledger.failWrites(100000, pulsesOf(r, faultURI))
-				for i := range 300 {
-					r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i+2))
-					time.Sleep(time.Second)
-					quiesce()
-				}
-				told := 0
-				for _, err := range r.errs.list() {
-					if re, ok := errors.AsType[*mcpsync.ReadError](err); ok && re.URI == faultURI && re.Trigger == mcpsync.TriggerNotification {
-						told++
-					}
-				}
-				assert.LessOrEqual(t, told, 5, "OnError told %d times in five minutes of one owed pulse", told)
-			})
-		})
-	}
+		r.ledger.failWrites(100000, pulsesOf(r, faultURI))
+		for i := range 300 {
+			r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i+2))
+			time.Sleep(time.Second)
+			quiesce()
+		}
+		told := 0
+		for _, err := range r.errs.list() {
+			if re, ok := errors.AsType[*mcpsync.ReadError](err); ok && re.URI == faultURI && re.Trigger == mcpsync.TriggerNotification {
+				told++
+			}
+		}
+		assert.LessOrEqual(t, told, 5, "OnError told %d times in five minutes of one owed pulse", told)
+	})
 }
 
 // An owed read (a notification's pulse could not be written) is settled by
@@ -652,40 +636,36 @@ func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
 // copy still misses the change, and Lookup says so until a read brings it.
 // Both eras.
 func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := owingRig(t, w)
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := owingRig(t, w)
 
-				// The pulse of v2's notification fails once, then the write
-				// accepting the answer of the read asked for again.
-				cur, err := r.ledger.Load(t.Context(), faultURI)
-				require.NoError(t, err)
-				pulseFailed, acceptFailed := false, false
-				r.ledger.failWrites(2, func(key string, next *ledger.Record) bool {
-					switch {
-					case key != faultURI:
-						return false
-					case !pulseFailed && next.LastNotificationSeq > cur.LastNotificationSeq:
-						pulseFailed = true
-						return true
-					case pulseFailed && !acceptFailed && next.Watermark > cur.Watermark:
-						acceptFailed = true
-						return true
-					}
-					return false
-				})
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-				require.NotEmpty(t, r.errs.list(), "the failed pulse is told")
-
-				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
-				quiesce()
-				require.Equal(t, 2, r.ledger.failures(), "the pulse and the accepting write were to fail")
-				r.requireNeverSilentlyStale("v2", 10, time.Minute, "the server has v2 and no read of it was accepted")
-			})
+		// The pulse of v2's notification fails once, then the write
+		// accepting the answer of the read asked for again.
+		cur, err := r.ledger.Load(t.Context(), faultURI)
+		require.NoError(t, err)
+		pulseFailed, acceptFailed := false, false
+		r.ledger.failWrites(2, func(key string, next *ledger.Record) bool {
+			switch {
+			case key != faultURI:
+				return false
+			case !pulseFailed && next.LastNotificationSeq > cur.LastNotificationSeq:
+				pulseFailed = true
+				return true
+			case pulseFailed && !acceptFailed && next.Watermark > cur.Watermark:
+				acceptFailed = true
+				return true
+			}
+			return false
 		})
-	}
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+		require.NotEmpty(t, r.errs.list(), "the failed pulse is told")
+
+		time.Sleep(10 * time.Second) // the retry policy's backoff, and more
+		quiesce()
+		require.Equal(t, 2, r.ledger.failures(), "the pulse and the accepting write were to fail")
+		r.requireNeverSilentlyStale("v2", 10, time.Minute, "the server has v2 and no read of it was accepted")
+	})
 }
 
 // A notification's read the server does not answer (an error response) is
@@ -694,36 +674,32 @@ func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
 // change is read within the backoff, not at the revalidation an hour
 // later. Both eras.
 func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := owingRig(t, w)
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := owingRig(t, w)
 
-				// The notification's read is answered with an error; the
-				// write issuing the read that asks again fails, once.
-				cur, err := r.ledger.Load(t.Context(), faultURI)
-				require.NoError(t, err)
-				issued := 0
-				r.ledger.failWrites(1, func(key string, next *ledger.Record) bool {
-					if key != faultURI || next.LastIssued <= cur.LastIssued+uint64(issued) {
-						return false
-					}
-					issued++
-					return issued == 2
-				})
-				r.faults().FailNext(string(mcp.MethodResourcesRead), faultURI, -32603, "server busy")
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				quiesce()
-
-				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
-				quiesce()
-				require.Equal(t, 1, r.ledger.failures(), "the re-ask's write was to fail once")
-				entry, err := r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff (Degraded %q)", entry.Degraded)
-			})
+		// The notification's read is answered with an error; the
+		// write issuing the read that asks again fails, once.
+		cur, err := r.ledger.Load(t.Context(), faultURI)
+		require.NoError(t, err)
+		issued := 0
+		r.ledger.failWrites(1, func(key string, next *ledger.Record) bool {
+			if key != faultURI || next.LastIssued <= cur.LastIssued+uint64(issued) {
+				return false
+			}
+			issued++
+			return issued == 2
 		})
-	}
+		r.faults().FailNext(string(mcp.MethodResourcesRead), faultURI, -32603, "server busy")
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		quiesce()
+
+		time.Sleep(10 * time.Second) // the retry policy's backoff, and more
+		quiesce()
+		require.Equal(t, 1, r.ledger.failures(), "the re-ask's write was to fail once")
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, "v2", entry.Contents[0].Text, "the change is read within the retry's backoff (Degraded %q)", entry.Degraded)
+	})
 }
 
 // A ledger that refuses the writes accepting a URI's reads for a while
@@ -732,38 +708,34 @@ func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
 // within the hour (twelve revalidation periods), whatever the reads that
 // failed left behind (their tickets are not to fill the read cap). Both eras.
 func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-					RevalidateEvery: 5 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-				}})
-				r.subscribe()
-				quiesce()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+			RevalidateEvery: 5 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+		}})
+		r.subscribe()
+		quiesce()
 
-				cur, err := r.ledger.Load(t.Context(), faultURI)
-				require.NoError(t, err)
-				r.ledger.failWrites(20, func(key string, next *ledger.Record) bool {
-					return key == faultURI && next.Watermark > cur.Watermark
-				})
-				for i := range 20 {
-					r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i+2))
-					time.Sleep(time.Second)
-					quiesce()
-				}
-				t.Logf("%d accepting writes refused", r.ledger.failures())
-				r.ledger.failWrites(0, nil)
-
-				r.srv.Set(faultURI, "text/markdown", "healed")
-				minutes(60) // twelve revalidation periods
-				entry, err := r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				sub, _ := r.c.Engine().Subscription(faultURI)
-				require.Equal(t, "healed", entry.Contents[0].Text,
-					"the URI never reads again once the ledger is healthy (subscription %s, Degraded %q)", sub.State, entry.Degraded)
-			})
+		cur, err := r.ledger.Load(t.Context(), faultURI)
+		require.NoError(t, err)
+		r.ledger.failWrites(20, func(key string, next *ledger.Record) bool {
+			return key == faultURI && next.Watermark > cur.Watermark
 		})
-	}
+		for i := range 20 {
+			r.srv.Set(faultURI, "text/markdown", fmt.Sprintf("v%d", i+2))
+			time.Sleep(time.Second)
+			quiesce()
+		}
+		t.Logf("%d accepting writes refused", r.ledger.failures())
+		r.ledger.failWrites(0, nil)
+
+		r.srv.Set(faultURI, "text/markdown", "healed")
+		minutes(60) // twelve revalidation periods
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		sub, _ := r.c.Engine().Subscription(faultURI)
+		require.Equal(t, "healed", entry.Contents[0].Text,
+			"the URI never reads again once the ledger is healthy (subscription %s, Degraded %q)", sub.State, entry.Degraded)
+	})
 }
 
 // A notification that arrives while a revalidation read of its URI is
@@ -772,48 +744,44 @@ func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
 // with it: within the retry policy's backoff the change is read, or Lookup
 // says the copy may miss it. Both eras.
 func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.version, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-					RevalidateEvery: 10 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-				}})
-				r.subscribe()
-				quiesce()
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
+			RevalidateEvery: 10 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
+		}})
+		r.subscribe()
+		quiesce()
 
-				// The write issuing the next revalidation read fails; just
-				// before it, the server changes the resource and notifies it.
-				cur, err := r.ledger.Load(t.Context(), faultURI)
-				require.NoError(t, err)
-				revalidation := func(key string, next *ledger.Record) bool {
-					return key == faultURI && next.LastIssued > cur.LastIssued && len(next.Tickets) > 0 &&
-						next.Tickets[len(next.Tickets)-1].Trigger == mcpsync.TriggerRevalidate
-				}
-				notified := false
-				r.ledger.beforeWrite(revalidation, func() {
-					r.srv.Set(faultURI, "text/markdown", "v2")
-					synctest.Wait() // the notification is handled
-					notified = true
-				})
-				r.ledger.failWrites(1, revalidation)
-				for range 15 {
-					if notified {
-						break
-					}
-					time.Sleep(time.Minute)
-					quiesce()
-				}
-				require.True(t, notified, "no revalidation read within 15 minutes")
-				require.Equal(t, 1, r.ledger.failures(), "the revalidation read's write was to fail")
-
-				time.Sleep(10 * time.Second) // the retry policy's backoff, and more
-				quiesce()
-				entry, err := r.c.Lookup(faultURI)
-				require.NoError(t, err)
-				if text := entry.Contents[0].Text; text != "v2" && entry.Degraded == "" {
-					t.Fatalf("serves %q, the server notified v2 %v ago, without saying so", text, 10*time.Second)
-				}
-			})
+		// The write issuing the next revalidation read fails; just
+		// before it, the server changes the resource and notifies it.
+		cur, err := r.ledger.Load(t.Context(), faultURI)
+		require.NoError(t, err)
+		revalidation := func(key string, next *ledger.Record) bool {
+			return key == faultURI && next.LastIssued > cur.LastIssued && len(next.Tickets) > 0 &&
+				next.Tickets[len(next.Tickets)-1].Trigger == mcpsync.TriggerRevalidate
+		}
+		notified := false
+		r.ledger.beforeWrite(revalidation, func() {
+			r.srv.Set(faultURI, "text/markdown", "v2")
+			synctest.Wait() // the notification is handled
+			notified = true
 		})
-	}
+		r.ledger.failWrites(1, revalidation)
+		for range 15 {
+			if notified {
+				break
+			}
+			time.Sleep(time.Minute)
+			quiesce()
+		}
+		require.True(t, notified, "no revalidation read within 15 minutes")
+		require.Equal(t, 1, r.ledger.failures(), "the revalidation read's write was to fail")
+
+		time.Sleep(10 * time.Second) // the retry policy's backoff, and more
+		quiesce()
+		entry, err := r.c.Lookup(faultURI)
+		require.NoError(t, err)
+		if text := entry.Contents[0].Text; text != "v2" && entry.Degraded == "" {
+			t.Fatalf("serves %q, the server notified v2 %v ago, without saying so", text, 10*time.Second)
+		}
+	})
 }
