@@ -335,7 +335,7 @@ type watch struct {
 	// owed is a read the server's notifications asked for that the engine
 	// could not record or issue (a ledger write failed; owe): its trigger,
 	// whether the notification itself is to be recorded again (renotify),
-	// why, how many tries of the key's passes failed since (pulseAgain),
+	// why, how many tries of the key's passes failed since (askOwed),
 	// and whether the read was issued (owedAsked: nothing is asked again).
 	// A read of the key issued after it (a later generation, or an ordinal
 	// past owedOrdinal) settles it once answered. Protected by Client.mu.

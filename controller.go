@@ -296,7 +296,7 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	}
 	if owed && !lost {
 		// A lost session's is settled by the next session's first read.
-		if d := c.pulseAgain(key, w); d > 0 && (again == 0 || d < again) {
+		if d := c.askOwed(key, w); d > 0 && (again == 0 || d < again) {
 			again = d
 		}
 	}

@@ -110,7 +110,7 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledg
 				next.Tickets = slices.DeleteFunc(next.Tickets, func(t Ticket) bool { return slices.Contains(ended, t.RequestID) })
 			}
 			if len(next.Tickets) >= e.maxTickets {
-				return false, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(cur.Tickets))
+				return false, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(next.Tickets))
 			}
 			if err := path.move(next, evIssueRead); err != nil {
 				return false, err

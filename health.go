@@ -67,10 +67,10 @@ type ReconnectPolicy struct {
 }
 
 // ReadError is a read that got no answer (a transport error, a timeout),
-// or, with TriggerNotification, the read a notification asks for that could
-// not be recorded (the ledger's write failed). It is told to
-// ClientOptions.OnError; the read is tried again while its subscription is
-// open.
+// or a read that could not be recorded: one a notification, a follow-up or a
+// periodic read asks for whose write failed, or one whose answer could not
+// be written. It is told to ClientOptions.OnError; the read is tried again
+// while its subscription is open.
 type ReadError struct {
 	URI     string
 	Trigger Trigger

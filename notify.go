@@ -168,7 +168,7 @@ func (c *Client) notify(key string) error {
 	case errors.Is(err, ErrNotLeaseholder):
 		c.report(err)
 		return err
-	case pulseMoot(err) || !c.owe(key, TriggerNotification, true, err):
+	case !writeFailed(err) || !c.owe(key, TriggerNotification, true, err):
 		return err
 	}
 	return nil
@@ -179,7 +179,7 @@ func (c *Client) notify(key string) error {
 // is Degraded, saying why, until a read issued after it is answered
 // (settle); OnError hears a *ReadError when the read becomes owed, not
 // again for each notification that finds it owed; and the key's passes
-// ask for it again (pulseAgain), after the retry policy's backoff while
+// ask for it again (askOwed), after the retry policy's backoff while
 // the write still fails. renotify says the notification itself is to be
 // recorded again (Notify), not only its read (RequestRead). It reports
 // false when key is not watched: nothing is owed then.
@@ -241,18 +241,10 @@ func (c *Client) owedReasonLocked(key string) string {
 	return ""
 }
 
-// pulseMoot reports whether a read the engine refused with err is not
-// owed: key is not readable in this session (a first read, or the next
-// session's reads, cover it), not subscribed at all, or held by another
-// worker.
-func pulseMoot(err error) bool {
-	return isTransitionError(err) || errors.Is(err, ErrUnknownURI) || errors.Is(err, ErrNotLeaseholder)
-}
-
-// pulseAgain asks again for the read key owes (owe) and returns 0, or,
+// askOwed asks again for the read key owes (owe) and returns 0, or,
 // while its write still fails, when to try again: after the retry
 // policy's backoff. The read it issues settles the debt once answered.
-func (c *Client) pulseAgain(key string, w *watch) time.Duration {
+func (c *Client) askOwed(key string, w *watch) time.Duration {
 	c.mu.Lock()
 	trigger, renotify := w.owed, w.renotify
 	asked := w.owedAsked
@@ -270,7 +262,7 @@ func (c *Client) pulseAgain(key string, w *watch) time.Duration {
 	}
 	c.mu.Lock()
 	switch {
-	case err != nil && !pulseMoot(err):
+	case writeFailed(err):
 		w.owedErr = causeText(err)
 		d := c.retry.delay(w.owedTries)
 		w.owedTries++

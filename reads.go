@@ -140,7 +140,7 @@ func (c *Client) nextRead(key string) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	t, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
-	if err != nil && !pulseMoot(err) {
+	if writeFailed(err) {
 		c.owe(failed.URI, failed.Trigger, false, err) // asked again by its passes
 	}
 	return t, err == nil && ok
@@ -243,7 +243,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	switch {
 	case out.Accepted:
 		c.settle(t)
-	case err != nil && !errors.Is(err, ErrRefused) && !pulseMoot(err):
+	case writeFailed(err):
 		// The answer could not be written (the ledger failed): what it
 		// said is lost, and the key owes the read again.
 		c.owe(t.URI, t.Trigger, false, err)

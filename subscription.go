@@ -7,6 +7,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpsync/mcpsync/ledger"
@@ -459,6 +460,8 @@ type readQueue struct {
 	// stay in the record, and the URI's next issue drops them, so that
 	// failed writes never fill the read cap for good.
 	ended map[string][]uint64
+	// endedAny says ended holds something (written under mu).
+	endedAny atomic.Bool
 }
 
 // queueKey is one item of the read queue.
@@ -484,23 +487,37 @@ func (q *readQueue) init(confirmSends bool) {
 	q.confirmSends = confirmSends
 }
 
+// writeFailed reports whether err, from a step of the engine, is a write
+// the ledger failed, rather than a decision: a refusal of the fence, a
+// transition the state machine refuses, an unknown URI, a generation that
+// moved on, or a lease another worker holds. What such a write was for is
+// not done, and is owed (a read's ticket dropped later, a read asked for
+// again).
+func writeFailed(err error) bool {
+	return err != nil && !errors.Is(err, ErrRefused) && !isTransitionError(err) &&
+		!errors.Is(err, ErrUnknownURI) && !errors.Is(err, errGenerationMoved) && !errors.Is(err, ErrNotLeaseholder)
+}
+
 // endedUnwritten records that t's read ended while the write that settles
-// its ticket failed with err (a ledger failure, not a refusal).
+// its ticket failed with err.
 func (e *Engine) endedUnwritten(t Ticket, err error) {
-	if err == nil || errors.Is(err, ErrRefused) || isTransitionError(err) ||
-		errors.Is(err, ErrNotLeaseholder) || errors.Is(err, ErrUnknownURI) {
+	if !writeFailed(err) {
 		return
 	}
 	q := &e.queue
 	q.mu.Lock()
 	q.ended[t.URI] = append(q.ended[t.URI], t.RequestID)
+	q.endedAny.Store(true)
 	q.mu.Unlock()
 }
 
 // endedOf returns the request ids of key's ended reads whose tickets stay
-// in the record (endedUnwritten).
+// in the record (endedUnwritten); a read issued while none is costs no lock.
 func (e *Engine) endedOf(key string) []uint64 {
 	q := &e.queue
+	if !q.endedAny.Load() {
+		return nil
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return slices.Clone(q.ended[key])
@@ -517,6 +534,7 @@ func (e *Engine) forgetEnded(key string, ids []uint64) {
 	} else {
 		q.ended[key] = left
 	}
+	q.endedAny.Store(len(q.ended) > 0)
 }
 
 // confirm records that every queued read will be reported with Sending.
@@ -638,7 +656,7 @@ func (e *Engine) done(t Ticket) (*Ticket, error) {
 	q.mu.Unlock()
 	next, ok, err := e.issueQueued(qk, trigger, nil)
 	switch {
-	case err != nil && !isTransitionError(err) && !errors.Is(err, ErrUnknownURI) && !errors.Is(err, errGenerationMoved):
+	case writeFailed(err):
 		return nil, &ReadError{URI: qk.uri, Trigger: trigger, Err: err}
 	case !ok:
 		return nil, nil

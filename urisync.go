@@ -460,7 +460,7 @@ func (c *Client) requestRead(key string, trigger Trigger) {
 		c.dispatch(t)
 	case errors.Is(err, ErrNotLeaseholder):
 		c.report(err) // another worker holds key; its shard lets it go
-	case err != nil && (pulseMoot(err) || !c.owe(key, trigger, false, err)):
+	case err != nil && (!writeFailed(err) || !c.owe(key, trigger, false, err)):
 		c.mark(key) // its pass decides what the key needs now
 	}
 }

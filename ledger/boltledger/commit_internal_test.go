@@ -41,6 +41,22 @@ func holdCommitter(t *testing.T, l *Ledger, wg *sync.WaitGroup) (release chan st
 	return release
 }
 
+// k is the key of openWithOneRecord's record; rec(n) a record of it at
+// revision n.
+const k = "file:///a"
+
+func rec(rev uint64) *ledger.Record { return &ledger.Record{Revision: rev} }
+
+// openWithOneRecord opens a ledger that holds k at revision 1, durably.
+func openWithOneRecord(t *testing.T) *Ledger {
+	t.Helper()
+	l := openInternal(t)
+	_, ok, err := l.CompareAndSwap(context.Background(), k, 0, rec(1), nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	return l
+}
+
 // waitQueued waits, within a deadline, until n writes are queued behind the
 // group being committed.
 func waitQueued(t *testing.T, l *Ledger, n int) {
@@ -254,12 +270,9 @@ func TestTheFileIsNeverBehindItsEntries(t *testing.T) {
 // won.
 func TestAWriteOverAnEarlierDeferredRecordAFlushWroteIsStored(t *testing.T) {
 	ctx := context.Background()
-	l := openInternal(t)
-	const k = "file:///a"
-	rec := func(rev uint64) *ledger.Record { return &ledger.Record{Revision: rev} }
-	_, ok, err := l.CompareAndSwap(ctx, k, 0, rec(1), nil)
-	require.NoError(t, err)
-	require.True(t, ok)
+	l := openWithOneRecord(t)
+	var ok bool
+	var err error
 
 	block := func(running, release chan struct{}) func(*bolt.Tx) error {
 		return func(*bolt.Tx) error {
@@ -305,12 +318,9 @@ func TestAWriteOverAnEarlierDeferredRecordAFlushWroteIsStored(t *testing.T) {
 // already gone.
 func TestAWriteFromTheRecordThatSupersededADeferredOneIsStored(t *testing.T) {
 	ctx := context.Background()
-	l := openInternal(t)
-	const k = "file:///a"
-	rec := func(rev uint64) *ledger.Record { return &ledger.Record{Revision: rev} }
-	_, ok, err := l.CompareAndSwap(ctx, k, 0, rec(1), nil)
-	require.NoError(t, err)
-	require.True(t, ok)
+	l := openWithOneRecord(t)
+	var ok bool
+	var err error
 	ok, err = l.CompareAndSwapDeferred(ctx, k, 1, rec(2))
 	require.NoError(t, err)
 	require.True(t, ok)
