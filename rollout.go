@@ -5,17 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Rollout controls, in the order a rollout uses them.
 // First, shadow: a Client runs discovery, ordinals and the close fence beside
-// the caller's own read path, which keeps serving, and a Shadow reports where
-// the library would have refused or served something else (Observe,
-// ObserveListing). Then refresh for a stable fraction of subscriptions
+// the caller's own read path, which keeps serving, and an Observer of
+// package shadow reports where the library would have refused or served
+// something else. Then refresh for a stable fraction of subscriptions
 // (ClientOptions.RefreshFraction, Client.SetRefreshFraction), raised without
 // a restart. Rolling back keeps the fence: watermarks and close receipts
 // stay in the ledger (ledger.Export, ledger.NewMemoryFrom), so no old read
@@ -154,24 +152,6 @@ func (c *Client) Rollout() RolloutStatus {
 	return s
 }
 
-// ShadowVerdict compares what a caller's own read path served with what the
-// fence would serve.
-type ShadowVerdict string
-
-// Shadow verdicts.
-const (
-	// VerdictAgree: the fence would serve content with the same digest.
-	VerdictAgree ShadowVerdict = "AGREE"
-	// VerdictDiffers: the fence would serve content with another digest.
-	VerdictDiffers ShadowVerdict = "DIFFERS"
-	// VerdictWouldRefuse: the fence has no version it may serve to the
-	// subject; the report's Refusal says why.
-	VerdictWouldRefuse ShadowVerdict = "WOULD_REFUSE"
-	// VerdictNotSynced: the engine holds no subscription of the URI that is
-	// not closing or closed, so it keeps no view to compare with.
-	VerdictNotSynced ShadowVerdict = "NOT_SYNCED"
-)
-
 // LookupRefusal says why Lookup would serve nothing.
 type LookupRefusal string
 
@@ -210,185 +190,4 @@ func RefusalOf(err error) (LookupRefusal, bool) {
 		}
 	}
 	return "", false
-}
-
-// ShadowReport compares one response of a caller's read path with the fence.
-type ShadowReport struct {
-	Schema  string        `json:"schema"`
-	URI     string        `json:"uri"` // normalized
-	Subject string        `json:"subject"`
-	Verdict ShadowVerdict `json:"verdict"`
-	// Refusal is set with VerdictWouldRefuse.
-	Refusal LookupRefusal `json:"refusal,omitempty"`
-	// ServedDigest is the content digest of what the caller served; "" when
-	// that cannot be a version (Detail says why).
-	ServedDigest string `json:"servedDigest"`
-	// AcceptedDigest, ReadOrdinal and the generations are those of the
-	// version the fence would serve; zero when it would serve none.
-	AcceptedDigest         string `json:"acceptedDigest,omitempty"`
-	ReadOrdinal            uint64 `json:"readOrdinal,omitempty"`
-	SessionGeneration      uint64 `json:"sessionGeneration,omitempty"`
-	SubscriptionGeneration uint64 `json:"subscriptionGeneration,omitempty"`
-	// State and Watermark are the URI's subscription as recorded; State is
-	// "" for a URI the engine does not know.
-	State     SubscriptionState `json:"state,omitempty"`
-	Watermark uint64            `json:"watermark"`
-	Detail    string            `json:"detail,omitempty"`
-	ServedAt  time.Time         `json:"servedAt"`
-	// ObservedAt is when the fence's view was read (the engine's clock).
-	ObservedAt time.Time `json:"observedAt"`
-}
-
-// Shadow runs the library beside a caller's existing read path: the caller
-// keeps serving what it serves, and tells Observe, which reports where the
-// fence would have refused or served something else. A Client syncs the
-// engine as usual meanwhile.
-//
-// A Shadow only reads: it never changes what the caller serves and never
-// writes a version, watermark, tombstone, receipt or outbox entry (the
-// fence alone does). It is safe for concurrent use.
-type Shadow struct {
-	engine  *Engine
-	subject string
-
-	mu     sync.Mutex // protects counts
-	counts map[ShadowVerdict]uint64
-}
-
-// NewShadow returns a Shadow comparing with what e would serve to subject
-// (the subject the caller's path serves, and its Client reads as).
-func NewShadow(e *Engine, subject string) (*Shadow, error) {
-	if e == nil {
-		return nil, errors.New("mcpsync: NewShadow needs an engine")
-	}
-	if err := checkSubject(subject); err != nil {
-		return nil, err
-	}
-	return &Shadow{engine: e, subject: subject, counts: make(map[ShadowVerdict]uint64)}, nil
-}
-
-// Observe compares what the caller's read path served for uri at servedAt
-// with what the fence would serve now (Engine.Lookup for the subject), by
-// content digest (NewReadResult's, so served must carry the contents as
-// read, URIs included), and counts the verdict. The two paths read at
-// different moments, so a DIFFERS right after a change is expected; its rate
-// is what tells. Only an invalid URI or a ledger failure returns an error,
-// and that observation is not counted.
-func (s *Shadow) Observe(uri string, served []Content, servedAt time.Time) (ShadowReport, error) {
-	key, err := normalizeKey(uri)
-	if err != nil {
-		return ShadowReport{}, err
-	}
-	r := ShadowReport{Schema: SchemaShadowReport, URI: key, Subject: s.subject, ServedAt: servedAt, ObservedAt: s.engine.now()}
-	res := NewReadResult(served)
-	r.ServedDigest = res.Digest()
-	if err := res.Err(); err != nil {
-		r.Detail = "served content cannot be a version: " + err.Error()
-	}
-	sub, err := s.engine.Subscription(key)
-	switch {
-	case errors.Is(err, ErrUnknownURI):
-		r.Verdict = VerdictNotSynced
-	case err != nil:
-		return ShadowReport{}, err
-	default:
-		r.State, r.Watermark = sub.State, sub.Watermark
-		if sub.SubscriptionGeneration == 0 || sub.CloseEpoch != 0 {
-			r.Verdict = VerdictNotSynced // discovered only, or closing or closed
-		}
-	}
-	if r.Verdict == "" {
-		entry, err := s.engine.Lookup(s.subject, key)
-		if err != nil {
-			refusal, ok := RefusalOf(err)
-			if !ok {
-				return ShadowReport{}, err
-			}
-			r.Refusal = refusal
-			r.Verdict = VerdictWouldRefuse
-		} else {
-			v := entry.Version
-			r.AcceptedDigest, r.ReadOrdinal = v.Digest, v.ReadOrdinal
-			r.SessionGeneration, r.SubscriptionGeneration = v.SessionGeneration, v.SubscriptionGeneration
-			r.State = entry.State
-			r.Verdict = VerdictDiffers
-			if r.ServedDigest == v.Digest {
-				r.Verdict = VerdictAgree
-			}
-		}
-	}
-	s.mu.Lock()
-	s.counts[r.Verdict]++
-	s.mu.Unlock()
-	return r, nil
-}
-
-// Counts returns how many observations got each verdict.
-func (s *Shadow) Counts() map[ShadowVerdict]uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[ShadowVerdict]uint64, len(s.counts))
-	for k, v := range s.counts {
-		out[k] = v
-	}
-	return out
-}
-
-// ListingShadowReport compares a listing the caller's own path produced
-// with the library's discovery scan (Client.Scan) of the same kind.
-type ListingShadowReport struct {
-	Schema string   `json:"schema"`
-	Kind   ListKind `json:"kind"`
-	// Verdict is AGREE or DIFFERS by the sets of keys (Descriptor.Key), or
-	// WOULD_REFUSE when the scan produced no trustworthy set (UNRECONCILED).
-	Verdict       ShadowVerdict `json:"verdict"`
-	CatalogStatus CatalogStatus `json:"catalogStatus"`
-	// CompletenessRefusal says why a task that needs a complete
-	// enumeration would refuse the catalog now (Catalog.Proven); "" when
-	// it would accept it.
-	CompletenessRefusal CatalogRefusalReason `json:"completenessRefusal,omitempty"`
-	// Missing are keys the caller listed and the catalog does not; Extra
-	// are keys the catalog lists and the caller did not. Both sorted.
-	Missing    []string  `json:"missing"`
-	Extra      []string  `json:"extra"`
-	ObservedAt time.Time `json:"observedAt"`
-}
-
-// ObserveListing compares the items the caller's path listed with cat, at
-// now, in the engine's current session. It reads only, and is not counted
-// in Counts, which covers Observe.
-func (s *Shadow) ObserveListing(cat Catalog, served []Descriptor, now time.Time) ListingShadowReport {
-	r := ListingShadowReport{
-		Schema: SchemaListingShadowReport, Kind: cat.Kind, CatalogStatus: cat.Status,
-		Missing: []string{}, Extra: []string{}, ObservedAt: now,
-	}
-	var ce *CatalogError
-	if err := cat.refusal(now, s.engine.SessionGeneration(), s.engine.id, true); errors.As(err, &ce) {
-		r.CompletenessRefusal = ce.Reason
-	}
-	if cat.Status == CatalogUnreconciled {
-		r.Verdict = VerdictWouldRefuse
-		return r
-	}
-	listed := make(map[string]bool, len(served))
-	for _, d := range served {
-		d.Kind = cat.Kind
-		listed[d.Key()] = true
-	}
-	for key := range listed {
-		if !cat.lists(key) {
-			r.Missing = append(r.Missing, key)
-		}
-	}
-	for _, d := range cat.Descriptors {
-		if !listed[d.Key()] {
-			r.Extra = append(r.Extra, d.Key())
-		}
-	}
-	slices.Sort(r.Missing)
-	r.Verdict = VerdictAgree
-	if len(r.Missing)+len(r.Extra) > 0 {
-		r.Verdict = VerdictDiffers
-	}
-	return r
 }

@@ -25,7 +25,5 @@ const (
 	SchemaCatalog       = "resourceCatalog.v1"
 
 	// Rolling out.
-	SchemaRolloutStatus       = "rolloutStatus.v1"
-	SchemaShadowReport        = "shadowReport.v1"
-	SchemaListingShadowReport = "listingShadowReport.v1"
+	SchemaRolloutStatus = "rolloutStatus.v1"
 )
