@@ -3,7 +3,6 @@ package mcpsync
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -150,44 +149,4 @@ func (c *Client) Rollout() RolloutStatus {
 	}
 	c.rollout.mu.Unlock()
 	return s
-}
-
-// LookupRefusal says why Lookup would serve nothing.
-type LookupRefusal string
-
-// Lookup refusals, one per error of Engine.Lookup.
-const (
-	LookupNoVersion        LookupRefusal = "NO_VERSION"
-	LookupRevoked          LookupRefusal = "REVOKED"
-	LookupForbidden        LookupRefusal = "FORBIDDEN"
-	LookupQuarantined      LookupRefusal = "QUARANTINED"
-	LookupTombstonePending LookupRefusal = "TOMBSTONE_PENDING"
-	LookupTombstoned       LookupRefusal = "TOMBSTONED"
-	LookupStale            LookupRefusal = "STALE"
-	LookupUnknownURI       LookupRefusal = "UNKNOWN_URI"
-	LookupInvalidURI       LookupRefusal = "INVALID_URI"
-	LookupInvalidSubject   LookupRefusal = "INVALID_SUBJECT"
-)
-
-var lookupRefusals = []struct {
-	err    error
-	reason LookupRefusal
-}{
-	{ErrNoVersion, LookupNoVersion}, {ErrRevoked, LookupRevoked}, {ErrForbidden, LookupForbidden},
-	{ErrQuarantined, LookupQuarantined}, {ErrTombstonePending, LookupTombstonePending},
-	{ErrTombstoned, LookupTombstoned}, {ErrStale, LookupStale}, {ErrUnknownURI, LookupUnknownURI},
-	{ErrInvalidURI, LookupInvalidURI}, {ErrInvalidSubject, LookupInvalidSubject},
-}
-
-// RefusalOf names the refusal an error of Lookup stands for, so a caller
-// can switch on one value (and log it) instead of on a chain of errors.Is.
-// It reports false for any other error: a ledger that failed, a closed
-// client.
-func RefusalOf(err error) (LookupRefusal, bool) {
-	for _, l := range lookupRefusals {
-		if errors.Is(err, l.err) {
-			return l.reason, true
-		}
-	}
-	return "", false
 }
