@@ -153,11 +153,6 @@ type RevocationReceipt struct {
 	Elsewhere []string `json:"elsewhere,omitempty"`
 }
 
-// MaxSubjectBytes bounds a subject (of a read, a lookup, a revocation, an
-// artifact): every ledger can then store it, index it and revoke it (a
-// PostgreSQL index entry holds about 2.7 kB, a bbolt key 32 KiB).
-const MaxSubjectBytes = 1024
-
 // checkSubject refuses a subject no version may be read for or served to:
 // one checkStored refuses; one longer than MaxSubjectBytes, which some
 // ledger could not key a revocation by; and one holding NUL, a control

@@ -34,10 +34,10 @@ func TestResourceNotFoundByCode(t *testing.T) {
 		code   int
 		absent bool
 	}{
-		{"resources/read", mcpsync.CodeResourceNotFound, true},
-		{"resources/read", mcpsync.CodeInvalidParams, true},
+		{"resources/read", mcp.RESOURCE_NOT_FOUND, true},
+		{"resources/read", mcp.INVALID_PARAMS, true},
 		{"resources/read", -32603, false},
-		{"resources/list", mcpsync.CodeInvalidParams, false}, // an invalid cursor, not a missing resource
+		{"resources/list", mcp.INVALID_PARAMS, false}, // an invalid cursor, not a missing resource
 	}
 	for _, tc := range cases {
 		err := &mcpsync.RPCError{Method: tc.method, Code: tc.code, Message: "Resource not found"}

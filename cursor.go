@@ -51,7 +51,7 @@ func (s *scanner) walkPages(ctx context.Context, era Era, pages pageFunc) iter.S
 				// the cursor is no longer valid (pagination, every
 				// revision since 2024-11-05). On the first page there is
 				// no cursor to blame.
-				if rpc, ok := errors.AsType[*RPCError](err); ok && rpc.Code == CodeInvalidParams && cursor != nil {
+				if rpc, ok := errors.AsType[*RPCError](err); ok && rpc.Code == codeInvalidParams && cursor != nil {
 					fault = FaultInvalidCursor
 				}
 				yield(walkedPage{}, &passError{Fault: fault, Page: index, CursorDigest: digest, Err: err})

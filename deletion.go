@@ -25,7 +25,7 @@ import (
 //     not found. This is what every server without the extension can give.
 //
 // The corroboration is a small state machine kept in the ledger record
-// (Record.Corroboration), so it survives a restart: Catalog.ReconcileWith
+// (Record.Corroboration), so it survives a restart: Catalog.Reconcile
 // records the scan and asks for the second read; the fence confirms the
 // tombstone when that read says not found. Anything else on the way (the
 // URI listed, a pulse, a read that finds content, a read that fails or is
@@ -43,7 +43,7 @@ import (
 //
 // The absence is kept in the ledger record (Record.Unlisted), so that it
 // survives a restart and a new subscription generation. A scan that lists
-// the URI ends it, and so does a scan that failed (Catalog.ReconcileWith
+// the URI ends it, and so does a scan that failed (Catalog.Reconcile
 // with an UNRECONCILED catalog, or a failed Client.Scan): a server whose
 // listing fails never deletes anything. Once it confirmed a tombstone, a
 // read that finds content does not bring the URI back, since the server
@@ -117,7 +117,7 @@ type TombstoneReceipt struct {
 // again. For an open subscription the scan asks for a reconcile read, whose
 // not-found takes the fenced path. Other states are left alone.
 //
-// corroborate does not check the scan: Catalog.ReconcileWith (under a
+// corroborate does not check the scan: Catalog.Reconcile (under a
 // DeletionPolicy that allows it) hands it only the passes of a fresh
 // SNAPSHOT_UNPROVEN catalog of the current session.
 func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (Ticket, bool, error) {
@@ -193,20 +193,6 @@ func unlistedEvidence(u *Unlisting) DeletionEvidence {
 // unlistedStands reports whether r's deletion was confirmed by its absence
 // from the listing, which no read can undo.
 func unlistedStands(r *ledger.Record) bool { return r.Unlisted != nil && r.Unlisted.Tombstoned }
-
-// ReconcileOption tweaks one Catalog.ReconcileWith.
-type ReconcileOption func(*reconcileOptions)
-
-type reconcileOptions struct {
-	unlistedFor time.Duration
-}
-
-// UnlistedFor sets how long clean scans must have missed a URI before
-// DeletionUnlisted confirms its deletion; 0 means two of the catalog's
-// review intervals (ScannerOptions.ReviewAfter).
-func UnlistedFor(d time.Duration) ReconcileOption {
-	return func(o *reconcileOptions) { o.unlistedFor = d }
-}
 
 // unlistedScan returns the passes of a fresh clean catalog (SNAPSHOT_PROVEN,
 // or SNAPSHOT_UNPROVEN from two passes) as a scan that did not list what it

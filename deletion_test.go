@@ -431,7 +431,7 @@ func (r *unlistedRig) answer(t mcpsync.Ticket) mcpsync.Outcome {
 func (r *unlistedRig) scan() (mcpsync.Catalog, mcpsync.Reconciliation, error) {
 	r.t.Helper()
 	c, scanErr := r.list()
-	rec, err := r.reconcile(c)
+	rec, err := r.reconcile(c, 0)
 	if r.fail {
 		require.ErrorIs(r.t, scanErr, mcpsync.ErrScanUnreconciled)
 		require.ErrorIs(r.t, err, mcpsync.ErrSnapshotUnproven)
@@ -454,9 +454,9 @@ func (r *unlistedRig) list() (mcpsync.Catalog, error) {
 
 // reconcile reconciles c under the rig's policy and answers every read it
 // sends.
-func (r *unlistedRig) reconcile(c mcpsync.Catalog, opts ...mcpsync.ReconcileOption) (mcpsync.Reconciliation, error) {
+func (r *unlistedRig) reconcile(c mcpsync.Catalog, unlistedFor time.Duration) (mcpsync.Reconciliation, error) {
 	r.t.Helper()
-	rec, err := c.ReconcileWith(r.e, r.policy, opts...)
+	rec, err := c.Reconcile(r.e, &mcpsync.ReconcileOptions{Deletion: r.policy, UnlistedFor: unlistedFor})
 	for _, tk := range rec.Tickets {
 		r.answer(tk)
 	}
@@ -484,7 +484,7 @@ func (r *unlistedRig) reconcileAnOlderCatalogAfter(between func()) (mcpsync.Cata
 	before, err := r.list()
 	require.NoError(r.t, err)
 	between()
-	_, err = r.reconcile(before)
+	_, err = r.reconcile(before, 0)
 	require.NoError(r.t, err)
 	_, rec, err := r.scan()
 	require.NoError(r.t, err)
@@ -569,7 +569,7 @@ func TestUnlistedForSetsTheSpan(t *testing.T) {
 	reconcile := func() mcpsync.Reconciliation {
 		c, err := r.list()
 		require.NoError(t, err)
-		rec, err := r.reconcile(c, mcpsync.UnlistedFor(3*unlistedReview))
+		rec, err := r.reconcile(c, 3*unlistedReview)
 		require.NoError(t, err)
 		return rec
 	}
@@ -802,4 +802,16 @@ func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
 	})
 	assert.Empty(t, rec.Tombstoned, "deleted one interval after the listing of %v had it", listedAt)
 	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+}
+
+// A span of absence cannot be negative: Catalog.Reconcile refuses one, as
+// ClientOptions does, and records nothing.
+func TestReconcileRefusesANegativeUnlistedFor(t *testing.T) {
+	r := newUnlistedRig(t, mcpsync.DeletionUnlisted, nil)
+	c, err := r.list()
+	require.NoError(t, err)
+	rec, err := c.Reconcile(r.e, &mcpsync.ReconcileOptions{Deletion: mcpsync.DeletionUnlisted, UnlistedFor: -time.Second})
+	require.ErrorContains(t, err, "negative UnlistedFor")
+	require.Empty(t, rec.Tickets)
+	require.Empty(t, rec.Unlisted)
 }

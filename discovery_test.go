@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -127,7 +128,7 @@ func (s *scriptedList) page(_ context.Context, cursor *string) (mcpsync.Page, er
 	}
 	p, ok := s.pages[key]
 	if !ok {
-		return mcpsync.Page{}, &mcpsync.RPCError{Method: "resources/list", Code: mcpsync.CodeInvalidParams, Message: "unknown cursor"}
+		return mcpsync.Page{}, &mcpsync.RPCError{Method: "resources/list", Code: mcp.INVALID_PARAMS, Message: "unknown cursor"}
 	}
 	return p, nil
 }
@@ -442,7 +443,7 @@ func TestTwoIdenticalPassesAreOnlyUnproven(t *testing.T) {
 }
 
 func TestInvalidCursorRestartsScan(t *testing.T) {
-	invalid := &mcpsync.RPCError{Method: "resources/list", Code: mcpsync.CodeInvalidParams, Message: "invalid cursor"}
+	invalid := &mcpsync.RPCError{Method: "resources/list", Code: mcp.INVALID_PARAMS, Message: "invalid cursor"}
 	all := []string{"file:///a", "file:///b", "file:///c"}
 
 	t.Run("restart from the first page, nothing truncated", func(t *testing.T) {
@@ -480,7 +481,7 @@ func TestInvalidCursorRestartsScan(t *testing.T) {
 		requireUnreconciled(t, c, err, invalid)
 		rpc, ok := errors.AsType[*mcpsync.RPCError](err)
 		require.True(t, ok)
-		assert.Equal(t, mcpsync.CodeInvalidParams, rpc.Code)
+		assert.Equal(t, mcp.INVALID_PARAMS, rpc.Code)
 		assert.Len(t, c.Scans, 3)
 		assert.Equal(t, 3, l.firsts)
 	})
@@ -697,7 +698,7 @@ func TestScanAttemptsExhausted(t *testing.T) {
 // Backoff waits run on timers; in a synctest bubble they take no real time,
 // and the virtual clock shows exactly the waits the scanner chose.
 func TestScanBackoffInVirtualTime(t *testing.T) {
-	invalid := &mcpsync.RPCError{Method: "resources/list", Code: mcpsync.CodeInvalidParams, Message: "invalid cursor"}
+	invalid := &mcpsync.RPCError{Method: "resources/list", Code: mcp.INVALID_PARAMS, Message: "invalid cursor"}
 	refuse := func(l *fakeListing) {
 		l.onCall = func(n int, l *fakeListing) error {
 			if l.received[n] != nil {
@@ -1046,7 +1047,7 @@ func TestCatalogReconcile(t *testing.T) {
 			}
 			clock.t = clock.t.Add(tc.age)
 
-			rec, err := c.ReconcileWith(e, tc.policy)
+			rec, err := c.Reconcile(e, &mcpsync.ReconcileOptions{Deletion: tc.policy})
 			state := func(uri string) mcpsync.SubscriptionState {
 				sub, err := e.Subscription(uri)
 				require.NoError(t, err)
@@ -1087,7 +1088,7 @@ func TestCatalogReconcile(t *testing.T) {
 		caps.SessionGeneration = e.SessionGeneration()
 		c, err := runScan(t, newTestScanner(t, nil), mcpsync.KindTools, mcpsync.EraLegacy, caps, l.page, nil)
 		require.NoError(t, err)
-		_, err = c.Reconcile(e)
+		_, err = c.Reconcile(e, nil)
 		require.Error(t, err)
 	})
 }
@@ -1112,7 +1113,7 @@ func TestScanReceiptGolden(t *testing.T) {
 	l.snapshot = func(int) string { return "snap-forged" }
 	l.onCall = func(n int, l *fakeListing) error {
 		if n == 1 {
-			return &mcpsync.RPCError{Method: "resources/list", Code: mcpsync.CodeInvalidParams, Message: "invalid cursor"}
+			return &mcpsync.RPCError{Method: "resources/list", Code: mcp.INVALID_PARAMS, Message: "invalid cursor"}
 		}
 		return nil
 	}
@@ -1163,7 +1164,7 @@ func TestCatalogOfAnotherEngineIsRefused(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, mcpsync.CatalogReasonOtherEngine, ce.Reason)
 	assert.ErrorIs(t, err, mcpsync.ErrSnapshotUnproven)
-	_, err = c.Reconcile(engines[1])
+	_, err = c.Reconcile(engines[1], nil)
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, mcpsync.CatalogReasonOtherEngine, ce.Reason)
 }

@@ -35,7 +35,7 @@ type EngineOptions struct {
 	// stored and outside every lock. It must not block for long.
 	OnTransition func(Transition)
 	// ConfirmSends promises that the caller reports every queued read
-	// (from Notify, RequestRead, ApplyListing, Catalog.ReconcileWith or a
+	// (from Notify, RequestRead, ApplyListing, Catalog.Reconcile or a
 	// follow-up) with Sending right before it goes out. Pulses that arrive
 	// before then are covered by that read, so duplicate notifications cost
 	// no follow-up. A Client turns it on for the engine it drives; a caller
@@ -65,7 +65,7 @@ type EngineOptions struct {
 //     EngineOptions.ConfirmSends); its answer through FinishRead, which
 //     returns the follow-up read due, or AcceptResourceVersion; no answer
 //     through Fail, which returns the read due, or AbandonRead;
-//   - list evidence: Catalog.ReconcileWith, or, URI by URI, ApplyListing;
+//   - list evidence: Catalog.Reconcile, or, URI by URI, ApplyListing;
 //     Discover records a URI a scan found.
 //
 // What the copy serves, whoever drives it: Lookup, Entries, Subscription,

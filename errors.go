@@ -324,15 +324,16 @@ func (e *TransitionError) text() string {
 // Is makes every TransitionError match ErrIllegalTransition.
 func (e *TransitionError) Is(target error) bool { return target == ErrIllegalTransition }
 
-// JSON-RPC error codes the library branches on.
+// JSON-RPC error codes the library branches on (mcp-go's mcp.INVALID_PARAMS
+// and mcp.RESOURCE_NOT_FOUND).
 const (
-	// CodeInvalidParams is JSON-RPC's invalid params: an invalid cursor on
+	// codeInvalidParams is JSON-RPC's invalid params: an invalid cursor on
 	// list methods, and resource-not-found on resources/read from protocol
 	// 2026-07-28 on.
-	CodeInvalidParams = -32602
-	// CodeResourceNotFound is MCP's resource-not-found before 2026-07-28;
+	codeInvalidParams = -32602
+	// codeResourceNotFound is MCP's resource-not-found before 2026-07-28;
 	// later clients still accept it.
-	CodeResourceNotFound = -32002
+	codeResourceNotFound = -32002
 )
 
 // RPCError is a JSON-RPC error the server answered a request with, its code,
@@ -389,9 +390,9 @@ var codeNames = map[int]string{
 	-32700:               "parse error",
 	-32600:               "invalid request",
 	-32601:               "method not found",
-	CodeInvalidParams:    "invalid params",
+	codeInvalidParams:    "invalid params",
 	-32603:               "internal error",
-	CodeResourceNotFound: "resource not found",
+	codeResourceNotFound: "resource not found",
 }
 
 // ResourceNotFound reports whether the error answers resources/read with
@@ -404,7 +405,7 @@ var codeNames = map[int]string{
 // confirm the deletion, so a server that meant "invalid params" loses
 // nothing. The decision is by code alone, never by message text.
 func (e *RPCError) ResourceNotFound() bool {
-	return e.Method == "resources/read" && (e.Code == CodeResourceNotFound || e.Code == CodeInvalidParams)
+	return e.Method == "resources/read" && (e.Code == codeResourceNotFound || e.Code == codeInvalidParams)
 }
 
 // OutboxGapError names the entries a consumer lost to the outbox's

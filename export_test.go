@@ -24,7 +24,7 @@ func (s *scanner) WithMaxPages(n int) *scanner {
 	return s
 }
 
-// Corroborate is corroborate: Catalog.ReconcileWith's step for one
+// Corroborate is corroborate: Catalog.Reconcile's step for one
 // TOMBSTONE_PENDING URI an unproven catalog does not list.
 func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, error) {
 	return e.corroborate(rawURI, scan)

@@ -45,7 +45,7 @@ type Limits struct {
 	MaxNotificationsPerSecond int
 }
 
-// Default limits.
+// The limits' defaults, and the one bound no option changes.
 const (
 	DefaultMaxReadBytes              = 16 << 20
 	DefaultMaxReadItems              = 10_000
@@ -55,6 +55,11 @@ const (
 	DefaultMaxMessageBytes           = 32 << 20
 	DefaultMaxDepth                  = 128
 	DefaultMaxNotificationsPerSecond = 10_000
+
+	// MaxSubjectBytes bounds a subject (of a read, a lookup, a revocation,
+	// an artifact): every ledger can then store it, index it and revoke it
+	// (a PostgreSQL index entry holds about 2.7 kB, a bbolt key 32 KiB).
+	MaxSubjectBytes = 1024
 )
 
 // withDefaults returns l with defaults for zero fields, or an error for a

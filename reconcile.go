@@ -9,13 +9,18 @@ import (
 	"github.com/mcpsync/mcpsync/ledger"
 )
 
-// Reconcile is ReconcileWith under DeletionDefault: an unproven catalog
-// corroborates deletions where its session cannot prove them.
-func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
-	return c.ReconcileWith(e, DeletionDefault)
+// ReconcileOptions tunes one Catalog.Reconcile; nil means the defaults.
+type ReconcileOptions struct {
+	// Deletion is the deletion policy; DeletionDefault (the zero value)
+	// corroborates deletions where the catalog's session cannot prove them.
+	Deletion DeletionPolicy
+	// UnlistedFor is how long clean scans must have missed a URI before
+	// DeletionUnlisted confirms its deletion; 0 means two of the catalog's
+	// review intervals (ScannerOptions.ReviewAfter).
+	UnlistedFor time.Duration
 }
 
-// ReconcileWith hands the catalog's verdicts to the engine for every URI in
+// Reconcile hands the catalog's verdicts to the engine for every URI in
 // TOMBSTONE_PENDING or RECONCILIATION_REQUIRED (Engine.ApplyListing), for
 // every open subscription, and for every URI whose deletion is being
 // corroborated, and returns the reads to send.
@@ -27,7 +32,7 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // deletions downstream; it is a claim that the enumeration is complete,
 // which only a proven, fresh catalog can make (the same rule as Complete).
 // A fresh SNAPSHOT_UNPROVEN catalog that does not list a TOMBSTONE_PENDING
-// URI starts a corroboration instead, where policy allows
+// URI starts a corroboration instead, where the deletion policy allows
 // (deletion.go): the second read it sends confirms the deletion if
 // it says not found again. Otherwise absent URIs are Deferred, and also
 // TooOld when their newest not-found came after the scan began (a scan
@@ -42,20 +47,24 @@ func (c Catalog) Reconcile(e *Engine) (Reconciliation, error) {
 // confirms the deletion of one missing for UnlistedFor (deletion.go); a URI
 // it lists ends its absence, and an UNRECONCILED catalog (a scan that
 // failed) ends every absence still counting, under any policy.
-func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...ReconcileOption) (Reconciliation, error) {
+func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, error) {
 	var out Reconciliation
+	var o ReconcileOptions
+	if opts != nil {
+		o = *opts
+	}
+	policy := o.Deletion
 	if c.Kind != KindResources {
 		return out, fmt.Errorf("mcpsync: a %s catalog cannot reconcile resources", c.Kind)
 	}
 	if !policy.valid() {
 		return out, fmt.Errorf("mcpsync: unknown deletion policy %q", policy)
 	}
-	var o reconcileOptions
-	for _, opt := range opts {
-		opt(&o)
+	if o.UnlistedFor < 0 {
+		return out, fmt.Errorf("mcpsync: negative UnlistedFor %v", o.UnlistedFor)
 	}
-	if o.unlistedFor == 0 {
-		o.unlistedFor = 2 * c.NextReviewAt.Sub(c.MeasuredAt)
+	if o.UnlistedFor == 0 {
+		o.UnlistedFor = 2 * c.NextReviewAt.Sub(c.MeasuredAt)
 	}
 	gen := e.SessionGeneration()
 	if err := c.refusal(e.now(), gen, e.id, false); err != nil {
@@ -101,7 +110,7 @@ func (c Catalog) ReconcileWith(e *Engine, policy DeletionPolicy, opts ...Reconci
 		case present && v.unlisted:
 			err = e.relisted(key)
 		case !present && countsAbsence && (v.state.Open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
-			rc, err = e.unlisted(key, absent, o.unlistedFor)
+			rc, err = e.unlisted(key, absent, o.UnlistedFor)
 			if rc != nil {
 				out.Tombstoned = append(out.Tombstoned, key)
 				out.Receipts = append(out.Receipts, *rc)

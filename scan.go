@@ -152,10 +152,10 @@ func pageFromRaw(kind ListKind, raw json.RawMessage) (listPage, error) {
 }
 
 // Reconcile hands a resources catalog's verdicts to the engine under the
-// client's deletion policy (Catalog.ReconcileWith) and sends the reads it
+// client's deletion policy (Catalog.Reconcile) and sends the reads it
 // asks for.
 func (c *Client) Reconcile(cat Catalog) (Reconciliation, error) {
-	rec, err := cat.ReconcileWith(c.engine, c.opts.Deletion, UnlistedFor(c.opts.UnlistedFor))
+	rec, err := cat.Reconcile(c.engine, &ReconcileOptions{Deletion: c.opts.Deletion, UnlistedFor: c.opts.UnlistedFor})
 	for _, t := range rec.Tickets {
 		c.dispatch(t)
 	}

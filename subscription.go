@@ -421,7 +421,7 @@ func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 // outbox entry with proven evidence), but only when the evidence began after
 // the not-found it confirms (ErrEvidenceTooOld otherwise: the resource may
 // have been created again in between). Absent is a claim of proof: only a
-// fresh SNAPSHOT_PROVEN catalog may make it (Catalog.ReconcileWith); evidence
+// fresh SNAPSHOT_PROVEN catalog may make it (Catalog.Reconcile); evidence
 // short of proof corroborates there. For an open subscription, absent asks
 // for a reconcile read, whose not-found will take the fenced path; present
 // needs nothing but ends a corroboration under way. Closed or closing
