@@ -324,6 +324,10 @@ func (e *Engine) sessionGeneration() uint64 {
 	return 0
 }
 
+// Now reads the engine's clock (EngineOptions.Now), the one its receipts,
+// versions and staleness bounds are stamped with.
+func (e *Engine) Now() time.Time { return e.now() }
+
 // SessionGeneration returns the current session generation (0 before the
 // first BeginSession).
 func (e *Engine) SessionGeneration() uint64 { return e.sessionGeneration() }

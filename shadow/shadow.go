@@ -69,8 +69,8 @@ type Report struct {
 	Watermark uint64                    `json:"watermark"`
 	Detail    string                    `json:"detail,omitempty"`
 	ServedAt  time.Time                 `json:"servedAt"`
-	// ObservedAt is when the fence's view was read, by the Observer's
-	// clock (Clock).
+	// ObservedAt is when the fence's view was read (the engine's clock,
+	// Engine.Now).
 	ObservedAt time.Time `json:"observedAt"`
 }
 
@@ -81,44 +81,22 @@ type Report struct {
 type Observer struct {
 	engine  *mcpsync.Engine
 	subject string
-	now     func() time.Time // write-once, in New
 
 	mu     sync.Mutex // protects counts
 	counts map[Verdict]uint64
 }
 
-// Option tunes an Observer.
-type Option func(*options)
-
-type options struct {
-	now func() time.Time
-}
-
-// Clock sets the clock of Report.ObservedAt; the default is time.Now, the
-// engine's default. Pass the engine's EngineOptions.Now when it has one of
-// its own, so the reports and the engine's receipts share one clock.
-func Clock(now func() time.Time) Option {
-	return func(o *options) { o.now = now }
-}
-
 // New returns an Observer comparing with what e would serve to subject
 // (the subject the caller's path serves, and its Client reads as). It
 // refuses, with mcpsync.ErrInvalidSubject, a subject Engine.Lookup would.
-func New(e *mcpsync.Engine, subject string, opts ...Option) (*Observer, error) {
+func New(e *mcpsync.Engine, subject string) (*Observer, error) {
 	if e == nil {
 		return nil, errors.New("shadow: New needs an engine")
 	}
 	if err := checkSubject(subject); err != nil {
 		return nil, err
 	}
-	o := options{now: time.Now}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.now == nil {
-		o.now = time.Now
-	}
-	return &Observer{engine: e, subject: subject, now: o.now, counts: make(map[Verdict]uint64)}, nil
+	return &Observer{engine: e, subject: subject, counts: make(map[Verdict]uint64)}, nil
 }
 
 // checkSubject refuses a subject no version may be served to, by the rule
@@ -152,7 +130,7 @@ func (o *Observer) Observe(uri string, served []mcpsync.Content, servedAt time.T
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Schema: SchemaReport, URI: key, Subject: o.subject, ServedAt: servedAt, ObservedAt: o.now()}
+	r := Report{Schema: SchemaReport, URI: key, Subject: o.subject, ServedAt: servedAt, ObservedAt: o.engine.Now()}
 	res := mcpsync.NewReadResult(served)
 	r.ServedDigest = res.Digest()
 	if err := res.Err(); err != nil {

@@ -31,7 +31,7 @@ const (
 	bob      = "user:bob"
 )
 
-// observedAt is the time of the engines' clock and of the observers'.
+// observedAt is the time of the engines' clock, which the observers read.
 var observedAt = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
 func clock() time.Time { return observedAt }
@@ -94,7 +94,7 @@ func readNotFound(t testing.TB, e *mcpsync.Engine) {
 // newObserver returns an Observer of e for subject on the engines' clock.
 func newObserver(t testing.TB, e *mcpsync.Engine, subject string) *shadow.Observer {
 	t.Helper()
-	o, err := shadow.New(e, subject, shadow.Clock(clock))
+	o, err := shadow.New(e, subject)
 	require.NoError(t, err)
 	return o
 }
