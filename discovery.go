@@ -491,7 +491,7 @@ func (c Catalog) Proven(now time.Time, sessionGen uint64) ([]Descriptor, error) 
 	return slices.Clone(c.Descriptors), nil
 }
 
-// ProvenIn is Complete for e's current session, at e's clock: it also
+// ProvenIn is Proven for e's current session, at e's clock: it also
 // refuses, with CatalogReasonOtherEngine, a catalog listed in a session of
 // another engine.
 func (c Catalog) ProvenIn(e *Engine) ([]Descriptor, error) {
