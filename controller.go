@@ -303,6 +303,10 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	return again, nil
 }
 
+// openChunk is how many first subscriptions subscribeAll writes at once
+// when each URI is subscribed by a request of its own.
+const openChunk = 256
+
 // subscribeAll is SubscribeAll with the error of each URI apart: every
 // URI's intent is set and its key marked at once, then each is waited for.
 // From 2026-07-28 on, the URIs not watched yet are put on the listen
@@ -328,6 +332,10 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	}
 	all := make([]asked, len(uris))
 	var fresh []string // spellings no Subscribe kept yet; read under c.mu
+	// Every key asked, once, with the spelling its watch has: what its pass
+	// would open.
+	var keys, raws []string
+	opening := make(map[string]bool, len(uris))
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -354,16 +362,35 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		if !w.kept {
 			fresh = append(fresh, w.raw)
 		}
+		if !opening[key] {
+			opening[key] = true
+			keys, raws = append(keys, key), append(raws, w.raw)
+		}
 	}
 	c.mu.Unlock()
+	// The first subscriptions of the keys the ledger has never seen are
+	// written together before any request for them leaves, as each must be
+	// durable by then: one at a time in the passes, each would wait for a
+	// commit of its own, shared with as many as the passes run at once.
 	if conn.era == EraModern && conn.caps.Subscribe && conn.deaf == "" {
+		// One stream carries every URI: all are written first.
+		c.engine.openFirst(keys, raws, c.opts.Subject)
 		for _, raw := range fresh {
 			conn.setWanted(raw, true)
 		}
-	}
-	for _, a := range all {
-		if a.key != "" {
-			c.mark(a.key)
+		for _, key := range keys {
+			c.mark(key)
+		}
+	} else {
+		// A request each: the passes of one chunk start while the next
+		// is written.
+		for len(keys) > 0 {
+			n := min(openChunk, len(keys))
+			c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject)
+			for _, key := range keys[:n] {
+				c.mark(key)
+			}
+			keys, raws = keys[n:], raws[n:]
 		}
 	}
 	for i, a := range all {

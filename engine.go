@@ -85,8 +85,10 @@ type Engine struct {
 	// mem is ledger when it is the memory ledger, whose writes the fence
 	// makes in place (change); nil for every other ledger.
 	mem memStore
-	// deferring is ledger when it can defer writes (ledger.Deferring).
+	// deferring is ledger when it can defer writes (ledger.Deferring),
+	// batching when it takes many in one call (ledger.Batching).
 	deferring    ledger.Deferring
+	batching     ledger.Batching
 	guard        ContentGuard
 	now          func() time.Time
 	onTransition func(Transition)
@@ -171,6 +173,7 @@ func NewEngine(opts *EngineOptions) (*Engine, error) {
 	}
 	e.mem, _ = inplace.Get[ledger.Record, ledger.OutboxEntry, ledger.StoredVersion](o.Ledger)
 	e.deferring, _ = o.Ledger.(ledger.Deferring)
+	e.batching, _ = o.Ledger.(ledger.Batching)
 	e.queue.init(o.ConfirmSends)
 	var auditMu *sync.Mutex
 	if e.mem != nil {

@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -292,5 +295,133 @@ func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// batchLedger is the memory ledger taking many writes in one call
+// (ledger.Batching), as a durable ledger with group commit does. It keeps
+// the keys of each call, and those whose first record a CompareAndSwap of
+// its own wrote.
+type batchLedger struct {
+	ledger.Ledger
+	mu      sync.Mutex // protects batches and alone
+	batches [][]string
+	alone   []string
+}
+
+func (l *batchLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
+	if prev == 0 {
+		l.mu.Lock()
+		l.alone = append(l.alone, key)
+		l.mu.Unlock()
+	}
+	return l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
+}
+
+func (l *batchLedger) CompareAndSwapAll(ctx context.Context, swaps []ledger.Swap) []ledger.SwapResult {
+	keys := make([]string, len(swaps))
+	results := make([]ledger.SwapResult, len(swaps))
+	for i, s := range swaps {
+		keys[i] = s.Key
+		r := &results[i]
+		r.FirstSeq, r.OK, r.Err = l.Ledger.CompareAndSwap(ctx, s.Key, s.Prev, s.Next, s.Entries)
+	}
+	l.mu.Lock()
+	l.batches = append(l.batches, keys)
+	l.mu.Unlock()
+	return results
+}
+
+// senders wraps each transport of dial so that sent is told of every
+// subscribe request (resources/subscribe, subscriptions/listen) before it
+// leaves, with the URIs it names.
+func senders(dial mcpsync.Dialer, sent func(uris []string)) mcpsync.Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
+		t, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &sender{Interface: t, sent: sent}, nil
+	}
+}
+
+type sender struct {
+	transport.Interface
+	sent func(uris []string)
+}
+
+func (s *sender) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	switch req.Method {
+	case string(mcp.MethodResourcesSubscribe):
+		s.sent([]string{requestURI(req.Params)})
+	case string(mcp.MethodSubscriptionsListen):
+		s.sent(listenURIs(req.Params))
+	}
+	return s.Interface.SendRequest(ctx, req)
+}
+
+// On a ledger that takes many writes in one call, SubscribeAll writes the
+// first subscriptions of the URIs the ledger has never seen in a few
+// calls of many each, each before the request that subscribes any of its
+// URIs leaves (each must be durable by then), instead of one at a time in
+// their passes; URIs it knows already are left to their passes.
+func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testing.T) {
+	for _, era := range eras {
+		t.Run(era.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(nil)
+				uris := make([]string, 300)
+				for i := range uris {
+					uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
+					srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
+				}
+				l := &batchLedger{Ledger: ledger.NewMemory(nil)}
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+				require.NoError(t, err)
+				var early []string // URIs asked for before their record was written
+				var mu sync.Mutex
+				dial := senders(srv.Dialer(), func(asked []string) {
+					for _, uri := range asked {
+						if r, err := l.Load(context.Background(), uri); err != nil || r == nil || r.Sub == nil {
+							mu.Lock()
+							early = append(early, uri)
+							mu.Unlock()
+						}
+					}
+				})
+				c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: era.version, NoResume: true})
+				require.NoError(t, err)
+				defer func() { require.NoError(t, c.Close()) }()
+
+				_, err = c.Subscribe(t.Context(), uris[0])
+				require.NoError(t, err)
+				subs, err := c.SubscribeAll(t.Context(), uris)
+				require.NoError(t, err)
+				for i, sub := range subs {
+					assert.Equal(t, mcpsync.ModePush, sub.Mode, uris[i])
+					entry, err := c.Lookup(uris[i])
+					require.NoError(t, err)
+					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
+				}
+				_, err = c.SubscribeAll(t.Context(), uris)
+				require.NoError(t, err)
+
+				mu.Lock()
+				defer mu.Unlock()
+				assert.Empty(t, early, "subscribed before their first subscription was written")
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				assert.Empty(t, l.alone, "first records written one at a time")
+				require.NotEmpty(t, l.batches)
+				assert.Equal(t, []string{uris[0]}, l.batches[0], "the Subscribe's")
+				// SubscribeAll's: every URI but the one known, in order; none
+				// for the URIs all known. A listen stream carries every URI,
+				// so all are written before it leaves.
+				assert.Equal(t, uris[1:], slices.Concat(l.batches[1:]...))
+				if era.version == "2026-07-28" {
+					assert.Len(t, l.batches, 2)
+				}
+			})
+		})
 	}
 }

@@ -178,53 +178,8 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 	// Deferred when a crash that lost it would leave a generation a
 	// restart resumes for the same subject, server and spelling.
 	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
-		path.reset(cur)
-		var gen uint64
-		next := &ledger.Record{Revision: 1}
-		if cur != nil {
-			next = clone(cur)
-			if cur.Sub != nil {
-				gen = cur.Sub.Generation
-				if cur.Sub.SessionGeneration == s.gen {
-					switch {
-					case cur.State == StateUnsubscribing:
-						return nil, nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
-					case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
-						if cur.Sub.Subject != subject {
-							return nil, nil, fmt.Errorf("%w: %s is subscribed for another subject", ErrForbidden, key)
-						}
-						return nil, nil, nil // already subscribed
-					}
-				}
-			}
-		}
-		// A new generation: its own state machine, its own fence. The version
-		// consumers see (Current) and the recorded artifacts carry over.
-		raw := rawURI
-		if raw == key {
-			raw = ""
-		}
-		next.Sub = &ledger.SubscriptionInfo{
-			URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
-			SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: &s.info.Capabilities,
-			Generation: gen + 1, StartedAt: e.now(),
-			// A reopened copy keeps its bound until this generation publishes one.
-			StalenessBound: boundInForce(cur),
-		}
-		next.State = StateDiscovered
-		next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
-		next.Corroboration = nil
-		if cur != nil && cur.CloseEpoch != 0 {
-			// Subscribed anew after an unsubscribe: a deletion confirmed
-			// by the listing alone is no longer taken for granted.
-			next.Unlisted = nil
-		}
-		openFence(next)
-		path.gen = gen + 1
-		if err := path.move(next, evSubscribe); err != nil {
-			return nil, nil, err
-		}
-		return next, nil, nil
+		next, err := e.opening(key, rawURI, subject, s, cur, &path)
+		return next, nil, err
 	})
 	if err != nil {
 		return Subscription{}, err
@@ -234,6 +189,98 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 		return subscriptionOf(key, next), err
 	}
 	return subscriptionOf(key, next), nil
+}
+
+// opening returns the record of key's next subscription generation, for
+// subject in session s, spelled rawURI, over cur, the record as stored
+// (nil for none), with its transitions in path; nil when cur's generation
+// is open in s for subject already (Subscribe is idempotent).
+func (e *Engine) opening(key, rawURI, subject string, s *session, cur *ledger.Record, path *transitions) (*ledger.Record, error) {
+	path.reset(cur)
+	var gen uint64
+	next := &ledger.Record{Revision: 1}
+	if cur != nil {
+		next = clone(cur)
+		if cur.Sub != nil {
+			gen = cur.Sub.Generation
+			if cur.Sub.SessionGeneration == s.gen {
+				switch {
+				case cur.State == StateUnsubscribing:
+					return nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
+				case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
+					if cur.Sub.Subject != subject {
+						return nil, fmt.Errorf("%w: %s is subscribed for another subject", ErrForbidden, key)
+					}
+					return nil, nil // already subscribed
+				}
+			}
+		}
+	}
+	// A new generation: its own state machine, its own fence. The version
+	// consumers see (Current) and the recorded artifacts carry over.
+	raw := rawURI
+	if raw == key {
+		raw = ""
+	}
+	next.Sub = &ledger.SubscriptionInfo{
+		URI: key, RawURI: raw, Subject: subject, Server: s.info.Capabilities.Server,
+		SessionGeneration: s.gen, SessionID: s.info.SessionID, Capabilities: &s.info.Capabilities,
+		Generation: gen + 1, StartedAt: e.now(),
+		// A reopened copy keeps its bound until this generation publishes one.
+		StalenessBound: boundInForce(cur),
+	}
+	next.State = StateDiscovered
+	next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
+	next.Corroboration = nil
+	if cur != nil && cur.CloseEpoch != 0 {
+		// Subscribed anew after an unsubscribe: a deletion confirmed
+		// by the listing alone is no longer taken for granted.
+		next.Unlisted = nil
+	}
+	openFence(next)
+	path.gen = gen + 1
+	if err := path.move(next, evSubscribe); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// openFirst opens, as Subscribe would, the first subscription generation
+// for subject of each of keys the ledger holds no record of (raws[i]
+// spells keys[i]), on a ledger that takes many writes in one call
+// (ledger.Batching): a first subscription is durable before its request
+// leaves, and these share commits, as many as the ledger puts in one,
+// where Subscribe's made one URI at a time would each wait for one. Every
+// other key, every key on another ledger, and any write that fails here
+// are left to Subscribe, which makes them when the URI is opened.
+func (e *Engine) openFirst(keys, raws []string, subject string) {
+	s := e.session.Load()
+	if e.batching == nil || !s.live || checkSubject(subject) != nil {
+		return
+	}
+	ctx := context.Background()
+	swaps := make([]ledger.Swap, 0, len(keys))
+	paths := make([]transitions, 0, len(keys))
+	for i, key := range keys {
+		if cur, err := e.ledger.Load(ctx, key); err != nil || cur != nil {
+			continue
+		}
+		var path transitions
+		next, err := e.opening(key, raws[i], subject, s, nil, &path)
+		if err != nil || next == nil {
+			continue
+		}
+		swaps = append(swaps, ledger.Swap{Key: key, Next: next})
+		paths = append(paths, path)
+	}
+	if len(swaps) == 0 {
+		return
+	}
+	for i, r := range e.batching.CompareAndSwapAll(ctx, swaps) {
+		if r.OK {
+			e.emit(swaps[i].Key, &paths[i])
+		}
+	}
 }
 
 // Activate records the server's confirmation of a subscription

@@ -240,6 +240,38 @@ type Deferring interface {
 	CompareAndSwapDeferred(ctx context.Context, key string, prev uint64, next *Record) (ok bool, err error)
 }
 
+// Batching is implemented by ledgers that commit writes made at once
+// together (group commit) and can be handed many of them in one call, so
+// that writes one caller decides together share commits without a
+// goroutine each. The engine hands it the first subscriptions a
+// Client.SubscribeAll opens, which must be durable before their requests
+// leave.
+type Batching interface {
+	// CompareAndSwapAll makes each of swaps as CompareAndSwap would, at
+	// once: each is decided on its own (results[i] is swaps[i]'s: refused
+	// when its revision moved, failed alone when its write fails), and
+	// they may share commits. A key appears at most once in swaps (a
+	// second is refused with an error). It returns once every one was
+	// decided: each that returned OK is durable.
+	CompareAndSwapAll(ctx context.Context, swaps []Swap) (results []SwapResult)
+}
+
+// Swap is one write of CompareAndSwapAll: the arguments of a
+// CompareAndSwap.
+type Swap struct {
+	Key     string
+	Prev    uint64
+	Next    *Record
+	Entries []OutboxEntry
+}
+
+// SwapResult is what CompareAndSwap returns, for one Swap.
+type SwapResult struct {
+	FirstSeq uint64
+	OK       bool
+	Err      error
+}
+
 // Reserve returns the counter's value after reserving n values beyond last,
 // or ErrCounterExhausted when that would pass the top of the counter (a
 // wrap would hand out every value again). Ledgers implement Next with it.

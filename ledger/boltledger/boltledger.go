@@ -45,6 +45,7 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,8 +169,10 @@ type Ledger struct {
 }
 
 var (
-	_ ledger.Ledger = (*Ledger)(nil)
-	_ ledger.Index  = (*Ledger)(nil)
+	_ ledger.Ledger    = (*Ledger)(nil)
+	_ ledger.Index     = (*Ledger)(nil)
+	_ ledger.Deferring = (*Ledger)(nil)
+	_ ledger.Batching  = (*Ledger)(nil)
 )
 
 // Open opens (creating if needed) the ledger file at path. A file of an
@@ -474,101 +477,192 @@ func revisionOf(r *ledger.Record) uint64 {
 // CompareAndSwap implements ledger.Ledger: the revision check, the record,
 // its outbox entries and their numbering are one transaction.
 func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
-	if next == nil || next.Revision != prev+1 {
-		return 0, false, fmt.Errorf("boltledger: %s: revision must go from %d to %d", key, prev, prev+1)
-	}
-	val, err := encodeRecord(next)
+	w, err := l.newSwap(ledger.Swap{Key: key, Prev: prev, Next: next, Entries: entries})
 	if err != nil {
 		return 0, false, err
 	}
-	// Encoded here, not in the committer's transaction: only their
-	// numbers are written there.
-	vals := make([][]byte, len(entries))
-	for i, e := range entries {
-		if vals[i], err = encodeEntry(e); err != nil {
-			return 0, false, err
-		}
-	}
-	var first uint64
-	var ok bool
-	var stored *ledger.Record // what beat the caller's record, if it was stale
-	// Made from a deferred record, the write replaces it: the file holds
-	// the record it was deferred over, or one of the deferred records
-	// between (a flush wrote it), each an earlier state of the record the
-	// write was made from. Made from an older one, it is stale. Made from
-	// a newer one, the deferred record is one a commit superseded, visible
-	// in the file before the committer forgets it (committed): it decides
-	// nothing, and the file must hold prev itself.
-	over := prev
-	d := l.beginWrite(key)
-	switch {
-	case d == nil || d.rec.Revision < prev:
-	case d.rec.Revision > prev:
-		l.endWrite(key, d.rec)
+	if !l.beginSwap(w) {
 		return 0, false, nil
-	default:
-		over = d.base
 	}
-	err = l.update(ctx, func(tx *bolt.Tx) error {
-		first, ok, stored = 0, false, nil
-		records := tx.Bucket(bucketRecords)
-		if v := records.Get([]byte(key)); u64(v) < over || u64(v) > prev {
-			if v != nil {
-				if r, err := decodeRecord(v); err == nil {
-					stored = r
-				}
+	r := l.endSwap(w, l.update(ctx, w.run))
+	if r.FirstSeq != 0 {
+		l.wake()
+	}
+	return r.FirstSeq, r.OK, r.Err
+}
+
+// CompareAndSwapAll implements ledger.Batching: every swap is queued for
+// the committer at once, so they share its next group (up to maxGroup
+// writes a transaction), each with its own result.
+func (l *Ledger) CompareAndSwapAll(ctx context.Context, swaps []ledger.Swap) []ledger.SwapResult {
+	results := make([]ledger.SwapResult, len(swaps))
+	ws := make([]*swapWrite, 0, len(swaps))
+	seen := make(map[string]bool, len(swaps))
+	for i, s := range swaps {
+		if seen[s.Key] {
+			results[i].Err = fmt.Errorf("boltledger: %s: written twice in one batch", s.Key)
+			continue
+		}
+		seen[s.Key] = true
+		w, err := l.newSwap(s)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		if l.beginSwap(w) {
+			w.at = i
+			ws = append(ws, w)
+		}
+	}
+	// In key order, which the result does not depend on: bbolt splits a
+	// node only at commit, so new keys put out of order into one
+	// transaction go into the middle of a node that keeps growing (see
+	// Restore).
+	slices.SortFunc(ws, func(a, b *swapWrite) int { return strings.Compare(a.key, b.key) })
+	fns := make([]func(*bolt.Tx) error, len(ws))
+	for i, w := range ws {
+		fns[i] = w.run
+	}
+	appended := false
+	for i, err := range l.updateAll(ctx, fns) {
+		w := ws[i]
+		results[w.at] = l.endSwap(w, err)
+		appended = appended || results[w.at].FirstSeq != 0
+	}
+	if appended {
+		l.wake()
+	}
+	return results
+}
+
+// swapWrite is one compare-and-swap under way: the record and entries it
+// stores, encoded before it is queued (only the entries' numbers are
+// written in the committer's transaction), and what it found.
+type swapWrite struct {
+	l       *Ledger
+	at      int // its index in the batch
+	key     string
+	prev    uint64
+	next    *ledger.Record
+	val     []byte
+	entries [][]byte
+	// d is the key's deferred record as the write began, and over the
+	// lowest revision the file may hold for the write to be stored
+	// (beginSwap).
+	d    *deferredRecord
+	over uint64
+
+	// Set afresh by each run of the write (run).
+	first  uint64
+	ok     bool
+	stored *ledger.Record // what beat the caller's record, if it was stale
+}
+
+// newSwap checks and encodes s.
+func (l *Ledger) newSwap(s ledger.Swap) (*swapWrite, error) {
+	if s.Next == nil || s.Next.Revision != s.Prev+1 {
+		return nil, fmt.Errorf("boltledger: %s: revision must go from %d to %d", s.Key, s.Prev, s.Prev+1)
+	}
+	val, err := encodeRecord(s.Next)
+	if err != nil {
+		return nil, err
+	}
+	vals := make([][]byte, len(s.Entries))
+	for i, e := range s.Entries {
+		if vals[i], err = encodeEntry(e); err != nil {
+			return nil, err
+		}
+	}
+	return &swapWrite{l: l, key: s.Key, prev: s.Prev, next: s.Next, val: val, entries: vals, over: s.Prev}, nil
+}
+
+// beginSwap counts w as a write of its key under way and reports whether
+// it is to be queued: not when the key's deferred record is newer than
+// the record w was made from, which refuses it at once.
+//
+// Made from a deferred record, the write replaces it: the file holds
+// the record it was deferred over, or one of the deferred records
+// between (a flush wrote it), each an earlier state of the record the
+// write was made from. Made from an older one, it is stale. Made from
+// a newer one, the deferred record is one a commit superseded, visible
+// in the file before the committer forgets it (committed): it decides
+// nothing, and the file must hold prev itself.
+func (l *Ledger) beginSwap(w *swapWrite) bool {
+	d := l.beginWrite(w.key)
+	switch {
+	case d == nil || d.rec.Revision < w.prev:
+	case d.rec.Revision > w.prev:
+		l.endWrite(w.key, d.rec)
+		return false
+	default:
+		w.d, w.over = d, d.base
+	}
+	return true
+}
+
+// run is w in the committer's transaction.
+func (w *swapWrite) run(tx *bolt.Tx) error {
+	l := w.l
+	w.first, w.ok, w.stored = 0, false, nil
+	records := tx.Bucket(bucketRecords)
+	if v := records.Get([]byte(w.key)); u64(v) < w.over || u64(v) > w.prev {
+		if v != nil {
+			if r, err := decodeRecord(v); err == nil {
+				w.stored = r
 			}
-			return nil
 		}
-		if err := records.Put([]byte(key), val); err != nil {
+		return nil
+	}
+	if err := records.Put([]byte(w.key), w.val); err != nil {
+		return err
+	}
+	if err := index(tx, []byte(w.key), w.next); err != nil {
+		return err
+	}
+	w.ok = true
+	if w.d != nil {
+		l.supersede(w.d)
+	}
+	l.cacheMu.Lock()
+	l.committing[w.key] = w.next
+	l.cacheMu.Unlock()
+	if len(w.entries) == 0 {
+		return nil
+	}
+	out := appendTo(tx)
+	last := out.Sequence()
+	if _, err := ledger.Reserve(ledger.CounterOutbox, last, uint64(len(w.entries))); err != nil {
+		return err // the transaction, and the record with it, is rolled back
+	}
+	w.first = last + 1
+	for _, b := range w.entries {
+		last++
+		numberEntry(b, last)
+		if err := out.Put(key64(last), b); err != nil {
 			return err
 		}
-		if err := index(tx, []byte(key), next); err != nil {
-			return err
-		}
-		ok = true
-		if d != nil {
-			l.supersede(d)
-		}
-		l.cacheMu.Lock()
-		l.committing[key] = next
-		l.cacheMu.Unlock()
-		if len(entries) == 0 {
-			return nil
-		}
-		out := tx.Bucket(bucketOutbox)
-		last := out.Sequence()
-		if _, err := ledger.Reserve(ledger.CounterOutbox, last, uint64(len(entries))); err != nil {
-			return err // the transaction, and the record with it, is rolled back
-		}
-		first = last + 1
-		for _, b := range vals {
-			last++
-			numberEntry(b, last)
-			if err := out.Put(key64(last), b); err != nil {
-				return err
-			}
-		}
-		if err := out.SetSequence(last); err != nil {
-			return err
-		}
-		return l.trim(tx)
-	})
+	}
+	if err := out.SetSequence(last); err != nil {
+		return err
+	}
+	return l.trim(tx)
+}
+
+// endSwap ends w, which committed or failed with err, and returns its
+// result.
+func (l *Ledger) endSwap(w *swapWrite, err error) ledger.SwapResult {
 	switch {
 	case err != nil:
-		l.failedWrite(key)
-		return 0, false, fmt.Errorf("boltledger: store %s: %w", key, err)
-	case ok:
-		l.endWrite(key, next)
+		l.failedWrite(w.key)
+		return ledger.SwapResult{Err: fmt.Errorf("boltledger: store %s: %w", w.key, err)}
+	case w.ok:
+		l.endWrite(w.key, w.next)
 	default:
 		// The caller's record is stale, perhaps from the cache: cache what
 		// is stored, so its retry starts from there.
-		l.endWrite(key, stored)
+		l.endWrite(w.key, w.stored)
 	}
-	if first != 0 {
-		l.wake()
-	}
-	return first, ok, nil
+	return ledger.SwapResult{FirstSeq: w.first, OK: w.ok}
 }
 
 // CompareAndSwapDeferred implements ledger.Deferring: when key's
@@ -607,6 +701,15 @@ func (l *Ledger) CompareAndSwapDeferred(ctx context.Context, key string, prev ui
 	}
 	_, ok, err := l.CompareAndSwap(ctx, key, prev, next, nil)
 	return ok, err
+}
+
+// appendTo returns tx's outbox to append entries to. Its keys only ever
+// grow, so a page it splits is filled whole, where bbolt's default would
+// leave each half empty for good and write twice the pages.
+func appendTo(tx *bolt.Tx) *bolt.Bucket {
+	out := tx.Bucket(bucketOutbox)
+	out.FillPercent = 1
+	return out
 }
 
 // wake wakes every WaitOutbox sleeping on the outbox, after a commit.
@@ -1039,7 +1142,7 @@ func (l *Ledger) Restore(ctx context.Context, snap ledger.Snapshot) error {
 			if err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketOutbox).Put(key64(e.Seq), b); err != nil {
+			if err := appendTo(tx).Put(key64(e.Seq), b); err != nil {
 				return err
 			}
 		}

@@ -2,11 +2,13 @@ package boltledger_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
 	"github.com/mcpsync/mcpsync"
@@ -113,3 +115,36 @@ func TestEngineRestartsOnTheFile(t *testing.T) {
 // The suite starts goroutines (waiters, concurrent writers): none outlives
 // the tests.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The outbox is only ever appended to, so the pages it splits are filled
+// whole: a backlog of entries appended a few at a time, commit after
+// commit, takes about as many pages as its bytes need, not twice as many.
+func TestTheOutboxFillsThePagesItSplits(t *testing.T) {
+	l := openWith(t, nil).(*boltledger.Ledger)
+	for round := range 50 {
+		swaps := make([]ledger.Swap, 20)
+		for i := range swaps {
+			key := fmt.Sprintf("file:///docs/fill/%02d-%02d.md", round, i)
+			swaps[i] = ledger.Swap{
+				Key: key, Next: &ledger.Record{Revision: 1, State: ledger.StateActive},
+				Entries: []ledger.OutboxEntry{{Schema: ledger.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated, Subject: "user:alice"}},
+			}
+		}
+		for _, r := range l.CompareAndSwapAll(ctx, swaps) {
+			require.NoError(t, r.Err)
+			require.True(t, r.OK)
+		}
+	}
+	path := l.Path()
+	require.NoError(t, l.Close())
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		st := tx.Bucket([]byte("outbox")).Stats()
+		require.Equal(t, 1000, st.KeyN)
+		assert.Greater(t, float64(st.LeafInuse)/float64(st.LeafAlloc), 0.85,
+			"%d bytes of entries in %d pages of %d", st.LeafInuse, st.LeafPageN, st.LeafAlloc/st.LeafPageN)
+		return nil
+	}))
+}

@@ -88,21 +88,50 @@ func (l *Ledger) startCommitter() {
 // the caller acts on them (the cache, wake-ups) only once update returned.
 // Once update was called, the write is carried out whatever ctx does.
 func (l *Ledger) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	w := &write{fn: fn, done: make(chan struct{})}
+	if err := l.enqueue(ctx, w); err != nil {
+		return err
+	}
+	<-w.done
+	return w.err
+}
+
+// updateAll is update of each of fns, queued at once, so that they share
+// a group (up to maxGroup writes a transaction), each with its own result:
+// errs[i] is fns[i]'s.
+func (l *Ledger) updateAll(ctx context.Context, fns []func(*bolt.Tx) error) (errs []error) {
+	errs = make([]error, len(fns))
+	ws := make([]*write, len(fns))
+	for i, fn := range fns {
+		ws[i] = &write{fn: fn, done: make(chan struct{})}
+	}
+	if err := l.enqueue(ctx, ws...); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i, w := range ws {
+		<-w.done
+		errs[i] = w.err
+	}
+	return errs
+}
+
+// enqueue hands ws to the committer, in order.
+func (l *Ledger) enqueue(ctx context.Context, ws ...*write) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
-	w := &write{fn: fn, done: make(chan struct{})}
 	c := &l.commits
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.stopping {
-		c.mu.Unlock()
 		return ledger.ErrLedgerClosed
 	}
-	c.queue = append(c.queue, w)
+	c.queue = append(c.queue, ws...)
 	c.wake.Signal()
-	c.mu.Unlock()
-	<-w.done
-	return w.err
+	return nil
 }
 
 // flush commits the deferred writes, if there are any; read paths that

@@ -150,6 +150,41 @@ func TestSubscribingManyURIsSharesCommits(t *testing.T) {
 	assert.Equal(t, before+subscribed+2, boltledger.Commits(l), "activations and tickets: none but the request ids' two")
 }
 
+// Writes handed over in one call share one commit (CompareAndSwapAll):
+// three hundred first records, as SubscribeAll opens them, in one
+// transaction. A write bbolt refuses among them (an empty key) fails alone,
+// and the others commit without it.
+func TestABatchOfWritesSharesOneCommit(t *testing.T) {
+	l := openWith(t, nil).(*boltledger.Ledger)
+	swaps := make([]ledger.Swap, 300)
+	for i := range swaps {
+		key := fmt.Sprintf("file:///docs/batch/%03d.md", i)
+		swaps[i] = ledger.Swap{Key: key, Next: &ledger.Record{Revision: 1, State: ledger.StateSubscribing}}
+	}
+	swaps[100].Key = ""
+	before := boltledger.Commits(l)
+	results := l.CompareAndSwapAll(ctx, swaps)
+	assert.Equal(t, before+1, boltledger.Commits(l), "one commit")
+	for i, r := range results {
+		if i == 100 {
+			assert.Error(t, r.Err, "a key bbolt refuses")
+			assert.False(t, r.OK)
+			continue
+		}
+		require.NoError(t, r.Err, swaps[i].Key)
+		require.True(t, r.OK, swaps[i].Key)
+	}
+	l = reopen(t, l).(*boltledger.Ledger)
+	for i, s := range swaps {
+		if i == 100 {
+			continue
+		}
+		got, err := l.Load(ctx, s.Key)
+		require.NoError(t, err)
+		require.NotNil(t, got, "%s is on disk", s.Key)
+	}
+}
+
 // A write that fails in a group fails alone: its error (here a counter that
 // would wrap) rolls back the writes grouped with it, which the committer
 // runs again without it. Every other writer's outcome, its outbox number and

@@ -35,7 +35,8 @@ type Reopener func(t *testing.T, l ledger.Ledger) ledger.Ledger
 // implements ledger.Index, that its index answers what a walk of
 // every record does after any sequence of an engine's writes, and, for one
 // that implements ledger.Deferring, that deferred writes are seen
-// by every later call.
+// by every later call, and, for one that implements ledger.Batching, that
+// each write of a batch is decided on its own.
 func Run(t *testing.T, open Opener) {
 	RunDurable(t, open, nil)
 }
@@ -57,6 +58,7 @@ func RunDurable(t *testing.T, open Opener, reopen Reopener) {
 	t.Run("ExportNeverTears", func(t *testing.T) { testExportNeverTears(t, open) })
 	t.Run("Index", func(t *testing.T) { testIndex(t, open, reopen) })
 	t.Run("Deferred", func(t *testing.T) { testDeferred(t, open, reopen) })
+	t.Run("Batching", func(t *testing.T) { testBatching(t, open, reopen) })
 	if reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { testReopen(t, open, reopen) })
 	}
