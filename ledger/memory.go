@@ -15,7 +15,10 @@ import (
 // each method then refuses, like a durable ledger's, so that a caller's
 // cancellation means the same on every ledger.
 
-var _ Index = (*memoryLedger)(nil)
+var (
+	_ Index    = (*memoryLedger)(nil)
+	_ Batching = (*memoryLedger)(nil)
+)
 
 // NewMemory returns a Ledger kept in memory; opts may be nil.
 func NewMemory(opts *Options) Ledger {
@@ -210,6 +213,28 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	l.trimLocked()
 	l.wakeLocked()
 	return first, true, nil
+}
+
+// CompareAndSwapAll implements Batching: each swap in turn, as
+// CompareAndSwap, which has no commit to share; a key a swap before wrote
+// and a revision that does not follow the one it replaces are refused
+// with an error, as on every ledger that takes batches.
+func (l *memoryLedger) CompareAndSwapAll(ctx context.Context, swaps []Swap) []SwapResult {
+	results := make([]SwapResult, len(swaps))
+	seen := make(map[string]bool, len(swaps))
+	for i, s := range swaps {
+		r := &results[i]
+		switch {
+		case seen[s.Key]:
+			r.Err = errorf("%s: written twice in one batch", s.Key)
+		case s.Next == nil || s.Next.Revision != s.Prev+1:
+			r.Err = errorf("%s: revision must go from %d to %d", s.Key, s.Prev, s.Prev+1)
+		default:
+			r.FirstSeq, r.OK, r.Err = l.CompareAndSwap(ctx, s.Key, s.Prev, s.Next, s.Entries)
+		}
+		seen[s.Key] = true
+	}
+	return results
 }
 
 // publishLocked returns r as a caller may hold it: r itself, or, for a
