@@ -331,7 +331,8 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		waiter *waiter
 	}
 	all := make([]asked, len(uris))
-	var fresh []string // spellings no Subscribe kept yet; read under c.mu
+	// The keys no Subscribe kept yet, and their spellings, read under c.mu.
+	var fresh, freshRaws []string
 	// Every key asked, once, with the spelling its watch has: what its pass
 	// would open.
 	var keys, raws []string
@@ -360,7 +361,7 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		w.pending++
 		all[i] = asked{key: key, w: w, waiter: c.wantLocked(key)}
 		if !w.kept {
-			fresh = append(fresh, w.raw)
+			fresh, freshRaws = append(fresh, key), append(freshRaws, w.raw)
 		}
 		if !opening[key] {
 			opening[key] = true
@@ -372,26 +373,34 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	// written together before any request for them leaves, as each must be
 	// durable by then: one at a time in the passes, each would wait for a
 	// commit of its own, shared with as many as the passes run at once.
-	if conn.era == EraModern && conn.caps.Subscribe && conn.deaf == "" {
-		// One stream carries every URI: all are written first.
-		c.engine.openFirst(keys, raws, c.opts.Subject)
-		for _, raw := range fresh {
-			conn.setWanted(raw, true)
+	// What the ledger did not write (a write failed, a record was there,
+	// the ledger takes no batch) is opened by the key's pass. With a
+	// request each, the passes of one chunk start while the next is
+	// written; one stream carries every URI, so all are written first.
+	stream := conn.era == EraModern && conn.caps.Subscribe && conn.deaf == ""
+	chunk := openChunk
+	if stream {
+		chunk = len(keys)
+	}
+	for len(keys) > 0 {
+		n := min(chunk, len(keys))
+		if err := c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
+			c.report(err)
 		}
-		for _, key := range keys {
+		if stream {
+			// A stream names only URIs whose subscription is written (the
+			// pass of any other key may send one at once): the others are
+			// put on it by their passes, once opened.
+			for i, key := range fresh {
+				if c.engine.openIn(key, freshRaws[i], c.opts.Subject, conn.gen) {
+					conn.setWanted(freshRaws[i], true)
+				}
+			}
+		}
+		for _, key := range keys[:n] {
 			c.mark(key)
 		}
-	} else {
-		// A request each: the passes of one chunk start while the next
-		// is written.
-		for len(keys) > 0 {
-			n := min(openChunk, len(keys))
-			c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject)
-			for _, key := range keys[:n] {
-				c.mark(key)
-			}
-			keys, raws = keys[n:], raws[n:]
-		}
+		keys, raws = keys[n:], raws[n:]
 	}
 	for i, a := range all {
 		if a.key == "" {

@@ -298,15 +298,23 @@ func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
 	}
 }
 
-// batchLedger is the memory ledger taking many writes in one call
-// (ledger.Batching), as a durable ledger with group commit does. It keeps
-// the keys of each call, and those whose first record a CompareAndSwap of
-// its own wrote.
+// batchLedger is a ledger (the memory ledger, or a fault ledger) taking
+// many writes in one call (ledger.Batching), as a durable ledger with group
+// commit does. It keeps the keys of each call, and those whose first
+// record a CompareAndSwap of its own wrote. Its hooks make a batch misbehave.
 type batchLedger struct {
 	ledger.Ledger
-	mu      sync.Mutex // protects batches and alone
+	mu      sync.Mutex // protects every field below
 	batches [][]string
 	alone   []string
+	// fail, if set, picks the swaps of a batch that fail, each alone, with
+	// the error of a ledger that is down.
+	fail func(key string) bool
+	// answer, if set, rewrites the results of each batch, as a ledger
+	// that breaks the contract of ledger.Batching would answer.
+	answer func(results []ledger.SwapResult) []ledger.SwapResult
+	// during, if set, runs in each batch before its writes.
+	during func()
 }
 
 func (l *batchLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
@@ -319,17 +327,44 @@ func (l *batchLedger) CompareAndSwap(ctx context.Context, key string, prev uint6
 }
 
 func (l *batchLedger) CompareAndSwapAll(ctx context.Context, swaps []ledger.Swap) []ledger.SwapResult {
+	l.mu.Lock()
+	fail, answer, during := l.fail, l.answer, l.during
+	l.mu.Unlock()
+	if during != nil {
+		during()
+	}
 	keys := make([]string, len(swaps))
 	results := make([]ledger.SwapResult, len(swaps))
 	for i, s := range swaps {
 		keys[i] = s.Key
 		r := &results[i]
+		if fail != nil && fail(s.Key) {
+			r.Err = errLedgerDown
+			continue
+		}
 		r.FirstSeq, r.OK, r.Err = l.Ledger.CompareAndSwap(ctx, s.Key, s.Prev, s.Next, s.Entries)
 	}
 	l.mu.Lock()
 	l.batches = append(l.batches, keys)
 	l.mu.Unlock()
+	if answer != nil {
+		results = answer(results)
+	}
 	return results
+}
+
+// set changes l's hooks under its lock.
+func (l *batchLedger) set(f func(l *batchLedger)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(l)
+}
+
+// written returns the keys of every batch so far.
+func (l *batchLedger) written() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.batches)
 }
 
 // senders wraps each transport of dial so that sent is told of every
@@ -421,6 +456,151 @@ func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testin
 				if era.version == "2026-07-28" {
 					assert.Len(t, l.batches, 2)
 				}
+			})
+		})
+	}
+}
+
+// namedUnwritten has every listen request of r checked as it leaves: each
+// URI it names must have an open subscription in l. It returns the URIs
+// named before their subscription was written.
+func namedUnwritten(r *rig, l ledger.Ledger) func() []string {
+	var mu sync.Mutex
+	var early []string
+	r.wire.set(func(w *faultWire) {
+		w.park = func(req wireRequest) <-chan struct{} {
+			for _, uri := range req.uris {
+				rec, err := l.Load(context.Background(), uri)
+				if err != nil || rec == nil || rec.Sub == nil || rec.CloseEpoch != 0 {
+					mu.Lock()
+					early = append(early, uri)
+					mu.Unlock()
+				}
+			}
+			return nil
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(early)
+	}
+}
+
+// 2026-07-28. A listen stream names a URI only once its subscription is
+// written (durable, on a durable ledger): every request that asks the
+// server to notify a URI leaves after it, whichever way the URI was asked
+// for and whatever the batch that was to write it did. Here x's opening
+// write is held while y, asked for with it, gets its stream: that stream
+// does not carry x, which a later one does once x is written. Every way a
+// first subscription is left to its URI's own pass: its write failed in
+// the batch, the ledger takes no batch (SubscribeAll, or Subscribe beside
+// another), or the ledger had x, closed.
+func TestAListenStreamNamesOnlyURIsWhoseSubscriptionIsWritten(t *testing.T) {
+	const x, y = "file:///written/x.md", "file:///written/y.md"
+	for _, tc := range []struct {
+		name     string
+		batching bool
+		fail     bool // x's first subscription fails in its batch
+		closed   bool // x was subscribed and unsubscribed before
+		apart    bool // asked for by two Subscribes, not one SubscribeAll
+	}{
+		{name: "failed-in-its-batch", batching: true, fail: true},
+		{name: "ledger-without-batches"},
+		{name: "subscribes-on-a-ledger-without-batches", apart: true},
+		{name: "closed-before", batching: true, closed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fl := newFaultLedger()
+				var l ledger.Ledger = fl
+				if tc.batching {
+					bl := &batchLedger{Ledger: fl}
+					if tc.fail {
+						bl.fail = func(key string) bool { return key == x }
+					}
+					l = bl
+				}
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+				require.NoError(t, err)
+				r := buildRig(t, eras[1], rigConfig{uris: []string{x, y}, opts: mcpsync.ClientOptions{Engine: e}})
+				early := namedUnwritten(r, l)
+				r.subscribe()
+				if tc.closed {
+					_, err := r.c.Subscribe(t.Context(), x)
+					require.NoError(t, err)
+					_, err = r.c.Unsubscribe(t.Context(), x)
+					require.NoError(t, err)
+					quiesce()
+				}
+
+				opening, slow := fl.slowWrite(writeOf(x, mcpsync.StateSubscribing))
+				done := make(chan error, 2)
+				if tc.apart {
+					go func() { _, err := r.c.Subscribe(t.Context(), x); done <- err }()
+					<-opening
+					go func() { _, err := r.c.Subscribe(t.Context(), y); done <- err }()
+				} else {
+					go func() { _, err := r.c.SubscribeAll(t.Context(), []string{x, y}); done <- err; done <- nil }()
+					<-opening
+				}
+				quiesce() // y's stream goes out while x's write is held
+				assert.Empty(t, early(), "named on a listen stream before its subscription was written")
+				close(slow)
+				require.NoError(t, <-done)
+				require.NoError(t, <-done)
+				quiesce()
+				assert.Empty(t, early(), "named on a listen stream before its subscription was written")
+				r.requireWhereLeft([]string{faultURI, x, y}, map[string]bool{faultURI: true, x: true, y: true}, nil)
+			})
+		})
+	}
+}
+
+// A ledger that takes batches but answers one with too many results, too
+// few, or out of order (here: the write of the last swap failed, and the
+// results come reversed) is not trusted: SubscribeAll neither panics nor
+// takes a write for made that was not, OnError is told an error matching
+// ledger.ErrLedgerCorrupt, and every URI is opened by its own pass, pushed,
+// with its first read. Both eras.
+func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
+	uris := numbered("file:///misanswered/%02d.md", 8)
+	for _, tc := range []struct {
+		name   string
+		fail   func(key string) bool
+		answer func([]ledger.SwapResult) []ledger.SwapResult
+	}{
+		{name: "one-result-too-many", answer: func(rs []ledger.SwapResult) []ledger.SwapResult {
+			return append(rs, ledger.SwapResult{OK: true})
+		}},
+		{name: "one-result-too-few", answer: func(rs []ledger.SwapResult) []ledger.SwapResult {
+			return rs[:len(rs)-1]
+		}},
+		{name: "out-of-order", fail: func(key string) bool { return key == uris[len(uris)-1] },
+			answer: func(rs []ledger.SwapResult) []ledger.SwapResult {
+				slices.Reverse(rs)
+				return rs
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachEra(t, func(t *testing.T, w wiring) {
+				l := &batchLedger{Ledger: ledger.NewMemory(nil), fail: tc.fail, answer: tc.answer}
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+				require.NoError(t, err)
+				r := buildRig(t, w, rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})
+				early := namedUnwritten(r, l)
+				subs, err := r.c.SubscribeAll(t.Context(), uris)
+				require.NoError(t, err)
+				for i, sub := range subs {
+					assert.Equal(t, mcpsync.ModePush, sub.Mode, uris[i])
+					entry, err := r.c.Lookup(uris[i])
+					require.NoError(t, err, uris[i])
+					assert.Equal(t, "v1", entry.Contents[0].Text)
+				}
+				quiesce()
+				assert.Empty(t, early(), "named on a listen stream before its subscription was written")
+				told := slices.ContainsFunc(r.errs.list(), func(err error) bool { return errors.Is(err, ledger.ErrLedgerCorrupt) })
+				assert.True(t, told, "OnError told of the batch the ledger misanswered: %v", r.errs.list())
 			})
 		})
 	}

@@ -1,6 +1,7 @@
 package mcpsync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -253,10 +254,16 @@ func (e *Engine) opening(key, rawURI, subject string, s *session, cur *ledger.Re
 // where Subscribe's made one URI at a time would each wait for one. Every
 // other key, every key on another ledger, and any write that fails here
 // are left to Subscribe, which makes them when the URI is opened.
-func (e *Engine) openFirst(keys, raws []string, subject string) {
+//
+// The ledger's answer is not taken on trust: results that do not match
+// the swaps one for one, or a write said made that the ledger does not
+// hold, are an error matching ledger.ErrLedgerCorrupt, and such writes
+// count as not made. The error (that, or the first of the writes that
+// failed) is for the caller to tell; what the ledger holds decides.
+func (e *Engine) openFirst(keys, raws []string, subject string) error {
 	s := e.session.Load()
 	if e.batching == nil || !s.live || checkSubject(subject) != nil {
-		return
+		return nil
 	}
 	ctx := context.Background()
 	swaps := make([]ledger.Swap, 0, len(keys))
@@ -274,13 +281,44 @@ func (e *Engine) openFirst(keys, raws []string, subject string) {
 		paths = append(paths, path)
 	}
 	if len(swaps) == 0 {
-		return
+		return nil
 	}
-	for i, r := range e.batching.CompareAndSwapAll(ctx, swaps) {
-		if r.OK {
-			e.emit(swaps[i].Key, &paths[i])
+	results := e.batching.CompareAndSwapAll(ctx, swaps)
+	if len(results) != len(swaps) {
+		return errorf("open the first subscriptions of %d URIs: the ledger answered %d results: %w",
+			len(swaps), len(results), ledger.ErrLedgerCorrupt)
+	}
+	var corrupt, failed error
+	nFailed := 0
+	for i, r := range results {
+		key := swaps[i].Key
+		switch {
+		case r.Err != nil:
+			if nFailed++; failed == nil {
+				failed = errorf("open %s: %w", key, r.Err)
+			}
+		case r.OK:
+			if cur, err := e.ledger.Load(ctx, key); err == nil && cur == nil {
+				if corrupt == nil {
+					corrupt = errorf("open %s: the ledger said it wrote the first subscription, and holds none: %w", key, ledger.ErrLedgerCorrupt)
+				}
+				continue
+			}
+			e.emit(key, &paths[i])
 		}
 	}
+	if failed != nil {
+		failed = errorf("open the first subscriptions of %d of %d URIs (each is opened by its pass): %w", nFailed, len(swaps), failed)
+	}
+	return errors.Join(corrupt, failed)
+}
+
+// openIn reports whether key's subscription is open for subject in session
+// gen, spelled raw: written, so that a request naming raw may leave.
+func (e *Engine) openIn(key, raw, subject string, gen uint64) bool {
+	sub, err := e.Subscription(key)
+	return err == nil && sub.SessionGeneration == gen && sub.CloseEpoch == 0 && sub.Subject == subject &&
+		cmp.Or(sub.RawURI, key) == raw && (sub.State == StateSubscribing || sub.State.Open())
 }
 
 // Activate records the server's confirmation of a subscription
