@@ -376,13 +376,15 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	// What the ledger did not write (a write failed, a record was there,
 	// the ledger takes no batch) is opened by the key's pass. With a
 	// request each, the passes of one chunk start while the next is
-	// written; one stream carries every URI, so all are written first.
+	// written; one stream carries every URI, so all are written first. A
+	// caller that gave up, or a Close, stops the chunks: what was not
+	// started is not opened (its wait says why).
 	stream := conn.era == EraModern && conn.caps.Subscribe && conn.deaf == ""
 	chunk := openChunk
 	if stream {
 		chunk = len(keys)
 	}
-	for len(keys) > 0 {
+	for len(keys) > 0 && ctx.Err() == nil && !c.isClosed() {
 		n := min(chunk, len(keys))
 		if err := c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
 			c.report(err)

@@ -605,3 +605,53 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 		})
 	}
 }
+
+// Before 2026-07-28 SubscribeAll writes its new URIs' first subscriptions a
+// batch at a time. A caller that gives up (its context ends) or a Close
+// while a batch is written stops it there: no later batch is written, so
+// no URI it had not started is opened, none in a session the Client no
+// longer drives (the engine is free for another Client once Close
+// returned), and every URI says why it is not open.
+func TestSubscribeAllWritesNoBatchOnceCancelledOrClosed(t *testing.T) {
+	for _, closing := range []bool{false, true} {
+		name := "cancelled"
+		if closing {
+			name = "closed"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				uris := numbered("file:///stopped/%03d.md", 600) // three batches
+				l := &batchLedger{Ledger: ledger.NewMemory(nil)}
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+				require.NoError(t, err)
+				r := buildRig(t, eras[0], rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var once sync.Once
+				l.set(func(l *batchLedger) {
+					l.during = func() {
+						once.Do(func() {
+							if closing {
+								require.NoError(t, r.c.Close())
+							} else {
+								cancel()
+							}
+						})
+					}
+				})
+				_, err = r.c.SubscribeAll(ctx, uris)
+				if closing {
+					require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+				} else {
+					require.ErrorIs(t, err, context.Canceled)
+				}
+				quiesce()
+				assert.Len(t, l.written(), 1, "batches written: the one under way, and no later one")
+				for _, uri := range uris[256:] {
+					_, err := e.Subscription(uri)
+					assert.ErrorIs(t, err, mcpsync.ErrUnknownURI, "%s, never started, was opened", uri)
+				}
+			})
+		})
+	}
+}
