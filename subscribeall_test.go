@@ -461,15 +461,19 @@ func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testin
 	}
 }
 
-// namedUnwritten has every listen request of r checked as it leaves: each
-// URI it names must have an open subscription in l. It returns the URIs
+// namedUnwritten has every subscribe and listen request of r checked as it
+// leaves: each URI it names must have an open subscription in l. It returns the URIs
 // named before their subscription was written.
 func namedUnwritten(r *rig, l ledger.Ledger) func() []string {
 	var mu sync.Mutex
 	var early []string
 	r.wire.set(func(w *faultWire) {
 		w.park = func(req wireRequest) <-chan struct{} {
-			for _, uri := range req.uris {
+			uris := req.uris
+			if req.method == string(mcp.MethodResourcesSubscribe) {
+				uris = []string{req.uri}
+			}
+			for _, uri := range uris {
 				rec, err := l.Load(context.Background(), uri)
 				if err != nil || rec == nil || rec.Sub == nil || rec.CloseEpoch != 0 {
 					mu.Lock()
