@@ -316,9 +316,13 @@ func (e *Engine) openFirst(keys, raws []string, subject string) error {
 // openIn reports whether key's subscription is open for subject in session
 // gen, spelled raw: written, so that a request naming raw may leave.
 func (e *Engine) openIn(key, raw, subject string, gen uint64) bool {
-	sub, err := e.Subscription(key)
-	return err == nil && sub.SessionGeneration == gen && sub.CloseEpoch == 0 && sub.Subject == subject &&
-		cmp.Or(sub.RawURI, key) == raw && (sub.State == StateSubscribing || sub.State.Open())
+	open := false
+	err := e.view(key, func(r *ledger.Record) {
+		open = r != nil && r.Sub != nil && r.Sub.SessionGeneration == gen && r.CloseEpoch == 0 &&
+			r.Sub.Subject == subject && cmp.Or(r.Sub.RawURI, key) == raw &&
+			(r.State == StateSubscribing || r.State.Open())
+	})
+	return err == nil && open
 }
 
 // Activate records the server's confirmation of a subscription
