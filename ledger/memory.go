@@ -216,9 +216,10 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 }
 
 // CompareAndSwapAll implements Batching: each swap in turn, as
-// CompareAndSwap, which has no commit to share; a key a swap before wrote
-// and a revision that does not follow the one it replaces are refused
-// with an error, as on every ledger that takes batches.
+// CompareAndSwap (there is no commit to share). A key an earlier swap of
+// the call named, and a revision that does not follow the one it
+// replaces, are refused with an error, as on every ledger that takes
+// batches.
 func (l *memoryLedger) CompareAndSwapAll(ctx context.Context, swaps []Swap) []SwapResult {
 	results := make([]SwapResult, len(swaps))
 	seen := make(map[string]bool, len(swaps))
