@@ -90,13 +90,26 @@ func StreamDialer(open func(ctx context.Context) (out io.ReadCloser, in io.Write
 // if not nil, is the client whose transport and settings are used; opts are
 // mcp-go's (a WithHTTPBasicClient among them is overridden).
 //
+// Every session has connections of its own, closed when it ends: base's
+// transport, when it is an *http.Transport (the default one when base has
+// none), is cloned for each session the Client dials, so that the close of
+// one session, which ends its requests in flight, can never end a request
+// of another on a connection they shared (net/http hands a connection to
+// the next request before the answer on it reaches its caller). Another
+// RoundTripper is shared by the sessions as it is.
+//
 // Notifications reach the client in every era: a server that answers a
 // legacy revision is dialed again with mcp-go's continuous listening, the
 // only stream that carries its notifications (it pins a legacy revision, so
 // it is not asked for first).
 func HTTPDialer(url string, base *http.Client, opts ...transport.StreamableHTTPCOption) Dialer {
 	return func(ctx context.Context) (transport.Interface, error) {
-		hc := wire.HTTPClient(base, monitorFrom(ctx))
+		var hc *http.Client
+		if mon := wire.MonitorFrom(ctx); mon != nil {
+			hc = wire.SessionHTTPClient(base, mon)
+		} else {
+			hc = wire.HTTPClient(base, monitorFrom(ctx)) // no session to close its connections
+		}
 		opts := append(slices.Clone(opts), transport.WithHTTPBasicClient(hc))
 		if wire.ListeningWanted(ctx) {
 			opts = append(opts, transport.WithContinuousListening())

@@ -3,18 +3,24 @@ package mcpsync_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // pidServerEnv makes the test binary serve pidURI over stdio, whose text
@@ -152,4 +158,102 @@ func TestStdioDialerRefusesACommandBoundToAContext(t *testing.T) {
 	})
 	_, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Subject: alice})
 	require.ErrorIs(t, err, mcpsync.ErrCommandContext)
+}
+
+// No two sessions of an HTTPDialer share a connection, whatever pools the
+// caller's transport keeps: not the attempt Connect abandons for one with
+// the notification stream and the session that follows it, not a
+// reconnect's session and the one it replaces. Closing a session ends its
+// requests in flight, and net/http (go1.26) hands the connection of an
+// answer without a body (202 to a notification, 200 to a DELETE) to the
+// next request before the answer reaches its caller: a cancellation in
+// between closes it under that request, which fails with "context
+// canceled". On connections of its own, a reconnect's initialize cannot
+// be ended by the close of the session it replaces. They close with their
+// session.
+func TestHTTPSessionsNeverShareAConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		base func() *http.Client
+	}{
+		{"default transport", func() *http.Client { return nil }},
+		{"caller's transport", func() *http.Client {
+			return &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{LegacyOnly: true})
+			srv.Set(pidURI, "text/plain", "1")
+			var (
+				mu       sync.Mutex
+				sessions = map[string]map[string]bool{} // client address → sessions its requests were of
+				open     = map[net.Conn]bool{}
+				closed   = make(chan struct{}, 1)
+			)
+			h := server.NewStreamableHTTPServer(srv.MCPServer())
+			hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				note := func(session string) {
+					if session == "" {
+						return // a probe before any session
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if sessions[r.RemoteAddr] == nil {
+						sessions[r.RemoteAddr] = map[string]bool{}
+					}
+					sessions[r.RemoteAddr][session] = true
+				}
+				note(r.Header.Get(server.HeaderKeySessionID))
+				h.ServeHTTP(w, r)
+				note(w.Header().Get(server.HeaderKeySessionID)) // an initialize's answer names its session
+			}))
+			hs.Config.ConnState = func(c net.Conn, s http.ConnState) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch s {
+				case http.StateNew:
+					open[c] = true
+				case http.StateClosed, http.StateHijacked:
+					delete(open, c)
+					select {
+					case closed <- struct{}{}:
+					default:
+					}
+				}
+			}
+			hs.Start()
+			t.Cleanup(hs.Close)
+
+			// Auto: the first session answers a legacy revision without the
+			// notification stream, and Connect dials again with it.
+			c, err := mcpsync.Connect(t.Context(), mcpsync.HTTPDialer(hs.URL, tc.base()), &mcpsync.ClientOptions{Subject: alice, PingEvery: -1})
+			require.NoError(t, err)
+			_, err = c.Subscribe(t.Context(), pidURI)
+			require.NoError(t, err)
+			require.NoError(t, c.Reconnect(t.Context()))
+			_, err = c.Read(t.Context(), pidURI)
+			require.NoError(t, err)
+			require.NoError(t, c.Close())
+
+			mu.Lock()
+			for addr, of := range sessions {
+				assert.Len(t, of, 1, "connection %s carried requests of %d sessions", addr, len(of))
+			}
+			mu.Unlock()
+			deadline := time.After(10 * time.Second)
+			for {
+				mu.Lock()
+				n := len(open)
+				mu.Unlock()
+				if n == 0 {
+					break
+				}
+				select {
+				case <-closed:
+				case <-deadline:
+					t.Fatalf("%d connection(s) still open after Close", n)
+				}
+			}
+		})
+	}
 }

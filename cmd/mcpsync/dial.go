@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
@@ -148,9 +147,9 @@ func helpOrUsage(err error, fs *flag.FlagSet, synopsis string, stdout io.Writer)
 // survives Ctrl-C long enough to be unsubscribed from, and ends only when
 // the transport closes (stdin closed, then SIGTERM).
 //
-// Every HTTP connection goes through hc, whose idle connections the command
-// closes when it is done.
-func (c *common) dialer(listen *bool, hc *http.Client) mcpsync.Dialer {
+// Every HTTP session has connections of its own, which the library closes
+// with it (HTTPDialer).
+func (c *common) dialer(listen *bool) mcpsync.Dialer {
 	return func(ctx context.Context) (transport.Interface, error) {
 		if c.url != "" {
 			var opts []transport.StreamableHTTPCOption
@@ -158,7 +157,7 @@ func (c *common) dialer(listen *bool, hc *http.Client) mcpsync.Dialer {
 			if pinnedLegacy || (listen != nil && *listen) {
 				opts = append(opts, transport.WithContinuousListening())
 			}
-			return mcpsync.HTTPDialer(c.url, hc, opts...)(ctx)
+			return mcpsync.HTTPDialer(c.url, nil, opts...)(ctx)
 		}
 		// The library's stdio dialer, not mcp-go's, so that every line the
 		// server writes is bounded by --max-message-bytes.
@@ -177,7 +176,6 @@ type connection struct {
 	// still unsubscribe, and ends at close.
 	ctx    context.Context
 	cancel context.CancelFunc
-	http   *http.Transport
 }
 
 // close closes the client; the connection's context ends after it, so
@@ -185,7 +183,6 @@ type connection struct {
 func (c *connection) close() error {
 	err := c.client.Close()
 	c.cancel()
-	c.http.CloseIdleConnections()
 	return err
 }
 
@@ -213,7 +210,7 @@ func (c *connection) bounded(ctx context.Context, timeout time.Duration, what st
 
 // connect dials and initializes a session within --timeout.
 func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen *bool) (*connection, error) {
-	conn := &connection{http: http.DefaultTransport.(*http.Transport).Clone()}
+	conn := &connection{}
 	conn.ctx, conn.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	opts.Subject = c.subject
 	opts.ProtocolVersion = c.versionPin()
@@ -226,7 +223,7 @@ func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen
 		opts.ServerID = strings.Join(c.command, " ")
 	}
 	err := conn.bounded(ctx, c.timeout, "connect", func(cctx context.Context) error {
-		client, err := mcpsync.Connect(cctx, c.dialer(listen, &http.Client{Transport: conn.http}), &opts)
+		client, err := mcpsync.Connect(cctx, c.dialer(listen), &opts)
 		conn.client = client
 		return err
 	})
@@ -235,7 +232,6 @@ func (c *common) connect(ctx context.Context, opts mcpsync.ClientOptions, listen
 			_ = conn.client.Close()
 		}
 		conn.cancel()
-		conn.http.CloseIdleConnections()
 		return nil, err
 	}
 	return conn, nil

@@ -37,10 +37,58 @@ func HTTPClient(base *http.Client, mon *Monitor) *http.Client {
 	return c
 }
 
+// SessionHTTPClient is HTTPClient for the transport of one session, mon's,
+// whose connections are its own and close with it (Transport.Close, Abort):
+// base's transport, or sharedTransport when it has none, is cloned for the
+// session when it is an *http.Transport. Another RoundTripper, which cannot
+// be cloned, is shared as it is.
+//
+// net/http (go1.26) puts the connection of an answer without a body (202
+// to a notification or to the client's answer to a server request, 200 to
+// a DELETE) back in its pool before the answer reaches its caller; if the
+// caller's context ends in between, it closes that connection under
+// whichever request took it, which then fails with the first one's cause
+// ("context canceled"). Closing a session ends its requests in flight, so
+// on a pool shared between sessions the close of one could fail a request
+// of the next: the initialize of a reconnect, or of the session Connect
+// dials after abandoning one without the notification stream.
+func SessionHTTPClient(base *http.Client, mon *Monitor) *http.Client {
+	c := &http.Client{}
+	if base != nil {
+		*c = *base
+	}
+	var pool *http.Transport
+	switch t := c.Transport.(type) {
+	case nil:
+		pool = sharedTransport.Clone()
+	case *http.Transport:
+		pool = t.Clone()
+	}
+	if pool != nil {
+		c.Transport = pool
+		mon.mu.Lock()
+		mon.pools = append(mon.pools, pool)
+		mon.mu.Unlock()
+	}
+	return HTTPClient(c, mon)
+}
+
+// closePools closes the connections of the session's own HTTP clients:
+// those idle now, and those its requests still in flight leave idle.
+func (m *Monitor) closePools() {
+	m.mu.Lock()
+	pools := m.pools
+	m.mu.Unlock()
+	for _, p := range pools {
+		p.CloseIdleConnections()
+	}
+}
+
 // sharedTransport is http.DefaultTransport keeping more idle connections
 // to a server: a client sends many requests at once (subscribes, reads),
 // and the default of two idle connections per host would close the rest
-// after every burst and dial them again for the next.
+// after every burst and dial them again for the next. A session's client
+// clones it (SessionHTTPClient); a dialer called on its own shares it.
 var sharedTransport = func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 64

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ type Monitor struct {
 	window   time.Time // start of the current second of notifications
 	count    int       // notifications in the current second
 	dropped  int64     // notifications dropped over the rate
+	// pools are the connection pools of the session's own HTTP clients
+	// (SessionHTTPClient), closed with its transport.
+	pools []*http.Transport
 
 	// watched: a transport reads its messages through the monitor, which
 	// then knows the requests in flight and judges their answers.

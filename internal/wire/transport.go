@@ -369,21 +369,37 @@ func (t *Transport) SetNotificationHandler(handler func(mcp.JSONRPCNotification)
 	})
 }
 
-// Close closes the inner transport. Idle workers end; a worker held by a
-// request ends when the inner transport is done with it.
+// Close closes the inner transport, then the session's HTTP connections
+// (SessionHTTPClient). Idle workers end; a worker held by a request ends
+// when the inner transport is done with it.
 func (t *Transport) Close() error {
 	t.workers.stop()
-	return t.inner.Close()
+	err := t.inner.Close()
+	t.closePools()
+	return err
 }
 
 // Abort ends a session that is lost at once, without the graceful steps of
 // Close, where the inner transport can (a stdio server is killed).
 func (t *Transport) Abort() error {
 	t.workers.stop()
+	var err error
 	if a, ok := t.inner.(interface{ Abort() error }); ok {
-		return a.Abort()
+		err = a.Abort()
+	} else {
+		err = t.inner.Close()
 	}
-	return t.inner.Close()
+	t.closePools()
+	return err
+}
+
+// closePools closes the connections of the session's HTTP clients, once
+// the inner transport is done with them (mcp-go ends a legacy session
+// with a DELETE in Close).
+func (t *Transport) closePools() {
+	if t.mon != nil {
+		t.mon.closePools()
+	}
 }
 
 // GetSessionId returns the inner transport's session id.
