@@ -386,10 +386,12 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	}
 	for len(keys) > 0 && ctx.Err() == nil && !c.isClosed() {
 		n := min(chunk, len(keys))
-		if err := c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
-			c.report(err)
+		if n > 1 {
+			if err := c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
+				c.report(err)
+			}
 		}
-		if stream {
+		if stream && n > 1 {
 			// A stream names only URIs whose subscription is written (the
 			// pass of any other key may send one at once): the others are
 			// put on it by their passes, once opened.
