@@ -103,12 +103,8 @@ func TestCrashResumeWorker(t *testing.T) {
 		t.Skip("run by TestCrashResume")
 	}
 	run, _ := strconv.Atoi(os.Getenv(envResumeRun))
-	ctx, stop := context.WithCancelCause(context.Background())
+	ctx, stop := untilStdinEnds()
 	defer stop(nil)
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		stop(errStopped)
-	}()
 	if err := resumeWorker(ctx, stop, path, os.Getenv(envResumeServer), run); err != nil {
 		fmt.Printf("error %v\n", err)
 		os.Exit(3)
@@ -118,6 +114,17 @@ func TestCrashResumeWorker(t *testing.T) {
 
 // errStopped is the cause of the worker's context once its stdin ended.
 var errStopped = errors.New("stdin ended")
+
+// untilStdinEnds returns a crash worker's context: it ends, with the cause
+// errStopped, once the test that runs the worker closes its stdin.
+func untilStdinEnds() (context.Context, context.CancelCauseFunc) {
+	ctx, stop := context.WithCancelCause(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop(errStopped)
+	}()
+	return ctx, stop
+}
 
 // resumer is the state of the resuming worker.
 type resumer struct {

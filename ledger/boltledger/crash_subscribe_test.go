@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -53,12 +52,8 @@ func TestCrashSubscribeAllWorker(t *testing.T) {
 		t.Skip("run by TestCrashSubscribeAll")
 	}
 	run, _ := strconv.Atoi(os.Getenv(envSubscribeRun))
-	ctx, stop := context.WithCancelCause(context.Background())
+	ctx, stop := untilStdinEnds()
 	defer stop(nil)
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		stop(errStopped)
-	}()
 	if err := subscribeWorker(ctx, path, run); err != nil && !errors.Is(context.Cause(ctx), errStopped) {
 		fmt.Printf("error %v\n", err)
 		os.Exit(3)
