@@ -143,7 +143,7 @@ func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (Ticket, b
 				ErrEvidenceTooOld, key, cur.NotFoundAt.Format(time.RFC3339Nano), scan.StartedAt.Format(time.RFC3339Nano))
 		}
 		next := clone(cur)
-		next.Corroboration = &Corroboration{
+		next.Corroboration = &ledger.Corroboration{
 			SubscriptionGeneration: cur.Sub.Generation, FirstRead: cur.NotFoundOrdinal,
 			Scans: slices.Clone(scan.Scans), ScanStartedAt: scan.StartedAt, ScanEndedAt: scan.EndedAt,
 			After: cur.LastIssued,
@@ -186,7 +186,7 @@ func keepsCorroboration(cur *ledger.Record, t Ticket) bool {
 }
 
 // unlistedEvidence is the deletion evidence u gives.
-func unlistedEvidence(u *Unlisting) DeletionEvidence {
+func unlistedEvidence(u *ledger.Unlisting) DeletionEvidence {
 	return DeletionEvidence{Kind: EvidenceUnlisted, Scans: append(slices.Clone(u.First.Scans), u.Last.Scans...)}
 }
 
@@ -238,7 +238,7 @@ func (e *Engine) unlisted(key string, s ledger.UnlistedScan, span time.Duration)
 			return nil, nil, nil
 		}
 		next := clone(cur)
-		u := &Unlisting{First: s, Last: s}
+		u := &ledger.Unlisting{First: s, Last: s}
 		if cur.Unlisted != nil {
 			u.First = cur.Unlisted.First
 		}

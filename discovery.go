@@ -213,6 +213,19 @@ const (
 	FaultAliasedItem FaultKind = "ALIASED_ITEM"
 	// FaultPageError: fetching a page failed otherwise. The scan ends.
 	FaultPageError FaultKind = "PAGE_ERROR"
+
+	// Snapshot faults (ScanReceipt.SnapshotFaults): a page whose snapshot
+	// id proves nothing. They withhold the proof only; the pass stays
+	// clean. The first two are forged ids, the last a broken proof.
+
+	// FaultSnapshotNotNegotiated: the page carried an id but the server did
+	// not declare SnapshotCapability.
+	FaultSnapshotNotNegotiated FaultKind = "SNAPSHOT_NOT_NEGOTIATED"
+	// FaultSnapshotIDDiffers: the page's id differs from the first page's.
+	FaultSnapshotIDDiffers FaultKind = "SNAPSHOT_ID_DIFFERS"
+	// FaultSnapshotIDMissing: the extension was negotiated but the page had
+	// no id.
+	FaultSnapshotIDMissing FaultKind = "SNAPSHOT_ID_MISSING"
 )
 
 // passError is a pass that could not reach the end of the listing: the
@@ -285,27 +298,6 @@ const (
 	PassFailed PassOutcome = "FAILED"
 )
 
-// SnapshotFaultKind names why a page's snapshot id cannot prove anything.
-type SnapshotFaultKind string
-
-// Snapshot faults. The first two are forged ids; the last is a broken proof.
-const (
-	// SnapshotNotNegotiated: the page carried an id but the server did not
-	// declare SnapshotCapability.
-	SnapshotNotNegotiated SnapshotFaultKind = "SNAPSHOT_NOT_NEGOTIATED"
-	// SnapshotIDDiffers: the page's id differs from the first page's.
-	SnapshotIDDiffers SnapshotFaultKind = "SNAPSHOT_ID_DIFFERS"
-	// SnapshotIDMissing: the extension was negotiated but the page had no id.
-	SnapshotIDMissing SnapshotFaultKind = "SNAPSHOT_ID_MISSING"
-)
-
-// SnapshotFault is one page whose snapshot id is forged or missing.
-type SnapshotFault struct {
-	Page       int               `json:"page"`
-	Fault      SnapshotFaultKind `json:"fault"`
-	SnapshotID string            `json:"snapshotId,omitempty"`
-}
-
 // ScanFault is one fault of a pass.
 type ScanFault struct {
 	Fault FaultKind `json:"fault"`
@@ -319,6 +311,8 @@ type ScanFault struct {
 	Spellings []string `json:"spellings,omitempty"`
 	// Error is what the page function's error says, for the record only.
 	Error string `json:"error,omitempty"`
+	// SnapshotID is the page's forged or differing snapshot id.
+	SnapshotID string `json:"snapshotId,omitempty"`
 }
 
 // PageReceipt records one page of a pass.
@@ -363,10 +357,10 @@ type ScanReceipt struct {
 	SnapshotNegotiated bool   `json:"snapshotNegotiated"`
 	// SnapshotID is the one id every page carried, set only when the pass
 	// proves a snapshot.
-	SnapshotID     string          `json:"snapshotId,omitempty"`
-	SnapshotFaults []SnapshotFault `json:"snapshotFaults,omitempty"`
-	Faults         []ScanFault     `json:"faults,omitempty"`
-	Outcome        PassOutcome     `json:"outcome"`
+	SnapshotID     string      `json:"snapshotId,omitempty"`
+	SnapshotFaults []ScanFault `json:"snapshotFaults,omitempty"`
+	Faults         []ScanFault `json:"faults,omitempty"`
+	Outcome        PassOutcome `json:"outcome"`
 }
 
 // proven reports whether the pass alone proves a snapshot.
@@ -763,8 +757,8 @@ func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt Capa
 // snapshotVerdict returns the forged or missing snapshot ids of a pass, and
 // the id the pass proves: the one non-empty id of every page, and only when
 // the extension was negotiated.
-func snapshotVerdict(pages []PageReceipt, negotiated bool) ([]SnapshotFault, string) {
-	var faults []SnapshotFault
+func snapshotVerdict(pages []PageReceipt, negotiated bool) ([]ScanFault, string) {
+	var faults []ScanFault
 	var first string
 	if len(pages) > 0 {
 		first = pages[0].SnapshotID
@@ -772,11 +766,11 @@ func snapshotVerdict(pages []PageReceipt, negotiated bool) ([]SnapshotFault, str
 	for _, p := range pages {
 		switch {
 		case !negotiated && p.SnapshotID != "":
-			faults = append(faults, SnapshotFault{Page: p.Index, Fault: SnapshotNotNegotiated, SnapshotID: p.SnapshotID})
+			faults = append(faults, ScanFault{Page: p.Index, Fault: FaultSnapshotNotNegotiated, SnapshotID: p.SnapshotID})
 		case negotiated && p.SnapshotID == "":
-			faults = append(faults, SnapshotFault{Page: p.Index, Fault: SnapshotIDMissing})
+			faults = append(faults, ScanFault{Page: p.Index, Fault: FaultSnapshotIDMissing})
 		case negotiated && p.SnapshotID != first:
-			faults = append(faults, SnapshotFault{Page: p.Index, Fault: SnapshotIDDiffers, SnapshotID: p.SnapshotID})
+			faults = append(faults, ScanFault{Page: p.Index, Fault: FaultSnapshotIDDiffers, SnapshotID: p.SnapshotID})
 		}
 	}
 	if !negotiated || len(faults) > 0 || first == "" {

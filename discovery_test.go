@@ -323,25 +323,25 @@ func TestForgedSnapshotID(t *testing.T) {
 		name     string
 		caps     mcpsync.CapabilityReceipt
 		snapshot func(n int) string // n counts calls over all passes, 3 pages a pass
-		fault    mcpsync.SnapshotFaultKind
+		fault    mcpsync.FaultKind
 		pages    []int // pages of each pass with a fault
 	}{
 		{"id without the capability", capsPlain, func(int) string { return "snap-1" },
-			mcpsync.SnapshotNotNegotiated, []int{0, 1, 2}},
+			mcpsync.FaultSnapshotNotNegotiated, []int{0, 1, 2}},
 		{"ids differ across pages", capsSnapshot, func(n int) string {
 			if n%3 == 2 {
 				return "snap-2"
 			}
 			return "snap-1"
-		}, mcpsync.SnapshotIDDiffers, []int{2}},
+		}, mcpsync.FaultSnapshotIDDiffers, []int{2}},
 		{"id missing on one page", capsSnapshot, func(n int) string {
 			if n%3 == 1 {
 				return ""
 			}
 			return "snap-1"
-		}, mcpsync.SnapshotIDMissing, []int{1}},
+		}, mcpsync.FaultSnapshotIDMissing, []int{1}},
 		{"capability but no ids", capsSnapshot, func(int) string { return "" },
-			mcpsync.SnapshotIDMissing, []int{0, 1, 2}},
+			mcpsync.FaultSnapshotIDMissing, []int{0, 1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newFakeListing(mcpsync.KindResources, 1, "file:///a", "file:///b", "file:///c")

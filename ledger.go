@@ -20,10 +20,6 @@ type (
 	SubscriptionState = ledger.SubscriptionState
 	// SubscriptionMode says how a subscription learns of changes.
 	SubscriptionMode = ledger.SubscriptionMode
-	// Corroboration is a corroboration of a deletion under way.
-	Corroboration = ledger.Corroboration
-	// Unlisting is a URI's absence from clean scans.
-	Unlisting = ledger.Unlisting
 	// Ticket is the fence's permission to send one resources/read.
 	Ticket = ledger.Ticket
 	// Trigger is why a read was issued.

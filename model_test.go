@@ -1522,9 +1522,9 @@ func invStateAgreesWithModel(rt *rapid.T, m *modelMachine) {
 		require.Equal(rt, u.closeBegun, sub.CloseEpoch != 0, "%s: close epoch", sub.URI)
 		require.Equal(rt, u.notFoundAt, sub.NotFoundAt, "%s: when the newest not-found passed", sub.URI)
 		require.Equal(rt, u.tombstoned, !sub.TombstonedAt.IsZero(), "%s: deletion confirmed and not found since", sub.URI)
-		var want *mcpsync.Corroboration
+		var want *ledger.Corroboration
 		if c := u.corr; c != nil {
-			want = &mcpsync.Corroboration{
+			want = &ledger.Corroboration{
 				SubscriptionGeneration: c.gen, FirstRead: c.firstRead, Scans: c.scans,
 				ScanStartedAt: c.startedAt, ScanEndedAt: c.endedAt, After: c.after,
 			}

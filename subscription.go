@@ -51,9 +51,9 @@ type Subscription struct {
 	TombstonedAt time.Time `json:"tombstonedAt,omitzero"`
 	// Corroboration is the deletion evidence gathered short of proof,
 	// waiting for a second not-found (deletion.go).
-	Corroboration *Corroboration `json:"corroboration,omitempty"`
+	Corroboration *ledger.Corroboration `json:"corroboration,omitempty"`
 	// Unlisted is the URI's absence from clean scans (deletion.go).
-	Unlisted *Unlisting `json:"unlisted,omitempty"`
+	Unlisted *ledger.Unlisting `json:"unlisted,omitempty"`
 }
 
 func subscriptionOf(key string, r *ledger.Record) Subscription {
