@@ -1,8 +1,9 @@
 package mcpsync_test
 
-// The caller's callbacks (OnError, OnOutcome) run outside every lock and
-// off the client's own goroutines: a callback may close or reconnect the
-// client, and a panic in one leaves nothing stuck.
+// The caller's callbacks (OnError, OnOutcome, the Handler's methods) run
+// outside every lock and off the client's own goroutines: a callback may
+// close or reconnect the client, a panic in one leaves nothing stuck, and a
+// Close made elsewhere returns only once the callback running has returned.
 
 import (
 	"context"
