@@ -1,17 +1,21 @@
 package mcpsync_test
 
-// The caller's callbacks (OnError, OnOutcome) run outside every lock and
-// off the client's own goroutines: a callback may close or reconnect the
-// client, and a panic in one leaves nothing stuck.
+// The caller's callbacks (OnError, OnOutcome, the Handler's methods) run
+// outside every lock and off the client's own goroutines: a callback may
+// close or reconnect the client, a panic in one leaves nothing stuck, and a
+// Close made elsewhere returns only once the callback running has returned.
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -160,4 +164,231 @@ func TestPanickingOnOutcomeInSubscribeLeavesTheURIFree(t *testing.T) {
 		_, err = c.Unsubscribe(ctx, docURI)
 		require.NoError(t, err, "a panic in an observer must not leave the URI locked")
 	})
+}
+
+// callbackKind is one kind of the caller's callbacks, as a rig's client
+// is given it.
+type callbackKind struct {
+	name string
+	// give has the callback of this kind in o call hook.
+	give func(o *mcpsync.ClientOptions, hook func())
+	// cause makes the rig's client run that callback.
+	cause func(t *testing.T, r *rig)
+}
+
+var callbackKinds = []callbackKind{
+	{
+		name: "OnOutcome",
+		give: func(o *mcpsync.ClientOptions, hook func()) {
+			o.OnOutcome = func(mcpsync.Outcome) { hook() }
+		},
+		cause: subscribeFaultURI,
+	},
+	{
+		name: "OnError",
+		give: func(o *mcpsync.ClientOptions, hook func()) {
+			o.OnError = func(error) { hook() }
+		},
+		cause: func(t *testing.T, r *rig) {
+			r.faults().BreakNext(string(mcp.MethodResourcesRead), faultURI, errors.New("connection reset"))
+			subscribeFaultURI(t, r)
+		},
+	},
+	{
+		name: "Handler",
+		give: func(o *mcpsync.ClientOptions, hook func()) {
+			o.Handler = mcpsync.ResourceHandlerFuncs{AddFunc: func(mcpsync.Entry) { hook() }}
+		},
+		cause: subscribeFaultURI,
+	},
+}
+
+// subscribeFaultURI subscribes faultURI, whatever comes of it: the
+// callback of its first read may close the client meanwhile.
+func subscribeFaultURI(t *testing.T, r *rig) {
+	_, _ = r.c.Subscribe(t.Context(), faultURI)
+}
+
+// newCallbackRig is a quiet rig (no heartbeat, revalidation hourly) whose
+// client calls hook from its callback of kind.
+func newCallbackRig(t *testing.T, kind callbackKind, hook *callbackHook) *rig {
+	t.Helper()
+	opts := &mcpsync.ClientOptions{PingEvery: -1, RevalidateEvery: time.Hour}
+	kind.give(opts, hook.call)
+	return newRig(t, eras[0], opts)
+}
+
+// callbackHook is what a test has a callback do, set once the client is
+// connected; until then the callback does nothing of the test's.
+type callbackHook struct {
+	mu sync.Mutex // protects f
+	f  func()
+}
+
+func (h *callbackHook) set(f func()) {
+	h.mu.Lock()
+	h.f = f
+	h.mu.Unlock()
+}
+
+func (h *callbackHook) call() {
+	h.mu.Lock()
+	f := h.f
+	h.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// hold has the next call of the hook block until release, then do then
+// (if set); running is closed once it blocks, returned once it returns.
+// Later calls do nothing.
+func (h *callbackHook) hold(then func()) (running, returned <-chan struct{}, release func()) {
+	run, ret, rel := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.set(func() {
+		once.Do(func() {
+			defer close(ret)
+			close(run)
+			<-rel
+			if then != nil {
+				then()
+			}
+		})
+	})
+	return run, ret, sync.OnceFunc(func() { close(rel) })
+}
+
+// A program tears down what its callbacks use once Close returns (the
+// command writes its summary to the output they print to). Close on another
+// goroutine while a callback runs therefore returns only once the callback
+// has returned and delivery has ended, whichever callback it is.
+func TestCloseWaitsForARunningCallback(t *testing.T) {
+	for _, kind := range callbackKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hook callbackHook
+				r := newCallbackRig(t, kind, &hook)
+				running, returned, release := hook.hold(nil)
+				defer release()
+				kind.cause(t, r)
+				<-running
+
+				closed := make(chan error, 1)
+				go func() { closed <- r.c.Close() }()
+				synctest.Wait()
+				select {
+				case err := <-closed:
+					release()
+					t.Fatalf("Close returned (%v) while %s ran", err, kind.name)
+				default:
+				}
+				release()
+				require.NoError(t, <-closed)
+				select {
+				case <-returned:
+				default:
+					t.Errorf("Close returned before %s did", kind.name)
+				}
+			})
+		})
+	}
+}
+
+// Close inside a callback while a Close on another goroutine waits for
+// that callback: the callback's Close returns at once, and the other once
+// the callback has returned.
+func TestCloseFromACallbackWhileAnotherCloseWaitsForIt(t *testing.T) {
+	for _, kind := range callbackKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hook callbackHook
+				r := newCallbackRig(t, kind, &hook)
+				inside := make(chan error, 1)
+				running, _, release := hook.hold(func() { inside <- closeTimed(r.c) })
+				defer release()
+				kind.cause(t, r)
+				<-running
+
+				outside := make(chan error, 1)
+				go func() { outside <- r.c.Close() }()
+				synctest.Wait()
+				release()
+				require.NoError(t, <-inside, "Close from inside %s", kind.name)
+				require.NoError(t, <-outside, "Close on another goroutine")
+				assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+			})
+		})
+	}
+}
+
+// A callback that closes its client (the copy is no longer wanted): Close
+// from inside it returns without waiting for the goroutine it runs on, and
+// the client stops once the callback returns: a Close on another goroutine
+// returns nil, and nothing of the client is left running (the bubble ends).
+func TestCloseFromInsideACallbackReturnsAndTheClientStops(t *testing.T) {
+	for _, kind := range callbackKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hook callbackHook
+				r := newCallbackRig(t, kind, &hook)
+				inside := make(chan error, 1)
+				var once sync.Once
+				hook.set(func() { once.Do(func() { inside <- closeTimed(r.c) }) })
+				kind.cause(t, r)
+				require.NoError(t, <-inside, "Close from inside %s", kind.name)
+				require.NoError(t, r.c.Close(), "Close after the callback's")
+				assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+			})
+		})
+	}
+}
+
+// closeTimed closes c, and fails if that took a second or more: a Close
+// that waited for its own goroutine would take CloseTimeout.
+func closeTimed(c *mcpsync.Client) error {
+	start := time.Now()
+	err := c.Close()
+	if took := time.Since(start); took >= time.Second {
+		err = errors.Join(err, fmt.Errorf("Close took %v", took))
+	}
+	return err
+}
+
+// Shutdown whose context ends while a callback still runs says so: it
+// returns ErrCloseTimeout (and the context's error), not nil, and a later
+// Close waits for the callback.
+func TestShutdownEndingWhileACallbackRunsIsErrCloseTimeout(t *testing.T) {
+	for _, kind := range callbackKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hook callbackHook
+				r := newCallbackRig(t, kind, &hook)
+				running, returned, release := hook.hold(nil)
+				defer release()
+				kind.cause(t, r)
+				<-running
+
+				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+				defer cancel()
+				err := r.c.Shutdown(ctx)
+				require.ErrorIs(t, err, mcpsync.ErrCloseTimeout)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+
+				closed := make(chan error, 1)
+				go func() { closed <- r.c.Close() }()
+				synctest.Wait()
+				select {
+				case err := <-closed:
+					t.Errorf("a later Close returned (%v) while %s ran", err, kind.name)
+				default:
+				}
+				release()
+				<-returned
+				if !t.Failed() {
+					require.NoError(t, <-closed)
+				}
+			})
+		})
+	}
 }

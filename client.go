@@ -126,7 +126,8 @@ type ClientOptions struct {
 	// URI another worker took (ErrNotLeaseholder).
 	// It runs on a goroutine of its own, one failure at a time and in
 	// order, outside every lock; it may call any method of the Client,
-	// Close and Reconnect included.
+	// Close and Reconnect included. A Close on another goroutine returns
+	// once it has returned.
 	OnError func(error)
 	// Logger, if set, logs those failures and session changes; nil is
 	// silent.
@@ -149,7 +150,8 @@ type ClientOptions struct {
 	// OnOutcome, if set, is told of every fenced read, outside every lock,
 	// on the goroutine that delivers OnError too, one call at a time, in
 	// the order the reads ended: Outcome.Changed says the read made new
-	// content current. It may call Close. When reads of one URI overlap,
+	// content current. It may call Close; a Close on another goroutine
+	// returns once it has returned. When reads of one URI overlap,
 	// their outcomes may still arrive out of order (the fence accepted
 	// them in order, and refused the older of two that crossed); treat an
 	// outcome as a wake-up and Lookup the URI, or follow the outbox
@@ -552,6 +554,14 @@ func (c *Client) Capabilities() CapabilityReceipt {
 // goroutines at most ClientOptions.CloseTimeout: a request stuck in a server
 // that ignores cancellation (an in-process handler that never returns) is
 // left behind, and Close says so with ErrCloseTimeout.
+//
+// When Close returns nil, no callback (OnError, OnOutcome, the Handler's
+// methods) runs and none will: a callback running when it was called has
+// returned, and whatever was queued for them has been delivered. That holds
+// for every call, the first or a later one, on any goroutine but the one
+// callbacks run on: a Close from inside a callback returns without waiting
+// for the callback it is called from (which returns after it), once the
+// client's other goroutines have ended.
 func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CloseTimeout)
 	defer cancel()
@@ -559,9 +569,34 @@ func (c *Client) Close() error {
 }
 
 // Shutdown is Close bounded by ctx instead of CloseTimeout: when ctx ends
-// before every goroutine of the client has returned, it returns an error
-// matching ErrCloseTimeout and ctx's error.
+// before every goroutine of the client has returned, a running callback
+// included, it returns an error matching ErrCloseTimeout and ctx's error.
 func (c *Client) Shutdown(ctx context.Context) error {
+	err := c.closeOnce()
+	select {
+	case <-c.stopped:
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
+	}
+	if c.errs.onDeliverer() {
+		// Inside a callback: delivery ends once this callback returns and
+		// what is queued after it is delivered.
+		return err
+	}
+	// What was told after the last goroutine ended is delivered, and the
+	// callback running now has returned, before Close does.
+	select {
+	case <-c.errs.done:
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
+	}
+	return err
+}
+
+// closeOnce closes the client the first time it is called: the connection
+// closes and every goroutine of the client is told to end. It returns what
+// closing the connection returned; later calls do nothing and return nil.
+func (c *Client) closeOnce() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -582,21 +617,6 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.readq.ShutDown()
 	if c.lastOut(false) {
 		c.stop()
-	}
-	select {
-	case <-c.stopped:
-	case <-ctx.Done():
-		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
-	}
-	if !c.errs.delivering.Load() {
-		// Failures told after the last goroutine ended reach OnError
-		// before Close returns; a Close from inside OnError does not
-		// wait for the goroutine it runs on.
-		select {
-		case <-c.errs.done:
-		case <-ctx.Done():
-			return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
-		}
 	}
 	return err
 }

@@ -20,7 +20,8 @@ import (
 // change, in the shape of client-go's ResourceEventHandler. Its methods run
 // on one goroutine (the one that runs OnError and OnOutcome), one call at a
 // time, outside every lock; they may call any method of the Client but
-// WaitForSync. A panic in one is recovered and reported to OnError.
+// WaitForSync, and a Close on another goroutine returns once the method
+// running has returned. A panic in one is recovered and reported to OnError.
 // Changes made through another engine on a shared ledger are told when
 // this client next reads the URI.
 type ResourceHandler interface {

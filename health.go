@@ -1,11 +1,13 @@
 package mcpsync
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -164,9 +166,33 @@ type errorQueue struct {
 	marked map[string]*DeletionEvidence
 	ready  chan struct{} // holds a token while items is non-empty
 	done   chan struct{} // closed when the delivering goroutine ends
-	// delivering is set while OnError runs: a Close from inside it does not
-	// wait for the goroutine it runs on.
-	delivering atomic.Bool
+	// goroutine is the ID of the delivering goroutine (goroutineID), 0
+	// until it starts: a Close on it, from inside a callback, does not
+	// wait for it, and a Close on any other goroutine does.
+	goroutine atomic.Uint64
+}
+
+// onDeliverer reports whether the caller runs on the delivering goroutine,
+// that is, inside a callback.
+func (q *errorQueue) onDeliverer() bool {
+	id := q.goroutine.Load()
+	return id != 0 && id == goroutineID()
+}
+
+// goroutineID returns the ID of the calling goroutine, read from the
+// header of its stack trace ("goroutine 42 [running]:"): Go names a
+// goroutine nowhere else. The runtime never gives an ID twice.
+func goroutineID() uint64 {
+	var buf [32]byte
+	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	var id uint64
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			break
+		}
+		id = id*10 + uint64(d-'0')
+	}
+	return id
 }
 
 // event is one callback to make: OnError with err, OnOutcome with out,
@@ -203,6 +229,7 @@ func (q *errorQueue) wake() {
 func (c *Client) deliverErrors() {
 	q := &c.errs
 	defer close(q.done)
+	q.goroutine.Store(goroutineID())
 	for {
 		select {
 		case <-q.ready:
@@ -213,9 +240,7 @@ func (c *Client) deliverErrors() {
 		q.items = nil
 		q.mu.Unlock()
 		for _, ev := range items {
-			q.delivering.Store(true)
 			c.deliver(ev)
-			q.delivering.Store(false)
 		}
 		select {
 		case <-c.stopped:

@@ -67,8 +67,8 @@ func subscribeMethod(version string) string {
 
 // rigConfig says how a rig is built; the zero value is newRig's.
 type rigConfig struct {
-	// opts are the client's options; Subject, ProtocolVersion, Seed and
-	// OnOutcome are the rig's, and OnError is called after the rig's own.
+	// opts are the client's options; Subject, ProtocolVersion and Seed are
+	// the rig's, and OnOutcome and OnError are called after the rig's own.
 	opts mcpsync.ClientOptions
 	// server are the mcpsynctest server's options.
 	server *mcpsynctest.ServerOptions
@@ -173,10 +173,14 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 		}
 	}
 	o.Subject, o.ProtocolVersion, o.Seed = alice, w.version, 1
+	onOutcome := o.OnOutcome
 	o.OnOutcome = func(out mcpsync.Outcome) {
 		select {
 		case r.outcomes <- out:
 		default:
+		}
+		if onOutcome != nil {
+			onOutcome(out)
 		}
 	}
 	if then := o.OnError; then != nil {

@@ -5,12 +5,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -314,6 +316,47 @@ func TestDemoJSONLines(t *testing.T) {
 	for _, c := range ofKind(evs, "check") {
 		assert.Equal(t, true, c["ok"], c)
 	}
+}
+
+// Ctrl-C while the demo subscribes: run returns with nothing of the
+// demo's client left running, so none of its callbacks prints after run
+// returns (to output the caller may be reading or closing by then).
+func TestDemoInterruptedWhileSubscribingLeavesNothingRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo's catalogs take most of a second")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	stdout := &interruptingWriter{at: `"name":"subscribe"`, interrupt: interrupt}
+	var stderr strings.Builder
+	code := run(ctx, []string{"demo", "--json"}, strings.NewReader(""), stdout, &stderr)
+	assert.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", stdout, &stderr)
+}
+
+// interruptingWriter is output that interrupts the command, as Ctrl-C
+// would, the moment a write contains at: before the command goes on.
+type interruptingWriter struct {
+	at        string
+	interrupt context.CancelFunc
+
+	mu  sync.Mutex // protects buf
+	buf strings.Builder
+}
+
+func (w *interruptingWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.at) {
+		w.interrupt()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *interruptingWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // watch --all keeps scanning every --rescan: against a server without the

@@ -194,6 +194,10 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if err := d.subscribe(ctx); err != nil {
+		if d.client != nil {
+			// Its callbacks print: they end before run returns.
+			_ = d.client.Close()
+		}
 		return err
 	}
 	convergedIn, err := d.scenario(ctx)
