@@ -281,3 +281,83 @@ func BenchmarkConsume(b *testing.B) {
 		wg.Wait()
 	})
 }
+
+// firstSubscription is a key's first record as Client.SubscribeAll writes
+// it: a subscription generation opened in a session, nothing read yet.
+func firstSubscription(key string, caps *ledger.CapabilityReceipt) *ledger.Record {
+	return &ledger.Record{
+		Revision: 1, State: ledger.StateSubscribing,
+		Sub: &ledger.SubscriptionInfo{
+			URI: key, Subject: "user:alice", Server: caps.Server, SessionGeneration: caps.SessionGeneration,
+			SessionID: "session-1", Capabilities: caps, Generation: 1, StartedAt: caps.ReceivedAt,
+		},
+	}
+}
+
+// BenchmarkCompareAndSwapAll writes the first subscriptions of n keys the
+// ledger has never seen, as Client.SubscribeAll does (its chunks are of
+// 256): with one CompareAndSwapAll (all), and, as on a ledger that takes no
+// batch, one CompareAndSwap after another (one-at-a-time, the baseline).
+// Each iteration does both, on keys of its own, their order alternating
+// from one iteration to the next, so that both meet the same load on the
+// server; it reports each side's time per batch and the baseline's ratio
+// to it.
+func BenchmarkCompareAndSwapAll(b *testing.B) {
+	caps := &ledger.CapabilityReceipt{
+		Schema: "capabilityReceipt.v1", ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "bench", Version: "1"},
+		Resources: true, Subscribe: true, SessionGeneration: 1, ReceivedAt: time.Now(),
+	}
+	for _, n := range []int{64, 256} {
+		b.Run(fmt.Sprintf("uris=%d", n), func(b *testing.B) {
+			conn, schema := pgtest.Schema(b)
+			l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			round := 0
+			swaps := func(side string) []ledger.Swap {
+				s := make([]ledger.Swap, n)
+				for i := range s {
+					key := fmt.Sprintf("file:///docs/%s/%d/%03d.md", side, round, i)
+					s[i] = ledger.Swap{Key: key, Next: firstSubscription(key, caps)}
+				}
+				return s
+			}
+			all := func(b *testing.B, s []ledger.Swap) {
+				for i, r := range l.CompareAndSwapAll(ctx, s) {
+					if r.Err != nil || !r.OK {
+						b.Fatal(s[i].Key, " not stored: ", r.Err)
+					}
+				}
+			}
+			oneAtATime := func(b *testing.B, s []ledger.Swap) {
+				for _, w := range s {
+					if _, ok, err := l.CompareAndSwap(ctx, w.Key, w.Prev, w.Next, w.Entries); err != nil || !ok {
+						b.Fatal(w.Key, " not stored: ", err)
+					}
+				}
+			}
+			var allTime, oneTime time.Duration
+			for b.Loop() {
+				round++
+				sa, so := swaps("all"), swaps("one")
+				timed := func(f func(*testing.B, []ledger.Swap), s []ledger.Swap) time.Duration {
+					start := time.Now()
+					f(b, s)
+					return time.Since(start)
+				}
+				if round%2 == 0 {
+					allTime += timed(all, sa)
+					oneTime += timed(oneAtATime, so)
+				} else {
+					oneTime += timed(oneAtATime, so)
+					allTime += timed(all, sa)
+				}
+			}
+			b.ReportMetric(float64(allTime.Nanoseconds())/float64(round), "all-ns/op")
+			b.ReportMetric(float64(oneTime.Nanoseconds())/float64(round), "one-at-a-time-ns/op")
+			b.ReportMetric(float64(oneTime)/float64(allTime), "one-at-a-time/all")
+		})
+	}
+}
