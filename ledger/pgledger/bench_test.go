@@ -11,11 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"golang.org/x/time/rate"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // benchRecord is a record as the fence stores one: a version with its
@@ -358,6 +361,77 @@ func BenchmarkCompareAndSwapAll(b *testing.B) {
 			b.ReportMetric(float64(allTime.Nanoseconds())/float64(round), "all-ns/op")
 			b.ReportMetric(float64(oneTime.Nanoseconds())/float64(round), "one-at-a-time-ns/op")
 			b.ReportMetric(float64(oneTime)/float64(allTime), "one-at-a-time/all")
+		})
+	}
+}
+
+// noBatching is a ledger with CompareAndSwapAll hidden (ledger.Index
+// kept): an engine on it writes each first subscription in its URI's pass.
+type noBatching struct {
+	ledger.Ledger
+	ledger.Index
+}
+
+// BenchmarkSubscribeAll is a cold Client.SubscribeAll of 1,000 URIs on a
+// fresh schema, against an in-process server, until it returns (every URI
+// subscribed and read once): on the ledger (all), and on the ledger with
+// CompareAndSwapAll hidden (no-batching, the baseline), which is how
+// SubscribeAll ran on PostgreSQL before the ledger took batches. Each
+// iteration runs both, their order alternating, and reports each side's
+// time per URI and the baseline's ratio to it.
+func BenchmarkSubscribeAll(b *testing.B) {
+	const n = 1000
+	srv := mcpsynctest.NewServer(nil)
+	uris := make([]string, n)
+	for i := range uris {
+		uris[i] = fmt.Sprintf("file:///docs/all/%04d.md", i)
+		srv.Set(uris[i], "text/markdown", fmt.Sprintf("document %d", i))
+	}
+	for _, era := range []string{"2025-11-25", "2026-07-28"} {
+		b.Run("era="+era, func(b *testing.B) {
+			subscribeAll := func(b *testing.B, batching bool) time.Duration {
+				conn, schema := pgtest.Schema(b)
+				l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				var on ledger.Ledger = l
+				if !batching {
+					on = noBatching{l, l}
+				}
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: on})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
+					return srv.NewInProcessTransport(), nil
+				}, &mcpsync.ClientOptions{Engine: e, Subject: "svc:indexer", ProtocolVersion: era, ReconnectReads: rate.Inf})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				start := time.Now()
+				if _, err := c.SubscribeAll(b.Context(), uris); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			var all, alone time.Duration
+			round := 0
+			for b.Loop() {
+				round++
+				if round%2 == 0 {
+					all += subscribeAll(b, true)
+					alone += subscribeAll(b, false)
+				} else {
+					alone += subscribeAll(b, false)
+					all += subscribeAll(b, true)
+				}
+			}
+			b.ReportMetric(float64(all.Microseconds())/float64(round*n), "all-us/uri")
+			b.ReportMetric(float64(alone.Microseconds())/float64(round*n), "no-batching-us/uri")
+			b.ReportMetric(float64(alone)/float64(all), "no-batching/all")
 		})
 	}
 }
