@@ -21,8 +21,9 @@ const maxBatch = 64
 // together, in one statement: an idle ledger sends each call on its own,
 // at once, and a busy one sends fewer, larger statements, each one round
 // trip and one commit, instead of queueing every call for a connection of
-// its own. Each call still gets its own result, from a statement sent
-// after the call was made.
+// its own. Calls one caller makes at once (doAll) queue together, so they
+// share statements even on an idle ledger. Each call still gets its own
+// result, from a statement sent after the call was made.
 type batcher[Q, R any] struct {
 	// run carries out qs in one statement and returns a result for each,
 	// or the error that failed them all.
@@ -39,7 +40,9 @@ type batcher[Q, R any] struct {
 
 	mu     sync.RWMutex // held to send on calls; close takes it to close calls
 	closed bool
-	calls  chan *call[Q, R]
+	// calls queues groups of calls, each made at once by one caller and
+	// at most maxBatch long: a sender never splits one.
+	calls chan []*call[Q, R]
 
 	ctx    context.Context // the statements', cancelled by close
 	cancel context.CancelFunc
@@ -58,7 +61,7 @@ type call[Q, R any] struct {
 // time, until close; calls then fail with errClosed.
 func startBatcher[Q, R any](senders int, errClosed error, run func(context.Context, []Q) ([]R, error),
 	alone func(context.Context, Q) (R, error), retry func(error, int) bool) *batcher[Q, R] {
-	b := &batcher[Q, R]{run: run, alone: alone, retry: retry, errClosed: errClosed, calls: make(chan *call[Q, R], maxBatch)}
+	b := &batcher[Q, R]{run: run, alone: alone, retry: retry, errClosed: errClosed, calls: make(chan []*call[Q, R], maxBatch)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	for range senders {
 		b.wg.Go(b.send)
@@ -83,44 +86,89 @@ func (b *batcher[Q, R]) close() {
 // (the call may still take effect, as a statement cancelled mid-flight
 // may), or with errClosed once the batcher is closed.
 func (b *batcher[Q, R]) do(ctx context.Context, q Q) (R, error) {
-	var zero R
-	c := &call[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return zero, b.errClosed
-	}
-	select {
-	case b.calls <- c:
-	case <-ctx.Done():
-		b.mu.RUnlock()
-		return zero, ctx.Err()
-	}
-	b.mu.RUnlock()
-	select {
-	case <-c.done:
-		return c.r, c.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
+	rs, errs := b.doAll(ctx, []Q{q})
+	return rs[0], errs[0]
 }
 
-// send takes a call, then every other call already queued, up to
-// maxBatch, and runs them in one statement, until calls is closed and
-// drained.
+// doAll makes qs at once, each as do would: they queue together, in
+// groups of maxBatch, so that they share statements, and rs[i] and
+// errs[i] are qs[i]'s. It returns once each was answered, or when ctx
+// ends (every call not answered by then gets ctx's error).
+func (b *batcher[Q, R]) doAll(ctx context.Context, qs []Q) (rs []R, errs []error) {
+	rs, errs = make([]R, len(qs)), make([]error, len(qs))
+	cs := make([]*call[Q, R], len(qs))
+	for i, q := range qs {
+		cs[i] = &call[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
+	}
+	sent, err := b.queue(ctx, cs)
+	for i, c := range cs[:sent] {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		}
+		select {
+		case <-c.done:
+			rs[i], errs[i] = c.r, c.err
+		default:
+			errs[i] = ctx.Err() // given up on: it may still take effect
+		}
+	}
+	for i := sent; i < len(cs); i++ {
+		errs[i] = err
+	}
+	return rs, errs
+}
+
+// queue sends cs on calls in groups of at most maxBatch and returns how
+// many it sent: all, or those sent before ctx ended (ctx's error) or the
+// batcher was closed (errClosed).
+func (b *batcher[Q, R]) queue(ctx context.Context, cs []*call[Q, R]) (int, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return 0, b.errClosed
+	}
+	sent := 0
+	for group := range slices.Chunk(cs, maxBatch) {
+		select {
+		case b.calls <- group:
+			sent += len(group)
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		}
+	}
+	return sent, nil
+}
+
+// send takes a group of calls, then every other group already queued, up
+// to maxBatch calls, and runs them in one statement, until calls is closed
+// and drained. A group that would go past maxBatch waits for the next
+// statement.
 func (b *batcher[Q, R]) send() {
 	batch := make([]*call[Q, R], 0, maxBatch)
 	qs := make([]Q, 0, maxBatch)
-	for c := range b.calls {
-		batch = append(batch[:0], c)
+	var next []*call[Q, R] // a group taken that did not fit the last statement
+	for {
+		group := next
+		if next = nil; group == nil {
+			var ok bool
+			if group, ok = <-b.calls; !ok {
+				return
+			}
+		}
+		batch = append(batch[:0], group...)
 	more:
 		for len(batch) < maxBatch {
 			select {
-			case c, ok := <-b.calls:
+			case g, ok := <-b.calls:
 				if !ok {
 					break more
 				}
-				batch = append(batch, c)
+				if len(batch)+len(g) > maxBatch {
+					next = g
+					break more
+				}
+				batch = append(batch, g...)
 			default:
 				break more
 			}

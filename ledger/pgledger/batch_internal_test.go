@@ -132,6 +132,64 @@ func TestBatcherSendsWhatQueuedInOneStatement(t *testing.T) {
 	})
 }
 
+// Calls one caller makes at once (doAll) go in one statement, even on an
+// idle batcher, whose sender would otherwise take the first alone; more
+// than maxBatch go in statements of maxBatch. A group that does not fit
+// the statement being filled waits whole for the next: no statement
+// carries more than maxBatch calls, and each call gets its own result.
+func TestBatcherSendsCallsMadeAtOnceTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		close(g.gate)
+		b := startBatcher(1, errTestClosed, g.run, g.alone, never)
+		defer b.close()
+		rs, errs := b.doAll(t.Context(), []int{0, 1, 2})
+		assert.Equal(t, []string{"r0", "r1", "r2"}, rs)
+		assert.Equal(t, []error{nil, nil, nil}, errs)
+		require.Equal(t, [][]int{{0, 1, 2}}, g.batches, "one statement for the calls made at once")
+
+		qs := make([]int, 2*maxBatch+2)
+		for i := range qs {
+			qs[i] = 100 + i
+		}
+		rs, errs = b.doAll(t.Context(), qs)
+		for i, q := range qs {
+			require.NoError(t, errs[i])
+			require.Equal(t, fmt.Sprint("r", q), rs[i], "call %d got its own result", i)
+		}
+		require.Equal(t, [][]int{{0, 1, 2}, qs[:maxBatch], qs[maxBatch : 2*maxBatch], qs[2*maxBatch:]}, g.batches)
+	})
+}
+
+// Groups queued behind a statement in flight fill the next one up to
+// maxBatch; the group that would pass it goes whole in the one after.
+func TestBatcherNeverSplitsAGroupThatWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedRun()
+		b := startBatcher(1, errTestClosed, g.run, g.alone, never)
+		defer b.close()
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = b.do(t.Context(), 0) })
+		<-g.started
+		seq := func(from, n int) []int {
+			qs := make([]int, n)
+			for i := range qs {
+				qs[i] = from + i
+			}
+			return qs
+		}
+		first, second := seq(100, maxBatch-4), seq(200, 5)
+		wg.Go(func() { _, _ = b.doAll(t.Context(), first) })
+		synctest.Wait()
+		wg.Go(func() { _, _ = b.doAll(t.Context(), second) })
+		synctest.Wait()
+		require.Len(t, b.calls, 2)
+		close(g.gate)
+		wg.Wait()
+		require.Equal(t, [][]int{{0}, first, second}, g.batches)
+	})
+}
+
 // A failed statement fails every call it carried, and the batcher goes on.
 func TestBatcherFailsTheWholeStatement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -11,11 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"golang.org/x/time/rate"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
+	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
 // benchRecord is a record as the fence stores one: a version with its
@@ -280,4 +283,155 @@ func BenchmarkConsume(b *testing.B) {
 		cancel()
 		wg.Wait()
 	})
+}
+
+// firstSubscription is a key's first record as Client.SubscribeAll writes
+// it: a subscription generation opened in a session, nothing read yet.
+func firstSubscription(key string, caps *ledger.CapabilityReceipt) *ledger.Record {
+	return &ledger.Record{
+		Revision: 1, State: ledger.StateSubscribing,
+		Sub: &ledger.SubscriptionInfo{
+			URI: key, Subject: "user:alice", Server: caps.Server, SessionGeneration: caps.SessionGeneration,
+			SessionID: "session-1", Capabilities: caps, Generation: 1, StartedAt: caps.ReceivedAt,
+		},
+	}
+}
+
+// BenchmarkCompareAndSwapAll writes the first subscriptions of n keys the
+// ledger has never seen, as Client.SubscribeAll does (its chunks are of
+// 256): with one CompareAndSwapAll (all), and, as on a ledger that takes no
+// batch, one CompareAndSwap after another (one-at-a-time, the baseline).
+// Each iteration does both, on keys of its own, their order alternating
+// from one iteration to the next, so that both meet the same load on the
+// server; it reports each side's time per batch and the baseline's ratio
+// to it.
+func BenchmarkCompareAndSwapAll(b *testing.B) {
+	caps := &ledger.CapabilityReceipt{
+		Schema: "capabilityReceipt.v1", ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "bench", Version: "1"},
+		Resources: true, Subscribe: true, SessionGeneration: 1, ReceivedAt: time.Now(),
+	}
+	for _, n := range []int{64, 256} {
+		b.Run(fmt.Sprintf("uris=%d", n), func(b *testing.B) {
+			conn, schema := pgtest.Schema(b)
+			l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			round := 0
+			swaps := func(side string) []ledger.Swap {
+				s := make([]ledger.Swap, n)
+				for i := range s {
+					key := fmt.Sprintf("file:///docs/%s/%d/%03d.md", side, round, i)
+					s[i] = ledger.Swap{Key: key, Next: firstSubscription(key, caps)}
+				}
+				return s
+			}
+			all := func(b *testing.B, s []ledger.Swap) {
+				for i, r := range l.CompareAndSwapAll(ctx, s) {
+					if r.Err != nil || !r.OK {
+						b.Fatal(s[i].Key, " not stored: ", r.Err)
+					}
+				}
+			}
+			oneAtATime := func(b *testing.B, s []ledger.Swap) {
+				for _, w := range s {
+					if _, ok, err := l.CompareAndSwap(ctx, w.Key, w.Prev, w.Next, w.Entries); err != nil || !ok {
+						b.Fatal(w.Key, " not stored: ", err)
+					}
+				}
+			}
+			var allTime, oneTime time.Duration
+			for b.Loop() {
+				round++
+				sa, so := swaps("all"), swaps("one")
+				timed := func(f func(*testing.B, []ledger.Swap), s []ledger.Swap) time.Duration {
+					start := time.Now()
+					f(b, s)
+					return time.Since(start)
+				}
+				if round%2 == 0 {
+					allTime += timed(all, sa)
+					oneTime += timed(oneAtATime, so)
+				} else {
+					oneTime += timed(oneAtATime, so)
+					allTime += timed(all, sa)
+				}
+			}
+			b.ReportMetric(float64(allTime.Nanoseconds())/float64(round), "all-ns/op")
+			b.ReportMetric(float64(oneTime.Nanoseconds())/float64(round), "one-at-a-time-ns/op")
+			b.ReportMetric(float64(oneTime)/float64(allTime), "one-at-a-time/all")
+		})
+	}
+}
+
+// noBatching is a ledger with CompareAndSwapAll hidden (ledger.Index
+// kept): an engine on it writes each first subscription in its URI's pass.
+type noBatching struct {
+	ledger.Ledger
+	ledger.Index
+}
+
+// BenchmarkSubscribeAll is a cold Client.SubscribeAll of 1,000 URIs on a
+// fresh schema, against an in-process server, until it returns (every URI
+// subscribed and read once): on the ledger (all), and on the ledger with
+// CompareAndSwapAll hidden (no-batching, the baseline), which is how
+// SubscribeAll ran on PostgreSQL before the ledger took batches. Each
+// iteration runs both, their order alternating, and reports each side's
+// time per URI and the baseline's ratio to it.
+func BenchmarkSubscribeAll(b *testing.B) {
+	const n = 1000
+	srv := mcpsynctest.NewServer(nil)
+	uris := make([]string, n)
+	for i := range uris {
+		uris[i] = fmt.Sprintf("file:///docs/all/%04d.md", i)
+		srv.Set(uris[i], "text/markdown", fmt.Sprintf("document %d", i))
+	}
+	for _, era := range []string{"2025-11-25", "2026-07-28"} {
+		b.Run("era="+era, func(b *testing.B) {
+			subscribeAll := func(b *testing.B, batching bool) time.Duration {
+				conn, schema := pgtest.Schema(b)
+				l, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				var on ledger.Ledger = l
+				if !batching {
+					on = noBatching{l, l}
+				}
+				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: on})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := mcpsync.Connect(b.Context(), func(context.Context) (transport.Interface, error) {
+					return srv.NewInProcessTransport(), nil
+				}, &mcpsync.ClientOptions{Engine: e, Subject: "svc:indexer", ProtocolVersion: era, ReconnectReads: rate.Inf})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				start := time.Now()
+				if _, err := c.SubscribeAll(b.Context(), uris); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			var all, alone time.Duration
+			round := 0
+			for b.Loop() {
+				round++
+				if round%2 == 0 {
+					all += subscribeAll(b, true)
+					alone += subscribeAll(b, false)
+				} else {
+					alone += subscribeAll(b, false)
+					all += subscribeAll(b, true)
+				}
+			}
+			b.ReportMetric(float64(all.Microseconds())/float64(round*n), "all-us/uri")
+			b.ReportMetric(float64(alone.Microseconds())/float64(round*n), "no-batching-us/uri")
+			b.ReportMetric(float64(alone)/float64(all), "no-batching/all")
+		})
+	}
 }

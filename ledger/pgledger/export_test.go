@@ -15,3 +15,6 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, version i
 	}
 	return migrateTo(ctx, pool, n, version)
 }
+
+// MaxBatch is how many writes one statement carries at most.
+const MaxBatch = maxBatch

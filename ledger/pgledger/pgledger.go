@@ -27,6 +27,11 @@
 // revoked subjects in the order they joined, so revocations and new
 // sessions read the rows they change, not every record.
 //
+// The ledger implements ledger.Batching: the writes of one
+// CompareAndSwapAll go to PostgreSQL together, many to a statement (the
+// schema's compare_and_swap_all), so that they share its commit and the
+// wait for its flush, each decided on its own.
+//
 // WaitOutbox sleeps on LISTEN: every appending transaction notifies the
 // schema's channel as it commits, so a waiter in any process wakes on an
 // append in any other. RevokedGeneration reads one row per call: a value
@@ -117,7 +122,10 @@ type Ledger struct {
 	once   sync.Once
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var (
+	_ ledger.Ledger   = (*Ledger)(nil)
+	_ ledger.Batching = (*Ledger)(nil)
+)
 
 // Open connects to the database connString names (a PostgreSQL URL or
 // key=value string, as pgxpool.ParseConfig reads it), creates or migrates
@@ -335,40 +343,91 @@ func (l *Ledger) Load(ctx context.Context, key string) (*ledger.Record, error) {
 // a fenced ledger it also requires this worker's lease of key (a
 // *LeaseError otherwise, matching ErrNotLeaseholder).
 func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
-	if next == nil || next.Revision != prev+1 {
-		return 0, false, fmt.Errorf("pgledger: %s: revision must go from %d to %d", key, prev, prev+1)
-	}
-	if err := l.usable(ctx); err != nil {
-		return 0, false, err
-	}
-	p, err := stored(prev, "revision")
-	if err != nil || prev == math.MaxInt64 {
-		return 0, false, fmt.Errorf("pgledger: %s: revision %d beyond what PostgreSQL's bigint holds", key, prev+1)
-	}
-	rec, err := ledger.EncodeRecord(next)
+	s, err := l.newSwap(ctx, ledger.Swap{Key: key, Prev: prev, Next: next, Entries: entries})
 	if err != nil {
 		return 0, false, err
 	}
-	bodies := make([][]byte, len(entries))
-	for i, e := range entries {
+	got, err := l.swaps.do(ctx, s)
+	r := l.swapResult(s, got, err)
+	return r.FirstSeq, r.OK, r.Err
+}
+
+// CompareAndSwapAll implements ledger.Batching: every swap is handed to
+// the writes' batcher at once, so that they share statements (up to
+// maxBatch writes each, one commit and one wait for its flush), and each
+// is decided as CompareAndSwap would decide it. A key an earlier swap of
+// the call named is refused with an error.
+func (l *Ledger) CompareAndSwapAll(ctx context.Context, swaps []ledger.Swap) []ledger.SwapResult {
+	results := make([]ledger.SwapResult, len(swaps))
+	ws := make([]swap, 0, len(swaps))
+	at := make([]int, 0, len(swaps)) // ws[j] is swaps[at[j]]
+	seen := make(map[string]bool, len(swaps))
+	for i, sw := range swaps {
+		if seen[sw.Key] {
+			results[i].Err = fmt.Errorf("pgledger: %s: written twice in one batch", sw.Key)
+			continue
+		}
+		seen[sw.Key] = true
+		s, err := l.newSwap(ctx, sw)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		ws, at = append(ws, s), append(at, i)
+	}
+	if len(ws) == 0 {
+		return results
+	}
+	got, errs := l.swaps.doAll(ctx, ws)
+	for j, s := range ws {
+		results[at[j]] = l.swapResult(s, got[j], errs[j])
+	}
+	return results
+}
+
+// newSwap checks and encodes one compare-and-swap, with the epoch of its
+// key's lease on a fenced ledger.
+func (l *Ledger) newSwap(ctx context.Context, sw ledger.Swap) (swap, error) {
+	key, prev, next := sw.Key, sw.Prev, sw.Next
+	if next == nil || next.Revision != prev+1 {
+		return swap{}, fmt.Errorf("pgledger: %s: revision must go from %d to %d", key, prev, prev+1)
+	}
+	if err := l.usable(ctx); err != nil {
+		return swap{}, err
+	}
+	p, err := stored(prev, "revision")
+	if err != nil || prev == math.MaxInt64 {
+		return swap{}, fmt.Errorf("pgledger: %s: revision %d beyond what PostgreSQL's bigint holds", key, prev+1)
+	}
+	rec, err := ledger.EncodeRecord(next)
+	if err != nil {
+		return swap{}, err
+	}
+	bodies := make([][]byte, len(sw.Entries))
+	for i, e := range sw.Entries {
 		if bodies[i], err = encodeEntry(e); err != nil {
-			return 0, false, err
+			return swap{}, err
 		}
 	}
 	epoch, err := l.fence(key)
 	if err != nil {
-		return 0, false, err
+		return swap{}, err
 	}
-	got, err := l.swaps.do(ctx, swap{key: key, prev: p, record: rec, entries: bodies, epoch: epoch, index: entryOf(next)})
+	return swap{key: key, prev: p, record: rec, entries: bodies, epoch: epoch, index: entryOf(next)}, nil
+}
+
+// swapResult is what CompareAndSwap returns for s, which the batcher
+// answered with got or err.
+func (l *Ledger) swapResult(s swap, got swapped, err error) ledger.SwapResult {
 	switch {
 	case err != nil:
-		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, err)
+		return ledger.SwapResult{Err: fmt.Errorf("pgledger: store %s: %w", s.key, err)}
 	case got.fenced:
-		return 0, false, fmt.Errorf("pgledger: store %s: %w", key, l.lost(key, epoch))
+		return ledger.SwapResult{Err: fmt.Errorf("pgledger: store %s: %w", s.key, l.lost(s.key, s.epoch))}
 	case !got.stored:
-		return 0, false, nil
+		return ledger.SwapResult{}
 	}
-	return uint64(got.first), true, nil
+	return ledger.SwapResult{FirstSeq: uint64(got.first), OK: true}
 }
 
 // Range implements ledger.Ledger. It reads rangeStep records per query and
