@@ -386,8 +386,10 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 	}
 	for len(keys) > 0 && ctx.Err() == nil && !c.isClosed() {
 		n := min(chunk, len(keys))
+		var done opened
 		if n > 1 {
-			if err := c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
+			var err error
+			if done, err = c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
 				c.report(err)
 			}
 		}
@@ -396,7 +398,7 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 			// pass of any other key may send one at once): the others are
 			// put on it by their passes, once opened.
 			for i, key := range fresh {
-				if c.engine.openIn(key, freshRaws[i], c.opts.Subject, conn.gen) {
+				if done.gen == conn.gen && done.keys[key] || c.engine.openIn(key, freshRaws[i], c.opts.Subject, conn.gen) {
 					conn.setWanted(freshRaws[i], true)
 				}
 			}

@@ -315,6 +315,8 @@ type batchLedger struct {
 	answer func(results []ledger.SwapResult) []ledger.SwapResult
 	// during, if set, runs in each batch before its writes.
 	during func()
+	// loads, if set, rewrites what each LoadAll answers.
+	loads func(records []*ledger.Record) []*ledger.Record
 }
 
 func (l *batchLedger) CompareAndSwap(ctx context.Context, key string, prev uint64, next *ledger.Record, entries []ledger.OutboxEntry) (uint64, bool, error) {
@@ -351,6 +353,24 @@ func (l *batchLedger) CompareAndSwapAll(ctx context.Context, swaps []ledger.Swap
 		results = answer(results)
 	}
 	return results
+}
+
+func (l *batchLedger) LoadAll(ctx context.Context, keys []string) ([]*ledger.Record, error) {
+	records := make([]*ledger.Record, len(keys))
+	for i, key := range keys {
+		r, err := l.Load(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		records[i] = r
+	}
+	l.mu.Lock()
+	loads := l.loads
+	l.mu.Unlock()
+	if loads != nil {
+		records = loads(records)
+	}
+	return records, nil
 }
 
 // set changes l's hooks under its lock.
@@ -573,11 +593,15 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 		name   string
 		fail   func(key string) bool
 		answer func([]ledger.SwapResult) []ledger.SwapResult
+		loads  func([]*ledger.Record) []*ledger.Record
 	}{
 		{name: "one-result-too-many", answer: func(rs []ledger.SwapResult) []ledger.SwapResult {
 			return append(rs, ledger.SwapResult{OK: true})
 		}},
 		{name: "one-result-too-few", answer: func(rs []ledger.SwapResult) []ledger.SwapResult {
+			return rs[:len(rs)-1]
+		}},
+		{name: "one-record-too-few", loads: func(rs []*ledger.Record) []*ledger.Record {
 			return rs[:len(rs)-1]
 		}},
 		{name: "out-of-order", fail: func(key string) bool { return key == uris[len(uris)-1] },
@@ -588,7 +612,7 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachEra(t, func(t *testing.T, w wiring) {
-				l := &batchLedger{Ledger: ledger.NewMemory(nil), fail: tc.fail, answer: tc.answer}
+				l := &batchLedger{Ledger: ledger.NewMemory(nil), fail: tc.fail, answer: tc.answer, loads: tc.loads}
 				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 				require.NoError(t, err)
 				r := buildRig(t, w, rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})

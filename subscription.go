@@ -260,16 +260,20 @@ func (e *Engine) opening(key, rawURI, subject string, s *session, cur *ledger.Re
 // hold, are an error matching ledger.ErrLedgerCorrupt, and such writes
 // count as not made. The error (that, or the first of the writes that
 // failed) is for the caller to tell; what the ledger holds decides.
-func (e *Engine) openFirst(keys, raws []string, subject string) error {
+func (e *Engine) openFirst(keys, raws []string, subject string) (opened, error) {
 	s := e.session.Load()
 	if e.batching == nil || !s.live || checkSubject(subject) != nil {
-		return nil
+		return opened{}, nil
 	}
 	ctx := context.Background()
 	swaps := make([]ledger.Swap, 0, len(keys))
 	paths := make([]transitions, 0, len(keys))
+	held, err := e.batching.LoadAll(ctx, keys)
+	if err != nil || len(held) != len(keys) {
+		return opened{}, misanswered(len(keys), len(held), err) // each key's pass opens it
+	}
 	for i, key := range keys {
-		if cur, err := e.ledger.Load(ctx, key); err != nil || cur != nil {
+		if held[i] != nil {
 			continue
 		}
 		var path transitions
@@ -281,13 +285,22 @@ func (e *Engine) openFirst(keys, raws []string, subject string) error {
 		paths = append(paths, path)
 	}
 	if len(swaps) == 0 {
-		return nil
+		return opened{}, nil
 	}
 	results := e.batching.CompareAndSwapAll(ctx, swaps)
 	if len(results) != len(swaps) {
-		return errorf("open the first subscriptions of %d URIs: the ledger answered %d results: %w",
+		return opened{}, errorf("open the first subscriptions of %d URIs: the ledger answered %d results: %w",
 			len(swaps), len(results), ledger.ErrLedgerCorrupt)
 	}
+	written := make([]string, len(swaps))
+	for i, s := range swaps {
+		written[i] = s.Key
+	}
+	held, err = e.batching.LoadAll(ctx, written)
+	if err == nil && len(held) != len(written) {
+		return opened{}, misanswered(len(written), len(held), nil)
+	}
+	done := opened{gen: s.gen, keys: make(map[string]bool, len(swaps))}
 	var corrupt, failed error
 	nFailed := 0
 	for i, r := range results {
@@ -298,11 +311,14 @@ func (e *Engine) openFirst(keys, raws []string, subject string) error {
 				failed = errorf("open %s: %w", key, r.Err)
 			}
 		case r.OK:
-			if cur, err := e.ledger.Load(ctx, key); err == nil && cur == nil {
+			if err == nil && held[i] == nil {
 				if corrupt == nil {
 					corrupt = errorf("open %s: the ledger said it wrote the first subscription, and holds none: %w", key, ledger.ErrLedgerCorrupt)
 				}
 				continue
+			}
+			if err == nil {
+				done.keys[key] = true
 			}
 			e.emit(key, &paths[i])
 		}
@@ -310,7 +326,22 @@ func (e *Engine) openFirst(keys, raws []string, subject string) error {
 	if failed != nil {
 		failed = errorf("open the first subscriptions of %d of %d URIs (each is opened by its pass): %w", nFailed, len(swaps), failed)
 	}
-	return errors.Join(corrupt, failed)
+	return done, errors.Join(corrupt, failed)
+}
+
+// opened are the keys openFirst wrote, in session generation gen.
+type opened struct {
+	gen  uint64
+	keys map[string]bool
+}
+
+// misanswered is the error of a LoadAll that failed (err), or answered n
+// records for the want keys asked (a ledger that breaks the contract).
+func misanswered(want, n int, err error) error {
+	if err != nil {
+		return errorf("read the records of %d URIs before opening them: %w", want, err)
+	}
+	return errorf("read the records of %d URIs: the ledger answered %d: %w", want, n, ledger.ErrLedgerCorrupt)
 }
 
 // openIn reports whether key's subscription is open for subject in session

@@ -254,6 +254,11 @@ type Batching interface {
 	// second is refused with an error). It returns once every one was
 	// decided: each that returned OK is durable.
 	CompareAndSwapAll(ctx context.Context, swaps []Swap) (results []SwapResult)
+	// LoadAll returns what Load returns for each of keys (records[i] is
+	// keys[i]'s, nil for a key it holds no record of), read at once: the
+	// reads around a batch cost what its writes do, not a round trip a
+	// key. An error fails every read.
+	LoadAll(ctx context.Context, keys []string) (records []*Record, err error)
 }
 
 // Swap is one write of CompareAndSwapAll: the arguments of a

@@ -215,6 +215,19 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 	return first, true, nil
 }
 
+// LoadAll implements Batching: each key in turn, as Load.
+func (l *memoryLedger) LoadAll(ctx context.Context, keys []string) ([]*Record, error) {
+	records := make([]*Record, len(keys))
+	for i, key := range keys {
+		r, err := l.Load(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		records[i] = r
+	}
+	return records, nil
+}
+
 // CompareAndSwapAll implements Batching: each swap in turn, as
 // CompareAndSwap (there is no commit to share). A key an earlier swap of
 // the call named, and a revision that does not follow the one it

@@ -352,6 +352,31 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 	return r.FirstSeq, r.OK, r.Err
 }
 
+// LoadAll implements ledger.Batching: every key is handed to the reads'
+// batcher at once, so that they share statements (up to maxBatch keys
+// each).
+func (l *Ledger) LoadAll(ctx context.Context, keys []string) ([]*ledger.Record, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, err
+	}
+	got, errs := l.loads.doAll(ctx, keys)
+	records := make([]*ledger.Record, len(keys))
+	for i, key := range keys {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("pgledger: load %s: %w", key, errs[i])
+		}
+		if !got[i].found {
+			continue
+		}
+		r, err := decodeRecord(key, got[i].rev, got[i].record)
+		if err != nil {
+			return nil, fmt.Errorf("pgledger: load: %w", err)
+		}
+		records[i] = r
+	}
+	return records, nil
+}
+
 // CompareAndSwapAll implements ledger.Batching: every swap is handed to
 // the writes' batcher at once, so that they share statements (up to
 // maxBatch writes each, one commit and one wait for its flush), and each

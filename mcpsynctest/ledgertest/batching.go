@@ -15,7 +15,8 @@ import (
 // twice or a revision that does not follow is refused alone), its result
 // where the write was in the call, its entries numbered together after
 // every entry appended before, and every write that returned OK is the
-// key's record for every later call, and after a reopen.
+// key's record for every later call, and after a reopen. LoadAll reads
+// what Load reads: a record (or nil) for each key asked, in order.
 func testBatching(t *testing.T, open Opener, reopen Reopener) {
 	l := open(t, nil)
 	b, ok := l.(ledger.Batching)
@@ -75,7 +76,25 @@ func testBatching(t *testing.T, open Opener, reopen Reopener) {
 	check(l, "after the call")
 	write(t, l, c, 2, 0) // from the record the call stored
 	want[c] = 2
+	loadAll := func(l ledger.Ledger, when string) {
+		t.Helper()
+		keys := []string{c, d, a, stale, a}
+		got, err := l.(ledger.Batching).LoadAll(ctx, keys)
+		require.NoError(t, err)
+		require.Len(t, got, len(keys), "%s: one record a key asked, in order", when)
+		for i, key := range keys {
+			if key == d {
+				assert.Nil(t, got[i], "%s: no record of a key never written", when)
+				continue
+			}
+			require.NotNil(t, got[i], "%s: %s", when, key)
+			assertSameRecord(t, record(key, want[key]), got[i])
+		}
+	}
+	loadAll(l, "after the call")
 	if reopen != nil {
-		check(reopen(t, l), "after a reopen")
+		l = reopen(t, l)
+		check(l, "after a reopen")
+		loadAll(l, "after a reopen")
 	}
 }
