@@ -206,7 +206,7 @@ func connectRig(ctx context.Context, w wiring, cfg rigConfig) (*rig, error) {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
-	o.OnOutcome = r.keep
+	o.OnOutcome = r.keepOutcome
 	if then := o.OnError; then != nil {
 		r.errs.then = then
 	}
@@ -247,9 +247,9 @@ func (r *rig) dialer(inner mcpsync.Dialer, kitSeed int64) mcpsync.Dialer {
 	}
 }
 
-// keep is the client's OnOutcome: it keeps out, and hands it to outcomes
-// if there is room.
-func (r *rig) keep(out mcpsync.Outcome) {
+// keepOutcome is the client's OnOutcome: it keeps out, and hands it to
+// outcomes if there is room.
+func (r *rig) keepOutcome(out mcpsync.Outcome) {
 	r.keptMu.Lock()
 	r.kept = append(r.kept, out)
 	r.keptMu.Unlock()
