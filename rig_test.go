@@ -84,7 +84,8 @@ type rigConfig struct {
 	// wire, if set, sets the fault wire's hooks before the client connects.
 	wire func(w *faultWire)
 	// dial, if set, reaches a server of the test's own instead of the
-	// rig's (a stdio process, say); srv is then the rig's, unused.
+	// rig's (a stdio process, say); the rig's server (r.srv) is then
+	// unused.
 	dial mcpsync.Dialer
 	// kitSeed seeds the fault kits: connection n's with kitSeed+n.
 	kitSeed int64
