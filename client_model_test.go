@@ -115,7 +115,7 @@ type lastCall struct {
 }
 
 type clientModel struct {
-	r      *liveRig
+	r      *rig
 	era    string
 	seq    int // server text version; rises at every change, across deletions
 	last   map[string]*lastCall
@@ -135,9 +135,9 @@ type servedAt struct {
 }
 
 func newClientModel(rt *rapid.T) *clientModel {
-	version := rapid.SampledFrom([]string{"2025-11-25", "2026-07-28"}).Draw(rt, "protocol version")
+	w := rapid.SampledFrom(eras).Draw(rt, "protocol era")
 	srv := mcpsynctest.NewServer(nil)
-	m := &clientModel{era: version, last: map[string]*lastCall{}, served: map[string]servedAt{}}
+	m := &clientModel{era: w.version, last: map[string]*lastCall{}, served: map[string]servedAt{}}
 	for _, u := range clientModelURIs {
 		srv.Set(u, "text/plain", m.nextText())
 	}
@@ -152,7 +152,7 @@ func newClientModel(rt *rapid.T) *clientModel {
 			BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 		},
 	}
-	r, err := newLiveRig(context.Background(), srv, version, rapid.Int64().Draw(rt, "kit seed"), opts)
+	r, err := connectRig(context.Background(), w, rigConfig{opts: opts, srv: srv, kitSeed: rapid.Int64().Draw(rt, "kit seed")})
 	require.NoError(rt, err)
 	m.r = r
 	rt.Cleanup(func() {
@@ -164,9 +164,9 @@ func newClientModel(rt *rapid.T) *clientModel {
 			h.Release()
 		}
 		m.calls.Wait()
-		_ = r.c.Close()
+		_ = r.close()
 	})
-	m.logf("connect %s, coalescing window %s", version, opts.CoalesceWindow)
+	m.logf("connect %s, coalescing window %s", w.version, opts.CoalesceWindow)
 	for _, u := range clientModelURIs {
 		if rapid.Bool().Draw(rt, "subscribe "+u+" at start") {
 			m.subscribe(u)
@@ -388,7 +388,7 @@ func (m *clientModel) requireProgress(rt *rapid.T, u string) {
 	sub, err := e.Subscription(u)
 	require.NoError(rt, err)
 	want, exists := m.r.srv.Text(u)
-	text, lerr := m.r.served(u)
+	text, lerr := m.r.text(u)
 	current := sub.SessionGeneration == e.SessionGeneration()
 	fail := func(what string) {
 		rt.Fatalf("progress: %s; last call %s; %s\nschedule:%s", what, m.lastWord(u), m.r.describe(u), m.schedule())

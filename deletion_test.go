@@ -285,14 +285,13 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 // eras.
 func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true})
-		srv.Set(faultURI, "text/markdown", "v1")
-		srv.Set(listedURI, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.c.Close() })
-		r.subscribeSettled(t, faultURI)
-		srv.Delete(faultURI)
+		r := buildRig(t, w, rigConfig{
+			opts:   mcpsync.ClientOptions{RevalidateEvery: time.Hour},
+			server: &mcpsynctest.ServerOptions{Snapshot: true, SuppressListChanged: true},
+			uris:   []string{listedURI},
+		})
+		r.subscribeSettled(faultURI)
+		r.srv.Delete(faultURI)
 		time.Sleep(time.Second)
 		quiesce()
 		cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
@@ -306,12 +305,12 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 		closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
 		t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
 		quiesce()
-		srv.Recreate(faultURI, "v2")
+		r.srv.Recreate(faultURI, "v2")
 		time.Sleep(time.Minute)
 		quiesce()
 		sub, err = r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		if uerr != nil || openState(sub.State) || srv.Subscribed(faultURI) {
+		if uerr != nil || openState(sub.State) || r.srv.Subscribed(faultURI) {
 			t.Fatalf("unsubscribe of a tombstoned URI not done (Unsubscribe err %v); after recreation: %s", uerr, r.describe(faultURI))
 		}
 	})

@@ -18,29 +18,16 @@ import (
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
-// scanRig is a client of an mcpsynctest server holding five resources, so
-// that a walk spans three pages of two.
-type scanRig struct {
-	srv *mcpsynctest.Server
-	kit *mcpsynctest.Transport
-	c   *mcpsync.Client
-}
-
-func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions, policy ...mcpsync.DeletionPolicy) *scanRig {
+// newScanRig is a rig of an mcpsynctest server holding five resources
+// (faultURI not among them), so that a walk spans three pages of two.
+func newScanRig(t *testing.T, w wiring, srvOpts *mcpsynctest.ServerOptions, policy ...mcpsync.DeletionPolicy) *rig {
 	t.Helper()
-	r := &scanRig{srv: mcpsynctest.NewServer(srvOpts)}
+	srv := mcpsynctest.NewServer(srvOpts)
 	for i := range 5 {
-		r.srv.Set(fmt.Sprintf("file:///docs/%d.md", i), "text/markdown", "body")
+		srv.Set(fmt.Sprintf("file:///docs/%d.md", i), "text/markdown", "body")
 	}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
-		return r.kit, nil
-	}, &mcpsync.ClientOptions{Subject: alice, ProtocolVersion: w.version, Deletion: cmp.Or(policy...),
-		Scanner: &mcpsync.ScannerOptions{MaxAttempts: 3, BackoffBase: 1, BackoffMax: 1}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	return r
+	return buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Deletion: cmp.Or(policy...),
+		Scanner: &mcpsync.ScannerOptions{MaxAttempts: 3, BackoffBase: 1, BackoffMax: 1}}})
 }
 
 func uriSet(c mcpsync.Catalog) []string {
@@ -99,7 +86,7 @@ func TestFaultCyclicCursor(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
 			r := newScanRig(t, w, nil)
-			r.kit.CycleCursor(mcpsynctest.KindResources, 2, 2)
+			r.faults().CycleCursor(mcpsynctest.KindResources, 2, 2)
 			cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
 			require.ErrorIs(t, err, mcpsync.ErrScanUnreconciled)
 			assert.Empty(t, uriSet(cat))
@@ -125,7 +112,7 @@ func TestFaultForgedSnapshotID(t *testing.T) {
 		} {
 			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
 				r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: tc.snapshot})
-				r.kit.ForgeSnapshotIDs(tc.mode)
+				r.faults().ForgeSnapshotIDs(tc.mode)
 				cat, err := r.c.Scan(t.Context(), mcpsync.KindResources)
 				require.NoError(t, err)
 				assert.Equal(t, mcpsync.CatalogSnapshotUnproven, cat.Status, "forged ids are recorded, never trusted")

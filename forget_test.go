@@ -53,7 +53,7 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 
 func TestClientForgetUnsubscribesAndEvicts(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := mustLiveRig(t, w, mcpsync.ClientOptions{}, docURI)
+		r := buildRig(t, w, rigConfig{uris: []string{docURI}})
 		_, err := r.c.Subscribe(t.Context(), docURI)
 		require.NoError(t, err)
 		require.NoError(t, r.c.WaitForSync(t.Context()))

@@ -18,7 +18,7 @@ import (
 func TestReconnectReadsArePaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		uris := numbered("file:///paced/%02d.md", 30)
-		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour, ReconnectReads: 1, CoalesceWindow: -1}, uris...)
+		r := buildRig(t, eras[0], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, ReconnectReads: 1, CoalesceWindow: -1}, uris: uris})
 		for _, u := range uris {
 			_, err := r.c.Subscribe(t.Context(), u)
 			require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestReconnectReadsArePaced(t *testing.T) {
 // The live session is the caller's to call tools on.
 func TestSessionCallsATool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{}, faultURI)
+		r := newRig(t, eras[0], nil)
 		r.srv.MCPServer().AddTool(mcp.NewTool("echo"), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("echoed"), nil
 		})

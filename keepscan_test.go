@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,17 +21,14 @@ import (
 // ten seconds of fake time.
 const keptReview = 10 * time.Second
 
-// keptRig is a Client over an mcpsynctest server without the snapshot
-// extension, as every third-party server is, that sends no list_changed.
+// keptRig is a rig over an mcpsynctest server without the snapshot
+// extension, as every third-party server is, that sends no list_changed and
+// holds uris (each with text "v1 of" it) and nothing else; scans are the
+// reports of the scans keep kept.
 type keptRig struct {
-	srv *mcpsynctest.Server
-	c   *mcpsync.Client
-	kit *mcpsynctest.Transport
-
-	mu      sync.Mutex
-	scans   []mcpsync.ScanReport
-	errs    []error
-	started time.Time
+	*rig
+	mu    sync.Mutex // protects scans
+	scans []mcpsync.ScanReport
 }
 
 func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
@@ -44,26 +40,15 @@ func newKeptRig(t *testing.T, w wiring, uris ...string) *keptRig {
 // client.
 func newHandledKeptRig(t *testing.T, w wiring, h mcpsync.ResourceHandler, uris ...string) *keptRig {
 	t.Helper()
-	r := &keptRig{srv: mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})}
+	srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SuppressListChanged: true})
 	for _, u := range uris {
-		r.srv.Set(u, "text/plain", "v1 of "+u)
+		srv.Set(u, "text/plain", "v1 of "+u)
 	}
-	c, err := mcpsync.Connect(t.Context(), func(context.Context) (transport.Interface, error) {
-		r.kit = mcpsynctest.NewTransport(r.srv.NewInProcessTransport(), 1)
-		return r.kit, nil
-	}, &mcpsync.ClientOptions{
-		Subject: alice, ProtocolVersion: w.version, Seed: 1, RequestTimeout: time.Second, Handler: h,
+	r := &keptRig{rig: buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{
+		RequestTimeout: time.Second, Handler: h,
 		Scanner: &mcpsync.ScannerOptions{ReviewAfter: keptReview, StaleAfter: 2 * keptReview, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
-		OnError: func(err error) {
-			r.mu.Lock()
-			r.errs = append(r.errs, err)
-			r.mu.Unlock()
-		},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	require.False(t, c.Capabilities().SnapshotList)
+	}})}
+	require.False(t, r.c.Capabilities().SnapshotList)
 	return r
 }
 
@@ -140,7 +125,7 @@ func TestKeptScanTombstonesDeletionsWithinTwoIntervals(t *testing.T) {
 					r.keep(t, false)
 					time.Sleep(keptReview / 3) // mid-interval
 					if !notified {
-						r.kit.DropNext(gone, 1)
+						r.faults().DropNext(gone, 1)
 					}
 					r.srv.Delete(gone)
 					took, entry := r.waitTombstone(t, gone, 2*keptReview)
@@ -183,7 +168,7 @@ func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
 					require.NoError(t, err)
 					r.keep(t, false)
 					recreate := func() {
-						r.kit.DropNext(doc, 1)
+						r.faults().DropNext(doc, 1)
 						r.srv.Recreate(doc, "v2")
 					}
 					r.srv.Delete(doc) // notified: the first not-found
@@ -204,7 +189,7 @@ func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
 							}
 						})
 					case "scan and second read":
-						h := r.kit.HoldNextRequest(string(mcp.MethodResourcesRead), doc)
+						h := r.faults().HoldNextRequest(string(mcp.MethodResourcesRead), doc)
 						time.Sleep(keptReview)
 						quiesce()
 						<-h.Arrived()
@@ -240,7 +225,7 @@ func TestKeptScanSubscribesWhatAppeared(t *testing.T) {
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				require.GreaterOrEqual(t, len(r.scans), 2)
-				assert.Empty(t, r.errs)
+				assert.Empty(t, r.errs.list())
 				var subscribed []string
 				for _, rep := range r.scans {
 					for _, s := range rep.Subscribed {
@@ -298,7 +283,7 @@ func TestWaitForSyncWaitsForTheFirstKeptScan(t *testing.T) {
 	t.Run("a first listing that fails", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			r := newKeptRig(t, eras[0], "file:///docs/a.md")
-			r.kit.FailNext(string(mcp.MethodResourcesList), "", -32603, "listing is down")
+			r.faults().FailNext(string(mcp.MethodResourcesList), "", -32603, "listing is down")
 			_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: true})
 			require.NoError(t, err)
 			require.NoError(t, r.c.WaitForSync(t.Context()))
@@ -306,7 +291,7 @@ func TestWaitForSyncWaitsForTheFirstKeptScan(t *testing.T) {
 			require.NoError(t, err, "read once a listing succeeded")
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			assert.NotEmpty(t, r.errs, "the failed listing was told")
+			assert.NotEmpty(t, r.errs.list(), "the failed listing was told")
 		})
 	})
 }
@@ -371,7 +356,7 @@ func TestKeptScanSubscribesACatalogOnOneStream(t *testing.T) {
 		assert.Equal(t, 1, r.srv.SubscribeCalls(), "listen streams opened for the first scan's resources")
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		assert.Empty(t, r.errs)
+		assert.Empty(t, r.errs.list())
 		require.NotEmpty(t, r.scans)
 		assert.Len(t, r.scans[0].Subscribed, len(uris))
 	})
@@ -401,7 +386,7 @@ func TestKeptScanEveryBoundsHowLateANewResourceIsFound(t *testing.T) {
 				quiesce()
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				assert.Empty(t, r.errs)
+				assert.Empty(t, r.errs.list())
 				assert.InDelta(t, 7, len(r.scans), 1, "one scan now, then one per interval")
 			})
 		})
@@ -488,7 +473,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 						}
 						// The scan's first page waits at the kit while the
 						// not-found comes, later than the scan began.
-						h := r.kit.HoldNextRequest(string(mcp.MethodResourcesList), "")
+						h := r.faults().HoldNextRequest(string(mcp.MethodResourcesList), "")
 						defer h.Release()
 						<-h.Arrived()
 						require.False(t, time.Now().Before(scanAt))
@@ -507,7 +492,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 						time.Sleep(time.Until(scanAt) - 100*time.Millisecond)
 						// The server says not found at once; the client hears
 						// it after the scan reconciled.
-						h := r.kit.HoldNext(string(mcp.MethodResourcesRead), doc)
+						h := r.faults().HoldNext(string(mcp.MethodResourcesRead), doc)
 						defer h.Release()
 						r.srv.Delete(doc)
 						<-h.Arrived()
@@ -523,7 +508,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 					assert.Equal(t, mcpsync.EvidenceCorroborated, entry.Evidence.Kind)
 					r.mu.Lock()
 					defer r.mu.Unlock()
-					assert.Empty(t, r.errs)
+					assert.Empty(t, r.errs.list())
 					// The order asked for is the order that came: the scan
 					// that first missed the URI says which.
 					require.GreaterOrEqual(t, len(r.scans), 2)
@@ -561,7 +546,7 @@ func TestKeptScanNeverListsBackToBackWhileNotFoundsOvertakeIt(t *testing.T) {
 				// not-found comes; every list request is held, so that a
 				// scan begun at once would be seen at once.
 				hold := func() *mcpsynctest.Hold {
-					return r.kit.HoldNextRequest(string(mcp.MethodResourcesList), "")
+					return r.faults().HoldNextRequest(string(mcp.MethodResourcesList), "")
 				}
 				var began []time.Time
 				h := hold()
@@ -593,7 +578,7 @@ func TestKeptScanNeverListsBackToBackWhileNotFoundsOvertakeIt(t *testing.T) {
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				assert.InDelta(t, 3, len(r.scans)-n, 1, "scans in three review intervals once the deletion is confirmed")
-				assert.Empty(t, r.errs)
+				assert.Empty(t, r.errs.list())
 			})
 		})
 	}

@@ -110,9 +110,9 @@ func TestRevocationAcrossLeases(t *testing.T) {
 func TestUnsubscribeAfterTheLeaseMoved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeasedLedger()
-		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI)
+		r := buildRig(t, eras[0], rigConfig{opts: mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, uris: []string{docURI}})
 		srv := r.srv
-		r.subscribeSettled(t, docURI)
+		r.subscribeSettled(docURI)
 		require.True(t, srv.Subscribed(docURI))
 		before, err := l.Load(t.Context(), docURI)
 		require.NoError(t, err)
@@ -139,10 +139,10 @@ func TestUnsubscribeAfterTheLeaseMovedIsRetriedUntilTheServerAnswers(t *testing.
 	eachEra(t, func(t *testing.T, w wiring) {
 		const y = "file:///b42/lease/y.md"
 		l := newLeasedLedger()
-		r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, y)
+		r := buildRig(t, w, rigConfig{opts: mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, uris: []string{docURI, y}})
 		srv := r.srv
-		r.subscribeSettled(t, docURI)
-		r.subscribeSettled(t, y) // keeps a 2026-07-28 stream open after docURI leaves it
+		r.subscribeSettled(docURI)
+		r.subscribeSettled(y) // keeps a 2026-07-28 stream open after docURI leaves it
 		require.True(t, srv.Subscribed(docURI))
 
 		l.setForeign(docURI, true)
@@ -173,9 +173,9 @@ func TestCancelledUnsubscribeAfterTheLeaseMovedLeavesNoStreamCarryingIt(t *testi
 	synctest.Test(t, func(t *testing.T) {
 		const z = "file:///b42/lease/z.md"
 		l := newLeasedLedger()
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, docURI, z)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{Engine: leasedEngine(t, l)}, uris: []string{docURI, z}})
 		srv := r.srv
-		r.subscribeSettled(t, docURI)
+		r.subscribeSettled(docURI)
 		require.True(t, srv.Subscribed(docURI))
 
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -208,9 +208,9 @@ func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///lease/back/x.md", "file:///lease/back/y.md"
 		l := newLeasedLedger()
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{Engine: leasedEngine(t, l), CoalesceWindow: time.Second, RevalidateEvery: time.Hour}, x, y)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{Engine: leasedEngine(t, l), CoalesceWindow: time.Second, RevalidateEvery: time.Hour}, uris: []string{x, y}})
 		srv := r.srv
-		r.subscribeSettled(t, x)
+		r.subscribeSettled(x)
 		_, err := r.c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 

@@ -35,7 +35,7 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 			added = append(added, fmt.Sprintf("file:///batch/added%02d.md", i))
 		}
 		all := append(append(append([]string{}, kept...), dropped...), added...)
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, all...)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: all})
 		for _, u := range append(append([]string{}, kept...), dropped...) {
 			_, err := r.c.Subscribe(t.Context(), u)
 			require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 		for _, u := range kept {
 			assert.LessOrEqual(t, r.srv.Reads(u)-reads[u], 1, "%s is read once after the replacements", u)
 		}
-		r.requireConverged(t, kept[0], "changed while no stream was open")
+		r.requireConverged(kept[0], "changed while no stream was open")
 	})
 }
 

@@ -49,15 +49,10 @@ func TestListenReplacementLeavesNoCarriedURISilent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(&mcpsynctest.ServerOptions{SessionWideListenEnd: true})
-				for _, u := range append(carried[:len(carried):len(carried)], extra) {
-					srv.Set(u, "text/markdown", "v1")
-				}
-				r, err := newLiveRig(t.Context(), srv, "2026-07-28", 1, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+				r := newSessionWideRig(t, append(carried[:len(carried):len(carried)], extra)...)
+				srv := r.srv
 				for _, u := range tc.before {
-					r.subscribeSettled(t, u)
+					r.subscribeSettled(u)
 				}
 
 				// The stream the replacement ends is cleaned up only once

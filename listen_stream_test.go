@@ -41,7 +41,7 @@ import (
 func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///gap/x.md", "file:///gap/y.md", "file:///gap/z.md"
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, x, y, z)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{x, y, z}})
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		time.Sleep(time.Minute)
@@ -73,7 +73,7 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 		<-zdone
 		time.Sleep(time.Minute)
 		quiesce()
-		r.requireConverged(t, x, "changed while no stream carried it, then a replacement was acknowledged late")
+		r.requireConverged(x, "changed while no stream carried it, then a replacement was acknowledged late")
 	})
 }
 
@@ -90,7 +90,7 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///unacked/x.md", "file:///unacked/y.md", "file:///unacked/z.md"
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, x, y, z)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{x, y, z}})
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		time.Sleep(time.Minute)
@@ -117,7 +117,7 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 		require.Equal(t, mcpsync.ModePush, zsub.Mode, zsub.ModeReason)
 		time.Sleep(time.Minute)
 		quiesce()
-		r.requireConverged(t, x, "changed while its stream was replaced by one never acknowledged")
+		r.requireConverged(x, "changed while its stream was replaced by one never acknowledged")
 	})
 }
 

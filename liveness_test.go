@@ -15,12 +15,10 @@ import (
 	"io"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,173 +30,6 @@ import (
 // otherURI is a second resource of the liveness tests.
 const otherURI = "file:///docs/other.md"
 
-// liveRig is a Client synced to an mcpsynctest server through the fault
-// kit. Unlike rig, it lets a test set faults on a connection's kit before
-// that connection sends anything (onDial), and it keeps every outcome
-// without ever blocking the client, so a long schedule cannot wedge it.
-type liveRig struct {
-	srv     *mcpsynctest.Server
-	c       *mcpsync.Client
-	version string
-	// down makes every dial fail, as a server that is down for a moment.
-	down atomic.Bool
-
-	mu       sync.Mutex // protects every field below
-	kit      *mcpsynctest.Transport
-	dials    int
-	onDial   func(dial int, kit *mcpsynctest.Transport)
-	outcomes []mcpsync.Outcome
-}
-
-// newLiveRig connects a Client speaking version to srv. opts.Principal,
-// ProtocolVersion and OnOutcome are the rig's; the kit of dial n is seeded
-// with seed+n.
-func newLiveRig(ctx context.Context, srv *mcpsynctest.Server, version string, seed int64, opts mcpsync.ClientOptions) (*liveRig, error) {
-	r := &liveRig{srv: srv, version: version}
-	opts.Subject, opts.ProtocolVersion = alice, version
-	opts.OnOutcome = func(o mcpsync.Outcome) {
-		r.mu.Lock()
-		r.outcomes = append(r.outcomes, o)
-		r.mu.Unlock()
-	}
-	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
-		if r.down.Load() {
-			return nil, errors.New("connection refused (server restarting)")
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.dials++
-		kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), seed+int64(r.dials))
-		if r.onDial != nil {
-			r.onDial(r.dials, kit)
-		}
-		r.kit = kit
-		return kit, nil
-	}, &opts)
-	if err != nil {
-		return nil, err
-	}
-	r.c = c
-	return r, nil
-}
-
-// mustLiveRig is newLiveRig for a test: the resources exist with text "v1",
-// and the client is closed when the test ends.
-func mustLiveRig(t *testing.T, w wiring, opts mcpsync.ClientOptions, uris ...string) *liveRig {
-	t.Helper()
-	srv := mcpsynctest.NewServer(nil)
-	for _, u := range uris {
-		srv.Set(u, "text/markdown", "v1")
-	}
-	r, err := newLiveRig(t.Context(), srv, w.version, 1, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, r.c.Close()) })
-	return r
-}
-
-func (r *liveRig) faults() *mcpsynctest.Transport {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kit
-}
-
-// setOnDial installs f, called with each later connection's kit before the
-// connection is initialized.
-func (r *liveRig) setOnDial(f func(dial int, kit *mcpsynctest.Transport)) {
-	r.mu.Lock()
-	r.onDial = f
-	r.mu.Unlock()
-}
-
-func (r *liveRig) outcomesSoFar() []mcpsync.Outcome {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.outcomes)
-}
-
-// served returns what Lookup serves for uri: the text of its first content.
-func (r *liveRig) served(uri string) (string, error) {
-	e, err := r.c.Lookup(uri)
-	if err != nil {
-		return "", err
-	}
-	if len(e.Contents) == 0 {
-		return "", errors.New("a version without contents")
-	}
-	return e.Contents[0].Text, nil
-}
-
-// subscribeMethod is the request that subscribes in the rig's era.
-func (r *liveRig) subscribeMethod() string {
-	if mcpsync.EraOf(r.version) == mcpsync.EraModern {
-		return string(mcp.MethodSubscriptionsListen)
-	}
-	return string(mcp.MethodResourcesSubscribe)
-}
-
-// describe says everything a liveness failure needs about uri: the ledger
-// row, what Lookup serves and what the server holds.
-func (r *liveRig) describe(uri string) string {
-	e := r.c.Engine()
-	sub, err := e.Subscription(uri)
-	text, lerr := r.served(uri)
-	want, exists := r.srv.Text(uri)
-	return fmt.Sprintf("%s: state %s, session %d (current %d), subscription generation %d, mode %q, last issued %d, watermark %d, staleness bound %d ms, close epoch %d (row err %v); Lookup = %q, err %v; server text %q (exists %v, subscribed on the server %v)",
-		uri, sub.State, sub.SessionGeneration, e.SessionGeneration(), sub.SubscriptionGeneration, sub.Mode,
-		sub.LastIssuedOrdinal, sub.Watermark, sub.StalenessBoundMs, sub.CloseEpoch, err,
-		text, lerr, want, exists, r.srv.Subscribed(uri))
-}
-
-// subscribeSettled subscribes uri and waits until its first read passed.
-func (r *liveRig) subscribeSettled(t *testing.T, uri string) mcpsync.Subscription {
-	t.Helper()
-	sub, err := r.c.Subscribe(t.Context(), uri)
-	require.NoError(t, err)
-	time.Sleep(5 * time.Second) // longer than any coalescing window of these tests
-	quiesce()
-	text, err := r.served(uri)
-	require.NoError(t, err, r.describe(uri))
-	want, _ := r.srv.Text(uri)
-	require.Equal(t, want, text, r.describe(uri))
-	return sub
-}
-
-// requireConverged checks the progress property for one subscribed URI:
-// open in the current session, and Lookup serves exactly the server's text.
-func (r *liveRig) requireConverged(t *testing.T, uri, finding string) {
-	t.Helper()
-	e := r.c.Engine()
-	sub, err := e.Subscription(uri)
-	require.NoError(t, err)
-	want, _ := r.srv.Text(uri)
-	text, lerr := r.served(uri)
-	switch {
-	case !openState(sub.State) || sub.SessionGeneration != e.SessionGeneration():
-		t.Fatalf("%s: stuck, not open in the current session: %s", finding, r.describe(uri))
-	case lerr == nil && text != want:
-		t.Fatalf("%s: silently stale, old text served with no error: %s", finding, r.describe(uri))
-	case lerr != nil:
-		t.Fatalf("%s: stuck, no version served: %s", finding, r.describe(uri))
-	}
-}
-
-func openState(s mcpsync.SubscriptionState) bool {
-	switch s {
-	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
-		return true
-	}
-	return false
-}
-
-func arrived(h *mcpsynctest.Hold) bool {
-	select {
-	case <-h.Arrived():
-		return true
-	default:
-		return false
-	}
-}
-
 // A read queued (not yet sent) for the old session or the old
 // subscription generation must not stand in for the read the new
 // generation asks for. The pulse lands first, its read waits out the
@@ -208,8 +39,8 @@ func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
 		for _, how := range []string{"reconnect", "unsubscribe then subscribe"} {
 			t.Run(w.name+"/"+how, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second}, faultURI)
-					r.subscribeSettled(t, faultURI)
+					r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second})
+					r.subscribeSettled(faultURI)
 					r.srv.Set(faultURI, "text/markdown", "v2") // its read waits out the window
 					synctest.Wait()
 					if how == "reconnect" {
@@ -222,7 +53,7 @@ func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
 					}
 					time.Sleep(10 * time.Second) // an hour short of revalidation
 					quiesce()
-					r.requireConverged(t, faultURI, "queue keyed by URI alone")
+					r.requireConverged(faultURI, "queue keyed by URI alone")
 				})
 			})
 		}
@@ -234,7 +65,7 @@ func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
 // before the server sees it until the reconnect is done.
 func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second, PollEvery: 2 * time.Second}, faultURI)
+		r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second, PollEvery: 2 * time.Second})
 		hold := r.faults().HoldNextRequest(r.subscribeMethod(), "")
 		done := goCall(context.Background(), r.c.Subscribe, faultURI)
 		synctest.Wait()
@@ -249,7 +80,7 @@ func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 			t.Logf("Subscribe failed visibly: %v", res.err)
 			return
 		}
-		r.requireConverged(t, faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.val.SessionGeneration, res.val.State))
+		r.requireConverged(faultURI, fmt.Sprintf("Subscribe racing Reconnect (Subscribe returned session %d, %s)", res.val.SessionGeneration, res.val.State))
 	})
 }
 
@@ -259,9 +90,9 @@ func TestLivenessSubscribeRacingReconnect(t *testing.T) {
 // unsubscribed meanwhile.
 func TestLivenessUnsubscribeDuringReconnect(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second}, faultURI, otherURI)
-		r.subscribeSettled(t, faultURI)
-		r.subscribeSettled(t, otherURI)
+		r := buildRig(t, w, rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: 2 * time.Second}, uris: []string{otherURI}})
+		r.subscribeSettled(faultURI)
+		r.subscribeSettled(otherURI)
 		var hold *mcpsynctest.Hold
 		r.setOnDial(func(_ int, kit *mcpsynctest.Transport) { hold = kit.HoldNextRequest(r.subscribeMethod(), "") })
 		reconnected := make(chan error, 1)
@@ -301,8 +132,8 @@ func TestLivenessUnsubscribeDuringReconnect(t *testing.T) {
 // revalidation, an hour away.
 func TestLivenessRelistenGap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, faultURI, otherURI)
-		r.subscribeSettled(t, faultURI)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{otherURI}})
+		r.subscribeSettled(faultURI)
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
 		subscribed := goCall(context.Background(), r.c.Subscribe, otherURI)
 		synctest.Wait()
@@ -313,7 +144,7 @@ func TestLivenessRelistenGap(t *testing.T) {
 		require.NoError(t, (<-subscribed).err)
 		time.Sleep(10 * time.Second)
 		quiesce()
-		r.requireConverged(t, faultURI, "relisten gap")
+		r.requireConverged(faultURI, "relisten gap")
 	})
 }
 
@@ -323,7 +154,7 @@ func TestLivenessRelistenGap(t *testing.T) {
 func TestLivenessConcurrentSubscribeModern(t *testing.T) {
 	uris := []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md", "file:///docs/d.md"}
 	synctest.Test(t, func(t *testing.T) {
-		r := mustLiveRig(t, eras[1], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris...)
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: uris})
 		modes := make([]mcpsync.SubscriptionMode, len(uris))
 		errs := make([]error, len(uris))
 		var wg sync.WaitGroup
@@ -369,8 +200,8 @@ func TestLivenessFailedReadRetried(t *testing.T) {
 		for name, fault := range faults {
 			t.Run(w.name+"/"+name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					r := mustLiveRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, faultURI)
-					r.subscribeSettled(t, faultURI)
+					r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second})
+					r.subscribeSettled(faultURI)
 					fault(r.faults())
 					r.srv.Set(faultURI, "text/markdown", "v2")
 					time.Sleep(5 * time.Second) // the read has failed by now
@@ -378,7 +209,7 @@ func TestLivenessFailedReadRetried(t *testing.T) {
 					r.faults().Heal() // the server recovers
 					time.Sleep(30 * time.Second)
 					quiesce()
-					r.requireConverged(t, faultURI, "failed read not retried ("+name+")")
+					r.requireConverged(faultURI, "failed read not retried ("+name+")")
 				})
 			})
 		}
@@ -498,7 +329,7 @@ func TestLivenessCloseBounded(t *testing.T) {
 				<-unblock // ignores its context
 				return []mcp.ResourceContents{mcp.TextResourceContents{URI: blocked, Text: "late"}}, nil
 			})
-			r, err := newLiveRig(t.Context(), srv, "2025-11-25", 1, mcpsync.ClientOptions{RequestTimeout: time.Second})
+			r, err := connectRig(t.Context(), eras[0], rigConfig{srv: srv, opts: mcpsync.ClientOptions{RequestTimeout: time.Second}})
 			require.NoError(t, err)
 			_, err = r.c.Subscribe(t.Context(), blocked)
 			require.NoError(t, err)
@@ -518,9 +349,7 @@ func TestLivenessCloseBounded(t *testing.T) {
 	t.Run("subscribe racing close", func(t *testing.T) {
 		for round := range 20 {
 			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				srv.Set(faultURI, "text/markdown", "v1")
-				r, err := newLiveRig(t.Context(), srv, "2025-11-25", int64(round), mcpsync.ClientOptions{})
+				r, err := connectRig(t.Context(), eras[0], rigConfig{kitSeed: int64(round)})
 				require.NoError(t, err)
 				hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
 				subscribed := goCall(context.Background(), r.c.Subscribe, faultURI)
@@ -561,8 +390,8 @@ func TestReadReturnsAtTheSoonerOfItsDeadlineAndRequestTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, faultURI)
-				r.subscribeSettled(t, faultURI)
+				r := newRig(t, eras[0], &mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second})
+				r.subscribeSettled(faultURI)
 				hold := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
 				defer hold.Release()
 				ctx, cancel := context.WithTimeout(t.Context(), tc.deadline)
@@ -586,8 +415,8 @@ func TestReadAtTheCapSendsItsFollowUp(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{MaxReadsInFlight: 1})
 		require.NoError(t, err)
-		r := mustLiveRig(t, w, mcpsync.ClientOptions{Engine: e, RevalidateEvery: time.Minute}, faultURI)
-		r.subscribeSettled(t, faultURI)
+		r := newRig(t, w, &mcpsync.ClientOptions{Engine: e, RevalidateEvery: time.Minute})
+		r.subscribeSettled(faultURI)
 
 		hold := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
 		read := make(chan mcpsync.Outcome, 1)
@@ -607,6 +436,6 @@ func TestReadAtTheCapSendsItsFollowUp(t *testing.T) {
 		r.srv.Set(faultURI, "text/markdown", "v3") // a later pulse, nothing in flight
 		time.Sleep(5 * time.Minute)                // five revalidation intervals
 		quiesce()
-		r.requireConverged(t, faultURI, "pulse at the cap behind Client.Read")
+		r.requireConverged(faultURI, "pulse at the cap behind Client.Read")
 	})
 }

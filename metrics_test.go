@@ -61,8 +61,8 @@ func (c countingCounter) Add(_ context.Context, n int64, opts ...metric.AddOptio
 func TestMetricsReachTheMeterProvider(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mp := &countingProvider{counts: make(map[[3]string]int64)}
-		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{MeterProvider: mp}, faultURI)
-		r.subscribeSettled(t, faultURI)
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{MeterProvider: mp})
+		r.subscribeSettled(faultURI)
 		assert.EqualValues(t, 1, mp.count("mcpsync.reads", "initial", "ACCEPTED"))
 		require.NoError(t, r.c.Reconnect(t.Context()))
 		quiesce()

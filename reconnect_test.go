@@ -35,26 +35,22 @@ import (
 // one), or Health says the client is not up.
 func TestFailedReconnectLeavesNoDeadSessionUp(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(faultURI, "text/markdown", "v1")
-		r, err := newLiveRig(t.Context(), srv, w.version, 0, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.c.Close() })
-		r.subscribeSettled(t, faultURI)
+		r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		r.subscribeSettled(faultURI)
 
-		r.down.Store(true)
-		err = r.c.Reconnect(t.Context())
+		r.setDown(true)
+		err := r.c.Reconnect(t.Context())
 		require.Error(t, err, "the server is down: Reconnect says so")
-		r.down.Store(false) // the server is back
+		r.setDown(false) // the server is back
 
-		srv.Set(faultURI, "text/markdown", "v2")
+		r.srv.Set(faultURI, "text/markdown", "v2")
 		time.Sleep(10 * time.Minute)
 		quiesce()
 		h := r.c.Health()
 		entry, lerr := r.c.Lookup(faultURI)
 		t.Logf("after the failed Reconnect and 10 minutes: Health %+v; Lookup degraded %q err %v", h, entry.Degraded, lerr)
 		if h.State == mcpsync.ConnectionUp {
-			r.requireConverged(t, faultURI, "failed caller Reconnect (Health says UP)")
+			r.requireConverged(faultURI, "failed caller Reconnect (Health says UP)")
 		}
 	})
 }

@@ -37,8 +37,7 @@ func engineOn(t *testing.T, ledger ledger.Ledger) *mcpsync.Engine {
 // waits for their first versions and closes it, as a worker that stops.
 func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, ledger ledger.Ledger, uris ...string) {
 	t.Helper()
-	r, err := newLiveRig(t.Context(), srv, w.version, 1, mcpsync.ClientOptions{Engine: engineOn(t, ledger)})
-	require.NoError(t, err)
+	r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, ledger)}})
 	for _, u := range uris {
 		_, err := r.c.Subscribe(t.Context(), u)
 		require.NoError(t, err)
@@ -77,9 +76,7 @@ func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
 		readsBefore := srv.Reads(keptRaw)
 
 		e := engineOn(t, ledger)
-		r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
 		require.NoError(t, r.c.WaitForSync(t.Context()))
 
 		gen := e.SessionGeneration()
@@ -90,10 +87,10 @@ func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
 			assert.Equal(t, mcpsync.StateActive, sub.State, u)
 		}
 		assert.Greater(t, srv.Reads(keptRaw), readsBefore, "resumed URIs are read again, as their server spells them")
-		text, err := r.served(changedURI)
+		text, err := r.text(changedURI)
 		require.NoError(t, err)
 		assert.Equal(t, "v2", text, "a change made during the downtime is read")
-		text, err = r.served(keptRaw)
+		text, err = r.text(keptRaw)
 		require.NoError(t, err)
 		assert.Equal(t, "v1", text)
 
@@ -149,10 +146,8 @@ func TestUnsubscribeRacingResumeWins(t *testing.T) {
 		firstRun(t, srv, w, ledger, changedURI)
 
 		e := engineOn(t, ledger)
-		r, err := newLiveRig(t.Context(), srv, w.version, 2, mcpsync.ClientOptions{Engine: e})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.c.Close()) })
-		_, err = r.c.Unsubscribe(t.Context(), changedURI)
+		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
+		_, err := r.c.Unsubscribe(t.Context(), changedURI)
 		require.NoError(t, err)
 		quiesce()
 		time.Sleep(time.Hour)
@@ -180,18 +175,15 @@ func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
 			servers[id] = srv
 		}
 		ledger := ledger.NewMemory(nil)
-		run := func(seed int64) map[string]*liveRig {
-			rigs := map[string]*liveRig{}
+		run := func() map[string]*rig {
+			rigs := map[string]*rig{}
 			for _, id := range []string{"east", "west"} {
-				r, err := newLiveRig(t.Context(), servers[id], w.version, seed,
-					mcpsync.ClientOptions{Engine: engineOn(t, ledger), ServerID: id})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = r.c.Close() }) // a second Close is a no-op
-				rigs[id] = r
+				rigs[id] = buildRig(t, w, rigConfig{srv: servers[id],
+					opts: mcpsync.ClientOptions{Engine: engineOn(t, ledger), ServerID: id}})
 			}
 			return rigs
 		}
-		first := run(1)
+		first := run()
 		for id, uri := range map[string]string{"east": east, "west": west} {
 			_, err := first[id].c.Subscribe(t.Context(), uri)
 			require.NoError(t, err)
@@ -201,7 +193,7 @@ func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
 			require.NoError(t, r.c.Close())
 		}
 
-		second := run(2)
+		second := run()
 		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		defer cancel()
 		for id, r := range second {
@@ -215,7 +207,7 @@ func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, mcpsync.StateActive, sub.State, "%s stays alive: its server has it", uri)
 			assert.Equal(t, id, sub.Capabilities.ServerID, "%s is resumed by the worker of its server", uri)
-			text, err := second[id].served(uri)
+			text, err := second[id].text(uri)
 			require.NoError(t, err)
 			assert.Equal(t, "v1 "+id, text)
 		}

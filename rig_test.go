@@ -67,11 +67,16 @@ func subscribeMethod(version string) string {
 
 // rigConfig says how a rig is built; the zero value is newRig's.
 type rigConfig struct {
-	// opts are the client's options; Subject, ProtocolVersion and Seed are
-	// the rig's, and OnOutcome and OnError are called after the rig's own.
+	// opts are the client's options; Subject and ProtocolVersion are the
+	// rig's, Seed is 1 unless set, and OnOutcome and OnError are called
+	// after the rig's own.
 	opts mcpsync.ClientOptions
 	// server are the mcpsynctest server's options.
 	server *mcpsynctest.ServerOptions
+	// srv, if set, is the server, as the test prepared it (it may outlive
+	// the rig, as a server does a worker's restart); server, uris and
+	// faultURI are then not applied.
+	srv *mcpsynctest.Server
 	// ledger puts the client's engine on a fault ledger (r.ledger).
 	ledger bool
 	// uris are resources the server holds, with text "v1", beside faultURI.
@@ -79,23 +84,29 @@ type rigConfig struct {
 	// wire, if set, sets the fault wire's hooks before the client connects.
 	wire func(w *faultWire)
 	// dial, if set, reaches a server of the test's own instead of the
-	// rig's (a stdio process, say); srv is then the rig's, unused.
+	// rig's (a stdio process, say); the rig's server (r.srv) is then
+	// unused.
 	dial mcpsync.Dialer
+	// kitSeed seeds the fault kits: connection n's with kitSeed+n.
+	kitSeed int64
 }
 
 // rig is a Client synced to an mcpsynctest server. Every connection is
 // kit(wire(transport)): the connection's fault kit between the client and
 // the rig's fault wire, which stands for the server's side. Outcomes go to
-// outcomes as long as it has room (the client never waits for a test), and
-// every failure OnError is told is in errs.
+// outcomes as long as it has room, and every one is kept (outcomesSoFar):
+// the client never waits for a test. Every failure OnError is told is in
+// errs.
 type rig struct {
-	t        *testing.T
+	t        *testing.T // nil in a rig of a rapid property (connectRig)
 	srv      *mcpsynctest.Server
 	c        *mcpsync.Client
+	version  string
 	outcomes chan mcpsync.Outcome
 	wire     *faultWire
 	ledger   *faultLedger // nil unless the config asked for one
 	errs     errorLog
+	hs       *httptest.Server // the HTTP server of an HTTP wiring
 
 	mu   sync.Mutex // protects kit, kits, down and onDial
 	kit  *mcpsynctest.Transport
@@ -105,6 +116,9 @@ type rig struct {
 	// onDial, if set, is called with each later connection's kit before
 	// the connection sends anything.
 	onDial func(conn int, kit *mcpsynctest.Transport)
+
+	keptMu sync.Mutex // protects kept
+	kept   []mcpsync.Outcome
 }
 
 // newRig connects a client of faultURI's server over w. The client is
@@ -137,32 +151,42 @@ func newLedgerRigWatching(t *testing.T, other string) *rig {
 	return r
 }
 
+// buildRig connects a client over w as cfg says. The client is closed when
+// the test ends, and must close cleanly.
 func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 	t.Helper()
-	r := &rig{t: t, srv: mcpsynctest.NewServer(cfg.server), outcomes: make(chan mcpsync.Outcome, 1024), wire: newFaultWire()}
+	r, err := connectRig(t.Context(), w, cfg)
+	require.NoError(t, err)
+	r.t = t
+	t.Cleanup(func() { require.NoError(t, r.close()) })
+	return r
+}
+
+// connectRig is buildRig for a caller without a *testing.T (a rapid
+// property): it returns what failed, and the caller closes the rig.
+func connectRig(ctx context.Context, w wiring, cfg rigConfig) (*rig, error) {
+	r := &rig{srv: cfg.srv, version: w.version, outcomes: make(chan mcpsync.Outcome, 1024), wire: newFaultWire()}
 	if cfg.wire != nil {
 		r.wire.set(cfg.wire)
 	}
-	r.srv.Set(faultURI, "text/markdown", "v1")
-	for _, u := range cfg.uris {
-		r.srv.Set(u, "text/markdown", "v1")
+	if r.srv == nil {
+		r.srv = mcpsynctest.NewServer(cfg.server)
+		r.srv.Set(faultURI, "text/markdown", "v1")
+		for _, u := range cfg.uris {
+			r.srv.Set(u, "text/markdown", "v1")
+		}
 	}
 	inner := r.srv.Dialer()
 	if cfg.dial != nil {
 		inner = cfg.dial
 	}
-	if w.http {
-		hs := httptest.NewServer(server.NewStreamableHTTPServer(r.srv.MCPServer()))
-		t.Cleanup(hs.Close)
-		inner = func(context.Context) (transport.Interface, error) {
-			return transport.NewStreamableHTTP(hs.URL, transport.WithContinuousListening())
-		}
-	}
 	o := cfg.opts
 	if cfg.ledger {
 		r.ledger = newFaultLedger()
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: r.ledger})
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		o.Engine = e
 		if o.RetryInitial == 0 {
 			// A pass a refused write failed is retried minutes later, as a
@@ -172,22 +196,45 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 			o.RetryInitial, o.RetryMax = 2*time.Minute, 5*time.Minute
 		}
 	}
-	o.Subject, o.ProtocolVersion, o.Seed = alice, w.version, 1
-	onOutcome := o.OnOutcome
-	o.OnOutcome = func(out mcpsync.Outcome) {
-		select {
-		case r.outcomes <- out:
-		default:
+	if w.http {
+		hs := httptest.NewServer(server.NewStreamableHTTPServer(r.srv.MCPServer()))
+		r.hs = hs
+		inner = func(context.Context) (transport.Interface, error) {
+			return transport.NewStreamableHTTP(hs.URL, transport.WithContinuousListening())
 		}
-		if onOutcome != nil {
-			onOutcome(out)
+	}
+	o.Subject, o.ProtocolVersion = alice, w.version
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if then := o.OnOutcome; then != nil {
+		o.OnOutcome = func(out mcpsync.Outcome) {
+			r.keepOutcome(out)
+			then(out)
 		}
+	} else {
+		o.OnOutcome = r.keepOutcome
 	}
 	if then := o.OnError; then != nil {
 		r.errs.then = then
 	}
 	o.OnError = r.errs.add
-	c, err := mcpsync.Connect(t.Context(), func(ctx context.Context) (transport.Interface, error) {
+	c, err := mcpsync.Connect(ctx, r.dialer(inner, cfg.kitSeed), &o)
+	if err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	r.c = c
+	if got := c.Capabilities().ProtocolVersion; got != w.version {
+		return nil, errors.Join(fmt.Errorf("connected at protocol version %s, not %s", got, w.version), r.close())
+	}
+	return r, nil
+}
+
+// dialer dials inner for the client, through the rig: each connection
+// fails while the rig is down, or goes through the fault wire and a fault
+// kit of its own, seeded with kitSeed and its number.
+func (r *rig) dialer(inner mcpsync.Dialer, kitSeed int64) mcpsync.Dialer {
+	return func(ctx context.Context) (transport.Interface, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.down {
@@ -198,19 +245,45 @@ func buildRig(t *testing.T, w wiring, cfg rigConfig) *rig {
 			return nil, err
 		}
 		conn := len(r.kits) + 1
-		kit := mcpsynctest.NewTransport(r.wire.connect(conn, tr), 1)
+		kit := mcpsynctest.NewTransport(r.wire.connect(conn, tr), kitSeed+int64(conn))
 		if r.onDial != nil {
 			r.onDial(conn, kit)
 		}
 		r.kit = kit
 		r.kits = append(r.kits, kit)
 		return kit, nil
-	}, &o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	r.c = c
-	require.Equal(t, w.version, c.Capabilities().ProtocolVersion)
-	return r
+	}
+}
+
+// keepOutcome is the client's OnOutcome: it keeps out, and hands it to
+// outcomes if there is room.
+func (r *rig) keepOutcome(out mcpsync.Outcome) {
+	r.keptMu.Lock()
+	r.kept = append(r.kept, out)
+	r.keptMu.Unlock()
+	select {
+	case r.outcomes <- out:
+	default:
+	}
+}
+
+// outcomesSoFar returns every outcome the client reported so far.
+func (r *rig) outcomesSoFar() []mcpsync.Outcome {
+	r.keptMu.Lock()
+	defer r.keptMu.Unlock()
+	return slices.Clone(r.kept)
+}
+
+// close closes the client, then the HTTP server of an HTTP wiring.
+func (r *rig) close() error {
+	var err error
+	if r.c != nil {
+		err = r.c.Close()
+	}
+	if r.hs != nil {
+		r.hs.Close()
+	}
+	return err
 }
 
 // faults returns the fault kit of the current connection.
@@ -266,6 +339,67 @@ func (r *rig) served() string {
 	entry, err := r.c.Lookup(faultURI)
 	require.NoError(r.t, err)
 	return entry.Contents[0].Text
+}
+
+// subscribeMethod is the request that subscribes in the rig's era.
+func (r *rig) subscribeMethod() string { return subscribeMethod(r.version) }
+
+// text returns what Lookup serves for uri: the text of its first content.
+func (r *rig) text(uri string) (string, error) {
+	e, err := r.c.Lookup(uri)
+	if err != nil {
+		return "", err
+	}
+	if len(e.Contents) == 0 {
+		return "", errors.New("a version without contents")
+	}
+	return e.Contents[0].Text, nil
+}
+
+// describe says everything a liveness failure needs about uri: the ledger
+// row, what Lookup serves and what the server holds.
+func (r *rig) describe(uri string) string {
+	e := r.c.Engine()
+	sub, err := e.Subscription(uri)
+	text, lerr := r.text(uri)
+	want, exists := r.srv.Text(uri)
+	return fmt.Sprintf("%s: state %s, session %d (current %d), subscription generation %d, mode %q, last issued %d, watermark %d, staleness bound %d ms, close epoch %d (row err %v); Lookup = %q, err %v; server text %q (exists %v, subscribed on the server %v)",
+		uri, sub.State, sub.SessionGeneration, e.SessionGeneration(), sub.SubscriptionGeneration, sub.Mode,
+		sub.LastIssuedOrdinal, sub.Watermark, sub.StalenessBoundMs, sub.CloseEpoch, err,
+		text, lerr, want, exists, r.srv.Subscribed(uri))
+}
+
+// subscribeSettled subscribes uri and waits until its first read passed.
+func (r *rig) subscribeSettled(uri string) mcpsync.Subscription {
+	r.t.Helper()
+	sub, err := r.c.Subscribe(r.t.Context(), uri)
+	require.NoError(r.t, err)
+	time.Sleep(5 * time.Second) // longer than any coalescing window of these tests
+	quiesce()
+	text, err := r.text(uri)
+	require.NoError(r.t, err, r.describe(uri))
+	want, _ := r.srv.Text(uri)
+	require.Equal(r.t, want, text, r.describe(uri))
+	return sub
+}
+
+// requireConverged checks the progress property for one subscribed URI:
+// open in the current session, and Lookup serves exactly the server's text.
+func (r *rig) requireConverged(uri, finding string) {
+	r.t.Helper()
+	e := r.c.Engine()
+	sub, err := e.Subscription(uri)
+	require.NoError(r.t, err)
+	want, _ := r.srv.Text(uri)
+	text, lerr := r.text(uri)
+	switch {
+	case !openState(sub.State) || sub.SessionGeneration != e.SessionGeneration():
+		r.t.Fatalf("%s: stuck, not open in the current session: %s", finding, r.describe(uri))
+	case lerr == nil && text != want:
+		r.t.Fatalf("%s: silently stale, old text served with no error: %s", finding, r.describe(uri))
+	case lerr != nil:
+		r.t.Fatalf("%s: stuck, no version served: %s", finding, r.describe(uri))
+	}
 }
 
 func (r *rig) outbox() []mcpsync.OutboxEntry {
@@ -371,6 +505,16 @@ func cancelWhileHeld[A, T any](t *testing.T, hold *mcpsynctest.Hold, call func(c
 	took := time.Since(start)
 	cancel()
 	return <-done, took
+}
+
+// arrived reports whether hold has a request.
+func arrived(h *mcpsynctest.Hold) bool {
+	select {
+	case <-h.Arrived():
+		return true
+	default:
+		return false
+	}
 }
 
 // releasedIfWaiting returns what the call of done returned, releasing hold
@@ -603,6 +747,15 @@ func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, ar
 		}
 	})
 	return h1, h2, arrived1, arrived2
+}
+
+// openState reports whether s is ACTIVE or one of its read sub-states.
+func openState(s mcpsync.SubscriptionState) bool {
+	switch s {
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+		return true
+	}
+	return false
 }
 
 // generationOpen reports whether s is an open generation's state: ACTIVE,

@@ -30,7 +30,7 @@ import (
 // text (revalidation is an hour away), the URI serves it.
 func TestLateUnsubscribeNeverUndoesALaterSubscribe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 2 * time.Second}, faultURI)
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 2 * time.Second})
 		kit := r.faults()
 		subHold := kit.HoldNextRequest(string(mcp.MethodResourcesSubscribe), "")
 		first := goCall(context.Background(), r.c.Subscribe, faultURI)
@@ -58,7 +58,7 @@ func TestLateUnsubscribeNeverUndoesALaterSubscribe(t *testing.T) {
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		time.Sleep(time.Minute)
 		quiesce()
-		r.requireConverged(t, faultURI, "late unsubscribe of an earlier generation")
+		r.requireConverged(faultURI, "late unsubscribe of an earlier generation")
 	})
 }
 
@@ -69,8 +69,8 @@ func TestLateUnsubscribeNeverUndoesALaterSubscribe(t *testing.T) {
 // generation is CLOSED and the server no longer notifies the URI.
 func TestFailedUnsubscribeIsRetriedOnALiveSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := mustLiveRig(t, eras[0], mcpsync.ClientOptions{RevalidateEvery: time.Hour}, faultURI)
-		r.subscribeSettled(t, faultURI)
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{RevalidateEvery: time.Hour})
+		r.subscribeSettled(faultURI)
 		r.faults().FailNext(string(mcp.MethodResourcesUnsubscribe), faultURI, -32603, "internal error")
 		gone, err := r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
