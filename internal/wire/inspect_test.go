@@ -54,16 +54,17 @@ func FuzzIDKey(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		key, ok := plainIDKey(raw)
+		b, ok := appendPlainIDKey(nil, raw)
 		if !ok {
 			return
 		}
+		key := string(b)
 		var id mcp.RequestId
 		if err := json.Unmarshal(raw, &id); err != nil {
-			t.Fatalf("plainIDKey(%q) = %q, but mcp-go does not decode it: %v", raw, key, err)
+			t.Fatalf("appendPlainIDKey(%q) = %q, but mcp-go does not decode it: %v", raw, key, err)
 		}
 		if want := id.String(); key != want {
-			t.Fatalf("plainIDKey(%q) = %q, mcp-go: %q", raw, key, want)
+			t.Fatalf("appendPlainIDKey(%q) = %q, mcp-go: %q", raw, key, want)
 		}
 	})
 }

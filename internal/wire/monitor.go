@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,8 +220,9 @@ func idKey(raw []byte) string {
 	if raw == nil {
 		return ""
 	}
-	if key, ok := plainIDKey(raw); ok {
-		return key
+	var buf [64]byte
+	if key, ok := appendPlainIDKey(buf[:0], raw); ok {
+		return string(key)
 	}
 	var id mcp.RequestId
 	if err := json.Unmarshal(raw, &id); err != nil {
@@ -229,39 +231,51 @@ func idKey(raw []byte) string {
 	return id.String()
 }
 
-// plainIDKey spells the ids every answer to this library carries without
-// decoding them: an integer of at most 15 digits (mcp-go decodes a number
-// through float64, exact below 2^53) or a string with nothing to unescape.
-// ok is false for any other id, which idKey decodes as mcp-go does.
-func plainIDKey(raw []byte) (key string, ok bool) {
+// requestKey returns id.String(), the key of a request in flight, with
+// one allocation where String makes two for the numbers mcp-go (v1.2.1)
+// gives its requests (the digits, then the key).
+func requestKey(id mcp.RequestId) string {
+	if n, ok := id.Value().(int64); ok {
+		var buf [32]byte
+		return string(strconv.AppendInt(append(buf[:0], "int64:"...), n, 10))
+	}
+	return id.String()
+}
+
+// appendPlainIDKey appends to dst the key of the ids every answer to this
+// library carries, spelled without decoding them: an integer of at most 15
+// digits (mcp-go decodes a number through float64, exact below 2^53) or a
+// string with nothing to unescape. ok is false for any other id, which
+// idKey decodes as mcp-go does.
+func appendPlainIDKey(dst, raw []byte) (key []byte, ok bool) {
 	switch {
 	case len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"':
 		s := raw[1 : len(raw)-1]
 		for _, c := range s {
 			if c < 0x20 || c == '"' || c == '\\' {
-				return "", false
+				return dst, false
 			}
 		}
 		if !utf8.Valid(s) { // decoded, each invalid byte is U+FFFD
-			return "", false
+			return dst, false
 		}
-		return "string:" + string(s), true
+		return append(append(dst, "string:"...), s...), true
 	case len(raw) > 0 && len(raw) <= 16:
 		digits := raw
 		if digits[0] == '-' {
 			digits = digits[1:]
 		}
 		if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && (len(digits) > 1 || len(raw) > 1) {
-			return "", false // empty, too long, a leading zero, or -0
+			return dst, false // empty, too long, a leading zero, or -0
 		}
 		for _, c := range digits {
 			if c < '0' || c > '9' {
-				return "", false
+				return dst, false
 			}
 		}
-		return "int64:" + string(raw), true
+		return append(append(dst, "int64:"...), raw...), true
 	}
-	return "", false
+	return dst, false
 }
 
 // errSkip is the verdict on a message that is dropped without a fault: a
@@ -297,13 +311,19 @@ func (m *Monitor) judge(s source, msg []byte) (malformed bool, err error) {
 		return false, errSkip
 	}
 	f := scanFrame(msg)
-	id := idKey(f.id)
+	// The id's key (idKey), spelled here for the ids this library's
+	// requests carry, so that an answer to one of them allocates none.
+	var buf [64]byte
+	key, plain := appendPlainIDKey(buf[:0], f.id)
+	if !plain {
+		key = append(key[:0], idKey(f.id)...)
+	}
 	refuse := func(err error) (bool, error) {
-		m.refuse(s, id, err)
+		m.refuse(s, string(key), err)
 		return false, err
 	}
 	if m.lim.Depth > 0 && f.depth > m.lim.Depth {
-		method := m.method(id)
+		method := m.method(string(key))
 		if s.owner != "" {
 			method = m.method(s.owner)
 		}
@@ -335,13 +355,13 @@ func (m *Monitor) judge(s source, msg []byte) (malformed bool, err error) {
 		// stream carries as the answer to the request that opened it,
 		// whatever its id, so the id is checked here. A stream of no
 		// request carries no answers.
-		if s.owner == "" || id != s.owner {
+		if s.owner == "" || string(key) != s.owner {
 			return refuse(m.faults.Message(FaultUnknownID, string(f.id), 0, nil))
 		}
 	}
 	m.mu.Lock()
-	c := m.pending[id]
-	late := id != "" && c == nil && m.isLateLocked(id)
+	c := m.pending[string(key)]
+	late := len(key) > 0 && c == nil && m.isLateLocked(string(key))
 	m.mu.Unlock()
 	switch {
 	case late:

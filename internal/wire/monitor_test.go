@@ -3,7 +3,10 @@ package wire
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,4 +66,29 @@ func TestSplitID(t *testing.T) {
 func begun(m *Monitor, ctx context.Context, id, method string) (context.Context, func() error) {
 	c := m.begin(ctx, id, method)
 	return c, func() error { return m.finish(c) }
+}
+
+// A request in flight is keyed as mcp-go keys its answer
+// (transport.JSONRPCRequest.ID.String()), whatever the id's type.
+func TestRequestKeyIsTheIDAsMCPGoSpellsIt(t *testing.T) {
+	for _, v := range []any{int64(0), int64(7), int64(100), int64(-42), int64(math.MaxInt64), int64(math.MinInt64),
+		"mcpsync-ping-3", "", float64(12), 1.5, nil} {
+		id := mcp.NewRequestId(v)
+		assert.Equal(t, id.String(), requestKey(id), "%T %v", v, v)
+	}
+}
+
+// The answer to a request in flight is judged without an allocation: the
+// read path pays for its limits in time only.
+func TestAnAnswerInFlightIsJudgedWithoutAllocating(t *testing.T) {
+	mon := NewMonitor(Limits{ReadBytes: 1 << 20, ReadItems: 10, Depth: 64}, PlainFaults{}, nil)
+	_, finish := begun(mon, context.Background(), requestKey(mcp.NewRequestId(int64(123456))), "resources/read")
+	defer finish()
+	answer := []byte(`{"jsonrpc":"2.0","id":123456,"result":{"contents":[{"uri":"file:///a.md","mimeType":"text/plain","text":"hello"}]}}` + "\n")
+	allocs := testing.AllocsPerRun(100, func() {
+		if !mon.inspect(answer) {
+			t.Fatal("the answer was refused")
+		}
+	})
+	assert.Zero(t, allocs, "allocations to judge one answer")
 }

@@ -113,7 +113,7 @@ func (t *Transport) SendRequest(ctx context.Context, request transport.JSONRPCRe
 		}
 		return t.answer(ctx, request, resp, err)
 	}
-	c := t.mon.begin(ctx, request.ID.String(), request.Method)
+	c := t.mon.begin(ctx, requestKey(request.ID), request.Method)
 	resp, err := t.sendInner(c, request)
 	if refused := t.mon.finish(c); refused != nil {
 		return nil, refused
