@@ -241,21 +241,23 @@ func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 	})
 }
 
-// The same for an Unsubscribe of a URI whose close a reopen left half done
-// (the write finishing the close failed once): the stream it waited behind
-// goes out naming the URI, and half an hour later the server does not
-// notify it.
-func TestCancelledUnsubscribeOfAHalfDoneCloseLeavesNoStreamCarryingIt(t *testing.T) {
+// The same for an Unsubscribe of a URI whose reopen failed (its write,
+// closing the generation and opening the next, refused once: the old
+// generation stays open): the stream it waited behind goes out naming the
+// URI, and half an hour later the server does not notify it.
+func TestCancelledUnsubscribeOfAURIWhoseReopenFailedLeavesNoStreamCarryingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const z = "file:///b38/unsub/z.md"
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(z, "text/markdown", "z1")
-		r.subscribe()
-		r.ledger.failWrites(1, writeTo(mcpsync.StateClosed))
+		before := r.subscribe()
+		r.ledger.failWrites(1, openingWrite)
 		r.reestablish()
+		require.Equal(t, 1, r.ledger.failures(), "the reopen's write was refused")
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
+		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
+			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
 
 		unsubscribeBehindAHeldStream(t, r, faultURI, z)
 

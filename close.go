@@ -89,6 +89,28 @@ func (e *Engine) FinishClose(rawURI string, acked bool) (Subscription, error) {
 	return e.step(rawURI, evCloseLost, nil, nil)
 }
 
+// closedTold records in path the steps that close cur's generation, where
+// the server needs no unsubscribe, as BeginClose then FinishClose (acked)
+// take them from wherever its close is: none for a generation closed
+// already, or for no generation. It changes nothing: reopen writes the
+// close with the next generation.
+func closedTold(cur *ledger.Record, path *transitions) error {
+	path.reset(cur)
+	if cur == nil || cur.Sub == nil {
+		return nil
+	}
+	r := &ledger.Record{State: cur.State, Sub: cur.Sub}
+	if cur.CloseEpoch == 0 {
+		if err := path.move(r, evBeginClose); err != nil {
+			return err
+		}
+	}
+	if r.State == StateUnsubscribing {
+		return path.move(r, evCloseAcked)
+	}
+	return nil
+}
+
 // ResolveUnsubscribe closes an UNSUBSCRIBE_UNKNOWN generation once its outcome
 // was reconciled on the same session. (Ending the session closes it too.)
 func (e *Engine) ResolveUnsubscribe(rawURI string) (Subscription, error) {

@@ -19,7 +19,7 @@ import (
 
 // 2025-11-25. A late resources/unsubscribe removed a watched URI on the
 // server; the client's request subscribing it again is refused, and the
-// ledger keeps refusing the write that begins the reopen that follows, so
+// ledger keeps refusing the write of the reopen that follows, so
 // the client keeps trying with its backoff. Until one succeeds the URI is
 // in push mode with nothing notifying it: Degraded says so through every
 // revalidation tick meanwhile (a tick finding the generation open does not
@@ -29,10 +29,9 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 	const a = "file:///b44/ledger/y.md"
 	synctest.Test(t, func(t *testing.T) {
 		r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
-		beginClose := writeTo(mcpsync.StateUnsubscribing)
 		var armed sync.Once
 		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
-			armed.Do(func() { r.ledger.failWrites(1<<20, beginClose) })
+			armed.Do(func() { r.ledger.failWrites(1<<20, openingWriteOf(a)) })
 		}))
 		for range 12 { // more than two revalidation periods
 			minutes(1)
@@ -40,6 +39,7 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 			require.False(t, sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(a) && e.Degraded == "",
 				"%s in push mode, not subscribed on the server, and Lookup says nothing (ledger failures %d)", a, r.ledger.failures())
 		}
+		require.Positive(t, r.ledger.failures(), "the reopen's write was never refused")
 		r.ledger.failWrites(0, nil)
 		minutes(12)
 		r.srv.Set(a, "text/markdown", "v2")
@@ -50,7 +50,7 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 
 // Two URIs are watched on one 2026-07-28 listen stream, x first. The server
 // ends the stream and the client reopens each URI it carried; x's reopen
-// fails at its first write (once) and is told, and y's reopen opens a new
+// write fails (once) and is told, and y's reopen opens a new
 // stream, which carries x too: the server notifies x again. Degraded is
 // cleared once x is carried again, whatever path carried it: half an hour
 // later x is open, carried, current, and not degraded.
@@ -58,7 +58,7 @@ func TestDegradedClearedOnceAnotherReopenCarriesTheURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRigWatching(t, "file:///docs/zz-other.md")
 
-		r.reestablishRefusingOnce(writeOf(faultURI, mcpsync.StateUnsubscribing))
+		r.reestablishRefusingOnce(openingWriteOf(faultURI))
 		// The failure was told when it happened. Degraded may already be
 		// clear again here: the stream y's reopen opened carries x, and
 		// x was read again after the gap.
@@ -73,7 +73,7 @@ func TestDegradedClearedOnceAnotherReopenCarriesTheURI(t *testing.T) {
 }
 
 // x and y are watched on one 2026-07-28 listen stream. The server ends the
-// stream; x's reopen fails at its first write (once), which is told and
+// stream; x's reopen write fails (once), which is told and
 // makes x degraded. y's reopen then sends a listen stream naming both that
 // the server never acknowledges (stuck before the server). A stream the
 // server never acknowledged does not count as carrying x: half an hour
@@ -83,11 +83,11 @@ func TestDegradedKeptWhileOnlyAnUnacknowledgedStreamCarriesTheURI(t *testing.T) 
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRigWatching(t, "file:///docs/zz-other.md")
 
-		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateUnsubscribing))
+		r.ledger.failWrites(1, openingWriteOf(faultURI))
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
 		defer hold.Release()
 		r.reestablish()
-		require.Equal(t, 1, r.ledger.failures(), "x's close was refused once")
+		require.Equal(t, 1, r.ledger.failures(), "x's reopen was refused once")
 		select {
 		case <-hold.Arrived():
 		default:
@@ -113,10 +113,11 @@ func TestDegradedKeptWhileOnlyAnUnacknowledgedStreamCarriesTheURI(t *testing.T) 
 // A failed reopen is made visible: OnError is told a *ReopenError, and
 // Lookup's Degraded says the copy is not kept fresh. A read of the URI's
 // old generation is in flight when the server ends the listen stream; the
-// reopen closes the old generation and the write opening the next one
-// fails: the URI is CLOSED in the current session. Then the slow answer
-// comes back and the fence refuses it (its generation is closed): an
-// answer the fence refused keeps nothing fresh, so Degraded stays set.
+// reopen closes the old generation and opens the next one, whose
+// activation fails: the URI is SUBSCRIBING in the current session. Then
+// the slow answer comes back and the fence refuses it (its generation is
+// closed): an answer the fence refused keeps nothing fresh, so Degraded
+// stays set.
 func TestRefusedAnswerKeepsTheDegradedOfAStuckURI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
@@ -131,7 +132,7 @@ func TestRefusedAnswerKeepsTheDegradedOfAStuckURI(t *testing.T) {
 			t.Fatal("the read never reached the server")
 		}
 
-		r.reestablishRefusingOnce(openingWrite)
+		r.reestablishRefusingOnce(activatingWrite)
 		r.requireToldReopen(faultURI)
 
 		hold.Release() // the old generation's answer comes back
@@ -139,7 +140,7 @@ func TestRefusedAnswerKeepsTheDegradedOfAStuckURI(t *testing.T) {
 
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateClosed, sub.State, "still stuck: nothing reopened it yet")
+		require.Equal(t, mcpsync.StateSubscribing, sub.State, "still stuck: nothing activated it yet")
 		entry, err := r.c.Lookup(faultURI)
 		require.NoError(t, err)
 		if entry.Degraded == "" {

@@ -39,3 +39,9 @@ func RefreshPosition(uri string) (float64, error) {
 	}
 	return position(key), nil
 }
+
+// Reopen is reopen: the Client's replacement of a URI's generation, closed
+// and the next opened in one write.
+func (e *Engine) Reopen(rawURI, subject string) (Subscription, error) {
+	return e.reopen(rawURI, subject)
+}

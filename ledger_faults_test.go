@@ -26,16 +26,16 @@ import (
 )
 
 // A re-established listen stream whose old generation cannot be closed
-// (its close epoch cannot be reserved, once) leaves that generation open:
-// the URI keeps its revalidation reads, so a change is read within the
-// staleness bound the subscription publishes, and Lookup never serves a
-// copy older than that bound without saying so.
-func TestReestablishWhoseCloseEpochFailsKeepsTheBound(t *testing.T) {
+// (the write closing it and opening the next fails, once) leaves that
+// generation open: the URI keeps its revalidation reads, so a change is
+// read within the staleness bound the subscription publishes, and Lookup
+// never serves a copy older than that bound without saying so.
+func TestReestablishWhoseCloseFailsKeepsTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 
-		r.ledger.failReservations(1, ledger.CounterCloseEpoch)
+		r.ledger.failWrites(1, openingWrite)
 		r.reestablish()
 		if r.ledger.failures() != 1 {
 			t.Fatalf("the close was to fail once, %d failures", r.ledger.failures())
@@ -101,8 +101,8 @@ func TestPolledURIWhoseReopenWriteFailsHeals(t *testing.T) {
 
 // 2025-11-25. The client's request subscribing a URI again after a late
 // unsubscribe is refused, and the reopen that follows meets one failed
-// ledger write (each write of the close and the next generation in turn,
-// beginning the close first). The failure is visible (OnError, Lookup's
+// ledger write (the one closing the generation and opening the next, or
+// the activation). The failure is visible (OnError, Lookup's
 // Degraded), and once the ledger is healthy the URI is open again in the
 // current session, polling with a reason (the server still refuses it) or
 // notified in push mode, serving current content, not degraded, and the
@@ -110,11 +110,7 @@ func TestPolledURIWhoseReopenWriteFailsHeals(t *testing.T) {
 // ten minutes).
 func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 	const a = "file:///b44/ledger/x.md"
-	matchers := append([]struct {
-		name  string
-		match func(string, *ledger.Record) bool
-	}{{"begin-close", writeTo(mcpsync.StateUnsubscribing)}}, reopenWrites...)
-	for _, m := range matchers {
+	for _, m := range reopenWrites {
 		t.Run(m.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
@@ -154,8 +150,8 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 
 // A listen stream the server ends is re-established: each URI it carried
 // has its generation closed and the next one opened. When one ledger write
-// of that close and open fails once (the one opening the next generation,
-// the one finishing the close, or the activation), the failure is told
+// of that close and open fails once (the one closing the generation and
+// opening the next, or the activation), the failure is told
 // when it happens, and once the ledger is healthy the URI comes back with
 // current content (DESIGN: everything right is eventually accepted, or the
 // failure is visible; nothing is served stale without saying so).
@@ -206,21 +202,85 @@ func TestReopenOfALeftOutURIWhoseWriteFailsIsToldAndHeals(t *testing.T) {
 	})
 }
 
-// A listen stream the server ends is re-established, and the first write of
-// the URI's reopen (the one beginning the close) fails once: OnError is
-// told a *ReopenError and Lookup says the copy is degraded. Once the ledger
+// A reopen of a watched URI (its generation closed, the next one opened)
+// leaves the URI resumable at every write: a process killed right after
+// the reopen's first write, or its second, leaves the ledger holding the
+// URI open, so a fresh engine and client on that ledger resume it, read it
+// in their session and serve the server's content. Never does a crash
+// leave a watched URI closed, which a restart would silently stop
+// watching. Each way a reopen comes: the server ends the 2026-07-28 listen
+// stream carrying the URI; the server refuses, after a late
+// resources/unsubscribe, the request subscribing it again (2025-11-25); the
+// URI's lease comes back after an Unsubscribe let it go, and the caller
+// subscribes it again.
+func TestReopenKilledBetweenWritesLeavesTheURIResumable(t *testing.T) {
+	const refused = "file:///reopen/killed/refused.md"
+	cases := []struct {
+		name   string
+		uri    string
+		reopen func(t *testing.T, n int) *rig // arms the crash after the reopen's nth write
+	}{
+		{"stream-ended", faultURI, func(t *testing.T, n int) *rig {
+			r := newLedgerRig(t, eras[1])
+			sub := r.subscribe()
+			r.ledger.crashAfter(n, reopenOf(faultURI, sub.SubscriptionGeneration))
+			r.reestablish()
+			return r
+		}},
+		{"resubscribe-refused", refused, func(t *testing.T, n int) *rig {
+			r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{refused}})
+			var armed sync.Once
+			lateUnsubscribe(t, r, refused, refusingSubscribesOf(refused, func() {
+				armed.Do(func() {
+					sub, err := r.c.Engine().Subscription(refused)
+					require.NoError(t, err)
+					r.ledger.crashAfter(n, reopenOf(refused, sub.SubscriptionGeneration))
+				})
+			}))
+			return r
+		}},
+		{"lease-came-back", faultURI, func(t *testing.T, n int) *rig {
+			l := newLeasedLedger()
+			r := buildRig(t, eras[0], rigConfig{ledger: true, store: l})
+			sub := r.subscribe()
+			l.setForeign(faultURI, true) // another worker took it
+			_, err := r.c.Unsubscribe(t.Context(), faultURI)
+			require.NoError(t, err)
+			l.setForeign(faultURI, false) // and it came back
+			r.ledger.crashAfter(n, reopenOf(faultURI, sub.SubscriptionGeneration))
+			_, err = r.c.Subscribe(t.Context(), faultURI)
+			t.Logf("Subscribe as the ledger stops: %v", err)
+			quiesce()
+			return r
+		}},
+	}
+	for _, tc := range cases {
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/after-write-%d", tc.name, n), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := tc.reopen(t, n)
+					r.requireResumedOnItsLedger(tc.uri, "v1")
+				})
+			})
+		}
+	}
+}
+
+// A listen stream the server ends is re-established, and the write of the
+// URI's reopen (closing its generation and opening the next) fails once:
+// OnError is told a *ReopenError and Lookup says the copy is degraded. Once the ledger
 // is healthy the URI comes back: within six revalidation periods a listen
 // stream carries it again (the server notifies it), Lookup is no longer
 // degraded, and a change is pushed, not only found by the next
 // revalidation.
-func TestReopenWhoseBeginCloseFailsIsRepaired(t *testing.T) {
+func TestReopenWhoseWriteFailsIsRepaired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
 		r.subscribe()
 		require.True(t, r.srv.Subscribed(faultURI))
 
-		// The write beginning the reopen's close fails, once.
-		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
+		// The reopen's write fails, once.
+		r.reestablishRefusingOnce(openingWrite)
 		r.requireToldReopen(faultURI)
 
 		// The ledger is healthy again; six revalidation periods pass.
@@ -241,16 +301,16 @@ func TestReopenWhoseBeginCloseFailsIsRepaired(t *testing.T) {
 	})
 }
 
-// 2026-07-28. The server ends the listen stream; the reopen that follows
-// meets one failed write of its close's first step (the generation stays
-// ACTIVE in push mode, no stream carries it). Once the ledger is healthy,
-// the URI is open in push mode on a stream the server keeps, not degraded,
-// and serves current content.
-func TestReestablishWhoseBeginCloseFailsEndsPushedOnAStream(t *testing.T) {
+// 2026-07-28. The server ends the listen stream; the write of the reopen
+// that follows fails once (the generation stays ACTIVE in push mode, no
+// stream carries it). Once the ledger is healthy, the URI is open in push
+// mode on a stream the server keeps, not degraded, and serves current
+// content.
+func TestReestablishWhoseReopenWriteFailsEndsPushedOnAStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
 		r.subscribe()
-		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
+		r.reestablishRefusingOnce(openingWrite)
 		r.requireToldReopen(faultURI)
 		r.requireHealsAfterAChange(faultURI)
 		sub, err := r.c.Engine().Subscription(faultURI)
@@ -260,8 +320,8 @@ func TestReestablishWhoseBeginCloseFailsEndsPushedOnAStream(t *testing.T) {
 	})
 }
 
-// A URI whose reopen stopped half way (one ledger write of the close and
-// open failed) and that a later revalidation tick opened again is pushed
+// A URI whose reopen stopped (one ledger write of the close and open, or
+// of the activation, failed) and that a later revalidation tick opened again is pushed
 // again: a change on the server reaches it by notification within a second,
 // not by the next revalidation minutes later. The repaired subscription is
 // carried by the listen stream (2026-07-28) or subscribed on the server
@@ -346,23 +406,25 @@ func (r *rig) requireReopensPaced() {
 	require.Positive(t, r.reopenErrors(), "the failing reopen was never told")
 }
 
-// A listen stream the server ends is re-established, and the write
-// finishing the URI's close fails once: the URI is left UNSUBSCRIBING in
-// the current session. The caller then unsubscribes it, before any tick
-// repairs it. Unsubscribe is documented as closing the generation and being
-// idempotent, and it returns no error: after it returned the generation is
-// closed (CLOSED or UNSUBSCRIBE_UNKNOWN, not UNSUBSCRIBING), and a later
-// Subscribe of the same URI opens a new generation and serves the current
-// text, as Subscribe promises.
-func TestUnsubscribeDecidesAHalfDoneClose(t *testing.T) {
+// A listen stream the server ends is re-established, and the write of the
+// URI's reopen fails once: the URI is left in its old generation, open in
+// the current session (never half closed: the close and the next
+// generation are one write). The caller then unsubscribes it, before any
+// tick repairs it. Unsubscribe is documented as closing the generation and
+// being idempotent, and it returns no error: after it returned the
+// generation is closed (CLOSED or UNSUBSCRIBE_UNKNOWN, not UNSUBSCRIBING),
+// and a later Subscribe of the same URI opens a new generation and serves
+// the current text, as Subscribe promises.
+func TestUnsubscribeClosesAURIWhoseReopenFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
-		r.subscribe()
+		before := r.subscribe()
 
-		r.reestablishRefusingOnce(writeTo(mcpsync.StateClosed))
+		r.reestablishRefusingOnce(openingWrite)
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateUnsubscribing, sub.State, "the reopen stopped half way")
+		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
+			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
 
 		// The caller no longer wants the URI.
 		_, err = r.c.Unsubscribe(t.Context(), faultURI)
@@ -385,14 +447,16 @@ func TestUnsubscribeDecidesAHalfDoneClose(t *testing.T) {
 	})
 }
 
-// The reopen stopped after the close instead (the write opening the next
-// generation keeps failing): the URI is CLOSED in the current session. An
-// Unsubscribe of it still tells the server: afterwards the server does not
-// notify the URI, and a stream opened later for another URI does not carry
-// it either.
-func TestUnsubscribeOfAHalfDoneReopenTellsTheServer(t *testing.T) {
+// The reopen's write keeps failing instead (the one closing the
+// generation and opening the next): the URI stays in its old generation,
+// which no acknowledged stream carries. An Unsubscribe of it still tells
+// the server: afterwards the server does not notify the URI, and a stream
+// opened later for another URI does not carry it either.
+func TestUnsubscribeOfAURIWhoseReopenFailsTellsTheServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRigWatching(t, "file:///docs/other.md")
+		before, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
 
 		// The write opening its next generation fails until the caller
 		// lets it go: the repair a read of it would start fails too.
@@ -401,7 +465,8 @@ func TestUnsubscribeOfAHalfDoneReopenTellsTheServer(t *testing.T) {
 		require.GreaterOrEqual(t, r.ledger.failures(), 1, "the write opening the next generation was refused")
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateClosed, sub.State, "the reopen stopped half way")
+		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
+			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
 
 		_, err = r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)

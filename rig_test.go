@@ -79,6 +79,8 @@ type rigConfig struct {
 	srv *mcpsynctest.Server
 	// ledger puts the client's engine on a fault ledger (r.ledger).
 	ledger bool
+	// store, if set, is where the fault ledger keeps its records.
+	store ledger.Ledger
 	// uris are resources the server holds, with text "v1", beside faultURI.
 	uris []string
 	// wire, if set, sets the fault wire's hooks before the client connects.
@@ -183,6 +185,9 @@ func connectRig(ctx context.Context, w wiring, cfg rigConfig) (*rig, error) {
 	o := cfg.opts
 	if cfg.ledger {
 		r.ledger = newFaultLedger()
+		if cfg.store != nil {
+			r.ledger.Ledger = cfg.store
+		}
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: r.ledger})
 		if err != nil {
 			return nil, err
@@ -630,6 +635,40 @@ func (r *rig) reestablishRefusingOnce(match func(key string, next *ledger.Record
 	r.ledger.failWrites(1, match)
 	r.reestablish()
 	require.Equal(r.t, 1, r.ledger.failures(), "the reopen's write was refused once")
+}
+
+// requireResumedOnItsLedger checks what a restart finds after the rig's
+// ledger stopped (crashAfter): the rig's client is closed, a fresh engine
+// and client are started on what the ledger holds, as a restarted process
+// does, and uri is resumed: open in the new session, serving want.
+func (r *rig) requireResumedOnItsLedger(uri, want string) {
+	t := r.t
+	t.Helper()
+	require.True(t, r.ledger.crashed(), "the ledger never stopped: the reopen made fewer writes")
+	version := r.c.Capabilities().ProtocolVersion
+	require.NoError(t, r.c.Close())
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: r.ledger.Ledger})
+	require.NoError(t, err)
+	c, err := mcpsync.Connect(t.Context(), r.srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: version})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	require.NoError(t, c.WaitForSync(t.Context()))
+	sub, err := e.Subscription(uri)
+	require.NoError(t, err)
+	require.Equal(t, e.SessionGeneration(), sub.SessionGeneration,
+		"%s is not resumed: the ledger holds its generation %d %s (close epoch %d)", uri, sub.SubscriptionGeneration, sub.State, sub.CloseEpoch)
+	require.True(t, sub.State.Open(), "%s is %s in the new session", uri, sub.State)
+	entry, err := c.Lookup(uri)
+	require.NoError(t, err)
+	require.Equal(t, want, entry.Contents[0].Text)
+}
+
+// reopenOf picks the first write of the reopen of uri's generation gen: the
+// one that begins its close, or opens a newer generation.
+func reopenOf(uri string, gen uint64) func(string, *ledger.Record) bool {
+	return func(key string, next *ledger.Record) bool {
+		return key == uri && next.Sub != nil && (next.CloseEpoch != 0 || next.Sub.Generation > gen)
+	}
 }
 
 // requirePushed checks that a change of faultURI on the server is read
@@ -1227,8 +1266,10 @@ func withStreamID(m mcp.JSONRPCNotification, id string) mcp.JSONRPCNotification 
 // errLedgerDown is what a fault ledger answers a write it refuses.
 var errLedgerDown = errors.New("ledger unavailable")
 
-// faultLedger is a memory ledger that refuses the writes and counter
-// reservations a test arms, and runs a hook ahead of a chosen write.
+// faultLedger is a ledger (a memory one unless a test gives it another to
+// keep its records in) that refuses the writes and counter reservations a
+// test arms, runs a hook ahead of a chosen write, and stops as a process
+// killed between two writes does.
 type faultLedger struct {
 	ledger.Ledger
 	mu          sync.Mutex // protects every field below
@@ -1239,9 +1280,51 @@ type faultLedger struct {
 	failed      int
 	before      func(key string, next *ledger.Record) bool
 	hook        func()
+	// crash picks the write from which crashAfter counts, crashKey is its
+	// key once made, crashLeft the writes of that key still to be made,
+	// and dead says the ledger takes no write any more.
+	crash     func(key string, next *ledger.Record) bool
+	crashKey  string
+	crashLeft int
+	dead      bool
 }
 
 func newFaultLedger() *faultLedger { return &faultLedger{Ledger: ledger.NewMemory(nil)} }
+
+// crashAfter has the ledger stop as a process killed right after the nth
+// write of a key counted from the first write match picks (that one is the
+// first): that write is made, and every write and counter reservation
+// after it fails. What the ledger then holds is what a restarted process
+// finds.
+func (l *faultLedger) crashAfter(n int, match func(key string, next *ledger.Record) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.crash, l.crashKey, l.crashLeft = match, "", n
+}
+
+// crashed reports whether the ledger stopped (crashAfter).
+func (l *faultLedger) crashed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dead
+}
+
+// made counts a write of key that was made, toward the crash armed.
+func (l *faultLedger) made(key string, next *ledger.Record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.crash == nil || l.dead {
+		return
+	}
+	if l.crashKey == "" && l.crash(key, next) {
+		l.crashKey = key
+	}
+	if key == l.crashKey {
+		if l.crashLeft--; l.crashLeft <= 0 {
+			l.dead = true
+		}
+	}
+}
 
 // failWrites makes the next n writes whose record match picks fail.
 func (l *faultLedger) failWrites(n int, match func(key string, next *ledger.Record) bool) {
@@ -1294,18 +1377,30 @@ func (l *faultLedger) CompareAndSwap(ctx context.Context, key string, prev uint6
 		l.nCAS--
 		l.failed++
 	}
+	dead := l.dead
 	l.mu.Unlock()
+	if dead {
+		return 0, false, errLedgerDown
+	}
 	if hook != nil {
 		hook()
 	}
 	if refuse {
 		return 0, false, errLedgerDown
 	}
-	return l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
+	seq, ok, err := l.Ledger.CompareAndSwap(ctx, key, prev, next, entries)
+	if ok && err == nil {
+		l.made(key, next)
+	}
+	return seq, ok, err
 }
 
 func (l *faultLedger) Next(ctx context.Context, counter ledger.Counter, n uint64) (uint64, error) {
 	l.mu.Lock()
+	if l.dead {
+		l.mu.Unlock()
+		return 0, errLedgerDown
+	}
 	if l.nNext > 0 && counter == l.failCounter {
 		l.nNext--
 		l.failed++
@@ -1317,7 +1412,8 @@ func (l *faultLedger) Next(ctx context.Context, counter ledger.Counter, n uint64
 }
 
 // openingWrite picks the write that opens a generation after the first:
-// the record goes to SUBSCRIBING with a new generation number.
+// the record goes to SUBSCRIBING with a new generation number. A reopen
+// closes the generation before it in the same write.
 func openingWrite(_ string, next *ledger.Record) bool {
 	return next.State == mcpsync.StateSubscribing && next.Sub != nil && next.Sub.Generation >= 2
 }
@@ -1343,13 +1439,12 @@ func writeOf(uri string, state mcpsync.SubscriptionState) func(string, *ledger.R
 	return func(key string, next *ledger.Record) bool { return key == uri && next.State == state }
 }
 
-// reopenWrites are the writes of a reopen that can fail, by the state the
-// record goes to.
+// reopenWrites are the writes of a reopen that can fail: the one that
+// closes the generation and opens the next, and the next one's activation.
 var reopenWrites = []struct {
 	name  string
 	match func(string, *ledger.Record) bool
 }{
 	{"open-next-generation", openingWrite},
-	{"finish-close", writeTo(mcpsync.StateClosed)},
 	{"activate-next-generation", activatingWrite},
 }

@@ -240,10 +240,10 @@ func TestRolloutStatusFormat(t *testing.T) {
 // "a subscription outside the fraction stays subscribed, discovered and
 // fenced, but the client sends it no reads of its own". A URI outside the
 // fraction (SetRefreshFraction(0): the rollout rolled back) whose reopen
-// stopped half way (a 2026-07-28 stream the server ends, the write opening
-// the next generation failing once) is still repaired at its ticks: half
-// an hour later, with the ledger healthy, it is open in the current
-// session, not left CLOSED.
+// failed (a 2026-07-28 stream the server ends, the write closing the
+// generation and opening the next failing once) is still repaired at its
+// ticks: half an hour later, with the ledger healthy, it is open in the
+// current session.
 func TestURIOutsideTheRefreshFractionIsReopenedAfterAFailedReopen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
@@ -263,10 +263,10 @@ func TestURIOutsideTheRefreshFractionIsReopenedAfterAFailedReopen(t *testing.T) 
 	})
 }
 
-// The same URI outside the fraction, whose reopen failed at its first write
-// (beginning the close, once), is left open in push mode with no listen
-// stream carrying it. Its ticks put it back on a stream: half an hour later
-// the server notifies it again.
+// The same URI outside the fraction, whose reopen failed (its write, once),
+// is left open in push mode with no listen stream carrying it. Its ticks
+// put it back on a stream: half an hour later the server notifies it
+// again.
 func TestURIOutsideTheRefreshFractionIsPutBackOnAStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[1])
@@ -275,8 +275,8 @@ func TestURIOutsideTheRefreshFractionIsPutBackOnAStream(t *testing.T) {
 		require.NoError(t, r.c.SetRefreshFraction(0)) // the rollout is rolled back
 		require.False(t, r.c.RefreshEnabled(faultURI))
 
-		// The write beginning the reopen's close fails, once.
-		r.reestablishRefusingOnce(writeTo(mcpsync.StateUnsubscribing))
+		// The reopen's write fails, once.
+		r.reestablishRefusingOnce(openingWrite)
 		r.requireToldReopen(faultURI)
 
 		r.sixRevalidations() // half an hour, the ledger healthy

@@ -192,28 +192,86 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 	return subscriptionOf(key, next), nil
 }
 
+// reopen replaces the URI's subscription generation with the next one, for
+// subject in the current session, in one write, where the server needs no
+// unsubscribe (it was told already, or keeps nothing): the generation is
+// closed as BeginClose then FinishClose (acked) would close it, from
+// wherever its close is, and the next opened as Subscribe would open it.
+// From that write on, every result of the old generation is
+// STALE_AFTER_CLOSE. A crash leaves the ledger holding either generation
+// open, never the URI closed between them: a restart resumes it
+// (ResumableSubscriptions).
+func (e *Engine) reopen(rawURI, subject string) (Subscription, error) {
+	key, err := normalizeKey(rawURI)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if err := checkSubject(subject); err != nil {
+		return Subscription{}, fmt.Errorf("%w (subscribing %s)", err, key)
+	}
+	s := e.session.Load()
+	if !s.live {
+		return Subscription{}, ErrNoSession
+	}
+	var closing, path transitions
+	// Deferred as Subscribe's write is: a crash that lost it leaves the
+	// old generation, which a restart resumes as it would the new one.
+	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
+		if err := closedTold(cur, &closing); err != nil {
+			return nil, nil, err
+		}
+		path.reset(cur)
+		next, err := e.nextGeneration(key, rawURI, subject, s, cur, true, &path)
+		return next, nil, err
+	})
+	if err != nil {
+		return Subscription{}, err
+	}
+	e.emit(key, &closing)
+	e.emit(key, &path)
+	if err := e.sweepOpened(context.Background(), key, next); err != nil {
+		return subscriptionOf(key, next), err
+	}
+	return subscriptionOf(key, next), nil
+}
+
 // opening returns the record of key's next subscription generation, for
 // subject in session s, spelled rawURI, over cur, the record as stored
 // (nil for none), with its transitions in path; nil when cur's generation
 // is open in s for subject already (Subscribe is idempotent).
 func (e *Engine) opening(key, rawURI, subject string, s *session, cur *ledger.Record, path *transitions) (*ledger.Record, error) {
 	path.reset(cur)
+	if cur != nil && cur.Sub != nil && cur.Sub.SessionGeneration == s.gen {
+		switch {
+		case cur.State == StateUnsubscribing:
+			return nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
+		case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
+			if cur.Sub.Subject != subject {
+				return nil, fmt.Errorf("%w: %s is subscribed for another subject", ErrForbidden, key)
+			}
+			return nil, nil // already subscribed
+		}
+	}
+	return e.nextGeneration(key, rawURI, subject, s, cur, false, path)
+}
+
+// nextGeneration returns the record of key's next subscription generation,
+// as opening does, whatever cur's generation is; closing says cur's is
+// closed in the same write (reopen).
+func (e *Engine) nextGeneration(key, rawURI, subject string, s *session, cur *ledger.Record, closing bool, path *transitions) (*ledger.Record, error) {
 	var gen uint64
+	closed := false // cur's generation is closed, or closed by this write
 	next := &ledger.Record{Revision: 1}
 	if cur != nil {
 		next = clone(cur)
+		closed = cur.CloseEpoch != 0
 		if cur.Sub != nil {
 			gen = cur.Sub.Generation
-			if cur.Sub.SessionGeneration == s.gen {
-				switch {
-				case cur.State == StateUnsubscribing:
-					return nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
-				case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
-					if cur.Sub.Subject != subject {
-						return nil, fmt.Errorf("%w: %s is subscribed for another subject", ErrForbidden, key)
-					}
-					return nil, nil // already subscribed
-				}
+			if closing {
+				// Its close, as BeginClose records it: results of it
+				// are STALE_AFTER_CLOSE.
+				next.ClosedGeneration = max(next.ClosedGeneration, gen)
+				closed = true
 			}
 		}
 	}
@@ -233,9 +291,9 @@ func (e *Engine) opening(key, rawURI, subject string, s *session, cur *ledger.Re
 	next.State = StateDiscovered
 	next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
 	next.Corroboration = nil
-	if cur != nil && cur.CloseEpoch != 0 {
-		// Subscribed anew after an unsubscribe: a deletion confirmed
-		// by the listing alone is no longer taken for granted.
+	if closed {
+		// Subscribed anew after a close: a deletion confirmed by the
+		// listing alone is no longer taken for granted.
 		next.Unlisted = nil
 	}
 	openFence(next)

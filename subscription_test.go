@@ -160,6 +160,73 @@ func TestSubscribeIsIdempotentAndNewGenerationsStartAfresh(t *testing.T) {
 	assert.Zero(t, next.LastIssuedOrdinal)
 }
 
+// A reopen closes the URI's generation and opens the next in one write of
+// its record, from wherever the close is: the transitions are those of
+// BeginClose, FinishClose (acked) and Subscribe, the old generation's
+// results are STALE_AFTER_CLOSE from then on, and the new generation's fence
+// starts afresh while its request ids go on rising and the version
+// consumers see carries over.
+func TestReopenClosesAndOpensTheNextGenerationInOneWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, e *mcpsync.Engine)
+		path  []string
+	}{
+		{"open", func(*testing.T, *mcpsync.Engine) {}, []string{"1 READ_PENDING>UNSUBSCRIBING", "1 UNSUBSCRIBING>CLOSED", "2 DISCOVERED>SUBSCRIBING"}},
+		{"closing", func(t *testing.T, e *mcpsync.Engine) {
+			_, err := e.BeginClose(docURI)
+			require.NoError(t, err)
+		}, []string{"1 UNSUBSCRIBING>CLOSED", "2 DISCOVERED>SUBSCRIBING"}},
+		{"closed", func(t *testing.T, e *mcpsync.Engine) {
+			_, err := e.BeginClose(docURI)
+			require.NoError(t, err)
+			_, err = e.FinishClose(docURI, true)
+			require.NoError(t, err)
+		}, []string{"2 DISCOVERED>SUBSCRIBING"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			e := activeEngine(t, &mcpsync.EngineOptions{OnTransition: rec.observe})
+			acceptRead(t, e, mcpsync.TriggerInitial, "v1")
+			late := issue(t, e, mcpsync.TriggerRevalidate)
+			tc.setup(t, e)
+			before, err := e.Ledger().Load(t.Context(), docURI)
+			require.NoError(t, err)
+			rec.seen = nil
+
+			sub, err := e.Reopen(docURI, alice)
+			require.NoError(t, err)
+			after, err := e.Ledger().Load(t.Context(), docURI)
+			require.NoError(t, err)
+			assert.Equal(t, before.Revision+1, after.Revision, "one write")
+			var path []string
+			for _, tr := range rec.seen {
+				path = append(path, fmt.Sprintf("%d %s>%s", tr.SubscriptionGeneration, tr.From, tr.To))
+			}
+			assert.Equal(t, tc.path, path)
+			assert.Equal(t, uint64(2), sub.SubscriptionGeneration)
+			assert.Equal(t, mcpsync.StateSubscribing, sub.State)
+			assert.Zero(t, sub.CloseEpoch)
+			assert.Zero(t, sub.LastIssuedOrdinal)
+
+			out, err := e.AcceptResourceVersion(late, text(docURI, "late"))
+			require.Error(t, err)
+			assert.Equal(t, mcpsync.ReasonStaleAfterClose, out.Stale.Reason, "a result of the old generation")
+
+			_, err = e.Activate(docURI, mcpsync.ModePush)
+			require.NoError(t, err)
+			entry, err := e.Lookup(alice, docURI)
+			require.NoError(t, err)
+			assert.Equal(t, "v1", entry.Contents[0].Text, "the version consumers see carries over")
+			next := issue(t, e, mcpsync.TriggerReconnect)
+			assert.Equal(t, uint64(1), next.ReadOrdinal)
+			assert.Greater(t, next.RequestID, late.RequestID)
+			_, err = e.AcceptResourceVersion(next, text(docURI, "v2"))
+			require.NoError(t, err)
+		})
+	}
+}
+
 func TestSubscribeNeedsASessionAndAPrincipal(t *testing.T) {
 	e, err := mcpsync.NewEngine(nil)
 	require.NoError(t, err)

@@ -59,9 +59,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 			c.converged(conn, key, w, sub)
 			return again, nil
 		}
-		if err := c.closeTold(key); err != nil {
-			return 0, err
-		}
+		return 0, c.open(conn, key, w, true)
 	} else if err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribing {
 		// A close that stopped half way (its last write failed, or, from
 		// 2026-07-28 on, the stream's answer is still coming): finished
@@ -82,7 +80,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 		}
 		c.tellPassed(key, w.since-1, nil)
 	}
-	return 0, c.open(conn, key, w)
+	return 0, c.open(conn, key, w, false)
 }
 
 // abandonedGeneration reports whether sub is the generation an Unsubscribe
@@ -170,14 +168,24 @@ func (c *Client) converged(conn *connection, key string, w *watch, sub Subscript
 
 // open opens watched key's subscription generation on conn and requests
 // its first read: TriggerInitial the first time after the caller's
-// Subscribe, TriggerReconnect after that. It does nothing when the
-// engine's session is already newer than conn's: the next pass opens it
-// there.
-func (c *Client) open(conn *connection, key string, w *watch) error {
+// Subscribe, TriggerReconnect after that. With replace, or when the
+// generation open is one an Unsubscribe let go of (its lease had moved;
+// the server was told to stop then), that generation is replaced, closed
+// and the next opened in one write (reopen): a crash between the two
+// would leave a watched URI closed, which a restart does not resume. It
+// does nothing when the engine's session is already newer than conn's:
+// the next pass opens it there.
+func (c *Client) open(conn *connection, key string, w *watch, replace bool) error {
 	raw := w.raw
-	sub, err := c.engine.Subscribe(raw, c.opts.Subject)
+	var sub Subscription
+	var err error
+	if replace {
+		sub, err = c.engine.reopen(raw, c.opts.Subject)
+	} else {
+		sub, err = c.engine.Subscribe(raw, c.opts.Subject)
+	}
 	if err == nil && sub.State != StateSubscribing && c.wasAbandoned(key, sub) {
-		sub, err = c.reopenAbandoned(key, raw)
+		sub, err = c.engine.reopen(raw, c.opts.Subject)
 	}
 	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateSubscribing {
 		return err // already open in this session, or a newer one's
@@ -424,10 +432,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 		// generation is opened anew, which polls, saying why, when the
 		// server refuses once more.
 		c.report(errorf("subscribe %s again: %w", raw, err))
-		if err := c.closeTold(key); err != nil {
-			return err
-		}
-		return c.open(conn, key, w)
+		return c.open(conn, key, w, true)
 	}
 	// A late unsubscribe may have left the server silent about raw for a
 	// while: what changed meanwhile is read now.
@@ -473,27 +478,6 @@ func (c *Client) wasAbandoned(key string, sub Subscription) bool {
 	gen, ok := c.abandoned[key]
 	delete(c.abandoned, key)
 	return ok && gen == [2]uint64{sub.SessionGeneration, sub.SubscriptionGeneration}
-}
-
-// reopenAbandoned closes key's abandoned generation, now that its lease is back
-// (the server was told to stop when it was let go), and opens a new one:
-// a lease taken opens a new generation, and nothing keeps the old one.
-func (c *Client) reopenAbandoned(key, raw string) (Subscription, error) {
-	if err := c.closeTold(key); err != nil {
-		return Subscription{}, err
-	}
-	return c.engine.Subscribe(raw, c.opts.Subject)
-}
-
-// closeTold closes key's generation in the engine, for a server that needs
-// no unsubscribe: it was told already, or it keeps nothing (a stream it
-// ended).
-func (c *Client) closeTold(key string) error {
-	if _, err := c.engine.BeginClose(key); err != nil {
-		return err
-	}
-	_, err := c.engine.FinishClose(key, true)
-	return err
 }
 
 // reopenFailed makes a failed reopen of key visible: OnError is told (a

@@ -84,6 +84,13 @@ func (w *Worker) AwaitLine(t *testing.T, label, line string) []string {
 	return w.awaitUntil(t, label, func(got []string) bool { return len(got) > 0 && got[len(got)-1] == line })
 }
 
+// AwaitMatch returns what the worker announces up to and including the
+// first line match picks.
+func (w *Worker) AwaitMatch(t *testing.T, label string, match func(line string) bool) []string {
+	t.Helper()
+	return w.awaitUntil(t, label, func(got []string) bool { return len(got) > 0 && match(got[len(got)-1]) })
+}
+
 func (w *Worker) awaitUntil(t *testing.T, label string, enough func([]string) bool) []string {
 	t.Helper()
 	deadline := time.NewTimer(Deadline)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,6 +138,8 @@ type resumer struct {
 	// the worker's own goroutine uses them.
 	c         *mcpsync.Client
 	principal string
+	// kit is the fault kit of the client's current connection.
+	kit atomic.Pointer[mcpsynctest.Transport]
 
 	wake wakeup // a transition, an outcome or an outbox entry
 	out  sync.Mutex
@@ -167,7 +170,12 @@ func resumeWorker(ctx context.Context, fail context.CancelCauseFunc, ledgerPath,
 		return err
 	}
 	defer func() { err = errors.Join(err, l.Close()) }()
-	w.e, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, OnTransition: func(mcpsync.Transition) { w.wake.notify() }})
+	w.e, err = mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l, OnTransition: func(t mcpsync.Transition) {
+		if t.To == ledger.StateUnsubscribing {
+			w.say("closing %s %d", t.URI, t.SubscriptionGeneration) // the write that closes it committed
+		}
+		w.wake.notify()
+	}})
 	if err != nil {
 		return err
 	}
@@ -223,6 +231,11 @@ func resumeWorker(ctx context.Context, fail context.CancelCauseFunc, ledgerPath,
 		return w.ended(ctx, err)
 	}
 	w.say("reconciled")
+	if reopens(run) {
+		if err := w.reestablish(ctx); err != nil {
+			return w.ended(ctx, err)
+		}
+	}
 	return w.ended(ctx, w.work(ctx))
 }
 
@@ -251,7 +264,9 @@ func (w *resumer) connect(ctx context.Context, legacy bool) error {
 	}
 	srv := w.srv
 	c, err := mcpsync.Connect(ctx, func(context.Context) (transport.Interface, error) {
-		return srv.NewInProcessTransport(), nil
+		kit := mcpsynctest.NewTransport(srv.NewInProcessTransport(), int64(w.run)+1)
+		w.kit.Store(kit)
+		return kit, nil
 	}, &mcpsync.ClientOptions{
 		Engine: w.e, Subject: w.principal, ProtocolVersion: version, Seed: uint64(w.run) + 1,
 		OnOutcome: w.outcome,
@@ -383,6 +398,47 @@ func (w *resumer) change(ctx context.Context, uri, text string) error {
 		return err
 	}
 	w.say("changed %s", uri)
+	return nil
+}
+
+// reopens reports whether run reopens what it watches once it reconciled
+// (reestablish), to be killed right after the first generation it closes:
+// a 2026-07-28 run (an even one), one in four.
+func reopens(run int) bool { return run%4 == 2 }
+
+// reestablish has the server end the 2026-07-28 listen streams and waits
+// until the client opened every URI they carried in a new generation. A
+// kill anywhere in between leaves each of them resumed by the next run
+// (announced): the old generation's close and the new one's opening are
+// one write.
+func (w *resumer) reestablish(ctx context.Context) error {
+	gens := map[string]uint64{}
+	for sub, err := range w.e.Subscriptions() {
+		if err != nil {
+			return err
+		}
+		if sub.Subject == w.principal && sub.State.Open() && sub.Mode == mcpsync.ModePush {
+			gens[sub.URI] = sub.SubscriptionGeneration
+		}
+	}
+	w.kit.Load().EndListenStreams()
+	w.say("ended listen streams")
+	if err := w.await(ctx, "the URIs of the ended streams to be reopened", func() (bool, string) {
+		var left []string
+		for _, uri := range slices.Sorted(maps.Keys(gens)) {
+			sub, err := w.e.Subscription(uri)
+			if err != nil {
+				return false, err.Error()
+			}
+			if sub.SubscriptionGeneration <= gens[uri] || sub.State == ledger.StateSubscribing {
+				left = append(left, fmt.Sprintf("%s %s gen %d", uri, sub.State, sub.SubscriptionGeneration))
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	}); err != nil {
+		return err
+	}
+	w.say("reopened %d", len(gens))
 	return nil
 }
 
@@ -580,10 +636,12 @@ func (s *wakeup) notify() {
 // Crash with resume: a worker process keeps a client on the bolt ledger in
 // sync with a server whose state outlives it, and is killed with SIGKILL at
 // random points of a run with changes, deletions, recreations, revocations
-// and derived artifacts. Between runs resources are deleted, recreated and
-// changed while nothing watches. Each restart resumes what the earlier
-// process left open, without subscribing again. After each kill the ledger
-// passes every check of TestCrashConsistency, and:
+// and derived artifacts, or (one run in four) right after the first write
+// of the reopens that follow listen streams the server ended. Between runs
+// resources are deleted, recreated and changed while nothing watches. Each
+// restart resumes what the earlier process left open, without subscribing
+// again. After each kill the ledger passes every check of
+// TestCrashConsistency, and:
 //   - a restarted worker resumes every subscription its principal made;
 //   - once a restart synced, a resource recreated during the downtime is
 //     served again, with no tombstone before it;
@@ -621,10 +679,18 @@ func TestCrashResume(t *testing.T) {
 		w := crashtest.Start(t, "TestCrashResumeWorker",
 			envResumeLedger+"="+ledgerPath, envResumeServer+"="+statePath, envResumeRun+"="+strconv.Itoa(run))
 		var ev []string
-		if run < kills {
+		switch {
+		case run < kills && reopens(run):
+			// Killed as the reopen of what it watches closes the first
+			// generation: the next run must resume every URI all the same.
+			ev = w.Kill(t, w.AwaitMatch(t, label, func(line string) bool {
+				return strings.HasPrefix(line, "closing ") || strings.HasPrefix(line, "reopened ")
+			}))
+			t.Logf("%s: killed after %q", label, crashtest.Last(ev))
+		case run < kills:
 			ev = w.Kill(t, w.Await(t, label, 1+rng.IntN(90)))
 			t.Logf("%s: killed after %q", label, crashtest.Last(ev))
-		} else {
+		default:
 			// The last run is asked to stop once it reconciled: it must
 			// exit cleanly, with none of its goroutines left (TestMain).
 			ev = w.Stop(t, label, w.AwaitLine(t, label, "reconciled"))
