@@ -259,67 +259,78 @@ func (h *callbackHook) hold(then func()) (running, returned <-chan struct{}, rel
 	return run, ret, sync.OnceFunc(func() { close(rel) })
 }
 
+// eachCallbackKind runs test once per kind of callback, in a subtest and a
+// synctest bubble of its own, on a callback rig whose hook the test sets.
+func eachCallbackKind(t *testing.T, test func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook)) {
+	for _, kind := range callbackKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hook callbackHook
+				test(t, kind, newCallbackRig(t, kind, &hook), &hook)
+			})
+		})
+	}
+}
+
+// closeElsewhere closes r's client on a goroutine of its own, and reports
+// whether that Close still waits once nothing else in the bubble can run;
+// closed has its error once it returned.
+func closeElsewhere(r *rig) (closed <-chan error, waiting bool) {
+	ch := make(chan error, 1)
+	go func() { ch <- r.c.Close() }()
+	synctest.Wait()
+	select {
+	case err := <-ch:
+		ch <- err
+		return ch, false
+	default:
+		return ch, true
+	}
+}
+
 // A program tears down what its callbacks use once Close returns (the
 // command writes its summary to the output they print to). Close on another
 // goroutine while a callback runs therefore returns only once the callback
 // has returned and delivery has ended, whichever callback it is.
 func TestCloseWaitsForARunningCallback(t *testing.T) {
-	for _, kind := range callbackKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var hook callbackHook
-				r := newCallbackRig(t, kind, &hook)
-				running, returned, release := hook.hold(nil)
-				defer release()
-				kind.cause(t, r)
-				<-running
+	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
+		running, returned, release := hook.hold(nil)
+		defer release()
+		kind.cause(t, r)
+		<-running
 
-				closed := make(chan error, 1)
-				go func() { closed <- r.c.Close() }()
-				synctest.Wait()
-				select {
-				case err := <-closed:
-					release()
-					t.Fatalf("Close returned (%v) while %s ran", err, kind.name)
-				default:
-				}
-				release()
-				require.NoError(t, <-closed)
-				select {
-				case <-returned:
-				default:
-					t.Errorf("Close returned before %s did", kind.name)
-				}
-			})
-		})
-	}
+		closed, waiting := closeElsewhere(r)
+		if !waiting {
+			release()
+			t.Fatalf("Close returned (%v) while %s ran", <-closed, kind.name)
+		}
+		release()
+		require.NoError(t, <-closed)
+		select {
+		case <-returned:
+		default:
+			t.Errorf("Close returned before %s did", kind.name)
+		}
+	})
 }
 
 // Close inside a callback while a Close on another goroutine waits for
 // that callback: the callback's Close returns at once, and the other once
 // the callback has returned.
 func TestCloseFromACallbackWhileAnotherCloseWaitsForIt(t *testing.T) {
-	for _, kind := range callbackKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var hook callbackHook
-				r := newCallbackRig(t, kind, &hook)
-				inside := make(chan error, 1)
-				running, _, release := hook.hold(func() { inside <- closeTimed(r.c) })
-				defer release()
-				kind.cause(t, r)
-				<-running
+	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
+		inside := make(chan error, 1)
+		running, _, release := hook.hold(func() { inside <- closeTimed(r.c) })
+		defer release()
+		kind.cause(t, r)
+		<-running
 
-				outside := make(chan error, 1)
-				go func() { outside <- r.c.Close() }()
-				synctest.Wait()
-				release()
-				require.NoError(t, <-inside, "Close from inside %s", kind.name)
-				require.NoError(t, <-outside, "Close on another goroutine")
-				assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
-			})
-		})
-	}
+		outside, _ := closeElsewhere(r)
+		release()
+		require.NoError(t, <-inside, "Close from inside %s", kind.name)
+		require.NoError(t, <-outside, "Close on another goroutine")
+		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+	})
 }
 
 // A callback that closes its client (the copy is no longer wanted): Close
@@ -327,21 +338,15 @@ func TestCloseFromACallbackWhileAnotherCloseWaitsForIt(t *testing.T) {
 // the client stops once the callback returns: a Close on another goroutine
 // returns nil, and nothing of the client is left running (the bubble ends).
 func TestCloseFromInsideACallbackReturnsAndTheClientStops(t *testing.T) {
-	for _, kind := range callbackKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var hook callbackHook
-				r := newCallbackRig(t, kind, &hook)
-				inside := make(chan error, 1)
-				var once sync.Once
-				hook.set(func() { once.Do(func() { inside <- closeTimed(r.c) }) })
-				kind.cause(t, r)
-				require.NoError(t, <-inside, "Close from inside %s", kind.name)
-				require.NoError(t, r.c.Close(), "Close after the callback's")
-				assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
-			})
-		})
-	}
+	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
+		inside := make(chan error, 1)
+		var once sync.Once
+		hook.set(func() { once.Do(func() { inside <- closeTimed(r.c) }) })
+		kind.cause(t, r)
+		require.NoError(t, <-inside, "Close from inside %s", kind.name)
+		require.NoError(t, r.c.Close(), "Close after the callback's")
+		assert.Equal(t, mcpsync.ConnectionClosed, r.c.Health().State)
+	})
 }
 
 // closeTimed closes c, and fails if that took a second or more: a Close
@@ -359,36 +364,26 @@ func closeTimed(c *mcpsync.Client) error {
 // returns ErrCloseTimeout (and the context's error), not nil, and a later
 // Close waits for the callback.
 func TestShutdownEndingWhileACallbackRunsIsErrCloseTimeout(t *testing.T) {
-	for _, kind := range callbackKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var hook callbackHook
-				r := newCallbackRig(t, kind, &hook)
-				running, returned, release := hook.hold(nil)
-				defer release()
-				kind.cause(t, r)
-				<-running
+	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
+		running, returned, release := hook.hold(nil)
+		defer release()
+		kind.cause(t, r)
+		<-running
 
-				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-				defer cancel()
-				err := r.c.Shutdown(ctx)
-				require.ErrorIs(t, err, mcpsync.ErrCloseTimeout)
-				require.ErrorIs(t, err, context.DeadlineExceeded)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := r.c.Shutdown(ctx)
+		require.ErrorIs(t, err, mcpsync.ErrCloseTimeout)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
 
-				closed := make(chan error, 1)
-				go func() { closed <- r.c.Close() }()
-				synctest.Wait()
-				select {
-				case err := <-closed:
-					t.Errorf("a later Close returned (%v) while %s ran", err, kind.name)
-				default:
-				}
-				release()
-				<-returned
-				if !t.Failed() {
-					require.NoError(t, <-closed)
-				}
-			})
-		})
-	}
+		closed, waiting := closeElsewhere(r)
+		if !waiting {
+			t.Errorf("a later Close returned (%v) while %s ran", <-closed, kind.name)
+		}
+		release()
+		<-returned
+		if !t.Failed() {
+			require.NoError(t, <-closed)
+		}
+	})
 }

@@ -356,13 +356,9 @@ func (l *batchLedger) CompareAndSwapAll(ctx context.Context, swaps []ledger.Swap
 }
 
 func (l *batchLedger) LoadAll(ctx context.Context, keys []string) ([]*ledger.Record, error) {
-	records := make([]*ledger.Record, len(keys))
-	for i, key := range keys {
-		r, err := l.Load(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		records[i] = r
+	records, err := ledger.LoadEach(ctx, l, keys)
+	if err != nil {
+		return nil, err
 	}
 	l.mu.Lock()
 	loads := l.loads

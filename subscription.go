@@ -164,32 +164,7 @@ func (e *Engine) Discover(rawURI string) error {
 // must finish closing first. A closed, tombstoned or unknown-outcome
 // generation is never reopened: the new generation replaces it.
 func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
-	key, err := normalizeKey(rawURI)
-	if err != nil {
-		return Subscription{}, err
-	}
-	if err := checkSubject(subject); err != nil {
-		return Subscription{}, fmt.Errorf("%w (subscribing %s)", err, key)
-	}
-	s := e.session.Load()
-	if !s.live {
-		return Subscription{}, ErrNoSession
-	}
-	var path transitions
-	// Deferred when a crash that lost it would leave a generation a
-	// restart resumes for the same subject, server and spelling.
-	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
-		next, err := e.opening(key, rawURI, subject, s, cur, &path)
-		return next, nil, err
-	})
-	if err != nil {
-		return Subscription{}, err
-	}
-	e.emit(key, &path)
-	if err := e.sweepOpened(context.Background(), key, next); err != nil {
-		return subscriptionOf(key, next), err
-	}
-	return subscriptionOf(key, next), nil
+	return e.subscribe(rawURI, subject, false)
 }
 
 // reopen replaces the URI's subscription generation with the next one, for
@@ -202,6 +177,11 @@ func (e *Engine) Subscribe(rawURI, subject string) (Subscription, error) {
 // open, never the URI closed between them: a restart resumes it
 // (ResumableSubscriptions).
 func (e *Engine) reopen(rawURI, subject string) (Subscription, error) {
+	return e.subscribe(rawURI, subject, true)
+}
+
+// subscribe is Subscribe, or with replace reopen.
+func (e *Engine) subscribe(rawURI, subject string, replace bool) (Subscription, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
 		return Subscription{}, err
@@ -214,9 +194,14 @@ func (e *Engine) reopen(rawURI, subject string) (Subscription, error) {
 		return Subscription{}, ErrNoSession
 	}
 	var closing, path transitions
-	// Deferred as Subscribe's write is: a crash that lost it leaves the
-	// old generation, which a restart resumes as it would the new one.
+	// Deferred when a crash that lost it would leave a generation a
+	// restart resumes for the same subject, server and spelling (for a
+	// reopen, the old generation, resumed as the new one would be).
 	next, _, err := e.updateFrom(key, nil, false, resumedAnyway, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
+		if !replace {
+			next, err := e.opening(key, rawURI, subject, s, cur, &path)
+			return next, nil, err
+		}
 		if err := closedTold(cur, &closing); err != nil {
 			return nil, nil, err
 		}

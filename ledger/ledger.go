@@ -277,6 +277,21 @@ type SwapResult struct {
 	Err      error
 }
 
+// LoadEach reads keys one at a time with l's Load: the LoadAll of a
+// ledger whose reads cost no round trip (the memory ledger, a ledger
+// that caches its records).
+func LoadEach(ctx context.Context, l Ledger, keys []string) ([]*Record, error) {
+	records := make([]*Record, len(keys))
+	for i, key := range keys {
+		r, err := l.Load(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		records[i] = r
+	}
+	return records, nil
+}
+
 // Reserve returns the counter's value after reserving n values beyond last,
 // or ErrCounterExhausted when that would pass the top of the counter (a
 // wrap would hand out every value again). Ledgers implement Next with it.

@@ -217,15 +217,7 @@ func (l *memoryLedger) CompareAndSwap(ctx context.Context, key string, prev uint
 
 // LoadAll implements Batching: each key in turn, as Load.
 func (l *memoryLedger) LoadAll(ctx context.Context, keys []string) ([]*Record, error) {
-	records := make([]*Record, len(keys))
-	for i, key := range keys {
-		r, err := l.Load(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		records[i] = r
-	}
-	return records, nil
+	return LoadEach(ctx, l, keys)
 }
 
 // CompareAndSwapAll implements Batching: each swap in turn, as

@@ -494,15 +494,7 @@ func (l *Ledger) CompareAndSwap(ctx context.Context, key string, prev uint64, ne
 // LoadAll implements ledger.Batching: each key as Load reads it, most
 // from the cache.
 func (l *Ledger) LoadAll(ctx context.Context, keys []string) ([]*ledger.Record, error) {
-	records := make([]*ledger.Record, len(keys))
-	for i, key := range keys {
-		r, err := l.Load(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		records[i] = r
-	}
-	return records, nil
+	return ledger.LoadEach(ctx, l, keys)
 }
 
 // CompareAndSwapAll implements ledger.Batching: every swap is queued for
