@@ -387,3 +387,18 @@ func TestShutdownEndingWhileACallbackRunsIsErrCloseTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A client whose goroutines and deliveries have all ended has nothing left
+// to wait for: Shutdown returns nil whatever its context, one that ended
+// already included, as many times as it is called.
+func TestShutdownOfAStoppedClientIsNilWhateverItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, eras[0], &mcpsync.ClientOptions{PingEvery: -1, RevalidateEvery: time.Hour})
+		require.NoError(t, r.c.Close())
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		for i := range 32 {
+			require.NoError(t, r.c.Shutdown(ctx), "Shutdown %d with an ended context", i)
+		}
+	})
+}

@@ -573,9 +573,7 @@ func (c *Client) Close() error {
 // included, it returns an error matching ErrCloseTimeout and ctx's error.
 func (c *Client) Shutdown(ctx context.Context) error {
 	err := c.closeOnce()
-	select {
-	case <-c.stopped:
-	case <-ctx.Done():
+	if !closedBefore(ctx, c.stopped) {
 		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
 	}
 	if c.errs.onDeliverer() {
@@ -585,12 +583,27 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 	// What was told after the last goroutine ended is delivered, and the
 	// callback running now has returned, before Close does.
-	select {
-	case <-c.errs.done:
-	case <-ctx.Done():
+	if !closedBefore(ctx, c.errs.done) {
 		return errors.Join(err, fmt.Errorf("%w: %w", ErrCloseTimeout, ctx.Err()))
 	}
 	return err
+}
+
+// closedBefore waits for done to be closed and reports whether it was before ctx
+// ended: one closed already counts, whatever ctx (a select on both would
+// pick either at random).
+func closedBefore(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // closeOnce closes the client the first time it is called: the connection

@@ -17,7 +17,8 @@ import (
 )
 
 // TestModelInterleavings drives random interleavings of subscriptions,
-// notifications, reads completed in any order, closes, reconciliation,
+// notifications, reads completed in any order, closes, reopens (a
+// generation closed and the next opened in one write), reconciliation,
 // corroborated deletions, revocation, derived artifacts, new sessions and
 // outbox acks against the engine and against a reference model of the
 // fence, and checks after every step that versions only move forward, that
@@ -465,6 +466,7 @@ func (m *modelMachine) actions() map[string]func(*rapid.T) {
 		action func(*rapid.T)
 	}{
 		{"subscribe", 2, m.subscribe},
+		{"reopen", 1, m.reopen},
 		{"activate", 2, m.activate},
 		{"notify", 3, m.notify},
 		{"requestRead", 2, m.requestRead},
@@ -551,6 +553,33 @@ func (m *modelMachine) subscribe(rt *rapid.T) {
 		u.corr = nil
 	}
 	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Subscribe: generation")
+}
+
+// reopen is the Client's replacement of a URI's generation: closed as
+// BeginClose then FinishClose (acked) would close it, from wherever its
+// close is, and the next opened as Subscribe would open it, in one write.
+func (m *modelMachine) reopen(rt *rapid.T) {
+	u := m.drawURI(rt)
+	who := rapid.SampledFrom(modelSubjects).Draw(rt, "principal")
+	sub, err := m.e.Reopen(u.key, who)
+	var want error
+	if m.session == 0 {
+		want = mcpsync.ErrNoSession
+	}
+	requireRefusal(rt, err, want, "Reopen")
+	if want != nil {
+		return
+	}
+	if u.gen != 0 && !u.closeBegun {
+		u.closeBegunGens[u.gen] = true
+	}
+	u.gen++
+	u.session, u.principal, u.phase = m.session, who, phaseSubscribing
+	u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
+	u.corr = nil
+	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Reopen: generation")
+	require.Equal(rt, mcpsync.StateSubscribing, sub.State, "Reopen: state")
+	require.Zero(rt, sub.CloseEpoch, "Reopen: close epoch")
 }
 
 func (m *modelMachine) activate(rt *rapid.T) {

@@ -1,7 +1,9 @@
 package ledgertest
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,6 +27,10 @@ func testBatching(t *testing.T, open Opener, reopen Reopener) {
 	}
 	const a, c, d, stale = "file:///batch/a", "file:///batch/c", "file:///batch/d", "file:///batch/stale"
 	write(t, l, stale, 1, 1)
+	wctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	woke := make(chan error, 1)
+	go func() { woke <- l.WaitOutbox(wctx, 1) }()
 	results := b.CompareAndSwapAll(ctx, []ledger.Swap{
 		{Key: c, Next: record(c, 1), Entries: []ledger.OutboxEntry{entry(c, 1)}},
 		{Key: stale, Next: record(stale, 1)},
@@ -74,6 +80,17 @@ func testBatching(t *testing.T, open Opener, reopen Reopener) {
 		assert.Nil(t, got, "%s: a refused write stores nothing", when)
 	}
 	check(l, "after the call")
+	select {
+	case err := <-woke:
+		require.NoError(t, err, "the batch's entries woke the waiter")
+	case <-wctx.Done():
+		t.Fatal("WaitOutbox did not wake on the entries of a batch")
+	}
+	if x, ok := l.(ledger.Index); ok {
+		keys, err := x.SubjectKeys(ctx, "user:alice")
+		require.NoError(t, err)
+		assert.Equal(t, []string{a, c, stale}, keys, "the index holds the records a batch wrote, and none it refused")
+	}
 	write(t, l, c, 2, 0) // from the record the call stored
 	want[c] = 2
 	loadAll := func(l ledger.Ledger, when string) {
