@@ -305,8 +305,10 @@ func refusedRead(err error) (result ReadResult, ok bool) {
 // read queued or in flight, and reports whether the server said it has no
 // such resource.
 func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
+	// A timer of its own, made only once there is something to wait for,
+	// rather than a context derived from the caller's: ten thousand
+	// Subscribes at once would each register a child with one parent.
+	var timeout <-chan time.Time
 	for {
 		wake := c.settled.wait(key)
 		sub, err := c.engine.Subscription(key)
@@ -318,8 +320,15 @@ func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
 		default:
 			return sub.State == StateTombstonePending || sub.State == StateTombstoned
 		}
+		if timeout == nil {
+			t := time.NewTimer(c.opts.RequestTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-wake:
+		case <-timeout:
+			return false
 		case <-ctx.Done():
 			return false
 		case <-c.ctx.Done():
