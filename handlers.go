@@ -171,7 +171,10 @@ func (c *Client) handleSweep(s *sweep) {
 	keys := s.keys
 	if keys == nil {
 		cands, err := c.engine.candidates(c.ctx, c.opts.Subject, "")
-		if err != nil {
+		switch {
+		case err != nil && c.ctx.Err() != nil:
+			return // the client is closing: nothing is told any more
+		case err != nil:
 			c.report(errorf("tell the handler: %w", err))
 		}
 		for key := range c.told {

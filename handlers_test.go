@@ -1,6 +1,7 @@
 package mcpsync_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // call is one call a handler was told, with the texts of its entries.
@@ -256,6 +258,43 @@ func TestHandlerToldWhatTheEngineServesOnConnect(t *testing.T) {
 		minutes(2)
 		assert.Empty(t, h.take())
 	})
+}
+
+// A Close while the handler's first sweep still lists what the engine
+// serves ends the sweep quietly: the client is going away, which is no
+// failure to tell OnError of.
+func TestCloseDuringTheHandlersFirstSweepTellsOnErrorNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &listingLedger{Ledger: ledger.NewMemory(nil), listing: make(chan struct{})}
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+		require.NoError(t, err)
+		r := buildRig(t, eras[0], rigConfig{opts: mcpsync.ClientOptions{Engine: e, Handler: &handlerLog{}}})
+		<-l.listing
+		require.NoError(t, r.c.Close())
+		assert.Empty(t, r.errs.list(), "OnError told of the Close")
+	})
+}
+
+// listingLedger is a ledger with an index whose listing of a subject's
+// keys lasts until its context ends.
+type listingLedger struct {
+	ledger.Ledger
+	listing chan struct{} // closed once a listing began
+	once    sync.Once
+}
+
+func (l *listingLedger) SubjectKeys(ctx context.Context, _ string) ([]string, error) {
+	l.once.Do(func() { close(l.listing) })
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (l *listingLedger) UnknownCloses(ctx context.Context) ([]string, []*ledger.Record, error) {
+	return l.Ledger.(ledger.Index).UnknownCloses(ctx)
+}
+
+func (l *listingLedger) RevokedAfter(ctx context.Context, gen uint64) ([]string, uint64, error) {
+	return l.Ledger.(ledger.Index).RevokedAfter(ctx, gen)
 }
 
 // A handler that panics is reported to OnError, and the next changes are
