@@ -3,12 +3,15 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // HTTPClient returns a client that sends through base (nil: the default
@@ -57,15 +60,15 @@ func SessionHTTPClient(base *http.Client, mon *Monitor) *http.Client {
 	if base != nil {
 		*c = *base
 	}
-	var pool *http.Transport
+	var pool *sessionPool
 	switch t := c.Transport.(type) {
 	case nil:
-		pool = sharedTransport.Clone()
+		pool = newSessionPool(sharedTransport)
 	case *http.Transport:
-		pool = t.Clone()
+		pool = newSessionPool(t)
 	}
 	if pool != nil {
-		c.Transport = pool
+		c.Transport = pool.t
 		mon.mu.Lock()
 		mon.pools = append(mon.pools, pool)
 		mon.mu.Unlock()
@@ -73,15 +76,105 @@ func SessionHTTPClient(base *http.Client, mon *Monitor) *http.Client {
 	return HTTPClient(c, mon)
 }
 
-// closePools closes the connections of the session's own HTTP clients:
-// those idle now, and those its requests still in flight leave idle.
+// closePools closes the connections of the session's own HTTP clients.
 func (m *Monitor) closePools() {
 	m.mu.Lock()
 	pools := m.pools
 	m.mu.Unlock()
 	for _, p := range pools {
-		p.CloseIdleConnections()
+		p.close()
 	}
+}
+
+// errPoolClosed fails a request of a session whose connections closed.
+var errPoolClosed = errors.New("mcpsync: the session's HTTP connections are closed")
+
+// A sessionPool is the connection pool of one session's HTTP client, with
+// every connection it dialed, so that all of them close with the session:
+// CloseIdleConnections alone closes those idle then, and those that become
+// idle after only until the next request asks for a connection (net/http,
+// go1.26), so a request still on its way as the session closed would leave
+// one open in the pool for good.
+type sessionPool struct {
+	t *http.Transport
+
+	mu     sync.Mutex // protects conns and closed
+	conns  map[net.Conn]struct{}
+	closed bool // no connection is dialed any more
+}
+
+func newSessionPool(base *http.Transport) *sessionPool {
+	p := &sessionPool{t: base.Clone(), conns: map[net.Conn]struct{}{}}
+	dial := p.t.DialContext
+	switch {
+	case dial == nil && p.t.Dial != nil:
+		legacy := p.t.Dial
+		dial = func(_ context.Context, network, addr string) (net.Conn, error) { return legacy(network, addr) }
+	case dial == nil:
+		dial = (&net.Dialer{}).DialContext // net/http's own when a transport names none
+	}
+	p.t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return p.keep(c)
+	}
+	if dialTLS := p.t.DialTLSContext; dialTLS != nil {
+		// Its connection is handed on as it is (net/http looks for a
+		// *tls.Conn), so it is kept until the session closes.
+		p.t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialTLS(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := p.keep(c); err != nil {
+				return nil, err
+			}
+			return c, nil
+		}
+	}
+	return p
+}
+
+// keep records c, a connection just dialed, or closes it when the session
+// already closed.
+func (p *sessionPool) keep(c net.Conn) (net.Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return nil, errPoolClosed
+	}
+	kc := &keptConn{Conn: c, pool: p}
+	p.conns[kc] = struct{}{}
+	return kc, nil
+}
+
+// close closes every connection of the pool, and any dialed after.
+func (p *sessionPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	p.t.CloseIdleConnections()
+}
+
+// keptConn is a connection of a sessionPool, which forgets it once closed.
+type keptConn struct {
+	net.Conn
+	pool *sessionPool
+}
+
+func (c *keptConn) Close() error {
+	c.pool.mu.Lock()
+	delete(c.pool.conns, c)
+	c.pool.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // sharedTransport is http.DefaultTransport keeping more idle connections

@@ -3,8 +3,13 @@ package wire
 import (
 	"context"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,5 +85,64 @@ func TestJSONBodyTrailingWhitespace(t *testing.T) {
 			assert.ErrorIs(t, err, &LimitError{Limit: LimitMessageBytes}, "%q", body)
 		}
 		finish()
+	}
+}
+
+// A session's HTTP connections close with it: every one its client opened,
+// and none opens after. net/http keeps closing the connections that become
+// idle after CloseIdleConnections only until the next request asks for
+// one, so a request of the session still on its way as it closed would
+// otherwise leave a connection in the pool for good.
+func TestASessionsHTTPConnectionsCloseWithIt(t *testing.T) {
+	var mu sync.Mutex // protects open
+	open := map[net.Conn]bool{}
+	changed := make(chan struct{}, 1)
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	hs.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch s {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	hs.Start()
+	defer hs.Close()
+
+	mon := NewMonitor(Limits{MessageBytes: 1 << 20, Depth: 64}, PlainFaults{}, func(error) {})
+	c := SessionHTTPClient(nil, mon)
+	post := func() error {
+		resp, err := c.Post(hs.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","method":"notifications/x"}`))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			err = resp.Body.Close()
+		}
+		return err
+	}
+	require.NoError(t, post())
+	mon.closePools()
+	_ = post() // the session's last request, on its way as it closed
+
+	deadline := time.After(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(open)
+		mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%d connection(s) of the closed session still open", n)
+		}
 	}
 }

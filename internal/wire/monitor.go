@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,7 +38,7 @@ type Monitor struct {
 	dropped  int64     // notifications dropped over the rate
 	// pools are the connection pools of the session's own HTTP clients
 	// (SessionHTTPClient), closed with its transport.
-	pools []*http.Transport
+	pools []*sessionPool
 
 	// watched: a transport reads its messages through the monitor, which
 	// then knows the requests in flight and judges their answers.
