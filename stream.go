@@ -469,9 +469,10 @@ func (conn *connection) expireLocked(now time.Time, timeout time.Duration) ([]st
 // the refusal of the ask that waited on it first (as if that ask had sent
 // it alone), and every other ask is asked again of the next stream, so
 // that a server that refuses k streams costs k URIs their push and about
-// 2k streams, however many URIs each carried. With no ask waiting on it,
-// every URI it carried that is still wanted is refused: a stream that only
-// carried what nobody waits for is not sent again as it was. conn.mu is
+// 2k streams, however many URIs each carried. With no ask waiting on it
+// (SubscribeAll names its URIs before their passes ask), it is the refusal
+// of the first URI it carried that is still wanted, for the same cost: the
+// next stream carries the others, and is not the stream refused. conn.mu is
 // held.
 func (conn *connection) refuseFirstLocked(s *listenStream, err error) []string {
 	ask, ok := s.waiting[s.first]
@@ -482,15 +483,14 @@ func (conn *connection) refuseFirstLocked(s *listenStream, err error) []string {
 		}
 	}
 	if !ok {
-		var marks []string
 		for _, raw := range s.uris {
 			if conn.wanted[raw] {
 				conn.refused[raw] = streamRefusal{add: true, err: err}
 				conn.unwantLocked(raw)
-				marks = append(marks, spelledKey(raw))
+				return []string{spelledKey(raw)}
 			}
 		}
-		return marks
+		return nil
 	}
 	delete(s.waiting, s.first)
 	first := &listenStream{waiting: map[string]streamAsk{s.first: ask}}
