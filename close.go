@@ -58,7 +58,7 @@ func (e *Engine) BeginClose(rawURI string) (CloseReceipt, error) {
 		}
 		next.CloseOrdinal = cur.LastIssued
 		next.CloseEpoch = epoch
-		next.ClosedGeneration = cur.Sub.Generation
+		closeFence(next, cur.Sub.Generation)
 		next.Corroboration = nil
 		return next, nil, nil
 	})

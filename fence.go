@@ -810,6 +810,13 @@ func (e *Engine) AbandonRead(t Ticket) error {
 	return err
 }
 
+// closeFence closes the fence of generation gen: from this write on, every
+// result of it, or of an older one, is STALE_AFTER_CLOSE (check). The
+// bound only rises.
+func closeFence(next *ledger.Record, gen uint64) {
+	next.ClosedGeneration = max(next.ClosedGeneration, gen)
+}
+
 // openFence gives a new subscription generation its own fence: no ordinal
 // issued, none accepted, no close begun. The watermark of the generation
 // before is not lowered: it belongs to another key, (session, generation,

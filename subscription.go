@@ -253,9 +253,7 @@ func (e *Engine) nextGeneration(key, rawURI, subject string, s *session, cur *le
 		if cur.Sub != nil {
 			gen = cur.Sub.Generation
 			if closing {
-				// Its close, as BeginClose records it: results of it
-				// are STALE_AFTER_CLOSE.
-				next.ClosedGeneration = max(next.ClosedGeneration, gen)
+				closeFence(next, gen) // as BeginClose closes it
 				closed = true
 			}
 		}

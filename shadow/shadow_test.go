@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -346,7 +347,7 @@ func TestCountsConcurrent(t *testing.T) {
 var eras = []struct{ name, version string }{{"legacy", "2025-11-25"}, {"modern", "2026-07-28"}}
 
 // next returns the next fenced outcome, failing the test if none comes
-// within a generous bound (a guard against hangs, not a timing assertion).
+// within a generous bound of the bubble's time (a guard against hangs).
 func next(t *testing.T, outcomes chan mcpsync.Outcome) mcpsync.Outcome {
 	t.Helper()
 	select {
@@ -365,60 +366,62 @@ func next(t *testing.T, outcomes chan mcpsync.Outcome) mcpsync.Outcome {
 func TestObserveBesideClient(t *testing.T) {
 	for _, w := range eras {
 		t.Run(w.name, func(t *testing.T) {
-			srv := mcpsynctest.NewServer(nil)
-			srv.Set(faultURI, "text/markdown", "v1")
-			outcomes := make(chan mcpsync.Outcome, 1024)
-			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{
-				Subject: alice, ProtocolVersion: w.version, Seed: 1,
-				OnOutcome: func(out mcpsync.Outcome) {
-					select {
-					case outcomes <- out:
-					default:
-					}
-				},
+			synctest.Test(t, func(t *testing.T) {
+				srv := mcpsynctest.NewServer(nil)
+				srv.Set(faultURI, "text/markdown", "v1")
+				outcomes := make(chan mcpsync.Outcome, 1024)
+				c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{
+					Subject: alice, ProtocolVersion: w.version, Seed: 1,
+					OnOutcome: func(out mcpsync.Outcome) {
+						select {
+						case outcomes <- out:
+						default:
+						}
+					},
+				})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, c.Close()) })
+				require.Equal(t, w.version, c.Capabilities().ProtocolVersion)
+				sub, err := c.Subscribe(t.Context(), faultURI)
+				require.NoError(t, err)
+				require.Equal(t, mcpsync.ModePush, sub.Mode)
+				require.True(t, next(t, outcomes).Accepted)
+
+				s, err := shadow.New(c.Engine(), alice)
+				require.NoError(t, err)
+				outbox := func() []mcpsync.OutboxEntry {
+					t.Helper()
+					entries, err := c.Engine().PullOutbox(0, 0)
+					require.NoError(t, err)
+					return entries
+				}
+				callerServes := func(body string) shadow.Report {
+					t.Helper()
+					before := outbox()
+					served := []mcpsync.Content{{URI: faultURI, MIMEType: "text/markdown", Text: body}}
+					rep, err := s.Observe(faultURI, served, time.Now())
+					require.NoError(t, err)
+					assert.Equal(t, before, outbox(), "the shadow never writes to the outbox")
+					return rep
+				}
+				assert.Equal(t, shadow.Agree, callerServes("v1").Verdict)
+
+				srv.Set(faultURI, "text/markdown", "v2")
+				require.True(t, next(t, outcomes).Accepted)
+				rep := callerServes("v1") // the caller's own cache is behind
+				assert.Equal(t, shadow.Differs, rep.Verdict)
+				assert.Equal(t, uint64(2), rep.ReadOrdinal)
+
+				srv.Delete(faultURI)
+				gone := next(t, outcomes)
+				require.Equal(t, mcpsync.DecisionTombstonePending, gone.Version.Decision)
+				rep = callerServes("v2")
+				assert.Equal(t, shadow.WouldRefuse, rep.Verdict)
+				assert.Equal(t, mcpsync.LookupTombstonePending, rep.Refusal)
+				assert.Equal(t, map[shadow.Verdict]uint64{
+					shadow.Agree: 1, shadow.Differs: 1, shadow.WouldRefuse: 1,
+				}, s.Counts())
 			})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, c.Close()) })
-			require.Equal(t, w.version, c.Capabilities().ProtocolVersion)
-			sub, err := c.Subscribe(t.Context(), faultURI)
-			require.NoError(t, err)
-			require.Equal(t, mcpsync.ModePush, sub.Mode)
-			require.True(t, next(t, outcomes).Accepted)
-
-			s, err := shadow.New(c.Engine(), alice)
-			require.NoError(t, err)
-			outbox := func() []mcpsync.OutboxEntry {
-				t.Helper()
-				entries, err := c.Engine().PullOutbox(0, 0)
-				require.NoError(t, err)
-				return entries
-			}
-			callerServes := func(body string) shadow.Report {
-				t.Helper()
-				before := outbox()
-				served := []mcpsync.Content{{URI: faultURI, MIMEType: "text/markdown", Text: body}}
-				rep, err := s.Observe(faultURI, served, time.Now())
-				require.NoError(t, err)
-				assert.Equal(t, before, outbox(), "the shadow never writes to the outbox")
-				return rep
-			}
-			assert.Equal(t, shadow.Agree, callerServes("v1").Verdict)
-
-			srv.Set(faultURI, "text/markdown", "v2")
-			require.True(t, next(t, outcomes).Accepted)
-			rep := callerServes("v1") // the caller's own cache is behind
-			assert.Equal(t, shadow.Differs, rep.Verdict)
-			assert.Equal(t, uint64(2), rep.ReadOrdinal)
-
-			srv.Delete(faultURI)
-			gone := next(t, outcomes)
-			require.Equal(t, mcpsync.DecisionTombstonePending, gone.Version.Decision)
-			rep = callerServes("v2")
-			assert.Equal(t, shadow.WouldRefuse, rep.Verdict)
-			assert.Equal(t, mcpsync.LookupTombstonePending, rep.Refusal)
-			assert.Equal(t, map[shadow.Verdict]uint64{
-				shadow.Agree: 1, shadow.Differs: 1, shadow.WouldRefuse: 1,
-			}, s.Counts())
 		})
 	}
 }
