@@ -210,6 +210,46 @@ func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
 	}
 }
 
+// A corroboration's second read answered while the resource was deleted,
+// its answer late, after the resource was created again unnotified: the
+// tombstone it confirms was true when the server gave the answer, and the
+// next kept scan, which lists the resource, brings it back; Lookup serves
+// the new text and the outbox says so after the tombstone.
+func TestKeptScanBringsBackAResourceTombstonedByALateNotFound(t *testing.T) {
+	const doc = "file:///docs/doc.md"
+	for _, w := range eras {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newKeptRig(t, w, doc, "file:///docs/other.md")
+				_, err := r.c.Subscribe(t.Context(), doc)
+				require.NoError(t, err)
+				r.keep(t, false)
+				r.srv.Delete(doc) // notified: the first not-found
+				quiesce()
+				late := r.faults().HoldNext(string(mcp.MethodResourcesRead), doc)
+				time.Sleep(keptReview)
+				quiesce()
+				<-late.Arrived() // the second read, answered not found
+				r.faults().DropNext(doc, 1)
+				r.srv.Recreate(doc, "v2")
+				late.Release()
+				<-late.Passed()
+				quiesce()
+				require.Len(t, r.tombstones(t, doc), 1, "the late not-found confirms the deletion it saw")
+				time.Sleep(keptReview)
+				quiesce()
+				entry, err := r.c.Lookup(doc)
+				require.NoError(t, err, "listed by the next scan, read again")
+				assert.Equal(t, "v2", entry.Contents[0].Text)
+				entries, err := r.c.Engine().PullOutbox(r.tombstones(t, doc)[0].Seq, 0)
+				require.NoError(t, err)
+				require.NotEmpty(t, entries, "consumers hear that it is back")
+				assert.Equal(t, mcpsync.InvalidateUpdated, entries[len(entries)-1].Reason)
+			})
+		})
+	}
+}
+
 // With Subscribe, a kept scan subscribes what appeared on the server since
 // the last one, without a list_changed.
 func TestKeptScanSubscribesWhatAppeared(t *testing.T) {

@@ -41,8 +41,14 @@ type requestRule struct {
 type Hold struct {
 	arrived     chan struct{}
 	release     chan struct{}
+	passed      chan struct{}
 	arriveOnce  sync.Once
 	releaseOnce sync.Once
+	passOnce    sync.Once
+}
+
+func newHold() *Hold {
+	return &Hold{arrived: make(chan struct{}), release: make(chan struct{}), passed: make(chan struct{})}
 }
 
 // Arrived is closed once the held step is reached and the kit is holding
@@ -53,13 +59,22 @@ func (h *Hold) Arrived() <-chan struct{} { return h.arrived }
 // reached, and more than once.
 func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
 
+// Passed is closed once the held step went on after Release: a held
+// response reached the client, a held request the server, a held stream end
+// its clean-up. It stays open when the wait ended otherwise (the request's
+// context, DropSession, Close), so a test can tell an answer that arrived
+// late from one its caller gave up on.
+func (h *Hold) Passed() <-chan struct{} { return h.passed }
+
+func (h *Hold) pass() { h.passOnce.Do(func() { close(h.passed) }) }
+
 // HoldNext holds the response to the next request of method for uri ("" for
 // any): the request reaches the server at once, and its response reaches the
 // client only after Release. Arrived is closed once the server has answered
 // and the kit is holding the response. Cancelling the request's context,
 // DropSession or Close end the wait with an error instead.
 func (t *Transport) HoldNext(method, uri string) *Hold {
-	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	h := newHold()
 	t.addRule(&requestRule{kind: ruleHold, method: method, uri: uri, hold: h})
 	return h
 }
@@ -75,7 +90,7 @@ func (t *Transport) HoldNext(method, uri string) *Hold {
 // caller's goroutine, so a test must release every one it holds (Heal
 // does).
 func (t *Transport) HoldNextRequest(method, uri string) *Hold {
-	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	h := newHold()
 	t.addRule(&requestRule{kind: ruleHoldRequest, method: method, uri: uri, hold: h})
 	return h
 }
@@ -146,6 +161,7 @@ func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCReques
 			return nil, transport.ErrTransportClosed
 		}
 		t.note("release request %s uri=%q", req.Method, uri)
+		r.hold.pass()
 		r = nil // on its way as if it had never been held
 	}
 	if r != nil {
@@ -181,6 +197,7 @@ func (t *Transport) SendRequest(ctx context.Context, req transport.JSONRPCReques
 			select {
 			case <-r.hold.release:
 				t.note("release response to %s uri=%q", req.Method, uri)
+				r.hold.pass()
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			case <-t.dead:

@@ -380,7 +380,7 @@ func (s *Server) addSubs(session server.ClientSession, uris []string, listenID a
 // new stream carries. A parked clean-up keeps the old request's goroutine,
 // so a test must release every hold it takes.
 func (s *Server) HoldNextListenEnd() *Hold {
-	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	h := newHold()
 	s.mu.Lock()
 	s.endHolds = append(s.endHolds, h)
 	s.mu.Unlock()
@@ -403,6 +403,7 @@ func (s *Server) endListen(ctx context.Context, id any) {
 	if hold != nil {
 		hold.arriveOnce.Do(func() { close(hold.arrived) })
 		<-hold.release
+		hold.pass()
 	}
 	s.mu.Lock()
 	key := streamKey{session: session, listen: listen}

@@ -350,6 +350,44 @@ func TestHoldNextRequestKeepsItFromTheServer(t *testing.T) {
 	})
 }
 
+func TestHoldPassedOnlyWhenTheHeldResponseReachedItsCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewServer(nil)
+		s.Set("file:///a", "text/plain", "v1")
+		c, tr, _ := connect(t, s.NewInProcessTransport(), 1)
+		given := tr.HoldNext(string(mcp.MethodResourcesRead), "file:///a")
+		ctx, cancel := context.WithCancel(context.Background())
+		failed := make(chan error, 1)
+		go func() {
+			_, err := read(ctx, c, "file:///a")
+			failed <- err
+		}()
+		<-given.Arrived()
+		cancel()
+		require.Error(t, <-failed)
+		given.Release()
+		synctest.Wait()
+		select {
+		case <-given.Passed():
+			t.Fatal("a response its caller gave up on did not pass")
+		default:
+		}
+
+		late := tr.HoldNext(string(mcp.MethodResourcesRead), "file:///a")
+		text := make(chan string, 1)
+		go func() {
+			got, err := read(context.Background(), c, "file:///a")
+			assert.NoError(t, err)
+			text <- got
+		}()
+		<-late.Arrived()
+		s.Set("file:///a", "text/plain", "v2")
+		late.Release()
+		<-late.Passed()
+		assert.Equal(t, "v1", <-text, "the held answer is the one the server gave when the request arrived")
+	})
+}
+
 func TestHeldRequestFailsAfterItsSessionEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewServer(nil)
