@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Acknowledgements that name another stream (a wrong id), or that never
@@ -32,7 +33,7 @@ func TestWrongOrLateAcknowledgementPollsSayingWhy(t *testing.T) {
 				r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{a, b}})
 				sa, err := r.c.Subscribe(t.Context(), a)
 				require.NoError(t, err)
-				require.Equal(t, mcpsync.ModePush, sa.Mode)
+				require.Equal(t, ledger.ModePush, sa.Mode)
 				r.wire.set(func(w *faultWire) {
 					switch fault {
 					case "wrong-id":
@@ -50,7 +51,7 @@ func TestWrongOrLateAcknowledgementPollsSayingWhy(t *testing.T) {
 				sb, err := r.c.Subscribe(t.Context(), b)
 				require.NoError(t, err)
 				require.LessOrEqual(t, time.Since(start), 10*time.Second)
-				require.Equal(t, mcpsync.ModePoll, sb.Mode)
+				require.Equal(t, ledger.ModePoll, sb.Mode)
 				require.Contains(t, sb.ModeReason, "subscribe failed")
 				for i := range 5 {
 					time.Sleep(2 * time.Minute)
@@ -86,14 +87,14 @@ func TestURILeftOutOfAnAcknowledgementIsNotLeftSilent(t *testing.T) {
 
 		sx, err := c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sx.Mode)
+		require.Equal(t, ledger.ModePush, sx.Mode)
 		time.Sleep(time.Minute)
 		quiesce()
 
 		r.wire.leaveOut(x) // the server stops accepting x
 		sy, err := c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sy.Mode, sy.ModeReason)
+		require.Equal(t, ledger.ModePush, sy.Mode, sy.ModeReason)
 		time.Sleep(time.Minute)
 		quiesce()
 
@@ -109,7 +110,7 @@ func TestURILeftOutOfAnAcknowledgementIsNotLeftSilent(t *testing.T) {
 		if len(e.Contents) > 0 {
 			text = e.Contents[0].Text
 		}
-		assert.True(t, text == "v2" || sub.Mode != mcpsync.ModePush || e.Degraded != "",
+		assert.True(t, text == "v2" || sub.Mode != ledger.ModePush || e.Degraded != "",
 			"x is off every acknowledged stream yet still claims push mode, serves %q (server has v2), degraded %q", text, e.Degraded)
 	})
 }
@@ -146,7 +147,7 @@ func TestAcknowledgementOfAnUnaskedURIIsNotTakenAsSubscribed(t *testing.T) {
 		time.Sleep(time.Minute)
 		quiesce()
 		got, desc := r.state(z)
-		require.True(t, got == "v2" || sz.Mode != mcpsync.ModePush,
+		require.True(t, got == "v2" || sz.Mode != ledger.ModePush,
 			"z serves %q a minute after the server changed it to v2: %s", got, desc)
 	})
 }
@@ -277,7 +278,7 @@ func (r *rig) subscribeOnAnUnacknowledgedStream(y string) {
 	t.Cleanup(hold.Release)
 	sub, err := r.c.Subscribe(t.Context(), y)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.ModePoll, sub.Mode, "y's stream was never acknowledged")
+	require.Equal(t, ledger.ModePoll, sub.Mode, "y's stream was never acknowledged")
 	quiesce()
 	r.sixRevalidations() // half an hour
 }

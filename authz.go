@@ -24,9 +24,9 @@ import (
 // a call per chunk rewrites the URI's list each time. Artifacts of several
 // URIs are recorded URI by URI: an error names the URI that failed, and
 // the URIs before it are recorded.
-func (e *Engine) RecordDerived(artifacts ...DerivedArtifact) error {
+func (e *Engine) RecordDerived(artifacts ...ledger.DerivedArtifact) error {
 	var keys []string
-	byKey := map[string][]DerivedArtifact{}
+	byKey := map[string][]ledger.DerivedArtifact{}
 	for _, a := range artifacts {
 		if a.Index == "" || a.ArtifactID == "" {
 			return fmt.Errorf("mcpsync: derived artifact needs an index and an id")
@@ -38,7 +38,7 @@ func (e *Engine) RecordDerived(artifacts ...DerivedArtifact) error {
 		if err != nil {
 			return err
 		}
-		a.Schema, a.Version.URI = SchemaDerivedArtifact, key
+		a.Schema, a.Version.URI = ledger.SchemaDerivedArtifact, key
 		if a.RecordedAt.IsZero() {
 			a.RecordedAt = e.now()
 		}
@@ -81,7 +81,7 @@ func (e *Engine) RecordDerived(artifacts ...DerivedArtifact) error {
 }
 
 // recordDerived records the artifacts of key in one write.
-func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
+func (e *Engine) recordDerived(key string, artifacts []ledger.DerivedArtifact) error {
 	type id struct{ index, artifact string }
 	latest := make(map[id]int, len(artifacts)) // the last of each id wins
 	for i, a := range artifacts {
@@ -101,7 +101,7 @@ func (e *Engine) recordDerived(key string, artifacts []DerivedArtifact) error {
 			}
 		}
 		next := clone(cur)
-		next.Artifacts = make([]DerivedArtifact, 0, len(cur.Artifacts)+len(latest))
+		next.Artifacts = make([]ledger.DerivedArtifact, 0, len(cur.Artifacts)+len(latest))
 		for _, held := range cur.Artifacts {
 			if _, replaced := latest[id{held.Index, held.ArtifactID}]; !replaced {
 				next.Artifacts = append(next.Artifacts, held)
@@ -140,11 +140,11 @@ func derivableFrom(key string, status ledger.VersionStatus, c, v ResourceVersion
 
 // RevocationReceipt lists everything one revocation invalidated.
 type RevocationReceipt struct {
-	Schema    string            `json:"schema"`
-	Subject   string            `json:"subject"`
-	At        time.Time         `json:"at"`
-	Versions  []ResourceVersion `json:"versions"`
-	Artifacts []DerivedArtifact `json:"artifacts"`
+	Schema    string                   `json:"schema"`
+	Subject   string                   `json:"subject"`
+	At        time.Time                `json:"at"`
+	Versions  []ResourceVersion        `json:"versions"`
+	Artifacts []ledger.DerivedArtifact `json:"artifacts"`
 	// Elsewhere lists URIs whose leases other workers hold: they are not
 	// swept here, and Lookup refuses the subject on them all the same;
 	// their owner sweeps each at its next read of it (a read of a revoked
@@ -218,7 +218,7 @@ func (e *Engine) RevokeSubject(subject string) (RevocationReceipt, error) {
 // artifacts, then records the sweep as done.
 func (e *Engine) sweep(ctx context.Context, r ledger.RevokedSubject) (RevocationReceipt, error) {
 	rc := RevocationReceipt{Schema: SchemaRevocationReceipt, Subject: r.Subject, At: r.At,
-		Versions: []ResourceVersion{}, Artifacts: []DerivedArtifact{}}
+		Versions: []ResourceVersion{}, Artifacts: []ledger.DerivedArtifact{}}
 	keys, err := e.subjectKeys(ctx, r.Subject)
 	if err != nil {
 		return rc, errorf("revoke %q: %w", r.Subject, err)
@@ -273,7 +273,7 @@ func (e *Engine) ForgetDerived(rawURI, index, artifactID string) error {
 		if cur == nil {
 			return nil, nil, nil
 		}
-		i := slices.IndexFunc(cur.Artifacts, func(a DerivedArtifact) bool {
+		i := slices.IndexFunc(cur.Artifacts, func(a ledger.DerivedArtifact) bool {
 			return a.Index == index && a.ArtifactID == artifactID
 		})
 		if i < 0 {
@@ -319,7 +319,7 @@ func (e *Engine) sweepSubjects(ctx context.Context, key string, held []string) e
 // recorded against a version that subject read, in one step.
 func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error {
 	var versions []ResourceVersion
-	var artifacts []DerivedArtifact
+	var artifacts []ledger.DerivedArtifact
 	_, _, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		versions, artifacts = nil, nil
 		if cur == nil {
@@ -333,7 +333,7 @@ func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error 
 			sv.Status, sv.Contents = ledger.VersionRevoked, nil
 			next.Current = &sv
 			versions = append(versions, c.Version)
-			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: c.Version, Subject: subject, At: now})
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: ledger.InvalidateRevoked, Previous: c.Version, Subject: subject, At: now})
 		}
 		next.Artifacts = nil
 		for i, a := range cur.Artifacts {
@@ -342,7 +342,7 @@ func (e *Engine) revokeRecord(key, subject string, rc *RevocationReceipt) error 
 				continue
 			}
 			artifacts = append(artifacts, a)
-			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: InvalidateRevoked, Previous: a.Version, Subject: subject, Artifact: &cur.Artifacts[i], At: now})
+			entries = append(entries, OutboxEntry{Schema: SchemaInvalidation, URI: key, Reason: ledger.InvalidateRevoked, Previous: a.Version, Subject: subject, Artifact: &cur.Artifacts[i], At: now})
 		}
 		if len(entries) == 0 {
 			return nil, nil, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Cache hit after permission revocation: zero hits once RevokeSubject is
@@ -21,9 +22,9 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 	for i, u := range uris {
 		_, err := e.Subscribe(u, owners[i])
 		require.NoError(t, err)
-		_, err = e.Activate(u, mcpsync.ModePush)
+		_, err = e.Activate(u, ledger.ModePush)
 		require.NoError(t, err)
-		tk, err := e.IssueTicket(u, mcpsync.TriggerInitial)
+		tk, err := e.IssueTicket(u, ledger.TriggerInitial)
 		require.NoError(t, err)
 		_, err = e.AcceptResourceVersion(tk, text(u, "body of "+u))
 		require.NoError(t, err)
@@ -31,7 +32,7 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 	// The consumer derives two artifacts per version, in two indexes.
 	for _, entry := range outbox(t, e) {
 		for _, index := range []string{"embeddings", "summaries"} {
-			require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{
+			require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{
 				Index: index, ArtifactID: index + ":" + entry.URI, Version: entry.Version,
 			}))
 		}
@@ -62,11 +63,11 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 	type trace struct{ uri, index, artifact string }
 	var traced []trace
 	for _, entry := range entries {
-		assert.Equal(t, mcpsync.InvalidateRevoked, entry.Reason)
+		assert.Equal(t, ledger.InvalidateRevoked, entry.Reason)
 		assert.Equal(t, alice, entry.Subject)
 		a := entry.Artifact
 		if a == nil {
-			a = &mcpsync.DerivedArtifact{}
+			a = &ledger.DerivedArtifact{}
 		}
 		traced = append(traced, trace{entry.URI, a.Index, a.ArtifactID})
 	}
@@ -84,39 +85,39 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 	assert.Empty(t, again.Versions)
 	assert.Empty(t, again.Artifacts)
 
-	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "embeddings", ArtifactID: "late", Version: entries[0].Previous})
+	err = e.RecordDerived(ledger.DerivedArtifact{Index: "embeddings", ArtifactID: "late", Version: entries[0].Previous})
 	require.ErrorIs(t, err, mcpsync.ErrRevoked)
 }
 
 func TestRecordDerivedChecksTheVersion(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	out, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
 	require.NoError(t, err)
 	v1 := out.Version.Version
 
 	newer := v1
 	newer.ReadOrdinal++
-	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: newer})
+	err = e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: newer})
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion)
 
 	forged := v1
 	forged.Digest = "sha256:00"
-	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: forged})
+	err = e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: forged})
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion)
 
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1}))
-	tk = issue(t, e, mcpsync.TriggerNotification)
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1}))
+	tk = issue(t, e, ledger.TriggerNotification)
 	_, err = e.AcceptResourceVersion(tk, text(docURI, "v2"))
 	require.NoError(t, err)
 	// A consumer finishing late on v1 may still record it.
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1}))
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1}))
 }
 
 func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 	e := activeEngine(t, nil)
 	for _, body := range []string{"v1", "v2", "v3", "v4"} {
-		tk := issue(t, e, mcpsync.TriggerNotification)
+		tk := issue(t, e, ledger.TriggerNotification)
 		_, err := e.AcceptResourceVersion(tk, text(docURI, body))
 		require.NoError(t, err)
 	}
@@ -149,11 +150,11 @@ func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 // revocation; the others still are.
 func TestForgetDerived(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	out, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
 	require.NoError(t, err)
 	for _, id := range []string{"chunk-0", "chunk-1"} {
-		require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: out.Version.Version}))
+		require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: out.Version.Version}))
 	}
 	require.NoError(t, e.ForgetDerived("FILE:///docs/a.md", "vectors", "chunk-1"))
 	require.NoError(t, e.ForgetDerived(docURI, "vectors", "never-recorded"), "forgetting the unknown is not an error")
@@ -167,7 +168,7 @@ func TestForgetDerived(t *testing.T) {
 // none, and the last record of an (Index, ArtifactID) wins.
 func TestRecordDerivedRecordsABatchAtOnce(t *testing.T) {
 	e := activeEngine(t, nil)
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 	v1 := out.Version.Version
 	forged := v1
@@ -175,16 +176,16 @@ func TestRecordDerivedRecordsABatchAtOnce(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(int64(s), 0).UTC() }
 
 	err = e.RecordDerived(
-		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1},
-		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: forged},
+		ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1},
+		ledger.DerivedArtifact{Index: "i", ArtifactID: "b", Version: forged},
 	)
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion)
 	require.NoError(t, e.RecordDerived(
-		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1, RecordedAt: at(1)},
-		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1, RecordedAt: at(2)},
-		mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1, RecordedAt: at(3)},
+		ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1, RecordedAt: at(1)},
+		ledger.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1, RecordedAt: at(2)},
+		ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1, RecordedAt: at(3)},
 	))
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1, RecordedAt: at(4)}))
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1, RecordedAt: at(4)}))
 
 	rc, err := e.RevokeSubject(v1.Subject)
 	require.NoError(t, err)

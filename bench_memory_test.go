@@ -60,13 +60,13 @@ func BenchmarkEngineMemory(b *testing.B) {
 						if _, err := e.Subscribe(k, alice); err != nil {
 							b.Fatal(err)
 						}
-						if _, err := e.Activate(k, mcpsync.ModePush); err != nil {
+						if _, err := e.Activate(k, ledger.ModePush); err != nil {
 							b.Fatal(err)
 						}
 					}
 					subscribed := heapAlloc()
 					for _, k := range keys {
-						tk, err := e.IssueTicket(k, mcpsync.TriggerInitial)
+						tk, err := e.IssueTicket(k, ledger.TriggerInitial)
 						if err != nil {
 							b.Fatal(err)
 						}

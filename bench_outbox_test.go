@@ -18,7 +18,7 @@ import (
 // backlog is acknowledged, beyond what it held before the backlog.
 func BenchmarkOutboxAck(b *testing.B) {
 	ctx := context.Background()
-	entry := []mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: mcpsync.InvalidateUpdated}}
+	entry := []mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: ledger.InvalidateUpdated}}
 	var rev uint64
 	appendOne := func(b *testing.B, l ledger.Ledger) uint64 {
 		seq, ok, err := l.CompareAndSwap(ctx, docURI, rev, &ledger.Record{Revision: rev + 1}, entry)

@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -80,7 +81,7 @@ func subscribeAll(b *testing.B, c *mcpsync.Client, uris []string, parallel int) 
 			b.Fatal(err)
 		}
 		for i, sub := range subs {
-			if !scaleOpen(sub.State) || sub.Mode != mcpsync.ModePush {
+			if !scaleOpen(sub.State) || sub.Mode != ledger.ModePush {
 				b.Fatalf("%s: %s in mode %s", uris[i], sub.State, sub.Mode)
 			}
 			if _, err := c.Lookup(uris[i]); err != nil {
@@ -91,7 +92,7 @@ func subscribeAll(b *testing.B, c *mcpsync.Client, uris []string, parallel int) 
 	}
 	inFlight(b, len(uris), parallel, func(i int) error {
 		sub, err := c.Subscribe(b.Context(), uris[i])
-		if err == nil && (!scaleOpen(sub.State) || sub.Mode != mcpsync.ModePush) {
+		if err == nil && (!scaleOpen(sub.State) || sub.Mode != ledger.ModePush) {
 			err = fmt.Errorf("%s: %s in mode %s", uris[i], sub.State, sub.Mode)
 		}
 		if err == nil {
@@ -133,9 +134,9 @@ func inFlight(b *testing.B, n, parallel int, fn func(i int) error) {
 }
 
 // scaleOpen reports whether s is ACTIVE or one of its read sub-states.
-func scaleOpen(s mcpsync.SubscriptionState) bool {
+func scaleOpen(s ledger.SubscriptionState) bool {
 	switch s {
-	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted:
 		return true
 	}
 	return false

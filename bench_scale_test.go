@@ -75,7 +75,7 @@ func startAcceptLoop(b *testing.B, e *mcpsync.Engine) *acceptLoop {
 			}
 			start := time.Now()
 			a.flying.Store(start.UnixNano())
-			tk, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+			tk, err := e.IssueTicket(docURI, ledger.TriggerNotification)
 			if err != nil {
 				b.Error(err)
 				return

@@ -122,10 +122,10 @@ func scaleFixtureOf(b *testing.B, n int) *scaleFixture {
 	if _, err := e.Subscribe(tplURI, alice); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.Activate(tplURI, mcpsync.ModePush); err != nil {
+	if _, err := e.Activate(tplURI, ledger.ModePush); err != nil {
 		b.Fatal(err)
 	}
-	t, err := e.IssueTicket(tplURI, mcpsync.TriggerInitial)
+	t, err := e.IssueTicket(tplURI, ledger.TriggerInitial)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -249,8 +249,8 @@ func (r *scaleRig) ackAll() error {
 }
 
 func (r *scaleRig) begin() error {
-	_, err := r.e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "test-server", Version: "1.0.0"},
+	_, err := r.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"},
 		Resources: true, Subscribe: true,
 	}})
 	return err
@@ -264,8 +264,8 @@ func (r *scaleRig) ensureHot(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s.State == mcpsync.StateSubscribing {
-			if _, err := r.e.Activate(r.fx.keys[i], mcpsync.ModePush); err != nil {
+		if s.State == ledger.StateSubscribing {
+			if _, err := r.e.Activate(r.fx.keys[i], ledger.ModePush); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -340,7 +340,7 @@ func (r *scaleRig) run(b *testing.B, base scaleBaseline) {
 			},
 			mcpsync: func(b *testing.B, i int) error {
 				j := i % len(r.hot)
-				t, err := r.e.IssueTicket(r.fx.keys[r.hot[j]], mcpsync.TriggerNotification)
+				t, err := r.e.IssueTicket(r.fx.keys[r.hot[j]], ledger.TriggerNotification)
 				if err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // watermarks is the baseline the fence is measured against: the least a
@@ -62,7 +63,7 @@ func BenchmarkFence(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			tk, _ := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+			tk, _ := e.IssueTicket(docURI, ledger.TriggerNotification)
 			out, err := e.AcceptResourceVersion(tk, results[i&1])
 			if err != nil || out.Version.OutboxSeq == 0 {
 				b.Fatal("not accepted", err)
@@ -85,8 +86,8 @@ func BenchmarkFence(b *testing.B) {
 	})
 	b.Run("stale", func(b *testing.B) {
 		e := activeEngine(b, nil)
-		old, _ := e.IssueTicket(docURI, mcpsync.TriggerNotification)
-		fresh, _ := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+		old, _ := e.IssueTicket(docURI, ledger.TriggerNotification)
+		fresh, _ := e.IssueTicket(docURI, ledger.TriggerNotification)
 		if _, err := e.AcceptResourceVersion(fresh, results[0]); err != nil {
 			b.Fatal(err)
 		}
@@ -141,7 +142,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 			if _, err := e.Subscribe(k, alice); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := e.Activate(k, mcpsync.ModePush); err != nil {
+			if _, err := e.Activate(k, ledger.ModePush); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -153,7 +154,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 		for b.Loop() {
 			for i, k := range keys {
 				for range pulses {
-					t, err := e.IssueTicket(k, mcpsync.TriggerNotification)
+					t, err := e.IssueTicket(k, ledger.TriggerNotification)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -174,7 +175,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 		e := setup(b, &mcpsync.EngineOptions{ConfirmSends: true})
 		reads := 0
 		for b.Loop() {
-			var pending []mcpsync.Ticket
+			var pending []ledger.Ticket
 			for _, k := range keys {
 				for range pulses {
 					t, ok, err := e.Notify(k)
@@ -219,13 +220,13 @@ func BenchmarkRecordDerived(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				e := activeEngine(b, nil)
-				out, err := e.AcceptResourceVersion(issue(b, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+				out, err := e.AcceptResourceVersion(issue(b, e, ledger.TriggerInitial), text(docURI, "v1"))
 				if err != nil {
 					b.Fatal(err)
 				}
-				all := make([]mcpsync.DerivedArtifact, chunks)
+				all := make([]ledger.DerivedArtifact, chunks)
 				for i := range all {
-					all[i] = mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: fmt.Sprintf("chunk-%d", i), Version: out.Version.Version}
+					all[i] = ledger.DerivedArtifact{Index: "vectors", ArtifactID: fmt.Sprintf("chunk-%d", i), Version: out.Version.Version}
 				}
 				b.StartTimer()
 				if batch {

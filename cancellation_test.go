@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -82,7 +83,7 @@ func TestCancelledSubscribeLeavesNothingBehind(t *testing.T) {
 
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.ModePush, sub.Mode)
+		assert.Equal(t, ledger.ModePush, sub.Mode)
 		quiesce()
 		assert.True(t, r.srv.Subscribed(x))
 		r.srv.Set(x, "text/markdown", "x2")
@@ -93,7 +94,7 @@ func TestCancelledSubscribeLeavesNothingBehind(t *testing.T) {
 
 		closed, err := r.c.Unsubscribe(t.Context(), x)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.StateClosed, closed.State)
+		assert.Equal(t, ledger.StateClosed, closed.State)
 		quiesce()
 		assert.False(t, r.srv.Subscribed(x))
 		assert.True(t, r.srv.Subscribed(y))
@@ -174,7 +175,7 @@ func TestSubscribeAllCancelledMidwayReportsWhatItDidNotSubscribe(t *testing.T) {
 			}
 			sub := res.val[i]
 			entry, err := r.c.Lookup(uri)
-			assert.True(t, sub.Mode == mcpsync.ModePush && err == nil && len(entry.Contents) > 0,
+			assert.True(t, sub.Mode == ledger.ModePush && err == nil && len(entry.Contents) > 0,
 				"%s: no error, yet subscription %s in %s mode (%q) with no first version at return", uri, sub.State, sub.Mode, sub.ModeReason)
 		}
 	})
@@ -200,7 +201,7 @@ func TestCancelledSubscribeAllLeavesNoStreamCarryingIt(t *testing.T) {
 
 		for _, u := range uris {
 			if sub, err := r.c.Engine().Subscription(u); err == nil {
-				require.NotEqual(t, mcpsync.StateActive, sub.State, "%s was opened", u)
+				require.NotEqual(t, ledger.StateActive, sub.State, "%s was opened", u)
 			}
 		}
 		var carried []string
@@ -232,7 +233,7 @@ func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 		unsubscribeBehindAHeldStream(t, r, x, z)
 		sub, err := r.c.Engine().Subscription(x)
 		require.NoError(t, err)
-		require.NotEqual(t, mcpsync.StateActive, sub.State, "x's generation is closed")
+		require.NotEqual(t, ledger.StateActive, sub.State, "x's generation is closed")
 
 		r.sixRevalidations()
 		require.True(t, r.srv.Subscribed(z))
@@ -282,7 +283,7 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 		require.True(t, r.srv.Subscribed(faultURI))
 
 		ctx, cancel := context.WithCancel(t.Context())
-		r.ledger.beforeWrite(writeOf(faultURI, mcpsync.StateUnsubscribing), cancel)
+		r.ledger.beforeWrite(writeOf(faultURI, ledger.StateUnsubscribing), cancel)
 		sub, err := r.c.Unsubscribe(ctx, faultURI)
 		t.Logf("Unsubscribe with its context ending at BeginClose: %s, %v", sub.State, err)
 		r.sixRevalidations()
@@ -313,7 +314,7 @@ func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		const x = "file:///cancel/reconnect/x.md"
 		r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-		opening, slow := r.ledger.slowWrite(writeOf(x, mcpsync.StateSubscribing))
+		opening, slow := r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := goCall(ctx, r.c.Subscribe, x)
@@ -354,7 +355,7 @@ func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-					opening, slow := r.ledger.slowWrite(writeOf(x, mcpsync.StateSubscribing))
+					opening, slow := r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
 					errs := make(chan error, len(tc.spellings))

@@ -19,13 +19,14 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/wire"
 	"github.com/mcpsync/mcpsync/internal/workqueue"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // SessionInfo describes a freshly (re)initialized MCP session to the engine.
 type SessionInfo struct {
 	// SessionID is the transport's session id, if it has one.
 	SessionID    string
-	Capabilities CapabilityReceipt
+	Capabilities ledger.CapabilityReceipt
 }
 
 // Era is a family of MCP protocol revisions that behave alike for sync.
@@ -78,7 +79,7 @@ type ClientOptions struct {
 	// the other's resources.
 	ServerID string
 	// ClientInfo introduces the client to servers; zero means "mcpsync".
-	ClientInfo Implementation
+	ClientInfo ledger.Implementation
 	// ProtocolVersion pins a protocol revision ("2025-06-18", "2025-11-25",
 	// "2026-07-28"); empty lets mcp-go negotiate.
 	ProtocolVersion string
@@ -322,7 +323,7 @@ type watch struct {
 	pending  int
 	kept     bool
 	every    time.Duration
-	periodic Trigger
+	periodic ledger.Trigger
 	tickAt   time.Time
 	// streamEnded marks a watch whose stream the server ended: its
 	// generation is opened anew (needsReopen). Protected by Client.mu.
@@ -341,7 +342,7 @@ type watch struct {
 	// and whether the read was issued (owedAsked: nothing is asked again).
 	// A read of the key issued after it (a later generation, or an ordinal
 	// past owedOrdinal) settles it once answered. Protected by Client.mu.
-	owed                 Trigger
+	owed                 ledger.Trigger
 	renotify, owedAsked  bool
 	owedErr              string
 	owedTries            int
@@ -403,7 +404,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	// of how the engine was built: every engine the Client drives gets it.
 	o.Engine.queue.confirm()
 	if o.ClientInfo.Name == "" {
-		o.ClientInfo = Implementation{Name: "mcpsync", Version: "0.1.0"}
+		o.ClientInfo = ledger.Implementation{Name: "mcpsync", Version: "0.1.0"}
 	}
 	if o.RevalidateEvery == 0 {
 		o.RevalidateEvery = 5 * time.Minute
@@ -491,7 +492,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	}
 	drivenEngines.Store(o.Engine.id, struct{}{})
 	c.errs.ready, c.errs.done = make(chan struct{}, 1), make(chan struct{})
-	c.errs.marked, c.told = make(map[string]*DeletionEvidence), make(map[string]Entry)
+	c.errs.marked, c.told = make(map[string]*ledger.DeletionEvidence), make(map[string]Entry)
 	if o.Handler != nil {
 		hook := changeHook(c.markChanged)
 		o.Engine.changed.Store(&hook)
@@ -542,7 +543,7 @@ func (c *Client) Session() (*mcpclient.Client, error) {
 func (c *Client) Engine() *Engine { return c.engine }
 
 // Capabilities returns the capability receipt of the current session.
-func (c *Client) Capabilities() CapabilityReceipt {
+func (c *Client) Capabilities() ledger.CapabilityReceipt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.conn.caps

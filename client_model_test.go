@@ -17,6 +17,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -415,7 +416,7 @@ func (m *clientModel) requireProgress(rt *rapid.T, u string) {
 		fail("stuck, subscribed in an older session")
 	case exists && !openState(sub.State):
 		fail("stuck, the server has the resource but the subscription is not open")
-	case !exists && sub.State != mcpsync.StateTombstoned && (!openState(sub.State) || sub.TombstonedAt.IsZero()):
+	case !exists && sub.State != ledger.StateTombstoned && (!openState(sub.State) || sub.TombstonedAt.IsZero()):
 		// Open with TombstonedAt set: a read of the tombstone in flight.
 		fail("stuck, the resource is gone but its deletion is not confirmed")
 	case exists && lerr != nil && !m.visiblyFailing(u, sub, lerr):
@@ -444,7 +445,7 @@ func (m *clientModel) requireStaysClosed(rt *rapid.T, u string, closed mcpsync.S
 	sub, err := m.r.c.Engine().Subscription(u)
 	require.NoError(rt, err)
 	if sub.SubscriptionGeneration != closed.SubscriptionGeneration ||
-		(sub.State != mcpsync.StateClosed && sub.State != mcpsync.StateUnsubscribeUnknown) || m.r.srv.Subscribed(u) {
+		(sub.State != ledger.StateClosed && sub.State != ledger.StateUnsubscribeUnknown) || m.r.srv.Subscribed(u) {
 		rt.Fatalf("progress: unsubscribed but watched again; last call %s; %s\nschedule:%s", m.lastWord(u), m.r.describe(u), m.schedule())
 	}
 }
@@ -499,13 +500,13 @@ func (m *clientModel) checkSafety(rt *rapid.T) {
 	require.NoError(rt, err)
 	for _, en := range entries {
 		m.outSeq = en.Seq
-		if en.Reason != mcpsync.InvalidateTombstoned {
+		if en.Reason != ledger.InvalidateTombstoned {
 			continue
 		}
 		if _, exists := m.r.srv.Text(en.URI); exists && !m.lateNotFound(en.URI) {
 			rt.Fatalf("safety: %s tombstoned (outbox entry %d, evidence %+v) while the server has it\nschedule:%s", en.URI, en.Seq, en.Evidence, m.schedule())
 		}
-		if en.Evidence == nil || en.Evidence.Kind != mcpsync.EvidenceCorroborated || len(en.Evidence.Reads) != 2 || len(en.Evidence.Scans) != 2 {
+		if en.Evidence == nil || en.Evidence.Kind != ledger.EvidenceCorroborated || len(en.Evidence.Reads) != 2 || len(en.Evidence.Scans) != 2 {
 			rt.Fatalf("safety: %s tombstoned with evidence %+v; only corroboration is possible here\nschedule:%s", en.URI, en.Evidence, m.schedule())
 		}
 	}
@@ -546,7 +547,7 @@ func (m *clientModel) checkAccepted(rt *rapid.T) {
 	require.NoError(rt, err)
 	newest := map[string]fencePos{}
 	for _, en := range entries {
-		if en.Reason != mcpsync.InvalidateUpdated {
+		if en.Reason != ledger.InvalidateUpdated {
 			continue
 		}
 		pos := posOf(en.Version)

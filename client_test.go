@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 func TestEraOf(t *testing.T) {
@@ -121,7 +122,7 @@ func TestClientPollsWithoutSubscribeCapability(t *testing.T) {
 		defer c.Close()
 		sub, err := c.Subscribe(t.Context(), docURI)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.ModePoll, sub.Mode)
+		assert.Equal(t, ledger.ModePoll, sub.Mode)
 		// PollEvery plus its jitter, and RequestTimeout (30 s) for the answer.
 		assert.Equal(t, int64(33000+30000), sub.StalenessBoundMs)
 		quiesce()
@@ -189,7 +190,7 @@ func TestClientNotFoundByCode(t *testing.T) {
 			assert.Equal(t, mcpsync.DecisionTombstonePending, gone.Version.Decision)
 			sub, err := c.Engine().Subscription(docURI)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+			assert.Equal(t, ledger.StateTombstonePending, sub.State)
 			_, err = c.Lookup(docURI)
 			require.ErrorIs(t, err, mcpsync.ErrTombstonePending)
 		})
@@ -203,7 +204,7 @@ func TestClientUnsubscribe(t *testing.T) {
 
 			sub, err := c.Unsubscribe(t.Context(), docURI)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.StateClosed, sub.State)
+			assert.Equal(t, ledger.StateClosed, sub.State)
 			again, err := c.Unsubscribe(t.Context(), docURI)
 			require.NoError(t, err, "idempotent")
 			assert.Equal(t, sub.CloseEpoch, again.CloseEpoch)
@@ -225,7 +226,7 @@ func TestClientReconnectReestablishes(t *testing.T) {
 			require.NoError(t, c.Reconnect(t.Context()))
 			reread := <-outcomes
 			require.True(t, reread.Accepted)
-			assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+			assert.Equal(t, ledger.TriggerReconnect, reread.Version.Trigger)
 			after, err := c.Engine().Subscription(docURI)
 			require.NoError(t, err)
 			assert.Equal(t, before.SessionGeneration+1, after.SessionGeneration)
@@ -251,7 +252,7 @@ func TestClientNotificationForUnsubscribedURI(t *testing.T) {
 		require.Len(t, receipts, 1)
 		assert.Equal(t, mcpsync.ReasonNotSubscribed, receipts[0].Reason)
 		assert.Equal(t, "file:///nobody.md", receipts[0].URI)
-		assert.Equal(t, mcpsync.TriggerNotification, receipts[0].Trigger)
+		assert.Equal(t, ledger.TriggerNotification, receipts[0].Trigger)
 	})
 }
 

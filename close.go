@@ -9,15 +9,15 @@ import (
 
 // CloseReceipt records the freezing of a subscription generation's fence.
 type CloseReceipt struct {
-	Schema                 string            `json:"schema"`
-	URI                    string            `json:"uri"`
-	SessionGeneration      uint64            `json:"sessionGeneration"`
-	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
-	CloseOrdinal           uint64            `json:"closeOrdinal"`
-	CloseEpoch             uint64            `json:"closeEpoch"`
-	Watermark              uint64            `json:"watermark"`
-	ReadsInFlight          int               `json:"readsInFlight"`
-	State                  SubscriptionState `json:"state"`
+	Schema                 string                   `json:"schema"`
+	URI                    string                   `json:"uri"`
+	SessionGeneration      uint64                   `json:"sessionGeneration"`
+	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
+	CloseOrdinal           uint64                   `json:"closeOrdinal"`
+	CloseEpoch             uint64                   `json:"closeEpoch"`
+	Watermark              uint64                   `json:"watermark"`
+	ReadsInFlight          int                      `json:"readsInFlight"`
+	State                  ledger.SubscriptionState `json:"state"`
 }
 
 // BeginClose starts closing the URI's subscription generation (the moment
@@ -105,7 +105,7 @@ func closedTold(cur *ledger.Record, path *transitions) error {
 			return err
 		}
 	}
-	if r.State == StateUnsubscribing {
+	if r.State == ledger.StateUnsubscribing {
 		return path.move(r, evCloseAcked)
 	}
 	return nil
@@ -146,7 +146,7 @@ func (e *Engine) Forget(rawURI string) error {
 			return next, nil, nil // consumers were told to delete it already
 		}
 		return next, []OutboxEntry{{
-			Schema: SchemaInvalidation, URI: key, Reason: InvalidateForgotten,
+			Schema: SchemaInvalidation, URI: key, Reason: ledger.InvalidateForgotten,
 			Previous: c.Version, Subject: c.Version.Subject, At: e.now(),
 		}}, nil
 	})
@@ -159,7 +159,7 @@ func (e *Engine) endUnknownCloses(gen uint64) error {
 	ctx := context.Background()
 	var keys []string
 	ended := func(key string, r *ledger.Record) bool {
-		if r.State == StateUnsubscribeUnknown && r.Sub.SessionGeneration < gen {
+		if r.State == ledger.StateUnsubscribeUnknown && r.Sub.SessionGeneration < gen {
 			keys = append(keys, key)
 		}
 		return true

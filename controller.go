@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/mcpsync/mcpsync/internal/workqueue"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The session controller, level-triggered like a Kubernetes controller.
@@ -234,7 +235,7 @@ func (c *Client) syncKey(key string) (time.Duration, error) {
 	c.mu.Lock()
 	conn, closed, w := c.conn, c.closed, c.watches[key]
 	lost := conn.lost
-	var tick Trigger
+	var tick ledger.Trigger
 	var untilTick time.Duration
 	asked, owed := false, false
 	if w != nil {
@@ -465,7 +466,7 @@ func (c *Client) subscribed(ctx context.Context, key string, w *watch, pw *waite
 		// read tells next, and one before shows in the read.
 		next := c.nextPass(key)
 		sub, err := c.engine.Subscription(key)
-		if err == nil && (sub.State == StateSubscribing || sub.State == StateDiscovered) && ctx.Err() == nil && !c.isClosed() {
+		if err == nil && (sub.State == ledger.StateSubscribing || sub.State == ledger.StateDiscovered) && ctx.Err() == nil && !c.isClosed() {
 			pw = next // being opened anew
 			continue
 		}
@@ -494,7 +495,7 @@ func (c *Client) nextPass(key string) *waiter {
 // watched URI, replacing the ones it had: the controller's queue holds the
 // next one as a delayed mark of the key, and the key's pass that finds it
 // due reads (syncKey).
-func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger) {
+func (c *Client) startWatch(key string, interval time.Duration, trigger ledger.Trigger) {
 	c.mu.Lock()
 	w := c.watches[key]
 	if w == nil || c.closed {
@@ -510,7 +511,7 @@ func (c *Client) startWatch(key string, interval time.Duration, trigger Trigger)
 
 // dueTickLocked reports the periodic read of w due now, if any, and
 // schedules the next one; untilTick is how long until that. c.mu is held.
-func (c *Client) dueTickLocked(w *watch) (due Trigger, untilTick time.Duration) {
+func (c *Client) dueTickLocked(w *watch) (due ledger.Trigger, untilTick time.Duration) {
 	if w.every <= 0 {
 		return "", 0
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // 2025-11-25. A late resources/unsubscribe removed a watched URI on the
@@ -36,7 +36,7 @@ func TestDegradedKeptWhileTheServerIsPutRight(t *testing.T) {
 		for range 12 { // more than two revalidation periods
 			minutes(1)
 			sub, e, _ := r.look(a)
-			require.False(t, sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(a) && e.Degraded == "",
+			require.False(t, sub.Mode == ledger.ModePush && !r.srv.Subscribed(a) && e.Degraded == "",
 				"%s in push mode, not subscribed on the server, and Lookup says nothing (ledger failures %d)", a, r.ledger.failures())
 		}
 		require.Positive(t, r.ledger.failures(), "the reopen's write was never refused")
@@ -140,7 +140,7 @@ func TestRefusedAnswerKeepsTheDegradedOfAStuckURI(t *testing.T) {
 
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateSubscribing, sub.State, "still stuck: nothing activated it yet")
+		require.Equal(t, ledger.StateSubscribing, sub.State, "still stuck: nothing activated it yet")
 		entry, err := r.c.Lookup(faultURI)
 		require.NoError(t, err)
 		if entry.Degraded == "" {

@@ -92,11 +92,11 @@ func (p DeletionPolicy) corroborates(snapshotNegotiated bool) bool {
 
 // TombstoneReceipt records a confirmed deletion and the evidence for it.
 type TombstoneReceipt struct {
-	Schema                 string           `json:"schema"`
-	URI                    string           `json:"uri"`
-	SessionGeneration      uint64           `json:"sessionGeneration"`
-	SubscriptionGeneration uint64           `json:"subscriptionGeneration"`
-	Evidence               DeletionEvidence `json:"evidence"`
+	Schema                 string                  `json:"schema"`
+	URI                    string                  `json:"uri"`
+	SessionGeneration      uint64                  `json:"sessionGeneration"`
+	SubscriptionGeneration uint64                  `json:"subscriptionGeneration"`
+	Evidence               ledger.DeletionEvidence `json:"evidence"`
 	// NotFoundAt is when the newest not-found before the confirmation was
 	// accepted.
 	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
@@ -120,10 +120,10 @@ type TombstoneReceipt struct {
 // corroborate does not check the scan: Catalog.Reconcile (under a
 // DeletionPolicy that allows it) hands it only the passes of a fresh
 // SNAPSHOT_UNPROVEN catalog of the current session.
-func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (Ticket, bool, error) {
+func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (ledger.Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
 	read := false
 	_, _, err = e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
@@ -136,7 +136,7 @@ func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (Ticket, b
 		case cur.State.Open():
 			read = true
 			return nil, nil, nil
-		case cur.State != StateTombstonePending:
+		case cur.State != ledger.StateTombstonePending:
 			return nil, nil, nil
 		case scan.StartedAt.Before(cur.NotFoundAt):
 			return nil, nil, fmt.Errorf("%w: %s was not found at %s, the scan began at %s",
@@ -152,27 +152,27 @@ func (e *Engine) corroborate(rawURI string, scan ledger.UnlistedScan) (Ticket, b
 		return next, nil, nil
 	})
 	if err != nil || !read {
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
-	return e.enqueue(key, TriggerReconcile)
+	return e.enqueue(key, ledger.TriggerReconcile)
 }
 
 // corroboratedBy returns the evidence with which not-found read t finishes
 // cur's corroboration: a read of the corroborated generation, issued after
 // the scan ended, with no newer read of the URI still in flight (whose
 // answer would be newer than this one).
-func corroboratedBy(cur *ledger.Record, t Ticket) (DeletionEvidence, bool) {
+func corroboratedBy(cur *ledger.Record, t ledger.Ticket) (ledger.DeletionEvidence, bool) {
 	c := cur.Corroboration
 	if c == nil || c.SubscriptionGeneration != t.SubscriptionGeneration || t.ReadOrdinal <= c.After || t.IssuedAt.Before(c.ScanEndedAt) {
-		return DeletionEvidence{}, false
+		return ledger.DeletionEvidence{}, false
 	}
 	for _, held := range cur.Tickets {
 		if held.ReadOrdinal > t.ReadOrdinal {
-			return DeletionEvidence{}, false
+			return ledger.DeletionEvidence{}, false
 		}
 	}
-	return DeletionEvidence{
-		Kind: EvidenceCorroborated, Scans: slices.Clone(c.Scans), Reads: []uint64{c.FirstRead, t.ReadOrdinal},
+	return ledger.DeletionEvidence{
+		Kind: ledger.EvidenceCorroborated, Scans: slices.Clone(c.Scans), Reads: []uint64{c.FirstRead, t.ReadOrdinal},
 	}, true
 }
 
@@ -180,14 +180,14 @@ func corroboratedBy(cur *ledger.Record, t Ticket) (DeletionEvidence, bool) {
 // corroboration may leave it standing: one of a read issued before the scan
 // was recorded says nothing the scan did not already know (the fence keeps
 // it only while the second read is still out).
-func keepsCorroboration(cur *ledger.Record, t Ticket) bool {
+func keepsCorroboration(cur *ledger.Record, t ledger.Ticket) bool {
 	c := cur.Corroboration
 	return c != nil && c.SubscriptionGeneration == t.SubscriptionGeneration && t.ReadOrdinal <= c.After
 }
 
 // unlistedEvidence is the deletion evidence u gives.
-func unlistedEvidence(u *ledger.Unlisting) DeletionEvidence {
-	return DeletionEvidence{Kind: EvidenceUnlisted, Scans: append(slices.Clone(u.First.Scans), u.Last.Scans...)}
+func unlistedEvidence(u *ledger.Unlisting) ledger.DeletionEvidence {
+	return ledger.DeletionEvidence{Kind: ledger.EvidenceUnlisted, Scans: append(slices.Clone(u.First.Scans), u.Last.Scans...)}
 }
 
 // unlistedStands reports whether r's deletion was confirmed by its absence
@@ -233,7 +233,7 @@ func (e *Engine) unlisted(key string, s ledger.UnlistedScan, span time.Duration)
 		case cur == nil || cur.Sub == nil:
 			return nil, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		case cur.Sub.SessionGeneration != e.sessionGeneration() || cur.CloseEpoch != 0,
-			!cur.State.Open() && cur.State != StateTombstonePending && cur.State != StateReconciliationRequired,
+			!cur.State.Open() && cur.State != ledger.StateTombstonePending && cur.State != ledger.StateReconciliationRequired,
 			cur.Unlisted != nil && !s.StartedAt.After(cur.Unlisted.Last.StartedAt):
 			return nil, nil, nil
 		}
@@ -333,7 +333,7 @@ func (e *Engine) scanFailed() error {
 //
 // The subscription stays open on the server: a later pulse or revalidation
 // reads it again, and a read that finds it brings the URI back.
-func (e *Engine) confirmTombstone(key string, since time.Time, ev DeletionEvidence, path *transitions) (TombstoneReceipt, error) {
+func (e *Engine) confirmTombstone(key string, since time.Time, ev ledger.DeletionEvidence, path *transitions) (TombstoneReceipt, error) {
 	var rc TombstoneReceipt
 	_, seq, err := e.update(key, func(cur *ledger.Record) (*ledger.Record, []OutboxEntry, error) {
 		path.reset(cur)

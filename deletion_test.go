@@ -24,10 +24,10 @@ func pendingEngine(t *testing.T) (*mcpsync.Engine, *fixedClock) {
 	t.Helper()
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 	clock.t = clock.t.Add(time.Second)
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 	return e, clock
@@ -49,12 +49,12 @@ func state(t *testing.T, e *mcpsync.Engine) mcpsync.Subscription {
 }
 
 // corroborate records scan and returns the second read it asks for.
-func corroborate(t *testing.T, e *mcpsync.Engine, scan mcpsync.AbsenceScan) mcpsync.Ticket {
+func corroborate(t *testing.T, e *mcpsync.Engine, scan mcpsync.AbsenceScan) ledger.Ticket {
 	t.Helper()
 	tk, ok, err := e.Corroborate(docURI, scan)
 	require.NoError(t, err)
 	require.True(t, ok, "the second read goes out")
-	require.Equal(t, mcpsync.TriggerReconcile, tk.Trigger)
+	require.Equal(t, ledger.TriggerReconcile, tk.Trigger)
 	return tk
 }
 
@@ -67,7 +67,7 @@ func TestCorroboratedTombstone(t *testing.T) {
 	before := len(outbox(t, e))
 	second := corroborate(t, e, scanAfter(clock))
 	sub := state(t, e)
-	assert.Equal(t, mcpsync.StateReadPending, sub.State)
+	assert.Equal(t, ledger.StateReadPending, sub.State)
 	require.NotNil(t, sub.Corroboration)
 	assert.Equal(t, uint64(2), sub.Corroboration.FirstRead)
 	assert.Equal(t, []string{"scan-a", "scan-b"}, sub.Corroboration.Scans)
@@ -78,16 +78,16 @@ func TestCorroboratedTombstone(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, out.Accepted)
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision)
-	want := mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceCorroborated, Scans: []string{"scan-a", "scan-b"}, Reads: []uint64{2, 3}}
+	want := ledger.DeletionEvidence{Kind: ledger.EvidenceCorroborated, Scans: []string{"scan-a", "scan-b"}, Reads: []uint64{2, 3}}
 	require.NotNil(t, out.Tombstone)
 	assert.Equal(t, want, out.Tombstone.Evidence)
 	sub = state(t, e)
-	assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+	assert.Equal(t, ledger.StateTombstoned, sub.State)
 	assert.Nil(t, sub.Corroboration)
 	_, err = e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
 	last := appendedEntry(t, e, before)
-	assert.Equal(t, mcpsync.InvalidateTombstoned, last.Reason)
+	assert.Equal(t, ledger.InvalidateTombstoned, last.Reason)
 	assert.Equal(t, uint64(1), last.Previous.ReadOrdinal, "the entry deletes what v1 fed")
 	require.NotNil(t, last.Evidence)
 	assert.Equal(t, want, *last.Evidence)
@@ -101,48 +101,48 @@ func TestCorroborationEnds(t *testing.T) {
 		name string
 		// between runs after the second read was issued; it returns the
 		// ticket to answer not found, if any.
-		between   func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket
-		wantState mcpsync.SubscriptionState
+		between   func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket
+		wantState ledger.SubscriptionState
 	}{
-		{name: "the second read finds it", wantState: mcpsync.StateActive,
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+		{name: "the second read finds it", wantState: ledger.StateActive,
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
 				out, err := e.FinishRead(second, text(docURI, "v2"))
 				require.NoError(t, err)
 				assert.Equal(t, mcpsync.DecisionAccepted, out.Version.Decision)
 				assert.Equal(t, "v2", served(t, e))
 				return nil
 			}},
-		{name: "a pulse", wantState: mcpsync.StateReadPending, // its follow-up read is out
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+		{name: "a pulse", wantState: ledger.StateReadPending, // its follow-up read is out
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
 				_, _, err := e.Notify(docURI)
 				require.NoError(t, err)
 				return &second
 			}},
-		{name: "a scan lists it", wantState: mcpsync.StateTombstonePending,
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+		{name: "a scan lists it", wantState: ledger.StateTombstonePending,
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
 				_, _, err := e.ApplyListing(docURI, true, time.Time{})
 				require.NoError(t, err)
 				return &second
 			}},
-		{name: "the second read gets no answer", wantState: mcpsync.StateActive,
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+		{name: "the second read gets no answer", wantState: ledger.StateActive,
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
 				_, err := e.Fail(second)
 				require.NoError(t, err)
 				return nil
 			}},
-		{name: "the second read is refused", wantState: mcpsync.StateActive,
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+		{name: "the second read is refused", wantState: ledger.StateActive,
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
 				_, err := e.FinishRead(second, mcpsync.NewReadResult(nil))
 				require.ErrorIs(t, err, mcpsync.ErrEmptyContents)
 				return nil
 			}},
-		{name: "a newer read is in flight", wantState: mcpsync.StateTombstonePending,
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
-				_ = issue(t, e, mcpsync.TriggerRevalidate) // its answer would be newer
+		{name: "a newer read is in flight", wantState: ledger.StateTombstonePending,
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
+				_ = issue(t, e, ledger.TriggerRevalidate) // its answer would be newer
 				return &second
 			}},
-		{name: "the close begins", wantState: mcpsync.StateUnsubscribing,
-			between: func(t *testing.T, e *mcpsync.Engine, second mcpsync.Ticket) *mcpsync.Ticket {
+		{name: "the close begins", wantState: ledger.StateUnsubscribing,
+			between: func(t *testing.T, e *mcpsync.Engine, second ledger.Ticket) *ledger.Ticket {
 				_, err := e.BeginClose(docURI)
 				require.NoError(t, err)
 				return &second
@@ -161,7 +161,7 @@ func TestCorroborationEnds(t *testing.T) {
 			assert.Equal(t, tc.wantState, sub.State)
 			assert.Nil(t, sub.Corroboration)
 			for _, en := range outbox(t, e)[before:] {
-				assert.NotEqual(t, mcpsync.InvalidateTombstoned, en.Reason)
+				assert.NotEqual(t, ledger.InvalidateTombstoned, en.Reason)
 			}
 		})
 	}
@@ -176,7 +176,7 @@ func TestCorroborationNeedsAScanAfterTheNotFound(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrEvidenceTooOld)
 	assert.False(t, ok)
 	sub := state(t, e)
-	assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+	assert.Equal(t, ledger.StateTombstonePending, sub.State)
 	assert.Nil(t, sub.Corroboration)
 }
 
@@ -186,10 +186,10 @@ func TestCorroborationNeedsAScanAfterTheNotFound(t *testing.T) {
 func TestCorroborationNeedsAReadAfterTheScan(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	first, early := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
+	first, early := issue(t, e, ledger.TriggerRevalidate), issue(t, e, ledger.TriggerRevalidate)
 	_, err := e.FinishRead(first, mcpsync.NotFoundResult())
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.StateTombstonePending, state(t, e).State)
+	require.Equal(t, ledger.StateTombstonePending, state(t, e).State)
 	second := corroborate(t, e, scanAfter(clock))
 	assert.Greater(t, second.ReadOrdinal, early.ReadOrdinal)
 
@@ -198,7 +198,7 @@ func TestCorroborationNeedsAReadAfterTheScan(t *testing.T) {
 	assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 	assert.Nil(t, out.Tombstone)
 	sub := state(t, e)
-	assert.Equal(t, mcpsync.StateReadPending, sub.State)
+	assert.Equal(t, ledger.StateReadPending, sub.State)
 	require.NotNil(t, sub.Corroboration, "an older not-found leaves it standing")
 
 	out, err = e.FinishRead(second, mcpsync.NotFoundResult())
@@ -214,7 +214,7 @@ func TestCorroborateOpenSubscriptionReads(t *testing.T) {
 	tk, ok, err := e.Corroborate(docURI, mcpsync.AbsenceScan{})
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, mcpsync.TriggerReconcile, tk.Trigger)
+	assert.Equal(t, ledger.TriggerReconcile, tk.Trigger)
 	assert.Nil(t, state(t, e).Corroboration)
 }
 
@@ -257,7 +257,7 @@ func TestTombstoneReceiptGolden(t *testing.T) {
 func TestTombstoneWithoutAVersionStands(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.NotFoundResult())
+	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	out, err := e.FinishRead(corroborate(t, e, scanAfter(clock)), mcpsync.NotFoundResult())
 	require.NoError(t, err)
@@ -265,12 +265,12 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 	assert.Zero(t, out.Tombstone.OutboxSeq, "no version to tell consumers about")
 	require.False(t, state(t, e).TombstonedAt.IsZero())
 
-	out, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerRevalidate), mcpsync.NotFoundResult())
+	out, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerRevalidate), mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision)
-	assert.Equal(t, mcpsync.StateTombstoned, state(t, e).State)
+	assert.Equal(t, ledger.StateTombstoned, state(t, e).State)
 
-	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerRevalidate), text(docURI, "back"))
+	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerRevalidate), text(docURI, "back"))
 	require.NoError(t, err)
 	sub := state(t, e)
 	assert.True(t, sub.TombstonedAt.IsZero(), "found again")
@@ -300,7 +300,7 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 		require.NoError(t, err)
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateTombstoned, sub.State, r.describe(faultURI))
+		require.Equal(t, ledger.StateTombstoned, sub.State, r.describe(faultURI))
 
 		closed, uerr := r.c.Unsubscribe(t.Context(), faultURI)
 		t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
@@ -326,11 +326,11 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 
 	// A read outside the queue (Client.Read), then a pulse's queued read.
-	direct := issue(t, e, mcpsync.TriggerRevalidate)
+	direct := issue(t, e, ledger.TriggerRevalidate)
 	queued, ok, err := e.Notify(docURI)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -353,7 +353,7 @@ func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Decision(), "the second not-found, issued after the scan, confirms the deletion")
 	assert.NotNil(t, out.Tombstone)
-	assert.Equal(t, mcpsync.StateTombstoned, state(t, e).State)
+	assert.Equal(t, ledger.StateTombstoned, state(t, e).State)
 }
 
 // unlistedReview is the review interval of unlistedRig's scanner: the
@@ -381,7 +381,7 @@ type unlistedRig struct {
 	outs    []mcpsync.Outcome // of the reads the reconciliations sent
 }
 
-func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger ledger.Ledger) *unlistedRig {
+func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, store ledger.Ledger) *unlistedRig {
 	t.Helper()
 	r := &unlistedRig{t: t, clock: newClock(), policy: policy, listing: newFakeListing(mcpsync.KindResources, 10, listedURI)}
 	r.listing.onCall = func(int, *fakeListing) error {
@@ -391,24 +391,24 @@ func newUnlistedRig(t *testing.T, policy mcpsync.DeletionPolicy, ledger ledger.L
 		return nil
 	}
 	r.scanner = newTestScanner(t, &mcpsync.ScannerOptions{Now: r.clock.now, ReviewAfter: unlistedReview, StaleAfter: 2 * unlistedReview, MaxAttempts: 1})
-	r.start(ledger)
+	r.start(store)
 	return r
 }
 
 // start begins an engine on ledger (a memory one if nil), as a process
 // does, and opens docURI in its session with one read answered.
-func (r *unlistedRig) start(ledger ledger.Ledger) {
+func (r *unlistedRig) start(store ledger.Ledger) {
 	r.t.Helper()
-	r.e = newEngine(r.t, &mcpsync.EngineOptions{Now: r.clock.now, Ledger: ledger})
+	r.e = newEngine(r.t, &mcpsync.EngineOptions{Now: r.clock.now, Ledger: store})
 	_, err := r.e.Subscribe(docURI, alice)
 	require.NoError(r.t, err)
-	_, err = r.e.Activate(docURI, mcpsync.ModePush)
+	_, err = r.e.Activate(docURI, ledger.ModePush)
 	require.NoError(r.t, err)
-	r.answer(issue(r.t, r.e, mcpsync.TriggerInitial))
+	r.answer(issue(r.t, r.e, ledger.TriggerInitial))
 }
 
 // answer answers t as the server does: content, or not found for r.gone.
-func (r *unlistedRig) answer(t mcpsync.Ticket) mcpsync.Outcome {
+func (r *unlistedRig) answer(t ledger.Ticket) mcpsync.Outcome {
 	r.t.Helper()
 	res := text(t.URI, "v1")
 	if t.URI == r.gone {
@@ -470,7 +470,7 @@ func (r *unlistedRig) scanUntilTombstoned() {
 		_, _, err := r.scan()
 		require.NoError(r.t, err)
 	}
-	require.Equal(r.t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	require.Equal(r.t, ledger.StateTombstoned, r.sub(docURI).State)
 }
 
 // reconcileAnOlderCatalogAfter scans once, lists a clean catalog that
@@ -507,7 +507,7 @@ func tombstones(t *testing.T, e *mcpsync.Engine) []string {
 	t.Helper()
 	var out []string
 	for _, en := range outbox(t, e) {
-		if en.Reason == mcpsync.InvalidateTombstoned {
+		if en.Reason == ledger.InvalidateTombstoned {
 			out = append(out, en.URI)
 		}
 	}
@@ -534,7 +534,7 @@ func TestUnlistedConfirmsADeletionAfterTheSpan(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{docURI}, rec.Unlisted)
 	assert.Empty(t, rec.Tombstoned, "one review interval is not the span")
-	assert.Equal(t, mcpsync.StateActive, r.sub(docURI).State)
+	assert.Equal(t, ledger.StateActive, r.sub(docURI).State)
 	entry, err := r.e.Lookup(alice, docURI)
 	require.NoError(t, err, "served until the span has passed")
 	assert.Equal(t, "v1", entry.Contents[0].Text)
@@ -544,14 +544,14 @@ func TestUnlistedConfirmsADeletionAfterTheSpan(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{docURI}, rec.Tombstoned)
 	require.Len(t, rec.Receipts, 1)
-	want := mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceUnlisted, Scans: append(passes(first), passes(last)...)}
+	want := ledger.DeletionEvidence{Kind: ledger.EvidenceUnlisted, Scans: append(passes(first), passes(last)...)}
 	assert.Equal(t, want, rec.Receipts[0].Evidence)
-	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	assert.Equal(t, ledger.StateTombstoned, r.sub(docURI).State)
 	_, err = r.e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
 	entries := outbox(t, r.e)
 	en := entries[len(entries)-1]
-	assert.Equal(t, mcpsync.InvalidateTombstoned, en.Reason)
+	assert.Equal(t, ledger.InvalidateTombstoned, en.Reason)
 	assert.Equal(t, docURI, en.URI)
 	require.NotNil(t, en.Evidence)
 	assert.Equal(t, want, *en.Evidence)
@@ -591,7 +591,7 @@ func TestUnlistedTombstoneEndsOnlyWhenListed(t *testing.T) {
 	require.True(t, ok)
 	out := r.answer(tk)
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision, "content proves nothing here")
-	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	assert.Equal(t, ledger.StateTombstoned, r.sub(docURI).State)
 	_, err = r.e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
 	assert.Len(t, outbox(t, r.e), before, "nothing to tell consumers")
@@ -603,7 +603,7 @@ func TestUnlistedTombstoneEndsOnlyWhenListed(t *testing.T) {
 	require.Len(t, rec.Tickets, 1)
 	assert.Equal(t, mcpsync.DecisionAccepted, r.outs[len(r.outs)-1].Version.Decision)
 	sub := r.sub(docURI)
-	assert.Equal(t, mcpsync.StateActive, sub.State)
+	assert.Equal(t, ledger.StateActive, sub.State)
 	assert.Nil(t, sub.Unlisted)
 	entry, err := r.e.Lookup(alice, docURI)
 	require.NoError(t, err)
@@ -668,7 +668,7 @@ func TestFailedListingDeletesNothing(t *testing.T) {
 			}
 			assert.Equal(t, beforeFailure, tombstones(t, r.e), "no deletion while the listing fails")
 			assert.Nil(t, r.sub(docURI).Unlisted, "the failure ended the absence")
-			assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+			assert.NotEqual(t, ledger.StateTombstoned, r.sub(docURI).State)
 
 			r.fail = false
 			for range 2 {
@@ -676,14 +676,14 @@ func TestFailedListingDeletesNothing(t *testing.T) {
 				require.NoError(t, err)
 			}
 			if tc.policy == mcpsync.DeletionUnlisted {
-				assert.Equal(t, mcpsync.StateActive, r.sub(docURI).State, "a new span began after the failure")
+				assert.Equal(t, ledger.StateActive, r.sub(docURI).State, "a new span began after the failure")
 			}
 			_, _, err = r.scan()
 			require.NoError(t, err)
 			assert.ElementsMatch(t, tc.want, tombstones(t, r.e))
 			if tc.policy != mcpsync.DeletionUnlisted {
 				assert.Nil(t, r.sub(docURI).Unlisted, "only DeletionUnlisted counts absences")
-				assert.Equal(t, mcpsync.StateActive, r.sub(docURI).State)
+				assert.Equal(t, ledger.StateActive, r.sub(docURI).State)
 			}
 		})
 	}
@@ -730,10 +730,10 @@ func TestUnlistedTombstoneEndsWithANewSubscription(t *testing.T) {
 
 	_, err = r.e.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = r.e.Activate(docURI, mcpsync.ModePush)
+	_, err = r.e.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
 	assert.Nil(t, r.sub(docURI).Unlisted)
-	out := r.answer(issue(t, r.e, mcpsync.TriggerInitial))
+	out := r.answer(issue(t, r.e, ledger.TriggerInitial))
 	assert.Equal(t, mcpsync.DecisionAccepted, out.Version.Decision)
 	entry, err := r.e.Lookup(alice, docURI)
 	require.NoError(t, err)
@@ -773,14 +773,14 @@ func TestUnlistedSpanNeverContainsAFailedListing(t *testing.T) {
 	})
 	assert.Empty(t, rec.Tombstoned, "deleted on a span from %v to %v that holds the failed listing of %v",
 		before.Scans[0].StartedAt, r.clock.t, failedAt)
-	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	assert.NotEqual(t, ledger.StateTombstoned, r.sub(docURI).State)
 
 	// Progress: a whole span of clean scans after the failure deletes it.
 	for range 2 {
 		_, _, err := r.scan()
 		require.NoError(t, err)
 	}
-	assert.Equal(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	assert.Equal(t, ledger.StateTombstoned, r.sub(docURI).State)
 }
 
 // A scan that lists the URI starts the span over, so a listing that flaps
@@ -800,7 +800,7 @@ func TestUnlistedSpanNeverContainsAListingOfTheURI(t *testing.T) {
 		r.listing.remove(docURI)
 	})
 	assert.Empty(t, rec.Tombstoned, "deleted one interval after the listing of %v had it", listedAt)
-	assert.NotEqual(t, mcpsync.StateTombstoned, r.sub(docURI).State)
+	assert.NotEqual(t, ledger.StateTombstoned, r.sub(docURI).State)
 }
 
 // A span of absence cannot be negative: Catalog.Reconcile refuses one, as

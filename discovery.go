@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The snapshot extension of resources/list, opt-in for servers that can bind
@@ -521,7 +523,7 @@ type Reconciliation struct {
 	// Tickets are the reconcile reads to send, one per URI restored to
 	// ACTIVE (none for a URI whose read is already in flight: it was marked
 	// dirty instead).
-	Tickets []Ticket `json:"tickets"`
+	Tickets []ledger.Ticket `json:"tickets"`
 	// Present are the URIs the catalog lists, restored to ACTIVE, or
 	// TOMBSTONED ones it lists again, read to bring them back.
 	Present []string `json:"present"`
@@ -557,7 +559,7 @@ type Reconciliation struct {
 // listChanged counts the list_changed notifications of kind; nil means they
 // are not observed (a server without listChanged), which the digest
 // comparison still covers.
-func (s *scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (Catalog, error) {
+func (s *scanner) Scan(ctx context.Context, kind ListKind, era Era, receipt ledger.CapabilityReceipt, pages pageFunc, listChanged func() uint64) (Catalog, error) {
 	if kind.Method() == "" {
 		return Catalog{}, fmt.Errorf("mcpsync: unknown list kind %q", kind)
 	}
@@ -680,7 +682,7 @@ func waitBackoff(ctx context.Context, d time.Duration) error {
 // pass walks the listing once and returns its receipt and, when it reached
 // the end, its distinct descriptors sorted by key. The error is the pass's
 // *passError, or ctx's error.
-func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt CapabilityReceipt, pages pageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
+func (s *scanner) pass(ctx context.Context, kind ListKind, era Era, receipt ledger.CapabilityReceipt, pages pageFunc, listChanged func() uint64) (ScanReceipt, []Descriptor, error) {
 	r := ScanReceipt{
 		Schema: SchemaDiscoveryScan, ID: uuid.NewString(), Kind: kind, Era: era, SessionGeneration: receipt.SessionGeneration,
 		SnapshotNegotiated: receipt.SnapshotList, StartedAt: s.opts.Now(), Pages: []PageReceipt{},

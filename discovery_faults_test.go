@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -188,7 +189,7 @@ func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool, policy mcpsync
 	quiesce()
 	sub, err := r.c.Engine().Subscription(gone)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+	require.Equal(t, ledger.StateTombstonePending, sub.State)
 	first := sub.Watermark
 	before, err := r.c.Engine().PullOutbox(0, 0)
 	require.NoError(t, err)
@@ -206,29 +207,29 @@ func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool, policy mcpsync
 	case proven:
 		assert.Equal(t, []string{gone}, rec.Tombstoned)
 		require.Len(t, rec.Receipts, 1)
-		assert.Equal(t, mcpsync.EvidenceProven, rec.Receipts[0].Evidence.Kind)
+		assert.Equal(t, ledger.EvidenceProven, rec.Receipts[0].Evidence.Kind)
 		assert.Equal(t, cat.SnapshotID, rec.Receipts[0].Evidence.SnapshotID)
 	case policy == mcpsync.DeletionProvenOnly:
 		assert.Equal(t, []string{gone}, rec.Deferred)
-		assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+		assert.Equal(t, ledger.StateTombstonePending, sub.State)
 		assert.Equal(t, before, after, "no tombstone from an unproven catalog")
 		return
 	default:
 		assert.Equal(t, []string{gone}, rec.Corroborating)
 		assert.Empty(t, rec.Tombstoned)
 	}
-	assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+	assert.Equal(t, ledger.StateTombstoned, sub.State)
 	require.Len(t, after, len(before)+1)
 	last := after[len(after)-1]
-	assert.Equal(t, mcpsync.InvalidateTombstoned, last.Reason)
+	assert.Equal(t, ledger.InvalidateTombstoned, last.Reason)
 	require.NotNil(t, last.Evidence)
 	if proven {
 		assert.Equal(t, rec.Receipts[0].Evidence, *last.Evidence)
 		return
 	}
 	n := len(cat.Scans)
-	assert.Equal(t, mcpsync.DeletionEvidence{
-		Kind: mcpsync.EvidenceCorroborated, Scans: []string{cat.Scans[n-2].ID, cat.Scans[n-1].ID},
+	assert.Equal(t, ledger.DeletionEvidence{
+		Kind: ledger.EvidenceCorroborated, Scans: []string{cat.Scans[n-2].ID, cat.Scans[n-1].ID},
 		Reads: []uint64{first, sub.Watermark},
 	}, *last.Evidence)
 	assert.Greater(t, sub.Watermark, first)
@@ -305,5 +306,5 @@ func TestFailedClientScanEndsTheAbsence(t *testing.T) {
 	sub, err = c.Engine().Subscription(b)
 	require.NoError(t, err)
 	assert.Nil(t, sub.Unlisted, "the failed scan ended it")
-	assert.NotEqual(t, mcpsync.StateTombstoned, sub.State)
+	assert.NotEqual(t, ledger.StateTombstoned, sub.State)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // fakeListing is a scripted server list method with keyset cursors
@@ -172,12 +173,12 @@ func newTestScanner(t testing.TB, opts *mcpsync.ScannerOptions) *mcpsync.Scanner
 }
 
 var (
-	capsPlain    = mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SessionGeneration: 1}
-	capsSnapshot = mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SnapshotList: true, SessionGeneration: 1}
+	capsPlain    = ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SessionGeneration: 1}
+	capsSnapshot = ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SnapshotList: true, SessionGeneration: 1}
 )
 
 // runScan runs one scan in a synctest bubble, so every backoff wait is virtual.
-func runScan(t *testing.T, s *mcpsync.Scanner, kind mcpsync.ListKind, era mcpsync.Era, caps mcpsync.CapabilityReceipt, pages mcpsync.PageFunc, changed func() uint64) (mcpsync.Catalog, error) {
+func runScan(t *testing.T, s *mcpsync.Scanner, kind mcpsync.ListKind, era mcpsync.Era, caps ledger.CapabilityReceipt, pages mcpsync.PageFunc, changed func() uint64) (mcpsync.Catalog, error) {
 	t.Helper()
 	var c mcpsync.Catalog
 	var err error
@@ -321,7 +322,7 @@ func TestCyclicCursor(t *testing.T) {
 func TestForgedSnapshotID(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		caps     mcpsync.CapabilityReceipt
+		caps     ledger.CapabilityReceipt
 		snapshot func(n int) string // n counts calls over all passes, 3 pages a pass
 		fault    mcpsync.FaultKind
 		pages    []int // pages of each pass with a fault
@@ -634,7 +635,7 @@ func TestScanRepeatedItem(t *testing.T) {
 	snap := func(p mcpsync.Page) mcpsync.Page { p.SnapshotID = "s1"; return p }
 	for _, tc := range []struct {
 		name      string
-		caps      mcpsync.CapabilityReceipt
+		caps      ledger.CapabilityReceipt
 		pages     map[string]mcpsync.Page
 		fault     mcpsync.FaultKind
 		key       string
@@ -944,19 +945,19 @@ func tombstonePending(t *testing.T, e *mcpsync.Engine, uri string) {
 	t.Helper()
 	_, err := e.Subscribe(uri, alice)
 	require.NoError(t, err)
-	_, err = e.Activate(uri, mcpsync.ModePush)
+	_, err = e.Activate(uri, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 	require.NoError(t, err)
 	_, err = e.AcceptResourceVersion(tk, text(uri, "v1"))
 	require.NoError(t, err)
-	gone, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+	gone, err := e.IssueTicket(uri, ledger.TriggerNotification)
 	require.NoError(t, err)
 	_, err = e.AcceptResourceVersion(gone, mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	sub, err := e.Subscription(uri)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+	require.Equal(t, ledger.StateTombstonePending, sub.State)
 }
 
 func TestCatalogReconcile(t *testing.T) {
@@ -966,14 +967,14 @@ func TestCatalogReconcile(t *testing.T) {
 		active = "file:///docs/active.md"
 	)
 	type verdicts struct {
-		gone, back, active mcpsync.SubscriptionState
+		gone, back, active ledger.SubscriptionState
 	}
 	for _, tc := range []struct {
 		name     string
-		caps     mcpsync.CapabilityReceipt // SnapshotList: PROVEN, else UNPROVEN
-		maxTries int                       // 0: a scan that succeeds; -1: one that cannot
-		noIDs    bool                      // the pages carry no snapshot id
-		age      time.Duration             // how long after the scan the engine reconciles
+		caps     ledger.CapabilityReceipt // SnapshotList: PROVEN, else UNPROVEN
+		maxTries int                      // 0: a scan that succeeds; -1: one that cannot
+		noIDs    bool                     // the pages carry no snapshot id
+		age      time.Duration            // how long after the scan the engine reconciles
 		otherGen bool
 		policy   mcpsync.DeletionPolicy
 		err      error
@@ -984,27 +985,27 @@ func TestCatalogReconcile(t *testing.T) {
 		corroborating []string
 	}{
 		{name: "proven and fresh: present and absent verdicts", caps: capsSnapshot,
-			want: verdicts{mcpsync.StateTombstoned, mcpsync.StateReadPending, mcpsync.StateActive}},
+			want: verdicts{ledger.StateTombstoned, ledger.StateReadPending, ledger.StateActive}},
 		{name: "unproven, proven only: only present verdicts", caps: capsPlain, policy: mcpsync.DeletionProvenOnly,
-			want:     verdicts{mcpsync.StateTombstonePending, mcpsync.StateReadPending, mcpsync.StateActive},
+			want:     verdicts{ledger.StateTombstonePending, ledger.StateReadPending, ledger.StateActive},
 			deferred: []string{gone}},
 		{name: "unproven, no snapshot extension: absent URIs corroborated", caps: capsPlain,
-			want:          verdicts{mcpsync.StateReadPending, mcpsync.StateReadPending, mcpsync.StateActive},
+			want:          verdicts{ledger.StateReadPending, ledger.StateReadPending, ledger.StateActive},
 			corroborating: []string{gone}},
 		{name: "unproven, snapshot extension negotiated: no corroboration by default", caps: capsSnapshot, noIDs: true,
-			want:     verdicts{mcpsync.StateTombstonePending, mcpsync.StateReadPending, mcpsync.StateActive},
+			want:     verdicts{ledger.StateTombstonePending, ledger.StateReadPending, ledger.StateActive},
 			deferred: []string{gone}},
 		{name: "unproven, snapshot extension negotiated, corroborated policy", caps: capsSnapshot, noIDs: true,
 			policy:        mcpsync.DeletionCorroborated,
-			want:          verdicts{mcpsync.StateReadPending, mcpsync.StateReadPending, mcpsync.StateActive},
+			want:          verdicts{ledger.StateReadPending, ledger.StateReadPending, ledger.StateActive},
 			corroborating: []string{gone}},
 		{name: "proven but stale: only present verdicts", caps: capsSnapshot, age: 2 * time.Minute,
-			want:     verdicts{mcpsync.StateTombstonePending, mcpsync.StateReadPending, mcpsync.StateActive},
+			want:     verdicts{ledger.StateTombstonePending, ledger.StateReadPending, ledger.StateActive},
 			deferred: []string{gone}},
 		{name: "unreconciled: no verdicts", caps: capsPlain, maxTries: -1, err: mcpsync.ErrSnapshotUnproven,
-			want: verdicts{mcpsync.StateTombstonePending, mcpsync.StateTombstonePending, mcpsync.StateActive}},
+			want: verdicts{ledger.StateTombstonePending, ledger.StateTombstonePending, ledger.StateActive}},
 		{name: "older session: no verdicts", caps: capsSnapshot, otherGen: true, err: mcpsync.ErrSnapshotUnproven,
-			want: verdicts{mcpsync.StateTombstonePending, mcpsync.StateTombstonePending, mcpsync.StateActive}},
+			want: verdicts{ledger.StateTombstonePending, ledger.StateTombstonePending, ledger.StateActive}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newClock()
@@ -1013,7 +1014,7 @@ func TestCatalogReconcile(t *testing.T) {
 			tombstonePending(t, e, back)
 			_, err := e.Subscribe(active, alice)
 			require.NoError(t, err)
-			_, err = e.Activate(active, mcpsync.ModePush)
+			_, err = e.Activate(active, ledger.ModePush)
 			require.NoError(t, err)
 
 			caps := tc.caps
@@ -1048,7 +1049,7 @@ func TestCatalogReconcile(t *testing.T) {
 			clock.t = clock.t.Add(tc.age)
 
 			rec, err := c.Reconcile(e, &mcpsync.ReconcileOptions{Deletion: tc.policy})
-			state := func(uri string) mcpsync.SubscriptionState {
+			state := func(uri string) ledger.SubscriptionState {
 				sub, err := e.Subscription(uri)
 				require.NoError(t, err)
 				return sub.State
@@ -1064,14 +1065,14 @@ func TestCatalogReconcile(t *testing.T) {
 			require.Len(t, rec.Tickets, 1+len(tc.corroborating))
 			assert.Equal(t, back, rec.Tickets[0].URI)
 			for _, tk := range rec.Tickets {
-				assert.Equal(t, mcpsync.TriggerReconcile, tk.Trigger)
+				assert.Equal(t, ledger.TriggerReconcile, tk.Trigger)
 			}
 			assert.Equal(t, tc.deferred, rec.Deferred)
 			assert.Equal(t, tc.corroborating, rec.Corroborating)
-			if tc.want.gone == mcpsync.StateTombstoned {
+			if tc.want.gone == ledger.StateTombstoned {
 				assert.Equal(t, []string{gone}, rec.Tombstoned)
 				require.Len(t, rec.Receipts, 1)
-				assert.Equal(t, mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceProven, SnapshotID: "snap-1", Scans: []string{c.Scans[len(c.Scans)-1].ID}},
+				assert.Equal(t, ledger.DeletionEvidence{Kind: ledger.EvidenceProven, SnapshotID: "snap-1", Scans: []string{c.Scans[len(c.Scans)-1].ID}},
 					rec.Receipts[0].Evidence)
 			} else {
 				assert.Empty(t, rec.Tombstoned)
@@ -1135,10 +1136,10 @@ func TestScanReceiptGolden(t *testing.T) {
 // Two engines on two fresh ledgers both open session generation 1: only
 // the engine's identity on the receipt tells their catalogs apart.
 func TestCatalogOfAnotherEngineIsRefused(t *testing.T) {
-	caps := mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, SnapshotList: true}
+	caps := ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, SnapshotList: true}
 	clock := newClock()
 	var engines [2]*mcpsync.Engine
-	var receipts [2]mcpsync.CapabilityReceipt
+	var receipts [2]ledger.CapabilityReceipt
 	for i := range engines {
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Now: clock.now})
 		require.NoError(t, err)

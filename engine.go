@@ -13,7 +13,6 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/inplace"
 	"github.com/mcpsync/mcpsync/internal/uri"
-
 	"github.com/mcpsync/mcpsync/ledger"
 )
 
@@ -285,7 +284,7 @@ func (e *Engine) Ledger() ledger.Ledger { return e.ledger }
 // to it. From now on results and notifications of older generations are
 // refused. Subscriptions whose unsubscribe outcome stayed unknown end with
 // their session: they become CLOSED.
-func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
+func (e *Engine) BeginSession(info SessionInfo) (ledger.CapabilityReceipt, error) {
 	return e.beginSessionOf(nil, info)
 }
 
@@ -293,18 +292,18 @@ func (e *Engine) BeginSession(info SessionInfo) (CapabilityReceipt, error) {
 // refused once c no longer does (it was closed, and the engine may drive
 // another Client's sessions by now). Client.release frees the engine under
 // the same lock.
-func (e *Engine) beginSessionOf(c *Client, info SessionInfo) (CapabilityReceipt, error) {
+func (e *Engine) beginSessionOf(c *Client, info SessionInfo) (ledger.CapabilityReceipt, error) {
 	e.sessionMu.Lock()
 	if c != nil && e.driver.Load() != c {
 		e.sessionMu.Unlock()
-		return CapabilityReceipt{}, ErrClientClosed
+		return ledger.CapabilityReceipt{}, ErrClientClosed
 	}
 	gen, err := e.ledger.Next(context.Background(), ledger.CounterSession, 1)
 	if err != nil {
 		e.sessionMu.Unlock()
-		return CapabilityReceipt{}, errorf("allocate session generation: %w", err)
+		return ledger.CapabilityReceipt{}, errorf("allocate session generation: %w", err)
 	}
-	info.Capabilities.Schema = SchemaCapabilityReceipt
+	info.Capabilities.Schema = ledger.SchemaCapabilityReceipt
 	info.Capabilities.SessionGeneration = gen
 	// A generation is unique only within one ledger's lineage: the engine's
 	// identity is what tells a session of another engine (on another
@@ -416,8 +415,8 @@ func resumes(r *ledger.Record) bool {
 		return false
 	}
 	switch st := r.State; {
-	case st.Open(), st == StateSubscribing, st == StateTombstonePending,
-		st == StateTombstoned, st == StateReconciliationRequired:
+	case st.Open(), st == ledger.StateSubscribing, st == ledger.StateTombstonePending,
+		st == ledger.StateTombstoned, st == ledger.StateReconciliationRequired:
 		return true
 	}
 	return false
@@ -529,7 +528,7 @@ type Entry struct {
 	// Contents are shared with the engine: do not modify them.
 	Contents []Content
 	// State is the subscription's state at the time of the lookup.
-	State SubscriptionState
+	State ledger.SubscriptionState
 	// ValidatedAt is the last time the server confirmed this version: when
 	// the newest read that returned it, changed or unchanged, was issued
 	// (the server read the text no earlier), so a slow answer never
@@ -680,7 +679,7 @@ func boundInForce(r *ledger.Record) time.Duration {
 		return 0
 	}
 	switch st := r.State; {
-	case st.Open(), st == StateSubscribing, st == StateReconciliationRequired:
+	case st.Open(), st == ledger.StateSubscribing, st == ledger.StateReconciliationRequired:
 		return r.Sub.StalenessBound
 	}
 	return 0
@@ -793,11 +792,11 @@ func (e *Engine) loadRevoked(ctx context.Context) ([]ledger.RevokedSubject, erro
 
 // Transition is one state change of a subscription generation.
 type Transition struct {
-	URI                    string            `json:"uri"`
-	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
-	From                   SubscriptionState `json:"from"`
-	To                     SubscriptionState `json:"to"`
-	Event                  string            `json:"event"`
+	URI                    string                   `json:"uri"`
+	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
+	From                   ledger.SubscriptionState `json:"from"`
+	To                     ledger.SubscriptionState `json:"to"`
+	Event                  string                   `json:"event"`
 }
 
 // emit tells the observer of the steps path recorded.

@@ -311,7 +311,7 @@ func refusal(reason StaleReason) error {
 // allow. The state is left as it was.
 type TransitionError struct {
 	URI   string
-	From  SubscriptionState
+	From  ledger.SubscriptionState
 	Event string
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -25,7 +26,7 @@ func exampleEngine() *mcpsync.Engine {
 	if _, err := e.Subscribe("file:///notes.md", "user:alice"); err != nil {
 		panic(err)
 	}
-	if _, err := e.Activate("file:///notes.md", mcpsync.ModePush); err != nil {
+	if _, err := e.Activate("file:///notes.md", ledger.ModePush); err != nil {
 		panic(err)
 	}
 	return e
@@ -38,8 +39,8 @@ func note(body string) mcpsync.ReadResult {
 // Read A was sent before read B but answers after it: B's version stays.
 func ExampleEngine_AcceptResourceVersion() {
 	e := exampleEngine()
-	a, _ := e.IssueTicket("file:///notes.md", mcpsync.TriggerNotification)
-	b, _ := e.IssueTicket("file:///notes.md", mcpsync.TriggerNotification)
+	a, _ := e.IssueTicket("file:///notes.md", ledger.TriggerNotification)
+	b, _ := e.IssueTicket("file:///notes.md", ledger.TriggerNotification)
 
 	out, _ := e.AcceptResourceVersion(b, note("newer"))
 	fmt.Println(out.Version.Version.ReadOrdinal, out.Version.Decision)
@@ -79,7 +80,7 @@ func ExampleEngine_Notify() {
 // A read answered after the unsubscribe began changes nothing.
 func ExampleEngine_BeginClose() {
 	e := exampleEngine()
-	inFlight, _ := e.IssueTicket("file:///notes.md", mcpsync.TriggerRevalidate)
+	inFlight, _ := e.IssueTicket("file:///notes.md", ledger.TriggerRevalidate)
 	receipt, _ := e.BeginClose("file:///notes.md")
 	fmt.Println(receipt.State, "closeOrdinal", receipt.CloseOrdinal)
 
@@ -166,9 +167,9 @@ func ExampleEngine_ownTransport() {
 		panic(err)
 	}
 	// Every initialize begins a session: answers of an older one are refused.
-	caps := mcpsync.CapabilityReceipt{
+	caps := ledger.CapabilityReceipt{
 		ProtocolVersion: init.ProtocolVersion,
-		Server:          mcpsync.Implementation{Name: init.ServerInfo.Name, Version: init.ServerInfo.Version},
+		Server:          ledger.Implementation{Name: init.ServerInfo.Name, Version: init.ServerInfo.Version},
 		Resources:       init.Capabilities.Resources != nil,
 	}
 	if _, err := e.BeginSession(mcpsync.SessionInfo{Capabilities: caps}); err != nil {
@@ -179,7 +180,7 @@ func ExampleEngine_ownTransport() {
 	if _, err := e.Subscribe(uri, "user:alice"); err != nil {
 		panic(err)
 	}
-	if _, err := e.Activate(uri, mcpsync.ModePoll); err != nil {
+	if _, err := e.Activate(uri, ledger.ModePoll); err != nil {
 		panic(err)
 	}
 	if _, err := e.PublishStalenessBound(uri, time.Minute); err != nil {
@@ -187,7 +188,7 @@ func ExampleEngine_ownTransport() {
 	}
 
 	// One read: its ticket is issued before the request goes out.
-	t, send, err := e.RequestRead(uri, mcpsync.TriggerInitial)
+	t, send, err := e.RequestRead(uri, ledger.TriggerInitial)
 	if err != nil || !send {
 		panic(err) // !send: a read in flight covers this one
 	}

@@ -26,7 +26,7 @@ func (s *scanner) WithMaxPages(n int) *scanner {
 
 // Corroborate is corroborate: Catalog.Reconcile's step for one
 // TOMBSTONE_PENDING URI an unproven catalog does not list.
-func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (Ticket, bool, error) {
+func (e *Engine) Corroborate(rawURI string, scan AbsenceScan) (ledger.Ticket, bool, error) {
 	return e.corroborate(rawURI, scan)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -89,7 +90,7 @@ func TestFaultCloseVersusReadAcceptRace(t *testing.T) {
 				waitFor(t, hold.Arrived())
 				sub, err := r.c.Unsubscribe(t.Context(), faultURI)
 				require.NoError(t, err)
-				assert.Equal(t, mcpsync.StateClosed, sub.State)
+				assert.Equal(t, ledger.StateClosed, sub.State)
 
 				hold.Release()
 				late := next(t, r.outcomes)
@@ -119,7 +120,7 @@ func TestFaultLateContentAndNotFoundAfterClosed(t *testing.T) {
 
 		sub, err := r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateClosed, sub.State)
+		require.Equal(t, ledger.StateClosed, sub.State)
 		holdContent.Release()
 		holdGone.Release()
 		notFound := 0
@@ -135,7 +136,7 @@ func TestFaultLateContentAndNotFoundAfterClosed(t *testing.T) {
 		assert.Len(t, r.outbox(), 1, "only the version accepted before the close")
 		sub, err = r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.StateClosed, sub.State, "no late tombstone")
+		assert.Equal(t, ledger.StateClosed, sub.State, "no late tombstone")
 	})
 }
 
@@ -160,11 +161,11 @@ func TestFaultUnsubscribeAckLost(t *testing.T) {
 			}
 			sub, err := r.c.Unsubscribe(t.Context(), faultURI)
 			require.NoError(t, err)
-			require.Equal(t, mcpsync.StateUnsubscribeUnknown, sub.State)
+			require.Equal(t, ledger.StateUnsubscribeUnknown, sub.State)
 
 			_, _, err = r.c.Engine().Notify(faultURI)
 			require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "silent: a pulse issues no read")
-			_, err = r.c.Engine().Activate(faultURI, mcpsync.ModePush)
+			_, err = r.c.Engine().Activate(faultURI, ledger.ModePush)
 			require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "never reopened")
 
 			again, err := r.c.Subscribe(t.Context(), faultURI)
@@ -189,7 +190,7 @@ func TestFaultOldSessionNotification(t *testing.T) {
 		require.NoError(t, r.c.Reconnect(t.Context()))
 		reread := next(t, r.outcomes)
 		require.True(t, reread.Accepted)
-		assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+		assert.Equal(t, ledger.TriggerReconnect, reread.Version.Trigger)
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		issued := sub.LastIssuedOrdinal
@@ -272,7 +273,7 @@ func TestFaultCacheHitAfterPermissionRevocation(t *testing.T) {
 	subscribedIn(t, eras, func(t *testing.T, r *rig) {
 		e := r.c.Engine()
 		v := r.outbox()[0].Version
-		require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "embeddings", ArtifactID: "handbook#0", Version: v}))
+		require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "embeddings", ArtifactID: "handbook#0", Version: v}))
 
 		hold := r.faults().HoldNext("resources/read", faultURI)
 		r.srv.Set(faultURI, "text/markdown", "v2")
@@ -290,7 +291,7 @@ func TestFaultCacheHitAfterPermissionRevocation(t *testing.T) {
 		assert.Equal(t, mcpsync.ReasonSubjectRevoked, late.Stale.Reason)
 		var traced []string
 		for _, entry := range r.outbox() {
-			if entry.Reason == mcpsync.InvalidateRevoked {
+			if entry.Reason == ledger.InvalidateRevoked {
 				traced = append(traced, artifactOf(entry))
 			}
 		}
@@ -311,18 +312,18 @@ func TestFaultSubscribeFailsAfterRecording(t *testing.T) {
 	defer c.Close()
 	sub, err := c.Subscribe(t.Context(), faultURI)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.ModePoll, sub.Mode, "a failed subscribe is not a subscription")
+	assert.Equal(t, ledger.ModePoll, sub.Mode, "a failed subscribe is not a subscription")
 	require.True(t, srv.Subscribed(faultURI), "although the server recorded it")
 	require.True(t, next(t, outcomes).Accepted)
 	srv.Set(faultURI, "text/markdown", "v2")
 	out := next(t, outcomes)
 	require.True(t, out.Accepted)
-	assert.Equal(t, mcpsync.TriggerNotification, out.Version.Trigger)
+	assert.Equal(t, ledger.TriggerNotification, out.Version.Trigger)
 
 	// The server recorded the subscription, so it is told of the close.
 	sub, err = c.Unsubscribe(t.Context(), faultURI)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateClosed, sub.State)
+	assert.Equal(t, ledger.StateClosed, sub.State)
 	assert.False(t, srv.Subscribed(faultURI), "the server's record is cleared")
 }
 
@@ -351,11 +352,11 @@ func TestListenStreamEndReestablishes(t *testing.T) {
 		reread := next(t, r.outcomes)
 		require.True(t, reread.Accepted)
 		assert.Equal(t, mcpsync.DecisionAccepted, reread.Version.Decision)
-		assert.Equal(t, mcpsync.TriggerReconnect, reread.Version.Trigger)
+		assert.Equal(t, ledger.TriggerReconnect, reread.Version.Trigger)
 		after, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		assert.Equal(t, before.SubscriptionGeneration+1, after.SubscriptionGeneration)
-		assert.Equal(t, mcpsync.ModePush, after.Mode)
+		assert.Equal(t, ledger.ModePush, after.Mode)
 		assert.Equal(t, "v2", r.served(), "the re-read caught what the gap lost")
 
 		r.srv.Set(faultURI, "text/markdown", "v3")

@@ -52,7 +52,7 @@ const (
 // sameIdentity reports whether t is the ticket held as issued: a ticket is
 // a value a caller may store, copy or send through JSON, so the fence
 // compares all of it, never trusting a field it did not record.
-func sameIdentity(t, held *Ticket) bool {
+func sameIdentity(t, held *ledger.Ticket) bool {
 	return t.RequestID == held.RequestID && t.ReadOrdinal == held.ReadOrdinal && t.URI == held.URI && t.Engine == held.Engine &&
 		t.SessionGeneration == held.SessionGeneration && t.SubscriptionGeneration == held.SubscriptionGeneration &&
 		t.Subject == held.Subject && t.Trigger == held.Trigger && t.IssuedAt.Equal(held.IssuedAt)
@@ -65,10 +65,10 @@ func sameIdentity(t, held *Ticket) bool {
 //
 // Most callers want Notify or RequestRead, which coalesce reads; IssueTicket
 // does not, so it can put several reads of one URI in flight.
-func (e *Engine) IssueTicket(rawURI string, trigger Trigger) (Ticket, error) {
+func (e *Engine) IssueTicket(rawURI string, trigger ledger.Trigger) (ledger.Ticket, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
-		return Ticket{}, err
+		return ledger.Ticket{}, err
 	}
 	return e.issue(key, trigger, nil, nil)
 }
@@ -79,8 +79,8 @@ var errGenerationMoved = errors.New("mcpsync: subscription generation moved on")
 
 // issue hands out a ticket of the URI's current generation, or, with want
 // set, of that generation only (errGenerationMoved otherwise).
-func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledger.Record) (Ticket, error) {
-	var t Ticket
+func (e *Engine) issue(key string, trigger ledger.Trigger, want *queueKey, loaded *ledger.Record) (ledger.Ticket, error) {
+	var t ledger.Ticket
 	var path transitions
 	var id uint64
 	// The clock is user code: on the memory ledger, whose lock the step
@@ -107,7 +107,7 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledg
 				return false, errGenerationMoved
 			}
 			if len(ended) > 0 {
-				next.Tickets = slices.DeleteFunc(next.Tickets, func(t Ticket) bool { return slices.Contains(ended, t.RequestID) })
+				next.Tickets = slices.DeleteFunc(next.Tickets, func(t ledger.Ticket) bool { return slices.Contains(ended, t.RequestID) })
 			}
 			if len(next.Tickets) >= e.maxTickets {
 				return false, fmt.Errorf("%w: %s has %d reads in flight", ErrTooManyReads, key, len(next.Tickets))
@@ -143,7 +143,7 @@ func (e *Engine) issue(key string, trigger Trigger, want *queueKey, loaded *ledg
 			return true, nil
 		})
 		if err != nil {
-			return Ticket{}, err
+			return ledger.Ticket{}, err
 		}
 		if len(ended) > 0 {
 			e.forgetEnded(key, ended)
@@ -167,7 +167,7 @@ type Outcome struct {
 	Tombstone *TombstoneReceipt
 	// FollowUp is the coalesced read to send next, if notifications arrived
 	// while this one was in flight (set by FinishRead only).
-	FollowUp *Ticket
+	FollowUp *ledger.Ticket
 	// FollowUpErr, a *ReadError, says the follow-up read could not be
 	// issued (a ledger write failed): the notifications it was for are
 	// owed a read, to ask for again with RequestRead (set by FinishRead
@@ -224,7 +224,7 @@ func (o Outcome) Withdrawn() bool {
 // outbox entry, and returns a *RefusalError matching ErrRefused and the
 // sentinel of its reason. Refusals that need no ledger write (stale ordinal,
 // generation mismatch, after close, unknown request) do not allocate.
-func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (out Outcome, err error) {
+func (e *Engine) AcceptResourceVersion(t ledger.Ticket, r ReadResult) (out Outcome, err error) {
 	// The outcome is written where it is returned from, once: it is half
 	// a kilobyte, and copying it cost the stale path more than its check.
 	if e.mem != nil && e.guard == nil {
@@ -238,7 +238,7 @@ func (e *Engine) AcceptResourceVersion(t Ticket, r ReadResult) (out Outcome, err
 // acceptChecked is AcceptResourceVersion on a ledger written by
 // compare-and-swap, or with a guard: the record as it is refuses most stale
 // results before the guard runs, and the write checks again. out is zero.
-func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
+func (e *Engine) acceptChecked(out *Outcome, t *ledger.Ticket, r *ReadResult) error {
 	ctx := context.Background()
 	var cur *ledger.Record // as loaded, on a ledger written by compare-and-swap
 	var seen fenceView
@@ -305,7 +305,7 @@ func (e *Engine) acceptChecked(out *Outcome, t *Ticket, r *ReadResult) error {
 // guard: the check of the record as it is and the write are one step
 // under the ledger's lock (memTx), and a refusal costs no copy. out is
 // zero.
-func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
+func (e *Engine) acceptInPlace(out *Outcome, t *ledger.Ticket, r *ReadResult) error {
 	if e.mem.RevokedGeneration() != e.revokedGen.Load() {
 		if err := e.syncRevoked(context.Background()); err != nil {
 			return err
@@ -333,7 +333,7 @@ func (e *Engine) acceptInPlace(out *Outcome, t *Ticket, r *ReadResult) error {
 // why is what the check of tx's record said: "" or RECONCILIATION_REQUIRED.
 //
 //go:noinline
-func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *Ticket, r *ReadResult, now time.Time, why StaleReason) error {
+func (e *Engine) acceptLocked(tx *memTx, out *Outcome, t *ledger.Ticket, r *ReadResult, now time.Time, why StaleReason) error {
 	defer tx.end()
 	a := acceptStep{e: e, now: now, checked: true, why: why}
 	var next *ledger.Record
@@ -378,7 +378,7 @@ type acceptStep struct {
 }
 
 // step is the write of a result (stepFunc).
-func (a *acceptStep) step(cur, next *ledger.Record, entries *[]OutboxEntry, out *Outcome, t *Ticket, r *ReadResult) (bool, error) {
+func (a *acceptStep) step(cur, next *ledger.Record, entries *[]OutboxEntry, out *Outcome, t *ledger.Ticket, r *ReadResult) (bool, error) {
 	e := a.e
 	if a.tried {
 		*out = Outcome{} // a compare-and-swap that lost runs the step again
@@ -428,7 +428,7 @@ func (a *acceptStep) step(cur, next *ledger.Record, entries *[]OutboxEntry, out 
 
 // accepted tells the observer and completes the outcome of a step whose
 // write, if any, is stored.
-func (e *Engine) accepted(a *acceptStep, out *Outcome, t *Ticket, r *ReadResult, seq uint64) error {
+func (e *Engine) accepted(a *acceptStep, out *Outcome, t *ledger.Ticket, r *ReadResult, seq uint64) error {
 	if a.reason != "" {
 		e.emit(t.URI, &a.path)
 		now := a.now
@@ -492,7 +492,7 @@ func runGuard(g ContentGuard, uri string, contents []Content) (err error) {
 }
 
 // check applies the identity part of the fence rule to the record as stored.
-func (e *Engine) check(cur *ledger.Record, t *Ticket) (StaleReason, bool) {
+func (e *Engine) check(cur *ledger.Record, t *ledger.Ticket) (StaleReason, bool) {
 	switch {
 	case cur == nil || cur.Sub == nil:
 		return ReasonUnknownRequest, false
@@ -517,7 +517,7 @@ func (e *Engine) check(cur *ledger.Record, t *Ticket) (StaleReason, bool) {
 	return "", true
 }
 
-func holdsTicket(cur *ledger.Record, t *Ticket) bool {
+func holdsTicket(cur *ledger.Record, t *ledger.Ticket) bool {
 	for i := range cur.Tickets {
 		if held := &cur.Tickets[i]; held.ReadOrdinal == t.ReadOrdinal {
 			return sameIdentity(t, held)
@@ -530,7 +530,7 @@ func holdsTicket(cur *ledger.Record, t *Ticket) bool {
 // be good; a refusal here spends the ticket.
 // It returns the reason, a detail, and the cause to wrap, each said once:
 // a read prepared with its own refusal lends its reason, detail and cause.
-func (e *Engine) checkContent(cur *ledger.Record, t *Ticket, r *ReadResult) (StaleReason, string, error) {
+func (e *Engine) checkContent(cur *ledger.Record, t *ledger.Ticket, r *ReadResult) (StaleReason, string, error) {
 	if !cur.State.Open() {
 		return ReasonNotActive, "", nil
 	}
@@ -560,7 +560,7 @@ func (e *Engine) checkContent(cur *ledger.Record, t *Ticket, r *ReadResult) (Sta
 
 // accept writes into next, a copy of cur, the record of a result that
 // passed, and appends its outbox entries to *entries.
-func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guardErr error, now time.Time, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
+func (e *Engine) accept(cur, next *ledger.Record, t *ledger.Ticket, r *ReadResult, guardErr error, now time.Time, out *Outcome, path *transitions, entries *[]OutboxEntry) (bool, error) {
 	next.Watermark = t.ReadOrdinal
 	v := ResourceVersion{
 		Schema:                 SchemaResourceVersion,
@@ -590,7 +590,7 @@ func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guar
 	}
 	// The outbox entry of a version (quarantined or updated), written
 	// where the ledger takes it from.
-	entry := func(reason InvalidationReason) {
+	entry := func(reason ledger.InvalidationReason) {
 		*entries = append(*entries, OutboxEntry{})
 		en := &(*entries)[len(*entries)-1]
 		en.Schema, en.URI, en.Reason, en.Subject, en.At = SchemaInvalidation, t.URI, reason, t.Subject, now
@@ -640,7 +640,7 @@ func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guar
 		}
 		out.Version.Decision = DecisionTombstonePending
 		next.NotFoundAt, next.NotFoundOrdinal = now, t.ReadOrdinal
-		if keepsCorroboration(cur, *t) && slices.ContainsFunc(cur.Tickets, func(held Ticket) bool { return held.ReadOrdinal > t.ReadOrdinal }) {
+		if keepsCorroboration(cur, *t) && slices.ContainsFunc(cur.Tickets, func(held ledger.Ticket) bool { return held.ReadOrdinal > t.ReadOrdinal }) {
 			// An answer older than the corroboration's second read, which
 			// is still out: that read decides, so the state stays open
 			// for it.
@@ -670,7 +670,7 @@ func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guar
 		sv := e.versionFor(cur, next)
 		*sv = ledger.StoredVersion{Version: v, Status: ledger.VersionQuarantined}
 		next.Current = sv
-		entry(InvalidateQuarantined)
+		entry(ledger.InvalidateQuarantined)
 		return true, nil
 
 	case cur.Current != nil && cur.Current.Status == ledger.VersionServed &&
@@ -697,7 +697,7 @@ func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guar
 		sv := e.versionFor(cur, next)
 		sv.Version, sv.Contents, sv.Status = v, r.contents, ledger.VersionServed
 		next.Current = sv
-		entry(InvalidateUpdated)
+		entry(ledger.InvalidateUpdated)
 		return true, nil
 	}
 }
@@ -706,7 +706,7 @@ func (e *Engine) accept(cur, next *ledger.Record, t *Ticket, r *ReadResult, guar
 // when it was issued, since the server read the text at some moment
 // between then and its answer, so the answer's latency never stretches a
 // staleness bound. It never goes back past a confirmation already held.
-func confirmedAt(cur *ledger.Record, t *Ticket) time.Time {
+func confirmedAt(cur *ledger.Record, t *ledger.Ticket) time.Time {
 	if cur.ValidatedAt.After(t.IssuedAt) {
 		return cur.ValidatedAt
 	}
@@ -738,9 +738,9 @@ func settle(next *ledger.Record, path *transitions, ord uint64, passed bool) {
 	}
 	next.Tickets = kept
 	switch {
-	case len(kept) == 0 && (next.State == StateReadPending || next.State == StateVersionAccepted):
+	case len(kept) == 0 && (next.State == ledger.StateReadPending || next.State == ledger.StateVersionAccepted):
 		_ = path.move(next, evSettle)
-	case len(kept) > 0 && next.State == StateVersionAccepted:
+	case len(kept) > 0 && next.State == ledger.StateVersionAccepted:
 		_ = path.move(next, evReadsInFlight)
 	}
 }
@@ -749,7 +749,7 @@ func settle(next *ledger.Record, path *transitions, ord uint64, passed bool) {
 // result, taken while the record is at hand.
 type fenceView struct {
 	known                   bool // there was a record
-	state                   SubscriptionState
+	state                   ledger.SubscriptionState
 	watermark, closeOrdinal uint64
 }
 
@@ -762,7 +762,7 @@ func viewOf(r *ledger.Record) fenceView {
 
 // refuse records a stale receipt and writes it into out, which must be
 // zero (the outcome of a refusal is its receipt alone).
-func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, cause error, now time.Time) error {
+func (e *Engine) refuse(out *Outcome, cur fenceView, t *ledger.Ticket, r *ReadResult, reason StaleReason, detail string, cause error, now time.Time) error {
 	e.audit.record(e.stale(out, cur, t, r, reason, detail, now))
 	if detail != "" {
 		return &RefusalError{Reason: reason, Detail: detail, Err: cause}
@@ -772,7 +772,7 @@ func (e *Engine) refuse(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, r
 
 // stale writes into out, which must be zero, the stale receipt of a
 // refusal and returns it.
-func (e *Engine) stale(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, reason StaleReason, detail string, now time.Time) *StaleReceipt {
+func (e *Engine) stale(out *Outcome, cur fenceView, t *ledger.Ticket, r *ReadResult, reason StaleReason, detail string, now time.Time) *StaleReceipt {
 	s := &out.Stale
 	s.Schema = SchemaStaleReceipt
 	s.Reason = reason
@@ -792,7 +792,7 @@ func (e *Engine) stale(out *Outcome, cur fenceView, t *Ticket, r *ReadResult, re
 // AbandonRead settles a ticket whose read failed without an answer (transport
 // error, timeout, cancellation). Nothing becomes visible; the ordinal is
 // spent, so a late answer to it is refused.
-func (e *Engine) AbandonRead(t Ticket) error {
+func (e *Engine) AbandonRead(t ledger.Ticket) error {
 	var path transitions
 	// Deferred, like the ticket it settles.
 	_, err := e.change(t.URI, nil, false, true, func(cur, next *ledger.Record, _ *[]OutboxEntry) (bool, error) {
@@ -845,7 +845,7 @@ func (e *Engine) tombstoneUnlisted(key string, cur, next *ledger.Record, path *t
 // deletion of cur on evidence ev, and returns the outbox entry to append
 // with it (none for a version consumers were already told to delete:
 // tombstoned by an earlier generation, or revoked) and its receipt.
-func (e *Engine) tombstone(key string, cur, next *ledger.Record, ev DeletionEvidence, now time.Time) ([]OutboxEntry, TombstoneReceipt) {
+func (e *Engine) tombstone(key string, cur, next *ledger.Record, ev ledger.DeletionEvidence, now time.Time) ([]OutboxEntry, TombstoneReceipt) {
 	next.Tickets, next.Corroboration, next.TombstonedAt = nil, nil, now
 	rc := TombstoneReceipt{
 		Schema: SchemaTombstoneReceipt, URI: key, SessionGeneration: cur.Sub.SessionGeneration,
@@ -859,7 +859,7 @@ func (e *Engine) tombstone(key string, cur, next *ledger.Record, ev DeletionEvid
 	sv.Status, sv.Contents = ledger.VersionTombstoned, nil
 	next.Current = sv
 	return []OutboxEntry{{
-		Schema: SchemaInvalidation, URI: key, Reason: InvalidateTombstoned,
+		Schema: SchemaInvalidation, URI: key, Reason: ledger.InvalidateTombstoned,
 		Previous: cur.Current.Version, Subject: cur.Current.Version.Subject, Evidence: &ev, At: now,
 	}}, rc
 }

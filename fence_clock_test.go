@@ -47,17 +47,17 @@ func TestClockIsReadBeforeTheLedgerLockWithAGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.BeginSession(SessionInfo{Capabilities: CapabilityReceipt{Resources: true, Subscribe: true}}); err != nil {
+	if _, err := e.BeginSession(SessionInfo{Capabilities: ledger.CapabilityReceipt{Resources: true, Subscribe: true}}); err != nil {
 		t.Fatal(err)
 	}
 	const doc = "file:///docs/a.md"
 	if _, err := e.Subscribe(doc, "user:alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Activate(doc, ModePush); err != nil {
+	if _, err := e.Activate(doc, ledger.ModePush); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := e.IssueTicket(doc, TriggerInitial)
+	tk, err := e.IssueTicket(doc, ledger.TriggerInitial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestClockIsNeverReadUnderTheLedgerLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.BeginSession(SessionInfo{Capabilities: CapabilityReceipt{Resources: true, Subscribe: true}}); err != nil {
+		if _, err := e.BeginSession(SessionInfo{Capabilities: ledger.CapabilityReceipt{Resources: true, Subscribe: true}}); err != nil {
 			t.Fatal(err)
 		}
 		const doc, alice = "file:///docs/a.md", "user:alice"
@@ -111,9 +111,9 @@ func TestClockIsNeverReadUnderTheLedgerLock(t *testing.T) {
 		}
 		_, err = e.Subscribe(doc, alice)
 		must("subscribe", err)
-		_, err = e.Activate(doc, ModePush)
+		_, err = e.Activate(doc, ledger.ModePush)
 		must("activate", err)
-		tk, err := e.IssueTicket(doc, TriggerInitial)
+		tk, err := e.IssueTicket(doc, ledger.TriggerInitial)
 		must("issue", err)
 		_, err = e.AcceptResourceVersion(tk, read("v1"))
 		must("accept", err)
@@ -129,14 +129,14 @@ func TestClockIsNeverReadUnderTheLedgerLock(t *testing.T) {
 		e.Sending(tk)
 		_, err = e.FinishRead(tk, read("v2"))
 		must("finish read", err)
-		tk, err = e.IssueTicket(doc, TriggerRevalidate)
+		tk, err = e.IssueTicket(doc, ledger.TriggerRevalidate)
 		must("issue", err)
 		must("abandon", e.AbandonRead(tk))
 		_, err = e.Lookup(alice, doc, RequireFresh())
 		if err != nil && !errors.Is(err, ErrStale) {
 			t.Fatalf("lookup: %v", err)
 		}
-		must("record derived", e.RecordDerived(DerivedArtifact{Index: "idx", ArtifactID: "a1", Version: ResourceVersion{URI: doc, Subject: alice}}))
+		must("record derived", e.RecordDerived(ledger.DerivedArtifact{Index: "idx", ArtifactID: "a1", Version: ResourceVersion{URI: doc, Subject: alice}}))
 		_, err = e.RevokeSubject("user:mallory")
 		must("revoke", err)
 		_, err = e.BeginClose(doc)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 const (
@@ -37,8 +38,8 @@ func newEngine(t testing.TB, opts *mcpsync.EngineOptions) *mcpsync.Engine {
 	}
 	e, err := mcpsync.NewEngine(opts)
 	require.NoError(t, err)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "test-server", Version: "1.0.0"},
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"},
 		Resources: true, Subscribe: true,
 	}})
 	require.NoError(t, err)
@@ -51,7 +52,7 @@ func activeEngine(t testing.TB, opts *mcpsync.EngineOptions) *mcpsync.Engine {
 	e := newEngine(t, opts)
 	_, err := e.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
 	return e
 }
@@ -60,7 +61,7 @@ func text(uri, body string) mcpsync.ReadResult {
 	return mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/markdown", Text: body}})
 }
 
-func issue(t testing.TB, e *mcpsync.Engine, trigger mcpsync.Trigger) mcpsync.Ticket {
+func issue(t testing.TB, e *mcpsync.Engine, trigger ledger.Trigger) ledger.Ticket {
 	t.Helper()
 	tk, err := e.IssueTicket(docURI, trigger)
 	require.NoError(t, err)
@@ -69,7 +70,7 @@ func issue(t testing.TB, e *mcpsync.Engine, trigger mcpsync.Trigger) mcpsync.Tic
 
 // acceptRead issues a read of docURI for trigger and checks that the
 // fence accepts body as its answer.
-func acceptRead(t testing.TB, e *mcpsync.Engine, trigger mcpsync.Trigger, body string) mcpsync.Outcome {
+func acceptRead(t testing.TB, e *mcpsync.Engine, trigger ledger.Trigger, body string) mcpsync.Outcome {
 	t.Helper()
 	out, err := e.AcceptResourceVersion(issue(t, e, trigger), text(docURI, body))
 	require.NoError(t, err)
@@ -102,15 +103,15 @@ func appendedEntry(t testing.TB, e *mcpsync.Engine, before int) mcpsync.OutboxEn
 
 // readsFiveAndSix returns an engine whose ordinals 1-4 were accepted and
 // the tickets of reads A (ordinal 5) and B (ordinal 6), both in flight.
-func readsFiveAndSix(t *testing.T) (*mcpsync.Engine, mcpsync.Ticket, mcpsync.Ticket) {
+func readsFiveAndSix(t *testing.T) (*mcpsync.Engine, ledger.Ticket, ledger.Ticket) {
 	t.Helper()
 	e := activeEngine(t, nil)
 	for range 4 {
-		tk := issue(t, e, mcpsync.TriggerRevalidate)
+		tk := issue(t, e, ledger.TriggerRevalidate)
 		_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
 		require.NoError(t, err)
 	}
-	return e, issue(t, e, mcpsync.TriggerNotification), issue(t, e, mcpsync.TriggerNotification)
+	return e, issue(t, e, ledger.TriggerNotification), issue(t, e, ledger.TriggerNotification)
 }
 
 // The seed's first example: B (ordinal 6) returns before A (ordinal 5);
@@ -170,15 +171,15 @@ func TestCloseVersusReadAcceptRace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := activeEngine(t, nil)
-			acceptRead(t, e, mcpsync.TriggerInitial, "kept")
-			inFlight := issue(t, e, mcpsync.TriggerNotification)
+			acceptRead(t, e, ledger.TriggerInitial, "kept")
+			inFlight := issue(t, e, ledger.TriggerNotification)
 			before := outbox(t, e)
 
 			rc, err := e.BeginClose(docURI)
 			require.NoError(t, err)
 			assert.Equal(t, inFlight.ReadOrdinal, rc.CloseOrdinal)
 			assert.NotZero(t, rc.CloseEpoch)
-			assert.Equal(t, mcpsync.StateUnsubscribing, rc.State)
+			assert.Equal(t, ledger.StateUnsubscribing, rc.State)
 
 			out, err := e.AcceptResourceVersion(inFlight, tc.result)
 			require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
@@ -188,7 +189,7 @@ func TestCloseVersusReadAcceptRace(t *testing.T) {
 			// Unsubscribe stops notifications; cached content stays.
 			assert.Equal(t, "kept", served(t, e))
 
-			_, err = e.IssueTicket(docURI, mcpsync.TriggerRevalidate)
+			_, err = e.IssueTicket(docURI, ledger.TriggerRevalidate)
 			require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "no ordinal after closeOrdinal")
 		})
 	}
@@ -199,17 +200,17 @@ func TestCloseVersusReadAcceptRace(t *testing.T) {
 func TestLateContentAndNotFoundAfterClosed(t *testing.T) {
 	for _, acked := range []bool{true, false} {
 		e := activeEngine(t, nil)
-		tk := issue(t, e, mcpsync.TriggerInitial)
-		notFound := issue(t, e, mcpsync.TriggerNotification)
+		tk := issue(t, e, ledger.TriggerInitial)
+		notFound := issue(t, e, ledger.TriggerNotification)
 		_, err := e.BeginClose(docURI)
 		require.NoError(t, err)
 		sub, err := e.FinishClose(docURI, acked)
 		require.NoError(t, err)
 		if acked {
-			assert.Equal(t, mcpsync.StateClosed, sub.State)
+			assert.Equal(t, ledger.StateClosed, sub.State)
 			assert.False(t, sub.EndedAt.IsZero())
 		} else {
-			assert.Equal(t, mcpsync.StateUnsubscribeUnknown, sub.State)
+			assert.Equal(t, ledger.StateUnsubscribeUnknown, sub.State)
 		}
 		_, err = e.AcceptResourceVersion(tk, text(docURI, "late"))
 		require.ErrorIs(t, err, mcpsync.ErrStaleAfterClose)
@@ -227,16 +228,16 @@ func TestLateContentAndNotFoundAfterClosed(t *testing.T) {
 // and a later Subscribe is a new generation whose fence starts afresh.
 func TestUnsubscribeAckLost(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
 	require.NoError(t, err)
 	_, err = e.BeginClose(docURI)
 	require.NoError(t, err)
 	sub, err := e.FinishClose(docURI, false)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.StateUnsubscribeUnknown, sub.State)
+	require.Equal(t, ledger.StateUnsubscribeUnknown, sub.State)
 
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "never reopened")
 	_, _, err = e.Notify(docURI)
 	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition, "silent: a pulse issues no read")
@@ -244,7 +245,7 @@ func TestUnsubscribeAckLost(t *testing.T) {
 	again, err := e.Subscribe(docURI, alice)
 	require.NoError(t, err)
 	assert.Equal(t, sub.SubscriptionGeneration+1, again.SubscriptionGeneration)
-	assert.Equal(t, mcpsync.StateSubscribing, again.State)
+	assert.Equal(t, ledger.StateSubscribing, again.State)
 	assert.Zero(t, again.Watermark)
 	assert.Equal(t, "v1", served(t, e), "cached content survives the close")
 }
@@ -254,9 +255,9 @@ func TestUnsubscribeAckLost(t *testing.T) {
 func TestOldGenerationNeverOverwritesNew(t *testing.T) {
 	t.Run("subscription generation", func(t *testing.T) {
 		e := activeEngine(t, nil)
-		old := issue(t, e, mcpsync.TriggerInitial)
+		old := issue(t, e, ledger.TriggerInitial)
 		resubscribe(t, e)
-		fresh := issue(t, e, mcpsync.TriggerInitial)
+		fresh := issue(t, e, ledger.TriggerInitial)
 		require.Equal(t, old.ReadOrdinal, fresh.ReadOrdinal, "ordinals restart per generation")
 		_, err := e.AcceptResourceVersion(fresh, text(docURI, "new"))
 		require.NoError(t, err)
@@ -269,7 +270,7 @@ func TestOldGenerationNeverOverwritesNew(t *testing.T) {
 	})
 	t.Run("session generation", func(t *testing.T) {
 		e := activeEngine(t, nil)
-		old := issue(t, e, mcpsync.TriggerInitial)
+		old := issue(t, e, ledger.TriggerInitial)
 		_, err := e.BeginSession(mcpsync.SessionInfo{})
 		require.NoError(t, err)
 		_, err = e.AcceptResourceVersion(old, text(docURI, "old session"))
@@ -285,54 +286,54 @@ func TestEveryRefusalReason(t *testing.T) {
 	otherURI := "file:///docs/b.md"
 	cases := []struct {
 		name   string
-		setup  func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult)
+		setup  func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult)
 		reason mcpsync.StaleReason
 		target error
 	}{
-		{"unknown request id", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			tk := issue(t, e, mcpsync.TriggerInitial)
+		{"unknown request id", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, ledger.TriggerInitial)
 			tk.RequestID += 100
 			return tk, text(docURI, "x")
 		}, mcpsync.ReasonUnknownRequest, mcpsync.ErrUnknownRequest},
-		{"ticket for a URI never subscribed", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			tk := issue(t, e, mcpsync.TriggerInitial)
+		{"ticket for a URI never subscribed", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, ledger.TriggerInitial)
 			tk.URI = otherURI
 			return tk, text(otherURI, "x")
 		}, mcpsync.ReasonUnknownRequest, mcpsync.ErrUnknownRequest},
-		{"settled ticket delivered twice", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			tk := issue(t, e, mcpsync.TriggerInitial)
+		{"settled ticket delivered twice", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, ledger.TriggerInitial)
 			_, err := e.AcceptResourceVersion(tk, text(docURI, "x"))
 			require.NoError(t, err)
 			return tk, text(docURI, "x")
 		}, mcpsync.ReasonStaleOrdinal, mcpsync.ErrStaleOrdinal},
-		{"abandoned ticket answered late", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			tk := issue(t, e, mcpsync.TriggerInitial)
+		{"abandoned ticket answered late", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, ledger.TriggerInitial)
 			require.NoError(t, e.AbandonRead(tk))
 			return tk, text(docURI, "x")
 		}, mcpsync.ReasonUnknownRequest, mcpsync.ErrUnknownRequest},
-		{"ordinal the ledger never issued", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			tk := issue(t, e, mcpsync.TriggerInitial)
+		{"ordinal the ledger never issued", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, ledger.TriggerInitial)
 			tk.ReadOrdinal += 7
 			return tk, text(docURI, "x")
 		}, mcpsync.ReasonReconciliationRequired, mcpsync.ErrReconciliationRequired},
-		{"wrong URI in contents", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			return issue(t, e, mcpsync.TriggerInitial), text(otherURI, "x")
+		{"wrong URI in contents", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			return issue(t, e, ledger.TriggerInitial), text(otherURI, "x")
 		}, mcpsync.ReasonURIMismatch, mcpsync.ErrURIMismatch},
-		{"empty contents", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			return issue(t, e, mcpsync.TriggerInitial), mcpsync.NewReadResult(nil)
+		{"empty contents", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			return issue(t, e, ledger.TriggerInitial), mcpsync.NewReadResult(nil)
 		}, mcpsync.ReasonEmptyContents, mcpsync.ErrEmptyContents},
-		{"content URI that is not a URI", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			return issue(t, e, mcpsync.TriggerInitial), text("no scheme", "x")
+		{"content URI that is not a URI", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			return issue(t, e, ledger.TriggerInitial), text("no scheme", "x")
 		}, mcpsync.ReasonInvalidContent, mcpsync.ErrInvalidContent},
-		{"subject revoked while the read was in flight", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			tk := issue(t, e, mcpsync.TriggerInitial)
+		{"subject revoked while the read was in flight", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			tk := issue(t, e, ledger.TriggerInitial)
 			_, err := e.RevokeSubject(alice)
 			require.NoError(t, err)
 			return tk, text(docURI, "x")
 		}, mcpsync.ReasonSubjectRevoked, mcpsync.ErrSubjectRevoked},
-		{"result while a tombstone is pending", func(t *testing.T, e *mcpsync.Engine) (mcpsync.Ticket, mcpsync.ReadResult) {
-			gone := issue(t, e, mcpsync.TriggerInitial)
-			later := issue(t, e, mcpsync.TriggerNotification)
+		{"result while a tombstone is pending", func(t *testing.T, e *mcpsync.Engine) (ledger.Ticket, mcpsync.ReadResult) {
+			gone := issue(t, e, ledger.TriggerInitial)
+			later := issue(t, e, ledger.TriggerNotification)
 			_, err := e.AcceptResourceVersion(gone, mcpsync.NotFoundResult())
 			require.NoError(t, err)
 			return later, text(docURI, "x")
@@ -363,26 +364,26 @@ func TestEveryRefusalReason(t *testing.T) {
 // Bad input spends its ticket but loses nothing already accepted.
 func TestBadInputLosesNothingAccepted(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "good"))
 	require.NoError(t, err)
 	for _, bad := range []mcpsync.ReadResult{mcpsync.NewReadResult(nil), text("file:///elsewhere", "x")} {
-		tk := issue(t, e, mcpsync.TriggerNotification)
+		tk := issue(t, e, ledger.TriggerNotification)
 		_, err := e.AcceptResourceVersion(tk, bad)
 		require.ErrorIs(t, err, mcpsync.ErrRefused)
 		assert.Equal(t, "good", served(t, e))
 	}
 	sub, err := e.Subscription(docURI)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateActive, sub.State, "a spent ticket leaves no read pending")
+	assert.Equal(t, ledger.StateActive, sub.State, "a spent ticket leaves no read pending")
 }
 
 func TestUnchangedDigestRaisesWatermarkWithoutOutbox(t *testing.T) {
 	e := activeEngine(t, nil)
-	first := issue(t, e, mcpsync.TriggerInitial)
+	first := issue(t, e, ledger.TriggerInitial)
 	_, err := e.AcceptResourceVersion(first, text(docURI, "same"))
 	require.NoError(t, err)
-	again := issue(t, e, mcpsync.TriggerRevalidate)
+	again := issue(t, e, ledger.TriggerRevalidate)
 	out, err := e.AcceptResourceVersion(again, text(docURI, "same").WithLastModified("2026-11-30T10:00:00Z"))
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionUnchanged, out.Version.Decision)
@@ -397,16 +398,16 @@ func TestUnchangedDigestRaisesWatermarkWithoutOutbox(t *testing.T) {
 func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
 	for _, present := range []bool{false, true} {
 		e := activeEngine(t, nil)
-		tk := issue(t, e, mcpsync.TriggerInitial)
+		tk := issue(t, e, ledger.TriggerInitial)
 		_, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
 		require.NoError(t, err)
-		gone := issue(t, e, mcpsync.TriggerNotification)
+		gone := issue(t, e, ledger.TriggerNotification)
 		out, err := e.AcceptResourceVersion(gone, mcpsync.NotFoundResult())
 		require.NoError(t, err)
 		assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 		sub, err := e.Subscription(docURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+		require.Equal(t, ledger.StateTombstonePending, sub.State)
 		_, err = e.Lookup(alice, docURI)
 		require.ErrorIs(t, err, mcpsync.ErrTombstonePending)
 		require.Len(t, outbox(t, e), 1, "the tombstone waits for reconciliation")
@@ -417,18 +418,18 @@ func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
 		require.NoError(t, err)
 		if present {
 			require.True(t, ok)
-			assert.Equal(t, mcpsync.TriggerReconcile, reread.Trigger)
-			assert.Equal(t, mcpsync.StateReadPending, sub.State)
+			assert.Equal(t, ledger.TriggerReconcile, reread.Trigger)
+			assert.Equal(t, ledger.StateReadPending, sub.State)
 			_, err = e.FinishRead(reread, text(docURI, "v2"))
 			require.NoError(t, err)
 			assert.Equal(t, "v2", served(t, e))
 			continue
 		}
 		assert.False(t, ok)
-		assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+		assert.Equal(t, ledger.StateTombstoned, sub.State)
 		entries := outbox(t, e)
 		require.Len(t, entries, 2)
-		assert.Equal(t, mcpsync.InvalidateTombstoned, entries[1].Reason)
+		assert.Equal(t, ledger.InvalidateTombstoned, entries[1].Reason)
 		assert.Equal(t, "v1", textOf(t, entries[0]))
 		_, err = e.Lookup(alice, docURI)
 		require.ErrorIs(t, err, mcpsync.ErrTombstoned)
@@ -445,12 +446,12 @@ func textOf(t *testing.T, entry mcpsync.OutboxEntry) string {
 
 func TestContentGuardQuarantines(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Guard: mcpsync.Guards(mcpsync.MaxBytes(8), mcpsync.AllowMIME("text/*"))})
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "short"))
 	require.NoError(t, err)
 
-	older := issue(t, e, mcpsync.TriggerNotification)
-	big := issue(t, e, mcpsync.TriggerNotification)
+	older := issue(t, e, ledger.TriggerNotification)
+	big := issue(t, e, ledger.TriggerNotification)
 	out, err := e.AcceptResourceVersion(big, text(docURI, "far too long for the guard"))
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
@@ -459,17 +460,17 @@ func TestContentGuardQuarantines(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrQuarantined, "neither the refused nor the superseded version is served")
 	entries := outbox(t, e)
 	require.Len(t, entries, 2)
-	assert.Equal(t, mcpsync.InvalidateQuarantined, entries[1].Reason)
+	assert.Equal(t, ledger.InvalidateQuarantined, entries[1].Reason)
 
 	_, err = e.AcceptResourceVersion(older, text(docURI, "older"))
 	require.ErrorIs(t, err, mcpsync.ErrStaleOrdinal, "quarantine raised the watermark")
 
-	blob := issue(t, e, mcpsync.TriggerRevalidate)
+	blob := issue(t, e, ledger.TriggerRevalidate)
 	out, err = e.AcceptResourceVersion(blob, mcpsync.NewReadResult([]mcpsync.Content{{URI: docURI, MIMEType: "image/png", Data: []byte{1}, Binary: true}}))
 	require.NoError(t, err)
 	assert.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
 
-	fine := issue(t, e, mcpsync.TriggerRevalidate)
+	fine := issue(t, e, ledger.TriggerRevalidate)
 	_, err = e.AcceptResourceVersion(fine, text(docURI, "ok now"))
 	require.NoError(t, err)
 	assert.Equal(t, "ok now", served(t, e))
@@ -477,7 +478,7 @@ func TestContentGuardQuarantines(t *testing.T) {
 
 func TestLookupIsBoundToTheSubject(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "alice's"))
 	require.NoError(t, err)
 	_, err = e.Lookup(bob, docURI)
@@ -496,11 +497,11 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 	}{{"late content", text(docURI, "late")}, {"late not found", mcpsync.NotFoundResult()}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := activeEngine(t, nil)
-			acceptRead(t, e, mcpsync.TriggerInitial, "v1")
-			inFlight := issue(t, e, mcpsync.TriggerNotification)
+			acceptRead(t, e, ledger.TriggerInitial, "v1")
+			inFlight := issue(t, e, ledger.TriggerNotification)
 			closing := "file:///docs/closing.md"
 			subscribeActive(t, e, closing, alice)
-			closingRead, err := e.IssueTicket(closing, mcpsync.TriggerInitial)
+			closingRead, err := e.IssueTicket(closing, ledger.TriggerInitial)
 			require.NoError(t, err)
 			rc, err := e.BeginClose(closing)
 			require.NoError(t, err)
@@ -519,14 +520,14 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 			sub, err := back.Subscription(closing)
 			require.NoError(t, err)
 			assert.Equal(t, rc.CloseOrdinal, sub.CloseOrdinal, "the close receipt survives")
-			assert.Equal(t, mcpsync.StateUnsubscribing, sub.State)
+			assert.Equal(t, ledger.StateUnsubscribing, sub.State)
 
 			// New tickets never reuse an identity from before.
 			_, err = back.Subscribe(docURI, alice)
 			require.NoError(t, err)
-			_, err = back.Activate(docURI, mcpsync.ModePush)
+			_, err = back.Activate(docURI, ledger.ModePush)
 			require.NoError(t, err)
-			fresh, err := back.IssueTicket(docURI, mcpsync.TriggerReconnect)
+			fresh, err := back.IssueTicket(docURI, ledger.TriggerReconnect)
 			require.NoError(t, err)
 			assert.Greater(t, fresh.RequestID, inFlight.RequestID)
 			assert.Greater(t, fresh.SubscriptionGeneration, inFlight.SubscriptionGeneration)
@@ -539,7 +540,7 @@ func TestFenceSurvivesExportAndRestore(t *testing.T) {
 func TestOutcomeSaysWhatPassingMeant(t *testing.T) {
 	e := activeEngine(t, nil)
 	accept := func(r mcpsync.ReadResult) mcpsync.Outcome {
-		out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), r)
+		out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), r)
 		require.NoError(t, err)
 		return out
 	}
@@ -557,7 +558,7 @@ func TestOutcomeSaysWhatPassingMeant(t *testing.T) {
 	assert.False(t, out.Changed())
 	assert.True(t, out.Withdrawn(), "a not-found takes the text away")
 
-	stale := issue(t, e, mcpsync.TriggerNotification)
+	stale := issue(t, e, ledger.TriggerNotification)
 	accept(text(docURI, "v2"))
 	out, err := e.AcceptResourceVersion(stale, text(docURI, "old"))
 	require.Error(t, err)

@@ -10,14 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 	e := activeEngine(t, nil)
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 	v1 := out.Version.Version
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "c0", Version: v1}))
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "c0", Version: v1}))
 
 	require.ErrorIs(t, e.Forget(docURI), mcpsync.ErrIllegalTransition, "an open subscription is not forgotten")
 	_, err = e.Lookup(alice, docURI)
@@ -36,9 +37,9 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 	_, err = e.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrNoVersion)
 	last := appendedEntry(t, e, before)
-	assert.Equal(t, mcpsync.InvalidateForgotten, last.Reason)
+	assert.Equal(t, ledger.InvalidateForgotten, last.Reason)
 	assert.Equal(t, v1, last.Previous)
-	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "c1", Version: v1})
+	err = e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "c1", Version: v1})
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion, "nothing derives from a forgotten version")
 
 	require.NoError(t, e.Forget(docURI))

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -19,7 +20,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.PublishStalenessBound(docURI, time.Minute)
 	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 	validated := clock.t
 
@@ -37,7 +38,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	assert.Equal(t, validated, entry.ValidatedAt)
 
 	// An unchanged read confirms the version again.
-	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerRevalidate), text(docURI, "v1"))
+	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerRevalidate), text(docURI, "v1"))
 	require.NoError(t, err)
 	entry, err = e.Lookup(alice, docURI, mcpsync.RequireFresh())
 	require.NoError(t, err)
@@ -62,7 +63,7 @@ func TestStrictLookupCountsTheBoundFromWhenTheReadWasIssued(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.PublishStalenessBound(docURI, time.Minute)
 	require.NoError(t, err)
-	slow := issue(t, e, mcpsync.TriggerInitial)
+	slow := issue(t, e, ledger.TriggerInitial)
 	issued := clock.t
 	clock.t = clock.t.Add(50 * time.Second) // the answer is slow
 	_, err = e.AcceptResourceVersion(slow, text(docURI, "v1"))
@@ -76,7 +77,7 @@ func TestStrictLookupCountsTheBoundFromWhenTheReadWasIssued(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrStale, "the answer's latency stretched the bound")
 
 	// Progress: the next read confirms it again, as of its own issue.
-	again := issue(t, e, mcpsync.TriggerRevalidate)
+	again := issue(t, e, ledger.TriggerRevalidate)
 	reissued := clock.t
 	clock.t = clock.t.Add(time.Second)
 	_, err = e.AcceptResourceVersion(again, text(docURI, "v1"))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // sdkServer is a server built with the official Go SDK, so the session layer
@@ -103,13 +104,13 @@ func TestOfficialGoSDKServerPeer(t *testing.T) {
 
 			sub, err := c.Subscribe(t.Context(), docURI)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode)
+			assert.Equal(t, ledger.ModePush, sub.Mode)
 			require.True(t, next(t, outcomes).Accepted)
 			assert.Equal(t, "v1", lookupText(t, c))
 
 			updated := s.set(t, "v2", outcomes, mcpsync.DecisionAccepted)
 			require.True(t, updated.Accepted)
-			assert.Equal(t, mcpsync.TriggerNotification, updated.Version.Trigger)
+			assert.Equal(t, ledger.TriggerNotification, updated.Version.Trigger)
 			assert.Equal(t, "v2", lookupText(t, c))
 
 			gone := s.set(t, "", outcomes, mcpsync.DecisionTombstonePending)

@@ -55,7 +55,7 @@ type Deletion struct {
 	Refusal LookupRefusal
 	// Evidence is what confirmed a deletion told as LookupTombstoned;
 	// nil otherwise.
-	Evidence *DeletionEvidence
+	Evidence *ledger.DeletionEvidence
 }
 
 // ResourceHandlerFuncs is a ResourceHandler made of functions; a nil one is
@@ -90,7 +90,7 @@ func (f ResourceHandlerFuncs) OnDelete(last Entry, d Deletion) {
 // changeHook is told, after the write, of a write of key that moved its
 // current version, with the evidence of a deletion the write confirmed. It
 // runs on the writer's goroutine and must not block.
-type changeHook func(key string, ev *DeletionEvidence)
+type changeHook func(key string, ev *ledger.DeletionEvidence)
 
 // movedCurrent tells the engine's change hook, if any, of a write of key
 // that left next over cur, when it moved the current version.
@@ -110,9 +110,9 @@ func (e *Engine) movedCurrent(key string, cur, next *ledger.Record, entries []Ou
 }
 
 // tombstoneEvidence is the evidence of the tombstone among entries, if any.
-func tombstoneEvidence(entries []OutboxEntry) *DeletionEvidence {
+func tombstoneEvidence(entries []OutboxEntry) *ledger.DeletionEvidence {
 	for i := range entries {
-		if entries[i].Reason == InvalidateTombstoned && entries[i].Evidence != nil {
+		if entries[i].Reason == ledger.InvalidateTombstoned && entries[i].Evidence != nil {
 			ev := *entries[i].Evidence
 			return &ev
 		}
@@ -130,7 +130,7 @@ type sweep struct {
 // markChanged queues key for the handler: what Lookup serves for it may
 // have changed. ev is the evidence of a deletion confirmed with the
 // change, if any.
-func (c *Client) markChanged(key string, ev *DeletionEvidence) {
+func (c *Client) markChanged(key string, ev *ledger.DeletionEvidence) {
 	q := &c.errs
 	q.mu.Lock()
 	if prev, queued := q.marked[key]; queued {
@@ -191,7 +191,7 @@ func (c *Client) handleSweep(s *sweep) {
 // tell compares what Lookup serves for key now with the entry last told
 // and tells the handler the difference. It runs on the delivering
 // goroutine, which alone touches c.told.
-func (c *Client) tell(key string, ev *DeletionEvidence) {
+func (c *Client) tell(key string, ev *ledger.DeletionEvidence) {
 	h := c.opts.Handler
 	last, had := c.told[key]
 	now, err := c.engine.Lookup(c.opts.Subject, key)

@@ -23,7 +23,7 @@ type call struct {
 	uri      string
 	old, new string // the texts of the entries: old for delete, new for add
 	refusal  mcpsync.LookupRefusal
-	evidence *mcpsync.DeletionEvidence
+	evidence *ledger.DeletionEvidence
 }
 
 func (c call) String() string {
@@ -236,7 +236,7 @@ func TestHandlerToldDeletionsWithWhy(t *testing.T) {
 			assert.Equal(t, "v2", d.old)
 			assert.Equal(t, mcpsync.LookupTombstoned, d.refusal)
 			require.NotNil(t, d.evidence, "a confirmed deletion told without its evidence")
-			assert.Equal(t, mcpsync.EvidenceCorroborated, d.evidence.Kind)
+			assert.Equal(t, ledger.EvidenceCorroborated, d.evidence.Kind)
 		})
 	})
 }

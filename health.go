@@ -16,6 +16,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // ConnectionState says whether a Client's session is keeping the copy fresh.
@@ -75,7 +77,7 @@ type ReconnectPolicy struct {
 // while its subscription is open.
 type ReadError struct {
 	URI     string
-	Trigger Trigger
+	Trigger ledger.Trigger
 	Err     error
 }
 
@@ -163,7 +165,7 @@ type errorQueue struct {
 	items []event
 	// marked holds the keys queued for the Handler (markChanged), each
 	// once, with the evidence of a deletion confirmed meanwhile.
-	marked map[string]*DeletionEvidence
+	marked map[string]*ledger.DeletionEvidence
 	ready  chan struct{} // holds a token while items is non-empty
 	done   chan struct{} // closed when the delivering goroutine ends
 	// goroutine is the ID of the delivering goroutine (goroutineID), 0
@@ -358,7 +360,7 @@ func (conn *connection) ping(ctx context.Context, n int) error {
 }
 
 // failedRead records a read that got no answer.
-func (c *Client) failedRead(conn *connection, t Ticket, err error) {
+func (c *Client) failedRead(conn *connection, t ledger.Ticket, err error) {
 	c.failedReads.Add(1)
 	c.mu.Lock()
 	c.failing[t.URI] = err.Error()

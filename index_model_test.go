@@ -41,7 +41,7 @@ func TestIndexedPassesEqualFullWalks(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				s.Capabilities = mcpsync.CapabilityReceipt{} // names the engine
+				s.Capabilities = ledger.CapabilityReceipt{} // names the engine
 				out = append(out, s)
 			}
 			return out, nil
@@ -55,13 +55,13 @@ func TestIndexedPassesEqualFullWalks(t *testing.T) {
 					if _, err := e.Subscribe(uri, subject); err != nil {
 						return nil, err
 					}
-					_, err := e.Activate(uri, mcpsync.ModePush)
+					_, err := e.Activate(uri, ledger.ModePush)
 					return nil, err
 				})
 			case 1:
 				body := rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "body")
 				both(func(e *mcpsync.Engine) (any, error) {
-					tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+					tk, err := e.IssueTicket(uri, ledger.TriggerNotification)
 					if err != nil {
 						return nil, err
 					}
@@ -79,7 +79,7 @@ func TestIndexedPassesEqualFullWalks(t *testing.T) {
 					if err != nil || r == nil || r.Current == nil {
 						return nil, err
 					}
-					return nil, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: r.Current.Version})
+					return nil, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: r.Current.Version})
 				})
 			case 3:
 				both(func(e *mcpsync.Engine) (any, error) {

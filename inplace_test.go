@@ -25,7 +25,7 @@ type casLedger struct{ ledger.Ledger }
 type twin struct {
 	e           *mcpsync.Engine
 	transitions []mcpsync.Transition
-	tickets     []mcpsync.Ticket // every ticket handed out, in order
+	tickets     []ledger.Ticket // every ticket handed out, in order
 }
 
 // TestWritesInPlaceMatchCompareAndSwap runs one random sequence of calls
@@ -83,7 +83,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			a, b := call(twins[0]), call(twins[1])
 			same(what, append(a, b...)...)
 		}
-		keep := func(tw *twin, tk mcpsync.Ticket, ok bool) {
+		keep := func(tw *twin, tk ledger.Ticket, ok bool) {
 			if ok {
 				tw.tickets = append(tw.tickets, tk)
 			}
@@ -100,8 +100,8 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			return text(uri, rapid.SampledFrom(bodies).Draw(rt, "body"))
 		}
 		for _, tw := range twins {
-			_, err := tw.e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-				Server: mcpsync.Implementation{Name: "test-server", Version: "1.0.0"}, Resources: true, Subscribe: true,
+			_, err := tw.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+				Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"}, Resources: true, Subscribe: true,
 			}})
 			require.NoError(rt, err)
 		}
@@ -116,7 +116,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 					return []any{s, errText(err)}
 				})
 			case 1:
-				mode := rapid.SampledFrom([]mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}).Draw(rt, "mode")
+				mode := rapid.SampledFrom([]ledger.SubscriptionMode{ledger.ModePush, ledger.ModePoll}).Draw(rt, "mode")
 				both("activate", func(tw *twin) []any {
 					s, err := tw.e.Activate(uri, mode)
 					return []any{s, errText(err)}
@@ -128,7 +128,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 					return []any{tk, ok, errText(err)}
 				})
 			case 3, 4:
-				trigger := rapid.SampledFrom([]mcpsync.Trigger{mcpsync.TriggerInitial, mcpsync.TriggerPoll}).Draw(rt, "trigger")
+				trigger := rapid.SampledFrom([]ledger.Trigger{ledger.TriggerInitial, ledger.TriggerPoll}).Draw(rt, "trigger")
 				both("issue", func(tw *twin) []any {
 					tk, err := tw.e.IssueTicket(uri, trigger)
 					keep(tw, tk, err == nil)
@@ -205,7 +205,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 					if err != nil {
 						return []any{errText(err)}
 					}
-					err = tw.e.RecordDerived(mcpsync.DerivedArtifact{Index: "idx", ArtifactID: "a", Version: entry.Version})
+					err = tw.e.RecordDerived(ledger.DerivedArtifact{Index: "idx", ArtifactID: "a", Version: entry.Version})
 					return []any{errText(err)}
 				})
 			case 16:
@@ -258,7 +258,7 @@ func TestHeldRecordsNeverChange(t *testing.T) {
 	e := activeEngine(t, nil)
 	l := e.Ledger()
 	ctx := context.Background()
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
 	require.NoError(t, err)
 
@@ -286,12 +286,12 @@ func TestHeldRecordsNeverChange(t *testing.T) {
 			}
 			// Two reads in flight and one settled at a time, so that the
 			// record's tickets grow and shrink in place.
-			a, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+			a, err := e.IssueTicket(docURI, ledger.TriggerNotification)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			b, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+			b, err := e.IssueTicket(docURI, ledger.TriggerNotification)
 			if err != nil {
 				t.Error(err)
 				return
@@ -349,7 +349,7 @@ func TestFenceAllocations(t *testing.T) {
 	results := []mcpsync.ReadResult{text(docURI, "version A"), text(docURI, "version B")}
 	i := 0
 	step := func() {
-		tk, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+		tk, err := e.IssueTicket(docURI, ledger.TriggerNotification)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +370,7 @@ func TestFenceAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(2048, step); n > 0 {
 		t.Errorf("issue and accept: %v allocations, want none", n)
 	}
-	old, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+	old, err := e.IssueTicket(docURI, ledger.TriggerNotification)
 	require.NoError(t, err)
 	step()
 	if n := testing.AllocsPerRun(1000, func() {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Discovery that keeps going.
@@ -251,9 +253,9 @@ func (c *Client) lostMissing(ctx context.Context, keys []string) bool {
 			sub, err := c.engine.Subscription(key)
 			switch {
 			case err != nil:
-			case sub.State == StateTombstonePending:
+			case sub.State == ledger.StateTombstonePending:
 				lost = true
-			case sub.State == StateReadPending || sub.State == StateUpdateSeen:
+			case sub.State == ledger.StateReadPending || sub.State == ledger.StateUpdateSeen:
 				pending = true
 			}
 		}

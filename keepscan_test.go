@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -82,7 +83,7 @@ func (r *keptRig) tombstones(t *testing.T, uri string) []mcpsync.OutboxEntry {
 	entries, err := r.c.Engine().PullOutbox(0, 0)
 	require.NoError(t, err)
 	return slices.DeleteFunc(entries, func(en mcpsync.OutboxEntry) bool {
-		return en.URI != uri || en.Reason != mcpsync.InvalidateTombstoned
+		return en.URI != uri || en.Reason != ledger.InvalidateTombstoned
 	})
 }
 
@@ -131,7 +132,7 @@ func TestKeptScanTombstonesDeletionsWithinTwoIntervals(t *testing.T) {
 					took, entry := r.waitTombstone(t, gone, 2*keptReview)
 					assert.LessOrEqual(t, took, 2*keptReview)
 					require.NotNil(t, entry.Evidence)
-					assert.Equal(t, mcpsync.EvidenceCorroborated, entry.Evidence.Kind)
+					assert.Equal(t, ledger.EvidenceCorroborated, entry.Evidence.Kind)
 					assert.Len(t, entry.Evidence.Scans, 2)
 					require.Len(t, entry.Evidence.Reads, 2)
 					assert.Less(t, entry.Evidence.Reads[0], entry.Evidence.Reads[1])
@@ -175,7 +176,7 @@ func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
 					quiesce()
 					sub, err := r.c.Engine().Subscription(doc)
 					require.NoError(t, err)
-					require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+					require.Equal(t, ledger.StateTombstonePending, sub.State)
 					switch between {
 					case "not-found and scan":
 						recreate()
@@ -244,7 +245,7 @@ func TestKeptScanBringsBackAResourceTombstonedByALateNotFound(t *testing.T) {
 				entries, err := r.c.Engine().PullOutbox(r.tombstones(t, doc)[0].Seq, 0)
 				require.NoError(t, err)
 				require.NotEmpty(t, entries, "consumers hear that it is back")
-				assert.Equal(t, mcpsync.InvalidateUpdated, entries[len(entries)-1].Reason)
+				assert.Equal(t, ledger.InvalidateUpdated, entries[len(entries)-1].Reason)
 			})
 		})
 	}
@@ -363,7 +364,7 @@ func TestSubscribeToAMissingResource(t *testing.T) {
 				r := newKeptRig(t, w, "file:///docs/a.md")
 				sub, err := r.c.Subscribe(t.Context(), missing)
 				require.ErrorIs(t, err, mcpsync.ErrNotFound)
-				assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+				assert.Equal(t, ledger.StateTombstonePending, sub.State)
 				assert.Equal(t, uint64(1), sub.SubscriptionGeneration)
 
 				sub, err = r.c.Subscribe(t.Context(), "file:///docs/a.md")
@@ -497,7 +498,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 						t.Helper()
 						sub, err := r.c.Engine().Subscription(doc)
 						require.NoError(t, err)
-						require.Equal(t, mcpsync.StateTombstonePending, sub.State)
+						require.Equal(t, ledger.StateTombstonePending, sub.State)
 					}
 					switch order {
 					case "not found before the listing":
@@ -545,7 +546,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 					took := time.Since(scanAt)
 					assert.LessOrEqual(t, took, soon, "confirmed %v after the first scan that missed it", took)
 					require.NotNil(t, entry.Evidence)
-					assert.Equal(t, mcpsync.EvidenceCorroborated, entry.Evidence.Kind)
+					assert.Equal(t, ledger.EvidenceCorroborated, entry.Evidence.Kind)
 					r.mu.Lock()
 					defer r.mu.Unlock()
 					assert.Empty(t, r.errs.list())

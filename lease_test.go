@@ -69,7 +69,7 @@ func TestRevocationAcrossLeases(t *testing.T) {
 	beginSession(t, e)
 	for _, u := range []string{docURI, other} {
 		subscribeActive(t, e, u, alice)
-		tk, err := e.IssueTicket(u, mcpsync.TriggerNotification)
+		tk, err := e.IssueTicket(u, ledger.TriggerNotification)
 		require.NoError(t, err)
 		_, err = e.AcceptResourceVersion(tk, text(u, "v1"))
 		require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestRevocationAcrossLeases(t *testing.T) {
 	require.NoError(t, err)
 	revoked := 0
 	for _, en := range entries {
-		if en.Reason == mcpsync.InvalidateRevoked && en.URI == other {
+		if en.Reason == ledger.InvalidateRevoked && en.URI == other {
 			revoked++
 		}
 	}
@@ -220,7 +220,7 @@ func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
 		l.setForeign(x, false)
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode, sub.ModeReason)
+		require.Equal(t, ledger.ModePush, sub.Mode, sub.ModeReason)
 		before := r.faults().Requests(string(mcp.MethodSubscriptionsListen))
 		minutes(2)
 		sent := r.faults().Requests(string(mcp.MethodSubscriptionsListen)) - before

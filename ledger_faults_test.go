@@ -83,7 +83,7 @@ func TestPolledURIWhoseReopenWriteFailsHeals(t *testing.T) {
 					r := buildRig(t, w, rigConfig{server: &mcpsynctest.ServerOptions{NoSubscribe: true}, ledger: true})
 					sub, err := r.c.Subscribe(t.Context(), faultURI)
 					require.NoError(t, err)
-					require.Equal(t, mcpsync.ModePoll, sub.Mode)
+					require.Equal(t, ledger.ModePoll, sub.Mode)
 
 					r.ledger.failWrites(tc.fails, tc.match)
 					require.Error(t, r.c.Reconnect(t.Context()))
@@ -138,7 +138,7 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 				require.LessOrEqual(t, subs, 1)
 				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
 				r.requireHealed(a, "v2")
-				if sub.Mode == mcpsync.ModePush {
+				if sub.Mode == ledger.ModePush {
 					require.True(t, r.srv.Subscribed(a), "push but not notified")
 				} else {
 					require.NotEmpty(t, sub.ModeReason)
@@ -182,7 +182,7 @@ func TestReopenOfALeftOutURIWhoseWriteFailsIsToldAndHeals(t *testing.T) {
 		r := newLedgerRig(t, eras[1], x, y)
 		sx, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sx.Mode)
+		require.Equal(t, ledger.ModePush, sx.Mode)
 		quiesce()
 
 		// The server leaves x out of the acknowledgement of the stream
@@ -315,7 +315,7 @@ func TestReestablishWhoseReopenWriteFailsEndsPushedOnAStream(t *testing.T) {
 		r.requireHealsAfterAChange(faultURI)
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode)
+		require.Equal(t, ledger.ModePush, sub.Mode)
 		require.True(t, r.srv.Subscribed(faultURI), "push but the server carries it on no stream")
 	})
 }
@@ -433,7 +433,7 @@ func TestUnsubscribeClosesAURIWhoseReopenFailed(t *testing.T) {
 		quiesce()
 		sub, err = r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		if sub.State == mcpsync.StateUnsubscribing {
+		if sub.State == ledger.StateUnsubscribing {
 			t.Errorf("Unsubscribe returned nil, yet the generation is still %s in the current session", sub.State)
 		}
 
@@ -497,7 +497,7 @@ func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
 		const x, y = "file:///failed/first/x.md", "file:///failed/first/y.md"
 		r := buildRig(t, eras[1], rigConfig{ledger: true, uris: []string{x, y}})
 		r.subscribe()
-		r.ledger.failWrites(1, writeOf(x, mcpsync.StateSubscribing))
+		r.ledger.failWrites(1, writeOf(x, ledger.StateSubscribing))
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.Error(t, err, "the write opening x failed")
 		quiesce()
@@ -521,7 +521,7 @@ func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		r := owingRig(t, w)
 
-		r.ledger.failWrites(3, writeOf(faultURI, mcpsync.StateUpdateSeen))
+		r.ledger.failWrites(3, writeOf(faultURI, ledger.StateUpdateSeen))
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		quiesce()
 		entry, err := r.c.Lookup(faultURI)
@@ -618,7 +618,7 @@ func TestFollowUpReadWhoseWriteFailsIsStillRead(t *testing.T) {
 		<-h.Arrived()
 		r.srv.Set(faultURI, "text/markdown", "v3") // pulse written: a follow-up is owed
 		quiesce()
-		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateReadPending))
+		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateReadPending))
 		h.Release()
 		quiesce()
 		require.Equal(t, 1, r.ledger.failures(), "the follow-up's write was to fail once")
@@ -687,7 +687,7 @@ func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
 		}
 		told := 0
 		for _, err := range r.errs.list() {
-			if re, ok := errors.AsType[*mcpsync.ReadError](err); ok && re.URI == faultURI && re.Trigger == mcpsync.TriggerNotification {
+			if re, ok := errors.AsType[*mcpsync.ReadError](err); ok && re.URI == faultURI && re.Trigger == ledger.TriggerNotification {
 				told++
 			}
 		}
@@ -822,7 +822,7 @@ func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
 		require.NoError(t, err)
 		revalidation := func(key string, next *ledger.Record) bool {
 			return key == faultURI && next.LastIssued > cur.LastIssued && len(next.Tickets) > 0 &&
-				next.Tickets[len(next.Tickets)-1].Trigger == mcpsync.TriggerRevalidate
+				next.Tickets[len(next.Tickets)-1].Trigger == ledger.TriggerRevalidate
 		}
 		notified := false
 		r.ledger.beforeWrite(revalidation, func() {

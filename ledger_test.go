@@ -44,8 +44,8 @@ func reopened(t *testing.T, e *mcpsync.Engine, clock func() time.Time) *mcpsync.
 
 func beginSession(t *testing.T, e *mcpsync.Engine) {
 	t.Helper()
-	_, err := e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-		Server: mcpsync.Implementation{Name: "test-server", Version: "1.0.0"}, Resources: true, Subscribe: true,
+	_, err := e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"}, Resources: true, Subscribe: true,
 	}})
 	require.NoError(t, err)
 }
@@ -54,7 +54,7 @@ func subscribeActive(t *testing.T, e *mcpsync.Engine, uri, principal string) {
 	t.Helper()
 	_, err := e.Subscribe(uri, principal)
 	require.NoError(t, err)
-	_, err = e.Activate(uri, mcpsync.ModePush)
+	_, err = e.Activate(uri, ledger.ModePush)
 	require.NoError(t, err)
 }
 
@@ -67,7 +67,7 @@ func subscribeActive(t *testing.T, e *mcpsync.Engine, uri, principal string) {
 func TestRestoredEngineRefusesTheLiveEnginesReads(t *testing.T) {
 	clock := newClock()
 	live := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	acceptRead(t, live, mcpsync.TriggerInitial, "v1")
+	acceptRead(t, live, ledger.TriggerInitial, "v1")
 
 	back := restored(t, live, clock.now)
 	for _, e := range []*mcpsync.Engine{live, back} {
@@ -77,11 +77,11 @@ func TestRestoredEngineRefusesTheLiveEnginesReads(t *testing.T) {
 	// The restored engine spends as many request ids as the live one did
 	// before the export, so that only the engine tells the tickets apart.
 	subscribeActive(t, back, "file:///docs/other.md", alice)
-	_, err := back.IssueTicket("file:///docs/other.md", mcpsync.TriggerInitial)
+	_, err := back.IssueTicket("file:///docs/other.md", ledger.TriggerInitial)
 	require.NoError(t, err)
 
-	liveRead := issue(t, live, mcpsync.TriggerNotification)
-	ownRead := issue(t, back, mcpsync.TriggerNotification)
+	liveRead := issue(t, live, ledger.TriggerNotification)
+	ownRead := issue(t, back, ledger.TriggerNotification)
 	require.Greater(t, ownRead.SessionGeneration, liveRead.SessionGeneration+ledger.RestoreCounterGap-1,
 		"the restored ledger never hands out a generation the live one may have used")
 	require.Equal(t, liveRead.SubscriptionGeneration, ownRead.SubscriptionGeneration)
@@ -107,7 +107,7 @@ func TestIdentitiesAreNeverHandedOutTwice(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clock := newClock()
 			e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-			first := issue(t, e, mcpsync.TriggerInitial)
+			first := issue(t, e, ledger.TriggerInitial)
 			_, err := e.AcceptResourceVersion(first, text(docURI, "v1"))
 			require.NoError(t, err)
 			subscribeActive(t, e, other, alice)
@@ -122,7 +122,7 @@ func TestIdentitiesAreNeverHandedOutTwice(t *testing.T) {
 			n := next(t, e, clock.now)
 			beginSession(t, n)
 			subscribeActive(t, n, docURI, alice)
-			again := issue(t, n, mcpsync.TriggerReconnect)
+			again := issue(t, n, ledger.TriggerReconnect)
 			assert.Greater(t, again.RequestID, first.RequestID, "request id %d was handed out before", first.RequestID)
 			rc, err := n.BeginClose(other)
 			require.NoError(t, err)
@@ -158,18 +158,18 @@ func TestCatalogOfAnEarlierEngineIsNotComplete(t *testing.T) {
 func TestRevocationSurvivesRestart(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	acceptRead(t, e, mcpsync.TriggerInitial, "alice's")
+	acceptRead(t, e, ledger.TriggerInitial, "alice's")
 	_, err := e.RevokeSubject(alice)
 	require.NoError(t, err)
 
 	n := reopened(t, e, clock.now)
 	beginSession(t, n)
 	subscribeActive(t, n, docURI, alice)
-	_, err = n.AcceptResourceVersion(issue(t, n, mcpsync.TriggerReconnect), text(docURI, "alice's again"))
+	_, err = n.AcceptResourceVersion(issue(t, n, ledger.TriggerReconnect), text(docURI, "alice's again"))
 	require.ErrorIs(t, err, mcpsync.ErrSubjectRevoked)
 	_, err = n.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrRevoked)
-	require.ErrorIs(t, n.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a",
+	require.ErrorIs(t, n.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a",
 		Version: mcpsync.ResourceVersion{URI: docURI, Subject: alice}}), mcpsync.ErrRevoked)
 }
 
@@ -178,9 +178,9 @@ func TestRevocationSurvivesRestart(t *testing.T) {
 func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "alice's"))
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "alice's"))
 	require.NoError(t, err)
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "i", ArtifactID: "a", Version: out.Version.Version}))
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: out.Version.Version}))
 	ctx := context.Background()
 	require.NoError(t, e.Ledger().Revoke(ctx, ledger.RevokedSubject{
 		Schema: ledger.SchemaRevokedSubject, Subject: alice, At: clock.now(), Engine: e.ID(),
@@ -193,7 +193,7 @@ func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "the version and its artifact")
 	for _, en := range entries {
-		assert.Equal(t, mcpsync.InvalidateRevoked, en.Reason)
+		assert.Equal(t, ledger.InvalidateRevoked, en.Reason)
 		assert.Equal(t, n.ID(), en.Engine)
 	}
 	revoked, err := n.Ledger().Revoked(ctx)
@@ -207,7 +207,7 @@ func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 func TestVersionOneSnapshotRestores(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	inFlight := issue(t, e, mcpsync.TriggerInitial)
+	inFlight := issue(t, e, ledger.TriggerInitial)
 	snap, err := ledger.Export(context.Background(), e.Ledger())
 	require.NoError(t, err)
 	v1 := ledger.Snapshot{Schema: ledger.SchemaSnapshotV1, Records: snap.Records}
@@ -218,7 +218,7 @@ func TestVersionOneSnapshotRestores(t *testing.T) {
 	beginSession(t, n)
 	assert.Greater(t, n.SessionGeneration(), inFlight.SessionGeneration)
 	subscribeActive(t, n, docURI, alice)
-	assert.Greater(t, issue(t, n, mcpsync.TriggerReconnect).RequestID, inFlight.RequestID)
+	assert.Greater(t, issue(t, n, ledger.TriggerReconnect).RequestID, inFlight.RequestID)
 
 	_, err = ledger.NewMemoryFrom(ledger.Snapshot{Schema: "ledgerSnapshot.v9"})
 	require.ErrorIs(t, err, ledger.ErrLedgerSchema)
@@ -242,7 +242,7 @@ func TestConsumeWakesOnAppend(t *testing.T) {
 			}
 		}()
 		synctest.Wait() // the consumer is waiting for an entry
-		_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+		_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 		require.NoError(t, err)
 		en := <-got
 		assert.Equal(t, uint64(1), en.Seq)
@@ -268,14 +268,14 @@ func TestConsumeReportsWhatTheBoundDropped(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, e.Acknowledge(ctx, "slow", 0))
 	for _, body := range []string{"v1", "v2", "v3", "v4", "v5"} {
-		_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, body))
+		_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), text(docURI, body))
 		require.NoError(t, err)
 	}
 	for _, err := range e.Consume(ctx, "slow") {
-		var gap *mcpsync.OutboxGapError
+		var gap *ledger.OutboxGapError
 		require.ErrorAs(t, err, &gap)
 		require.ErrorIs(t, err, mcpsync.ErrOutboxGap)
-		assert.Equal(t, mcpsync.OutboxGapError{Consumer: "slow", From: 1, Through: 3}, *gap)
+		assert.Equal(t, ledger.OutboxGapError{Consumer: "slow", From: 1, Through: 3}, *gap)
 		break
 	}
 	st, err := e.OutboxState(ctx)
@@ -298,7 +298,7 @@ func TestOutboxFreesWhatEveryConsumerPassed(t *testing.T) {
 	base := heap()
 	for i := uint64(1); i <= n; i++ {
 		_, ok, err := l.CompareAndSwap(ctx, docURI, i-1, &ledger.Record{Revision: i}, []mcpsync.OutboxEntry{{
-			Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: mcpsync.InvalidateUpdated, Subject: alice,
+			Schema: mcpsync.SchemaInvalidation, URI: docURI, Reason: ledger.InvalidateUpdated, Subject: alice,
 		}})
 		require.NoError(t, err)
 		require.True(t, ok)

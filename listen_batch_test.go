@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -68,14 +69,14 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 		wg.Wait()
 		for i, u := range added {
 			require.NoError(t, subErrs[i], u)
-			assert.Equal(t, mcpsync.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
+			assert.Equal(t, ledger.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
 			assert.True(t, openState(subs[i].State), "%s is %s", u, subs[i].State)
 			_, err := r.c.Lookup(u)
 			assert.NoError(t, err, "%s has its first version", u)
 		}
 		for i, u := range dropped {
 			require.NoError(t, unsubErrs[i], u)
-			assert.Equal(t, mcpsync.StateClosed, unsubs[i].State, u)
+			assert.Equal(t, ledger.StateClosed, unsubs[i].State, u)
 		}
 		time.Sleep(time.Minute)
 		quiesce()
@@ -126,7 +127,7 @@ func requirePolledAfterAFailedSubscribe(t *testing.T, uris []string, subs []mcps
 	t.Helper()
 	for i, u := range uris {
 		require.NoError(t, errs[i], u)
-		assert.Equal(t, mcpsync.ModePoll, subs[i].Mode, u)
+		assert.Equal(t, ledger.ModePoll, subs[i].Mode, u)
 		assert.Contains(t, subs[i].ModeReason, "subscribe failed", u)
 	}
 }
@@ -184,7 +185,7 @@ func TestSubscribesWithinOneWindowCauseOneReplacement(t *testing.T) {
 		subs, errs := subscribeEach(t.Context(), r.c, uris)()
 		for i, u := range uris {
 			require.NoError(t, errs[i], u)
-			assert.Equal(t, mcpsync.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
+			assert.Equal(t, ledger.ModePush, subs[i].Mode, "%s: %s", u, subs[i].ModeReason)
 		}
 		assert.Equal(t, 1, r.listens()-before, "one replacement for %d Subscribes: %v", n, r.wire.listenFilters())
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -109,12 +110,12 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 		require.True(t, arrived(hold), "stream B is held")
 		r.srv.Set(x, "text/markdown", "v2") // no acknowledged stream carries x
 		<-done
-		require.Equal(t, mcpsync.ModePoll, ysub.Mode, "y's stream was never acknowledged")
+		require.Equal(t, ledger.ModePoll, ysub.Mode, "y's stream was never acknowledged")
 
 		// Step 3: C replaces B and is acknowledged.
 		zsub, err := r.c.Subscribe(context.Background(), z)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, zsub.Mode, zsub.ModeReason)
+		require.Equal(t, ledger.ModePush, zsub.Mode, zsub.ModeReason)
 		time.Sleep(time.Minute)
 		quiesce()
 		r.requireConverged(x, "changed while its stream was replaced by one never acknowledged")
@@ -136,14 +137,14 @@ func TestUnsubscribeWhileAnEndedStreamWaitsLeavesTheOthersPushed(t *testing.T) {
 		synctest.Wait()
 		sub, err := r.c.Unsubscribe(t.Context(), uris[0])
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.StateClosed, sub.State)
+		assert.Equal(t, ledger.StateClosed, sub.State)
 		time.Sleep(5 * time.Second)
 		quiesce()
 		assert.False(t, r.srv.Subscribed(uris[0]))
 		for _, u := range uris[1:] {
 			sub, err := r.c.Engine().Subscription(u)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode, u)
+			assert.Equal(t, ledger.ModePush, sub.Mode, u)
 			assert.True(t, r.srv.Subscribed(u), u)
 			r.srv.Set(u, "text/markdown", "v2")
 		}
@@ -195,7 +196,7 @@ func TestRefusedListenInSubscribeAllEndsPushed(t *testing.T) {
 					require.NoError(t, err)
 					entry, err := r.c.Lookup(u)
 					require.NoError(t, err)
-					if entry.Contents[0].Text != "v2" || sub.Mode != mcpsync.ModePush || !r.srv.Subscribed(u) {
+					if entry.Contents[0].Text != "v2" || sub.Mode != ledger.ModePush || !r.srv.Subscribed(u) {
 						stale = append(stale, fmt.Sprintf("%s (%s mode: %q, carried: %v)", u, sub.Mode, sub.ModeReason, r.srv.Subscribed(u)))
 					}
 				}
@@ -264,7 +265,7 @@ func TestServerRefusingEveryListenIsPolledWithinTheBound(t *testing.T) {
 		for _, u := range uris {
 			sub, err := r.c.Subscribe(t.Context(), u)
 			require.NoError(t, err)
-			require.Equal(t, mcpsync.ModePoll, sub.Mode)
+			require.Equal(t, ledger.ModePoll, sub.Mode)
 			require.Contains(t, sub.ModeReason, "subscribe failed")
 		}
 		time.Sleep(30 * time.Minute) // the backoff reaches RevalidateEvery
@@ -302,7 +303,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 				r := buildRig(t, eras[1], rigConfig{uris: []string{x, y}})
 				sub, err := r.c.Subscribe(t.Context(), x)
 				require.NoError(t, err)
-				require.Equal(t, mcpsync.ModePush, sub.Mode)
+				require.Equal(t, ledger.ModePush, sub.Mode)
 				quiesce()
 				var mu sync.Mutex
 				refused := 0
@@ -334,7 +335,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 					s, e, desc := r.look(u)
 					t.Log(desc)
 					require.True(t, s.SessionGeneration == gen && generationOpen(s.State), desc)
-					if s.Mode == mcpsync.ModePush {
+					if s.Mode == ledger.ModePush {
 						require.True(t, r.srv.Subscribed(u), desc)
 					} else {
 						require.NotEmpty(t, s.ModeReason, desc)
@@ -358,7 +359,7 @@ func pushRetryInFlight(t *testing.T, ackDelay time.Duration) (*rig, string, stri
 	r.wire.set(func(w *faultWire) { w.refuse = listensWhere(func(u []string) bool { return slices.Contains(u, x) }) })
 	sx, err := r.c.Subscribe(t.Context(), x)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.ModePoll, sx.Mode)
+	require.Equal(t, ledger.ModePoll, sx.Mode)
 	quiesce()
 	r.wire.set(func(w *faultWire) { w.refuse = nil; w.ackDelay = ackDelay })
 	// The late acknowledgements are this connection's server's: a
@@ -421,19 +422,19 @@ func TestCallerActingDuringAPushRetryIsHonoured(t *testing.T) {
 					_, dx := r.state(x)
 					t.Logf("a: %s %s; x: %s", ta, da, dx)
 					sa, _ := r.c.Engine().Subscription(a)
-					require.Equal(t, mcpsync.ModePush, sa.Mode, da)
+					require.Equal(t, ledger.ModePush, sa.Mode, da)
 					require.True(t, r.srv.Subscribed(a), da)
 					sx, _ := r.c.Engine().Subscription(x)
 					switch op {
 					case "unsubscribe", "forget":
 						require.False(t, r.srv.Subscribed(x), dx)
-						require.NotEqual(t, mcpsync.StateActive, sx.State, dx)
+						require.NotEqual(t, ledger.StateActive, sx.State, dx)
 						if op == "forget" {
 							_, err := r.c.Lookup(x)
 							require.Error(t, err, dx)
 						}
 					case "reconnect":
-						require.Equal(t, mcpsync.ModePush, sx.Mode, dx)
+						require.Equal(t, ledger.ModePush, sx.Mode, dx)
 						require.True(t, r.srv.Subscribed(x), dx)
 					}
 					// a still gets its changes.
@@ -568,7 +569,7 @@ func TestRefusalOfOneURIKeepsTheOthersStream(t *testing.T) {
 		}})
 		sa, err := r.c.Subscribe(t.Context(), a)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sa.Mode)
+		require.Equal(t, ledger.ModePush, sa.Mode)
 		sp, err := r.c.Subscribe(t.Context(), p)
 		require.NoError(t, err)
 		t.Logf("p: %s (%s)", sp.Mode, sp.ModeReason)
@@ -617,7 +618,7 @@ func TestSteadilyRefusedURIDrawsNoListenStorm(t *testing.T) {
 		require.NoError(t, err)
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePoll, sub.Mode, "x's stream was refused")
+		require.Equal(t, ledger.ModePoll, sub.Mode, "x's stream was refused")
 
 		// Let the fault become steady: ten minutes.
 		minutes(10)
@@ -797,7 +798,7 @@ func TestSubscribesDuringAHalfDoneCloseReturnOpenSubscriptions(t *testing.T) {
 			if res.err != nil {
 				continue
 			}
-			assert.True(t, openState(res.sub.State) && (res.sub.Mode == mcpsync.ModePush || res.sub.Mode == mcpsync.ModePoll),
+			assert.True(t, openState(res.sub.State) && (res.sub.Mode == ledger.ModePush || res.sub.Mode == ledger.ModePoll),
 				"Subscribe returned no error with a subscription that is not open: %s %q (generation %d)", res.sub.State, res.sub.Mode, res.sub.SubscriptionGeneration)
 		}
 	})
@@ -851,7 +852,7 @@ func TestListenStreamTheServerKeepsOpenIsNeverReplaced(t *testing.T) {
 		defer func() { require.NoError(t, c.Close()) }()
 		first, err := c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, first.Mode, first.ModeReason)
+		require.Equal(t, ledger.ModePush, first.Mode, first.ModeReason)
 		minutes(10)
 		sub, err := c.Engine().Subscription(x)
 		require.NoError(t, err)

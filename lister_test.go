@@ -20,7 +20,7 @@ func readAs(t *testing.T, e *mcpsync.Engine, uri, subject, body string) {
 	t.Helper()
 	_, err := e.Subscribe(uri, subject)
 	require.NoError(t, err)
-	_, err = e.Activate(uri, mcpsync.ModePush)
+	_, err = e.Activate(uri, ledger.ModePush)
 	require.NoError(t, err)
 	accept(t, e, uri, text(uri, body))
 }
@@ -28,7 +28,7 @@ func readAs(t *testing.T, e *mcpsync.Engine, uri, subject, body string) {
 // accept issues a read of uri and hands result to the fence.
 func accept(t *testing.T, e *mcpsync.Engine, uri string, result mcpsync.ReadResult) mcpsync.Outcome {
 	t.Helper()
-	tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+	tk, err := e.IssueTicket(uri, ledger.TriggerNotification)
 	require.NoError(t, err)
 	out, err := e.AcceptResourceVersion(tk, result)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The tests in this file are the engine's half of the liveness findings:
@@ -26,7 +27,7 @@ func resubscribe(t *testing.T, e *mcpsync.Engine) {
 	require.NoError(t, err)
 	_, err = e.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
 }
 
@@ -39,7 +40,7 @@ func TestLivenessQueueKeyedByGeneration(t *testing.T) {
 		require.NoError(t, err)
 		_, err = e.Subscribe(docURI, alice)
 		require.NoError(t, err)
-		_, err = e.Activate(docURI, mcpsync.ModePush)
+		_, err = e.Activate(docURI, ledger.ModePush)
 		require.NoError(t, err)
 	}
 	for name, renew := range map[string]func(*testing.T, *mcpsync.Engine){
@@ -48,12 +49,12 @@ func TestLivenessQueueKeyedByGeneration(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.EngineOptions{ConfirmSends: true})
-			old, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+			old, ok, err := e.RequestRead(docURI, ledger.TriggerInitial)
 			require.NoError(t, err)
 			require.True(t, ok)
 			renew(t, e)
 
-			fresh, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+			fresh, ok, err := e.RequestRead(docURI, ledger.TriggerInitial)
 			require.NoError(t, err)
 			require.True(t, ok, "the old generation's queued read covered the new generation's")
 			assert.Greater(t, fresh.SubscriptionGeneration, old.SubscriptionGeneration)
@@ -73,7 +74,7 @@ func TestLivenessQueueKeyedByGeneration(t *testing.T) {
 // remembered (one dirty bit) and read once a read settles.
 func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{MaxReadsInFlight: 2})
-	a, b := issue(t, e, mcpsync.TriggerRevalidate), issue(t, e, mcpsync.TriggerRevalidate)
+	a, b := issue(t, e, ledger.TriggerRevalidate), issue(t, e, ledger.TriggerRevalidate)
 
 	_, ok, err := e.Notify(docURI)
 	require.NoError(t, err, "a pulse at the read cap must be kept, not refused")
@@ -82,7 +83,7 @@ func TestLivenessPulseAtReadCapIsKept(t *testing.T) {
 	out, err := e.FinishRead(a, text(docURI, "v1"))
 	require.NoError(t, err)
 	require.NotNil(t, out.FollowUp, "the kept pulse earns a read once there is room")
-	assert.Equal(t, mcpsync.TriggerNotification, out.FollowUp.Trigger)
+	assert.Equal(t, ledger.TriggerNotification, out.FollowUp.Trigger)
 	_, err = e.FinishRead(b, text(docURI, "v1"))
 	require.NoError(t, err)
 	_, err = e.FinishRead(*out.FollowUp, text(docURI, "v2"))
@@ -104,7 +105,7 @@ func TestLivenessObserverMayCallTheEngine(t *testing.T) {
 	}})
 	done := make(chan error, 1)
 	go func() {
-		tk, err := e.IssueTicket(docURI, mcpsync.TriggerInitial)
+		tk, err := e.IssueTicket(docURI, ledger.TriggerInitial)
 		if err == nil {
 			_, err = e.AcceptResourceVersion(tk, text(docURI, "v1"))
 		}
@@ -123,9 +124,9 @@ func TestLivenessObserverMayCallTheEngine(t *testing.T) {
 // notFound takes docURI to TOMBSTONE_PENDING after accepting body.
 func notFound(t *testing.T, e *mcpsync.Engine, body string) {
 	t.Helper()
-	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, body))
+	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, body))
 	require.NoError(t, err)
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), mcpsync.NotFoundResult())
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 }
@@ -153,13 +154,13 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 		require.ErrorIs(t, err, mcpsync.ErrEvidenceTooOld)
 		sub, err := e.Subscription(docURI)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.StateTombstonePending, sub.State, "a catalog measured before the not-found confirmed it")
+		assert.Equal(t, ledger.StateTombstonePending, sub.State, "a catalog measured before the not-found confirmed it")
 
 		_, _, err = e.ApplyListing(docURI, false, clock.t)
 		require.NoError(t, err)
 		sub, err = e.Subscription(docURI)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.StateTombstoned, sub.State)
+		assert.Equal(t, ledger.StateTombstoned, sub.State)
 	})
 	t.Run("tombstoned and still subscribed", func(t *testing.T) {
 		clock := newClock()
@@ -171,7 +172,7 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 		require.ErrorIs(t, err, mcpsync.ErrTombstoned)
 
 		// Still absent: the tombstone stands and is not announced twice.
-		tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerRevalidate)
+		tk, ok, err := e.RequestRead(docURI, ledger.TriggerRevalidate)
 		require.NoError(t, err, "a tombstoned subscription must still be revalidated")
 		require.True(t, ok)
 		_, err = e.FinishRead(tk, mcpsync.NotFoundResult())
@@ -189,7 +190,7 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 		assert.Equal(t, "recreated", served(t, e))
 		entries = outbox(t, e)
 		require.Len(t, entries, 3)
-		assert.Equal(t, mcpsync.InvalidateUpdated, entries[2].Reason)
+		assert.Equal(t, ledger.InvalidateUpdated, entries[2].Reason)
 	})
 }
 
@@ -197,12 +198,12 @@ func TestLivenessRecreatedResourceComesBack(t *testing.T) {
 // does not change what the fence or the queue does with it.
 func TestLivenessQueuedTicketSurvivesJSON(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+	tk, ok, err := e.RequestRead(docURI, ledger.TriggerInitial)
 	require.NoError(t, err)
 	require.True(t, ok)
 	raw, err := json.Marshal(tk)
 	require.NoError(t, err)
-	var back mcpsync.Ticket
+	var back ledger.Ticket
 	require.NoError(t, json.Unmarshal(raw, &back))
 	_, err = e.FinishRead(back, text(docURI, "v1"))
 	require.NoError(t, err)
@@ -221,7 +222,7 @@ func TestLivenessGuardPanicQuarantines(t *testing.T) {
 		}
 		return nil
 	}})
-	tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+	tk, ok, err := e.RequestRead(docURI, ledger.TriggerInitial)
 	require.NoError(t, err)
 	require.True(t, ok)
 	out, err := e.FinishRead(tk, text(docURI, "boom"))
@@ -242,9 +243,9 @@ func TestLivenessGuardPanicQuarantines(t *testing.T) {
 // A zero ReadResult is refused as EMPTY_CONTENTS, as documented.
 func TestLivenessZeroReadResultIsEmptyContents(t *testing.T) {
 	e := activeEngine(t, nil)
-	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), mcpsync.ReadResult{})
+	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), mcpsync.ReadResult{})
 	require.ErrorIs(t, err, mcpsync.ErrEmptyContents)
-	_, err = e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial), text(docURI, "v1"))
+	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
 	require.NoError(t, err)
 }
 
@@ -253,7 +254,7 @@ func TestLivenessZeroReadResultIsEmptyContents(t *testing.T) {
 // its version.
 func TestLivenessTicketIdentityIsChecked(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	forged := tk
 	forged.Subject = bob
 	_, err := e.AcceptResourceVersion(forged, text(docURI, "v1"))
@@ -263,7 +264,7 @@ func TestLivenessTicketIdentityIsChecked(t *testing.T) {
 
 	v := out.Version.Version
 	v.Subject = bob
-	err = e.RecordDerived(mcpsync.DerivedArtifact{Index: "idx", ArtifactID: "a1", Version: v})
+	err = e.RecordDerived(ledger.DerivedArtifact{Index: "idx", ArtifactID: "a1", Version: v})
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion, "an artifact recorded under another subject escapes its revocation")
 }
 
@@ -271,7 +272,7 @@ func TestLivenessTicketIdentityIsChecked(t *testing.T) {
 // design says, even once a new generation opened.
 func TestLivenessLateResultOfClosedGenerationSaysAfterClose(t *testing.T) {
 	e := activeEngine(t, nil)
-	late := issue(t, e, mcpsync.TriggerNotification)
+	late := issue(t, e, ledger.TriggerNotification)
 	resubscribe(t, e)
 	for _, r := range []mcpsync.ReadResult{text(docURI, "late"), mcpsync.NotFoundResult()} {
 		_, err := e.AcceptResourceVersion(late, r)
@@ -287,7 +288,7 @@ func TestLivenessActivateChecksTheSession(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.ErrorIs(t, err, mcpsync.ErrIllegalTransition)
 
 	e = activeEngine(t, nil)
@@ -301,7 +302,7 @@ func TestLivenessActivateChecksTheSession(t *testing.T) {
 // a single time (the command printed it two or three times).
 func TestRefusalSaysItsTextOnce(t *testing.T) {
 	e := activeEngine(t, nil)
-	_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerInitial),
+	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial),
 		mcpsync.NewReadResult([]mcpsync.Content{{URI: "no scheme", Text: "x"}}))
 	require.ErrorIs(t, err, mcpsync.ErrInvalidContent)
 	msg := err.Error()

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -109,7 +110,7 @@ func TestLivenessUnsubscribeDuringReconnect(t *testing.T) {
 		}
 		closed, err := r.c.Unsubscribe(t.Context(), gone)
 		require.NoError(t, err)
-		require.Contains(t, []mcpsync.SubscriptionState{mcpsync.StateClosed, mcpsync.StateUnsubscribeUnknown}, closed.State)
+		require.Contains(t, []ledger.SubscriptionState{ledger.StateClosed, ledger.StateUnsubscribeUnknown}, closed.State)
 		hold.Release()
 		t.Logf("Reconnect returned %v", <-reconnected)
 		time.Sleep(10 * time.Second)
@@ -155,7 +156,7 @@ func TestLivenessConcurrentSubscribeModern(t *testing.T) {
 	uris := []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md", "file:///docs/d.md"}
 	synctest.Test(t, func(t *testing.T) {
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: uris})
-		modes := make([]mcpsync.SubscriptionMode, len(uris))
+		modes := make([]ledger.SubscriptionMode, len(uris))
 		errs := make([]error, len(uris))
 		var wg sync.WaitGroup
 		for i, u := range uris {
@@ -169,7 +170,7 @@ func TestLivenessConcurrentSubscribeModern(t *testing.T) {
 		for i, u := range uris {
 			require.NoError(t, errs[i], u)
 		}
-		assert.Equal(t, slices.Repeat([]mcpsync.SubscriptionMode{mcpsync.ModePush}, len(uris)), modes,
+		assert.Equal(t, slices.Repeat([]ledger.SubscriptionMode{ledger.ModePush}, len(uris)), modes,
 			"every concurrent Subscribe ends in push mode")
 		for _, u := range uris {
 			_, err := r.c.Unsubscribe(t.Context(), u)

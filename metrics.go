@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // meterName is the instrumentation scope of the library's instruments.
@@ -34,7 +36,7 @@ type metrics struct {
 }
 
 type readKey struct {
-	trigger Trigger
+	trigger ledger.Trigger
 	outcome string
 }
 
@@ -81,7 +83,7 @@ func newMetrics(c *Client, mp metric.MeterProvider) (*metrics, error) {
 }
 
 // read counts one read of trigger with its outcome.
-func (m *metrics) read(trigger Trigger, outcome string) {
+func (m *metrics) read(trigger ledger.Trigger, outcome string) {
 	key := readKey{trigger, outcome}
 	m.mu.Lock()
 	opts := m.readOpts[key]

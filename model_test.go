@@ -54,9 +54,9 @@ var (
 		resultContent, resultContent, resultContent,
 		resultNotFound, resultNotFound, resultEmpty, resultWrongURI, resultBadURI,
 	}
-	modelTriggers = []mcpsync.Trigger{
-		mcpsync.TriggerInitial, mcpsync.TriggerRevalidate, mcpsync.TriggerPoll,
-		mcpsync.TriggerReconnect, mcpsync.TriggerReconcile,
+	modelTriggers = []ledger.Trigger{
+		ledger.TriggerInitial, ledger.TriggerRevalidate, ledger.TriggerPoll,
+		ledger.TriggerReconnect, ledger.TriggerReconcile,
 	}
 )
 
@@ -103,23 +103,23 @@ const (
 	phaseReconciling      phase = "reconciliation required"
 )
 
-func phaseOf(s mcpsync.SubscriptionState) phase {
+func phaseOf(s ledger.SubscriptionState) phase {
 	switch s {
-	case mcpsync.StateSubscribing:
+	case ledger.StateSubscribing:
 		return phaseSubscribing
-	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted:
 		return phaseOpen
-	case mcpsync.StateUnsubscribing:
+	case ledger.StateUnsubscribing:
 		return phaseClosing
-	case mcpsync.StateClosed:
+	case ledger.StateClosed:
 		return phaseClosed
-	case mcpsync.StateUnsubscribeUnknown:
+	case ledger.StateUnsubscribeUnknown:
 		return phaseUnknown
-	case mcpsync.StateTombstonePending:
+	case ledger.StateTombstonePending:
 		return phaseTombstonePending
-	case mcpsync.StateTombstoned:
+	case ledger.StateTombstoned:
 		return phaseTombstoned
-	case mcpsync.StateReconciliationRequired:
+	case ledger.StateReconciliationRequired:
 		return phaseReconciling
 	}
 	return phase("unexpected " + s)
@@ -165,7 +165,7 @@ type uriModel struct {
 	closeOrdinal uint64
 	lastIssued   uint64
 	watermark    uint64
-	held         []mcpsync.Ticket // issued and unsettled, current generation only
+	held         []ledger.Ticket // issued and unsettled, current generation only
 	// closeBegunGens remembers every generation whose close began, for
 	// tickets of older generations still in flight.
 	closeBegunGens map[uint64]bool
@@ -240,7 +240,7 @@ type trailScan struct {
 
 // holdsNewer reports whether a read newer than ordinal ord is unsettled.
 func (u *uriModel) holdsNewer(ord uint64) bool {
-	return slices.ContainsFunc(u.held, func(h mcpsync.Ticket) bool { return h.ReadOrdinal > ord })
+	return slices.ContainsFunc(u.held, func(h ledger.Ticket) bool { return h.ReadOrdinal > ord })
 }
 
 // stillAbsent: a deletion was confirmed and nothing found the resource
@@ -253,7 +253,7 @@ func (u *uriModel) stillAbsent() bool {
 // corroboration under way: a read of its generation issued after the scan
 // was recorded and after it ended, with no newer read unsettled (whose
 // answer would be newer than this one).
-func (u *uriModel) corroboratedBy(t mcpsync.Ticket) bool {
+func (u *uriModel) corroboratedBy(t ledger.Ticket) bool {
 	c := u.corr
 	return c != nil && c.gen == t.SubscriptionGeneration && t.ReadOrdinal > c.after &&
 		!t.IssuedAt.Before(c.endedAt) && !u.holdsNewer(t.ReadOrdinal)
@@ -263,7 +263,7 @@ func (u *uriModel) corroboratedBy(t mcpsync.Ticket) bool {
 // does not finish the corroboration, leaves it standing: t was issued
 // before the scan was recorded and the second read is still out, so that
 // read decides and the subscription stays open for it.
-func (u *uriModel) keepsCorroboration(t mcpsync.Ticket) bool {
+func (u *uriModel) keepsCorroboration(t ledger.Ticket) bool {
 	c := u.corr
 	return c != nil && c.gen == t.SubscriptionGeneration && t.ReadOrdinal <= c.after && u.holdsNewer(t.ReadOrdinal)
 }
@@ -278,7 +278,7 @@ type queueState struct {
 
 // item returns the queue state of the URI's current generation, or of the
 // ticket's when t is given.
-func (u *uriModel) item(t *mcpsync.Ticket) *queueState {
+func (u *uriModel) item(t *ledger.Ticket) *queueState {
 	k := queueItem{u.session, u.gen}
 	if t != nil {
 		k = queueItem{t.SessionGeneration, t.SubscriptionGeneration}
@@ -291,7 +291,7 @@ func (u *uriModel) item(t *mcpsync.Ticket) *queueState {
 	return q
 }
 
-func (u *uriModel) holds(t mcpsync.Ticket) bool {
+func (u *uriModel) holds(t ledger.Ticket) bool {
 	for _, h := range u.held {
 		if h.ReadOrdinal == t.ReadOrdinal {
 			return h.RequestID == t.RequestID
@@ -302,14 +302,14 @@ func (u *uriModel) holds(t mcpsync.Ticket) bool {
 
 // settle drops ticket ord and, when it passed, every ticket below it.
 func (u *uriModel) settle(ord uint64, passed bool) {
-	u.held = slices.DeleteFunc(u.held, func(h mcpsync.Ticket) bool {
+	u.held = slices.DeleteFunc(u.held, func(h ledger.Ticket) bool {
 		return h.ReadOrdinal == ord || (passed && h.ReadOrdinal < ord)
 	})
 }
 
 // flight is a read the test has sent and not yet answered.
 type flight struct {
-	t mcpsync.Ticket
+	t ledger.Ticket
 	// queued tickets came from Notify, RequestRead, Reconcile or a follow-up.
 	queued bool
 }
@@ -317,11 +317,11 @@ type flight struct {
 // entryKey is what the test compares of an outbox entry.
 type entryKey struct {
 	uri     string
-	reason  mcpsync.InvalidationReason
+	reason  ledger.InvalidationReason
 	subject string
 	pos     fencePos
 	// evidence is the kind of evidence a tombstoned entry names.
-	evidence mcpsync.EvidenceKind
+	evidence ledger.EvidenceKind
 }
 
 func compareEntryKeys(a, b entryKey) int {
@@ -331,7 +331,7 @@ func compareEntryKeys(a, b entryKey) int {
 
 // delivery is one read result handed to the fence and what came back.
 type delivery struct {
-	t    mcpsync.Ticket
+	t    ledger.Ticket
 	kind resultKind
 	out  mcpsync.Outcome
 	err  error
@@ -365,8 +365,8 @@ type modelMachine struct {
 	versions  []mcpsync.ResourceVersion
 	lastSeq   uint64 // newest outbox entry seen
 	acked     uint64
-	wantCount map[mcpsync.InvalidationReason]int
-	gotCount  map[mcpsync.InvalidationReason]int
+	wantCount map[ledger.InvalidationReason]int
+	gotCount  map[ledger.InvalidationReason]int
 	wantStep  []entryKey // entries the current step should append
 }
 
@@ -390,8 +390,8 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 		clock:     clock,
 		uris:      make(map[string]*uriModel),
 		revoked:   make(map[string]bool),
-		wantCount: make(map[mcpsync.InvalidationReason]int),
-		gotCount:  make(map[mcpsync.InvalidationReason]int),
+		wantCount: make(map[ledger.InvalidationReason]int),
+		gotCount:  make(map[ledger.InvalidationReason]int),
 	}
 	for _, key := range modelURIs {
 		m.uris[key] = &uriModel{key: key, closeBegunGens: make(map[uint64]bool), queue: make(map[queueItem]*queueState)}
@@ -409,7 +409,7 @@ func newModelMachine(rt *rapid.T) *modelMachine {
 			who := rapid.SampledFrom(modelSubjects).Draw(rt, "principal of "+key)
 			_, err := m.e.Subscribe(key, who)
 			require.NoError(rt, err)
-			_, err = m.e.Activate(key, mcpsync.ModePush)
+			_, err = m.e.Activate(key, ledger.ModePush)
 			require.NoError(rt, err)
 			u := m.uris[key]
 			u.gen, u.session, u.principal, u.phase = 1, m.session, who, phaseOpen
@@ -437,7 +437,7 @@ func (m *modelMachine) startDeleted(rt *rapid.T, u *uriModel) {
 
 // startIssue issues a read of u outside the read queue.
 func (m *modelMachine) startIssue(rt *rapid.T, u *uriModel) flight {
-	t, err := m.e.IssueTicket(u.key, mcpsync.TriggerInitial)
+	t, err := m.e.IssueTicket(u.key, ledger.TriggerInitial)
 	require.NoError(rt, err)
 	m.issued(rt, u, t, false)
 	return m.inflight[len(m.inflight)-1]
@@ -578,13 +578,13 @@ func (m *modelMachine) reopen(rt *rapid.T) {
 	u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
 	u.corr = nil
 	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Reopen: generation")
-	require.Equal(rt, mcpsync.StateSubscribing, sub.State, "Reopen: state")
+	require.Equal(rt, ledger.StateSubscribing, sub.State, "Reopen: state")
 	require.Zero(rt, sub.CloseEpoch, "Reopen: close epoch")
 }
 
 func (m *modelMachine) activate(rt *rapid.T) {
 	u := m.drawURI(rt)
-	mode := rapid.SampledFrom([]mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}).Draw(rt, "mode")
+	mode := rapid.SampledFrom([]ledger.SubscriptionMode{ledger.ModePush, ledger.ModePoll}).Draw(rt, "mode")
 	_, err := m.e.Activate(u.key, mode)
 	want := stepErr(u, u.phase == phaseSubscribing && u.session == m.session)
 	requireRefusal(rt, err, want, "Activate")
@@ -637,8 +637,8 @@ func (m *modelMachine) resolveUnsubscribe(rt *rapid.T) {
 }
 
 func (m *modelMachine) beginSession(rt *rapid.T) {
-	_, err := m.e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "model-server", Version: "1.0.0"},
+	_, err := m.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "model-server", Version: "1.0.0"},
 		Resources: true, Subscribe: true,
 	}})
 	require.NoError(rt, err, "BeginSession")
@@ -689,7 +689,7 @@ func (u *uriModel) readable() bool {
 
 // issued records a ticket the engine handed out, after checking it is the
 // next ordinal of the current generation.
-func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, queued bool) {
+func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t ledger.Ticket, queued bool) {
 	rt.Helper()
 	require.Equal(rt, u.key, t.URI, "ticket URI")
 	require.Equal(rt, u.gen, t.SubscriptionGeneration, "ticket subscription generation")
@@ -705,7 +705,7 @@ func (m *modelMachine) issued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, queued
 
 // enqueued checks the result of a coalesced read request (Notify,
 // RequestRead, Reconcile) against the model of the read queue.
-func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, ok bool, err error, what string) {
+func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t ledger.Ticket, ok bool, err error, what string) {
 	rt.Helper()
 	if u.gen == 0 {
 		requireRefusal(rt, err, mcpsync.ErrUnknownURI, what)
@@ -739,7 +739,7 @@ func (m *modelMachine) enqueued(rt *rapid.T, u *uriModel, t mcpsync.Ticket, ok b
 // done mirrors the end of a read: the queue's own read stops processing its
 // item, and the item's pending read (a follow-up, or one that waited for
 // room) is issued if its generation can still be read.
-func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *mcpsync.Ticket) {
+func (m *modelMachine) done(rt *rapid.T, u *uriModel, f flight, follow *ledger.Ticket) {
 	rt.Helper()
 	q := u.item(&f.t)
 	switch {
@@ -802,7 +802,7 @@ func (m *modelMachine) requestRead(rt *rapid.T) {
 
 func (m *modelMachine) issueTicket(rt *rapid.T) {
 	u := m.drawURI(rt)
-	t, err := m.e.IssueTicket(u.key, mcpsync.TriggerRevalidate)
+	t, err := m.e.IssueTicket(u.key, ledger.TriggerRevalidate)
 	want := m.issueErr(u)
 	requireRefusal(rt, err, want, "IssueTicket")
 	if want == nil {
@@ -907,7 +907,7 @@ func (m *modelMachine) deliverResult(rt *rapid.T, f flight, kind resultKind, bod
 
 // predict applies the fence rule of DESIGN.md to the model: the reason the
 // fence must refuse t with, or "" and the decision if it must pass.
-func (m *modelMachine) predict(u *uriModel, t mcpsync.Ticket, kind resultKind, body, digest string) (mcpsync.StaleReason, mcpsync.Decision) {
+func (m *modelMachine) predict(u *uriModel, t ledger.Ticket, kind resultKind, body, digest string) (mcpsync.StaleReason, mcpsync.Decision) {
 	switch {
 	case u.gen == 0:
 		return mcpsync.ReasonUnknownRequest, ""
@@ -992,7 +992,7 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 		// The second not-found: the tombstone is confirmed in this step.
 		u.notFoundAt, u.notFoundOrd = m.clock.t, t.ReadOrdinal
 		u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
-		m.tombstone(u, mcpsync.EvidenceCorroborated)
+		m.tombstone(u, ledger.EvidenceCorroborated)
 	case d.wantDecision == mcpsync.DecisionTombstoned:
 		// Still gone: the confirmed tombstone stands.
 		u.phase, u.held = phaseTombstoned, nil
@@ -1009,20 +1009,20 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	case d.wantDecision == mcpsync.DecisionQuarantined:
 		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: ledger.VersionQuarantined}
 		u.newestChange = pos
-		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateQuarantined, subject: t.Subject, pos: pos})
+		m.want(entryKey{uri: u.key, reason: ledger.InvalidateQuarantined, subject: t.Subject, pos: pos})
 	case d.wantDecision == mcpsync.DecisionAccepted:
 		u.current = &modelVersion{pos: pos, digest: digest, subject: t.Subject, status: ledger.VersionServed}
 		u.newestChange = pos
-		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateUpdated, subject: t.Subject, pos: pos})
+		m.want(entryKey{uri: u.key, reason: ledger.InvalidateUpdated, subject: t.Subject, pos: pos})
 	}
 }
 
 // tombstone confirms u's deletion on evidence of kind ev: consumers are told
 // to delete the current version, unless they already were (tombstoned
 // before, or revoked).
-func (m *modelMachine) tombstone(u *uriModel, ev mcpsync.EvidenceKind) {
+func (m *modelMachine) tombstone(u *uriModel, ev ledger.EvidenceKind) {
 	if c := u.current; c != nil && c.status != ledger.VersionTombstoned && c.status != ledger.VersionRevoked {
-		m.want(entryKey{uri: u.key, reason: mcpsync.InvalidateTombstoned, subject: c.subject, evidence: ev})
+		m.want(entryKey{uri: u.key, reason: ledger.InvalidateTombstoned, subject: c.subject, evidence: ev})
 		c.status = ledger.VersionTombstoned
 	}
 }
@@ -1074,7 +1074,7 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
 		require.False(rt, ok)
 		u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
-		m.tombstone(u, mcpsync.EvidenceProven)
+		m.tombstone(u, ledger.EvidenceProven)
 	case u.phase == phaseTombstonePending || u.phase == phaseReconciling:
 		u.phase, u.corr = phaseOpen, nil
 		m.enqueued(rt, u, t, ok, err, "Reconcile present")
@@ -1093,7 +1093,7 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 		}
 	}
 	if ok {
-		require.Equal(rt, mcpsync.TriggerReconcile, t.Trigger, "Reconcile: trigger")
+		require.Equal(rt, ledger.TriggerReconcile, t.Trigger, "Reconcile: trigger")
 	}
 }
 
@@ -1159,7 +1159,7 @@ func (m *modelMachine) corroborate(rt *rapid.T) {
 		m.enqueued(rt, u, t, ok, err, "Corroborate on a pending tombstone")
 	}
 	if ok {
-		require.Equal(rt, mcpsync.TriggerReconcile, t.Trigger, "Corroborate: trigger")
+		require.Equal(rt, ledger.TriggerReconcile, t.Trigger, "Corroborate: trigger")
 	}
 }
 
@@ -1173,14 +1173,14 @@ func (m *modelMachine) revokeSubject(rt *rapid.T) {
 		u := m.uris[key]
 		if c := u.current; c != nil && c.subject == s && c.status != ledger.VersionRevoked {
 			c.status = ledger.VersionRevoked
-			m.want(entryKey{uri: key, reason: mcpsync.InvalidateRevoked, subject: s})
+			m.want(entryKey{uri: key, reason: ledger.InvalidateRevoked, subject: s})
 			n++
 		}
 		u.artifacts = slices.DeleteFunc(u.artifacts, func(a modelArtifact) bool {
 			if a.subject != s {
 				return false
 			}
-			m.want(entryKey{uri: key, reason: mcpsync.InvalidateRevoked, subject: s})
+			m.want(entryKey{uri: key, reason: ledger.InvalidateRevoked, subject: s})
 			n++
 			return true
 		})
@@ -1198,7 +1198,7 @@ func (m *modelMachine) recordDerived(rt *rapid.T) {
 		id:      rapid.SampledFrom([]string{"1", "2"}).Draw(rt, "artifact"),
 		subject: v.Subject,
 	}
-	err := m.e.RecordDerived(mcpsync.DerivedArtifact{Index: a.index, ArtifactID: a.id, Version: v})
+	err := m.e.RecordDerived(ledger.DerivedArtifact{Index: a.index, ArtifactID: a.id, Version: v})
 	u := m.uris[v.URI]
 	c := u.current
 	var want error
@@ -1322,7 +1322,7 @@ func invCorroboratedTombstoneSound(rt *rapid.T, u *uriModel, d delivery) {
 	}
 	ev := rc.Evidence
 	switch {
-	case ev.Kind != mcpsync.EvidenceCorroborated:
+	case ev.Kind != ledger.EvidenceCorroborated:
 		fail("a read can only corroborate")
 	case len(ev.Reads) != 2 || ev.Reads[1] != t.ReadOrdinal || rc.SubscriptionGeneration != t.SubscriptionGeneration:
 		fail("the evidence does not name the confirming read as the second")
@@ -1377,7 +1377,7 @@ func invFenceAgreesWithModel(rt *rapid.T, d delivery) {
 		rc := d.out.Tombstone
 		require.NotNil(rt, rc, "fence rule: the second not-found of a corroboration confirms the tombstone")
 		require.Equal(rt, mcpsync.SchemaTombstoneReceipt, rc.Schema)
-		require.Equal(rt, mcpsync.DeletionEvidence{Kind: mcpsync.EvidenceCorroborated, Scans: d.wantScans, Reads: d.wantReads},
+		require.Equal(rt, ledger.DeletionEvidence{Kind: ledger.EvidenceCorroborated, Scans: d.wantScans, Reads: d.wantReads},
 			rc.Evidence, "fence rule: the tombstone names both scans and both reads")
 		require.Equal(rt, fencePos{d.t.SubscriptionGeneration, 0}, fencePos{rc.SubscriptionGeneration, 0})
 		require.Equal(rt, v.OutboxSeq, rc.OutboxSeq, "the receipt names the outbox entry written with it")
@@ -1409,18 +1409,18 @@ func invOutboxOnlyFromOpenGenerations(rt *rapid.T, m *modelMachine) {
 		m.lastSeq = en.Seq
 		m.gotCount[en.Reason]++
 		k := entryKey{uri: en.URI, reason: en.Reason, subject: en.Subject}
-		if en.Reason == mcpsync.InvalidateUpdated || en.Reason == mcpsync.InvalidateQuarantined {
+		if en.Reason == ledger.InvalidateUpdated || en.Reason == ledger.InvalidateQuarantined {
 			k.pos = posOf(en.Version)
 			m.versions = append(m.versions, en.Version)
 		}
-		if en.Reason == mcpsync.InvalidateTombstoned {
+		if en.Reason == ledger.InvalidateTombstoned {
 			require.NotNil(rt, en.Evidence, "invariant 3 (outbox): a tombstoned entry names its evidence")
 			k.evidence = en.Evidence.Kind
 		}
 		got = append(got, k)
 	}
-	for _, r := range []mcpsync.InvalidationReason{mcpsync.InvalidateUpdated, mcpsync.InvalidateQuarantined,
-		mcpsync.InvalidateTombstoned, mcpsync.InvalidateRevoked} {
+	for _, r := range []ledger.InvalidationReason{ledger.InvalidateUpdated, ledger.InvalidateQuarantined,
+		ledger.InvalidateTombstoned, ledger.InvalidateRevoked} {
 		if m.gotCount[r] != m.wantCount[r] {
 			rt.Fatalf("invariant 3 (outbox only from allowed steps): %d %q entries, the model allows %d; this step appended %+v, expected %+v",
 				m.gotCount[r], r, m.wantCount[r], got, m.wantStep)

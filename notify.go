@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The notification path. mcp-go's handler runs on the transport's read
@@ -135,7 +137,7 @@ func (c *Client) handle(n note) {
 			c.engine.refuseNotification(uri, n.gen, ReasonNotSubscribed, err.Error())
 			return
 		}
-		if c.skipRefresh(key, TriggerNotification) {
+		if c.skipRefresh(key, ledger.TriggerNotification) {
 			return // outside the refresh fraction (rollout.go)
 		}
 		if err := c.notify(key); err != nil {
@@ -168,7 +170,7 @@ func (c *Client) notify(key string) error {
 	case errors.Is(err, ErrNotLeaseholder):
 		c.report(err)
 		return err
-	case !writeFailed(err) || !c.owe(key, TriggerNotification, true, err):
+	case !writeFailed(err) || !c.owe(key, ledger.TriggerNotification, true, err):
 		return err
 	}
 	return nil
@@ -183,7 +185,7 @@ func (c *Client) notify(key string) error {
 // the write still fails. renotify says the notification itself is to be
 // recorded again (Notify), not only its read (RequestRead). It reports
 // false when key is not watched: nothing is owed then.
-func (c *Client) owe(key string, trigger Trigger, renotify bool, err error) bool {
+func (c *Client) owe(key string, trigger ledger.Trigger, renotify bool, err error) bool {
 	// The reads this one may not count on: those issued before it.
 	sub, serr := c.engine.Subscription(key)
 	c.mu.Lock()
@@ -193,7 +195,7 @@ func (c *Client) owe(key string, trigger Trigger, renotify bool, err error) bool
 		return false
 	}
 	first := w.owed == ""
-	if first || w.owed != TriggerNotification {
+	if first || w.owed != ledger.TriggerNotification {
 		w.owed = trigger // a notification's read counts most
 	}
 	w.renotify = w.renotify || renotify
@@ -212,7 +214,7 @@ func (c *Client) owe(key string, trigger Trigger, renotify bool, err error) bool
 
 // settle records that the fence accepted the answer to t: a read issued
 // after the read key owed (owe) settles it, whatever it found.
-func (c *Client) settle(t Ticket) {
+func (c *Client) settle(t ledger.Ticket) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.watches[t.URI]
@@ -252,7 +254,7 @@ func (c *Client) askOwed(key string, w *watch) time.Duration {
 	if trigger == "" || asked {
 		return 0
 	}
-	var t Ticket
+	var t ledger.Ticket
 	var ok bool
 	var err error
 	if renotify {
@@ -398,7 +400,7 @@ func (e *Engine) refuseNotification(rawURI string, sessionGen uint64, reason Sta
 	}
 	s := StaleReceipt{
 		Schema: SchemaStaleReceipt, Reason: reason, URI: key, SessionGeneration: sessionGen,
-		Trigger: TriggerNotification, Detail: detail, At: e.now(),
+		Trigger: ledger.TriggerNotification, Detail: detail, At: e.now(),
 	}
 	e.audit.record(&s)
 	return s

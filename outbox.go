@@ -66,7 +66,7 @@ func (e *Engine) Acknowledge(ctx context.Context, consumer string, seq uint64) e
 
 // OutboxState reports the outbox's extent, what its retention bound
 // dropped, and each consumer's position.
-func (e *Engine) OutboxState(ctx context.Context) (OutboxState, error) {
+func (e *Engine) OutboxState(ctx context.Context) (ledger.OutboxState, error) {
 	return e.ledger.OutboxState(ctx)
 }
 
@@ -229,9 +229,9 @@ type Resolution struct {
 	// By is the version that superseded Version, on ResolvedSuperseded.
 	By ResourceVersion
 	// Evidence is the tombstone's evidence, on a tombstone's entry.
-	Evidence *DeletionEvidence
+	Evidence *ledger.DeletionEvidence
 	// Artifact is the revoked artifact, on a revocation of one.
-	Artifact *DerivedArtifact
+	Artifact *ledger.DerivedArtifact
 }
 
 // Resolve says what an outbox entry comes to now: for an updated entry, the
@@ -265,19 +265,19 @@ func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, er
 	}
 	r := Resolution{Version: entry.Previous, Evidence: entry.Evidence, Artifact: entry.Artifact}
 	switch entry.Reason {
-	case InvalidateTombstoned:
+	case ledger.InvalidateTombstoned:
 		r.Kind = ResolvedDeleted
 		return r, nil
-	case InvalidateRevoked:
+	case ledger.InvalidateRevoked:
 		r.Kind = ResolvedRevoked
 		return r, nil
-	case InvalidateForgotten:
+	case ledger.InvalidateForgotten:
 		r.Kind = ResolvedForgotten
 		return r, nil
-	case InvalidateQuarantined:
+	case ledger.InvalidateQuarantined:
 		r.Kind = ResolvedQuarantined
 		return r, nil
-	case InvalidateUpdated:
+	case ledger.InvalidateUpdated:
 	default:
 		return Resolution{}, fmt.Errorf("%w: outbox entry %d has reason %q", ledger.ErrLedgerSchema, entry.Seq, entry.Reason)
 	}

@@ -30,11 +30,11 @@ func acceptN(t *testing.T, e *mcpsync.Engine, doc string, n int) {
 		require.NoError(t, err)
 		_, err = e.Subscribe(doc, "user:alice")
 		require.NoError(t, err)
-		_, err = e.Activate(doc, mcpsync.ModePush)
+		_, err = e.Activate(doc, ledger.ModePush)
 		require.NoError(t, err)
 	}
 	for i := range n {
-		tk, err := e.IssueTicket(doc, mcpsync.TriggerNotification)
+		tk, err := e.IssueTicket(doc, ledger.TriggerNotification)
 		require.NoError(t, err)
 		out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: fmt.Sprintf("v%d-%s", i, t.Name())}}))
 		require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestPullOutboxReportsWhatTheRetentionBoundDropped(t *testing.T) {
 	cursor, err := defaultCursor(e)
 	require.NoError(t, err)
 	entries, err := e.PullOutbox(cursor, 0)
-	var gap *mcpsync.OutboxGapError
+	var gap *ledger.OutboxGapError
 	if assert.ErrorAs(t, err, &gap, "PullOutbox after the bound overtook the default consumer") {
 		assert.Equal(t, uint64(1), gap.From)
 		assert.Equal(t, uint64(2), gap.Through)
@@ -131,7 +131,7 @@ type ledgerSide struct {
 	rec     *recordingLedger // nil on the direct side
 	engines []*mcpsync.Engine
 	ids     map[string]string // engine id -> its name in comparisons
-	tickets map[string][]mcpsync.Ticket
+	tickets map[string][]ledger.Ticket
 }
 
 const (
@@ -140,14 +140,14 @@ const (
 )
 
 // twoServers are two releases of one server, for sessions that change it.
-var twoServers = []mcpsync.Implementation{{Name: "srv", Version: "1.0"}, {Name: "srv", Version: "2.0"}}
+var twoServers = []ledger.Implementation{{Name: "srv", Version: "1.0"}, {Name: "srv", Version: "2.0"}}
 
 func (s *ledgerSide) newEngine(t *rapid.T, opts mcpsync.EngineOptions) {
 	e, err := mcpsync.NewEngine(&opts)
 	require.NoError(t, err)
 	s.ids[e.ID()] = fmt.Sprintf("engine-%d", len(s.ids))
 	s.engines = append(s.engines, e)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
 		ProtocolVersion: "2025-11-25", Server: twoServers[0], Resources: true, Subscribe: true}})
 	require.NoError(t, err)
 }
@@ -221,9 +221,9 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 		newLedger := func() ledger.Ledger {
 			return ledger.NewMemory(&ledger.Options{OutboxRetention: retain})
 		}
-		direct := &ledgerSide{name: "direct", ledger: newLedger(), ids: map[string]string{}, tickets: map[string][]mcpsync.Ticket{}}
+		direct := &ledgerSide{name: "direct", ledger: newLedger(), ids: map[string]string{}, tickets: map[string][]ledger.Ticket{}}
 		rec := &recordingLedger{Ledger: newLedger(), want: map[uint64]string{}}
-		wrapped := &ledgerSide{name: "wrapped", ledger: rec, rec: rec, ids: map[string]string{}, tickets: map[string][]mcpsync.Ticket{}}
+		wrapped := &ledgerSide{name: "wrapped", ledger: rec, rec: rec, ids: map[string]string{}, tickets: map[string][]ledger.Ticket{}}
 		sides := []*ledgerSide{direct, wrapped}
 		for _, s := range sides {
 			for range engines {
@@ -232,7 +232,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 			for _, uri := range []string{docA, docB} {
 				_, err := s.engines[0].Subscribe(uri, "user:alice")
 				require.NoError(t, err)
-				_, err = s.engines[0].Activate(uri, mcpsync.ModePush)
+				_, err = s.engines[0].Activate(uri, ledger.ModePush)
 				require.NoError(t, err)
 			}
 		}
@@ -271,7 +271,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 			case 0: // (re)connect
 				srv := rapid.SampledFrom(twoServers).Draw(t, "server")
 				each("session", func(s *ledgerSide) error {
-					_, err := s.engines[ei].BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+					_, err := s.engines[ei].BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
 						ProtocolVersion: "2025-11-25", Server: srv, Resources: true, Subscribe: true}})
 					return err
 				})
@@ -280,7 +280,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 				each("subscribe", func(s *ledgerSide) error {
 					_, err := s.engines[ei].Subscribe(uri, subject)
 					if err == nil {
-						_, err = s.engines[ei].Activate(uri, mcpsync.ModePush)
+						_, err = s.engines[ei].Activate(uri, ledger.ModePush)
 					}
 					return err
 				})
@@ -291,7 +291,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 				notFound := rapid.IntRange(0, 5).Draw(t, "notFound") == 0
 				each("read", func(s *ledgerSide) error {
 					e := s.engines[ei]
-					tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+					tk, err := e.IssueTicket(uri, ledger.TriggerNotification)
 					if err != nil {
 						return err
 					}
@@ -304,7 +304,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 				})
 			case 6: // a read left in flight
 				each("issue", func(s *ledgerSide) error {
-					tk, err := s.engines[ei].IssueTicket(uri, mcpsync.TriggerNotification)
+					tk, err := s.engines[ei].IssueTicket(uri, ledger.TriggerNotification)
 					if err == nil {
 						s.tickets[uri] = append(s.tickets[uri], tk)
 					}
@@ -356,7 +356,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 					e := s.engines[ei]
 					for _, subject := range subjects {
 						if got, err := e.Lookup(subject, uri); err == nil {
-							return e.RecordDerived(mcpsync.DerivedArtifact{Index: "search", ArtifactID: id, Version: got.Version})
+							return e.RecordDerived(ledger.DerivedArtifact{Index: "search", ArtifactID: id, Version: got.Version})
 						}
 					}
 					return nil
@@ -394,7 +394,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 				each("burst", func(s *ledgerSide) error {
 					e := s.engines[ei]
 					for i := range n {
-						tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+						tk, err := e.IssueTicket(uri, ledger.TriggerNotification)
 						if err != nil {
 							return err
 						}
@@ -427,7 +427,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 						s.ledger = l
 					}
 					s.engines = nil
-					s.tickets = map[string][]mcpsync.Ticket{}
+					s.tickets = map[string][]ledger.Ticket{}
 					for range engines {
 						s.newEngine(t, mcpsync.EngineOptions{Ledger: s.ledger, Now: clock.now, Guard: guard})
 					}
@@ -468,7 +468,7 @@ func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 	rec := &recordingLedger{Ledger: ledger.NewMemory(nil), want: map[uint64]string{}}
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: rec, Now: clock.now})
 	require.NoError(t, err)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
 		ProtocolVersion: "2025-11-25", Server: twoServers[0], Resources: true, Subscribe: true}})
 	require.NoError(t, err)
 
@@ -496,10 +496,10 @@ func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 		subject := fmt.Sprintf("user:s%d", pass)
 		_, err := e.Subscribe(uri, subject)
 		require.NoError(t, err)
-		_, err = e.Activate(uri, mcpsync.ModePush)
+		_, err = e.Activate(uri, ledger.ModePush)
 		require.NoError(t, err)
 		for i := range 300 {
-			tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+			tk, err := e.IssueTicket(uri, ledger.TriggerNotification)
 			require.NoError(t, err)
 			out, err := e.AcceptResourceVersion(tk, text(uri, fmt.Sprintf("r%d-%d", pass, i)))
 			require.NoError(t, err)
@@ -516,7 +516,7 @@ func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 				require.NoError(t, rec.Ack(ctx, mcpsync.DefaultConsumer, st.Last-uint64(pass)))
 			}
 			if i%50 == 0 {
-				require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "search", ArtifactID: fmt.Sprintf("a%d", i), Version: out.Version.Version}))
+				require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "search", ArtifactID: fmt.Sprintf("a%d", i), Version: out.Version.Version}))
 			}
 		}
 		if pass%2 == 1 {
@@ -582,7 +582,7 @@ func TestConsumerNamesAreValidatedLikeSubjects(t *testing.T) {
 // countingLedger counts one outbox entry more than it holds.
 type countingLedger struct{ ledger.Ledger }
 
-func (l countingLedger) OutboxState(ctx context.Context) (mcpsync.OutboxState, error) {
+func (l countingLedger) OutboxState(ctx context.Context) (ledger.OutboxState, error) {
 	st, err := l.Ledger.OutboxState(ctx)
 	st.Last++
 	return st, err

@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/workqueue"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The read path. A ticket the engine hands out (a notification's read, a
@@ -35,8 +36,8 @@ type readsOf struct {
 }
 
 type keyReads struct {
-	next   []Ticket
-	failed *Ticket
+	next   []ledger.Ticket
+	failed *ledger.Ticket
 }
 
 // newReadQueue makes the read path's queue.
@@ -46,7 +47,7 @@ func (c *Client) newReadQueue() {
 }
 
 // dispatch queues the read of ticket t.
-func (c *Client) dispatch(t Ticket) {
+func (c *Client) dispatch(t ledger.Ticket) {
 	c.reads.mu.Lock()
 	kr := c.reads.pending[t.URI]
 	if kr == nil {
@@ -57,9 +58,9 @@ func (c *Client) dispatch(t Ticket) {
 	c.reads.mu.Unlock()
 	delay := c.opts.CoalesceWindow
 	switch t.Trigger {
-	case TriggerInitial:
+	case ledger.TriggerInitial:
 		delay = 0 // a caller waits for it, and no pulse came before it to cover
-	case TriggerReconnect:
+	case ledger.TriggerReconnect:
 		delay = max(delay, c.paced.Reserve().Delay())
 	}
 	c.readq.AddAfter(t.URI, delay)
@@ -73,7 +74,7 @@ func (c *Client) readPass(key string) {
 	if !ok {
 		return
 	}
-	if t.Trigger == TriggerReconnect {
+	if t.Trigger == ledger.TriggerReconnect {
 		if !c.window.take() {
 			c.reads.mu.Lock()
 			kr := c.reads.pending[key]
@@ -81,14 +82,14 @@ func (c *Client) readPass(key string) {
 				kr = &keyReads{}
 				c.reads.pending[key] = kr
 			}
-			kr.next = append([]Ticket{t}, kr.next...)
+			kr.next = append([]ledger.Ticket{t}, kr.next...)
 			c.reads.mu.Unlock()
 			c.readq.AddAfter(key, windowWait)
 			return
 		}
 	}
 	out, err := c.read(c.ctx, t)
-	if t.Trigger == TriggerReconnect {
+	if t.Trigger == ledger.TriggerReconnect {
 		c.window.give(!errors.Is(err, errReadFailed))
 	}
 	switch {
@@ -117,12 +118,12 @@ func (c *Client) readPass(key string) {
 }
 
 // nextRead takes key's next read to send.
-func (c *Client) nextRead(key string) (Ticket, bool) {
+func (c *Client) nextRead(key string) (ledger.Ticket, bool) {
 	c.reads.mu.Lock()
 	kr := c.reads.pending[key]
 	if kr == nil {
 		c.reads.mu.Unlock()
-		return Ticket{}, false
+		return ledger.Ticket{}, false
 	}
 	if len(kr.next) > 0 {
 		t := kr.next[0]
@@ -137,7 +138,7 @@ func (c *Client) nextRead(key string) (Ticket, bool) {
 	delete(c.reads.pending, key)
 	c.reads.mu.Unlock()
 	if failed == nil {
-		return Ticket{}, false
+		return ledger.Ticket{}, false
 	}
 	t, ok, err := c.engine.RequestRead(failed.URI, failed.Trigger)
 	if writeFailed(err) {
@@ -207,7 +208,7 @@ func (c *Client) failPending() {
 // read sends the read of ticket t on the session that issued it, and hands
 // the answer to the fence. A read of a session that is gone is abandoned:
 // the fence would refuse its answer anyway.
-func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
+func (c *Client) read(ctx context.Context, t ledger.Ticket) (Outcome, error) {
 	c.mu.Lock()
 	conn, raw := c.conn, t.URI
 	if w := c.watches[t.URI]; w != nil {
@@ -261,7 +262,7 @@ func (c *Client) read(ctx context.Context, t Ticket) (Outcome, error) {
 	}
 	if c.opts.Handler != nil && out.Accepted && out.Decision() != DecisionUnchanged {
 		// A write in place on the memory ledger tells no change hook.
-		var ev *DeletionEvidence
+		var ev *ledger.DeletionEvidence
 		if out.Tombstone != nil {
 			ev = &out.Tombstone.Evidence
 		}
@@ -316,9 +317,9 @@ func (c *Client) awaitRead(ctx context.Context, key string) (notFound bool) {
 			return false
 		}
 		switch sub.State {
-		case StateUpdateSeen, StateReadPending:
+		case ledger.StateUpdateSeen, ledger.StateReadPending:
 		default:
-			return sub.State == StateTombstonePending || sub.State == StateTombstoned
+			return sub.State == ledger.StateTombstonePending || sub.State == ledger.StateTombstoned
 		}
 		if timeout == nil {
 			t := time.NewTimer(c.opts.RequestTimeout)
@@ -343,7 +344,7 @@ func (c *Client) Read(ctx context.Context, uri string) (Outcome, error) {
 	if c.isClosed() {
 		return Outcome{}, ErrClientClosed
 	}
-	t, err := c.engine.IssueTicket(uri, TriggerRevalidate)
+	t, err := c.engine.IssueTicket(uri, ledger.TriggerRevalidate)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -83,7 +83,7 @@ func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, e
 	// Collect first: the verdicts write to the ledger being ranged over.
 	type verdict struct {
 		key      string
-		state    SubscriptionState
+		state    ledger.SubscriptionState
 		unlisted bool // its absence from the listing is counted
 	}
 	var pending []verdict
@@ -92,8 +92,8 @@ func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, e
 			return out, err
 		}
 		switch {
-		case sub.State == StateTombstonePending || sub.State == StateReconciliationRequired,
-			(sub.State.Open() || sub.State == StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
+		case sub.State == ledger.StateTombstonePending || sub.State == ledger.StateReconciliationRequired,
+			(sub.State.Open() || sub.State == ledger.StateTombstoned) && sub.SessionGeneration == gen && sub.CloseEpoch == 0,
 			sub.Corroboration != nil, sub.Unlisted != nil:
 			pending = append(pending, verdict{sub.URI, sub.State, sub.Unlisted != nil})
 		}
@@ -102,14 +102,14 @@ func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, e
 	for _, v := range pending {
 		key := v.key
 		present := c.lists(key)
-		var tk Ticket
+		var tk ledger.Ticket
 		var ok bool
 		var rc *TombstoneReceipt
 		var err error
 		switch {
 		case present && v.unlisted:
 			err = e.relisted(key)
-		case !present && countsAbsence && (v.state.Open() || v.state == StateTombstonePending || v.state == StateReconciliationRequired):
+		case !present && countsAbsence && (v.state.Open() || v.state == ledger.StateTombstonePending || v.state == ledger.StateReconciliationRequired):
 			rc, err = e.unlisted(key, absent, o.UnlistedFor)
 			if rc != nil {
 				out.Tombstoned = append(out.Tombstoned, key)
@@ -127,17 +127,17 @@ func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, e
 			continue
 		}
 		switch {
-		case v.state == StateTombstoned && !present:
+		case v.state == ledger.StateTombstoned && !present:
 			continue // still gone
 		case present || canProveAbsence:
-			ev := DeletionEvidence{Kind: EvidenceProven, SnapshotID: c.SnapshotID}
+			ev := ledger.DeletionEvidence{Kind: ledger.EvidenceProven, SnapshotID: c.SnapshotID}
 			if n := len(c.Scans); n > 0 {
 				ev.Scans = []string{c.Scans[n-1].ID}
 			}
 			tk, ok, rc, err = e.reconcile(key, present, c.MeasuredAt, ev)
 		case v.state.Open():
-			tk, ok, err = e.enqueue(key, TriggerReconcile)
-		case canCorroborate && v.state == StateTombstonePending:
+			tk, ok, err = e.enqueue(key, ledger.TriggerReconcile)
+		case canCorroborate && v.state == ledger.StateTombstonePending:
 			tk, ok, err = e.corroborate(key, scan)
 		default:
 			out.Deferred = append(out.Deferred, key)
@@ -155,7 +155,7 @@ func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, e
 			errs = append(errs, err)
 			continue
 		case present:
-			if v.state == StateTombstonePending || v.state == StateReconciliationRequired || v.state == StateTombstoned {
+			if v.state == ledger.StateTombstonePending || v.state == ledger.StateReconciliationRequired || v.state == ledger.StateTombstoned {
 				out.Present = append(out.Present, key)
 			}
 		case rc != nil:
@@ -163,7 +163,7 @@ func (c Catalog) Reconcile(e *Engine, opts *ReconcileOptions) (Reconciliation, e
 			out.Receipts = append(out.Receipts, *rc)
 		case v.state.Open():
 			out.Missing = append(out.Missing, key)
-		case v.state == StateTombstonePending && !canProveAbsence:
+		case v.state == ledger.StateTombstonePending && !canProveAbsence:
 			out.Corroborating = append(out.Corroborating, key)
 		}
 		if ok {
@@ -191,24 +191,24 @@ func (c Catalog) absenceScan(now time.Time, policy DeletionPolicy) (ledger.Unlis
 
 // reconcile is Reconcile of a key, with the evidence an absent verdict
 // confirms a tombstone on; it also returns the tombstone's receipt.
-func (e *Engine) reconcile(key string, present bool, since time.Time, ev DeletionEvidence) (Ticket, bool, *TombstoneReceipt, error) {
+func (e *Engine) reconcile(key string, present bool, since time.Time, ev ledger.DeletionEvidence) (ledger.Ticket, bool, *TombstoneReceipt, error) {
 	r, err := e.ledger.Load(context.Background(), key)
 	if err != nil {
-		return Ticket{}, false, nil, errorf("load %s: %w", key, err)
+		return ledger.Ticket{}, false, nil, errorf("load %s: %w", key, err)
 	}
 	if r == nil || r.Sub == nil {
-		return Ticket{}, false, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+		return ledger.Ticket{}, false, nil, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 	}
 	var path transitions
 	switch {
-	case r.State == StateTombstonePending || r.State == StateReconciliationRequired:
+	case r.State == ledger.StateTombstonePending || r.State == ledger.StateReconciliationRequired:
 		if !present {
 			rc, err := e.confirmTombstone(key, since, ev, &path)
 			if err != nil {
-				return Ticket{}, false, nil, err
+				return ledger.Ticket{}, false, nil, err
 			}
 			e.emit(key, &path)
-			return Ticket{}, false, &rc, nil
+			return ledger.Ticket{}, false, &rc, nil
 		}
 		// Reads issued before the not-found may still be in flight; their
 		// answers are reads of this generation like any other.
@@ -219,17 +219,17 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 			}
 			return nil
 		}); err != nil {
-			return Ticket{}, false, nil, err
+			return ledger.Ticket{}, false, nil, err
 		}
-		t, ok, err := e.enqueue(key, TriggerReconcile)
+		t, ok, err := e.enqueue(key, ledger.TriggerReconcile)
 		return t, ok, nil, err
 	case r.State.Open() && !present:
-		t, ok, err := e.enqueue(key, TriggerReconcile)
+		t, ok, err := e.enqueue(key, ledger.TriggerReconcile)
 		return t, ok, nil, err
-	case r.State == StateTombstoned && present && r.Sub.SessionGeneration == e.sessionGeneration():
+	case r.State == ledger.StateTombstoned && present && r.Sub.SessionGeneration == e.sessionGeneration():
 		// Listed again: created since its deletion was confirmed, and a
 		// read brings it back sooner than the next revalidation.
-		t, ok, err := e.enqueue(key, TriggerReconcile)
+		t, ok, err := e.enqueue(key, ledger.TriggerReconcile)
 		return t, ok, nil, err
 	case present && r.Corroboration != nil:
 		// Listed again while the second read is out: that read can no
@@ -242,7 +242,7 @@ func (e *Engine) reconcile(key string, present bool, since time.Time, ev Deletio
 			next.Corroboration = nil
 			return next, nil, nil
 		})
-		return Ticket{}, false, nil, err
+		return ledger.Ticket{}, false, nil, err
 	}
-	return Ticket{}, false, nil, nil
+	return ledger.Ticket{}, false, nil, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -217,7 +218,7 @@ func TestReconnectWhoseOpeningWriteFailsHeals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sub.SessionGeneration != r.c.Health().SessionGeneration || sub.State != mcpsync.StateActive {
+		if sub.SessionGeneration != r.c.Health().SessionGeneration || sub.State != ledger.StateActive {
 			t.Fatalf("not reopened in the current session: %s in session %d", sub.State, sub.SessionGeneration)
 		}
 		if got := r.served(); got != "v2" {
@@ -305,7 +306,7 @@ func TestSubscribeAllWaitingForItsStreamAcrossAReconnectEndsPushed(t *testing.T)
 			sub, err := c.Engine().Subscription(uri)
 			require.NoError(t, err)
 			assert.Equal(t, gen, sub.SessionGeneration, uri)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode, uri)
+			assert.Equal(t, ledger.ModePush, sub.Mode, uri)
 			assert.True(t, srv.Subscribed(uri), uri)
 			entry, err := c.Lookup(uri)
 			require.NoError(t, err)
@@ -347,8 +348,8 @@ func TestSubscribeAllRacingAReconnectEndsPushedInTheNewSession(t *testing.T) {
 			sub, err := r.c.Engine().Subscription(u)
 			require.NoError(t, err)
 			assert.Equal(t, gen, sub.SessionGeneration, u)
-			assert.True(t, sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted, "%s %s", u, sub.State)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %q", u, sub.ModeReason)
+			assert.True(t, sub.State == ledger.StateActive || sub.State == ledger.StateVersionAccepted, "%s %s", u, sub.State)
+			assert.Equal(t, ledger.ModePush, sub.Mode, "%s: %q", u, sub.ModeReason)
 			assert.True(t, r.srv.Subscribed(u), u)
 			r.srv.Set(u, "text/markdown", "v2")
 		}
@@ -398,7 +399,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 				t.Errorf("x is not open in the current session (%s, session %d/%d) and Lookup says nothing", sub.State, sub.SessionGeneration, gen)
 			}
 		}
-		if openNow && sub.Mode == mcpsync.ModePush && e.Degraded == "" {
+		if openNow && sub.Mode == ledger.ModePush && e.Degraded == "" {
 			require.True(t, r.srv.Subscribed(x), "x in push mode, not degraded, but the server does not notify it")
 		}
 
@@ -435,7 +436,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 		t.Logf("after a minute: %s session %d/%d server subscribed %v", desc(), sub.SessionGeneration, gen, r.srv.Subscribed(x))
 		require.Equal(t, gen, sub.SessionGeneration, desc())
 		require.True(t, generationOpen(sub.State), desc())
-		if sub.Mode == mcpsync.ModePush {
+		if sub.Mode == ledger.ModePush {
 			require.True(t, r.srv.Subscribed(x), desc())
 		}
 		require.Equal(t, "v2", text, "after the change: "+desc())
@@ -527,7 +528,7 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 					t.Logf("12 min after: %s", desc)
 					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
 						bad = append(bad, "not healed: "+desc)
-					} else if s.Mode == mcpsync.ModePush && !r.srv.Subscribed(u) {
+					} else if s.Mode == ledger.ModePush && !r.srv.Subscribed(u) {
 						bad = append(bad, "push but not notified: "+desc)
 					}
 				}
@@ -740,7 +741,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 		for _, u := range []string{faultURI, y} {
 			sub, err := r.c.Engine().Subscription(u)
 			require.NoError(t, err)
-			require.Equal(t, mcpsync.ModePush, sub.Mode)
+			require.Equal(t, ledger.ModePush, sub.Mode)
 			before[u] = sub
 		}
 
@@ -770,7 +771,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 			sub, err := r.c.Engine().Subscription(u)
 			require.NoError(t, err)
 			require.Equal(t, r.c.Health().SessionGeneration, sub.SessionGeneration, "%s open in the new session", u)
-			require.Equal(t, mcpsync.ModePush, sub.Mode, u)
+			require.Equal(t, ledger.ModePush, sub.Mode, u)
 			e, err := r.c.Lookup(u)
 			require.NoError(t, err)
 			require.Equal(t, text, e.Contents[0].Text, u)
@@ -819,7 +820,7 @@ func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testin
 		require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")
 		before, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, before.Mode, before.ModeReason)
+		require.Equal(t, ledger.ModePush, before.Mode, before.ModeReason)
 		close(hung) // the given-up unsubscribe settles, on the lost session
 		for range 6 {
 			time.Sleep(30 * time.Second)

@@ -37,7 +37,7 @@ func resolve(t *testing.T, e *mcpsync.Engine, en mcpsync.OutboxEntry) mcpsync.Re
 
 func acceptDoc(t *testing.T, e *mcpsync.Engine, body string) mcpsync.Outcome {
 	t.Helper()
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, body))
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), text(docURI, body))
 	require.NoError(t, err)
 	require.True(t, out.Accepted)
 	return out
@@ -101,7 +101,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open(), Now: clock.now})
 			acceptDoc(t, e, "v1")
 			clock.t = clock.t.Add(time.Second)
-			_, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), mcpsync.NotFoundResult())
+			_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), mcpsync.NotFoundResult())
 			require.NoError(t, err)
 			updated := outbox(t, e)[0]
 			r := resolve(t, e, updated)
@@ -114,7 +114,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 			entries := outbox(t, e)
 			require.Len(t, entries, 2)
 			tomb := entries[1]
-			require.Equal(t, mcpsync.InvalidateTombstoned, tomb.Reason)
+			require.Equal(t, ledger.InvalidateTombstoned, tomb.Reason)
 
 			r = resolve(t, e, updated)
 			assert.Equal(t, mcpsync.ResolvedDeleted, r.Kind)
@@ -173,7 +173,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 func TestResolveSaysQuarantined(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Guard: mcpsync.MaxBytes(8)})
 	acceptDoc(t, e, "short")
-	out, err := e.AcceptResourceVersion(issue(t, e, mcpsync.TriggerNotification), text(docURI, "far too long for the guard"))
+	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), text(docURI, "far too long for the guard"))
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
 	entries := outbox(t, e)

@@ -29,7 +29,7 @@ func TestRestoreOfAShortOutboxIsRefusedOrReadable(t *testing.T) {
 	src := ledger.NewMemory(nil)
 	for rev := uint64(1); rev <= 3; rev++ {
 		_, ok, err := src.CompareAndSwap(ctx, "file:///a", rev-1, &ledger.Record{Revision: rev},
-			[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: "file:///a", Reason: mcpsync.InvalidateUpdated}})
+			[]mcpsync.OutboxEntry{{Schema: mcpsync.SchemaInvalidation, URI: "file:///a", Reason: ledger.InvalidateUpdated}})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -87,7 +87,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	const doc = "file:///docs/a.md"
 	clock := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
-	caps := mcpsync.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SnapshotList: true}
+	caps := ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, ListChanged: true, SnapshotList: true}
 
 	liveLedger := ledger.NewMemory(nil)
 	live, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: liveLedger, Now: now})
@@ -95,7 +95,7 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	_, err = live.BeginSession(mcpsync.SessionInfo{Capabilities: caps})
 	require.NoError(t, err)
 	subscribeActive(t, live, doc, "user:alice")
-	tk, err := live.IssueTicket(doc, mcpsync.TriggerInitial)
+	tk, err := live.IssueTicket(doc, ledger.TriggerInitial)
 	require.NoError(t, err)
 	_, err = live.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: doc, MIMEType: "text/plain", Text: "v1"}}))
 	require.NoError(t, err)
@@ -135,9 +135,9 @@ func TestRollbackKeepsTheLiveEnginesCatalogOutOfTheRestoredSession(t *testing.T)
 	// Worse: it confirms a deletion the restored engine never proved.
 	_, err = restored.Subscribe(doc, "user:alice")
 	require.NoError(t, err)
-	_, err = restored.Activate(doc, mcpsync.ModePush)
+	_, err = restored.Activate(doc, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err = restored.IssueTicket(doc, mcpsync.TriggerReconnect)
+	tk, err = restored.IssueTicket(doc, ledger.TriggerReconnect)
 	require.NoError(t, err)
 	clock = clock.Add(-30 * time.Second) // the not-found predates the live catalog
 	_, err = restored.AcceptResourceVersion(tk, mcpsync.NotFoundResult())
@@ -197,7 +197,7 @@ func TestRestoreRefusesAnOutboxMissingEntriesNobodyPassed(t *testing.T) {
 func TestRestoreRefusesAnOutboxAtTheTopOfItsNumbering(t *testing.T) {
 	snap := ledger.Snapshot{
 		Schema: ledger.SchemaSnapshot, Records: map[string]*ledger.Record{}, Counters: map[ledger.Counter]uint64{},
-		State: mcpsync.OutboxState{Last: math.MaxUint64, First: math.MaxUint64, Consumers: map[string]uint64{"index": 0}},
+		State: ledger.OutboxState{Last: math.MaxUint64, First: math.MaxUint64, Consumers: map[string]uint64{"index": 0}},
 	}
 	var err error
 	func() {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Resuming after a restart, and waiting for the first reads.
@@ -153,9 +155,9 @@ func (c *Client) awaitEvidence(ctx context.Context, keys []string) (bool, error)
 				return true
 			}
 			switch sub.State {
-			case StateDiscovered, StateSubscribing, StateUpdateSeen, StateReadPending:
+			case ledger.StateDiscovered, ledger.StateSubscribing, ledger.StateUpdateSeen, ledger.StateReadPending:
 				return false
-			case StateTombstonePending, StateReconciliationRequired:
+			case ledger.StateTombstonePending, ledger.StateReconciliationRequired:
 				missing = true
 			}
 			return true
@@ -327,7 +329,7 @@ func (c *Client) synced(key string, gen uint64) (bool, error) {
 		return false, nil
 	}
 	switch sub.State {
-	case StateTombstonePending, StateTombstoned, StateReconciliationRequired:
+	case ledger.StateTombstonePending, ledger.StateTombstoned, ledger.StateReconciliationRequired:
 		return true, nil
 	}
 	if sub.State.Open() && sub.Watermark > 0 {

@@ -26,18 +26,18 @@ const (
 )
 
 // engineOn is a new engine on ledger, as a restarted process builds it.
-func engineOn(t *testing.T, ledger ledger.Ledger) *mcpsync.Engine {
+func engineOn(t *testing.T, store ledger.Ledger) *mcpsync.Engine {
 	t.Helper()
-	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: store})
 	require.NoError(t, err)
 	return e
 }
 
 // firstRun subscribes uris through a client on a new engine over ledger,
 // waits for their first versions and closes it, as a worker that stops.
-func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, ledger ledger.Ledger, uris ...string) {
+func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, store ledger.Ledger, uris ...string) {
 	t.Helper()
-	r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, ledger)}})
+	r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, store)}})
 	for _, u := range uris {
 		_, err := r.c.Subscribe(t.Context(), u)
 		require.NoError(t, err)
@@ -53,7 +53,7 @@ func tombstoneOf(t *testing.T, e *mcpsync.Engine, uri string) mcpsync.OutboxEntr
 	defer cancel()
 	for entry, err := range e.Consume(ctx, "index") {
 		require.NoError(t, err, "no tombstone of %s reached the outbox", uri)
-		if entry.URI == uri && entry.Reason == mcpsync.InvalidateTombstoned {
+		if entry.URI == uri && entry.Reason == ledger.InvalidateTombstoned {
 			return entry
 		}
 	}
@@ -67,15 +67,15 @@ func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
 		for _, u := range []string{keptRaw, changedURI, goneURI} {
 			srv.Set(u, "text/markdown", "v1")
 		}
-		ledger := ledger.NewMemory(nil)
-		firstRun(t, srv, w, ledger, keptRaw, changedURI, goneURI)
+		store := ledger.NewMemory(nil)
+		firstRun(t, srv, w, store, keptRaw, changedURI, goneURI)
 
 		// While no process watches: one resource changes, one goes.
 		srv.Set(changedURI, "text/markdown", "v2")
 		srv.Delete(goneURI)
 		readsBefore := srv.Reads(keptRaw)
 
-		e := engineOn(t, ledger)
+		e := engineOn(t, store)
 		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
 		require.NoError(t, r.c.WaitForSync(t.Context()))
 
@@ -84,7 +84,7 @@ func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
 			sub, err := e.Subscription(u)
 			require.NoError(t, err)
 			assert.Equal(t, gen, sub.SessionGeneration, "%s is open in the new session", u)
-			assert.Equal(t, mcpsync.StateActive, sub.State, u)
+			assert.Equal(t, ledger.StateActive, sub.State, u)
 		}
 		assert.Greater(t, srv.Reads(keptRaw), readsBefore, "resumed URIs are read again, as their server spells them")
 		text, err := r.text(changedURI)
@@ -98,7 +98,7 @@ func TestConnectResumesSubscriptionsOfTheLedger(t *testing.T) {
 		assert.Equal(t, goneURI, tomb.URI)
 		sub, err := e.Subscription(goneURI)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.StateTombstoned, sub.State, "a deletion during the downtime is confirmed")
+		assert.Equal(t, ledger.StateTombstoned, sub.State, "a deletion during the downtime is confirmed")
 	})
 }
 
@@ -110,8 +110,8 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 		w := eras[0]
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(changedURI, "text/markdown", "v1")
-		ledger := ledger.NewMemory(nil)
-		firstRun(t, srv, w, ledger, changedURI)
+		store := ledger.NewMemory(nil)
+		firstRun(t, srv, w, store, changedURI)
 
 		for _, tc := range []struct {
 			name      string
@@ -121,7 +121,7 @@ func TestConnectResumesOnlyItsOwn(t *testing.T) {
 			{"NoResume", alice, true},
 			{"another principal", bob, false},
 		} {
-			e := engineOn(t, ledger)
+			e := engineOn(t, store)
 			reads := srv.Reads(changedURI)
 			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: tc.principal, ProtocolVersion: w.version, NoResume: tc.noResume})
 			require.NoError(t, err)
@@ -142,10 +142,10 @@ func TestUnsubscribeRacingResumeWins(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		srv := mcpsynctest.NewServer(nil)
 		srv.Set(changedURI, "text/markdown", "v1")
-		ledger := ledger.NewMemory(nil)
-		firstRun(t, srv, w, ledger, changedURI)
+		store := ledger.NewMemory(nil)
+		firstRun(t, srv, w, store, changedURI)
 
-		e := engineOn(t, ledger)
+		e := engineOn(t, store)
 		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
 		_, err := r.c.Unsubscribe(t.Context(), changedURI)
 		require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestUnsubscribeRacingResumeWins(t *testing.T) {
 
 		sub, err := e.Subscription(changedURI)
 		require.NoError(t, err)
-		assert.NotEqual(t, mcpsync.StateActive, sub.State, "the Unsubscribe stands")
+		assert.NotEqual(t, ledger.StateActive, sub.State, "the Unsubscribe stands")
 		assert.False(t, srv.Subscribed(changedURI), "the server keeps no subscription")
 		require.NoError(t, r.c.WaitForSync(t.Context()))
 	})
@@ -174,12 +174,12 @@ func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
 			srv.Set(uri, "text/markdown", "v1 "+id)
 			servers[id] = srv
 		}
-		ledger := ledger.NewMemory(nil)
+		store := ledger.NewMemory(nil)
 		run := func() map[string]*rig {
 			rigs := map[string]*rig{}
 			for _, id := range []string{"east", "west"} {
 				rigs[id] = buildRig(t, w, rigConfig{srv: servers[id],
-					opts: mcpsync.ClientOptions{Engine: engineOn(t, ledger), ServerID: id}})
+					opts: mcpsync.ClientOptions{Engine: engineOn(t, store), ServerID: id}})
 			}
 			return rigs
 		}
@@ -205,7 +205,7 @@ func TestResumeOnlyTheSubscriptionsOfItsOwnServer(t *testing.T) {
 		for id, uri := range map[string]string{"east": east, "west": west} {
 			sub, err := second[id].c.Engine().Subscription(uri)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.StateActive, sub.State, "%s stays alive: its server has it", uri)
+			assert.Equal(t, ledger.StateActive, sub.State, "%s stays alive: its server has it", uri)
 			assert.Equal(t, id, sub.Capabilities.ServerID, "%s is resumed by the worker of its server", uri)
 			text, err := second[id].text(uri)
 			require.NoError(t, err)
@@ -227,9 +227,9 @@ func TestSecondClientOnTheLedgerLeavesALiveClientsSubscription(t *testing.T) {
 		srvA, srvB := mcpsynctest.NewServer(nil), mcpsynctest.NewServer(nil) // same name: one deployment
 		srvA.Set(doc, "text/markdown", "v1")
 		srvB.Set(doc, "text/markdown", "v1")
-		ledger := ledger.NewMemory(nil)
+		store := ledger.NewMemory(nil)
 		connect := func(srv *mcpsynctest.Server) (*mcpsync.Client, *mcpsync.Engine) {
-			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
+			e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: store})
 			require.NoError(t, err)
 			c, err := mcpsync.Connect(t.Context(), srv.Dialer(), &mcpsync.ClientOptions{Engine: e, Subject: alice})
 			require.NoError(t, err)

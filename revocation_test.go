@@ -39,7 +39,7 @@ func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 	_, err = b.BeginSession(mcpsync.SessionInfo{})
 	require.NoError(t, err)
 	subscribeActive(t, b, doc, "user:bob")
-	inFlight, err := b.IssueTicket(doc, mcpsync.TriggerNotification)
+	inFlight, err := b.IssueTicket(doc, ledger.TriggerNotification)
 	require.NoError(t, err)
 
 	_, err = a.RevokeSubject("user:bob")
@@ -56,7 +56,7 @@ func TestRevocationIsEnforcedByEveryEngineOnTheLedger(t *testing.T) {
 	entries, err := b.PullOutbox(0, 0)
 	require.NoError(t, err)
 	for _, en := range entries {
-		assert.NotEqual(t, mcpsync.InvalidateUpdated, en.Reason, "entry %d tells consumers to index the revoked subject's content", en.Seq)
+		assert.NotEqual(t, ledger.InvalidateUpdated, en.Reason, "entry %d tells consumers to index the revoked subject's content", en.Seq)
 	}
 }
 
@@ -72,9 +72,9 @@ func TestRecordDerivedRacingARevocationIsRefusedOrAnnounced(t *testing.T) {
 	a := newEngine(t, &mcpsync.EngineOptions{Ledger: hooked})
 	_, err := a.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = a.Activate(docURI, mcpsync.ModePush)
+	_, err = a.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
-	out, err := a.AcceptResourceVersion(issue(t, a, mcpsync.TriggerInitial), text(docURI, "alice's notes"))
+	out, err := a.AcceptResourceVersion(issue(t, a, ledger.TriggerInitial), text(docURI, "alice's notes"))
 	require.NoError(t, err)
 	v1 := out.Version.Version
 
@@ -85,7 +85,7 @@ func TestRecordDerivedRacingARevocationIsRefusedOrAnnounced(t *testing.T) {
 		require.NoError(t, err)
 	})
 
-	recErr := a.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-0", Version: v1})
+	recErr := a.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "chunk-0", Version: v1})
 	if recErr != nil {
 		require.ErrorIs(t, recErr, mcpsync.ErrRevoked)
 		return // refused: fine
@@ -125,7 +125,7 @@ func TestRevocationOfAURIHeldElsewhereReachesTheOutbox(t *testing.T) {
 	_, err = lb.Acquire(t.Context(), docURI)
 	require.NoError(t, err)
 	subscribeActive(t, eb, docURI, alice)
-	tk, err := eb.IssueTicket(docURI, mcpsync.TriggerNotification)
+	tk, err := eb.IssueTicket(docURI, ledger.TriggerNotification)
 	require.NoError(t, err)
 	out, err := eb.AcceptResourceVersion(tk, text(docURI, "alice's text"))
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestRevocationOfAURIHeldElsewhereReachesTheOutbox(t *testing.T) {
 	// B, holding the URI, goes on: a lookup, a change notification.
 	_, err = eb.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrRevoked, "B knows alice is revoked")
-	if tk, err := eb.IssueTicket(docURI, mcpsync.TriggerNotification); err == nil {
+	if tk, err := eb.IssueTicket(docURI, ledger.TriggerNotification); err == nil {
 		_, _ = eb.AcceptResourceVersion(tk, text(docURI, "alice's text, changed"))
 	}
 	_, err = lb.Renew(t.Context())
@@ -150,7 +150,7 @@ func TestRevocationOfAURIHeldElsewhereReachesTheOutbox(t *testing.T) {
 	require.NoError(t, err)
 	announced := false
 	for _, en := range entries {
-		if en.URI == docURI && en.Reason == mcpsync.InvalidateRevoked {
+		if en.URI == docURI && en.Reason == ledger.InvalidateRevoked {
 			announced = true
 		}
 	}

@@ -333,7 +333,7 @@ func (r *rig) subscribe() mcpsync.Subscription {
 	r.t.Helper()
 	sub, err := r.c.Subscribe(r.t.Context(), faultURI)
 	require.NoError(r.t, err)
-	require.Equal(r.t, mcpsync.ModePush, sub.Mode)
+	require.Equal(r.t, ledger.ModePush, sub.Mode)
 	require.True(r.t, next(r.t, r.outcomes).Accepted)
 	return sub
 }
@@ -448,7 +448,7 @@ func (r *rig) look(uri string) (mcpsync.Subscription, mcpsync.Entry, string) {
 func (r *rig) pushed(uris []string) (push int, lines []string) {
 	for _, u := range uris {
 		sub, _ := r.c.Engine().Subscription(u)
-		if sub.Mode == mcpsync.ModePush {
+		if sub.Mode == ledger.ModePush {
 			push++
 		}
 		_, d := r.state(u)
@@ -539,7 +539,7 @@ func releasedIfWaiting[T any](done <-chan returned[T], hold *mcpsynctest.Hold) r
 func requireActivated(t *testing.T, res returned[mcpsync.Subscription]) {
 	t.Helper()
 	require.NoError(t, res.err)
-	assert.Contains(t, []mcpsync.SubscriptionMode{mcpsync.ModePush, mcpsync.ModePoll}, res.val.Mode,
+	assert.Contains(t, []ledger.SubscriptionMode{ledger.ModePush, ledger.ModePoll}, res.val.Mode,
 		"Subscribe returned nil with a subscription never activated: %s session %d", res.val.State, res.val.SessionGeneration)
 	assert.True(t, openState(res.val.State), "Subscribe returned nil with a subscription not open: %s", res.val.State)
 }
@@ -600,7 +600,7 @@ func (r *rig) requireHealed(uri, want string) {
 		served = entry.Contents[0].Text
 	}
 	healed := served == want && entry.Degraded == "" && sub.SessionGeneration == c.Health().SessionGeneration &&
-		(sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted)
+		(sub.State == ledger.StateActive || sub.State == ledger.StateVersionAccepted)
 	if !healed {
 		r.t.Fatalf("the watched URI never came back: subscription %s (session %d, generation %d; client session %d), "+
 			"Lookup serves %q (server has %q) with Degraded %q (error %v), health %s",
@@ -678,7 +678,7 @@ func (r *rig) requirePushed() {
 	r.t.Helper()
 	sub, err := r.c.Engine().Subscription(faultURI)
 	require.NoError(r.t, err)
-	require.Equal(r.t, mcpsync.ModePush, sub.Mode, sub.ModeReason)
+	require.Equal(r.t, ledger.ModePush, sub.Mode, sub.ModeReason)
 	r.srv.Set(faultURI, "text/markdown", "pushed")
 	time.Sleep(time.Second)
 	quiesce()
@@ -694,7 +694,7 @@ func (r *rig) requireServerMatchesPush(uris []string) {
 	for _, u := range uris {
 		sub, err := c.Engine().Subscription(u)
 		open := err == nil && sub.SessionGeneration == c.Health().SessionGeneration && generationOpen(sub.State)
-		push := open && sub.Mode == mcpsync.ModePush
+		push := open && sub.Mode == ledger.ModePush
 		if push != r.srv.Subscribed(u) {
 			bad = append(bad, fmt.Sprintf("%s: state %s mode %s (err %v), server subscribed %v", u, sub.State, sub.Mode, err, r.srv.Subscribed(u)))
 		}
@@ -734,9 +734,9 @@ func (r *rig) requireWhereLeft(uris []string, mustOpen, mustClosed map[string]bo
 			bad = append(bad, "unsubscribed but open: "+desc)
 		case open && text != "v2":
 			bad = append(bad, "open but stale: "+desc)
-		case open && sub.Mode == mcpsync.ModePush && !r.srv.Subscribed(u):
+		case open && sub.Mode == ledger.ModePush && !r.srv.Subscribed(u):
 			bad = append(bad, "push but not notified: "+desc)
-		case open && sub.Mode == mcpsync.ModePoll && sub.ModeReason == "":
+		case open && sub.Mode == ledger.ModePoll && sub.ModeReason == "":
 			bad = append(bad, "polled without a reason: "+desc)
 		case !open && r.srv.Subscribed(u):
 			bad = append(bad, "not open but notified: "+desc)
@@ -789,9 +789,9 @@ func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, ar
 }
 
 // openState reports whether s is ACTIVE or one of its read sub-states.
-func openState(s mcpsync.SubscriptionState) bool {
+func openState(s ledger.SubscriptionState) bool {
 	switch s {
-	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted:
 		return true
 	}
 	return false
@@ -801,9 +801,9 @@ func openState(s mcpsync.SubscriptionState) bool {
 // one of its read sub-states (a read may be queued or out at the moment
 // of any check: a poll or revalidation falls due at its own time), or a
 // not-found awaiting its evidence.
-func generationOpen(s mcpsync.SubscriptionState) bool {
+func generationOpen(s ledger.SubscriptionState) bool {
 	switch s {
-	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted, mcpsync.StateTombstonePending:
+	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted, ledger.StateTombstonePending:
 		return true
 	}
 	return false
@@ -1415,13 +1415,13 @@ func (l *faultLedger) Next(ctx context.Context, counter ledger.Counter, n uint64
 // the record goes to SUBSCRIBING with a new generation number. A reopen
 // closes the generation before it in the same write.
 func openingWrite(_ string, next *ledger.Record) bool {
-	return next.State == mcpsync.StateSubscribing && next.Sub != nil && next.Sub.Generation >= 2
+	return next.State == ledger.StateSubscribing && next.Sub != nil && next.Sub.Generation >= 2
 }
 
 // activatingWrite picks the write that activates a generation after the
 // first.
 func activatingWrite(_ string, next *ledger.Record) bool {
-	return next.State == mcpsync.StateActive && next.Sub != nil && next.Sub.Generation >= 2
+	return next.State == ledger.StateActive && next.Sub != nil && next.Sub.Generation >= 2
 }
 
 // openingWriteOf picks the opening write (openingWrite) of uri's record.
@@ -1430,12 +1430,12 @@ func openingWriteOf(uri string) func(string, *ledger.Record) bool {
 }
 
 // writeTo picks the writes whose record goes to state.
-func writeTo(state mcpsync.SubscriptionState) func(string, *ledger.Record) bool {
+func writeTo(state ledger.SubscriptionState) func(string, *ledger.Record) bool {
 	return func(_ string, next *ledger.Record) bool { return next.State == state }
 }
 
 // writeOf picks the writes of uri's record that go to state.
-func writeOf(uri string, state mcpsync.SubscriptionState) func(string, *ledger.Record) bool {
+func writeOf(uri string, state ledger.SubscriptionState) func(string, *ledger.Record) bool {
 	return func(key string, next *ledger.Record) bool { return key == uri && next.State == state }
 }
 

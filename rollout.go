@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Rollout controls, in the order a rollout uses them.
@@ -29,15 +31,15 @@ type RolloutStatus struct {
 	Disabled int `json:"disabled"`
 	// Skipped counts, by trigger, the reads the client did not send because
 	// their subscription was outside the fraction at the time.
-	Skipped map[Trigger]uint64 `json:"skipped"`
+	Skipped map[ledger.Trigger]uint64 `json:"skipped"`
 }
 
 // rollout is a Client's gradual enablement state.
 type rollout struct {
 	fraction atomic.Pointer[float64] // nil means 1: every subscription refreshes
 
-	mu      sync.Mutex         // protects skipped
-	skipped map[Trigger]uint64 // reads left out, by trigger
+	mu      sync.Mutex                // protects skipped
+	skipped map[ledger.Trigger]uint64 // reads left out, by trigger
 }
 
 // position returns where the subscription of key sits in [0, 1), as
@@ -108,7 +110,7 @@ func (c *Client) RefreshEnabled(uri string) bool {
 // trigger because its subscription is outside the refresh fraction, and
 // counts it. Only URIs this client watches are left out: anything else takes
 // the usual path, which records why it triggers nothing.
-func (c *Client) skipRefresh(key string, trigger Trigger) bool {
+func (c *Client) skipRefresh(key string, trigger ledger.Trigger) bool {
 	f := c.refreshFraction()
 	if f >= 1 {
 		return false
@@ -122,7 +124,7 @@ func (c *Client) skipRefresh(key string, trigger Trigger) bool {
 	r := &c.rollout
 	r.mu.Lock()
 	if r.skipped == nil {
-		r.skipped = make(map[Trigger]uint64)
+		r.skipped = make(map[ledger.Trigger]uint64)
 	}
 	r.skipped[trigger]++
 	r.mu.Unlock()
@@ -133,7 +135,7 @@ func (c *Client) skipRefresh(key string, trigger Trigger) bool {
 // subscriptions are inside and outside it.
 func (c *Client) Rollout() RolloutStatus {
 	f := c.refreshFraction()
-	s := RolloutStatus{Schema: SchemaRolloutStatus, RefreshFraction: f, Skipped: map[Trigger]uint64{}}
+	s := RolloutStatus{Schema: SchemaRolloutStatus, RefreshFraction: f, Skipped: map[ledger.Trigger]uint64{}}
 	c.mu.Lock()
 	for key := range c.watches {
 		if position(key) < f {

@@ -16,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // offURI is the second resource of the rollout tests; its refresh position
@@ -129,7 +130,7 @@ func TestRefreshFractionDisabledSubscriptionGetsNoReads(t *testing.T) {
 				for _, u := range []string{faultURI, offURI} {
 					sub, err := r.c.Subscribe(t.Context(), u)
 					require.NoError(t, err)
-					assert.Equal(t, mcpsync.ModePush, sub.Mode, u)
+					assert.Equal(t, ledger.ModePush, sub.Mode, u)
 				}
 				quiesce()
 				// In 2026-07-28 the second Subscribe replaces the listen
@@ -140,7 +141,7 @@ func TestRefreshFractionDisabledSubscriptionGetsNoReads(t *testing.T) {
 				assert.True(t, r.srv.Subscribed(offURI), "still subscribed at the server")
 				sub, err := r.c.Engine().Subscription(offURI)
 				require.NoError(t, err)
-				assert.Equal(t, mcpsync.StateActive, sub.State, "still an open generation of the fence")
+				assert.Equal(t, ledger.StateActive, sub.State, "still an open generation of the fence")
 				assert.Zero(t, sub.LastIssuedOrdinal)
 
 				r.srv.Set(faultURI, "text/markdown", "v2")
@@ -160,9 +161,9 @@ func TestRefreshFractionDisabledSubscriptionGetsNoReads(t *testing.T) {
 				st := r.c.Rollout()
 				assert.Equal(t, 1, st.Enabled)
 				assert.Equal(t, 1, st.Disabled)
-				assert.Equal(t, uint64(1), st.Skipped[mcpsync.TriggerInitial])
-				assert.Equal(t, uint64(1), st.Skipped[mcpsync.TriggerNotification])
-				assert.GreaterOrEqual(t, st.Skipped[mcpsync.TriggerRevalidate], uint64(1))
+				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerInitial])
+				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerNotification])
+				assert.GreaterOrEqual(t, st.Skipped[ledger.TriggerRevalidate], uint64(1))
 				assert.Zero(t, r.c.Engine().StaleCounts()[mcpsync.ReasonNotSubscribed],
 					"a skipped notification is not reported as one for an unsubscribed URI")
 			})
@@ -188,8 +189,8 @@ func TestRaisingRefreshFractionStartsRefreshing(t *testing.T) {
 				assert.Equal(t, 0.0, st.RefreshFraction)
 				assert.Equal(t, 0, st.Enabled)
 				assert.Equal(t, 1, st.Disabled)
-				assert.Equal(t, uint64(1), st.Skipped[mcpsync.TriggerInitial])
-				assert.Equal(t, uint64(1), st.Skipped[mcpsync.TriggerNotification])
+				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerInitial])
+				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerNotification])
 
 				// A URI nobody subscribed is no rollout matter: its
 				// notification still leaves a NOT_SUBSCRIBED receipt.
@@ -231,7 +232,7 @@ func TestRaisingRefreshFractionStartsRefreshing(t *testing.T) {
 // The status is data: its JSON form is pinned.
 func TestRolloutStatusFormat(t *testing.T) {
 	got, err := json.Marshal(mcpsync.RolloutStatus{Schema: mcpsync.SchemaRolloutStatus, RefreshFraction: 0.05, Enabled: 1, Disabled: 19,
-		Skipped: map[mcpsync.Trigger]uint64{mcpsync.TriggerNotification: 3}})
+		Skipped: map[ledger.Trigger]uint64{ledger.TriggerNotification: 3}})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"schema":"rolloutStatus.v1","refreshFraction":0.05,"enabled":1,"disabled":19,"skipped":{"notification":3}}`, string(got))
 }
@@ -256,7 +257,7 @@ func TestURIOutsideTheRefreshFractionIsReopenedAfterAFailedReopen(t *testing.T) 
 		r.sixRevalidations() // half an hour, the ledger healthy
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		if sub.SessionGeneration != r.c.Health().SessionGeneration || !(sub.State == mcpsync.StateActive || sub.State == mcpsync.StateVersionAccepted) {
+		if sub.SessionGeneration != r.c.Health().SessionGeneration || !(sub.State == ledger.StateActive || sub.State == ledger.StateVersionAccepted) {
 			t.Fatalf("a watched URI outside the refresh fraction is no longer subscribed: %s (generation %d) half an hour later, health %s",
 				sub.State, sub.SubscriptionGeneration, r.c.Health().State)
 		}

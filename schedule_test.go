@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -78,7 +79,7 @@ func TestSchedulePollsWithoutSubscribe(t *testing.T) {
 		defer func() { require.NoError(t, c.Close()) }()
 		sub, err := c.Subscribe(t.Context(), faultURI)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePoll, sub.Mode)
+		require.Equal(t, ledger.ModePoll, sub.Mode)
 		quiesce()
 		before := srv.Reads(faultURI)
 		time.Sleep(10 * poll)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -80,7 +81,7 @@ func TestFailedUnsubscribeIsRetriedOnALiveSession(t *testing.T) {
 		quiesce()
 		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
-		if sub.State != mcpsync.StateClosed || r.srv.Subscribed(faultURI) {
+		if sub.State != ledger.StateClosed || r.srv.Subscribed(faultURI) {
 			t.Fatalf("a failed unsubscribe is never reconciled on a live session: %s", r.describe(faultURI))
 		}
 	})
@@ -108,7 +109,7 @@ func heldLateUnsubscribe(t *testing.T, r *rig, a string) *mcpsynctest.Hold {
 	t.Helper()
 	sub, err := r.c.Subscribe(t.Context(), a)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.ModePush, sub.Mode)
+	require.Equal(t, ledger.ModePush, sub.Mode)
 	quiesce()
 	require.True(t, r.srv.Subscribed(a))
 	hold := r.faults().HoldNextRequest(string(mcp.MethodResourcesUnsubscribe), a)
@@ -116,7 +117,7 @@ func heldLateUnsubscribe(t *testing.T, r *rig, a string) *mcpsynctest.Hold {
 	quiesce()
 	sub, err = r.c.Subscribe(t.Context(), a)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.ModePush, sub.Mode)
+	require.Equal(t, ledger.ModePush, sub.Mode)
 	quiesce()
 	return hold
 }
@@ -226,14 +227,14 @@ func TestRefusedResubscribeRacingTheCallerEndsWhereTheCallerLeftIt(t *testing.T)
 						return
 					}
 					require.True(t, open, desc)
-					if sub.Mode == mcpsync.ModePush {
+					if sub.Mode == ledger.ModePush {
 						require.True(t, r.srv.Subscribed(tc.watched), "push, not notified: "+desc)
 					} else {
 						require.NotEmpty(t, sub.ModeReason, desc)
 					}
 					require.Equal(t, "v2", text, desc)
 					if !steady && !tc.refuseB {
-						require.Equal(t, mcpsync.ModePush, sub.Mode, "a refusal once, then the server accepts: "+desc)
+						require.Equal(t, ledger.ModePush, sub.Mode, "a refusal once, then the server accepts: "+desc)
 					}
 				})
 			})
@@ -262,7 +263,7 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 		desc := fmt.Sprintf("%s %s %q; server %v; serves %q degraded %q", sub.State, sub.Mode, sub.ModeReason, r.srv.Subscribed(a), e.Contents[0].Text, e.Degraded)
 		t.Log(desc)
 		require.Equal(t, "v3", e.Contents[0].Text, desc)
-		if sub.Mode == mcpsync.ModePush {
+		if sub.Mode == ledger.ModePush {
 			require.True(t, r.srv.Subscribed(a), desc)
 		} else {
 			require.NotEmpty(t, sub.ModeReason, desc)
@@ -278,7 +279,7 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 func TestFailedActivationUnsubscribesTheServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[0])
-		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateActive))
+		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
 		require.Equal(t, 1, r.ledger.failures())
@@ -303,7 +304,7 @@ func TestFailedActivationLeavesNoStreamCarryingIt(t *testing.T) {
 		_, err := r.c.Subscribe(t.Context(), other) // a watch that stays
 		require.NoError(t, err)
 		quiesce()
-		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateActive))
+		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
 		_, err = r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
 		require.Equal(t, 1, r.ledger.failures())
@@ -324,7 +325,7 @@ func TestFailedActivationLeavesTheURIOffTheNextStream(t *testing.T) {
 		const other = "file:///docs/other.md"
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
-		r.ledger.failWrites(1, writeOf(faultURI, mcpsync.StateActive))
+		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
 		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
 		require.Equal(t, 1, r.ledger.failures())
@@ -447,7 +448,7 @@ func TestRefusedResubscribeAfterALateUnsubscribePollsSayingWhy(t *testing.T) {
 		sub, _, desc := r.look(x)
 		t.Logf("%s; subscribes sent %d (%d in the last minute)",
 			desc, r.requests(string(mcp.MethodResourcesSubscribe)), r.requests(string(mcp.MethodResourcesSubscribe))-before)
-		if sub.Mode == mcpsync.ModePush {
+		if sub.Mode == ledger.ModePush {
 			require.True(t, r.srv.Subscribed(x),
 				"x is in push mode (reason %q) but the server does not notify it, 21 minutes after the re-subscribe started failing", sub.ModeReason)
 		} else {

@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/wire"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The session: connecting (dial, initialize, capability receipt), replacing
@@ -120,7 +121,7 @@ func (c *Client) readGap(conn *connection) time.Duration {
 	conn.mu.Unlock()
 	slices.Sort(uris)
 	for _, u := range uris {
-		c.requestRead(spelledKey(u), TriggerRevalidate)
+		c.requestRead(spelledKey(u), ledger.TriggerRevalidate)
 	}
 	return 0
 }
@@ -284,7 +285,7 @@ func (c *Client) floodOver(conn *connection) time.Duration {
 	keys := slices.Collect(maps.Keys(c.watches))
 	c.mu.Unlock()
 	for _, key := range keys {
-		if c.skipRefresh(key, TriggerRevalidate) {
+		if c.skipRefresh(key, ledger.TriggerRevalidate) {
 			// Outside the refresh fraction: not read, so not left saying
 			// it will be.
 			c.mu.Lock()
@@ -292,7 +293,7 @@ func (c *Client) floodOver(conn *connection) time.Duration {
 			c.mu.Unlock()
 			continue
 		}
-		c.requestRead(key, TriggerRevalidate)
+		c.requestRead(key, ledger.TriggerRevalidate)
 	}
 	return 0
 }
@@ -303,7 +304,7 @@ type connection struct {
 	tr   transport.Interface // the wrapped transport mc sends through
 	gen  uint64
 	era  Era
-	caps CapabilityReceipt
+	caps ledger.CapabilityReceipt
 	mon  *wire.Monitor // limits of the session; its Err ends the session
 
 	// deaf, when set, says why the session cannot receive notifications
@@ -452,9 +453,9 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	if version == "" {
 		version = res.ProtocolVersion
 	}
-	caps := CapabilityReceipt{
+	caps := ledger.CapabilityReceipt{
 		ProtocolVersion: version,
-		Server:          Implementation{Name: res.ServerInfo.Name, Version: res.ServerInfo.Version},
+		Server:          ledger.Implementation{Name: res.ServerInfo.Name, Version: res.ServerInfo.Version},
 		ServerID:        c.opts.ServerID,
 	}
 	if caps.ServerID == "" {

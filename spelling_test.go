@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // 2026-07-28. SubscribeAll is given two spellings of each of several URIs,
@@ -69,7 +70,7 @@ func TestUnsubscribedSpellingsLeaveTheStream(t *testing.T) {
 		for _, u := range firsts {
 			sub, err := r.c.Unsubscribe(t.Context(), u)
 			require.NoError(t, err)
-			require.Equal(t, mcpsync.StateClosed, sub.State, u)
+			require.Equal(t, ledger.StateClosed, sub.State, u)
 		}
 		hold.Release()
 		require.NoError(t, (<-done).err)
@@ -190,7 +191,7 @@ func TestAlternatingSpellingsUnderFailuresEndOnTheLastWatched(t *testing.T) {
 					t.Log(desc)
 					// Before 2026-07-28 a URI whose subscribe failed polls for
 					// the session (with its reason): accepted here.
-					push := p.last != "" && sub.Mode == mcpsync.ModePush
+					push := p.last != "" && sub.Mode == ledger.ModePush
 					require.False(t, p.last != a && r.srv.Subscribed(a), "server's A: "+desc)
 					require.False(t, p.last != b && r.srv.Subscribed(b), "server's B: "+desc)
 					if push {

@@ -9,8 +9,8 @@ import "github.com/mcpsync/mcpsync/ledger"
 // readable reports whether a read may be issued: the subscription is open,
 // or its tombstone is pending or confirmed while the server still notifies
 // it (a read that finds the resource brings it back).
-func readable(s SubscriptionState) bool {
-	return s.Open() || s == StateTombstonePending || s == StateTombstoned
+func readable(s ledger.SubscriptionState) bool {
+	return s.Open() || s == ledger.StateTombstonePending || s == ledger.StateTombstoned
 }
 
 // Events of the state machine.
@@ -38,57 +38,57 @@ const (
 
 // transitionTable lists every allowed state change: event -> from -> to.
 // Anything not listed is a *TransitionError and leaves the state as it was.
-var transitionTable = map[string]map[SubscriptionState]SubscriptionState{
-	evSubscribe: {StateDiscovered: StateSubscribing},
-	evActivate:  {StateSubscribing: StateActive},
+var transitionTable = map[string]map[ledger.SubscriptionState]ledger.SubscriptionState{
+	evSubscribe: {ledger.StateDiscovered: ledger.StateSubscribing},
+	evActivate:  {ledger.StateSubscribing: ledger.StateActive},
 	// A pulse while reads are in flight changes no state: the read queue
 	// marks the URI dirty instead. A pulse or a read of a URI whose
 	// tombstone is pending or confirmed returns it to the live path: the
 	// server may have it again, and only a read can tell.
 	evNotify: {
-		StateActive: StateUpdateSeen, StateUpdateSeen: StateUpdateSeen,
-		StateTombstonePending: StateUpdateSeen, StateTombstoned: StateUpdateSeen,
+		ledger.StateActive: ledger.StateUpdateSeen, ledger.StateUpdateSeen: ledger.StateUpdateSeen,
+		ledger.StateTombstonePending: ledger.StateUpdateSeen, ledger.StateTombstoned: ledger.StateUpdateSeen,
 	},
 	evIssueRead: {
-		StateActive: StateReadPending, StateUpdateSeen: StateReadPending, StateReadPending: StateReadPending,
-		StateTombstonePending: StateReadPending, StateTombstoned: StateReadPending,
+		ledger.StateActive: ledger.StateReadPending, ledger.StateUpdateSeen: ledger.StateReadPending, ledger.StateReadPending: ledger.StateReadPending,
+		ledger.StateTombstonePending: ledger.StateReadPending, ledger.StateTombstoned: ledger.StateReadPending,
 	},
-	evAccept: {StateReadPending: StateVersionAccepted},
+	evAccept: {ledger.StateReadPending: ledger.StateVersionAccepted},
 	// VERSION_ACCEPTED is left in the same step: to ACTIVE when no read is
 	// left in flight, back to READ_PENDING when another one is.
-	evSettle:        {StateReadPending: StateActive, StateVersionAccepted: StateActive},
-	evReadsInFlight: {StateVersionAccepted: StateReadPending, StateActive: StateReadPending},
+	evSettle:        {ledger.StateReadPending: ledger.StateActive, ledger.StateVersionAccepted: ledger.StateActive},
+	evReadsInFlight: {ledger.StateVersionAccepted: ledger.StateReadPending, ledger.StateActive: ledger.StateReadPending},
 	evNotFound: {
-		StateReadPending: StateTombstonePending, StateVersionAccepted: StateTombstonePending,
+		ledger.StateReadPending: ledger.StateTombstonePending, ledger.StateVersionAccepted: ledger.StateTombstonePending,
 	},
 	evBeginClose: {
-		StateSubscribing: StateUnsubscribing, StateActive: StateUnsubscribing,
-		StateUpdateSeen: StateUnsubscribing, StateReadPending: StateUnsubscribing,
-		StateVersionAccepted: StateUnsubscribing, StateTombstonePending: StateUnsubscribing,
-		StateReconciliationRequired: StateUnsubscribing,
+		ledger.StateSubscribing: ledger.StateUnsubscribing, ledger.StateActive: ledger.StateUnsubscribing,
+		ledger.StateUpdateSeen: ledger.StateUnsubscribing, ledger.StateReadPending: ledger.StateUnsubscribing,
+		ledger.StateVersionAccepted: ledger.StateUnsubscribing, ledger.StateTombstonePending: ledger.StateUnsubscribing,
+		ledger.StateReconciliationRequired: ledger.StateUnsubscribing,
 		// A confirmed tombstone is still subscribed on the server.
-		StateTombstoned: StateUnsubscribing,
+		ledger.StateTombstoned: ledger.StateUnsubscribing,
 	},
-	evCloseAcked:   {StateUnsubscribing: StateClosed},
-	evCloseLost:    {StateUnsubscribing: StateUnsubscribeUnknown},
-	evResolveClose: {StateUnsubscribeUnknown: StateClosed},
-	evPresent:      {StateTombstonePending: StateActive, StateReconciliationRequired: StateActive},
-	evAbsent:       {StateTombstonePending: StateTombstoned, StateReconciliationRequired: StateTombstoned},
-	evStillAbsent:  {StateReadPending: StateTombstoned, StateVersionAccepted: StateTombstoned},
+	evCloseAcked:   {ledger.StateUnsubscribing: ledger.StateClosed},
+	evCloseLost:    {ledger.StateUnsubscribing: ledger.StateUnsubscribeUnknown},
+	evResolveClose: {ledger.StateUnsubscribeUnknown: ledger.StateClosed},
+	evPresent:      {ledger.StateTombstonePending: ledger.StateActive, ledger.StateReconciliationRequired: ledger.StateActive},
+	evAbsent:       {ledger.StateTombstonePending: ledger.StateTombstoned, ledger.StateReconciliationRequired: ledger.StateTombstoned},
+	evStillAbsent:  {ledger.StateReadPending: ledger.StateTombstoned, ledger.StateVersionAccepted: ledger.StateTombstoned},
 	// The second not-found of a corroboration (deletion.go) confirms the
 	// tombstone in the step that accepts it.
-	evCorroborated: {StateReadPending: StateTombstoned, StateVersionAccepted: StateTombstoned},
+	evCorroborated: {ledger.StateReadPending: ledger.StateTombstoned, ledger.StateVersionAccepted: ledger.StateTombstoned},
 	// Missing from clean scans long enough (DeletionUnlisted), whatever
 	// its reads answer.
 	evUnlisted: {
-		StateActive: StateTombstoned, StateUpdateSeen: StateTombstoned, StateReadPending: StateTombstoned,
-		StateVersionAccepted: StateTombstoned, StateTombstonePending: StateTombstoned,
-		StateReconciliationRequired: StateTombstoned,
+		ledger.StateActive: ledger.StateTombstoned, ledger.StateUpdateSeen: ledger.StateTombstoned, ledger.StateReadPending: ledger.StateTombstoned,
+		ledger.StateVersionAccepted: ledger.StateTombstoned, ledger.StateTombstonePending: ledger.StateTombstoned,
+		ledger.StateReconciliationRequired: ledger.StateTombstoned,
 	},
 	evIdentityUnknown: {
-		StateActive: StateReconciliationRequired, StateUpdateSeen: StateReconciliationRequired,
-		StateReadPending: StateReconciliationRequired, StateVersionAccepted: StateReconciliationRequired,
-		StateTombstonePending: StateReconciliationRequired,
+		ledger.StateActive: ledger.StateReconciliationRequired, ledger.StateUpdateSeen: ledger.StateReconciliationRequired,
+		ledger.StateReadPending: ledger.StateReconciliationRequired, ledger.StateVersionAccepted: ledger.StateReconciliationRequired,
+		ledger.StateTombstonePending: ledger.StateReconciliationRequired,
 	},
 }
 
@@ -134,16 +134,16 @@ var (
 		evNotFound, evBeginClose, evCloseAcked, evCloseLost, evResolveClose, evPresent,
 		evAbsent, evIdentityUnknown, evStillAbsent, evCorroborated, evForget, evUnlisted,
 	}
-	stateNames = [...]SubscriptionState{
-		StateDiscovered, StateSubscribing, StateActive, StateUpdateSeen, StateReadPending,
-		StateVersionAccepted, StateUnsubscribing, StateClosed, StateUnsubscribeUnknown,
-		StateTombstonePending, StateTombstoned, StateReconciliationRequired,
+	stateNames = [...]ledger.SubscriptionState{
+		ledger.StateDiscovered, ledger.StateSubscribing, ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending,
+		ledger.StateVersionAccepted, ledger.StateUnsubscribing, ledger.StateClosed, ledger.StateUnsubscribeUnknown,
+		ledger.StateTombstonePending, ledger.StateTombstoned, ledger.StateReconciliationRequired,
 	}
 )
 
 // nextState returns the state event leads to from from, as transitionTable
 // says.
-func nextState(event string, from SubscriptionState) (SubscriptionState, bool) {
+func nextState(event string, from ledger.SubscriptionState) (ledger.SubscriptionState, bool) {
 	i, j := eventIndex(event), stateIndex(from)
 	if i < 0 || j < 0 {
 		// Not in the table: it names only indexed events and states.
@@ -222,31 +222,31 @@ func eventIndex(event string) int {
 	return -1
 }
 
-func stateIndex(s SubscriptionState) int {
+func stateIndex(s ledger.SubscriptionState) int {
 	switch s {
-	case StateDiscovered:
+	case ledger.StateDiscovered:
 		return 0
-	case StateSubscribing:
+	case ledger.StateSubscribing:
 		return 1
-	case StateActive:
+	case ledger.StateActive:
 		return 2
-	case StateUpdateSeen:
+	case ledger.StateUpdateSeen:
 		return 3
-	case StateReadPending:
+	case ledger.StateReadPending:
 		return 4
-	case StateVersionAccepted:
+	case ledger.StateVersionAccepted:
 		return 5
-	case StateUnsubscribing:
+	case ledger.StateUnsubscribing:
 		return 6
-	case StateClosed:
+	case ledger.StateClosed:
 		return 7
-	case StateUnsubscribeUnknown:
+	case ledger.StateUnsubscribeUnknown:
 		return 8
-	case StateTombstonePending:
+	case ledger.StateTombstonePending:
 		return 9
-	case StateTombstoned:
+	case ledger.StateTombstoned:
 		return 10
-	case StateReconciliationRequired:
+	case ledger.StateReconciliationRequired:
 		return 11
 	}
 	return -1

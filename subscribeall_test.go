@@ -47,7 +47,7 @@ func TestSubscribeAll(t *testing.T) {
 				require.Len(t, subs, len(uris))
 				for i, sub := range subs {
 					assert.Equal(t, uris[i], sub.URI)
-					assert.Equal(t, mcpsync.ModePush, sub.Mode, uris[i])
+					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
 					entry, err := c.Lookup(uris[i])
 					require.NoError(t, err)
 					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
@@ -92,12 +92,12 @@ func TestSubscribeAllFailures(t *testing.T) {
 				for _, i := range []int{0, 3} {
 					entry, err := c.Lookup(subs[i].URI)
 					require.NoError(t, err)
-					assert.Equal(t, mcpsync.ModePush, subs[i].Mode)
+					assert.Equal(t, ledger.ModePush, subs[i].Mode)
 					assert.NotEmpty(t, entry.Contents)
 				}
 				// A resource not found stays subscribed, as with Subscribe:
 				// it is read when the server says it exists.
-				assert.Equal(t, mcpsync.StateTombstonePending, subs[2].State)
+				assert.Equal(t, ledger.StateTombstonePending, subs[2].State)
 				srv.Set(gone, "text/markdown", "back")
 				quiesce()
 				entry, err := c.Lookup(gone)
@@ -206,11 +206,11 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 				require.NoError(t, <-resub)
 				quiesce()
 
-				assert.Equal(t, mcpsync.StateClosed, u.val.State,
+				assert.Equal(t, ledger.StateClosed, u.val.State,
 					"the Unsubscribe that was answered left its generation %s", u.val.State)
 				sub, err := r.c.Engine().Subscription(faultURI)
 				require.NoError(t, err)
-				assert.Equal(t, mcpsync.ModePush, sub.Mode)
+				assert.Equal(t, ledger.ModePush, sub.Mode)
 				assert.True(t, r.srv.Subscribed(faultURI))
 				assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
 			})
@@ -449,7 +449,7 @@ func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testin
 				subs, err := c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)
 				for i, sub := range subs {
-					assert.Equal(t, mcpsync.ModePush, sub.Mode, uris[i])
+					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
 					entry, err := c.Lookup(uris[i])
 					require.NoError(t, err)
 					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
@@ -554,7 +554,7 @@ func TestAListenStreamNamesOnlyURIsWhoseSubscriptionIsWritten(t *testing.T) {
 					quiesce()
 				}
 
-				opening, slow := fl.slowWrite(writeOf(x, mcpsync.StateSubscribing))
+				opening, slow := fl.slowWrite(writeOf(x, ledger.StateSubscribing))
 				done := make(chan error, 2)
 				if tc.apart {
 					go func() { _, err := r.c.Subscribe(t.Context(), x); done <- err }()
@@ -616,7 +616,7 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 				subs, err := r.c.SubscribeAll(t.Context(), uris)
 				require.NoError(t, err)
 				for i, sub := range subs {
-					assert.Equal(t, mcpsync.ModePush, sub.Mode, uris[i])
+					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
 					entry, err := r.c.Lookup(uris[i])
 					require.NoError(t, err, uris[i])
 					assert.Equal(t, "v1", entry.Contents[0].Text)

@@ -23,27 +23,27 @@ func withEnd(s *ledger.SubscriptionInfo, at time.Time) *ledger.SubscriptionInfo 
 
 // Subscription is the ledger row of one subscription generation of a URI.
 type Subscription struct {
-	Schema                 string            `json:"schema"`
-	Subject                string            `json:"principal"` // resourceSubscription.v1's name
-	Server                 Implementation    `json:"server"`
-	URI                    string            `json:"uri"`
-	RawURI                 string            `json:"rawUri,omitempty"`
-	SessionGeneration      uint64            `json:"sessionGeneration"`
-	SessionID              string            `json:"sessionId,omitempty"`
-	Capabilities           CapabilityReceipt `json:"capabilities"`
-	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
-	State                  SubscriptionState `json:"state"`
-	Mode                   SubscriptionMode  `json:"mode,omitempty"`
-	ModeReason             string            `json:"modeReason,omitempty"`
-	StalenessBoundMs       int64             `json:"stalenessBoundMs,omitempty"`
-	StartedAt              time.Time         `json:"startedAt"`
-	EndedAt                time.Time         `json:"endedAt,omitzero"`
-	LastNotificationSeq    uint64            `json:"lastNotificationSeq"`
-	LastAcceptedDigest     string            `json:"lastAcceptedDigest,omitempty"`
-	LastIssuedOrdinal      uint64            `json:"lastIssuedOrdinal"`
-	Watermark              uint64            `json:"watermark"`
-	CloseOrdinal           uint64            `json:"closeOrdinal,omitempty"`
-	CloseEpoch             uint64            `json:"closeEpoch,omitempty"`
+	Schema                 string                   `json:"schema"`
+	Subject                string                   `json:"principal"` // resourceSubscription.v1's name
+	Server                 ledger.Implementation    `json:"server"`
+	URI                    string                   `json:"uri"`
+	RawURI                 string                   `json:"rawUri,omitempty"`
+	SessionGeneration      uint64                   `json:"sessionGeneration"`
+	SessionID              string                   `json:"sessionId,omitempty"`
+	Capabilities           ledger.CapabilityReceipt `json:"capabilities"`
+	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
+	State                  ledger.SubscriptionState `json:"state"`
+	Mode                   ledger.SubscriptionMode  `json:"mode,omitempty"`
+	ModeReason             string                   `json:"modeReason,omitempty"`
+	StalenessBoundMs       int64                    `json:"stalenessBoundMs,omitempty"`
+	StartedAt              time.Time                `json:"startedAt"`
+	EndedAt                time.Time                `json:"endedAt,omitzero"`
+	LastNotificationSeq    uint64                   `json:"lastNotificationSeq"`
+	LastAcceptedDigest     string                   `json:"lastAcceptedDigest,omitempty"`
+	LastIssuedOrdinal      uint64                   `json:"lastIssuedOrdinal"`
+	Watermark              uint64                   `json:"watermark"`
+	CloseOrdinal           uint64                   `json:"closeOrdinal,omitempty"`
+	CloseEpoch             uint64                   `json:"closeEpoch,omitempty"`
 	// NotFoundAt is when the newest fenced not-found was accepted.
 	NotFoundAt time.Time `json:"notFoundAt,omitzero"`
 	// TombstonedAt is when the URI's deletion was last confirmed, zero once
@@ -127,8 +127,8 @@ func (e *Engine) ResumableSubscriptions() iter.Seq2[Subscription, error] {
 				continue
 			}
 			switch st := sub.State; {
-			case st.Open(), st == StateSubscribing, st == StateTombstonePending,
-				st == StateTombstoned, st == StateReconciliationRequired:
+			case st.Open(), st == ledger.StateSubscribing, st == ledger.StateTombstonePending,
+				st == ledger.StateTombstoned, st == ledger.StateReconciliationRequired:
 				if !yield(sub, nil) {
 					return
 				}
@@ -148,7 +148,7 @@ func (e *Engine) Discover(rawURI string) error {
 		if cur != nil {
 			return nil, nil, nil
 		}
-		return &ledger.Record{Revision: 1, State: StateDiscovered}, nil, nil
+		return &ledger.Record{Revision: 1, State: ledger.StateDiscovered}, nil, nil
 	})
 	return err
 }
@@ -228,9 +228,9 @@ func (e *Engine) opening(key, rawURI, subject string, s *session, cur *ledger.Re
 	path.reset(cur)
 	if cur != nil && cur.Sub != nil && cur.Sub.SessionGeneration == s.gen {
 		switch {
-		case cur.State == StateUnsubscribing:
+		case cur.State == ledger.StateUnsubscribing:
 			return nil, &TransitionError{URI: key, From: cur.State, Event: evSubscribe}
-		case cur.CloseEpoch == 0 && cur.State != StateTombstoned:
+		case cur.CloseEpoch == 0 && cur.State != ledger.StateTombstoned:
 			if cur.Sub.Subject != subject {
 				return nil, fmt.Errorf("%w: %s is subscribed for another subject", ErrForbidden, key)
 			}
@@ -271,7 +271,7 @@ func (e *Engine) nextGeneration(key, rawURI, subject string, s *session, cur *le
 		// A reopened copy keeps its bound until this generation publishes one.
 		StalenessBound: boundInForce(cur),
 	}
-	next.State = StateDiscovered
+	next.State = ledger.StateDiscovered
 	next.LastNotificationSeq, next.LastAcceptedDigest = 0, ""
 	next.Corroboration = nil
 	if closed {
@@ -392,7 +392,7 @@ func (e *Engine) openIn(key, raw, subject string, gen uint64) bool {
 	err := e.view(key, func(r *ledger.Record) {
 		open = r != nil && r.Sub != nil && r.Sub.SessionGeneration == gen && r.CloseEpoch == 0 &&
 			r.Sub.Subject == subject && cmp.Or(r.Sub.RawURI, key) == raw &&
-			(r.State == StateSubscribing || r.State.Open())
+			(r.State == ledger.StateSubscribing || r.State.Open())
 	})
 	return err == nil && open
 }
@@ -400,22 +400,22 @@ func (e *Engine) openIn(key, raw, subject string, gen uint64) bool {
 // Activate records the server's confirmation of a subscription
 // (SUBSCRIBING -> ACTIVE). mode is ModePush when the server will notify,
 // ModePoll when it cannot (no subscribe capability, or the subscribe failed).
-func (e *Engine) Activate(rawURI string, mode SubscriptionMode) (Subscription, error) {
+func (e *Engine) Activate(rawURI string, mode ledger.SubscriptionMode) (Subscription, error) {
 	return e.activate(rawURI, mode, "", 0)
 }
 
 // activate is Activate with the reason a subscription polls and, when
 // bound is positive, its staleness bound (PublishStalenessBound), in one
 // write.
-func (e *Engine) activate(rawURI string, mode SubscriptionMode, reason string, bound time.Duration) (Subscription, error) {
-	if mode != ModePush && mode != ModePoll {
+func (e *Engine) activate(rawURI string, mode ledger.SubscriptionMode, reason string, bound time.Duration) (Subscription, error) {
+	if mode != ledger.ModePush && mode != ledger.ModePoll {
 		return Subscription{}, fmt.Errorf("mcpsync: unknown subscription mode %q", mode)
 	}
 	return e.step(rawURI, evActivate, resumedAnyway, func(next *ledger.Record, _ *transitions) error {
 		if next.Sub.SessionGeneration != e.sessionGeneration() {
 			// The server confirmed a subscription of a session that is
 			// gone: it notifies nobody now, so it must not look ACTIVE.
-			return &TransitionError{URI: next.Sub.URI, From: StateSubscribing, Event: evActivate + " (session ended)"}
+			return &TransitionError{URI: next.Sub.URI, From: ledger.StateSubscribing, Event: evActivate + " (session ended)"}
 		}
 		info := *next.Sub
 		info.Mode, info.ModeReason = mode, reason
@@ -511,10 +511,10 @@ func isTransitionError(err error) bool {
 // the server may have it back. A pulse for a URI with no subscription in the
 // current session, or one that is closing or closed, changes nothing and
 // returns a *TransitionError (or ErrUnknownURI).
-func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
+func (e *Engine) Notify(rawURI string) (t ledger.Ticket, ok bool, err error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
 	var path transitions
 	// Deferred: a pulse lost in a crash is moot, since a restart reads
@@ -539,19 +539,19 @@ func (e *Engine) Notify(rawURI string) (t Ticket, ok bool, err error) {
 		return true, nil
 	})
 	if err != nil {
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
 	e.emit(key, &path)
-	return e.enqueue(key, TriggerNotification)
+	return e.enqueue(key, ledger.TriggerNotification)
 }
 
 // RequestRead asks for a read of the URI for trigger (initial, revalidate,
 // poll, reconnect, reconcile), coalesced with reads already in flight exactly
 // like Notify.
-func (e *Engine) RequestRead(rawURI string, trigger Trigger) (Ticket, bool, error) {
+func (e *Engine) RequestRead(rawURI string, trigger ledger.Trigger) (ledger.Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
 	return e.enqueue(key, trigger)
 }
@@ -559,7 +559,7 @@ func (e *Engine) RequestRead(rawURI string, trigger Trigger) (Ticket, bool, erro
 // FinishRead hands the result of a ticket to the fence (AcceptResourceVersion)
 // and ends the read: if the URI became dirty while it was in flight, the
 // outcome carries the one follow-up read to send.
-func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
+func (e *Engine) FinishRead(t ledger.Ticket, r ReadResult) (Outcome, error) {
 	out, err := e.AcceptResourceVersion(t, r)
 	e.endedUnwritten(t, err)
 	out.FollowUp, out.FollowUpErr = e.done(t)
@@ -568,7 +568,7 @@ func (e *Engine) FinishRead(t Ticket, r ReadResult) (Outcome, error) {
 
 // Fail ends a read that got no answer (AbandonRead) and returns the
 // follow-up read to send, if the URI became dirty meanwhile.
-func (e *Engine) Fail(t Ticket) (*Ticket, error) {
+func (e *Engine) Fail(t ledger.Ticket) (*ledger.Ticket, error) {
 	err := e.AbandonRead(t)
 	e.endedUnwritten(t, err)
 	next, ferr := e.done(t)
@@ -589,12 +589,12 @@ func (e *Engine) Fail(t Ticket) (*Ticket, error) {
 // generations are left alone: their fence is frozen. A TOMBSTONED URI of
 // the current session that is present again is read (its read brings it
 // back).
-func (e *Engine) ApplyListing(rawURI string, present bool, since time.Time) (Ticket, bool, error) {
+func (e *Engine) ApplyListing(rawURI string, present bool, since time.Time) (ledger.Ticket, bool, error) {
 	key, err := normalizeKey(rawURI)
 	if err != nil {
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
-	t, ok, _, err := e.reconcile(key, present, since, DeletionEvidence{Kind: EvidenceProven})
+	t, ok, _, err := e.reconcile(key, present, since, ledger.DeletionEvidence{Kind: ledger.EvidenceProven})
 	return t, ok, err
 }
 
@@ -608,7 +608,7 @@ type readQueue struct {
 	// dirty holds the trigger of each item's pending read: a follow-up of
 	// the read in processing, or, with nothing in processing, a read that
 	// waits for room under the URI's read cap.
-	dirty map[queueKey]Trigger
+	dirty map[queueKey]ledger.Trigger
 	// processing maps an item to its queued read in flight, so that only that
 	// read's completion, not a stale or duplicate one, ends the processing.
 	processing map[queueKey]queuedRead
@@ -631,7 +631,7 @@ type queueKey struct {
 	session, gen uint64
 }
 
-func keyOf(t Ticket) queueKey {
+func keyOf(t ledger.Ticket) queueKey {
 	return queueKey{uri: t.URI, session: t.SessionGeneration, gen: t.SubscriptionGeneration}
 }
 
@@ -642,7 +642,7 @@ type queuedRead struct {
 }
 
 func (q *readQueue) init(confirmSends bool) {
-	q.dirty = make(map[queueKey]Trigger)
+	q.dirty = make(map[queueKey]ledger.Trigger)
 	q.processing = make(map[queueKey]queuedRead)
 	q.ended = make(map[string][]uint64)
 	q.confirmSends = confirmSends
@@ -661,7 +661,7 @@ func writeFailed(err error) bool {
 
 // endedUnwritten records that t's read ended while the write that settles
 // its ticket failed with err.
-func (e *Engine) endedUnwritten(t Ticket, err error) {
+func (e *Engine) endedUnwritten(t ledger.Ticket, err error) {
 	if !writeFailed(err) {
 		return
 	}
@@ -706,7 +706,7 @@ func (q *readQueue) confirm() {
 }
 
 // enqueue asks for a read of key's current generation.
-func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
+func (e *Engine) enqueue(key string, trigger ledger.Trigger) (ledger.Ticket, bool, error) {
 	for range casAttempts {
 		// The record is kept, for the issue to start from, only where it
 		// is an immutable one (not on the memory ledger, which issues in
@@ -721,10 +721,10 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 				}
 			}
 		}); err != nil {
-			return Ticket{}, false, err
+			return ledger.Ticket{}, false, err
 		}
 		if !known {
-			return Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
+			return ledger.Ticket{}, false, fmt.Errorf("%w: %s", ErrUnknownURI, key)
 		}
 		q := &e.queue
 		q.mu.Lock()
@@ -736,7 +736,7 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 				q.dirty[qk] = trigger
 			}
 			q.mu.Unlock()
-			return Ticket{}, false, nil
+			return ledger.Ticket{}, false, nil
 		}
 		delete(q.dirty, qk) // the read about to be issued covers a waiting one
 		q.processing[qk] = queuedRead{unsent: q.confirmSends}
@@ -747,14 +747,14 @@ func (e *Engine) enqueue(key string, trigger Trigger) (Ticket, bool, error) {
 		}
 		return t, ok, err
 	}
-	return Ticket{}, false, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
+	return ledger.Ticket{}, false, fmt.Errorf("%w: %s", ErrLedgerConflict, key)
 }
 
 // Sending reports that the read of queued ticket t goes out now. With
 // EngineOptions.ConfirmSends, pulses for its URI that arrived before this call
 // are covered by the read and earn no follow-up; without it, Sending does
 // nothing and every pulse during a read earns one.
-func (e *Engine) Sending(t Ticket) {
+func (e *Engine) Sending(t ledger.Ticket) {
 	q := &e.queue
 	qk := keyOf(t)
 	q.mu.Lock()
@@ -769,7 +769,7 @@ func (e *Engine) Sending(t Ticket) {
 // stops processing but stays dirty, to be read when a read of the URI
 // settles; on any other failure its pending pulse is dropped, since a
 // generation that cannot be read has nothing to refresh.
-func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *ledger.Record) (Ticket, bool, error) {
+func (e *Engine) issueQueued(qk queueKey, trigger ledger.Trigger, loaded *ledger.Record) (ledger.Ticket, bool, error) {
 	q := &e.queue
 	t, err := e.issue(qk.uri, trigger, &qk, loaded)
 	q.mu.Lock()
@@ -780,11 +780,11 @@ func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *ledger.Record
 		if _, ok := q.dirty[qk]; !ok {
 			q.dirty[qk] = trigger
 		}
-		return Ticket{}, false, nil
+		return ledger.Ticket{}, false, nil
 	case err != nil:
 		delete(q.processing, qk)
 		delete(q.dirty, qk)
-		return Ticket{}, false, err
+		return ledger.Ticket{}, false, err
 	}
 	q.processing[qk] = queuedRead{id: t.RequestID, unsent: q.confirmSends}
 	return t, true, nil
@@ -795,7 +795,7 @@ func (e *Engine) issueQueued(qk queueKey, trigger Trigger, loaded *ledger.Record
 // the read cap) is issued. A pending read that cannot be issued for a
 // failed write is returned as a *ReadError of its trigger: the pulses it
 // was for are owed a read (ask again with RequestRead).
-func (e *Engine) done(t Ticket) (*Ticket, error) {
+func (e *Engine) done(t ledger.Ticket) (*ledger.Ticket, error) {
 	q := &e.queue
 	qk := keyOf(t)
 	q.mu.Lock()

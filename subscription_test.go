@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // recorder collects the transitions an engine reports.
@@ -29,11 +30,11 @@ func TestStateMachineHappyPath(t *testing.T) {
 	require.NoError(t, e.Discover(docURI))
 	sub, err := e.Subscription(docURI)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateDiscovered, sub.State)
+	assert.Equal(t, ledger.StateDiscovered, sub.State)
 
 	_, err = e.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
 	tk, ok, err := e.Notify(docURI)
 	require.NoError(t, err)
@@ -70,7 +71,7 @@ func TestIllegalTransitionsAreErrors(t *testing.T) {
 	}
 	active := func(t *testing.T, e *mcpsync.Engine) {
 		subscribing(t, e)
-		_, err := e.Activate(docURI, mcpsync.ModePush)
+		_, err := e.Activate(docURI, ledger.ModePush)
 		require.NoError(t, err)
 	}
 	closing := func(t *testing.T, e *mcpsync.Engine) {
@@ -90,33 +91,33 @@ func TestIllegalTransitionsAreErrors(t *testing.T) {
 	}
 	pending := func(t *testing.T, e *mcpsync.Engine) {
 		active(t, e)
-		tk := issue(t, e, mcpsync.TriggerInitial)
+		tk := issue(t, e, ledger.TriggerInitial)
 		_, err := e.AcceptResourceVersion(tk, mcpsync.NotFoundResult())
 		require.NoError(t, err)
 	}
-	activate := func(e *mcpsync.Engine) error { _, err := e.Activate(docURI, mcpsync.ModePush); return err }
+	activate := func(e *mcpsync.Engine) error { _, err := e.Activate(docURI, ledger.ModePush); return err }
 	finish := func(e *mcpsync.Engine) error { _, err := e.FinishClose(docURI, true); return err }
 	resolve := func(e *mcpsync.Engine) error { _, err := e.ResolveUnsubscribe(docURI); return err }
 	notify := func(e *mcpsync.Engine) error { _, _, err := e.Notify(docURI); return err }
-	read := func(e *mcpsync.Engine) error { _, err := e.IssueTicket(docURI, mcpsync.TriggerPoll); return err }
+	read := func(e *mcpsync.Engine) error { _, err := e.IssueTicket(docURI, ledger.TriggerPoll); return err }
 
 	cases := []struct {
 		name  string
 		setup setup
-		state mcpsync.SubscriptionState
+		state ledger.SubscriptionState
 		event func(*mcpsync.Engine) error
 	}{
-		{"activate twice", active, mcpsync.StateActive, activate},
-		{"finish a close never begun", active, mcpsync.StateActive, finish},
-		{"resolve a close that was acked", closed, mcpsync.StateClosed, resolve},
-		{"reopen after close", closed, mcpsync.StateClosed, activate},
-		{"reopen after lost ack", unknown, mcpsync.StateUnsubscribeUnknown, activate},
-		{"read while subscribing", subscribing, mcpsync.StateSubscribing, read},
-		{"read while closing", closing, mcpsync.StateUnsubscribing, read},
-		{"activate while tombstone pending", pending, mcpsync.StateTombstonePending, activate},
-		{"notify while closing", closing, mcpsync.StateUnsubscribing, notify},
-		{"notify after lost ack", unknown, mcpsync.StateUnsubscribeUnknown, notify},
-		{"activate while closing", closing, mcpsync.StateUnsubscribing, activate},
+		{"activate twice", active, ledger.StateActive, activate},
+		{"finish a close never begun", active, ledger.StateActive, finish},
+		{"resolve a close that was acked", closed, ledger.StateClosed, resolve},
+		{"reopen after close", closed, ledger.StateClosed, activate},
+		{"reopen after lost ack", unknown, ledger.StateUnsubscribeUnknown, activate},
+		{"read while subscribing", subscribing, ledger.StateSubscribing, read},
+		{"read while closing", closing, ledger.StateUnsubscribing, read},
+		{"activate while tombstone pending", pending, ledger.StateTombstonePending, activate},
+		{"notify while closing", closing, ledger.StateUnsubscribing, notify},
+		{"notify after lost ack", unknown, ledger.StateUnsubscribeUnknown, notify},
+		{"activate while closing", closing, ledger.StateUnsubscribing, activate},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,7 +142,7 @@ func TestSubscribeIsIdempotentAndNewGenerationsStartAfresh(t *testing.T) {
 	again, err := e.Subscribe("FILE:///docs/a.md", alice)
 	require.NoError(t, err)
 	assert.Equal(t, first.SubscriptionGeneration, again.SubscriptionGeneration)
-	assert.Equal(t, mcpsync.StateActive, again.State)
+	assert.Equal(t, ledger.StateActive, again.State)
 
 	_, err = e.Subscribe(docURI, bob)
 	require.ErrorIs(t, err, mcpsync.ErrForbidden)
@@ -187,8 +188,8 @@ func TestReopenClosesAndOpensTheNextGenerationInOneWrite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
 			e := activeEngine(t, &mcpsync.EngineOptions{OnTransition: rec.observe})
-			acceptRead(t, e, mcpsync.TriggerInitial, "v1")
-			late := issue(t, e, mcpsync.TriggerRevalidate)
+			acceptRead(t, e, ledger.TriggerInitial, "v1")
+			late := issue(t, e, ledger.TriggerRevalidate)
 			tc.setup(t, e)
 			before, err := e.Ledger().Load(t.Context(), docURI)
 			require.NoError(t, err)
@@ -205,7 +206,7 @@ func TestReopenClosesAndOpensTheNextGenerationInOneWrite(t *testing.T) {
 			}
 			assert.Equal(t, tc.path, path)
 			assert.Equal(t, uint64(2), sub.SubscriptionGeneration)
-			assert.Equal(t, mcpsync.StateSubscribing, sub.State)
+			assert.Equal(t, ledger.StateSubscribing, sub.State)
 			assert.Zero(t, sub.CloseEpoch)
 			assert.Zero(t, sub.LastIssuedOrdinal)
 
@@ -213,12 +214,12 @@ func TestReopenClosesAndOpensTheNextGenerationInOneWrite(t *testing.T) {
 			require.Error(t, err)
 			assert.Equal(t, mcpsync.ReasonStaleAfterClose, out.Stale.Reason, "a result of the old generation")
 
-			_, err = e.Activate(docURI, mcpsync.ModePush)
+			_, err = e.Activate(docURI, ledger.ModePush)
 			require.NoError(t, err)
 			entry, err := e.Lookup(alice, docURI)
 			require.NoError(t, err)
 			assert.Equal(t, "v1", entry.Contents[0].Text, "the version consumers see carries over")
-			next := issue(t, e, mcpsync.TriggerReconnect)
+			next := issue(t, e, ledger.TriggerReconnect)
 			assert.Equal(t, uint64(1), next.ReadOrdinal)
 			assert.Greater(t, next.RequestID, late.RequestID)
 			_, err = e.AcceptResourceVersion(next, text(docURI, "v2"))
@@ -254,7 +255,7 @@ func TestNotificationsCoalesce(t *testing.T) {
 	out, err := e.FinishRead(first, text(docURI, "v1"))
 	require.NoError(t, err)
 	require.NotNil(t, out.FollowUp, "the pulses that arrived meanwhile get one read")
-	assert.Equal(t, mcpsync.TriggerNotification, out.FollowUp.Trigger)
+	assert.Equal(t, ledger.TriggerNotification, out.FollowUp.Trigger)
 
 	out, err = e.FinishRead(*out.FollowUp, text(docURI, "v2"))
 	require.NoError(t, err)
@@ -263,28 +264,28 @@ func TestNotificationsCoalesce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(11), sub.LastNotificationSeq)
 	assert.Equal(t, uint64(2), sub.LastIssuedOrdinal, "11 pulses, 2 reads")
-	assert.Equal(t, mcpsync.StateActive, sub.State)
+	assert.Equal(t, ledger.StateActive, sub.State)
 }
 
 // A read that fails still ends the queue's processing of its URI.
 func TestFailedReadEndsProcessing(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk, ok, err := e.RequestRead(docURI, mcpsync.TriggerInitial)
+	tk, ok, err := e.RequestRead(docURI, ledger.TriggerInitial)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, ok, err = e.RequestRead(docURI, mcpsync.TriggerRevalidate)
+	_, ok, err = e.RequestRead(docURI, ledger.TriggerRevalidate)
 	require.NoError(t, err)
 	require.False(t, ok)
 	follow, err := e.Fail(tk)
 	require.NoError(t, err)
 	require.NotNil(t, follow)
-	assert.Equal(t, mcpsync.TriggerRevalidate, follow.Trigger)
+	assert.Equal(t, ledger.TriggerRevalidate, follow.Trigger)
 	_, err = e.AcceptResourceVersion(tk, text(docURI, "late"))
 	require.ErrorIs(t, err, mcpsync.ErrUnknownRequest, "an abandoned ordinal cannot come back")
 	next, err := e.Fail(*follow)
 	require.NoError(t, err)
 	assert.Nil(t, next)
-	_, ok, err = e.RequestRead(docURI, mcpsync.TriggerPoll)
+	_, ok, err = e.RequestRead(docURI, ledger.TriggerPoll)
 	require.NoError(t, err)
 	assert.True(t, ok, "the URI is no longer processing")
 }
@@ -299,13 +300,13 @@ func TestUnknownCloseEndsWithItsSession(t *testing.T) {
 	require.NoError(t, err)
 	sub, err := e.Subscription(docURI)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateClosed, sub.State)
+	assert.Equal(t, ledger.StateClosed, sub.State)
 	assert.False(t, sub.EndedAt.IsZero())
 }
 
 func TestBeginCloseIsIdempotent(t *testing.T) {
 	e := activeEngine(t, nil)
-	issue(t, e, mcpsync.TriggerInitial)
+	issue(t, e, ledger.TriggerInitial)
 	first, err := e.BeginClose(docURI)
 	require.NoError(t, err)
 	again, err := e.BeginClose(docURI)
@@ -318,14 +319,14 @@ func TestBeginCloseIsIdempotent(t *testing.T) {
 // RECONCILIATION_REQUIRED; reconciliation then decides.
 func TestUnknownIdentityRequiresReconciliation(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	forged := tk
 	forged.ReadOrdinal = 99
 	_, err := e.AcceptResourceVersion(forged, text(docURI, "?"))
 	require.ErrorIs(t, err, mcpsync.ErrReconciliationRequired)
 	sub, err := e.Subscription(docURI)
 	require.NoError(t, err)
-	require.Equal(t, mcpsync.StateReconciliationRequired, sub.State)
+	require.Equal(t, ledger.StateReconciliationRequired, sub.State)
 	_, err = e.AcceptResourceVersion(tk, text(docURI, "real"))
 	require.ErrorIs(t, err, mcpsync.ErrNotActive, "nothing passes until reconciliation")
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The URI sync: one pass over one key, comparing what the caller wants
@@ -31,7 +33,7 @@ import (
 // syncWatched brings watched key to an open subscription in conn's
 // session. While conn is lost, an open subscription keeps its generation
 // and mode: the next session opens it anew.
-func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigger, asked, lost bool) (time.Duration, error) {
+func (c *Client) syncWatched(conn *connection, key string, w *watch, tick ledger.Trigger, asked, lost bool) (time.Duration, error) {
 	sub, err := c.engine.Subscription(key)
 	if err != nil && !errors.Is(err, ErrUnknownURI) {
 		return 0, err
@@ -39,7 +41,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 	// Open here: in conn's session and not closing, past its activation;
 	// a tombstoned one stays until a caller's Subscribe asks for it anew.
 	here := err == nil && sub.SessionGeneration == conn.gen && sub.CloseEpoch == 0 &&
-		sub.State != StateSubscribing && sub.State != StateDiscovered && !(asked && sub.State == StateTombstoned) &&
+		sub.State != ledger.StateSubscribing && sub.State != ledger.StateDiscovered && !(asked && sub.State == ledger.StateTombstoned) &&
 		!c.abandonedGeneration(key, sub) // its lease came back: open opens a new one
 	if here {
 		if lost {
@@ -60,7 +62,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick Trigge
 			return again, nil
 		}
 		return 0, c.open(conn, key, w, true)
-	} else if err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribing {
+	} else if err == nil && sub.SessionGeneration == conn.gen && sub.State == ledger.StateUnsubscribing {
 		// A close that stopped half way (its last write failed, or, from
 		// 2026-07-28 on, the stream's answer is still coming): finished
 		// first, told when the stream without it was acknowledged, and
@@ -104,7 +106,7 @@ func (c *Client) abandonedGeneration(key string, sub Subscription) bool {
 // long after each that fails, up to RevalidateEvery. again is when to look
 // once more, for a stream the server ended and whose re-establishment is
 // paced.
-func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscription, tick Trigger) (reopen bool, again time.Duration) {
+func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscription, tick ledger.Trigger) (reopen bool, again time.Duration) {
 	if conn.era != EraModern || !sub.State.Open() {
 		return false, 0
 	}
@@ -112,7 +114,7 @@ func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscri
 	ended := w.streamEnded
 	c.mu.Unlock()
 	switch sub.Mode {
-	case ModePush:
+	case ledger.ModePush:
 		// A stream that will carry it is coming: its answer marks key.
 		if heard, coming := conn.hearing(key, w.raw, !ended); (heard || coming) && !ended {
 			return false, 0
@@ -121,7 +123,7 @@ func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscri
 			return false, wait
 		}
 		return true, 0
-	case ModePoll:
+	case ledger.ModePoll:
 		if !conn.caps.Subscribe || conn.deaf != "" || !strings.HasPrefix(sub.ModeReason, subscribeFailed) {
 			return false, 0
 		}
@@ -130,7 +132,7 @@ func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscri
 			// that carries it is the server's answer, late.
 			return true, 0
 		}
-		if tick != TriggerPoll {
+		if tick != ledger.TriggerPoll {
 			return false, 0
 		}
 		c.mu.Lock()
@@ -153,12 +155,12 @@ func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscri
 // retries start afresh.
 func (c *Client) converged(conn *connection, key string, w *watch, sub Subscription) {
 	heard := true
-	if conn.era == EraModern && sub.Mode == ModePush {
+	if conn.era == EraModern && sub.Mode == ledger.ModePush {
 		heard, _ = conn.hearing(key, w.raw, false)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if heard && conn.era == EraModern && sub.Mode == ModePush && time.Since(w.pushedAt) >= c.opts.RevalidateEvery {
+	if heard && conn.era == EraModern && sub.Mode == ledger.ModePush && time.Since(w.pushedAt) >= c.opts.RevalidateEvery {
 		w.retries = 0
 	}
 	if heard && !conn.puttingRight(key) && c.conn == conn {
@@ -184,13 +186,13 @@ func (c *Client) open(conn *connection, key string, w *watch, replace bool) erro
 	} else {
 		sub, err = c.engine.Subscribe(raw, c.opts.Subject)
 	}
-	if err == nil && sub.State != StateSubscribing && c.wasAbandoned(key, sub) {
+	if err == nil && sub.State != ledger.StateSubscribing && c.wasAbandoned(key, sub) {
 		sub, err = c.engine.reopen(raw, c.opts.Subject)
 	}
-	if err != nil || sub.SessionGeneration != conn.gen || sub.State != StateSubscribing {
+	if err != nil || sub.SessionGeneration != conn.gen || sub.State != ledger.StateSubscribing {
 		return err // already open in this session, or a newer one's
 	}
-	mode, reason := ModePoll, ""
+	mode, reason := ledger.ModePoll, ""
 	switch {
 	case !conn.caps.Subscribe:
 		reason = "the server does not declare resources.subscribe"
@@ -206,13 +208,13 @@ func (c *Client) open(conn *connection, key string, w *watch, replace bool) erro
 			}
 			reason = subscribeFailed + causeText(err)
 		} else {
-			mode = ModePush
+			mode = ledger.ModePush
 		}
 	}
 	interval := c.opts.RevalidateEvery
-	trig := TriggerRevalidate
-	if mode == ModePoll {
-		interval, trig = c.opts.PollEvery, TriggerPoll
+	trig := ledger.TriggerRevalidate
+	if mode == ledger.ModePoll {
+		interval, trig = c.opts.PollEvery, ledger.TriggerPoll
 	}
 	// Activated with its staleness bound in one write: how old the copy
 	// may get before the next revalidation (or poll) confirms it. A copy
@@ -223,7 +225,7 @@ func (c *Client) open(conn *connection, key string, w *watch, replace bool) erro
 		if errors.Is(err, ErrIllegalTransition) {
 			return nil // its session ended meanwhile
 		}
-		if mode == ModePush && conn.era == EraLegacy {
+		if mode == ledger.ModePush && conn.era == EraLegacy {
 			// The server notifies raw, which may be watched by nobody
 			// once this pass fails (a Subscribe that fails takes back its
 			// watch): the server is told what the caller wants then.
@@ -235,15 +237,15 @@ func (c *Client) open(conn *connection, key string, w *watch, replace bool) erro
 	delete(c.unopened, key) // open again
 	first := !w.opened
 	w.opened, w.streamEnded = true, false
-	if mode == ModePush {
+	if mode == ledger.ModePush {
 		w.pushedAt = time.Now()
 	}
 	c.mu.Unlock()
 	c.startWatch(key, interval, trig)
 	if first {
-		c.requestRead(key, TriggerInitial)
+		c.requestRead(key, ledger.TriggerInitial)
 	} else {
-		c.requestRead(key, TriggerReconnect)
+		c.requestRead(key, ledger.TriggerReconnect)
 	}
 	return nil
 }
@@ -274,7 +276,7 @@ func (c *Client) syncUnwatched(conn *connection, key string) error {
 	// server (and its notifications keep coming), so the server is told
 	// whenever it can subscribe at all; a 2026-07-28 stream is told
 	// whenever it may carry the URI. A lost session's server keeps nothing.
-	tell := !lost && (before.Mode == ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
+	tell := !lost && (before.Mode == ledger.ModePush || (conn.era == EraLegacy && conn.caps.Subscribe) ||
 		(conn.era == EraModern && conn.wants(raw)))
 	if before.CloseEpoch != 0 {
 		return c.closeClosed(conn, key, raw, before, tell)
@@ -325,11 +327,11 @@ func (c *Client) syncUnwatched(conn *connection, key string) error {
 // One whose session was replaced meanwhile is finished unknown: whether
 // the server heard before its session ended is not known.
 func (c *Client) closeClosed(conn *connection, key, raw string, before Subscription, tell bool) error {
-	if before.State == StateUnsubscribing && before.SessionGeneration != conn.gen {
+	if before.State == ledger.StateUnsubscribing && before.SessionGeneration != conn.gen {
 		_, err := c.engine.FinishClose(key, false)
 		return err
 	}
-	stuck := before.State == StateUnsubscribing
+	stuck := before.State == ledger.StateUnsubscribing
 	carried := conn.era == EraModern && conn.wants(raw)
 	if !stuck && !carried {
 		return nil
@@ -420,7 +422,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 		c.resolveUnknown(conn, key, w)
 		return nil
 	}
-	if sub.Mode != ModePush || !readable(sub.State) {
+	if sub.Mode != ledger.ModePush || !readable(sub.State) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
@@ -436,7 +438,7 @@ func (c *Client) putRightOnce(conn *connection, key, raw string, w *watch) error
 	}
 	// A late unsubscribe may have left the server silent about raw for a
 	// while: what changed meanwhile is read now.
-	c.requestRead(key, TriggerRevalidate)
+	c.requestRead(key, ledger.TriggerRevalidate)
 	return nil
 }
 
@@ -447,7 +449,7 @@ func (c *Client) resolveUnknown(conn *connection, key string, w *watch) {
 	if w != nil {
 		return
 	}
-	if sub, err := c.engine.Subscription(key); err == nil && sub.SessionGeneration == conn.gen && sub.State == StateUnsubscribeUnknown {
+	if sub, err := c.engine.Subscription(key); err == nil && sub.SessionGeneration == conn.gen && sub.State == ledger.StateUnsubscribeUnknown {
 		_, _ = c.engine.ResolveUnsubscribe(key)
 	}
 }
@@ -455,7 +457,7 @@ func (c *Client) resolveUnknown(conn *connection, key string, w *watch) {
 // requestRead asks the engine for a coalesced read of key and dispatches
 // it if one is due now. A key that cannot be read (not open in the
 // current session) is marked: its pass opens it again.
-func (c *Client) requestRead(key string, trigger Trigger) {
+func (c *Client) requestRead(key string, trigger ledger.Trigger) {
 	if c.skipRefresh(key, trigger) {
 		return // outside the refresh fraction (rollout.go)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/uri"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // ReadResult is the answer to one resources/read, prepared for the fence:
@@ -217,7 +218,7 @@ type VersionReceipt struct {
 	Version        ResourceVersion `json:"version"`
 	PreviousDigest string          `json:"previousDigest,omitempty"`
 	RequestID      uint64          `json:"requestId"`
-	Trigger        Trigger         `json:"trigger"`
+	Trigger        ledger.Trigger  `json:"trigger"`
 	OutboxSeq      uint64          `json:"outboxSeq,omitempty"`
 	GuardReason    string          `json:"guardReason,omitempty"`
 	At             time.Time       `json:"at"`
@@ -225,18 +226,18 @@ type VersionReceipt struct {
 
 // StaleReceipt records a read result the fence refused. Nothing else changed.
 type StaleReceipt struct {
-	Schema                 string            `json:"schema"`
-	Reason                 StaleReason       `json:"reason"`
-	URI                    string            `json:"uri"`
-	SessionGeneration      uint64            `json:"sessionGeneration"`
-	SubscriptionGeneration uint64            `json:"subscriptionGeneration"`
-	ReadOrdinal            uint64            `json:"readOrdinal"`
-	RequestID              uint64            `json:"requestId"`
-	Trigger                Trigger           `json:"trigger"`
-	NotFound               bool              `json:"notFound,omitempty"`
-	State                  SubscriptionState `json:"state"`
-	Watermark              uint64            `json:"watermark"`
-	CloseOrdinal           uint64            `json:"closeOrdinal,omitempty"`
-	Detail                 string            `json:"detail,omitempty"`
-	At                     time.Time         `json:"at"`
+	Schema                 string                   `json:"schema"`
+	Reason                 StaleReason              `json:"reason"`
+	URI                    string                   `json:"uri"`
+	SessionGeneration      uint64                   `json:"sessionGeneration"`
+	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
+	ReadOrdinal            uint64                   `json:"readOrdinal"`
+	RequestID              uint64                   `json:"requestId"`
+	Trigger                ledger.Trigger           `json:"trigger"`
+	NotFound               bool                     `json:"notFound,omitempty"`
+	State                  ledger.SubscriptionState `json:"state"`
+	Watermark              uint64                   `json:"watermark"`
+	CloseOrdinal           uint64                   `json:"closeOrdinal,omitempty"`
+	Detail                 string                   `json:"detail,omitempty"`
+	At                     time.Time                `json:"at"`
 }

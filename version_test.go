@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -139,7 +140,7 @@ func TestReadResultFromMCPRejectsBadInput(t *testing.T) {
 
 	// Through the fence: a typed error and a receipt.
 	e := activeEngine(t, nil)
-	tk := issue(t, e, mcpsync.TriggerInitial)
+	tk := issue(t, e, ledger.TriggerInitial)
 	out, err := e.AcceptResourceVersion(tk, mcpsync.ReadResultFromMCP(&mcp.ReadResourceResult{Contents: []mcp.ResourceContents{
 		mcp.BlobResourceContents{URI: docURI, Blob: "%%%"},
 	}}))
@@ -155,9 +156,9 @@ func TestURIEncodingConfusion(t *testing.T) {
 	e := newEngine(t, nil)
 	_, err := e.Subscribe("file:///docs/R%c3%a9sum%c3%a9.md", alice)
 	require.NoError(t, err)
-	_, err = e.Activate("file:///docs/Résumé.md", mcpsync.ModePush)
+	_, err = e.Activate("file:///docs/Résumé.md", ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := e.IssueTicket("FILE:///docs/R%C3%A9sum%C3%A9.md", mcpsync.TriggerInitial)
+	tk, err := e.IssueTicket("FILE:///docs/R%C3%A9sum%C3%A9.md", ledger.TriggerInitial)
 	require.NoError(t, err)
 	_, err = e.AcceptResourceVersion(tk, text("file:///docs/Résumé.md", "cv"))
 	require.NoError(t, err)
@@ -176,15 +177,15 @@ func TestReceiptsGolden(t *testing.T) {
 	e := newEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	sub, err := e.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
-	a := issue(t, e, mcpsync.TriggerInitial)
-	b := issue(t, e, mcpsync.TriggerNotification)
+	a := issue(t, e, ledger.TriggerInitial)
+	b := issue(t, e, ledger.TriggerNotification)
 	accepted, err := e.AcceptResourceVersion(b, text(docURI, "hello"))
 	require.NoError(t, err)
 	stale, err := e.AcceptResourceVersion(a, text(docURI, "older"))
 	require.ErrorIs(t, err, mcpsync.ErrStaleOrdinal)
-	require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "embeddings", ArtifactID: "chunk-1", Version: accepted.Version.Version}))
+	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "embeddings", ArtifactID: "chunk-1", Version: accepted.Version.Version}))
 	revocation, err := e.RevokeSubject(alice)
 	require.NoError(t, err)
 	closing, err := e.BeginClose(docURI)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Two releases of the TypeScript SDK's reference server, pinned in
@@ -140,12 +141,12 @@ func TestEverythingSubscribeFailsAfterRecording(t *testing.T) {
 
 	sub, err := c.Subscribe(t.Context(), uri)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.ModePoll, sub.Mode, "subscribe failed, so the subscription polls")
-	first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+	assert.Equal(t, ledger.ModePoll, sub.Mode, "subscribe failed, so the subscription polls")
+	first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 
 	// The server's 10 s interval notifies the URI it recorded anyway. Its
 	// content is static, so the read it triggers changes nothing.
-	pushed := await(t, outcomes, "triggered by a notification", decided(mcpsync.DecisionUnchanged, mcpsync.TriggerNotification))
+	pushed := await(t, outcomes, "triggered by a notification", decided(mcpsync.DecisionUnchanged, ledger.TriggerNotification))
 	assert.Equal(t, first.Version.Version.Digest, pushed.Version.Version.Digest)
 	assert.Greater(t, pushed.Version.Version.ReadOrdinal, first.Version.Version.ReadOrdinal)
 
@@ -154,7 +155,7 @@ func TestEverythingSubscribeFailsAfterRecording(t *testing.T) {
 	assert.Equal(t, "Resource 1: This is a plaintext resource", entry.Contents[0].Text)
 	got, err := c.Engine().Subscription(uri)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.ModePoll, got.Mode)
+	assert.Equal(t, ledger.ModePoll, got.Mode)
 }
 
 // Reads through the fence: text and blob versions are accepted, a re-read of
@@ -187,7 +188,7 @@ func TestEverythingReads(t *testing.T) {
 				}
 				_, err := c.Subscribe(t.Context(), uri)
 				require.NoError(t, err)
-				first := await(t, outcomes, "initial "+uri, decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+				first := await(t, outcomes, "initial "+uri, decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 				assert.Equal(t, uri, first.Version.Version.URI)
 				for range 2 {
 					again, err := c.Read(t.Context(), uri)
@@ -214,11 +215,11 @@ func TestEverythingReads(t *testing.T) {
 				require.NoError(t, err)
 			}
 			if tc.tombstoneable {
-				out := await(t, outcomes, "of the missing URI", decided(mcpsync.DecisionTombstonePending, mcpsync.TriggerInitial))
+				out := await(t, outcomes, "of the missing URI", decided(mcpsync.DecisionTombstonePending, ledger.TriggerInitial))
 				assert.Equal(t, mcpsync.DecisionTombstonePending, out.Version.Decision)
 				sub, err := c.Engine().Subscription(tc.missing)
 				require.NoError(t, err)
-				assert.Equal(t, mcpsync.StateTombstonePending, sub.State)
+				assert.Equal(t, ledger.StateTombstonePending, sub.State)
 				return
 			}
 			// The initial read failed the same way and reported no outcome.
@@ -228,7 +229,7 @@ func TestEverythingReads(t *testing.T) {
 			assert.False(t, out.Accepted)
 			sub, err := c.Engine().Subscription(tc.missing)
 			require.NoError(t, err)
-			assert.NotEqual(t, mcpsync.StateTombstonePending, sub.State)
+			assert.NotEqual(t, ledger.StateTombstonePending, sub.State)
 			_, err = c.Lookup(tc.missing)
 			assert.ErrorIs(t, err, mcpsync.ErrNoVersion)
 		})
@@ -245,14 +246,14 @@ func TestEverythingPushNotifications(t *testing.T) {
 
 	sub, err := c.Subscribe(t.Context(), uri)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.ModePush, sub.Mode)
-	first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+	assert.Equal(t, ledger.ModePush, sub.Mode)
+	first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 
 	s.callTool(t, "toggle-subscriber-updates", map[string]any{})
-	pushed := await(t, outcomes, "triggered by a notification", decided(mcpsync.DecisionUnchanged, mcpsync.TriggerNotification))
+	pushed := await(t, outcomes, "triggered by a notification", decided(mcpsync.DecisionUnchanged, ledger.TriggerNotification))
 	assert.Equal(t, first.Version.Version.Digest, pushed.Version.Version.Digest)
 
 	closed, err := c.Unsubscribe(t.Context(), uri)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateClosed, closed.State, "resources/unsubscribe acknowledged")
+	assert.Equal(t, ledger.StateClosed, closed.State, "resources/unsubscribe acknowledged")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // gosdkEnv makes the test binary the helper process that serves the
@@ -88,18 +89,18 @@ func TestGoSDKStdio(t *testing.T) {
 
 			sub, err := c.Subscribe(t.Context(), gosdkDoc)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode)
-			first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+			assert.Equal(t, ledger.ModePush, sub.Mode)
+			first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 
 			s.callTool(t, "set", map[string]any{"text": "v2"})
-			updated := await(t, outcomes, "of v2", decided(mcpsync.DecisionAccepted, mcpsync.TriggerNotification))
+			updated := await(t, outcomes, "of v2", decided(mcpsync.DecisionAccepted, ledger.TriggerNotification))
 			assert.Equal(t, first.Version.Version.Digest, updated.Version.PreviousDigest)
 			entry, err := c.Lookup(gosdkDoc)
 			require.NoError(t, err)
 			assert.Equal(t, "v2", entry.Contents[0].Text)
 
 			s.callTool(t, "set", map[string]any{"text": ""})
-			await(t, outcomes, "of the deletion", decided(mcpsync.DecisionTombstonePending, mcpsync.TriggerNotification))
+			await(t, outcomes, "of the deletion", decided(mcpsync.DecisionTombstonePending, ledger.TriggerNotification))
 			_, err = c.Lookup(gosdkDoc)
 			assert.ErrorIs(t, err, mcpsync.ErrTombstonePending)
 		})
@@ -116,14 +117,14 @@ func TestGoSDKStdioReconnect(t *testing.T) {
 	c, outcomes := connect(t, s.dial, mcpsync.ClientOptions{})
 	_, err := c.Subscribe(t.Context(), gosdkDoc)
 	require.NoError(t, err)
-	first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+	first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 	s.callTool(t, "set", map[string]any{"text": "v2"})
-	await(t, outcomes, "of v2", decided(mcpsync.DecisionAccepted, mcpsync.TriggerNotification))
+	await(t, outcomes, "of v2", decided(mcpsync.DecisionAccepted, ledger.TriggerNotification))
 
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	require.NoError(t, c.Reconnect(ctx))
-	again := await(t, outcomes, "after the reconnect", decided(mcpsync.DecisionAccepted, mcpsync.TriggerReconnect))
+	again := await(t, outcomes, "after the reconnect", decided(mcpsync.DecisionAccepted, ledger.TriggerReconnect))
 	assert.Greater(t, again.Version.Version.SessionGeneration, first.Version.Version.SessionGeneration)
 	assert.Greater(t, again.Version.Version.SubscriptionGeneration, first.Version.Version.SubscriptionGeneration)
 	entry, err := c.Lookup(gosdkDoc)
@@ -131,7 +132,7 @@ func TestGoSDKStdioReconnect(t *testing.T) {
 	assert.Equal(t, "v1", entry.Contents[0].Text, "the new process starts from v1")
 
 	s.callTool(t, "set", map[string]any{"text": "v3"})
-	await(t, outcomes, "of v3", decided(mcpsync.DecisionAccepted, mcpsync.TriggerNotification))
+	await(t, outcomes, "of v3", decided(mcpsync.DecisionAccepted, ledger.TriggerNotification))
 	entry, err = c.Lookup(gosdkDoc)
 	require.NoError(t, err)
 	assert.Equal(t, "v3", entry.Contents[0].Text)
@@ -283,13 +284,13 @@ func churnRound(t *testing.T, dropAfter map[int]int, want int, deadline time.Dur
 		uri := churnDoc(i)
 		sub, err := c.Subscribe(ctx, uri)
 		require.NoError(t, err, uri)
-		require.Equal(t, mcpsync.ModePush, sub.Mode, "%s: %s %+v", uri, sub.ModeReason, sub)
+		require.Equal(t, ledger.ModePush, sub.Mode, "%s: %s %+v", uri, sub.ModeReason, sub)
 		kept[uri] = true
 		if d, ok := dropAfter[i+1]; ok {
 			gone := churnDoc(d - 1)
 			closed, err := c.Unsubscribe(ctx, gone)
 			require.NoError(t, err, gone)
-			require.Equal(t, mcpsync.StateClosed, closed.State, gone)
+			require.Equal(t, ledger.StateClosed, closed.State, gone)
 			delete(kept, gone)
 			dropped = append(dropped, gone)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -30,10 +31,10 @@ func TestHTTPLegacyNotificationsReachTheClient(t *testing.T) {
 		c, outcomes := connect(t, mcpsync.HTTPDialer(hs.URL, nil), mcpsync.ClientOptions{ProtocolVersion: "2025-11-25"})
 		sub, err := c.Subscribe(t.Context(), doc)
 		require.NoError(t, err)
-		require.Equal(t, mcpsync.ModePush, sub.Mode, sub.ModeReason)
-		await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+		require.Equal(t, ledger.ModePush, sub.Mode, sub.ModeReason)
+		await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 		srv.Set(doc, "text/markdown", "v2")
-		await(t, outcomes, "after the notification", decided(mcpsync.DecisionAccepted, mcpsync.TriggerNotification))
+		await(t, outcomes, "after the notification", decided(mcpsync.DecisionAccepted, ledger.TriggerNotification))
 		entry, err := c.Lookup(doc)
 		require.NoError(t, err)
 		assert.Equal(t, "v2", entry.Contents[0].Text)
@@ -43,7 +44,7 @@ func TestHTTPLegacyNotificationsReachTheClient(t *testing.T) {
 		c, _ := connect(t, plain, mcpsync.ClientOptions{ProtocolVersion: "2025-11-25"})
 		sub, err := c.Subscribe(t.Context(), doc)
 		require.NoError(t, err)
-		assert.Equal(t, mcpsync.ModePoll, sub.Mode)
+		assert.Equal(t, ledger.ModePoll, sub.Mode)
 		assert.Contains(t, sub.ModeReason, "notification stream")
 	})
 }

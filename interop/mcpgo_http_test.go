@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 const counterURI = "file:///mcpgo/counter.txt"
@@ -79,8 +80,8 @@ func TestMCPGoHTTPContentChangesEveryRead(t *testing.T) {
 
 			sub, err := c.Subscribe(t.Context(), counterURI)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode)
-			first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+			assert.Equal(t, ledger.ModePush, sub.Mode)
+			first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 
 			// Sequential reads: each one a new version after the last.
 			prev := first.Version
@@ -182,8 +183,8 @@ func TestMCPGoHTTPLegacyOnlyServer(t *testing.T) {
 
 			sub, err := c.Subscribe(t.Context(), counterURI)
 			require.NoError(t, err)
-			assert.Equal(t, mcpsync.ModePush, sub.Mode, "resources/subscribe")
-			first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, mcpsync.TriggerInitial))
+			assert.Equal(t, ledger.ModePush, sub.Mode, "resources/subscribe")
+			first := await(t, outcomes, "initial", decided(mcpsync.DecisionAccepted, ledger.TriggerInitial))
 			out, err := c.Read(t.Context(), counterURI)
 			require.NoError(t, err)
 			assert.True(t, out.Version.Version.After(first.Version.Version))

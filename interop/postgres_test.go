@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger/pgtest"
 )
 
@@ -229,7 +230,7 @@ func TestPostgresKeptScan(t *testing.T) {
 	assert.True(t, strings.HasSuffix(anchors, "/anchors/schema"), anchors)
 	assert.Equal(t, mcpsync.CatalogSnapshotUnproven, ev.scan.Catalog.Status)
 	require.Len(t, ev.scan.Subscribed, 1)
-	assert.Equal(t, mcpsync.ModePoll, ev.scan.Subscribed[0].Mode, "the server cannot subscribe")
+	assert.Equal(t, ledger.ModePoll, ev.scan.Subscribed[0].Mode, "the server cannot subscribe")
 	gadgets := strings.TrimSuffix(anchors, "/anchors/schema") + "/gadgets/schema"
 
 	created := db.exec(t, "CREATE TABLE gadgets (id integer PRIMARY KEY)")
@@ -238,7 +239,7 @@ func TestPostgresKeptScan(t *testing.T) {
 	})
 	t.Logf("created table discovered, subscribed and read after %v", took)
 	assert.LessOrEqual(t, took, 2*pgReview)
-	assert.Equal(t, mcpsync.TriggerInitial, ev.out.Version.Trigger)
+	assert.Equal(t, ledger.TriggerInitial, ev.out.Version.Trigger)
 	assert.Equal(t, columns{{"id", "integer"}}, r.columnsOf(t, gadgets))
 	first := ev.out.Version.Version.Digest
 
@@ -250,7 +251,7 @@ func TestPostgresKeptScan(t *testing.T) {
 	})
 	t.Logf("altered table versioned after %v", took)
 	assert.LessOrEqual(t, took, 2*pgReview)
-	assert.Equal(t, mcpsync.TriggerPoll, ev.out.Version.Trigger)
+	assert.Equal(t, ledger.TriggerPoll, ev.out.Version.Trigger)
 	assert.NotEqual(t, first, ev.out.Version.Version.Digest)
 	assert.ElementsMatch(t, columns{{"id", "integer"}, {"label", "text"}}, r.columnsOf(t, gadgets))
 
@@ -278,11 +279,11 @@ func TestPostgresKeptScan(t *testing.T) {
 	// tombstoned; the subscription stays open and keeps polling.
 	sub, err := r.client.Engine().Subscription(gadgets)
 	require.NoError(t, err)
-	assert.NotContains(t, []mcpsync.SubscriptionState{mcpsync.StateTombstonePending, mcpsync.StateTombstoned}, sub.State)
+	assert.NotContains(t, []ledger.SubscriptionState{ledger.StateTombstonePending, ledger.StateTombstoned}, sub.State)
 	entries, err := r.client.Engine().PullOutbox(0, 0)
 	require.NoError(t, err)
 	for _, e := range entries {
-		assert.False(t, e.URI == gadgets && e.Reason == mcpsync.InvalidateTombstoned, "tombstoned: %+v", e)
+		assert.False(t, e.URI == gadgets && e.Reason == ledger.InvalidateTombstoned, "tombstoned: %+v", e)
 	}
 }
 
@@ -311,7 +312,7 @@ func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
 	})
 	t.Logf("created table discovered, subscribed and read after %v", took)
 	assert.LessOrEqual(t, took, 2*pgReview)
-	assert.Equal(t, mcpsync.TriggerInitial, ev.out.Version.Trigger)
+	assert.Equal(t, ledger.TriggerInitial, ev.out.Version.Trigger)
 
 	altered := db.exec(t, "ALTER TABLE gadgets ADD COLUMN label text")
 	ev, took = r.until(t, altered, "read of the altered table", func(ev event) bool {
@@ -341,7 +342,7 @@ func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
 	assert.LessOrEqual(t, took, 4*pgReview+pgReview)
 	rec := ev.scan.Reconciliation
 	require.Len(t, rec.Receipts, 1)
-	assert.Equal(t, mcpsync.EvidenceUnlisted, rec.Receipts[0].Evidence.Kind)
+	assert.Equal(t, ledger.EvidenceUnlisted, rec.Receipts[0].Evidence.Kind)
 	assert.Len(t, rec.Receipts[0].Evidence.Scans, 4, "two passes of the first scan without it, two of the last")
 	_, err = r.client.Lookup(gadgets)
 	require.ErrorIs(t, err, mcpsync.ErrTombstoned)
@@ -352,7 +353,7 @@ func TestPostgresDroppedTableConfirmedUnlisted(t *testing.T) {
 	require.NoError(t, err)
 	var tomb *mcpsync.OutboxEntry
 	for i, e := range entries {
-		if e.URI == gadgets && e.Reason == mcpsync.InvalidateTombstoned {
+		if e.URI == gadgets && e.Reason == ledger.InvalidateTombstoned {
 			require.Nil(t, tomb, "one tombstone entry")
 			tomb = &entries[i]
 		}

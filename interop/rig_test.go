@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 const alice = "user:alice"
@@ -110,7 +111,7 @@ func await(t *testing.T, outcomes <-chan mcpsync.Outcome, what string, ok func(m
 
 // decided matches an accepted outcome of the given decision and trigger
 // ("" matches any trigger).
-func decided(d mcpsync.Decision, trig mcpsync.Trigger) func(mcpsync.Outcome) bool {
+func decided(d mcpsync.Decision, trig ledger.Trigger) func(mcpsync.Outcome) bool {
 	return func(o mcpsync.Outcome) bool {
 		return o.Accepted && o.Version.Decision == d && (trig == "" || o.Version.Trigger == trig)
 	}

@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // Schemas of the reports, each in its "schema" field.
@@ -65,10 +66,10 @@ type Report struct {
 	SubscriptionGeneration uint64 `json:"subscriptionGeneration,omitempty"`
 	// State and Watermark are the URI's subscription as recorded; State is
 	// "" for a URI the engine does not know.
-	State     mcpsync.SubscriptionState `json:"state,omitempty"`
-	Watermark uint64                    `json:"watermark"`
-	Detail    string                    `json:"detail,omitempty"`
-	ServedAt  time.Time                 `json:"servedAt"`
+	State     ledger.SubscriptionState `json:"state,omitempty"`
+	Watermark uint64                   `json:"watermark"`
+	Detail    string                   `json:"detail,omitempty"`
+	ServedAt  time.Time                `json:"servedAt"`
 	// ObservedAt is when the fence's view was read (the engine's clock,
 	// Engine.Now).
 	ObservedAt time.Time `json:"observedAt"`

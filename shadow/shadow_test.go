@@ -42,8 +42,8 @@ func newEngine(t testing.TB) *mcpsync.Engine {
 	t.Helper()
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Now: clock})
 	require.NoError(t, err)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "test-server", Version: "1.0.0"},
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"},
 		Resources: true, Subscribe: true,
 	}})
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func subscribe(t testing.TB, e *mcpsync.Engine) {
 	t.Helper()
 	_, err := e.Subscribe(docURI, alice)
 	require.NoError(t, err)
-	_, err = e.Activate(docURI, mcpsync.ModePush)
+	_, err = e.Activate(docURI, ledger.ModePush)
 	require.NoError(t, err)
 }
 
@@ -71,9 +71,9 @@ func text(uri, body string) mcpsync.ReadResult {
 	return mcpsync.NewReadResult([]mcpsync.Content{{URI: uri, MIMEType: "text/markdown", Text: body}})
 }
 
-func issue(t testing.TB, e *mcpsync.Engine) mcpsync.Ticket {
+func issue(t testing.TB, e *mcpsync.Engine) ledger.Ticket {
 	t.Helper()
-	tk, err := e.IssueTicket(docURI, mcpsync.TriggerNotification)
+	tk, err := e.IssueTicket(docURI, ledger.TriggerNotification)
 	require.NoError(t, err)
 	return tk
 }
@@ -384,7 +384,7 @@ func TestObserveBesideClient(t *testing.T) {
 				require.Equal(t, w.version, c.Capabilities().ProtocolVersion)
 				sub, err := c.Subscribe(t.Context(), faultURI)
 				require.NoError(t, err)
-				require.Equal(t, mcpsync.ModePush, sub.Mode)
+				require.Equal(t, ledger.ModePush, sub.Mode)
 				require.True(t, next(t, outcomes).Accepted)
 
 				s, err := shadow.New(c.Engine(), alice)
@@ -475,8 +475,8 @@ func ExampleObserver() {
 	e, _ := mcpsync.NewEngine(nil)
 	_, _ = e.BeginSession(mcpsync.SessionInfo{})
 	_, _ = e.Subscribe("file:///handbook.md", "user:alice")
-	_, _ = e.Activate("file:///handbook.md", mcpsync.ModePush)
-	ticket, _ := e.IssueTicket("file:///handbook.md", mcpsync.TriggerInitial)
+	_, _ = e.Activate("file:///handbook.md", ledger.ModePush)
+	ticket, _ := e.IssueTicket("file:///handbook.md", ledger.TriggerInitial)
 	_, _ = e.AcceptResourceVersion(ticket, mcpsync.NewReadResult([]mcpsync.Content{{URI: "file:///handbook.md", Text: "v1"}}))
 
 	observer, _ := shadow.New(e, "user:alice")

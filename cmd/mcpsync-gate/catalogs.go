@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -178,7 +179,7 @@ func runCatalogs(ctx context.Context, p pace, seed uint64, k int) (catalogStats,
 		}
 		if err := p.settle(func() bool {
 			for _, u := range doomed {
-				if sub, err := r.c.Engine().Subscription(u); err != nil || sub.State != mcpsync.StateTombstonePending {
+				if sub, err := r.c.Engine().Subscription(u); err != nil || sub.State != ledger.StateTombstonePending {
 					return false
 				}
 			}

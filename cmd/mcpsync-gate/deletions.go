@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -81,7 +82,7 @@ func runDeletions(ctx context.Context, p pace, seed uint64, n int) (deletionStat
 		defer mu.Unlock()
 		r := res[o.Tombstone.URI]
 		st.Tombstoned++
-		if o.Tombstone.Evidence.Kind != mcpsync.EvidenceCorroborated {
+		if o.Tombstone.Evidence.Kind != ledger.EvidenceCorroborated {
 			st.NotCorroborated++
 		}
 		if r.exists {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -57,7 +58,7 @@ func runAmplification(ctx context.Context, p pace, seed uint64, n int) (amplific
 		idle := func() bool {
 			sub, err := r.c.Engine().Subscription(uri)
 			t, _ := r.served(uri)
-			return err == nil && sub.LastNotificationSeq == pulses && sub.State == mcpsync.StateActive &&
+			return err == nil && sub.LastNotificationSeq == pulses && sub.State == ledger.StateActive &&
 				r.completed()-1 == srv.Reads(uri)-base && t == text
 		}
 		if err := p.settle(idle); err != nil {

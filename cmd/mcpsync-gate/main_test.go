@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The scenarios start Clients, whose goroutines must all be gone when a
@@ -134,7 +135,7 @@ func TestTimedScenariosInVirtualTime(t *testing.T) {
 func TestCheckerCountsBrokenHistories(t *testing.T) {
 	const uri = "file:///gate/doc0.md"
 	updated := func(gen, ord uint64) mcpsync.OutboxEntry {
-		return mcpsync.OutboxEntry{URI: uri, Reason: mcpsync.InvalidateUpdated,
+		return mcpsync.OutboxEntry{URI: uri, Reason: ledger.InvalidateUpdated,
 			Version: mcpsync.ResourceVersion{URI: uri, SubscriptionGeneration: gen, ReadOrdinal: ord}}
 	}
 	tests := []struct {
@@ -186,10 +187,10 @@ func TestCheckerCountsBrokenHistories(t *testing.T) {
 			c.outbox(updated(1, 2), true)
 		}, orderingStats{Accepted: 1, AcceptsAfterClose: 1, OutboxEntries: 1, OutboxAfterClosed: 1}},
 		{"tombstoned entry for a closing generation", func(c *checker) {
-			c.outbox(mcpsync.OutboxEntry{URI: uri, Reason: mcpsync.InvalidateTombstoned}, true)
+			c.outbox(mcpsync.OutboxEntry{URI: uri, Reason: ledger.InvalidateTombstoned}, true)
 		}, orderingStats{OutboxEntries: 1, OutboxAfterClosed: 1, LateTombstones: 1}},
 		{"revocation after the close is allowed", func(c *checker) {
-			c.outbox(mcpsync.OutboxEntry{URI: uri, Reason: mcpsync.InvalidateRevoked}, true)
+			c.outbox(mcpsync.OutboxEntry{URI: uri, Reason: ledger.InvalidateRevoked}, true)
 		}, orderingStats{OutboxEntries: 1}},
 		{"settled: converged or a confirmed deletion", func(c *checker) {
 			c.settled(true, 4, true, true, 4)

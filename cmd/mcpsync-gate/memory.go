@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 type memoryStats struct {
@@ -41,7 +42,7 @@ func measureMemory(n int) (memoryStats, error) {
 		if _, err := e.Subscribe(key, gatePrincipal); err != nil {
 			return st, err
 		}
-		if _, err := e.Activate(key, mcpsync.ModePush); err != nil {
+		if _, err := e.Activate(key, ledger.ModePush); err != nil {
 			return st, err
 		}
 	}

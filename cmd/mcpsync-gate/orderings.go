@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // The orderings scenario drives the Engine directly (no MCP, no time): each
@@ -166,16 +167,16 @@ func (c *checker) served(uri string, pos fencePos) {
 // generation for tombstones) had begun closing or lost its session.
 func (c *checker) outbox(e mcpsync.OutboxEntry, closed bool) {
 	c.stats.OutboxEntries++
-	if e.Reason == mcpsync.InvalidateRevoked {
+	if e.Reason == ledger.InvalidateRevoked {
 		return
 	}
 	if closed {
 		c.stats.OutboxAfterClosed++
-		if e.Reason == mcpsync.InvalidateTombstoned {
+		if e.Reason == ledger.InvalidateTombstoned {
 			c.stats.LateTombstones++
 		}
 	}
-	if e.Reason == mcpsync.InvalidateUpdated || e.Reason == mcpsync.InvalidateQuarantined {
+	if e.Reason == ledger.InvalidateUpdated || e.Reason == ledger.InvalidateQuarantined {
 		pos := posOf(e.Version)
 		if last, ok := c.lastUpdated[e.URI]; ok && !pos.after(last) {
 			c.stats.VersionRegressions++
@@ -200,8 +201,8 @@ func (c *checker) settled(exists bool, serverVer uint64, open, served bool, serv
 
 var (
 	orderingSubjects = []string{"user:alice", "user:bob"}
-	orderingTriggers = []mcpsync.Trigger{
-		mcpsync.TriggerRevalidate, mcpsync.TriggerPoll, mcpsync.TriggerReconnect, mcpsync.TriggerInitial,
+	orderingTriggers = []ledger.Trigger{
+		ledger.TriggerRevalidate, ledger.TriggerPoll, ledger.TriggerReconnect, ledger.TriggerInitial,
 	}
 )
 
@@ -222,7 +223,7 @@ type resource struct {
 // flight is a read the harness has sent and not yet answered, with what the
 // server answered at the moment it was sent.
 type flight struct {
-	t         mcpsync.Ticket
+	t         ledger.Ticket
 	notFound  bool
 	serverVer uint64
 }
@@ -295,13 +296,13 @@ func (h *harness) settle() error {
 			if !live {
 				continue
 			}
-			var t mcpsync.Ticket
+			var t ledger.Ticket
 			var ok bool
 			var err error
-			if sub.State == mcpsync.StateTombstonePending {
+			if sub.State == ledger.StateTombstonePending {
 				t, ok, err = h.e.ApplyListing(u.key, u.exists, time.Now())
 			} else {
-				t, ok, err = h.e.RequestRead(u.key, mcpsync.TriggerRevalidate)
+				t, ok, err = h.e.RequestRead(u.key, ledger.TriggerRevalidate)
 			}
 			if err == nil && ok {
 				h.sent(t)
@@ -321,7 +322,7 @@ func (h *harness) settle() error {
 		if err == nil && len(entry.Contents) > 0 {
 			_, _ = fmt.Sscanf(strings.TrimPrefix(entry.Contents[0].Text, u.key+" "), "v%d", &servedVer)
 		}
-		open := sub.State != mcpsync.StateTombstonePending && sub.State != mcpsync.StateTombstoned
+		open := sub.State != ledger.StateTombstonePending && sub.State != ledger.StateTombstoned
 		h.c.settled(u.exists, u.ver, open, err == nil, servedVer)
 	}
 	return nil
@@ -350,8 +351,8 @@ func (h *harness) live(u *resource) (mcpsync.Subscription, bool) {
 		return sub, false
 	}
 	switch sub.State {
-	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted,
-		mcpsync.StateTombstonePending, mcpsync.StateTombstoned:
+	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted,
+		ledger.StateTombstonePending, ledger.StateTombstoned:
 	default:
 		return sub, false
 	}
@@ -363,15 +364,15 @@ func (h *harness) live(u *resource) (mcpsync.Subscription, bool) {
 
 // isClosed reports whether the generation of t had begun closing, or its
 // session had ended, by the harness's own record.
-func (h *harness) isClosed(t mcpsync.Ticket) bool {
+func (h *harness) isClosed(t ledger.Ticket) bool {
 	return h.closed[genKey{t.URI, t.SubscriptionGeneration}] || t.SessionGeneration != h.session
 }
 
 func (h *harness) pick() *resource { return h.uris[h.rng.IntN(len(h.uris))] }
 
 func (h *harness) beginSession() error {
-	rc, err := h.e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: mcpsync.Implementation{Name: "gate", Version: "1"},
+	rc, err := h.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "gate", Version: "1"},
 		Resources: true, Subscribe: true,
 	}})
 	if err != nil {
@@ -388,13 +389,13 @@ func (h *harness) subscribe(u *resource, activate bool) {
 	}
 	u.gen = sub.SubscriptionGeneration
 	if activate {
-		_, _ = h.e.Activate(u.key, mcpsync.ModePush)
+		_, _ = h.e.Activate(u.key, ledger.ModePush)
 	}
 }
 
 // sent records a ticket the engine issued, with the server's answer as of
 // now: requests are served in the order they are sent.
-func (h *harness) sent(t mcpsync.Ticket) {
+func (h *harness) sent(t ledger.Ticket) {
 	u := h.byKey(t.URI)
 	f := flight{t: t}
 	if u == nil || !u.exists {
@@ -440,7 +441,7 @@ func (h *harness) deliver(f flight) {
 	} else if closed && f.notFound {
 		// The outcome says refused; make sure the state agrees.
 		if sub, err := h.e.Subscription(f.t.URI); err == nil && sub.SubscriptionGeneration == f.t.SubscriptionGeneration &&
-			sub.State == mcpsync.StateTombstonePending && before.State != mcpsync.StateTombstonePending {
+			sub.State == ledger.StateTombstonePending && before.State != ledger.StateTombstonePending {
 			h.c.hiddenTombstone()
 		}
 	}
@@ -455,7 +456,7 @@ func (h *harness) step() error {
 	case w < 3: // subscribe (a new generation where the old one ended)
 		h.subscribe(h.pick(), rng.IntN(2) == 0)
 	case w < 5:
-		_, _ = h.e.Activate(h.pick().key, mcpsync.ModePush)
+		_, _ = h.e.Activate(h.pick().key, ledger.ModePush)
 	case w < 12: // a resources/updated pulse
 		if t, ok, err := h.e.Notify(h.pick().key); err == nil && ok {
 			h.sent(t)
@@ -465,7 +466,7 @@ func (h *harness) step() error {
 			h.sent(t)
 		}
 	case w < 18: // a read outside the queue: several in flight at once
-		if t, err := h.e.IssueTicket(h.pick().key, mcpsync.TriggerRevalidate); err == nil {
+		if t, err := h.e.IssueTicket(h.pick().key, ledger.TriggerRevalidate); err == nil {
 			h.sent(t)
 		}
 	case w < 32: // an answer, in any order
@@ -530,7 +531,7 @@ func (h *harness) step() error {
 		u := h.pick()
 		for _, s := range orderingSubjects {
 			if entry, err := h.e.Lookup(s, u.key); err == nil {
-				_ = h.e.RecordDerived(mcpsync.DerivedArtifact{Index: "idx", ArtifactID: fmt.Sprint(rng.IntN(3)), Version: entry.Version})
+				_ = h.e.RecordDerived(ledger.DerivedArtifact{Index: "idx", ArtifactID: fmt.Sprint(rng.IntN(3)), Version: entry.Version})
 			}
 		}
 	default:
@@ -549,13 +550,13 @@ func (h *harness) observe() error {
 	for _, en := range entries {
 		h.outSeq = en.Seq
 		gen := en.Version.SubscriptionGeneration
-		if en.Reason == mcpsync.InvalidateTombstoned {
+		if en.Reason == ledger.InvalidateTombstoned {
 			if u := h.byKey(en.URI); u != nil {
 				gen = u.gen
 			}
 		}
 		closed := h.closed[genKey{en.URI, gen}]
-		if en.Reason != mcpsync.InvalidateTombstoned && en.Version.SessionGeneration != h.session {
+		if en.Reason != ledger.InvalidateTombstoned && en.Version.SessionGeneration != h.session {
 			closed = true
 		}
 		h.c.outbox(en, closed)

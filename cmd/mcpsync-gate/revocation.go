@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // revocationStats are the measurements of the revocation scenario.
@@ -77,11 +78,11 @@ func runRevocation(seed uint64, subjects, uris int) (revocationStats, error) {
 			if _, err := e.Subscribe(keys[i], who); err != nil {
 				return st, err
 			}
-			if _, err := e.Activate(keys[i], mcpsync.ModePush); err != nil {
+			if _, err := e.Activate(keys[i], ledger.ModePush); err != nil {
 				return st, err
 			}
 			for v := range revVersions {
-				t, err := e.IssueTicket(keys[i], mcpsync.TriggerRevalidate)
+				t, err := e.IssueTicket(keys[i], ledger.TriggerRevalidate)
 				if err != nil {
 					return st, err
 				}
@@ -90,7 +91,7 @@ func runRevocation(seed uint64, subjects, uris int) (revocationStats, error) {
 					return st, err
 				}
 				for x := range revIndexes {
-					a := mcpsync.DerivedArtifact{Index: fmt.Sprintf("index%d", x),
+					a := ledger.DerivedArtifact{Index: fmt.Sprintf("index%d", x),
 						ArtifactID: fmt.Sprintf("%s#g%dv%d", keys[i], g, v), Version: out.Version.Version}
 					if err := e.RecordDerived(a); err != nil {
 						return st, err
@@ -126,7 +127,7 @@ func runRevocation(seed uint64, subjects, uris int) (revocationStats, error) {
 			for range revLoadBatch {
 				key := keys[n%len(keys)]
 				n++
-				if t, ok, err := e.RequestRead(key, mcpsync.TriggerRevalidate); err == nil && ok {
+				if t, ok, err := e.RequestRead(key, ledger.TriggerRevalidate); err == nil && ok {
 					if out, _ := e.FinishRead(t, revocationContent(key, 1000+n)); out.Accepted {
 						loadAccepted++
 					}
@@ -157,7 +158,7 @@ func runRevocation(seed uint64, subjects, uris int) (revocationStats, error) {
 		}
 		got := 0
 		for _, en := range entries {
-			if en.Reason == mcpsync.InvalidateRevoked && en.Subject == who && en.Artifact != nil &&
+			if en.Reason == ledger.InvalidateRevoked && en.Subject == who && en.Artifact != nil &&
 				want[artifactKey{en.Artifact.Index, en.Artifact.ArtifactID}] {
 				got++
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -36,7 +37,7 @@ type checkEvent struct {
 	Event      string                      `json:"event"`
 	URI        string                      `json:"uri"`
 	Live       bool                        `json:"live"`
-	State      mcpsync.SubscriptionState   `json:"state"`
+	State      ledger.SubscriptionState    `json:"state"`
 	Served     string                      `json:"served"` // "yes" or why not (ErrTombstoned, …)
 	Generation uint64                      `json:"subscriptionGeneration"`
 	Ordinal    uint64                      `json:"ordinal,omitempty"`
@@ -157,7 +158,7 @@ func (d *demo) onOutcome(out mcpsync.Outcome) {
 func (d *demo) onTransition(t mcpsync.Transition) {
 	ev := newStateEvent(t)
 	text := ev.String()
-	if ev.readStep() || ev.To == mcpsync.StateSubscribing || ev.From == mcpsync.StateSubscribing {
+	if ev.readStep() || ev.To == ledger.StateSubscribing || ev.From == ledger.StateSubscribing {
 		text = ""
 	}
 	d.p.emit(ev, text)
@@ -314,7 +315,7 @@ func (d *demo) subscribe(ctx context.Context) error {
 	caps := d.client.Capabilities()
 	d.phase("subscribe", "protocol %s, server %s %s: subscribe=%v listChanged=%v snapshot=%v",
 		caps.ProtocolVersion, caps.Server.Name, caps.Server.Version, caps.Subscribe, caps.ListChanged, caps.SnapshotList)
-	modes := map[mcpsync.SubscriptionMode]int{}
+	modes := map[ledger.SubscriptionMode]int{}
 	for _, uri := range d.uris {
 		sub, err := d.client.Subscribe(ctx, uri)
 		if err != nil {
@@ -325,7 +326,7 @@ func (d *demo) subscribe(ctx context.Context) error {
 	if err := d.waitFor(ctx, "initial versions", func() bool { return d.served() == len(d.uris) }); err != nil {
 		return err
 	}
-	d.p.text("             %d subscriptions (%d push, %d poll), %d versions served", len(d.uris), modes[mcpsync.ModePush], modes[mcpsync.ModePoll], d.served())
+	d.p.text("             %d subscriptions (%d push, %d poll), %d versions served", len(d.uris), modes[ledger.ModePush], modes[ledger.ModePoll], d.served())
 	return nil
 }
 
@@ -490,7 +491,7 @@ func (d *demo) deleteAndRecreate(ctx context.Context) error {
 	d.srv.Recreate(reborn, title(n-3, 9)+"\n\n(new incarnation)")
 	pending := func(uri string) bool {
 		sub, err := d.engine.Subscription(uri)
-		return err == nil && sub.State == mcpsync.StateTombstonePending
+		return err == nil && sub.State == ledger.StateTombstonePending
 	}
 	if err := d.waitFor(ctx, "the deletions to be seen", func() bool { return pending(gone) && pending(back) }); err != nil {
 		return err
@@ -532,11 +533,11 @@ func (d *demo) reconcile(ctx context.Context) bool {
 		if err != nil {
 			continue
 		}
-		if sub.State == mcpsync.StateTombstonePending || sub.State == mcpsync.StateReconciliationRequired {
+		if sub.State == ledger.StateTombstonePending || sub.State == ledger.StateReconciliationRequired {
 			waiting = true
 		}
 		// A deleted resource between reads is not yet confirmed either.
-		if _, ok := d.srv.Text(sub.URI); !ok && sub.CloseEpoch == 0 && sub.State != mcpsync.StateTombstoned {
+		if _, ok := d.srv.Text(sub.URI); !ok && sub.CloseEpoch == 0 && sub.State != ledger.StateTombstoned {
 			settled = false
 		}
 	}
@@ -582,7 +583,7 @@ func (d *demo) pullOutbox() {
 	d.mu.Lock()
 	d.outbox = last
 	for _, e := range entries {
-		if e.Reason == mcpsync.InvalidateTombstoned {
+		if e.Reason == ledger.InvalidateTombstoned {
 			d.tombs++
 		} else {
 			d.inval++

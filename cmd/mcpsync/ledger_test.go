@@ -112,7 +112,7 @@ func TestReadWithLedgerCarriesOverToTheNextRun(t *testing.T) {
 
 	sub, err := engine.Subscription(uri)
 	require.NoError(t, err)
-	assert.Equal(t, mcpsync.StateClosed, sub.State)
+	assert.Equal(t, ledger.StateClosed, sub.State)
 	for sub, err := range engine.ResumableSubscriptions() {
 		require.NoError(t, err)
 		assert.Fail(t, "resumable subscription left by read", sub.URI)
@@ -218,7 +218,7 @@ func TestOutboxReportsLostEntries(t *testing.T) {
 	require.NoError(t, l.Ack(ctx, "indexer", 0), "registered before any entry")
 	const key = "file:///docs/a.md"
 	for rev := uint64(1); rev <= 5; rev++ {
-		entry := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: mcpsync.InvalidateUpdated, Subject: "cli"}
+		entry := mcpsync.OutboxEntry{Schema: mcpsync.SchemaInvalidation, URI: key, Reason: ledger.InvalidateUpdated, Subject: "cli"}
 		_, ok, err := l.CompareAndSwap(ctx, key, rev-1, &ledger.Record{Revision: rev}, []mcpsync.OutboxEntry{entry})
 		require.NoError(t, err)
 		require.True(t, ok)

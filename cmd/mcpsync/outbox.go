@@ -25,7 +25,7 @@ const outboxBatch = 256
 // lostEntriesError is a consumer that the retention bound overtook: the
 // ledger dropped entries it had not passed. Exit status 3.
 type lostEntriesError struct {
-	gap *mcpsync.OutboxGapError
+	gap *ledger.OutboxGapError
 }
 
 func (e *lostEntriesError) Error() string {
@@ -80,7 +80,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 	if consumer != "" {
 		pos, registered = st.Consumers[string(consumer)]
 	}
-	var gap *mcpsync.OutboxGapError
+	var gap *ledger.OutboxGapError
 	if registered {
 		gap = st.Lost(string(consumer), pos)
 	}
@@ -174,7 +174,7 @@ func (l *listing) line(s string) error {
 // outboxSummary is the outbox command's last line: what was listed for
 // whom, what was acknowledged, the outbox's extent and every consumer's
 // position, with the entries each lost.
-func outboxSummary(st mcpsync.OutboxState, consumer nonEmpty, registered bool, pos, through uint64, listed int, ackNote string) string {
+func outboxSummary(st ledger.OutboxState, consumer nonEmpty, registered bool, pos, through uint64, listed int, ackNote string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "summary      listed %d", listed)
 	switch {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // printer writes events: one JSON object per line with --json, readable
@@ -163,12 +164,12 @@ func (p *printer) clearStatus() {
 // Events. Each is a small struct whose event field names it.
 
 type stateEvent struct {
-	Event                  string                    `json:"event"`
-	URI                    string                    `json:"uri"`
-	From                   mcpsync.SubscriptionState `json:"from"`
-	To                     mcpsync.SubscriptionState `json:"to"`
-	Cause                  string                    `json:"cause"`
-	SubscriptionGeneration uint64                    `json:"subscriptionGeneration"`
+	Event                  string                   `json:"event"`
+	URI                    string                   `json:"uri"`
+	From                   ledger.SubscriptionState `json:"from"`
+	To                     ledger.SubscriptionState `json:"to"`
+	Cause                  string                   `json:"cause"`
+	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
 }
 
 func newStateEvent(t mcpsync.Transition) stateEvent {
@@ -183,7 +184,7 @@ func (e stateEvent) String() string {
 // takes (ACTIVE, UPDATE_SEEN, READ_PENDING, VERSION_ACCEPTED); text output
 // leaves those out, the version and stale lines already tell the story.
 func (e stateEvent) readStep() bool {
-	open := []mcpsync.SubscriptionState{mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted}
+	open := []ledger.SubscriptionState{ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted}
 	return slices.Contains(open, e.From) && slices.Contains(open, e.To) && e.Cause != "reconcile present"
 }
 
@@ -195,7 +196,7 @@ type versionEvent struct {
 	SessionGeneration      uint64           `json:"sessionGeneration"`
 	SubscriptionGeneration uint64           `json:"subscriptionGeneration"`
 	Decision               mcpsync.Decision `json:"decision"`
-	Trigger                mcpsync.Trigger  `json:"trigger"`
+	Trigger                ledger.Trigger   `json:"trigger"`
 }
 
 func newVersionEvent(r mcpsync.VersionReceipt) versionEvent {
@@ -213,7 +214,7 @@ type staleEvent struct {
 	URI                    string              `json:"uri"`
 	Ordinal                uint64              `json:"ordinal"`
 	Reason                 mcpsync.StaleReason `json:"reason"`
-	Trigger                mcpsync.Trigger     `json:"trigger"`
+	Trigger                ledger.Trigger      `json:"trigger"`
 	Watermark              uint64              `json:"watermark"`
 	NotFound               bool                `json:"notFound,omitempty"`
 	SessionGeneration      uint64              `json:"sessionGeneration"`
@@ -237,24 +238,24 @@ func (e staleEvent) String() string {
 // confirmed deletions (tombstones), "change" for everything else (a new
 // version, a revocation, a quarantine: what may be served changed).
 type outboxEvent struct {
-	Event          string                     `json:"event"`
-	Seq            uint64                     `json:"seq"`
-	URI            string                     `json:"uri"`
-	Reason         mcpsync.InvalidationReason `json:"reason"`
-	Digest         string                     `json:"digest,omitempty"`
-	PreviousDigest string                     `json:"previousDigest,omitempty"`
-	Subject        string                     `json:"subject"`
+	Event          string                    `json:"event"`
+	Seq            uint64                    `json:"seq"`
+	URI            string                    `json:"uri"`
+	Reason         ledger.InvalidationReason `json:"reason"`
+	Digest         string                    `json:"digest,omitempty"`
+	PreviousDigest string                    `json:"previousDigest,omitempty"`
+	Subject        string                    `json:"subject"`
 	// Artifact names the derived artifact a revocation is about, as
 	// "index/id"; empty otherwise.
 	Artifact string `json:"artifact,omitempty"`
 	// Evidence is what confirmed a tombstone: proven, corroborated or
 	// unlisted.
-	Evidence *mcpsync.DeletionEvidence `json:"evidence,omitempty"`
+	Evidence *ledger.DeletionEvidence `json:"evidence,omitempty"`
 }
 
 func newOutboxEvent(o mcpsync.OutboxEntry) outboxEvent {
 	ev := "change"
-	if o.Reason == mcpsync.InvalidateTombstoned {
+	if o.Reason == ledger.InvalidateTombstoned {
 		ev = "delete"
 	}
 	artifact := ""
@@ -332,7 +333,7 @@ func (c *outcomeCounts) add(out mcpsync.Outcome) {
 			c.accepted++
 		}
 	}
-	if trigger == mcpsync.TriggerNotification {
+	if trigger == ledger.TriggerNotification {
 		c.notificationReads++
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // protocolError is a session on another revision than the one --protocol
@@ -22,7 +23,7 @@ func (e *protocolError) Error() string {
 
 // checkProtocol refuses a session whose revision is not the pinned one;
 // with --protocol auto every revision passes.
-func (c *common) checkProtocol(caps mcpsync.CapabilityReceipt) error {
+func (c *common) checkProtocol(caps ledger.CapabilityReceipt) error {
 	if pin := c.versionPin(); pin != "" && caps.ProtocolVersion != pin {
 		return &protocolError{pinned: pin, negotiated: caps.ProtocolVersion}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // readEvent is the answer of the read command: the version line, the full
@@ -91,7 +92,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			}
 		}()
 	}
-	if _, err := engine.Activate(uri, mcpsync.ModePoll); err != nil {
+	if _, err := engine.Activate(uri, ledger.ModePoll); err != nil {
 		return wrapf(err, "read %s", uri)
 	}
 	out, err := conn.client.Read(ctx, uri)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/pgledger"
 )
 
@@ -55,20 +56,20 @@ func (k *eventKinds) Set(v string) error {
 
 // sessionEvent describes the session watch runs on.
 type sessionEvent struct {
-	Event             string                 `json:"event"`
-	ProtocolVersion   string                 `json:"protocolVersion"`
-	Server            mcpsync.Implementation `json:"server"`
-	Subscribe         bool                   `json:"subscribe"`
-	ListChanged       bool                   `json:"listChanged"`
-	SnapshotList      bool                   `json:"snapshotList"`
-	SessionGeneration uint64                 `json:"sessionGeneration"`
+	Event             string                `json:"event"`
+	ProtocolVersion   string                `json:"protocolVersion"`
+	Server            ledger.Implementation `json:"server"`
+	Subscribe         bool                  `json:"subscribe"`
+	ListChanged       bool                  `json:"listChanged"`
+	SnapshotList      bool                  `json:"snapshotList"`
+	SessionGeneration uint64                `json:"sessionGeneration"`
 	// Reconnects counts the sessions opened after the first: 0 for the
 	// first session event, then one more with each healed loss.
 	Reconnects uint64 `json:"reconnects"`
 	Note       string `json:"note,omitempty"`
 }
 
-func newSessionEvent(caps mcpsync.CapabilityReceipt, reconnects uint64, note string) sessionEvent {
+func newSessionEvent(caps ledger.CapabilityReceipt, reconnects uint64, note string) sessionEvent {
 	return sessionEvent{"session", caps.ProtocolVersion, caps.Server, caps.Subscribe, caps.ListChanged, caps.SnapshotList, caps.SessionGeneration, reconnects, note}
 }
 
@@ -83,11 +84,11 @@ func (e sessionEvent) String() string {
 
 // subscribedEvent reports a subscription watch opened.
 type subscribedEvent struct {
-	Event                  string                   `json:"event"`
-	URI                    string                   `json:"uri"`
-	Mode                   mcpsync.SubscriptionMode `json:"mode"`
-	SubscriptionGeneration uint64                   `json:"subscriptionGeneration"`
-	StalenessBoundMs       int64                    `json:"stalenessBoundMs"`
+	Event                  string                  `json:"event"`
+	URI                    string                  `json:"uri"`
+	Mode                   ledger.SubscriptionMode `json:"mode"`
+	SubscriptionGeneration uint64                  `json:"subscriptionGeneration"`
+	StalenessBoundMs       int64                   `json:"stalenessBoundMs"`
 }
 
 // watchSummary is watch's last line.
@@ -620,7 +621,7 @@ func (w *watcher) pullOutbox() {
 	after := w.outbox
 	w.mu.Unlock()
 	entries, err := w.engine.PullOutbox(after, 0)
-	if gap, ok := errors.AsType[*mcpsync.OutboxGapError](err); ok {
+	if gap, ok := errors.AsType[*ledger.OutboxGapError](err); ok {
 		// The retention bound overtook the watch: say so once and go on
 		// after the entries lost, or every tick would say it again.
 		w.p.emit(newErrorEvent(err), newErrorEvent(err).String())
@@ -651,7 +652,7 @@ func (w *watcher) pullOutbox() {
 	defer w.mu.Unlock()
 	w.outbox = last
 	for _, e := range entries {
-		if e.Reason == mcpsync.InvalidateTombstoned {
+		if e.Reason == ledger.InvalidateTombstoned {
 			w.tombstones++
 		} else {
 			w.invalidations++

@@ -479,7 +479,7 @@ func checkOutbox(ctx context.Context, audit *mcpsync.Engine, changes []change) e
 		if err != nil {
 			return err
 		}
-		if e.Reason == mcpsync.InvalidateUpdated {
+		if e.Reason == ledger.InvalidateUpdated {
 			got[e.URI] = append(got[e.URI], e.Version.Digest)
 		}
 		if e.Seq >= st.Last {

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 )
 
 // indexName is the index every chunk goes into, as RecordDerived names it.
@@ -39,10 +39,10 @@ type chunk struct {
 
 // deletion is the outbox entry that deleted a URI's chunks.
 type deletion struct {
-	Seq      uint64                     `json:"seq"`
-	Reason   mcpsync.InvalidationReason `json:"reason"`
-	Subject  string                     `json:"subject"`
-	Evidence mcpsync.EvidenceKind       `json:"evidence,omitempty"`
+	Seq      uint64                    `json:"seq"`
+	Reason   ledger.InvalidationReason `json:"reason"`
+	Subject  string                    `json:"subject"`
+	Evidence ledger.EvidenceKind       `json:"evidence,omitempty"`
 }
 
 // openIndex reads the index at path; a missing file is an empty index.

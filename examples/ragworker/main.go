@@ -48,6 +48,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
@@ -261,9 +262,9 @@ func check(ctx context.Context, w io.Writer, cfg config, servers []*mcpServer, r
 		return err
 	}
 	wantDeleted := map[string]deletion{
-		legacy:   {Reason: mcpsync.InvalidateTombstoned, Subject: engSync, Evidence: mcpsync.EvidenceCorroborated},
-		handbook: {Reason: mcpsync.InvalidateRevoked, Subject: hrSync},
-		benefits: {Reason: mcpsync.InvalidateRevoked, Subject: hrSync},
+		legacy:   {Reason: ledger.InvalidateTombstoned, Subject: engSync, Evidence: ledger.EvidenceCorroborated},
+		handbook: {Reason: ledger.InvalidateRevoked, Subject: hrSync},
+		benefits: {Reason: ledger.InvalidateRevoked, Subject: hrSync},
 	}
 	for uri, want := range wantDeleted {
 		if got := idx.Deleted[uri]; got.Reason != want.Reason || got.Subject != want.Subject || got.Evidence != want.Evidence {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/ledger/boltledger"
 )
 
@@ -271,9 +272,9 @@ func (wk *worker) apply(ctx context.Context, e mcpsync.OutboxEntry) error {
 // entry's version, whose text r holds.
 func (wk *worker) derive(e mcpsync.OutboxEntry, r mcpsync.Resolution) (string, error) {
 	texts := split(r.Contents[0].Text)
-	artifacts := make([]mcpsync.DerivedArtifact, len(texts))
+	artifacts := make([]ledger.DerivedArtifact, len(texts))
 	for i := range texts {
-		artifacts[i] = mcpsync.DerivedArtifact{Index: indexName, ArtifactID: artifactID(e.URI, i), Version: r.Version}
+		artifacts[i] = ledger.DerivedArtifact{Index: indexName, ArtifactID: artifactID(e.URI, i), Version: r.Version}
 	}
 	// Recorded before they are indexed, all at once: a revocation can only
 	// name the chunks the ledger knows of.

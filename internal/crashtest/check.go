@@ -103,7 +103,7 @@ func (c *Checker) check(t testing.TB, l ledger.Ledger, stopped bool) ledger.Snap
 			lastVersion[en.URI] = en.Version
 			delete(tombstoned, en.URI)
 		}
-		if en.Reason == mcpsync.InvalidateTombstoned {
+		if en.Reason == ledger.InvalidateTombstoned {
 			require.Zero(t, tombstoned[en.URI], "%s: tombstoned by entries %d and %d with no version between", en.URI, tombstoned[en.URI], en.Seq)
 			tombstoned[en.URI] = en.Seq
 		}

@@ -36,13 +36,13 @@ func history(t *testing.T) (ledger.Ledger, []string) {
 	subscribe := func(uri, subject string) {
 		_, err := e.Subscribe(uri, subject)
 		require.NoError(t, err)
-		_, err = e.Activate(uri, mcpsync.ModePush)
+		_, err = e.Activate(uri, ledger.ModePush)
 		require.NoError(t, err)
 	}
 	subscribe(docA, alice)
 	subscribe(docB, carol)
 	read := func(uri string, res mcpsync.ReadResult) {
-		tk, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+		tk, err := e.IssueTicket(uri, ledger.TriggerNotification)
 		require.NoError(t, err)
 		lines = append(lines, fmt.Sprintf("ticket %d", tk.RequestID))
 		out, err := e.AcceptResourceVersion(tk, res)
@@ -179,7 +179,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, want: "subscription generation reused"},
 		{name: "a deletion tombstoned twice", edit: func(s *ledger.Snapshot) {
 			for _, en := range s.Outbox {
-				if en.URI == docB && en.Reason == mcpsync.InvalidateTombstoned {
+				if en.URI == docB && en.Reason == ledger.InvalidateTombstoned {
 					en.Seq = s.State.Last + 1
 					s.Outbox = append(s.Outbox, en)
 					s.State.Last++
@@ -198,7 +198,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, want: "sweep finished on open"},
 		{name: "a ticket the counter never handed out", edit: func(s *ledger.Snapshot) {
 			r := record(s, docA)
-			r.Tickets = []mcpsync.Ticket{{RequestID: s.Counters[ledger.CounterRequest] + 1}}
+			r.Tickets = []ledger.Ticket{{RequestID: s.Counters[ledger.CounterRequest] + 1}}
 		}, want: "a ticket the counter did not allocate"},
 		{name: "a request id announced twice", extra: []string{lines[1]}, want: "handed out twice"},
 		{name: "a session generation announced twice", extra: []string{lines[0]}, want: "session generation reused"},

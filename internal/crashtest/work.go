@@ -85,10 +85,10 @@ func work(open func() (ledger.Ledger, error), lost func(error) bool, run int) er
 		// as it is.
 		if err := again(func() error {
 			sub, err := e.Subscribe(uri, subject(i))
-			if err != nil || sub.State != mcpsync.StateSubscribing {
+			if err != nil || sub.State != ledger.StateSubscribing {
 				return err
 			}
-			_, err = e.Activate(uri, mcpsync.ModePush)
+			_, err = e.Activate(uri, ledger.ModePush)
 			return err
 		}); err != nil {
 			return err
@@ -119,7 +119,7 @@ func step(e *mcpsync.Engine, rng *rand.Rand, subject func(int) string, run, n in
 		if err != nil {
 			return err
 		}
-		if sub.State == mcpsync.StateTombstonePending {
+		if sub.State == ledger.StateTombstonePending {
 			if _, _, err := e.ApplyListing(uri, false, time.Now()); err != nil {
 				return err
 			}
@@ -135,7 +135,7 @@ func step(e *mcpsync.Engine, rng *rand.Rand, subject func(int) string, run, n in
 			}
 			return err
 		}
-		if err := e.RecordDerived(mcpsync.DerivedArtifact{Index: "chunks", ArtifactID: fmt.Sprintf("%d-%d", run, n), Version: entry.Version}); err != nil && !errors.Is(err, mcpsync.ErrRevoked) {
+		if err := e.RecordDerived(ledger.DerivedArtifact{Index: "chunks", ArtifactID: fmt.Sprintf("%d-%d", run, n), Version: entry.Version}); err != nil && !errors.Is(err, mcpsync.ErrRevoked) {
 			return err
 		}
 	default:
@@ -154,7 +154,7 @@ var unservable = []error{
 // read issues a ticket and hands the fence its result; refusals are part of
 // the run (a revoked subject, a pending tombstone), errors are not.
 func read(e *mcpsync.Engine, uri string, res mcpsync.ReadResult) error {
-	t, err := e.IssueTicket(uri, mcpsync.TriggerNotification)
+	t, err := e.IssueTicket(uri, ledger.TriggerNotification)
 	switch {
 	case errors.Is(err, mcpsync.ErrIllegalTransition):
 		return nil

@@ -417,7 +417,7 @@ func (w *resumer) reestablish(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if sub.Subject == w.principal && sub.State.Open() && sub.Mode == mcpsync.ModePush {
+		if sub.Subject == w.principal && sub.State.Open() && sub.Mode == ledger.ModePush {
 			gens[sub.URI] = sub.SubscriptionGeneration
 		}
 	}

@@ -292,23 +292,23 @@ func TestOpenReadsAFileOfJSONRecordsAndEntries(t *testing.T) {
 	require.NoError(t, err)
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 	require.NoError(t, err)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: mcpsync.CapabilityReceipt{Subscribe: true, ProtocolVersion: "2025-11-25"}})
+	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{Subscribe: true, ProtocolVersion: "2025-11-25"}})
 	require.NoError(t, err)
 	uris := []string{"file:///docs/a.md", "file:///docs/b.md", "file:///docs/c.md"}
 	for i, uri := range uris {
 		_, err := e.Subscribe(uri, []string{"user:alice", "user:bob", "user:carol"}[i])
 		require.NoError(t, err)
-		_, err = e.Activate(uri, mcpsync.ModePush)
+		_, err = e.Activate(uri, ledger.ModePush)
 		require.NoError(t, err)
-		tk, err := e.IssueTicket(uri, mcpsync.TriggerInitial)
+		tk, err := e.IssueTicket(uri, ledger.TriggerInitial)
 		require.NoError(t, err)
 		out, err := e.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{
 			{URI: uri, MIMEType: "text/markdown", Text: "# " + uri}, {URI: uri, Data: []byte{0, 1, 2}, Binary: true},
 		}))
 		require.NoError(t, err)
-		require.NoError(t, e.RecordDerived(mcpsync.DerivedArtifact{Index: "vectors", ArtifactID: uri + "#0", Version: out.Version.Version}))
+		require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: uri + "#0", Version: out.Version.Version}))
 	}
-	_, err = e.IssueTicket(uris[0], mcpsync.TriggerNotification) // a read in flight
+	_, err = e.IssueTicket(uris[0], ledger.TriggerNotification) // a read in flight
 	require.NoError(t, err)
 	_, err = e.BeginClose(uris[2])
 	require.NoError(t, err)
@@ -344,9 +344,9 @@ func TestOpenReadsAFileOfJSONRecordsAndEntries(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.Subscribe(d, "user:alice")
 	require.NoError(t, err)
-	_, err = n.Activate(d, mcpsync.ModePush)
+	_, err = n.Activate(d, ledger.ModePush)
 	require.NoError(t, err)
-	tk, err := n.IssueTicket(d, mcpsync.TriggerInitial)
+	tk, err := n.IssueTicket(d, ledger.TriggerInitial)
 	require.NoError(t, err)
 	out, err := n.AcceptResourceVersion(tk, mcpsync.NewReadResult([]mcpsync.Content{{URI: d, MIMEType: "text/markdown", Text: "# d"}}))
 	require.NoError(t, err)

@@ -47,11 +47,11 @@ func BenchmarkNotificationStorm(b *testing.B) {
 			results[r][uris[i]] = mcpsync.NewReadResult([]ledger.Content{{URI: uris[i], MIMEType: "text/markdown", Text: fmt.Sprintf("answer %d of %s", r, uris[i])}})
 		}
 	}
-	for _, ledger := range []string{"baseline=memory", "bolt"} {
-		b.Run(ledger, func(b *testing.B) {
+	for _, name := range []string{"baseline=memory", "bolt"} {
+		b.Run(name, func(b *testing.B) {
 			opts := &mcpsync.EngineOptions{ConfirmSends: true}
 			var bolt *boltledger.Ledger
-			if ledger == "bolt" {
+			if name == "bolt" {
 				bolt = openBench(b)
 				opts.Ledger = bolt
 			}
@@ -71,7 +71,7 @@ func BenchmarkNotificationStorm(b *testing.B) {
 				}
 				run++
 				answers := results[run%2]
-				pending := make(chan mcpsync.Ticket, n)
+				pending := make(chan ledger.Ticket, n)
 				for _, u := range uris {
 					for range stormPulses {
 						t, ok, err := e.Notify(u)
@@ -87,8 +87,8 @@ func BenchmarkNotificationStorm(b *testing.B) {
 				close(pending)
 				var wg sync.WaitGroup
 				var followUps atomic.Int64
-				var read func(t mcpsync.Ticket)
-				read = func(t mcpsync.Ticket) {
+				var read func(t ledger.Ticket)
+				read = func(t ledger.Ticket) {
 					e.Sending(t)
 					out, err := e.FinishRead(t, answers[t.URI])
 					if err != nil || !out.Changed() {
@@ -136,7 +136,7 @@ func subscribeAll(b *testing.B, e *mcpsync.Engine, uris []string) {
 					errs[i] = err
 					continue
 				}
-				_, errs[i] = e.Activate(uris[i], mcpsync.ModePush)
+				_, errs[i] = e.Activate(uris[i], ledger.ModePush)
 			}
 		})
 	}

@@ -322,9 +322,9 @@ func TestManyWorkers(t *testing.T) {
 	}
 	conn, schema := pgtest.Schema(t)
 	ctx := t.Context()
-	ledger, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
+	store, err := pgledger.Open(ctx, conn, &pgledger.Options{Schema: schema})
 	require.NoError(t, err)
-	t.Cleanup(func() { ledger.Close() })
+	t.Cleanup(func() { store.Close() })
 	db, err := pgx.Connect(ctx, conn)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close(context.Background()) })
@@ -346,7 +346,7 @@ func TestManyWorkers(t *testing.T) {
 			return
 		}
 		count := map[string]int{}
-		for _, o := range owners(t, ledger) {
+		for _, o := range owners(t, store) {
 			count[worker[o].nameOr("none")]++
 		}
 		t.Logf("leases held: %v", count)
@@ -363,7 +363,7 @@ func TestManyWorkers(t *testing.T) {
 	})
 	split := func() map[uuid.UUID]int {
 		count := map[uuid.UUID]int{}
-		for _, o := range owners(t, ledger) {
+		for _, o := range owners(t, store) {
 			count[o]++
 		}
 		return count
@@ -371,7 +371,7 @@ func TestManyWorkers(t *testing.T) {
 	members := []uuid.UUID{procs[0].worker, procs[1].worker, procs[2].worker}
 	balanced := func(members []uuid.UUID) func() bool {
 		return func() bool {
-			own := owners(t, ledger)
+			own := owners(t, store)
 			for _, u := range uris {
 				if want, _ := pgledger.Assign(u, members); own[u] != want {
 					return false
@@ -391,7 +391,7 @@ func TestManyWorkers(t *testing.T) {
 	// A worker killed: every URI it held is taken by a live worker and
 	// read again (BenchmarkTakeover measures how soon).
 	a, b, c := procs[0], procs[1], procs[2]
-	before := owners(t, ledger)
+	before := owners(t, store)
 	var held []string
 	for key, o := range before {
 		if o == a.worker {
@@ -410,14 +410,14 @@ func TestManyWorkers(t *testing.T) {
 		}
 		return true
 	})
-	now := owners(t, ledger)
+	now := owners(t, store)
 	require.Len(t, now, n, "every URI has a live lease")
 	for key, o := range now {
 		require.NotEqual(t, a.worker, o, "%s still leased to the killed worker", key)
 	}
 	t.Logf("takeover after SIGKILL: %v (TTL %v); split %v", took, shardTTL, split())
 	moved := 0
-	for key, o := range owners(t, ledger) {
+	for key, o := range owners(t, store) {
 		if before[key] != o {
 			moved++
 			assert.Equal(t, a.worker, before[key], "%s moved from a live worker when another died", key)
@@ -455,9 +455,9 @@ func TestManyWorkers(t *testing.T) {
 	// Convergence: every URI reaches the server's text.
 	behind := func() []string {
 		var out []string
-		own := owners(t, ledger)
+		own := owners(t, store)
 		for _, u := range uris {
-			r, err := ledger.Load(ctx, u)
+			r, err := store.Load(ctx, u)
 			want, _ := srv.Text(u)
 			if err != nil || r == nil || r.Current == nil || len(r.Current.Contents) != 1 || r.Current.Contents[0].Text != want {
 				desc := fmt.Sprintf("%s want %s owner %s", u, want, worker[own[u]].nameOr("none"))
@@ -476,9 +476,9 @@ func TestManyWorkers(t *testing.T) {
 
 	// The outbox: numbered once each, no version regression, no change
 	// announced twice; a consumer reads each entry once.
-	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: ledger})
+	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: store})
 	require.NoError(t, err)
-	st, err := ledger.OutboxState(ctx)
+	st, err := store.OutboxState(ctx)
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -488,7 +488,7 @@ func TestManyWorkers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, seq+1, en.Seq, "each entry once, in order")
 		seq = en.Seq
-		if en.Reason == mcpsync.InvalidateUpdated {
+		if en.Reason == ledger.InvalidateUpdated {
 			if prev, ok := last[en.URI]; ok {
 				require.True(t, en.Version.After(prev), "%s regressed at #%d", en.URI, en.Seq)
 				require.NotEqual(t, prev.Digest, en.Version.Digest, "%s: one change announced twice (#%d)", en.URI, en.Seq)
