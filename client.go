@@ -704,7 +704,7 @@ func (c *Client) goAsync(f func()) bool {
 
 // Subscribe opens a subscription generation for uri and sends the first
 // read. Where the server can subscribe it does; where it cannot, or the
-// subscribe fails, the subscription polls (ModePoll), and notifications that
+// subscribe fails, the subscription polls (ledger.ModePoll), and notifications that
 // arrive anyway still trigger fenced reads. Every open subscription also gets
 // a jittered revalidation read, and its staleness bound is published on it.
 //

@@ -120,7 +120,7 @@ func (e *Engine) ResolveUnsubscribe(rawURI string) (Subscription, error) {
 // Forget evicts the URI's version and the artifacts derived from it once
 // its subscription is closed (or closing: the fence already refuses every
 // result of that generation), so Lookup no longer serves text nothing keeps
-// fresh. Its outbox entry (InvalidateForgotten) tells consumers to delete
+// fresh. Its outbox entry (ledger.InvalidateForgotten) tells consumers to delete
 // what that version fed. The record stays: its fence and generations are
 // never reused. An open subscription is refused with a *TransitionError
 // (Unsubscribe first, or use Client.Forget); a URI with no record is

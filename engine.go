@@ -53,7 +53,7 @@ type EngineOptions struct {
 //
 //   - each initialize: BeginSession, with what the server declared;
 //   - each subscription: Subscribe before resources/subscribe (or
-//     subscriptions/listen), Activate once the server confirms (ModePoll for
+//     subscriptions/listen), Activate once the server confirms (ledger.ModePoll for
 //     a server that cannot notify, with PublishStalenessBound), BeginClose
 //     before resources/unsubscribe and FinishClose with its answer
 //     (ResolveUnsubscribe once an unknown answer is reconciled), Forget to

@@ -158,7 +158,7 @@ var (
 	// ledger's errors).
 
 	// ErrOutboxGap: the outbox dropped entries a consumer had not passed
-	// (its retention bound); *OutboxGapError says which.
+	// (its retention bound); *ledger.OutboxGapError says which.
 	ErrOutboxGap = ledger.ErrOutboxGap
 	// ErrInvalidConsumer: an outbox consumer name is empty, not UTF-8,
 	// holds NUL or is longer than MaxSubjectBytes (the rules of subjects).
@@ -407,10 +407,6 @@ var codeNames = map[int]string{
 func (e *RPCError) ResourceNotFound() bool {
 	return e.Method == "resources/read" && (e.Code == codeResourceNotFound || e.Code == codeInvalidParams)
 }
-
-// OutboxGapError names the entries a consumer lost to the outbox's
-// retention bound.
-type OutboxGapError = ledger.OutboxGapError
 
 // Errors of a stdio server's process.
 

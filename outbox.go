@@ -18,7 +18,7 @@ import (
 //
 // When the retention bound dropped entries above that position (above
 // after and the default consumer's acknowledged one) it returns an
-// *OutboxGapError (ErrOutboxGap) naming them and no entries, as Consume
+// *ledger.OutboxGapError (ErrOutboxGap) naming them and no entries, as Consume
 // does: the consumer rebuilds what they would have told it and acknowledges
 // the gap's Through.
 //
@@ -105,7 +105,7 @@ const consumeBatch = 256
 //
 // Cancelling ctx ends the sequence with ctx's error. When the retention
 // bound dropped entries the name had not passed, the sequence yields an
-// *OutboxGapError (ErrOutboxGap) naming them, and ends; an invalid name
+// *ledger.OutboxGapError (ErrOutboxGap) naming them, and ends; an invalid name
 // yields ErrInvalidConsumer.
 func (e *Engine) Consume(ctx context.Context, consumer string) iter.Seq2[OutboxEntry, error] {
 	return func(yield func(OutboxEntry, error) bool) {

@@ -13,12 +13,10 @@ const (
 	SchemaCloseReceipt      = "closeReceipt.v1"
 	SchemaTombstoneReceipt  = "tombstoneReceipt.v1"
 	SchemaRevocationReceipt = "revocationReceipt.v1"
-	SchemaCapabilityReceipt = ledger.SchemaCapabilityReceipt
 
-	// Subscriptions, the outbox and what consumers derive.
-	SchemaSubscription    = "resourceSubscription.v1"
-	SchemaInvalidation    = ledger.SchemaInvalidation
-	SchemaDerivedArtifact = ledger.SchemaDerivedArtifact
+	// Subscriptions and the outbox.
+	SchemaSubscription = "resourceSubscription.v1"
+	SchemaInvalidation = ledger.SchemaInvalidation
 
 	// Discovery.
 	SchemaDiscoveryScan = "resourceDiscoveryScan.v1"

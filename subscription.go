@@ -112,7 +112,7 @@ func (e *Engine) Subscriptions() iter.Seq2[Subscription, error] {
 // subscription an earlier session left open (ACTIVE or a read sub-state,
 // SUBSCRIBING, TOMBSTONE_PENDING, TOMBSTONED or RECONCILIATION_REQUIRED):
 // what a worker restarted on a durable ledger subscribes again, for the same
-// subject, in its new session, and re-reads with TriggerReconnect. Closing
+// subject, in its new session, and re-reads with ledger.TriggerReconnect. Closing
 // and closed generations are left alone; they are never reopened. It stops
 // at the first error of the ledger, yielding it.
 func (e *Engine) ResumableSubscriptions() iter.Seq2[Subscription, error] {
@@ -398,8 +398,8 @@ func (e *Engine) openIn(key, raw, subject string, gen uint64) bool {
 }
 
 // Activate records the server's confirmation of a subscription
-// (SUBSCRIBING -> ACTIVE). mode is ModePush when the server will notify,
-// ModePoll when it cannot (no subscribe capability, or the subscribe failed).
+// (SUBSCRIBING -> ACTIVE). mode is ledger.ModePush when the server will notify,
+// ledger.ModePoll when it cannot (no subscribe capability, or the subscribe failed).
 func (e *Engine) Activate(rawURI string, mode ledger.SubscriptionMode) (Subscription, error) {
 	return e.activate(rawURI, mode, "", 0)
 }
@@ -428,8 +428,8 @@ func (e *Engine) activate(rawURI string, mode ledger.SubscriptionMode, reason st
 }
 
 // PublishStalenessBound records on the open subscription how old its local
-// copy may get: with ModePoll, the poll interval plus jitter; with
-// ModePush, the revalidation interval plus jitter, since a lost
+// copy may get: with ledger.ModePoll, the poll interval plus jitter; with
+// ledger.ModePush, the revalidation interval plus jitter, since a lost
 // notification is only caught by the next revalidation read.
 func (e *Engine) PublishStalenessBound(rawURI string, bound time.Duration) (Subscription, error) {
 	key, err := normalizeKey(rawURI)

@@ -206,7 +206,7 @@ func (wk *worker) fenced(src source, o mcpsync.Outcome) {
 func (wk *worker) consume(ctx context.Context) error {
 	for e, err := range wk.indexer.Consume(ctx, consumer) {
 		if err != nil {
-			return err // ctx done, or *OutboxGapError: rebuild from a full scan
+			return err // ctx done, or *ledger.OutboxGapError: rebuild from a full scan
 		}
 		if err := wk.apply(ctx, e); err != nil {
 			return err
