@@ -78,8 +78,9 @@ type ClientOptions struct {
 	// deployments of the same server, or each would resume, and tombstone,
 	// the other's resources.
 	ServerID string
-	// ClientInfo introduces the client to servers; zero means "mcpsync".
-	ClientInfo ledger.Implementation
+	// ClientInfo introduces the client to servers: initialize sends it as
+	// it is. An empty Name means "mcpsync".
+	ClientInfo mcp.Implementation
 	// ProtocolVersion pins a protocol revision ("2025-06-18", "2025-11-25",
 	// "2026-07-28"); empty lets mcp-go negotiate.
 	ProtocolVersion string
@@ -404,7 +405,7 @@ func Connect(ctx context.Context, dial Dialer, opts *ClientOptions) (*Client, er
 	// of how the engine was built: every engine the Client drives gets it.
 	o.Engine.queue.confirm()
 	if o.ClientInfo.Name == "" {
-		o.ClientInfo = ledger.Implementation{Name: "mcpsync", Version: "0.1.0"}
+		o.ClientInfo = mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}
 	}
 	if o.RevalidateEvery == 0 {
 		o.RevalidateEvery = 5 * time.Minute

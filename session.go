@@ -442,7 +442,7 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 	}
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = c.opts.ProtocolVersion
-	init.Params.ClientInfo = mcp.Implementation{Name: c.opts.ClientInfo.Name, Version: c.opts.ClientInfo.Version}
+	init.Params.ClientInfo = c.opts.ClientInfo
 	res, err := mc.Initialize(ctx, init)
 	if err != nil {
 		err = handshakeError(ctx, "initialize", tr, err) // before it is ended
