@@ -184,9 +184,10 @@ type ClientOptions struct {
 	// defaults (Limits).
 	Limits *Limits
 	// OnFault, if set, is told of every refusal of hostile input as it
-	// happens: a *LimitError, *MessageError, *FramingError or
-	// *DegradedError. It runs on the transport's read loop and must not
-	// block or call the client.
+	// happens: a *LimitError (of LimitNotificationsPerSecond for a
+	// degraded session) or a *MessageError (of FaultFramingViolation for a
+	// stdio stream that lost its framing). It runs on the transport's read
+	// loop and must not block or call the client.
 	OnFault func(error)
 	// NoResume leaves closed the subscriptions an earlier process left open
 	// in the engine's ledger. Without it, Connect resumes those of this
@@ -827,7 +828,7 @@ func (c *Client) ListChanged(kind ListKind) uint64 {
 }
 
 // SessionErr returns the error that ended the current session on the
-// client's side (a *FramingError) or, once healing replaced that session,
+// client's side (a *MessageError of FaultFramingViolation) or, once healing replaced that session,
 // the one that ended the newest session lost that way; nil when no session
 // ended so.
 func (c *Client) SessionErr() error {

@@ -126,8 +126,9 @@ var (
 	ErrCommandContext = newError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
 	// ErrServerExited matches every *ExitError.
 	ErrServerExited = newError("the server exited")
-	// ErrNotJSONRPC matches every *OutputError.
-	ErrNotJSONRPC = newError("the server's output is not JSON-RPC")
+	// ErrNotJSONRPC matches the *MessageError of a server whose output is
+	// not JSON-RPC (FaultNotJSONRPC).
+	ErrNotJSONRPC = &MessageError{Fault: FaultNotJSONRPC}
 	// ErrOutputClosed is a stdio server whose output ended before it
 	// answered initialize, with nothing said; one whose process exited
 	// meanwhile is an *ExitError instead.
@@ -136,13 +137,12 @@ var (
 	// Hostile input (Limits): each is reported to ClientOptions.OnFault
 	// and returned to the request it concerns.
 
-	// ErrFramingViolation matches every *FramingError.
-	ErrFramingViolation = newError("stdio framing violation")
-	// ErrSessionDegraded matches every *DegradedError.
-	ErrSessionDegraded = newError("session degraded")
+	// ErrFramingViolation matches the *MessageError of a stdio stream that
+	// lost its framing (FaultFramingViolation), which ends the session.
+	ErrFramingViolation = &MessageError{Fault: FaultFramingViolation}
 	// ErrLimitExceeded matches every *LimitError. Each of the sentinels
-	// after it matches the *LimitError of one limit, or the *MessageError
-	// of one fault.
+	// after it matches the *LimitError of one limit (ErrNotificationRate:
+	// a degraded session), or the *MessageError of one fault.
 	ErrLimitExceeded     = newError("LIMIT_EXCEEDED")
 	ErrMessageTooLarge   = &LimitError{Limit: LimitMessageBytes}
 	ErrMessageTooDeep    = &LimitError{Limit: LimitDepth}
@@ -414,7 +414,8 @@ func (e *RPCError) ResourceNotFound() bool {
 // ("the server exited before initialize (exit status 1)"), after that but
 // before the handshake was done ("the server exited (exit status 0)"), or
 // while its session was open (the loss OnError is told, wrapped in a
-// *ConnectionError). It carries the end of the server's stderr when the
+// *ConnectionError). A server that wrote a line that is not JSON-RPC first
+// fails with a *MessageError (ErrNotJSONRPC) that wraps it. It carries the end of the server's stderr when the
 // dialer kept it (CommandDialer, StdioDialer with a nil Stderr). It matches
 // ErrServerExited; errors.As to *exec.ExitError gives the status.
 type ExitError struct {
@@ -454,29 +455,6 @@ func (e *ExitError) Unwrap() error { return e.Err }
 
 // Is makes every ExitError match ErrServerExited.
 func (e *ExitError) Is(target error) bool { return target == ErrServerExited }
-
-// OutputError is a server whose output began with a line that is not
-// JSON-RPC ("the server's output is not JSON-RPC: ..."): not an MCP server,
-// or one that logs to its stdout. It matches ErrNotJSONRPC, and
-// ErrServerExited too when the server exited.
-type OutputError struct {
-	// First is the beginning of the first line that is not JSON-RPC, at
-	// most 64 bytes of it.
-	First []byte
-	// Exit is the server's exit (an *ExitError), when it exited.
-	Exit error
-}
-
-func (e *OutputError) Error() string { return errPrefix + e.text() }
-
-func (e *OutputError) text() string {
-	return fmt.Sprintf("the server's output is not JSON-RPC: %q", e.First)
-}
-
-func (e *OutputError) Unwrap() error { return e.Exit }
-
-// Is makes every OutputError match ErrNotJSONRPC.
-func (e *OutputError) Is(target error) bool { return target == ErrNotJSONRPC }
 
 // newError returns a sentinel error that prints as errPrefix + text and
 // reads as text inside another error's message.

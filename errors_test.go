@@ -105,9 +105,10 @@ func TestErrorsSayWhatHappenedOnce(t *testing.T) {
 		{
 			name: "a program that is not an MCP server", err: func() error { return connect(sh("echo garbage")) },
 			is: mcpsync.ErrNotJSONRPC, check: func(t *testing.T, err error) {
-				out, ok := errors.AsType[*mcpsync.OutputError](err)
+				out, ok := errors.AsType[*mcpsync.MessageError](err)
 				require.True(t, ok)
-				assert.Equal(t, "garbage", string(out.First))
+				assert.Equal(t, mcpsync.FaultNotJSONRPC, out.Fault)
+				assert.Equal(t, "garbage", string(out.Line))
 			},
 			message: `mcpsync: the server's output is not JSON-RPC: "garbage"`,
 		},

@@ -33,8 +33,8 @@ type Limits struct {
 	// an HTTP body, an SSE event. Framing does not count: a stdio line is
 	// measured without its "\n" or "\r\n", an HTTP JSON body without the
 	// whitespace that ends it, an SSE event by its data as its data lines
-	// join. A stdio line over it ends the session with a *FramingError,
-	// since the stream cannot be resynchronized. 0 means 32 MiB.
+	// join. A stdio line over it ends the session with a *MessageError of
+	// FaultFramingViolation, since the stream cannot be resynchronized. 0 means 32 MiB.
 	MaxMessageBytes int64
 	// MaxDepth bounds the JSON nesting of one message; 0 means 128.
 	MaxDepth int
@@ -125,6 +125,10 @@ const (
 // LimitError is input over a limit: which one, its bound and what was
 // observed. It matches ErrLimitExceeded and the sentinel of its limit (any
 // *LimitError naming the same Limit).
+//
+// One of LimitNotificationsPerSecond is a degraded session, told to
+// ClientOptions.OnFault: what the server sent beyond the limit is dropped,
+// and staleness is bounded by revalidation reads until the rate falls.
 type LimitError struct {
 	Limit LimitName
 	// Max is the configured bound; Observed what the peer sent (for a
@@ -132,6 +136,9 @@ type LimitError struct {
 	Max, Observed int64
 	// Method is the request the input answered, when known.
 	Method string
+	// Dropped counts, for LimitNotificationsPerSecond, the notifications
+	// dropped so far in the session.
+	Dropped int64
 }
 
 func (e *LimitError) Error() string { return errPrefix + e.text() }
@@ -140,6 +147,9 @@ func (e *LimitError) text() string {
 	msg := fmt.Sprintf("LIMIT_EXCEEDED: %s: observed %d, limit %d", e.Limit, e.Observed, e.Max)
 	if e.Method != "" {
 		msg += " (" + e.Method + ")"
+	}
+	if e.Limit == LimitNotificationsPerSecond {
+		msg = fmt.Sprintf("session degraded (%d notifications dropped): %s", e.Dropped, msg)
 	}
 	return msg
 }
@@ -165,27 +175,53 @@ const (
 	// flight (missing, null, or never sent), or over HTTP, is not the id
 	// of the request whose response carried it.
 	FaultUnknownResponseID MessageFault = "UNKNOWN_RESPONSE_ID"
+	// FaultFramingViolation: a stdio line over MaxMessageBytes, or a stream
+	// that broke mid-line (Err wraps io.ErrUnexpectedEOF), leaves no way to
+	// find the next message: the session ends, and every request in flight
+	// and every later one fails with it.
+	FaultFramingViolation MessageFault = "FRAMING_VIOLATION"
+	// FaultNotJSONRPC: a stdio server's output began with a line that is
+	// not JSON-RPC (Line): not an MCP server, or one that logs to its
+	// stdout. The dial fails with it.
+	FaultNotJSONRPC MessageFault = "NOT_JSON_RPC"
 )
 
-// MessageError is a message that is not JSON-RPC (a method and a result at
-// once among the ways), or a response whose id matches no request in flight
-// (over HTTP: not the request whose response it is). A request it can be
-// traced to fails with it; on stdio one that names no request fails every
-// request in flight, since any of them may have been the one it answered.
-// Its Is matches any *MessageError of the same Fault.
+// MessageError is what a server sent that cannot be taken as JSON-RPC:
+// a message that is not (a method and a result at once among the ways),
+// a response whose id matches no request in flight (over HTTP: not the
+// request whose response it is), a stdio stream that lost its framing, or
+// the output of a program that is no MCP server. Fault says which. A
+// request it can be traced to fails with it; on stdio one that names no
+// request fails every request in flight, since any of them may have been the
+// one it answered. Its Is matches any *MessageError of the same Fault.
 type MessageError struct {
 	Fault MessageFault
 	// ID is the message's id as sent (raw JSON), when it had one.
 	ID string
 	// Offset is the byte at which a malformed message stops being JSON.
 	Offset int64
-	// Err is the decoder's error, if any.
+	// Line is, on FaultNotJSONRPC, the beginning of the line that is not
+	// JSON-RPC, at most 64 bytes of it.
+	Line []byte
+	// Err is the cause, if any: the decoder's error; on
+	// FaultFramingViolation the *LimitError of the line or the read error;
+	// on FaultNotJSONRPC the server's *ExitError, when it exited.
 	Err error
 }
 
 func (e *MessageError) Error() string { return errPrefix + e.text() }
 
 func (e *MessageError) text() string {
+	switch {
+	case e.Fault == FaultFramingViolation && e.Err != nil:
+		return "stdio framing violation: " + causeText(e.Err)
+	case e.Fault == FaultFramingViolation:
+		return "stdio framing violation"
+	case e.Fault == FaultNotJSONRPC && e.Line != nil:
+		return fmt.Sprintf("the server's output is not JSON-RPC: %q", e.Line)
+	case e.Fault == FaultNotJSONRPC:
+		return "the server's output is not JSON-RPC"
+	}
 	msg := string(e.Fault)
 	if e.ID != "" {
 		msg += " id " + e.ID
@@ -204,43 +240,6 @@ func (e *MessageError) Is(target error) bool {
 	return ok && t.Fault == e.Fault
 }
 
-// FramingError ends a stdio session: a line over MaxMessageBytes, or a
-// stream that broke mid-line (wrapping io.ErrUnexpectedEOF), leaves no way
-// to find the next message, so every request in flight and every later one
-// fails with it. It matches ErrFramingViolation.
-type FramingError struct {
-	Err error // the *LimitError of the line, or the read error
-}
-
-func (e *FramingError) Error() string { return errPrefix + e.text() }
-
-func (e *FramingError) text() string { return "stdio framing violation: " + causeText(e.Err) }
-
-func (e *FramingError) Unwrap() error { return e.Err }
-
-// Is makes every FramingError match ErrFramingViolation.
-func (e *FramingError) Is(target error) bool { return target == ErrFramingViolation }
-
-// DegradedError reports a session over MaxNotificationsPerSecond: what it
-// sent beyond the limit is dropped, and staleness is bounded by revalidation
-// reads until the rate falls. It matches ErrSessionDegraded.
-type DegradedError struct {
-	Err error // the *LimitError of the rate
-	// Dropped counts the notifications dropped so far in this session.
-	Dropped int64
-}
-
-func (e *DegradedError) Error() string { return errPrefix + e.text() }
-
-func (e *DegradedError) text() string {
-	return fmt.Sprintf("session degraded (%d notifications dropped): %s", e.Dropped, causeText(e.Err))
-}
-
-func (e *DegradedError) Unwrap() error { return e.Err }
-
-// Is makes every DegradedError match ErrSessionDegraded.
-func (e *DegradedError) Is(target error) bool { return target == ErrSessionDegraded }
-
 // wireFaults builds this package's errors for the wire layer, which
 // declares none of its own (wire.Faults).
 type wireFaults struct{}
@@ -253,10 +252,17 @@ func (wireFaults) Message(fault wire.MessageFault, id string, offset int64, err 
 	return &MessageError{Fault: MessageFault(fault), ID: id, Offset: offset, Err: err}
 }
 
-func (wireFaults) Framing(cause error) error { return &FramingError{Err: cause} }
+func (wireFaults) Framing(cause error) error {
+	return &MessageError{Fault: FaultFramingViolation, Err: cause}
+}
 
+// Degraded is the rate's *LimitError (cause, of Limit) with the count of
+// what it dropped.
 func (wireFaults) Degraded(dropped int64, cause error) error {
-	return &DegradedError{Dropped: dropped, Err: cause}
+	if lim, ok := cause.(*LimitError); ok {
+		lim.Dropped = dropped
+	}
+	return cause
 }
 
 func (wireFaults) Exit(wait error, stderr string, beforeInitialize bool) error {
@@ -264,7 +270,7 @@ func (wireFaults) Exit(wait error, stderr string, beforeInitialize bool) error {
 }
 
 func (wireFaults) Output(first []byte, exit error) error {
-	return &OutputError{First: first, Exit: exit}
+	return &MessageError{Fault: FaultNotJSONRPC, Line: first, Err: exit}
 }
 
 func (wireFaults) OutputClosed() error { return ErrOutputClosed }

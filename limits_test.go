@@ -314,9 +314,9 @@ func TestNotificationFloodKeepsTheSubscribedPulse(t *testing.T) {
 
 	select {
 	case err := <-faults:
-		require.ErrorIs(t, err, mcpsync.ErrSessionDegraded)
+		require.ErrorIs(t, err, mcpsync.ErrNotificationRate)
 	case <-ctx.Done():
-		require.FailNow(t, "no DegradedError")
+		require.FailNow(t, "no degraded session told")
 	}
 
 	// Either the copy reaches v2 once the rate falls (well within 3 s, three
@@ -417,7 +417,7 @@ func TestLateAnswerToAForgottenRequestFailsNoOther(t *testing.T) {
 }
 
 // A server whose stdout breaks off mid-line ends the session with a
-// *FramingError: both the read in flight and SessionErr name the framing
+// *MessageError of FaultFramingViolation: both the read in flight and SessionErr name the framing
 // violation, and neither is a timeout.
 func TestStreamBrokenMidLineIsAFramingViolation(t *testing.T) {
 	var once sync.Once
@@ -554,9 +554,10 @@ func TestHTTPBodyOfExactlyMaxMessageBytesWithANewlineIsAccepted(t *testing.T) {
 
 // Every error of hostile input reaches the caller as the exported type
 // that names it, with its fields, for errors.As: a *LimitError from a read
-// over a bound, a *MessageError from a malformed answer, a *FramingError
-// from a stream broken mid-line, and a *DegradedError told to OnFault by a
-// flooded session.
+// over a bound, a *MessageError from a malformed answer, a *MessageError of
+// FaultFramingViolation from a stream broken mid-line, and a *LimitError of
+// the notification rate, with what it dropped, told to OnFault by a flooded
+// session.
 func TestHostileInputFailsWithAnErrorOfItsExportedType(t *testing.T) {
 	read := func(t *testing.T, answer func(p *scriptedPeer, req peerRequest), o mcpsync.ClientOptions) error {
 		c := connectPeer(t, peerDialer(t, answer), o)
@@ -592,18 +593,19 @@ func TestHostileInputFailsWithAnErrorOfItsExportedType(t *testing.T) {
 		assert.Equal(t, mcpsync.FaultMalformedMessage, msg.Fault)
 		assert.Equal(t, id.Load(), msg.ID)
 	})
-	t.Run("FramingError", func(t *testing.T) {
+	t.Run("MessageError of lost framing", func(t *testing.T) {
 		err := read(t, func(p *scriptedPeer, req peerRequest) {
 			p.write(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"contents":[`, req.ID))
 			p.mu.Lock()
 			_ = p.out.(io.Closer).Close()
 			p.mu.Unlock()
 		}, mcpsync.ClientOptions{Reconnect: mcpsync.ReconnectPolicy{Disabled: true}})
-		framing, ok := errors.AsType[*mcpsync.FramingError](err)
+		framing, ok := errors.AsType[*mcpsync.MessageError](err)
 		require.True(t, ok, "%T %v", err, err)
+		assert.Equal(t, mcpsync.FaultFramingViolation, framing.Fault)
 		assert.ErrorIs(t, framing.Err, io.ErrUnexpectedEOF)
 	})
-	t.Run("DegradedError", func(t *testing.T) {
+	t.Run("LimitError of a degraded session", func(t *testing.T) {
 		faults := make(chan error, 16)
 		lim := mcpsync.Limits{MaxNotificationsPerSecond: 10}
 		c := connectPeer(t, peerDialer(t, func(p *scriptedPeer, req peerRequest) {
@@ -621,12 +623,10 @@ func TestHostileInputFailsWithAnErrorOfItsExportedType(t *testing.T) {
 		require.NoError(t, err)
 		select {
 		case err := <-faults:
-			degraded, ok := errors.AsType[*mcpsync.DegradedError](err)
+			degraded, ok := errors.AsType[*mcpsync.LimitError](err)
 			require.True(t, ok, "%T %v", err, err)
+			assert.Equal(t, mcpsync.LimitNotificationsPerSecond, degraded.Limit)
 			assert.Positive(t, degraded.Dropped)
-			lim, ok := errors.AsType[*mcpsync.LimitError](degraded.Err)
-			require.True(t, ok, "%T %v", degraded.Err, degraded.Err)
-			assert.Equal(t, mcpsync.LimitNotificationsPerSecond, lim.Limit)
 		case <-ctx.Done():
 			require.FailNow(t, "no fault told to OnFault")
 		}

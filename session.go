@@ -397,7 +397,7 @@ var errNeedsListening = errors.New("mcpsync: dial again with a notification stre
 func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, error) {
 	var self atomic.Pointer[connection]
 	mon := wire.NewMonitor(c.opts.Limits.wire(), wireFaults{}, func(err error) {
-		if conn := self.Load(); conn != nil && errors.Is(err, ErrSessionDegraded) {
+		if conn := self.Load(); conn != nil && errors.Is(err, ErrNotificationRate) {
 			c.flooded(conn)
 		}
 		if c.opts.OnFault != nil {
@@ -490,7 +490,8 @@ func (c *Client) connectOnce(ctx context.Context, listen bool) (*connection, err
 
 // handshakeError is the error of a handshake step that failed with err: a
 // stdio server that exited or wrote something other than JSON-RPC says so
-// (*ExitError, *OutputError), rather than "transport closed".
+// (*ExitError, a *MessageError of FaultNotJSONRPC), rather than
+// "transport closed".
 func handshakeError(ctx context.Context, step string, tr transport.Interface, err error) error {
 	if told := wire.Handshake(ctx, tr, err); told != nil {
 		return told

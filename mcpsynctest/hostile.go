@@ -116,7 +116,7 @@ func Scenarios(lim mcpsync.Limits) []Scenario {
 		{Name: "aliased URI in a listing", Scan: true, answer: func(w io.Writer, id json.RawMessage) {
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"resources":[{"uri":"test://hostile/%%41bc","name":"a"},{"uri":"test://hostile/Abc","name":"a"}]}}`+"\n", id)
 		}},
-		{Name: "notification flood", Want: mcpsync.ErrSessionDegraded, flood: func(w io.Writer) {
+		{Name: "notification flood", Want: mcpsync.ErrNotificationRate, flood: func(w io.Writer) {
 			bw := bufio.NewWriter(w)
 			for range 10 * rate {
 				fmt.Fprintf(bw, `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":%q}}`+"\n", GoodURI)
