@@ -23,6 +23,16 @@ type Command struct {
 	Env []string
 	// Dir is its working directory; "" means this process's.
 	Dir string
+	// Prepare, if set, is called with each command CommandDialer builds,
+	// before it starts: to set what the fields above cannot say
+	// (credentials, a Stderr of the caller's), or to keep the *exec.Cmd,
+	// whose Process is the server once the dial returns. An error fails
+	// the dial. SysProcAttr already puts the server in a process group of
+	// its own (on Unix): change its fields rather than replace it, or what
+	// the server starts is no longer signalled with it. Leave Stdin and
+	// Stdout unset; a nil Stderr keeps the last kilobyte for the exit error
+	// and discards the rest.
+	Prepare func(cmd *exec.Cmd) error
 }
 
 // CommandDialer returns a Dialer of a stdio MCP server: every dial starts
@@ -41,33 +51,16 @@ type Command struct {
 func CommandDialer(cmd Command) Dialer {
 	cmd.Args = slices.Clone(cmd.Args)
 	cmd.Env = slices.Clone(cmd.Env)
-	return StdioDialer(func() (*exec.Cmd, error) {
+	return func(ctx context.Context) (transport.Interface, error) {
 		c := exec.Command(cmd.Name, cmd.Args...)
 		c.Env, c.Dir = cmd.Env, cmd.Dir
 		wire.OwnGroup(c)
-		return c, nil
-	})
-}
-
-// StdioDialer is the form of CommandDialer for a command it cannot
-// describe (a process group of its own, credentials, a stderr of the
-// caller's): newCmd builds a new, unstarted command at every dial, which
-// the Client starts and owns as CommandDialer's. Build it with
-// exec.Command: a command of exec.CommandContext fails the dial with
-// ErrCommandContext. Leave Stdin and Stdout unset; a nil Stderr keeps the
-// last kilobyte for the exit error and discards the rest.
-func StdioDialer(newCmd func() (*exec.Cmd, error)) Dialer {
-	return func(ctx context.Context) (transport.Interface, error) {
-		cmd, err := newCmd()
-		if err != nil {
-			return nil, err
+		if cmd.Prepare != nil {
+			if err := cmd.Prepare(c); err != nil {
+				return nil, err
+			}
 		}
-		if cmd.Cancel != nil {
-			// Only exec.CommandContext sets Cancel; the caller cannot
-			// have meant it, since the process must outlive the dial.
-			return nil, errorf("%w: %s", ErrCommandContext, cmd)
-		}
-		return wire.NewProcess(cmd, monitorFrom(ctx))
+		return wire.NewProcess(c, monitorFrom(ctx))
 	}
 }
 

@@ -150,14 +150,36 @@ func TestCommandDialerServerOutlivesTheDialContext(t *testing.T) {
 	requireReaped(t, []int{pid})
 }
 
-// A command bound to a context would be killed as that context ends, the
-// dial's among them: StdioDialer refuses it before starting anything.
-func TestStdioDialerRefusesACommandBoundToAContext(t *testing.T) {
-	dial := mcpsync.StdioDialer(func() (*exec.Cmd, error) {
-		return exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$"), nil
-	})
-	_, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Subject: alice})
-	require.ErrorIs(t, err, mcpsync.ErrCommandContext)
+// Command.Prepare gets the command before it starts, already in a process
+// group of its own, and keeps it: its Process is the server that answers.
+// An error of Prepare fails the dial with that error, and starts nothing.
+func TestCommandPrepareSeesTheServerBeforeItStarts(t *testing.T) {
+	cmd := pidCommand()
+	var prepared []*exec.Cmd
+	cmd.Prepare = func(c *exec.Cmd) error {
+		require.Nil(t, c.Process, "prepared after the start")
+		require.True(t, c.SysProcAttr != nil && c.SysProcAttr.Setpgid, "no process group of its own")
+		prepared = append(prepared, c)
+		return nil
+	}
+	c, err := mcpsync.Connect(t.Context(), mcpsync.CommandDialer(cmd), &mcpsync.ClientOptions{Subject: alice})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Subscribe(t.Context(), pidURI)
+	require.NoError(t, err)
+	pid, _ := servingPID(t, t.Context(), c)
+	require.Len(t, prepared, 1)
+	require.Equal(t, pid, prepared[0].Process.Pid, "the kept command is not the server")
+
+	errNoCredentials := errors.New("no credentials for the server")
+	cmd.Prepare = func(c *exec.Cmd) error {
+		prepared = append(prepared, c)
+		return errNoCredentials
+	}
+	_, err = mcpsync.Connect(t.Context(), mcpsync.CommandDialer(cmd), &mcpsync.ClientOptions{Subject: alice})
+	require.ErrorIs(t, err, errNoCredentials)
+	require.Len(t, prepared, 2)
+	assert.Nil(t, prepared[1].Process, "a failed Prepare started the server")
 }
 
 // No two sessions of an HTTPDialer share a connection, whatever pools the

@@ -119,11 +119,6 @@ var (
 
 	// A stdio server's process.
 
-	// ErrCommandContext: StdioDialer was given a command bound to a context
-	// (exec.CommandContext). The Client owns a server process's lifetime; a
-	// context ending would kill a server the Client still speaks to (a dial's
-	// context ends once the handshake is done).
-	ErrCommandContext = newError("the server command is bound to a context (exec.CommandContext); build it with exec.Command")
 	// ErrServerExited matches every *ExitError.
 	ErrServerExited = newError("the server exited")
 	// ErrNotJSONRPC matches the *MessageError of a server whose output is
@@ -414,10 +409,12 @@ func (e *RPCError) ResourceNotFound() bool {
 // ("the server exited before initialize (exit status 1)"), after that but
 // before the handshake was done ("the server exited (exit status 0)"), or
 // while its session was open (the loss OnError is told, wrapped in a
-// *ConnectionError). A server that wrote a line that is not JSON-RPC first
-// fails with a *MessageError (ErrNotJSONRPC) that wraps it. It carries the end of the server's stderr when the
-// dialer kept it (CommandDialer, StdioDialer with a nil Stderr). It matches
-// ErrServerExited; errors.As to *exec.ExitError gives the status.
+// *ConnectionError). It carries the end of the server's stderr when the
+// dialer kept it (CommandDialer, unless Command.Prepare set a Stderr). It
+// matches ErrServerExited; errors.As to *exec.ExitError gives the status.
+// A server that wrote a line that is not JSON-RPC first fails with a
+// *MessageError of FaultNotJSONRPC, which wraps its ExitError when it
+// exited.
 type ExitError struct {
 	// Err is what waiting for the process returned: an *exec.ExitError
 	// for a status other than 0 or a signal, nil for exit status 0.

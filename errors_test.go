@@ -135,15 +135,6 @@ func TestErrorsSayWhatHappenedOnce(t *testing.T) {
 			message: "mcpsync: resources scan unreconciled after 1 attempts: list pass: PAGE_ERROR at page 0: server answered -32603 internal error to resources/list: no such method here",
 		},
 		{
-			name: "a command bound to a context",
-			err: func() error {
-				return connect(mcpsync.StdioDialer(func() (*exec.Cmd, error) {
-					return exec.CommandContext(t.Context(), "true"), nil
-				}))
-			},
-			is: mcpsync.ErrCommandContext,
-		},
-		{
 			name: "an HTTP server that refuses the connection",
 			err:  func() error { return connect(mcpsync.HTTPDialer("http://127.0.0.1:1/mcp", nil)) },
 			check: func(t *testing.T, err error) {

@@ -29,7 +29,7 @@ type Limits struct {
 	// 0 means 5 minutes.
 	ScanTimeout time.Duration
 	// MaxMessageBytes bounds one JSON-RPC message on every transport the
-	// library builds (CommandDialer, StdioDialer, StreamDialer, HTTPDialer): a stdio line,
+	// library builds (CommandDialer, StreamDialer, HTTPDialer): a stdio line,
 	// an HTTP body, an SSE event. Framing does not count: a stdio line is
 	// measured without its "\n" or "\r\n", an HTTP JSON body without the
 	// whitespace that ends it, an SSE event by its data as its data lines

@@ -125,13 +125,15 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 func TestHealDoesNotWaitForTheLostServersShutdown(t *testing.T) {
 	var mu sync.Mutex // protects procs
 	var procs []*exec.Cmd
-	dial := mcpsync.StdioDialer(func() (*exec.Cmd, error) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0")
-		mu.Lock()
-		procs = append(procs, cmd)
-		mu.Unlock()
-		return cmd, nil
+	dial := mcpsync.CommandDialer(mcpsync.Command{
+		Name: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: append(os.Environ(), docServerEnv+"=1", "GORACE=atexit_sleep_ms=0"),
+		Prepare: func(cmd *exec.Cmd) error {
+			mu.Lock()
+			procs = append(procs, cmd)
+			mu.Unlock()
+			return nil
+		},
 	})
 	healed := make(chan mcpsync.ResourceVersion, 16)
 	opts := &mcpsync.ClientOptions{

@@ -80,19 +80,19 @@ type healRig struct {
 	procs []*exec.Cmd
 }
 
-// newHealRig connects through dial (nil: the mcp-go helper process over
-// stdio, or a stdio process newCmd builds) and subscribes uris.
-func newHealRig(t *testing.T, dial mcpsync.Dialer, newCmd func() *exec.Cmd, uris []string, pin ...string) *healRig {
+// newHealRig connects through dial (nil: the stdio server of cmd, whose
+// processes it keeps) and subscribes uris.
+func newHealRig(t *testing.T, dial mcpsync.Dialer, cmd mcpsync.Command, uris []string, pin ...string) *healRig {
 	t.Helper()
 	r := &healRig{errs: make(chan error, 1024), outs: make(chan mcpsync.Outcome, 1024)}
 	if dial == nil {
-		dial = mcpsync.StdioDialer(func() (*exec.Cmd, error) {
-			cmd := newCmd()
+		cmd.Prepare = func(c *exec.Cmd) error {
 			r.mu.Lock()
-			r.procs = append(r.procs, cmd)
+			r.procs = append(r.procs, c)
 			r.mu.Unlock()
-			return cmd, nil
-		})
+			return nil
+		}
+		dial = mcpsync.CommandDialer(cmd)
 	}
 	opts := healOptions()
 	if len(pin) > 0 {
@@ -124,10 +124,8 @@ func newHealRig(t *testing.T, dial mcpsync.Dialer, newCmd func() *exec.Cmd, uris
 }
 
 // mcpgoProcess is this test binary as the mcp-go stdio server.
-func mcpgoProcess() *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mcpgoEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	return cmd
+func mcpgoProcess() mcpsync.Command {
+	return mcpsync.Command{Name: os.Args[0], Args: []string{"-test.run=^$"}, Env: append(os.Environ(), mcpgoEnv+"=1", "GORACE=atexit_sleep_ms=0")}
 }
 
 // current is the server process of the session now up.
@@ -285,7 +283,7 @@ func (r *healRig) closeAndReap(t *testing.T) {
 }
 
 func TestHealAfterSIGKILLOfMCPGoStdioServer(t *testing.T) {
-	r := newHealRig(t, nil, mcpgoProcess, healDocs)
+	r := newHealRig(t, nil, mcpgoProcess(), healDocs)
 	h := r.breakAndHeal(t, healDocs, func() { require.NoError(t, r.current().Kill()) }, nil)
 	h.log(t, "mcp-go stdio server SIGKILLed")
 	h.assertSafe(t)
@@ -299,7 +297,7 @@ func TestHealAfterSIGKILLOfMCPGoStdioServer(t *testing.T) {
 func TestHealAfterSIGKILLOfEverythingServer(t *testing.T) {
 	srv := everythingNow.server(t)
 	const uri = "demo://resource/static/document/features.md"
-	r := newHealRig(t, nil, func() *exec.Cmd { return exec.Command(srv.command, srv.args...) }, []string{uri})
+	r := newHealRig(t, nil, mcpsync.Command{Name: srv.command, Args: srv.args}, []string{uri})
 	h := r.breakAndHeal(t, []string{uri}, func() { require.NoError(t, r.current().Kill()) }, nil)
 	h.log(t, "server-everything (stdio) SIGKILLed")
 	h.assertSafe(t)
@@ -311,7 +309,7 @@ func TestHealAfterSIGKILLOfEverythingServer(t *testing.T) {
 // A stopped process keeps its pipes open and answers nothing: only the
 // heartbeat can tell, and the process left behind must still be ended.
 func TestHealAfterStdioServerStopsAnswering(t *testing.T) {
-	r := newHealRig(t, nil, mcpgoProcess, healDocs)
+	r := newHealRig(t, nil, mcpgoProcess(), healDocs)
 	h := r.breakAndHeal(t, healDocs, func() { require.NoError(t, r.current().Signal(syscall.SIGSTOP)) }, nil)
 	h.log(t, "mcp-go stdio server stopped (SIGSTOP)")
 	h.assertSafe(t)
@@ -436,7 +434,7 @@ func TestHealAfterHTTPServerRestartsOnTheSamePort(t *testing.T) {
 	s := newRestartableHTTP(t)
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer hc.CloseIdleConnections()
-	r := newHealRig(t, mcpsync.HTTPDialer(s.url(), hc, transport.WithContinuousListening()), nil, healDocs, "2025-11-25")
+	r := newHealRig(t, mcpsync.HTTPDialer(s.url(), hc, transport.WithContinuousListening()), mcpsync.Command{}, healDocs, "2025-11-25")
 	h := r.breakAndHeal(t, healDocs, func() { s.restart(t) }, nil)
 	h.log(t, "streamable HTTP server restarted on the same port")
 	h.assertSafe(t)
@@ -448,7 +446,7 @@ func TestHealAfterServerAnswersErrorsForAWhile(t *testing.T) {
 	s := newRestartableHTTP(t)
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	defer hc.CloseIdleConnections()
-	r := newHealRig(t, mcpsync.HTTPDialer(s.url(), hc), nil, healDocs)
+	r := newHealRig(t, mcpsync.HTTPDialer(s.url(), hc), mcpsync.Command{}, healDocs)
 	// The errors last until every URI's read has failed and been retried
 	// (the revalidation reads hit them).
 	h := r.breakAndHeal(t, healDocs, func() { s.failReads.Store(true) }, func() { s.failReads.Store(false) })

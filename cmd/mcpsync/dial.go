@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -141,11 +140,12 @@ func helpOrUsage(err error, fs *flag.FlagSet, synopsis string, stdout io.Writer)
 // server that then negotiates a legacy revision would notify on a stream
 // nobody opened; watch re-dials with listening in that case (listen).
 //
-// stdio: the command is built here rather than by mcp-go, which would bind
-// the subprocess to the context of Start and kill it when that ends. Built
-// without a context and in a process group of its own (detach), the server
-// survives Ctrl-C long enough to be unsubscribed from, and ends only when
-// the transport closes (stdin closed, then SIGTERM).
+// stdio: the library's CommandDialer rather than mcp-go's stdio client,
+// which would bind the subprocess to the context of Start and kill it when
+// that ends. Started without a context and in a process group of its own,
+// the server survives Ctrl-C on the terminal (which signals the foreground
+// group) long enough to be unsubscribed from, and ends only when the
+// transport closes (stdin closed, then SIGTERM).
 //
 // Every HTTP session has connections of its own, which the library closes
 // with it (HTTPDialer).
@@ -161,11 +161,7 @@ func (c *common) dialer(listen *bool) mcpsync.Dialer {
 		}
 		// The library's stdio dialer, not mcp-go's, so that every line the
 		// server writes is bounded by --max-message-bytes.
-		return mcpsync.StdioDialer(func() (*exec.Cmd, error) {
-			cmd := exec.Command(c.command[0], c.command[1:]...)
-			detach(cmd)
-			return cmd, nil
-		})(ctx)
+		return mcpsync.CommandDialer(mcpsync.Command{Name: c.command[0], Args: c.command[1:]})(ctx)
 	}
 }
 
