@@ -552,7 +552,6 @@ type LookupOption func(*lookupOptions)
 type lookupOptions struct {
 	fresh  bool
 	prefix string
-	match  func(Entry) bool
 }
 
 func lookupOptionsOf(opts []LookupOption) lookupOptions {
@@ -570,14 +569,9 @@ func lookupOptionsOf(opts []LookupOption) lookupOptions {
 func RequireFresh() LookupOption { return func(o *lookupOptions) { o.fresh = true } }
 
 // URIPrefix makes a listing (Entries) yield only the entries whose
-// normalized URI (Entry.Version.URI) begins with prefix. Lookup of one URI
-// ignores it.
+// normalized URI (Entry.Version.URI) begins with prefix, and looks no
+// other up. Lookup of one URI ignores it.
 func URIPrefix(prefix string) LookupOption { return func(o *lookupOptions) { o.prefix = prefix } }
-
-// Matching makes a listing (Entries) yield only the entries for which keep
-// reports true. keep runs outside every lock of the engine. Lookup of one
-// URI ignores it.
-func Matching(keep func(Entry) bool) LookupOption { return func(o *lookupOptions) { o.match = keep } }
 
 // Lookup returns the current version of a URI if, and only if, it may be
 // served to subject: it passed the fence and the content guard, it was read

@@ -13,9 +13,9 @@ import (
 // what a prompt or an index may hold. URIs Lookup would refuse (no version,
 // quarantined, pending or confirmed tombstone, another subject's version)
 // are skipped; a revoked subject is served nothing. Options narrow it:
-// URIPrefix and Matching select entries, RequireFresh leaves out the
+// URIPrefix selects the entries under a prefix, RequireFresh leaves out the
 // entries no bound is in force for or whose bound has passed (Lookup of one
-// of them says ErrStale). The URIs are those known when the listing
+// of them says ErrStale); any other choice is the caller's, in its loop. The URIs are those known when the listing
 // starts; one subscribed meanwhile, by a kept scan say, appears in every
 // later listing.
 //
@@ -55,9 +55,6 @@ func (e *Engine) Entries(ctx context.Context, subject string, opts ...LookupOpti
 				return // revoked while listing: served nothing from now on
 			}
 			if o.fresh && e.fresh(key, entry) != nil {
-				continue
-			}
-			if o.match != nil && !o.match(entry) {
 				continue
 			}
 			if !yield(entry, nil) {

@@ -118,17 +118,14 @@ func TestEntriesYieldExactlyWhatLookupServes(t *testing.T) {
 	}
 }
 
-// URIPrefix and Matching narrow a listing; a listing stopped early stops.
-func TestEntriesFilterByPrefixAndPredicate(t *testing.T) {
+// URIPrefix narrows a listing; a listing stopped early stops.
+func TestEntriesFilterByPrefix(t *testing.T) {
 	e := listed(t, nil)
 	assert.Equal(t, []string{"file:///docs/a.md", "file:///docs/b.md"},
 		uris(t, e.Entries(t.Context(), alice, mcpsync.URIPrefix("file:///docs/"))))
 	assert.Equal(t, []string{"file:///notes/c.md"},
-		uris(t, e.Entries(t.Context(), alice, mcpsync.Matching(func(entry mcpsync.Entry) bool {
-			return entry.Contents[0].Text == "c"
-		}))))
-	assert.Empty(t, uris(t, e.Entries(t.Context(), alice, mcpsync.URIPrefix("file:///notes/"),
-		mcpsync.Matching(func(entry mcpsync.Entry) bool { return entry.Contents[0].Text != "c" }))))
+		uris(t, e.Entries(t.Context(), alice, mcpsync.URIPrefix("file:///notes/"))))
+	assert.Empty(t, uris(t, e.Entries(t.Context(), alice, mcpsync.URIPrefix("file:///none/"))))
 	n := 0
 	for range e.Entries(t.Context(), alice) {
 		n++
