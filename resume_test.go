@@ -6,15 +6,18 @@ package mcpsync_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/ledger"
+	"github.com/mcpsync/mcpsync/ledger/boltledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -257,4 +260,78 @@ func TestSecondClientOnTheLedgerLeavesALiveClientsSubscription(t *testing.T) {
 			"a client that never subscribed took a live client's subscription, and they trade it back and forth")
 		assert.Zero(t, srvB.Reads(doc), "client B read a URI it never subscribed to")
 	})
+}
+
+// What a caller gave up before Close stays given up after a restart: a
+// Subscribe that returned its context's error left nothing watched, and an
+// Unsubscribe is final (its context bounds the wait, not the close), so
+// the next process on the ledger resumes neither, and its server notifies
+// neither.
+func TestRestartResumesNothingTheCallerGaveUpBeforeClose(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// giveUp leaves changedURI given up by the caller while the key's
+		// pass is parked at the server, and returns what releases it.
+		giveUp func(t *testing.T, r *rig) func()
+	}{
+		{"a Subscribe whose context ended", func(t *testing.T, r *rig) func() {
+			h := r.faults().HoldNext(string(mcp.MethodResourcesSubscribe), changedURI)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			_, err := r.c.Subscribe(ctx, changedURI)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the subscribe is parked at the server")
+			return h.Release
+		}},
+		{"an Unsubscribe whose context ended", func(t *testing.T, r *rig) func() {
+			_, err := r.c.Subscribe(t.Context(), changedURI)
+			require.NoError(t, err)
+			quiesce()
+			// The Reconnect's resubscribe is parked at the server: the
+			// key's pass is busy when the Unsubscribe comes.
+			holds := make(chan *mcpsynctest.Hold, 1)
+			r.setOnDial(func(_ int, kit *mcpsynctest.Transport) {
+				holds <- kit.HoldNext(string(mcp.MethodResourcesSubscribe), changedURI)
+			})
+			go func() { _ = r.c.Reconnect(context.Background()) }()
+			h := <-holds
+			<-h.Arrived()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			_, err = r.c.Unsubscribe(ctx, changedURI)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the key's pass is parked at the server")
+			return h.Release
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := eras[0]
+				srv := mcpsynctest.NewServer(nil)
+				srv.Set(changedURI, "text/markdown", "v1")
+				path := filepath.Join(t.TempDir(), "ledger.db")
+				l, err := boltledger.Open(path, nil)
+				require.NoError(t, err)
+				r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, l)}})
+				release := tc.giveUp(t, r)
+				require.NoError(t, r.c.Close())
+				release()
+				quiesce()
+				require.NoError(t, l.Close())
+
+				l, err = boltledger.Open(path, nil)
+				require.NoError(t, err)
+				t.Cleanup(func() { l.Close() })
+				e := engineOn(t, l)
+				r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
+				require.NoError(t, r2.c.WaitForSync(t.Context()))
+				time.Sleep(time.Hour)
+				quiesce()
+
+				sub, err := e.Subscription(changedURI)
+				require.NoError(t, err)
+				open := sub.SessionGeneration == e.SessionGeneration() && generationOpen(sub.State)
+				assert.False(t, open, "the restart brought back a URI the caller gave up: %s", r2.describe(changedURI))
+				assert.False(t, srv.Subscribed(changedURI), "the server notifies a URI nobody watches")
+			})
+		})
+	}
 }
