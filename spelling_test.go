@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -242,5 +243,48 @@ func TestSpellingSwappedBeforeItsPassLeavesNoOtherSpellingNotified(t *testing.T)
 		minutes(30)
 		require.False(t, r.srv.Subscribed(b), "B")
 		require.False(t, r.srv.Subscribed(a), "half an hour after the URI's last Unsubscribe, the server still notifies %s", a)
+	})
+}
+
+// 2026-07-28. A Subscribe of spelling A gives up while the listen stream
+// that would carry A is still coming, and the caller subscribes spelling B
+// of the same URI at once, then unsubscribes it. Once settled, the listen
+// stream carries neither spelling: nobody watches the URI. Five URIs go
+// through it one after the other.
+func TestSpellingSwappedWhileItsStreamIsComingLeavesNoSpellingOnTheStream(t *testing.T) {
+	// One P: the key's pass that the given-up Subscribe marks runs once
+	// the caller blocks in the next Subscribe, as it may on a busy
+	// machine, rather than at a moment the scheduler picks.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		var as, bs []string
+		for i := range 5 {
+			as = append(as, fmt.Sprintf("file:///b50/sp%d/%%61.md", i))
+			bs = append(bs, fmt.Sprintf("file:///b50/sp%d/a.md", i))
+		}
+		r := buildRig(t, eras[1], rigConfig{uris: append(slices.Clone(as), bs...)})
+		for i, a := range as {
+			b := bs[i]
+			hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			_, err := r.c.Subscribe(ctx, a)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the listen stream that carries A is held")
+			done := goCall(t.Context(), r.c.Subscribe, b)
+			synctest.Wait()
+			hold.Release()
+			require.NoError(t, (<-done).err)
+			sub, err := r.c.Engine().Subscription(b)
+			require.NoError(t, err)
+			t.Logf("B subscribed: generation %d %s, spelled %q", sub.SubscriptionGeneration, sub.State, sub.RawURI)
+			_, err = r.c.Unsubscribe(t.Context(), b)
+			require.NoError(t, err)
+			quiesce()
+		}
+		r.sixRevalidations()
+		for i, a := range as {
+			assert.False(t, r.srv.Subscribed(a), "half an hour after the Unsubscribe, the listen stream carries %s", a)
+			assert.False(t, r.srv.Subscribed(bs[i]), "half an hour after the Unsubscribe, the listen stream carries %s: %s", bs[i], r.describe(bs[i]))
+		}
 	})
 }
