@@ -553,7 +553,10 @@ func (c *Client) Capabilities() ledger.CapabilityReceipt {
 
 // Close unsubscribes nothing (the server forgets a session that ends), stops
 // every goroutine of the client and closes the connection. Cached versions
-// stay in the engine. Close is idempotent. It waits for the client's
+// stay in the engine. What a caller gave up before Close stays given up:
+// the generation of an Unsubscribe (or of a first Subscribe given up on)
+// whose close had not been written yet is closed on the engine, so a
+// Client that opens the ledger next does not resume it. Close is idempotent. It waits for the client's
 // goroutines at most ClientOptions.CloseTimeout: a request stuck in a server
 // that ignores cancellation (an in-process handler that never returns) is
 // left behind, and Close says so with ErrCloseTimeout.
@@ -666,8 +669,35 @@ func (c *Client) lastOut(exiting bool) bool {
 // back to the engine, and the engine is free for another Client.
 func (c *Client) stop() {
 	c.failPending()
+	c.closeUnwatched()
 	c.release()
 	close(c.stopped)
+}
+
+// closeUnwatched takes, for every key the caller stopped watching, the
+// step toward closed that its pass had not taken when the client closed
+// (an Unsubscribe whose wait ended, or that raced Close): the unwatched
+// branch of the key's sync, on a connection that is lost now, so the
+// generation is closed on the engine, and the server, which forgets a
+// session that ends, is not told. A Client that opens the ledger next
+// resumes nothing the caller gave up. It runs once no goroutine of the
+// client does, so no pass races it.
+func (c *Client) closeUnwatched() {
+	c.mu.Lock()
+	conn := c.conn
+	conn.lost = true
+	var keys []string
+	for key := range c.epochs {
+		if c.watches[key] == nil {
+			keys = append(keys, key)
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range keys {
+		if err := c.syncUnwatched(conn, key); err != nil {
+			c.report(errorf("close %s: %w", key, err))
+		}
+	}
 }
 
 // drivenEngines holds the ID of every engine of this process a Client

@@ -259,8 +259,8 @@ func TestSpellingSwappedWhileItsStreamIsComingLeavesNoSpellingOnTheStream(t *tes
 	synctest.Test(t, func(t *testing.T) {
 		var as, bs []string
 		for i := range 5 {
-			as = append(as, fmt.Sprintf("file:///b50/sp%d/%%61.md", i))
-			bs = append(bs, fmt.Sprintf("file:///b50/sp%d/a.md", i))
+			as = append(as, fmt.Sprintf("file:///docs/sp%d/%%61.md", i))
+			bs = append(bs, fmt.Sprintf("file:///docs/sp%d/a.md", i))
 		}
 		r := buildRig(t, eras[1], rigConfig{uris: append(slices.Clone(as), bs...)})
 		for i, a := range as {

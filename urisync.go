@@ -43,20 +43,23 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick ledger
 	here := err == nil && sub.SessionGeneration == conn.gen && sub.CloseEpoch == 0 &&
 		sub.State != ledger.StateSubscribing && sub.State != ledger.StateDiscovered && !(asked && sub.State == ledger.StateTombstoned) &&
 		!c.abandonedGeneration(key, sub) // its lease came back: open opens a new one
+	if spelled := cmp.Or(sub.RawURI, key); !lost && err == nil && sub.SessionGeneration == conn.gen && sub.CloseEpoch == 0 &&
+		(here || sub.State == ledger.StateSubscribing) && spelled != w.raw {
+		// Opened, or being opened, under a spelling the caller no longer
+		// watches (it was unsubscribed, or its Subscribe gave up, and
+		// another subscribed before this pass): the server is told to stop
+		// that one, and the next generation is opened under the caller's,
+		// so that a generation's spelling is always the one its server was
+		// asked with, which its close takes off.
+		c.putRightLater(conn, key, spelled)
+		c.putRight(conn, key, w)
+		return 0, c.open(conn, key, w, true)
+	}
 	if here {
 		if lost {
 			return 0, nil
 		}
 		reopen, again := c.needsReopen(conn, key, w, sub, tick)
-		if spelled := cmp.Or(sub.RawURI, key); spelled != w.raw {
-			// Opened under a spelling the caller no longer watches (it was
-			// unsubscribed and another subscribed before this pass): the
-			// server is told to stop that one, and the next generation is
-			// opened under the caller's.
-			c.putRightLater(conn, key, spelled)
-			c.putRight(conn, key, w)
-			reopen = true
-		}
 		if !reopen {
 			c.converged(conn, key, w, sub)
 			return again, nil
