@@ -312,7 +312,7 @@ type watch struct {
 	// once, when the watch is made, under Client.mu.
 	since uint64
 	// opened is set once the watch was opened: later openings read with
-	// TriggerReconnect. asked, that a caller's Subscribe asked for it (a
+	// ledger.TriggerReconnect. asked, that a caller's Subscribe asked for it (a
 	// tombstoned generation is opened anew only then). every and periodic
 	// are its periodic reads (RevalidateEvery or PollEvery), tickAt when
 	// the next is due. Protected by Client.mu.
