@@ -61,9 +61,11 @@ type Dialer func(ctx context.Context) (transport.Interface, error)
 // Subject is the one field without a default.
 type ClientOptions struct {
 	// Engine keeps the local copy; nil means a new engine with default
-	// options. The Client reports every queued read it sends (Sending), so
-	// it turns EngineOptions.ConfirmSends on for the engine it drives; a caller
-	// that also issues queued reads on that engine must report them too.
+	// options, whose ledger is in memory. Pass one made by NewEngine to keep
+	// the ledger in a file or a database (EngineOptions.Ledger). The Client
+	// turns EngineOptions.ConfirmSends on for the engine it drives: a program
+	// that also issues queued reads on that engine must report each with
+	// Sending, as the Client does.
 	Engine *Engine
 	// Subject is the authorization subject (a user, a service account)
 	// every read of this client is bound to: Lookup serves its versions to
