@@ -61,9 +61,11 @@ type Dialer func(ctx context.Context) (transport.Interface, error)
 // Subject is the one field without a default.
 type ClientOptions struct {
 	// Engine keeps the local copy; nil means a new engine with default
-	// options. The Client reports every queued read it sends (Sending), so
-	// it turns EngineOptions.ConfirmSends on for the engine it drives; a caller
-	// that also issues queued reads on that engine must report them too.
+	// options, whose ledger is in memory. Pass one made by NewEngine to keep
+	// the ledger in a file or a database (EngineOptions.Ledger). The Client
+	// turns EngineOptions.ConfirmSends on for the engine it drives: a program
+	// that also issues queued reads on that engine must report each with
+	// Sending, as the Client does.
 	Engine *Engine
 	// Subject is the authorization subject (a user, a service account)
 	// every read of this client is bound to: Lookup serves its versions to
@@ -312,7 +314,7 @@ type watch struct {
 	// once, when the watch is made, under Client.mu.
 	since uint64
 	// opened is set once the watch was opened: later openings read with
-	// TriggerReconnect. asked, that a caller's Subscribe asked for it (a
+	// ledger.TriggerReconnect. asked, that a caller's Subscribe asked for it (a
 	// tombstoned generation is opened anew only then). every and periodic
 	// are its periodic reads (RevalidateEvery or PollEvery), tickAt when
 	// the next is due. Protected by Client.mu.

@@ -47,9 +47,17 @@ type EngineOptions struct {
 // tickets, runs the fence, drives the subscription state machine and owns the
 // outbox. An Engine is safe for concurrent use.
 //
-// A Client drives an engine (ClientOptions.Engine). A program that talks to
-// the server over a transport of its own drives it itself, with these calls
-// (ExampleEngine_ownTransport runs one read cycle):
+// What the copy serves, whoever drives it: Lookup, Entries, Subscription,
+// Subscriptions and ResumableSubscriptions; the outbox through Consume and
+// Acknowledge (or PullOutbox, for DefaultConsumer), OutboxState, Resolve,
+// and RecordDerived and ForgetDerived for what consumers built from it;
+// RevokeSubject; StaleCounts and StaleReceipts for the refusals; ID, Ledger
+// and SessionGeneration for which engine, ledger and session it is.
+//
+// A Client drives an engine (ClientOptions.Engine) with the calls that
+// follow; a program that connects with a Client makes none of them. A
+// program that talks to the server over a transport of its own makes them
+// itself (ExampleEngine_ownTransport runs one read cycle):
 //
 //   - each initialize: BeginSession, with what the server declared;
 //   - each subscription: Subscribe before resources/subscribe (or
@@ -66,13 +74,6 @@ type EngineOptions struct {
 //     through Fail, which returns the read due, or AbandonRead;
 //   - list evidence: Catalog.Reconcile, or, URI by URI, ApplyListing;
 //     Discover records a URI a scan found.
-//
-// What the copy serves, whoever drives it: Lookup, Entries, Subscription,
-// Subscriptions and ResumableSubscriptions; the outbox through Consume and
-// Acknowledge (or PullOutbox, for DefaultConsumer), OutboxState, Resolve,
-// and RecordDerived and ForgetDerived for what consumers built from it;
-// RevokeSubject; StaleCounts and StaleReceipts for the refusals; ID, Ledger
-// and SessionGeneration for which engine, ledger and session it is.
 type Engine struct {
 	ledger ledger.Ledger
 	// listedMu protects listedSince: the start of the newest clean

@@ -9,11 +9,16 @@ import "github.com/mcpsync/mcpsync/ledger"
 // the outbox's state), and documents them.
 
 type (
-	// ResourceVersion identifies one accepted state of a resource.
+	// ResourceVersion identifies one accepted state of a resource: its URI,
+	// content Digest, ReadOrdinal, Subject and generations. Package ledger
+	// documents every field.
 	ResourceVersion = ledger.ResourceVersion
-	// Content is one decoded item of a resources/read result.
+	// Content is one decoded item of a resources/read result: Text for a
+	// text item, Data (with Binary set) for a blob.
 	Content = ledger.Content
-	// OutboxEntry is one change for downstream consumers.
+	// OutboxEntry is one change for downstream consumers: Seq numbers it
+	// for Acknowledge, URI names the resource and Resolve says what it comes
+	// to. Package ledger documents every field.
 	OutboxEntry = ledger.OutboxEntry
 )
 

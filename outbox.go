@@ -221,10 +221,10 @@ type Resolution struct {
 	// Contents are Version's contents, on ResolvedContents only. They are
 	// shared with the engine: do not modify them.
 	Contents []Content
-	// Status is Version's status when Contents are set: VersionServed, or
-	// VersionTombstonePending while a not-found waits for confirmation
-	// (Lookup serves it no more; its tombstone or its return has an entry
-	// of its own).
+	// Status is Version's status when Contents are set:
+	// ledger.VersionServed, or ledger.VersionTombstonePending while a
+	// not-found waits for confirmation (Lookup serves it no more; its
+	// tombstone or its return has an entry of its own).
 	Status ledger.VersionStatus
 	// By is the version that superseded Version, on ResolvedSuperseded.
 	By ResourceVersion
@@ -249,7 +249,7 @@ type Resolution struct {
 // read: calling it again, as a redelivery does, answers the same until the
 // URI moves on.
 //
-// It returns ErrLedgerSchema for an entry that is not an outbox entry,
+// It returns ledger.ErrLedgerSchema for an entry that is not an outbox entry,
 // ErrUnknownURI for a URI the ledger has no record of, ErrUnknownVersion
 // for a version the ledger never accepted, and ctx's error once it ended.
 func (e *Engine) Resolve(ctx context.Context, entry OutboxEntry) (Resolution, error) {

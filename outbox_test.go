@@ -44,7 +44,7 @@ func acceptN(t *testing.T, e *mcpsync.Engine, doc string, n int) {
 
 // The default consumer (PullOutbox, Acknowledge of DefaultConsumer) is a named
 // consumer like the others: when the retention bound overtakes it,
-// PullOutbox fails with an *OutboxGapError naming the entries dropped
+// PullOutbox fails with a *ledger.OutboxGapError naming the entries dropped
 // before it passed them (ledger.Options.OutboxRetention: "a consumer that
 // had not passed them gets an *OutboxGapError"), rather than handing out
 // what is left as if nothing was lost.

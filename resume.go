@@ -16,9 +16,10 @@ import (
 // its earlier process left open. Connect adopts them as the caller's intent
 // (they are watched from the moment Connect returns, so an Unsubscribe
 // cannot race them), opens each in the new session, a new subscription
-// generation whose fence starts afresh, and reads it with TriggerReconnect:
-// reads the earlier process issued can never pass, since every identity
-// they carry was allocated by the ledger and is never handed out again.
+// generation whose fence starts afresh, and reads it with
+// ledger.TriggerReconnect: reads the earlier process issued can never pass,
+// since every identity they carry was allocated by the ledger and is never
+// handed out again.
 //
 // A resource deleted while no process watched is found by that read (a
 // fenced not-found, TOMBSTONE_PENDING); once every resumed URI has had its
@@ -74,7 +75,7 @@ func (c *Client) adopt(conn *connection) ([]string, error) {
 			raw = sub.URI
 		}
 		w := newWatch(sub.URI, raw, c.epochs[sub.URI]+1)
-		w.opened, w.kept = true, true // its earlier process's, read anew with TriggerReconnect
+		w.opened, w.kept = true, true // its earlier process's, read anew with ledger.TriggerReconnect
 		c.watches[sub.URI] = w
 		keys = append(keys, sub.URI)
 	}

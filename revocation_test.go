@@ -108,7 +108,7 @@ func TestRecordDerivedRacingARevocationIsRefusedOrAnnounced(t *testing.T) {
 // (as a Shard does, for as long as B lives). Alice is revoked through
 // worker A: the receipt lists docURI as Elsewhere. B, healthy, learns of
 // the revocation and sweeps the URI it holds: the outbox carries docURI's
-// InvalidateRevoked, so the index fed by the outbox stops serving alice's
+// ledger.InvalidateRevoked, so the index fed by the outbox stops serving alice's
 // content.
 func TestRevocationOfAURIHeldElsewhereReachesTheOutbox(t *testing.T) {
 	conn, schema := pgtest.Schema(t)

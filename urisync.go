@@ -172,8 +172,8 @@ func (c *Client) converged(conn *connection, key string, w *watch, sub Subscript
 }
 
 // open opens watched key's subscription generation on conn and requests
-// its first read: TriggerInitial the first time after the caller's
-// Subscribe, TriggerReconnect after that. With replace, or when the
+// its first read: ledger.TriggerInitial the first time after the caller's
+// Subscribe, ledger.TriggerReconnect after that. With replace, or when the
 // generation open is one an Unsubscribe let go of (its lease had moved;
 // the server was told to stop then), that generation is replaced, closed
 // and the next opened in one write (reopen): a crash between the two

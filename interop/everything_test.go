@@ -131,7 +131,7 @@ func TestEverythingPaginatedScan(t *testing.T) {
 // The misbehaving subscribe: server-everything 2025.9.25 records the URI and
 // then asks the client for sampling; mcpsync declares no sampling, the
 // request fails, and so does the subscribe. The subscription therefore
-// polls (ModePoll) — but the server does notify the URI it recorded, and
+// polls (ledger.ModePoll) — but the server does notify the URI it recorded, and
 // those notifications still trigger fenced reads.
 func TestEverythingSubscribeFailsAfterRecording(t *testing.T) {
 	t.Parallel()
@@ -236,7 +236,7 @@ func TestEverythingReads(t *testing.T) {
 	}
 }
 
-// The current release subscribes cleanly (ModePush) and notifies once its
+// The current release subscribes cleanly (ledger.ModePush) and notifies once its
 // toggle-subscriber-updates tool is called: at once, then every 5 s.
 func TestEverythingPushNotifications(t *testing.T) {
 	t.Parallel()
