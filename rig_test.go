@@ -52,6 +52,22 @@ func eachEra(t *testing.T, test func(t *testing.T, w wiring)) {
 	}
 }
 
+// eachEraAnd runs test once per protocol era and case, in a subtest named
+// for both ("legacy/" and the case's name; fmt.Sprint of the case when
+// name is nil) and a testing/synctest bubble of its own.
+func eachEraAnd[C any](t *testing.T, cases []C, name func(C) string, test func(t *testing.T, w wiring, c C)) {
+	if name == nil {
+		name = func(c C) string { return fmt.Sprint(c) }
+	}
+	for _, w := range eras {
+		for _, c := range cases {
+			t.Run(w.name+"/"+name(c), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { test(t, w, c) })
+			})
+		}
+	}
+}
+
 // withHTTP adds streamable HTTP (2025-11-25: the stateful streamable HTTP
 // server of mcp-go speaks the legacy revision).
 var withHTTP = append(eras[:len(eras):len(eras)], wiring{"legacy-http", "2025-11-25", true})
@@ -361,6 +377,15 @@ func (r *rig) text(uri string) (string, error) {
 	return e.Contents[0].Text, nil
 }
 
+// entryText is the text of e's first content, "" when Lookup gave no
+// content (err is not nil).
+func entryText(e mcpsync.Entry, err error) string {
+	if err != nil || len(e.Contents) == 0 {
+		return ""
+	}
+	return e.Contents[0].Text
+}
+
 // describe says everything a liveness failure needs about uri: the ledger
 // row, what Lookup serves and what the server holds.
 func (r *rig) describe(uri string) string {
@@ -420,10 +445,7 @@ func (r *rig) state(uri string) (text string, desc string) {
 	sub, err := r.c.Engine().Subscription(uri)
 	require.NoError(r.t, err)
 	e, err := r.c.Lookup(uri)
-	if err == nil && len(e.Contents) > 0 {
-		text = e.Contents[0].Text
-	}
-	return text, fmt.Sprintf("%s %s (%q), degraded %q, server subscribed %v, lookup err %v",
+	return entryText(e, err), fmt.Sprintf("%s %s (%q), degraded %q, server subscribed %v, lookup err %v",
 		sub.State, sub.Mode, sub.ModeReason, e.Degraded, r.srv.Subscribed(uri), err)
 }
 
@@ -436,10 +458,7 @@ func (r *rig) look(uri string) (mcpsync.Subscription, mcpsync.Entry, string) {
 	require.NoError(r.t, err)
 	e, err := r.c.Lookup(uri)
 	require.NoError(r.t, err)
-	text := ""
-	if len(e.Contents) > 0 {
-		text = e.Contents[0].Text
-	}
+	text := entryText(e, err)
 	return s, e, fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q",
 		uri, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(uri), text, e.Degraded)
 }
@@ -565,20 +584,17 @@ func (r *rig) requireToldReopen(uri string) {
 }
 
 // toldReopen reports whether OnError was told a *ReopenError naming uri.
-func (r *rig) toldReopen(uri string) bool {
-	for _, err := range r.errs.list() {
-		if re, ok := errors.AsType[*mcpsync.ReopenError](err); ok && re.URI == uri {
-			return true
-		}
-	}
-	return false
-}
+func (r *rig) toldReopen(uri string) bool { return r.reopenErrorsOf(uri) > 0 }
 
 // reopenErrors counts the *ReopenError OnError was told.
-func (r *rig) reopenErrors() int {
+func (r *rig) reopenErrors() int { return r.reopenErrorsOf("") }
+
+// reopenErrorsOf counts the *ReopenError OnError was told naming uri (""
+// counts every one).
+func (r *rig) reopenErrorsOf(uri string) int {
 	n := 0
 	for _, err := range r.errs.list() {
-		if _, ok := errors.AsType[*mcpsync.ReopenError](err); ok {
+		if re, ok := errors.AsType[*mcpsync.ReopenError](err); ok && (uri == "" || re.URI == uri) {
 			n++
 		}
 	}
@@ -595,10 +611,7 @@ func (r *rig) requireHealed(uri, want string) {
 	sub, err := c.Engine().Subscription(uri)
 	require.NoError(r.t, err)
 	entry, lerr := c.Lookup(uri)
-	served := ""
-	if lerr == nil && len(entry.Contents) > 0 {
-		served = entry.Contents[0].Text
-	}
+	served := entryText(entry, lerr)
 	healed := served == want && entry.Degraded == "" && sub.SessionGeneration == c.Health().SessionGeneration &&
 		(sub.State == ledger.StateActive || sub.State == ledger.StateVersionAccepted)
 	if !healed {
@@ -693,7 +706,7 @@ func (r *rig) requireServerMatchesPush(uris []string) {
 	var bad []string
 	for _, u := range uris {
 		sub, err := c.Engine().Subscription(u)
-		open := err == nil && sub.SessionGeneration == c.Health().SessionGeneration && generationOpen(sub.State)
+		open := err == nil && openIn(sub, c.Health().SessionGeneration)
 		push := open && sub.Mode == ledger.ModePush
 		if push != r.srv.Subscribed(u) {
 			bad = append(bad, fmt.Sprintf("%s: state %s mode %s (err %v), server subscribed %v", u, sub.State, sub.Mode, err, r.srv.Subscribed(u)))
@@ -719,12 +732,9 @@ func (r *rig) requireWhereLeft(uris []string, mustOpen, mustClosed map[string]bo
 	opened := 0
 	for _, u := range uris {
 		sub, err := r.c.Engine().Subscription(u)
-		open := err == nil && sub.SessionGeneration == gen && generationOpen(sub.State)
+		open := err == nil && openIn(sub, gen)
 		e, lerr := r.c.Lookup(u)
-		text := ""
-		if lerr == nil && len(e.Contents) > 0 {
-			text = e.Contents[0].Text
-		}
+		text := entryText(e, lerr)
 		desc := fmt.Sprintf("%s: %s %s (%q) session %d/%d, serves %q (err %v) degraded %q, server subscribed %v",
 			u, sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, text, lerr, e.Degraded, r.srv.Subscribed(u))
 		switch {
@@ -802,11 +812,13 @@ func openState(s ledger.SubscriptionState) bool {
 // of any check: a poll or revalidation falls due at its own time), or a
 // not-found awaiting its evidence.
 func generationOpen(s ledger.SubscriptionState) bool {
-	switch s {
-	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted, ledger.StateTombstonePending:
-		return true
-	}
-	return false
+	return openState(s) || s == ledger.StateTombstonePending
+}
+
+// openIn reports whether sub is an open generation (generationOpen) of
+// session gen.
+func openIn(sub mcpsync.Subscription, gen uint64) bool {
+	return sub.SessionGeneration == gen && generationOpen(sub.State)
 }
 
 // errorLog keeps what OnError is told, and calls then after, if set.
