@@ -20,8 +20,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.PublishStalenessBound(docURI, time.Minute)
 	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "v1")
 	validated := clock.t
 
 	clock.t = clock.t.Add(59 * time.Second)
@@ -38,8 +37,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	assert.Equal(t, validated, entry.ValidatedAt)
 
 	// An unchanged read confirms the version again.
-	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerRevalidate), text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerRevalidate, "v1")
 	entry, err = e.Lookup(alice, docURI, mcpsync.RequireFresh())
 	require.NoError(t, err)
 	assert.Equal(t, clock.t, entry.ValidatedAt)

@@ -258,9 +258,7 @@ func TestHeldRecordsNeverChange(t *testing.T) {
 	e := activeEngine(t, nil)
 	l := e.Ledger()
 	ctx := context.Background()
-	tk := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "v0")
 
 	type held struct {
 		what  string

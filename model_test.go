@@ -637,10 +637,7 @@ func (m *modelMachine) resolveUnsubscribe(rt *rapid.T) {
 }
 
 func (m *modelMachine) beginSession(rt *rapid.T) {
-	_, err := m.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "model-server", Version: "1.0.0"},
-		Resources: true, Subscribe: true,
-	}})
+	_, err := m.e.BeginSession(legacySession(ledger.Implementation{Name: "model-server", Version: "1.0.0"}))
 	require.NoError(rt, err, "BeginSession")
 	m.session++
 	// An unknown unsubscribe outcome ends with its session.
