@@ -32,80 +32,72 @@ func subscribeAllClient(t *testing.T, srv *mcpsynctest.Server, version string) *
 // 2026-07-28 on one listen stream carries them all, and before it each has
 // its own resources/subscribe.
 func TestSubscribeAll(t *testing.T) {
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				uris := make([]string, 200)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-					srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
-				}
-				c := subscribeAllClient(t, srv, era.version)
-				subs, err := c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				require.Len(t, subs, len(uris))
-				for i, sub := range subs {
-					assert.Equal(t, uris[i], sub.URI)
-					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
-					entry, err := c.Lookup(uris[i])
-					require.NoError(t, err)
-					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
-				}
-				if era.version == "2026-07-28" {
-					assert.Equal(t, 1, srv.SubscribeCalls(), "one listen stream for every URI")
-				} else {
-					assert.Equal(t, len(uris), srv.SubscribeCalls())
-				}
-				for _, uri := range uris {
-					assert.True(t, srv.Subscribed(uri), uri)
-				}
+	eachEra(t, func(t *testing.T, era wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		uris := make([]string, 200)
+		for i := range uris {
+			uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
+			srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
+		}
+		c := subscribeAllClient(t, srv, era.version)
+		subs, err := c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		require.Len(t, subs, len(uris))
+		for i, sub := range subs {
+			assert.Equal(t, uris[i], sub.URI)
+			assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
+			entry, err := c.Lookup(uris[i])
+			require.NoError(t, err)
+			assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
+		}
+		if era.version == "2026-07-28" {
+			assert.Equal(t, 1, srv.SubscribeCalls(), "one listen stream for every URI")
+		} else {
+			assert.Equal(t, len(uris), srv.SubscribeCalls())
+		}
+		for _, uri := range uris {
+			assert.True(t, srv.Subscribed(uri), uri)
+		}
 
-				// They are notified like any subscription.
-				srv.Set(uris[7], "text/markdown", "v2")
-				quiesce()
-				entry, err := c.Lookup(uris[7])
-				require.NoError(t, err)
-				assert.Equal(t, "v2", entry.Contents[0].Text)
-			})
-		})
-	}
+		// They are notified like any subscription.
+		srv.Set(uris[7], "text/markdown", "v2")
+		quiesce()
+		entry, err := c.Lookup(uris[7])
+		require.NoError(t, err)
+		assert.Equal(t, "v2", entry.Contents[0].Text)
+	})
 }
 
 // A URI that fails fails alone, named in the error; the others open. One
 // that never got watched is not left on the listen stream.
 func TestSubscribeAllFailures(t *testing.T) {
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				const a, b, gone, bad = "file:///all/a.md", "file:///all/b.md", "file:///all/gone.md", "::not a uri"
-				srv.Set(a, "text/markdown", "a")
-				srv.Set(b, "text/markdown", "b")
-				c := subscribeAllClient(t, srv, era.version)
-				subs, err := c.SubscribeAll(t.Context(), []string{a, bad, gone, b})
-				require.Error(t, err)
-				assert.ErrorIs(t, err, mcpsync.ErrInvalidURI)
-				assert.ErrorIs(t, err, mcpsync.ErrNotFound)
-				assert.Contains(t, err.Error(), gone)
-				assert.Equal(t, mcpsync.Subscription{}, subs[1], "the URI that is none")
-				for _, i := range []int{0, 3} {
-					entry, err := c.Lookup(subs[i].URI)
-					require.NoError(t, err)
-					assert.Equal(t, ledger.ModePush, subs[i].Mode)
-					assert.NotEmpty(t, entry.Contents)
-				}
-				// A resource not found stays subscribed, as with Subscribe:
-				// it is read when the server says it exists.
-				assert.Equal(t, ledger.StateTombstonePending, subs[2].State)
-				srv.Set(gone, "text/markdown", "back")
-				quiesce()
-				entry, err := c.Lookup(gone)
-				require.NoError(t, err)
-				assert.Equal(t, "back", entry.Contents[0].Text)
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, era wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		const a, b, gone, bad = "file:///all/a.md", "file:///all/b.md", "file:///all/gone.md", "::not a uri"
+		srv.Set(a, "text/markdown", "a")
+		srv.Set(b, "text/markdown", "b")
+		c := subscribeAllClient(t, srv, era.version)
+		subs, err := c.SubscribeAll(t.Context(), []string{a, bad, gone, b})
+		require.Error(t, err)
+		assert.ErrorIs(t, err, mcpsync.ErrInvalidURI)
+		assert.ErrorIs(t, err, mcpsync.ErrNotFound)
+		assert.Contains(t, err.Error(), gone)
+		assert.Equal(t, mcpsync.Subscription{}, subs[1], "the URI that is none")
+		for _, i := range []int{0, 3} {
+			entry, err := c.Lookup(subs[i].URI)
+			require.NoError(t, err)
+			assert.Equal(t, ledger.ModePush, subs[i].Mode)
+			assert.NotEmpty(t, entry.Contents)
+		}
+		// A resource not found stays subscribed, as with Subscribe:
+		// it is read when the server says it exists.
+		assert.Equal(t, ledger.StateTombstonePending, subs[2].State)
+		srv.Set(gone, "text/markdown", "back")
+		quiesce()
+		entry, err := c.Lookup(gone)
+		require.NoError(t, err)
+		assert.Equal(t, "back", entry.Contents[0].Text)
+	})
 }
 
 // A URI whose Subscribe fails before it is watched (here: the subject was
@@ -227,75 +219,69 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 // with the server notifying it or polled with a reason; an unsubscribed one
 // is not open and not notified. Both eras.
 func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
-	for _, w := range eras {
-		for _, reconnect := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/reconnect=%v", w.name, reconnect), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					const n = 200
-					uris := numbered("file:///b42/scale/%03d.md", n)
-					r := buildRig(t, w, rigConfig{uris: uris})
-					faulty := func(method, _ string, k int) bool {
-						switch method {
-						case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe), string(mcp.MethodSubscriptionsListen):
-							return k%7 == 0
-						}
-						return false
-					}
-					r.wire.refuseWhen(faulty)
-					_, err := r.c.SubscribeAll(t.Context(), uris)
-					t.Logf("SubscribeAll: %v", err != nil)
-					quiesce()
+	eachEraAnd(t, []bool{false, true}, func(reconnect bool) string { return fmt.Sprintf("reconnect=%v", reconnect) }, func(t *testing.T, w wiring, reconnect bool) {
+		const n = 200
+		uris := numbered("file:///b42/scale/%03d.md", n)
+		r := buildRig(t, w, rigConfig{uris: uris})
+		faulty := func(method, _ string, k int) bool {
+			switch method {
+			case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe), string(mcp.MethodSubscriptionsListen):
+				return k%7 == 0
+			}
+			return false
+		}
+		r.wire.refuseWhen(faulty)
+		_, err := r.c.SubscribeAll(t.Context(), uris)
+		t.Logf("SubscribeAll: %v", err != nil)
+		quiesce()
 
-					mustOpen, mustClosed := map[string]bool{}, map[string]bool{}
-					var mu sync.Mutex
-					unsubErrs := map[string]error{}
-					var wg sync.WaitGroup
-					for i, u := range uris {
-						if i%2 == 0 {
-							mustOpen[u] = true
-							continue
-						}
-						ctx, cancel := context.WithCancel(t.Context())
-						if i%3 == 0 {
-							time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
-						}
-						wg.Go(func() {
-							defer cancel()
-							sub, err := r.c.Unsubscribe(ctx, u)
-							mu.Lock()
-							if err == nil {
-								mustClosed[u] = true
-							} else {
-								unsubErrs[u] = fmt.Errorf("%w (returned %s)", err, sub.State)
-							}
-							mu.Unlock()
-						})
-					}
-					if reconnect {
-						wg.Go(func() {
-							time.Sleep(2 * time.Millisecond)
-							_ = r.c.Reconnect(t.Context())
-						})
-					}
-					wg.Wait()
-					t.Logf("%d Unsubscribes returned nil", len(mustClosed))
-					quiesce()
-					time.Sleep(10 * time.Minute)
-					quiesce()
-					r.wire.refuseWhen(nil)
-					minutes(30)
-					defer func() {
-						if t.Failed() {
-							for u, err := range unsubErrs {
-								t.Logf("Unsubscribe(%s): %v", u, err)
-							}
-						}
-					}()
-					r.requireWhereLeft(uris, mustOpen, mustClosed)
-				})
+		mustOpen, mustClosed := map[string]bool{}, map[string]bool{}
+		var mu sync.Mutex
+		unsubErrs := map[string]error{}
+		var wg sync.WaitGroup
+		for i, u := range uris {
+			if i%2 == 0 {
+				mustOpen[u] = true
+				continue
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			if i%3 == 0 {
+				time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
+			}
+			wg.Go(func() {
+				defer cancel()
+				sub, err := r.c.Unsubscribe(ctx, u)
+				mu.Lock()
+				if err == nil {
+					mustClosed[u] = true
+				} else {
+					unsubErrs[u] = fmt.Errorf("%w (returned %s)", err, sub.State)
+				}
+				mu.Unlock()
 			})
 		}
-	}
+		if reconnect {
+			wg.Go(func() {
+				time.Sleep(2 * time.Millisecond)
+				_ = r.c.Reconnect(t.Context())
+			})
+		}
+		wg.Wait()
+		t.Logf("%d Unsubscribes returned nil", len(mustClosed))
+		quiesce()
+		time.Sleep(10 * time.Minute)
+		quiesce()
+		r.wire.refuseWhen(nil)
+		minutes(30)
+		defer func() {
+			if t.Failed() {
+				for u, err := range unsubErrs {
+					t.Logf("Unsubscribe(%s): %v", u, err)
+				}
+			}
+		}()
+		r.requireWhereLeft(uris, mustOpen, mustClosed)
+	})
 }
 
 // batchLedger is a ledger (the memory ledger, or a fault ledger) taking
@@ -417,64 +403,60 @@ func (s *sender) SendRequest(ctx context.Context, req transport.JSONRPCRequest) 
 // URIs leaves (each must be durable by then), instead of one at a time in
 // their passes; URIs it knows already are left to their passes.
 func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testing.T) {
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				uris := make([]string, 300)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-					srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
+	eachEra(t, func(t *testing.T, era wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		uris := make([]string, 300)
+		for i := range uris {
+			uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
+			srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
+		}
+		l := &batchLedger{Ledger: ledger.NewMemory(nil)}
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+		require.NoError(t, err)
+		var early []string // URIs asked for before their record was written
+		var mu sync.Mutex
+		dial := senders(srv.Dialer(), func(asked []string) {
+			for _, uri := range asked {
+				if r, err := l.Load(context.Background(), uri); err != nil || r == nil || r.Sub == nil {
+					mu.Lock()
+					early = append(early, uri)
+					mu.Unlock()
 				}
-				l := &batchLedger{Ledger: ledger.NewMemory(nil)}
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-				require.NoError(t, err)
-				var early []string // URIs asked for before their record was written
-				var mu sync.Mutex
-				dial := senders(srv.Dialer(), func(asked []string) {
-					for _, uri := range asked {
-						if r, err := l.Load(context.Background(), uri); err != nil || r == nil || r.Sub == nil {
-							mu.Lock()
-							early = append(early, uri)
-							mu.Unlock()
-						}
-					}
-				})
-				c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: era.version, NoResume: true})
-				require.NoError(t, err)
-				defer func() { require.NoError(t, c.Close()) }()
-
-				_, err = c.Subscribe(t.Context(), uris[0])
-				require.NoError(t, err)
-				subs, err := c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				for i, sub := range subs {
-					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
-					entry, err := c.Lookup(uris[i])
-					require.NoError(t, err)
-					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
-				}
-				_, err = c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-
-				mu.Lock()
-				defer mu.Unlock()
-				assert.Empty(t, early, "subscribed before their first subscription was written")
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				// The Subscribe's alone, by its pass: a batch of one shares
-				// nothing.
-				assert.Equal(t, []string{uris[0]}, l.alone, "first records written one at a time")
-				// SubscribeAll's: every URI but the one known, in order; none
-				// for the URIs all known. A listen stream carries every URI,
-				// so all are written before it leaves.
-				assert.Equal(t, uris[1:], slices.Concat(l.batches...))
-				if era.version == "2026-07-28" {
-					assert.Len(t, l.batches, 1)
-				}
-			})
+			}
 		})
-	}
+		c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: era.version, NoResume: true})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+
+		_, err = c.Subscribe(t.Context(), uris[0])
+		require.NoError(t, err)
+		subs, err := c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		for i, sub := range subs {
+			assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
+			entry, err := c.Lookup(uris[i])
+			require.NoError(t, err)
+			assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
+		}
+		_, err = c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Empty(t, early, "subscribed before their first subscription was written")
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		// The Subscribe's alone, by its pass: a batch of one shares
+		// nothing.
+		assert.Equal(t, []string{uris[0]}, l.alone, "first records written one at a time")
+		// SubscribeAll's: every URI but the one known, in order; none
+		// for the URIs all known. A listen stream carries every URI,
+		// so all are written before it leaves.
+		assert.Equal(t, uris[1:], slices.Concat(l.batches...))
+		if era.version == "2026-07-28" {
+			assert.Len(t, l.batches, 1)
+		}
+	})
 }
 
 // namedUnwritten has every subscribe and listen request of r checked as it
