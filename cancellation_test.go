@@ -313,8 +313,7 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		const x = "file:///cancel/reconnect/x.md"
-		r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-		opening, slow := r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
+		r, opening, slow := slowOpeningRig(t, w, x)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := goCall(ctx, r.c.Subscribe, x)
@@ -328,9 +327,26 @@ func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 		close(slow)
 		t.Logf("reconnect: %v", <-reconnected)
 
-		r.sixRevalidations()
-		r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+		r.requireLeftUnwatched(x)
 	})
+}
+
+// slowOpeningRig is a rig on a fault ledger, its server holding x, whose
+// ledger write opening x's generation waits until slow is closed; opening
+// is closed once it waits.
+func slowOpeningRig(t *testing.T, w wiring, x string) (r *rig, opening, slow chan struct{}) {
+	t.Helper()
+	r = buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+	opening, slow = r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
+	return r, opening, slow
+}
+
+// requireLeftUnwatched gives the client six revalidation periods, then
+// checks that x, which no caller watches, is not open and not notified.
+func (r *rig) requireLeftUnwatched(x string) {
+	r.t.Helper()
+	r.sixRevalidations()
+	r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
 }
 
 // Subscribes of a URI nobody watched that all fail (every caller gives up
@@ -342,54 +358,48 @@ func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 // not notify it. Both eras.
 func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 	const x, xAlias = "file:///cancel/twice/x.md", "file:///cancel/twice/%78.md"
-	for _, w := range eras {
-		for _, tc := range []struct {
-			name      string
-			spellings []string
-			together  bool // one SubscribeAll rather than one Subscribe each
-		}{
-			{"two callers, one spelling", []string{x, x}, false},
-			{"two callers, two spellings", []string{x, xAlias}, false},
-			{"one SubscribeAll, two spellings", []string{x, xAlias}, true},
-		} {
-			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-					opening, slow := r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					errs := make(chan error, len(tc.spellings))
-					if tc.together {
-						go func() {
-							_, err := r.c.SubscribeAll(ctx, tc.spellings)
-							errs <- err
-						}()
-					} else {
-						for _, u := range tc.spellings {
-							go func() {
-								_, err := r.c.Subscribe(ctx, u)
-								errs <- err
-							}()
-						}
-					}
-					<-opening
-					synctest.Wait() // every call waits for its pass
-					cancel()
-					calls := 1
-					if !tc.together {
-						calls = len(tc.spellings)
-					}
-					for range calls {
-						require.ErrorIs(t, <-errs, context.Canceled)
-					}
-					close(slow)
-
-					r.sixRevalidations()
-					r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
-				})
-			})
-		}
+	type subscribes struct {
+		name      string
+		spellings []string
+		together  bool // one SubscribeAll rather than one Subscribe each
 	}
+	cases := []subscribes{
+		{"two callers, one spelling", []string{x, x}, false},
+		{"two callers, two spellings", []string{x, xAlias}, false},
+		{"one SubscribeAll, two spellings", []string{x, xAlias}, true},
+	}
+	eachEraAnd(t, cases, func(tc subscribes) string { return tc.name }, func(t *testing.T, w wiring, tc subscribes) {
+		r, opening, slow := slowOpeningRig(t, w, x)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errs := make(chan error, len(tc.spellings))
+		if tc.together {
+			go func() {
+				_, err := r.c.SubscribeAll(ctx, tc.spellings)
+				errs <- err
+			}()
+		} else {
+			for _, u := range tc.spellings {
+				go func() {
+					_, err := r.c.Subscribe(ctx, u)
+					errs <- err
+				}()
+			}
+		}
+		<-opening
+		synctest.Wait() // every call waits for its pass
+		cancel()
+		calls := 1
+		if !tc.together {
+			calls = len(tc.spellings)
+		}
+		for range calls {
+			require.ErrorIs(t, <-errs, context.Canceled)
+		}
+		close(slow)
+
+		r.requireLeftUnwatched(x)
+	})
 }
 
 // cancelSubscribeWhileItsStreamIsHeld (2026-07-28) has the server hold uri
