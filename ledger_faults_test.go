@@ -545,12 +545,31 @@ func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
 // seconds of a failed write was read because a read was owed.
 func owingRig(t *testing.T, w wiring) *rig {
 	t.Helper()
-	r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-		RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-	}})
+	return subscribedLedgerRig(t, w, retryingWithin(time.Hour))
+}
+
+// subscribedLedgerRig is a rig on a fault ledger whose client has opts,
+// subscribed to faultURI once its first read passed.
+func subscribedLedgerRig(t *testing.T, w wiring, opts mcpsync.ClientOptions) *rig {
+	t.Helper()
+	r := buildRig(t, w, rigConfig{ledger: true, opts: opts})
 	r.subscribe()
 	quiesce()
 	return r
+}
+
+// retryingWithin are the options of a client that revalidates every
+// period and retries a failed pass within seconds.
+func retryingWithin(every time.Duration) mcpsync.ClientOptions {
+	return mcpsync.ClientOptions{RevalidateEvery: every, RetryInitial: time.Second, RetryMax: 2 * time.Second}
+}
+
+// record returns what the rig's ledger holds of uri now.
+func (r *rig) record(uri string) *ledger.Record {
+	r.t.Helper()
+	cur, err := r.ledger.Load(r.t.Context(), uri)
+	require.NoError(r.t, err)
+	return cur
 }
 
 // requireNeverSilentlyStale looks faultURI up n times, step apart, and
@@ -573,9 +592,7 @@ func (r *rig) requireNeverSilentlyStale(want string, n int, step time.Duration, 
 // ones its record counts now: while they fail, nothing else of uri does.
 func pulsesOf(r *rig, uri string) func(string, *ledger.Record) bool {
 	r.t.Helper()
-	cur, err := r.ledger.Load(r.t.Context(), uri)
-	require.NoError(r.t, err)
-	seq := cur.LastNotificationSeq
+	seq := r.record(uri).LastNotificationSeq
 	return func(key string, next *ledger.Record) bool { return key == uri && next.LastNotificationSeq > seq }
 }
 
@@ -585,9 +602,7 @@ func pulsesOf(r *rig, uri string) func(string, *ledger.Record) bool {
 // the copy is degraded, whatever that earlier read brought back. Both eras.
 func TestDegradedStaysWhileAPulseIsOwedThoughAnEarlierReadAnswers(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
 
 		// v2's read is answered and held; v3 is notified meanwhile,
 		// and its pulse cannot be written.
@@ -644,9 +659,7 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(w.version+"/"+tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Minute}})
-					r.subscribe()
-					quiesce()
+					r := subscribedLedgerRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 10 * time.Minute})
 
 					r.ledger.failWrites(100000, pulsesOf(r, faultURI))
 					r.srv.Set(faultURI, "text/markdown", "v2")
@@ -675,9 +688,7 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 // told again. Both eras.
 func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
 
 		r.ledger.failWrites(100000, pulsesOf(r, faultURI))
 		for i := range 300 {
@@ -706,8 +717,7 @@ func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
 
 		// The pulse of v2's notification fails once, then the write
 		// accepting the answer of the read asked for again.
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		pulseFailed, acceptFailed := false, false
 		r.ledger.failWrites(2, func(key string, next *ledger.Record) bool {
 			switch {
@@ -744,8 +754,7 @@ func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
 
 		// The notification's read is answered with an error; the
 		// write issuing the read that asks again fails, once.
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		issued := 0
 		r.ledger.failWrites(1, func(key string, next *ledger.Record) bool {
 			if key != faultURI || next.LastIssued <= cur.LastIssued+uint64(issued) {
@@ -774,14 +783,9 @@ func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
 // failed left behind (their tickets are not to fill the read cap). Both eras.
 func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-			RevalidateEvery: 5 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-		}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, retryingWithin(5*time.Minute))
 
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		r.ledger.failWrites(20, func(key string, next *ledger.Record) bool {
 			return key == faultURI && next.Watermark > cur.Watermark
 		})
@@ -810,16 +814,11 @@ func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
 // says the copy may miss it. Both eras.
 func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-			RevalidateEvery: 10 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-		}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, retryingWithin(10*time.Minute))
 
 		// The write issuing the next revalidation read fails; just
 		// before it, the server changes the resource and notifies it.
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		revalidation := func(key string, next *ledger.Record) bool {
 			return key == faultURI && next.LastIssued > cur.LastIssued && len(next.Tickets) > 0 &&
 				next.Tickets[len(next.Tickets)-1].Trigger == ledger.TriggerRevalidate
