@@ -53,6 +53,24 @@ func newHandledKeptRig(t *testing.T, w wiring, h mcpsync.ResourceHandler, uris .
 	return r
 }
 
+// newKeptRigWatching is newKeptRig with watched subscribed and the scan
+// kept, without subscribing what it finds.
+func newKeptRigWatching(t *testing.T, w wiring, watched string, others ...string) *keptRig {
+	t.Helper()
+	r := newKeptRig(t, w, append([]string{watched}, others...)...)
+	_, err := r.c.Subscribe(t.Context(), watched)
+	require.NoError(t, err)
+	r.keep(t, false)
+	return r
+}
+
+// recreateUnnotified has uri, deleted, created again with text "v2",
+// without a notification of it reaching the client.
+func (r *keptRig) recreateUnnotified(uri string) {
+	r.faults().DropNext(uri, 1)
+	r.srv.Recreate(uri, "v2")
+}
+
 func (r *keptRig) keep(t *testing.T, subscribe bool) {
 	t.Helper()
 	_, err := r.c.KeepScanning(&mcpsync.KeepScanOptions{Subscribe: subscribe, OnScan: func(rep mcpsync.ScanReport) {
@@ -159,14 +177,8 @@ func TestKeptScanTombstonesDeletionsWithinTwoIntervals(t *testing.T) {
 func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
 	const doc = "file:///docs/doc.md"
 	eachEraAnd(t, []string{"not-found and scan", "the two passes", "scan and second read"}, nil, func(t *testing.T, w wiring, between string) {
-		r := newKeptRig(t, w, doc, "file:///docs/other.md")
-		_, err := r.c.Subscribe(t.Context(), doc)
-		require.NoError(t, err)
-		r.keep(t, false)
-		recreate := func() {
-			r.faults().DropNext(doc, 1)
-			r.srv.Recreate(doc, "v2")
-		}
+		r := newKeptRigWatching(t, w, doc, "file:///docs/other.md")
+		recreate := func() { r.recreateUnnotified(doc) }
 		r.srv.Delete(doc) // notified: the first not-found
 		quiesce()
 		sub, err := r.c.Engine().Subscription(doc)
@@ -211,18 +223,14 @@ func TestKeptScanNeverTombstonesARecreatedResource(t *testing.T) {
 func TestKeptScanBringsBackAResourceTombstonedByALateNotFound(t *testing.T) {
 	const doc = "file:///docs/doc.md"
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := newKeptRig(t, w, doc, "file:///docs/other.md")
-		_, err := r.c.Subscribe(t.Context(), doc)
-		require.NoError(t, err)
-		r.keep(t, false)
+		r := newKeptRigWatching(t, w, doc, "file:///docs/other.md")
 		r.srv.Delete(doc) // notified: the first not-found
 		quiesce()
 		late := r.faults().HoldNext(string(mcp.MethodResourcesRead), doc)
 		time.Sleep(keptReview)
 		quiesce()
 		<-late.Arrived() // the second read, answered not found
-		r.faults().DropNext(doc, 1)
-		r.srv.Recreate(doc, "v2")
+		r.recreateUnnotified(doc)
 		late.Release()
 		<-late.Passed()
 		quiesce()
@@ -454,10 +462,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 	const doc, other = "file:///docs/doc.md", "file:///docs/other.md"
 	const soon = 2 * time.Second // keptReview, when the next scan is due, is 10 s
 	eachEraAnd(t, []string{"not found before the listing", "not found while it lists", "not found again while it lists", "not found after the reconciliation"}, nil, func(t *testing.T, w wiring, order string) {
-		r := newKeptRig(t, w, doc, other)
-		_, err := r.c.Subscribe(t.Context(), doc)
-		require.NoError(t, err)
-		r.keep(t, false)
+		r := newKeptRigWatching(t, w, doc, other)
 		r.mu.Lock()
 		first := r.scans[0].Catalog
 		r.mu.Unlock()
@@ -541,10 +546,7 @@ func TestKeptScanConfirmsADeletionWhateverOrderTheReadAndTheListingCome(t *testi
 func TestKeptScanNeverListsBackToBackWhileNotFoundsOvertakeIt(t *testing.T) {
 	const doc = "file:///docs/doc.md"
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := newKeptRig(t, w, doc, "file:///docs/other.md")
-		_, err := r.c.Subscribe(t.Context(), doc)
-		require.NoError(t, err)
-		r.keep(t, false)
+		r := newKeptRigWatching(t, w, doc, "file:///docs/other.md")
 		r.srv.Delete(doc)
 		quiesce()
 		// Each scan's first pass (one page) waits at the kit while a
