@@ -252,13 +252,8 @@ func TestCancelledUnsubscribeOfAURIWhoseReopenFailedLeavesNoStreamCarryingIt(t *
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(z, "text/markdown", "z1")
 		before := r.subscribe()
-		r.ledger.failWrites(1, openingWrite)
-		r.reestablish()
-		require.Equal(t, 1, r.ledger.failures(), "the reopen's write was refused")
-		sub, err := r.c.Engine().Subscription(faultURI)
-		require.NoError(t, err)
-		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
-			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+		r.reestablishRefusingOnce(openingWrite)
+		r.requireOldGenerationOpen(faultURI, before.SubscriptionGeneration)
 
 		unsubscribeBehindAHeldStream(t, r, faultURI, z)
 

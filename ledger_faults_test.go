@@ -421,17 +421,14 @@ func TestUnsubscribeClosesAURIWhoseReopenFailed(t *testing.T) {
 		before := r.subscribe()
 
 		r.reestablishRefusingOnce(openingWrite)
-		sub, err := r.c.Engine().Subscription(faultURI)
-		require.NoError(t, err)
-		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
-			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+		r.requireOldGenerationOpen(faultURI, before.SubscriptionGeneration)
 
 		// The caller no longer wants the URI.
-		_, err = r.c.Unsubscribe(t.Context(), faultURI)
+		_, err := r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		time.Sleep(6 * time.Minute) // a revalidation period and more
 		quiesce()
-		sub, err = r.c.Engine().Subscription(faultURI)
+		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		if sub.State == ledger.StateUnsubscribing {
 			t.Errorf("Unsubscribe returned nil, yet the generation is still %s in the current session", sub.State)
@@ -463,10 +460,7 @@ func TestUnsubscribeOfAURIWhoseReopenFailsTellsTheServer(t *testing.T) {
 		r.ledger.failWrites(1000, openingWriteOf(faultURI))
 		r.reestablish()
 		require.GreaterOrEqual(t, r.ledger.failures(), 1, "the write opening the next generation was refused")
-		sub, err := r.c.Engine().Subscription(faultURI)
-		require.NoError(t, err)
-		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
-			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+		r.requireOldGenerationOpen(faultURI, before.SubscriptionGeneration)
 
 		_, err = r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)

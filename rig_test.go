@@ -601,6 +601,16 @@ func (r *rig) reopenErrorsOf(uri string) int {
 	return n
 }
 
+// requireOldGenerationOpen checks that uri is still open in its generation
+// gen: the reopen that failed left it there.
+func (r *rig) requireOldGenerationOpen(uri string, gen uint64) {
+	r.t.Helper()
+	sub, err := r.c.Engine().Subscription(uri)
+	require.NoError(r.t, err)
+	require.True(r.t, sub.State.Open() && sub.SubscriptionGeneration == gen,
+		"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+}
+
 // requireHealed checks, after a fault cleared and uri was given time to
 // heal, that it came back: an open subscription of the client's session,
 // the server's current content want served, and nothing degraded. It
