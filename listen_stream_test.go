@@ -334,7 +334,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 				for _, u := range []string{x, y} {
 					s, e, desc := r.look(u)
 					t.Log(desc)
-					require.True(t, s.SessionGeneration == gen && generationOpen(s.State), desc)
+					require.True(t, openIn(s, gen), desc)
 					if s.Mode == ledger.ModePush {
 						require.True(t, r.srv.Subscribed(u), desc)
 					} else {

@@ -772,15 +772,25 @@ func (r *rig) requireWhereLeft(uris []string, mustOpen, mustClosed map[string]bo
 	require.Empty(t, bad)
 }
 
-// parkTwo parks the first two requests of method on the second connection
-// (the one a Reconnect opens): each, as it arrives, names its URI on
-// arrived1 or arrived2 and waits until h1 or h2 is closed. With second set,
-// the second one parked is the first after the first that names it: a
-// Reconnect re-subscribes its URIs side by side, and a test that parks a
-// caller's own request beside the Reconnect's names it.
-func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, arrived1, arrived2 chan string) {
-	h1, h2 = make(chan struct{}), make(chan struct{})
-	arrived1, arrived2 = make(chan string, 1), make(chan string, 1)
+// parkedReconnect is a Reconnect whose first two requests of a method are
+// parked (reconnectParked).
+type parkedReconnect struct {
+	first    string        // the URI of the first request parked
+	h1, h2   chan struct{} // closing one lets the first or the second go
+	arrived2 chan string   // the URI of the second, once it is parked
+	done     chan error    // what Reconnect returned
+}
+
+// reconnectParked starts a Reconnect, parking the first two requests of
+// method on the second connection (the one the Reconnect opens): each, as
+// it arrives, names its URI (first, arrived2) and waits until h1 or h2 is
+// closed. It returns once the first is parked. With second set, the second
+// one parked is the first after the first that names it: a Reconnect
+// re-subscribes its URIs side by side, and a test that parks a caller's
+// own request beside the Reconnect's names it.
+func (r *rig) reconnectParked(method string, second ...string) *parkedReconnect {
+	p := &parkedReconnect{h1: make(chan struct{}), h2: make(chan struct{}), arrived2: make(chan string, 1), done: make(chan error, 1)}
+	arrived1 := make(chan string, 1)
 	var mu sync.Mutex // protects seen
 	seen := 0
 	r.wire.set(func(w *faultWire) {
@@ -797,15 +807,17 @@ func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, ar
 			switch seen {
 			case 1:
 				arrived1 <- req.uri
-				return h1
+				return p.h1
 			case 2:
-				arrived2 <- req.uri
-				return h2
+				p.arrived2 <- req.uri
+				return p.h2
 			}
 			return nil
 		}
 	})
-	return h1, h2, arrived1, arrived2
+	go func() { p.done <- r.c.Reconnect(context.Background()) }()
+	p.first = <-arrived1
+	return p
 }
 
 // openState reports whether s is ACTIVE or one of its read sub-states.

@@ -215,7 +215,7 @@ func TestRefusedResubscribeRacingTheCallerEndsWhereTheCallerLeftIt(t *testing.T)
 					if lerr == nil && len(e.Contents) > 0 {
 						text = e.Contents[0].Text
 					}
-					open := sub.SessionGeneration == gen && generationOpen(sub.State)
+					open := openIn(sub, gen)
 					desc := fmt.Sprintf("key: %s %s %q session %d/%d; server a %v b %v; serves %q degraded %q; in the quiet 10 min: %d subscribes, %d unsubscribes",
 						sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, r.srv.Subscribed(a), r.srv.Subscribed(b), text, e.Degraded, subs, unsubs)
 					t.Log(desc)
