@@ -275,14 +275,10 @@ func holdCallback(t *testing.T, kind callbackKind, r *rig, hook *callbackHook, t
 // eachCallbackKind runs test once per kind of callback, in a subtest and a
 // synctest bubble of its own, on a callback rig whose hook the test sets.
 func eachCallbackKind(t *testing.T, test func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook)) {
-	for _, kind := range callbackKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var hook callbackHook
-				test(t, kind, newCallbackRig(t, kind, &hook), &hook)
-			})
-		})
-	}
+	eachCase(t, callbackKinds, func(k callbackKind) string { return k.name }, func(t *testing.T, kind callbackKind) {
+		var hook callbackHook
+		test(t, kind, newCallbackRig(t, kind, &hook), &hook)
+	})
 }
 
 // closeElsewhere closes r's client on a goroutine of its own, and reports

@@ -110,42 +110,38 @@ func TestPolledURIWhoseReopenWriteFailsHeals(t *testing.T) {
 // ten minutes).
 func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 	const a = "file:///b44/ledger/x.md"
-	for _, m := range reopenWrites {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
-				var armed sync.Once
-				lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
-					armed.Do(func() { r.ledger.failWrites(1, m.match) })
-				}))
-				t.Logf("ledger failures: %d", r.ledger.failures())
-				sub, _ := r.c.Engine().Subscription(a)
-				e, _ := r.c.Lookup(a)
-				t.Logf("right after: %s %s %q degraded %q", sub.State, sub.Mode, sub.ModeReason, e.Degraded)
-				if r.ledger.failures() > 0 {
-					r.requireToldReopen(a)
-				}
-				minutes(10)
-				subs := r.requests(string(mcp.MethodResourcesSubscribe))
-				minutes(10)
-				subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
-				r.srv.Set(a, "text/markdown", "v2")
-				minutes(7)
-				sub, err := r.c.Engine().Subscription(a)
-				require.NoError(t, err)
-				t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
-					sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, sub.SubscriptionGeneration, r.srv.Subscribed(a), subs)
-				require.LessOrEqual(t, subs, 1)
-				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
-				r.requireHealed(a, "v2")
-				if sub.Mode == ledger.ModePush {
-					require.True(t, r.srv.Subscribed(a), "push but not notified")
-				} else {
-					require.NotEmpty(t, sub.ModeReason)
-				}
-			})
-		})
-	}
+	eachCase(t, reopenWrites, func(m reopenWrite) string { return m.name }, func(t *testing.T, m reopenWrite) {
+		r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
+		var armed sync.Once
+		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
+			armed.Do(func() { r.ledger.failWrites(1, m.match) })
+		}))
+		t.Logf("ledger failures: %d", r.ledger.failures())
+		sub, _ := r.c.Engine().Subscription(a)
+		e, _ := r.c.Lookup(a)
+		t.Logf("right after: %s %s %q degraded %q", sub.State, sub.Mode, sub.ModeReason, e.Degraded)
+		if r.ledger.failures() > 0 {
+			r.requireToldReopen(a)
+		}
+		minutes(10)
+		subs := r.requests(string(mcp.MethodResourcesSubscribe))
+		minutes(10)
+		subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
+		r.srv.Set(a, "text/markdown", "v2")
+		minutes(7)
+		sub, err := r.c.Engine().Subscription(a)
+		require.NoError(t, err)
+		t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
+			sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, sub.SubscriptionGeneration, r.srv.Subscribed(a), subs)
+		require.LessOrEqual(t, subs, 1)
+		require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+		r.requireHealed(a, "v2")
+		if sub.Mode == ledger.ModePush {
+			require.True(t, r.srv.Subscribed(a), "push but not notified")
+		} else {
+			require.NotEmpty(t, sub.ModeReason)
+		}
+	})
 }
 
 // A listen stream the server ends is re-established: each URI it carried
@@ -156,20 +152,16 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 // current content (DESIGN: everything right is eventually accepted, or the
 // failure is visible; nothing is served stale without saying so).
 func TestReestablishWhoseWriteFailsIsToldAndHeals(t *testing.T) {
-	for _, m := range reopenWrites {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, eras[1])
-				r.subscribe()
+	eachCase(t, reopenWrites, func(m reopenWrite) string { return m.name }, func(t *testing.T, m reopenWrite) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
 
-				r.reestablishRefusingOnce(m.match)
-				r.requireToldReopen(faultURI)
+		r.reestablishRefusingOnce(m.match)
+		r.requireToldReopen(faultURI)
 
-				// The ledger is healthy again; the server's content moves on.
-				r.requireHealsAfterAChange(faultURI)
-			})
-		})
-	}
+		// The ledger is healthy again; the server's content moves on.
+		r.requireHealsAfterAChange(faultURI)
+	})
 }
 
 // The server leaves x out of the acknowledgement of the stream that adds y,
@@ -255,14 +247,10 @@ func TestReopenKilledBetweenWritesLeavesTheURIResumable(t *testing.T) {
 		}},
 	}
 	for _, tc := range cases {
-		for _, n := range []int{1, 2} {
-			t.Run(fmt.Sprintf("%s/after-write-%d", tc.name, n), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := tc.reopen(t, n)
-					r.requireResumedOnItsLedger(tc.uri, "v1")
-				})
-			})
-		}
+		eachCase(t, []int{1, 2}, func(n int) string { return fmt.Sprintf("%s/after-write-%d", tc.name, n) }, func(t *testing.T, n int) {
+			r := tc.reopen(t, n)
+			r.requireResumedOnItsLedger(tc.uri, "v1")
+		})
 	}
 }
 
@@ -377,15 +365,11 @@ func eachReopenFault(t *testing.T, test func(t *testing.T, r *rig, reopen func(r
 			quiesce()
 		}})
 	}
-	for _, f := range faults {
-		t.Run(f.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, f.w)
-				r.subscribe()
-				test(t, r, f.reopen)
-			})
-		})
-	}
+	eachCase(t, faults, func(f fault) string { return f.name }, func(t *testing.T, f fault) {
+		r := newLedgerRig(t, f.w)
+		r.subscribe()
+		test(t, r, f.reopen)
+	})
 }
 
 // requireReopensPaced waits an hour of failing writes and checks that

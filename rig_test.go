@@ -42,14 +42,23 @@ type wiring struct {
 
 var eras = []wiring{{"legacy", "2025-11-25", false}, {"modern", "2026-07-28", false}}
 
+// eachCase runs test once per case, in a subtest named name(c) (fmt.Sprint
+// of the case when name is nil) and a testing/synctest bubble of its own.
+func eachCase[C any](t *testing.T, cases []C, name func(C) string, test func(t *testing.T, c C)) {
+	if name == nil {
+		name = func(c C) string { return fmt.Sprint(c) }
+	}
+	for _, c := range cases {
+		t.Run(name(c), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, c) })
+		})
+	}
+}
+
 // eachEra runs test once per protocol era, in a subtest named for the era
 // and a testing/synctest bubble of its own.
 func eachEra(t *testing.T, test func(t *testing.T, w wiring)) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { test(t, w) })
-		})
-	}
+	eachCase(t, eras, func(w wiring) string { return w.name }, test)
 }
 
 // eachEraAnd runs test once per protocol era and case, in a subtest named
@@ -60,11 +69,7 @@ func eachEraAnd[C any](t *testing.T, cases []C, name func(C) string, test func(t
 		name = func(c C) string { return fmt.Sprint(c) }
 	}
 	for _, w := range eras {
-		for _, c := range cases {
-			t.Run(w.name+"/"+name(c), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) { test(t, w, c) })
-			})
-		}
+		eachCase(t, cases, func(c C) string { return w.name + "/" + name(c) }, func(t *testing.T, c C) { test(t, w, c) })
 	}
 }
 
@@ -1473,12 +1478,15 @@ func writeOf(uri string, state ledger.SubscriptionState) func(string, *ledger.Re
 	return func(key string, next *ledger.Record) bool { return key == uri && next.State == state }
 }
 
-// reopenWrites are the writes of a reopen that can fail: the one that
-// closes the generation and opens the next, and the next one's activation.
-var reopenWrites = []struct {
+// reopenWrite is a write of a reopen that can fail, and what picks it.
+type reopenWrite struct {
 	name  string
 	match func(string, *ledger.Record) bool
-}{
+}
+
+// reopenWrites are the writes of a reopen that can fail: the one that
+// closes the generation and opens the next, and the next one's activation.
+var reopenWrites = []reopenWrite{
 	{"open-next-generation", openingWrite},
 	{"activate-next-generation", activatingWrite},
 }
