@@ -158,56 +158,53 @@ func TestSubscribeAllCancelled(t *testing.T) {
 // then open again in a newer generation, in push mode, notified by the
 // listen stream.
 func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
-	for _, all := range []bool{false, true} {
-		name := "Subscribe"
+	eachCase(t, []bool{false, true}, func(all bool) string {
 		if all {
-			name = "SubscribeAll"
+			return "SubscribeAll"
 		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const z = "file:///b35/race/z.md"
-				r := newRig(t, eras[1], nil)
-				r.srv.Set(z, "text/markdown", "z")
-				r.subscribe()
+		return "Subscribe"
+	}, func(t *testing.T, all bool) {
+		const z = "file:///b35/race/z.md"
+		r := newRig(t, eras[1], nil)
+		r.srv.Set(z, "text/markdown", "z")
+		r.subscribe()
 
-				// A replacement is under way (z's) and waits for its
-				// acknowledgement; the Unsubscribe of x queues behind it.
-				hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				zDone := goCall(t.Context(), r.c.Subscribe, z)
-				synctest.Wait()
-				<-hold.Arrived()
+		// A replacement is under way (z's) and waits for its
+		// acknowledgement; the Unsubscribe of x queues behind it.
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		zDone := goCall(t.Context(), r.c.Subscribe, z)
+		synctest.Wait()
+		<-hold.Arrived()
 
-				unsub := goCall(t.Context(), r.c.Unsubscribe, faultURI)
-				synctest.Wait()
-				resub := make(chan error, 1)
-				go func() {
-					if all {
-						_, err := r.c.SubscribeAll(t.Context(), []string{faultURI})
-						resub <- err
-						return
-					}
-					_, err := r.c.Subscribe(t.Context(), faultURI)
-					resub <- err
-				}()
-				synctest.Wait()
-				hold.Release()
+		unsub := goCall(t.Context(), r.c.Unsubscribe, faultURI)
+		synctest.Wait()
+		resub := make(chan error, 1)
+		go func() {
+			if all {
+				_, err := r.c.SubscribeAll(t.Context(), []string{faultURI})
+				resub <- err
+				return
+			}
+			_, err := r.c.Subscribe(t.Context(), faultURI)
+			resub <- err
+		}()
+		synctest.Wait()
+		hold.Release()
 
-				require.NoError(t, (<-zDone).err)
-				u := <-unsub
-				require.NoError(t, u.err)
-				require.NoError(t, <-resub)
-				quiesce()
+		require.NoError(t, (<-zDone).err)
+		u := <-unsub
+		require.NoError(t, u.err)
+		require.NoError(t, <-resub)
+		quiesce()
 
-				assert.Equal(t, ledger.StateClosed, u.val.State,
-					"the Unsubscribe that was answered left its generation %s", u.val.State)
-				sub, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, ledger.ModePush, sub.Mode)
-				assert.True(t, r.srv.Subscribed(faultURI))
-				assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
-			})
-		})
-	}
+		assert.Equal(t, ledger.StateClosed, u.val.State,
+			"the Unsubscribe that was answered left its generation %s", u.val.State)
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, ledger.ModePush, sub.Mode)
+		assert.True(t, r.srv.Subscribed(faultURI))
+		assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
+	})
 }
 
 // SubscribeAll of 200 URIs while the server fails every 7th subscribe,
@@ -619,45 +616,42 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 // longer drives (the engine is free for another Client once Close
 // returned), and every URI says why it is not open.
 func TestSubscribeAllWritesNoBatchOnceCancelledOrClosed(t *testing.T) {
-	for _, closing := range []bool{false, true} {
-		name := "cancelled"
+	eachCase(t, []bool{false, true}, func(closing bool) string {
 		if closing {
-			name = "closed"
+			return "closed"
 		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				uris := numbered("file:///stopped/%03d.md", 600) // three batches
-				l := &batchLedger{Ledger: ledger.NewMemory(nil)}
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-				require.NoError(t, err)
-				r := buildRig(t, eras[0], rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				var once sync.Once
-				l.set(func(l *batchLedger) {
-					l.during = func() {
-						once.Do(func() {
-							if closing {
-								require.NoError(t, r.c.Close())
-							} else {
-								cancel()
-							}
-						})
+		return "cancelled"
+	}, func(t *testing.T, closing bool) {
+		uris := numbered("file:///stopped/%03d.md", 600) // three batches
+		l := &batchLedger{Ledger: ledger.NewMemory(nil)}
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+		require.NoError(t, err)
+		r := buildRig(t, eras[0], rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var once sync.Once
+		l.set(func(l *batchLedger) {
+			l.during = func() {
+				once.Do(func() {
+					if closing {
+						require.NoError(t, r.c.Close())
+					} else {
+						cancel()
 					}
 				})
-				_, err = r.c.SubscribeAll(ctx, uris)
-				if closing {
-					require.ErrorIs(t, err, mcpsync.ErrClientClosed)
-				} else {
-					require.ErrorIs(t, err, context.Canceled)
-				}
-				quiesce()
-				assert.Len(t, l.written(), 1, "batches written: the one under way, and no later one")
-				for _, uri := range uris[256:] {
-					_, err := e.Subscription(uri)
-					assert.ErrorIs(t, err, mcpsync.ErrUnknownURI, "%s, never started, was opened", uri)
-				}
-			})
+			}
 		})
-	}
+		_, err = r.c.SubscribeAll(ctx, uris)
+		if closing {
+			require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+		} else {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		quiesce()
+		assert.Len(t, l.written(), 1, "batches written: the one under way, and no later one")
+		for _, uri := range uris[256:] {
+			_, err := e.Subscription(uri)
+			assert.ErrorIs(t, err, mcpsync.ErrUnknownURI, "%s, never started, was opened", uri)
+		}
+	})
 }
