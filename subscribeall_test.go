@@ -28,17 +28,23 @@ func subscribeAllClient(t *testing.T, srv *mcpsynctest.Server, version string) *
 	return c
 }
 
+// serverOfMany returns a server holding n resources, and their URIs: each
+// has text "v1 of" its URI.
+func serverOfMany(n int) (*mcpsynctest.Server, []string) {
+	srv := mcpsynctest.NewServer(nil)
+	uris := numbered("file:///all/%03d.md", n)
+	for _, u := range uris {
+		srv.Set(u, "text/markdown", "v1 of "+u)
+	}
+	return srv, uris
+}
+
 // SubscribeAll opens every URI with its first version, in order; from
 // 2026-07-28 on one listen stream carries them all, and before it each has
 // its own resources/subscribe.
 func TestSubscribeAll(t *testing.T) {
 	eachEra(t, func(t *testing.T, era wiring) {
-		srv := mcpsynctest.NewServer(nil)
-		uris := make([]string, 200)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-			srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
-		}
+		srv, uris := serverOfMany(200)
 		c := subscribeAllClient(t, srv, era.version)
 		subs, err := c.SubscribeAll(t.Context(), uris)
 		require.NoError(t, err)
@@ -401,12 +407,7 @@ func (s *sender) SendRequest(ctx context.Context, req transport.JSONRPCRequest) 
 // their passes; URIs it knows already are left to their passes.
 func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testing.T) {
 	eachEra(t, func(t *testing.T, era wiring) {
-		srv := mcpsynctest.NewServer(nil)
-		uris := make([]string, 300)
-		for i := range uris {
-			uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-			srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
-		}
+		srv, uris := serverOfMany(300)
 		l := &batchLedger{Ledger: ledger.NewMemory(nil)}
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
 		require.NoError(t, err)
