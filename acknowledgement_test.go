@@ -129,8 +129,7 @@ func TestAcknowledgementOfAnUnaskedURIIsNotTakenAsSubscribed(t *testing.T) {
 				return append(slices.Clone(asked), z)
 			}
 		}})
-		_, err := r.c.Subscribe(t.Context(), a)
-		require.NoError(t, err)
+		r.watch(a)
 		before := r.listens()
 		sz, err := r.c.Subscribe(t.Context(), z)
 		require.NoError(t, err)
@@ -203,10 +202,7 @@ func TestServerCarryingOnlyTheNewestURIsDrawsNoStorm(t *testing.T) {
 				return asked[len(asked)-tc.max:]
 			}
 		}})
-		for _, u := range uris {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(uris...)
 		// Let the fault become steady: half an hour.
 		time.Sleep(30 * time.Minute)
 		quiesce()

@@ -43,8 +43,7 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///gap/x.md", "file:///gap/y.md", "file:///gap/z.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{x, y, z}})
-		_, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
+		r.watch(x)
 		time.Sleep(time.Minute)
 		quiesce()
 
@@ -92,8 +91,7 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///unacked/x.md", "file:///unacked/y.md", "file:///unacked/z.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{x, y, z}})
-		_, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
+		r.watch(x)
 		time.Sleep(time.Minute)
 		quiesce()
 
@@ -180,8 +178,7 @@ func TestRefusedListenInSubscribeAllEndsPushed(t *testing.T) {
 		// Subscribe or Unsubscribe does.
 		const w = "file:///b37/refused/w.md"
 		r.srv.Set(w, "text/markdown", "w")
-		_, err = r.c.Subscribe(t.Context(), w)
-		require.NoError(t, err)
+		r.watch(w)
 		quiesce()
 
 		for _, u := range uris {
@@ -209,10 +206,8 @@ func TestNotificationsOfAnotherStreamOrAnUnwatchedURIAreIgnored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, b, x = "file:///b40/foreign/a.md", "file:///b40/foreign/b.md", "file:///b40/foreign/x.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{a, b, x}})
-		_, err := r.c.Subscribe(t.Context(), a)
-		require.NoError(t, err)
-		_, err = r.c.Subscribe(t.Context(), b) // replaces a's first stream
-		require.NoError(t, err)
+		r.watch(a)
+		r.watch(b) // replaces a's first stream
 		time.Sleep(time.Minute)
 		quiesce()
 		ids := r.wire.listenIDs()
@@ -241,7 +236,7 @@ func TestNotificationsOfAnotherStreamOrAnUnwatchedURIAreIgnored(t *testing.T) {
 		quiesce()
 		require.Equal(t, readsA, r.srv.Reads(a), "a notification of a replaced stream was read")
 		require.Equal(t, readsX, r.srv.Reads(x), "a notification of a URI nobody watches was read")
-		_, err = r.c.Lookup(x)
+		_, err := r.c.Lookup(x)
 		require.Error(t, err, "the engine keeps a URI nobody watches")
 		got, desc := r.state(b)
 		require.Equal(t, "v2", got, desc)
@@ -346,8 +341,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 func pushRetryInFlight(t *testing.T, ackDelay time.Duration) (*rig, string, string) {
 	const a, x = "file:///b41/race/a.md", "file:///b41/race/x.md"
 	r := buildRig(t, eras[1], rigConfig{uris: []string{a, x}})
-	_, err := r.c.Subscribe(t.Context(), a)
-	require.NoError(t, err)
+	r.watch(a)
 	r.wire.set(func(w *faultWire) { w.refuse = listensWhere(func(u []string) bool { return slices.Contains(u, x) }) })
 	sx, err := r.c.Subscribe(t.Context(), x)
 	require.NoError(t, err)
@@ -598,8 +592,7 @@ func TestSteadilyRefusedURIDrawsNoListenStorm(t *testing.T) {
 		r.wire.refuseListens(func(uris []string) bool { return slices.Contains(uris, x) })
 		listen := string(mcp.MethodSubscriptionsListen)
 
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePoll, sub.Mode, "x's stream was refused")
@@ -634,8 +627,7 @@ func TestStreamsEndedRightAfterTheirAcknowledgementDrawNoStorm(t *testing.T) {
 		// One more Subscribe puts the fault on the stream that is open now.
 		const d = "file:///b40/end/d.md"
 		r.srv.Set(d, "text/markdown", "v1")
-		_, err = r.c.Subscribe(t.Context(), d)
-		require.NoError(t, err)
+		r.watch(d)
 
 		before, reads := r.listens(), r.srv.Reads(uris[0])
 		const periods = 6 // revalidation periods of 5 minutes
@@ -735,10 +727,7 @@ func TestSubscribesDuringAHalfDoneCloseReturnOpenSubscriptions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///halfdone/x.md", "file:///halfdone/y.md"
 		r := buildRig(t, eras[1], rigConfig{ledger: true, uris: []string{x, y}, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-		for _, u := range []string{x, y} {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(x, y)
 		quiesce()
 
 		// The stream that leaves x out is held: the close waits for it.

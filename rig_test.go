@@ -168,8 +168,7 @@ func newLedgerRigWatching(t *testing.T, other string) *rig {
 	t.Helper()
 	r := newLedgerRig(t, eras[1], other)
 	r.subscribe()
-	_, err := r.c.Subscribe(t.Context(), other)
-	require.NoError(t, err)
+	r.watch(other)
 	quiesce()
 	return r
 }
@@ -402,6 +401,16 @@ func (r *rig) describe(uri string) string {
 		uri, sub.State, sub.SessionGeneration, e.SessionGeneration(), sub.SubscriptionGeneration, sub.Mode,
 		sub.LastIssuedOrdinal, sub.Watermark, sub.StalenessBoundMs, sub.CloseEpoch, err,
 		text, lerr, want, exists, r.srv.Subscribed(uri))
+}
+
+// watch subscribes each of uris in turn, each Subscribe required to
+// return nil.
+func (r *rig) watch(uris ...string) {
+	r.t.Helper()
+	for _, u := range uris {
+		_, err := r.c.Subscribe(r.t.Context(), u)
+		require.NoError(r.t, err)
+	}
 }
 
 // subscribeSettled subscribes uri and waits until its first read passed.

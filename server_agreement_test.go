@@ -297,11 +297,10 @@ func TestFailedActivationLeavesNoStreamCarryingIt(t *testing.T) {
 		const other = "file:///docs/other.md"
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
-		_, err := r.c.Subscribe(t.Context(), other) // a watch that stays
-		require.NoError(t, err)
+		r.watch(other) // a watch that stays
 		quiesce()
 		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err = r.c.Subscribe(t.Context(), faultURI)
+		_, err := r.c.Subscribe(t.Context(), faultURI)
 		require.Error(t, err, "the activation write failed")
 		require.Equal(t, 1, r.ledger.failures())
 		quiesce()
@@ -328,8 +327,7 @@ func TestFailedActivationLeavesTheURIOffTheNextStream(t *testing.T) {
 		quiesce()
 
 		// Another Subscribe replaces the stream.
-		_, err = r.c.Subscribe(t.Context(), other)
-		require.NoError(t, err)
+		r.watch(other)
 		quiesce()
 		require.True(t, r.srv.Subscribed(other))
 		require.False(t, r.srv.Subscribed(faultURI), "a stream still carries a URI whose Subscribe failed")
