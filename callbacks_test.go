@@ -45,8 +45,7 @@ func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
 				closed <- cerr
 			}
 		})
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		r.setDown(true)
 		r.faults().DropSession()
@@ -85,12 +84,11 @@ func TestReconnectFromOnErrorDuringAFailedReconnectDoesNotDeadlock(t *testing.T)
 				inner <- c.Reconnect(ctx)
 			}
 		})
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		r.setDown(true)
 		start := time.Now()
-		err = r.c.Reconnect(t.Context())
+		err := r.c.Reconnect(t.Context())
 		took := time.Since(start)
 		require.Error(t, err, "the server is down")
 		// OnError runs on a goroutine of its own: let it run.

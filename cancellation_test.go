@@ -75,8 +75,7 @@ func TestCancelledSubscribeLeavesNothingBehind(t *testing.T) {
 		r.srv.Set(y, "text/markdown", "y1")
 		r.cancelSubscribeWhileItsStreamIsHeld(x)
 
-		_, err := r.c.Subscribe(t.Context(), y) // replaces the listen stream
-		require.NoError(t, err)
+		r.watch(y) // replaces the listen stream
 		quiesce()
 		assert.False(t, r.srv.Subscribed(x), "the server still notifies a URI whose Subscribe was cancelled")
 		assert.True(t, r.srv.Subscribed(y))
@@ -226,8 +225,7 @@ func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 		const x, z = "file:///b38/unsub/x.md", "file:///b38/unsub/z.md"
 		r := buildRig(t, eras[1], rigConfig{uris: []string{x, z}})
 		r.subscribe()
-		_, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
+		r.watch(x)
 		quiesce()
 
 		unsubscribeBehindAHeldStream(t, r, x, z)
@@ -285,8 +283,7 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 		first := r.srv.Subscribed(faultURI)
 
 		// A clean Subscribe and Unsubscribe later in the same session.
-		_, err = r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		sub, err = r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)

@@ -179,8 +179,7 @@ func TestTombstoneConfirmedByProofOrCorroboration(t *testing.T) {
 func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool, policy mcpsync.DeletionPolicy) {
 	r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: proven, SuppressListChanged: true}, policy)
 	const gone = "file:///docs/4.md"
-	_, err := r.c.Subscribe(t.Context(), gone)
-	require.NoError(t, err)
+	r.watch(gone)
 	quiesce()
 	r.srv.Delete(gone) // its notification's read answers not found
 	quiesce()

@@ -53,10 +53,9 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 func TestClientForgetUnsubscribesAndEvicts(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		r := buildRig(t, w, rigConfig{uris: []string{docURI}})
-		_, err := r.c.Subscribe(t.Context(), docURI)
-		require.NoError(t, err)
+		r.watch(docURI)
 		require.NoError(t, r.c.WaitForSync(t.Context()))
-		_, err = r.c.Lookup(docURI)
+		_, err := r.c.Lookup(docURI)
 		require.NoError(t, err)
 
 		require.NoError(t, r.c.Forget(t.Context(), docURI))

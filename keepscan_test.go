@@ -58,8 +58,7 @@ func newHandledKeptRig(t *testing.T, w wiring, h mcpsync.ResourceHandler, uris .
 func newKeptRigWatching(t *testing.T, w wiring, watched string, others ...string) *keptRig {
 	t.Helper()
 	r := newKeptRig(t, w, append([]string{watched}, others...)...)
-	_, err := r.c.Subscribe(t.Context(), watched)
-	require.NoError(t, err)
+	r.watch(watched)
 	r.keep(t, false)
 	return r
 }
@@ -138,10 +137,7 @@ func TestKeptScanTombstonesDeletionsWithinTwoIntervals(t *testing.T) {
 	const gone, kept = "file:///docs/gone.md", "file:///docs/kept.md"
 	eachEraAnd(t, []bool{true, false}, notifiedName, func(t *testing.T, w wiring, notified bool) {
 		r := newKeptRig(t, w, gone, kept)
-		for _, u := range []string{gone, kept} {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(gone, kept)
 		r.keep(t, false)
 		time.Sleep(keptReview / 3) // mid-interval
 		if !notified {

@@ -182,8 +182,7 @@ func TestReopenOfALeftOutURIWhoseWriteFailsIsToldAndHeals(t *testing.T) {
 		// generation fails, once.
 		r.ledger.failWrites(1, openingWriteOf(x))
 		r.wire.leaveOut(x)
-		_, err = r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		quiesce()
 		require.Equal(t, 1, r.ledger.failures(), "x's reopen was refused by the ledger")
 		r.requireToldReopen(x)
@@ -456,8 +455,7 @@ func TestUnsubscribeOfAURIWhoseReopenFailsTellsTheServer(t *testing.T) {
 		// the caller let go of.
 		const third = "file:///docs/third.md"
 		r.srv.Set(third, "text/markdown", "v1")
-		_, err = r.c.Subscribe(t.Context(), third)
-		require.NoError(t, err)
+		r.watch(third)
 		quiesce()
 		if r.srv.Subscribed(faultURI) {
 			t.Errorf("a stream opened after Unsubscribe still carries %s", faultURI)
@@ -479,8 +477,7 @@ func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.Error(t, err, "the write opening x failed")
 		quiesce()
-		_, err = r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		quiesce()
 		for i, f := range r.wire.listenFilters() {
 			t.Logf("listen stream %d carries %v", i+1, f)

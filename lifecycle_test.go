@@ -51,8 +51,7 @@ func TestCloseDuringHealingStaysClosed(t *testing.T) {
 		})
 		// A second session, whose transport has the slow close.
 		require.NoError(t, r.c.Reconnect(t.Context()))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		r.setDown(true)
 		r.faults().DropSession()

@@ -47,8 +47,7 @@ func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
 		} else {
 			_, err := r.c.Unsubscribe(t.Context(), faultURI)
 			require.NoError(t, err)
-			_, err = r.c.Subscribe(t.Context(), faultURI)
-			require.NoError(t, err)
+			r.watch(faultURI)
 		}
 		time.Sleep(10 * time.Second) // an hour short of revalidation
 		quiesce()

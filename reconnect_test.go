@@ -79,8 +79,7 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 3, Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond},
 		})
 		defer func() { require.NoError(t, r.c.Close()) }()
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		r.setDown(true)
 		r.faults().DropSession()
@@ -245,10 +244,7 @@ func TestReconnectCancelledMidwayHeals(t *testing.T) {
 				hold = kit.HoldNextRequest(subscribeMethod(w.version), "") // the Reconnect's first re-subscribe
 			}
 		})
-		for _, u := range []string{faultURI, y} {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(faultURI, y)
 		quiesce()
 
 		ctx, cancel := context.WithCancel(t.Context())
@@ -719,8 +715,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 			Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
 		}})
 		r.subscribe()
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		quiesce()
 		before := map[string]mcpsync.Subscription{}
 		for _, u := range []string{faultURI, y} {
@@ -794,8 +789,7 @@ func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testin
 		_, _ = r.c.Unsubscribe(gone, faultURI) // its pass runs without the caller
 		time.Sleep(10 * time.Second)           // past RequestTimeout: the unsubscribe is given up on
 		quiesce()
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 
 		r.setDown(true)

@@ -527,8 +527,7 @@ func TestAListenStreamNamesOnlyURIsWhoseSubscriptionIsWritten(t *testing.T) {
 				early := namedUnwritten(r, l)
 				r.subscribe()
 				if tc.closed {
-					_, err := r.c.Subscribe(t.Context(), x)
-					require.NoError(t, err)
+					r.watch(x)
 					_, err = r.c.Unsubscribe(t.Context(), x)
 					require.NoError(t, err)
 					quiesce()
