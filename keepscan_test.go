@@ -122,20 +122,12 @@ func (r *keptRig) waitTombstone(t *testing.T, uri string, limit time.Duration) (
 	return 0, mcpsync.OutboxEntry{}
 }
 
-// notifiedName names a case by whether the server notified the deletion.
-func notifiedName(notified bool) string {
-	if notified {
-		return "notified"
-	}
-	return "not notified"
-}
-
 // A resource deleted on a server that can prove nothing is tombstoned by
 // the kept scan within two scan intervals, whether or not its deletion was
 // notified, and its outbox entry names corroborated evidence.
 func TestKeptScanTombstonesDeletionsWithinTwoIntervals(t *testing.T) {
 	const gone, kept = "file:///docs/gone.md", "file:///docs/kept.md"
-	eachEraAnd(t, []bool{true, false}, notifiedName, func(t *testing.T, w wiring, notified bool) {
+	eachEraAnd(t, []bool{true, false}, named("not notified", "notified"), func(t *testing.T, w wiring, notified bool) {
 		r := newKeptRig(t, w, gone, kept)
 		r.watch(gone, kept)
 		r.keep(t, false)

@@ -55,6 +55,16 @@ func eachCase[C any](t *testing.T, cases []C, name func(C) string, test func(t *
 	}
 }
 
+// named names the two cases of a bool: falseName and trueName.
+func named(falseName, trueName string) func(bool) string {
+	return func(b bool) string {
+		if b {
+			return trueName
+		}
+		return falseName
+	}
+}
+
 // eachEra runs test once per protocol era, in a subtest named for the era
 // and a testing/synctest bubble of its own.
 func eachEra(t *testing.T, test func(t *testing.T, w wiring)) {

@@ -164,12 +164,7 @@ func TestSubscribeAllCancelled(t *testing.T) {
 // then open again in a newer generation, in push mode, notified by the
 // listen stream.
 func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
-	eachCase(t, []bool{false, true}, func(all bool) string {
-		if all {
-			return "SubscribeAll"
-		}
-		return "Subscribe"
-	}, func(t *testing.T, all bool) {
+	eachCase(t, []bool{false, true}, named("Subscribe", "SubscribeAll"), func(t *testing.T, all bool) {
 		const z = "file:///b35/race/z.md"
 		r := newRig(t, eras[1], nil)
 		r.srv.Set(z, "text/markdown", "z")
@@ -616,12 +611,7 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 // longer drives (the engine is free for another Client once Close
 // returned), and every URI says why it is not open.
 func TestSubscribeAllWritesNoBatchOnceCancelledOrClosed(t *testing.T) {
-	eachCase(t, []bool{false, true}, func(closing bool) string {
-		if closing {
-			return "closed"
-		}
-		return "cancelled"
-	}, func(t *testing.T, closing bool) {
+	eachCase(t, []bool{false, true}, named("cancelled", "closed"), func(t *testing.T, closing bool) {
 		uris := numbered("file:///stopped/%03d.md", 600) // three batches
 		l := &batchLedger{Ledger: ledger.NewMemory(nil)}
 		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
