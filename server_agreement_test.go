@@ -267,6 +267,17 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 	})
 }
 
+// subscribeFailingActivation subscribes faultURI with the ledger refusing,
+// once, the write that activates it, and checks that Subscribe failed.
+func (r *rig) subscribeFailingActivation() {
+	r.t.Helper()
+	r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
+	_, err := r.c.Subscribe(r.t.Context(), faultURI)
+	require.Error(r.t, err, "the activation write failed")
+	require.Equal(r.t, 1, r.ledger.failures())
+	quiesce()
+}
+
 // 2025-11-25. A Subscribe whose activation write fails after the server
 // acknowledged its resources/subscribe fails and drops its watch; the
 // server is told: half an hour later it does not notify a URI nobody
@@ -275,11 +286,7 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 func TestFailedActivationUnsubscribesTheServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[0])
-		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, r.ledger.failures())
-		quiesce()
+		r.subscribeFailingActivation()
 		r.sixRevalidations() // half an hour, the ledger healthy
 		require.False(t, r.srv.Subscribed(faultURI),
 			"the server still notifies %s, whose Subscribe failed and which nobody watches (unsubscribes sent: %d)",
@@ -299,11 +306,7 @@ func TestFailedActivationLeavesNoStreamCarryingIt(t *testing.T) {
 		r.srv.Set(other, "text/markdown", "v1")
 		r.watch(other) // a watch that stays
 		quiesce()
-		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, r.ledger.failures())
-		quiesce()
+		r.subscribeFailingActivation()
 		r.sixRevalidations() // half an hour, the ledger healthy
 		require.True(t, r.srv.Subscribed(other))
 		require.False(t, r.srv.Subscribed(faultURI),
@@ -320,11 +323,7 @@ func TestFailedActivationLeavesTheURIOffTheNextStream(t *testing.T) {
 		const other = "file:///docs/other.md"
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
-		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, r.ledger.failures())
-		quiesce()
+		r.subscribeFailingActivation()
 
 		// Another Subscribe replaces the stream.
 		r.watch(other)
