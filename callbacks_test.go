@@ -47,8 +47,7 @@ func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
 		})
 		r.watch(faultURI)
 		quiesce()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(30 * time.Second)
 		quiesce()
 		select {

@@ -111,8 +111,7 @@ func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
 			default:
 			}
 		})
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		for range 5 {
 			quiesce()
 			entry, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
@@ -144,8 +143,7 @@ func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
 		// The server goes away for good: strict Lookups answer until
 		// ValidatedAt + bound, and refuse after it.
 		validated := entry.ValidatedAt
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(time.Until(validated.Add(entry.StalenessBound)) - time.Second)
 		quiesce()
 		entry, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())

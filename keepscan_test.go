@@ -423,8 +423,7 @@ func TestWaitForSyncWithAKeptScanReturnsWhenHealingGaveUp(t *testing.T) {
 			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond},
 		})
 		r.subscribe()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(5 * time.Second)
 		quiesce()
 		require.Equal(t, mcpsync.ConnectionFailed, r.c.Health().State, "errors %v", r.errs.list())

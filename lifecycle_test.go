@@ -53,8 +53,7 @@ func TestCloseDuringHealingStaysClosed(t *testing.T) {
 		require.NoError(t, r.c.Reconnect(t.Context()))
 		r.watch(faultURI)
 		quiesce()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		// Wait until the loss was found and the first attempt failed.
 		for range 100 {
 			if len(r.errs.list()) >= 2 {

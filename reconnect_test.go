@@ -81,8 +81,7 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 		defer func() { require.NoError(t, r.c.Close()) }()
 		r.watch(faultURI)
 		quiesce()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		time.Sleep(5 * time.Second)
 		quiesce()
@@ -412,8 +411,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 			}
 		}
 		for i := range 30 {
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 			if s, _ := r.c.Engine().Subscription(x); generationOpen(s.State) {
 				t.Logf("x open again after %d min", i+1)
 				break
@@ -725,8 +723,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 			before[u] = sub
 		}
 
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		for range 10 { // five revalidation periods, lost
 			time.Sleep(30 * time.Second)
 			quiesce()
@@ -744,8 +741,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 		r.setDown(false)
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		r.srv.Set(y, "text/markdown", "y2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
 		for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
 			sub, err := r.c.Engine().Subscription(u)
@@ -792,8 +788,7 @@ func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testin
 		r.watch(faultURI)
 		quiesce()
 
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(30 * time.Second) // the heartbeat finds the session lost
 		quiesce()
 		require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")

@@ -350,6 +350,13 @@ func (r *rig) setDown(down bool) {
 	r.mu.Unlock()
 }
 
+// loseSession loses the client's session with the server down: every dial
+// fails until setDown(false).
+func (r *rig) loseSession() {
+	r.setDown(true)
+	r.faults().DropSession()
+}
+
 // setOnDial installs f, called with each later connection's kit before the
 // connection sends anything.
 func (r *rig) setOnDial(f func(conn int, kit *mcpsynctest.Transport)) {
