@@ -84,19 +84,16 @@ func TestURILeftOutOfAnAcknowledgementIsNotLeftSilent(t *testing.T) {
 		sx, err := c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePush, sx.Mode)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		r.wire.leaveOut(x) // the server stops accepting x
 		sy, err := c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePush, sy.Mode, sy.ModeReason)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		srv.Set(x, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		sub, err := c.Engine().Subscription(x)
 		require.NoError(t, err)
@@ -139,8 +136,7 @@ func TestAcknowledgementOfAnUnaskedURIIsNotTakenAsSubscribed(t *testing.T) {
 
 		time.Sleep(time.Minute)
 		r.srv.Set(z, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		got, desc := r.state(z)
 		require.True(t, got == "v2" || sz.Mode != ledger.ModePush,
 			"z serves %q a minute after the server changed it to v2: %s", got, desc)

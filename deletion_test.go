@@ -304,8 +304,7 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 		t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
 		quiesce()
 		r.srv.Recreate(faultURI, "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		sub, err = r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		if uerr != nil || openState(sub.State) || r.srv.Subscribed(faultURI) {

@@ -44,8 +44,7 @@ func TestReestablishWhoseCloseFailsKeepsTheBound(t *testing.T) {
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		changed := time.Now()
 		for range 12 {
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 			entry, err := r.c.Lookup(faultURI)
 			if err != nil {
 				t.Fatal(err)
@@ -379,8 +378,7 @@ func (r *rig) requireReopensPaced() {
 	t.Helper()
 	start := time.Now()
 	for range 60 {
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		limit := 2 + int(time.Since(start)/(4*time.Minute))
 		if n := r.reopenErrors(); n > limit {
 			t.Fatalf("%d *ReopenError in %v: more than one per revalidation tick", n, time.Since(start))
@@ -648,8 +646,7 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 						require.NoError(t, err)
 						require.Equal(t, "v2", entry.Contents[0].Text)
 						require.Empty(t, entry.Degraded, "the copy is current, read after the notification (%d pulse writes failed)", r.ledger.failures())
-						time.Sleep(time.Minute)
-						quiesce()
+						minutes(1)
 					}
 				})
 			})
@@ -809,8 +806,7 @@ func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
 			if notified {
 				break
 			}
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 		}
 		require.True(t, notified, "no revalidation read within 15 minutes")
 		require.Equal(t, 1, r.ledger.failures(), "the revalidation read's write was to fail")

@@ -77,8 +77,7 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 			require.NoError(t, unsubErrs[i], u)
 			assert.Equal(t, ledger.StateClosed, unsubs[i].State, u)
 		}
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		for _, u := range append(append([]string{}, kept...), added...) {
 			assert.True(t, r.srv.Subscribed(u), "%s is on the stream", u)
 		}

@@ -44,8 +44,7 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 		const x, y, z = "file:///gap/x.md", "file:///gap/y.md", "file:///gap/z.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{x, y, z}})
 		r.watch(x)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		// Step 2: A -> B, x changes in between.
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -71,8 +70,7 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 		quiesce()
 		hold2.Release()
 		<-zdone
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		r.requireConverged(x, "changed while no stream carried it, then a replacement was acknowledged late")
 	})
 }
@@ -92,8 +90,7 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 		const x, y, z = "file:///unacked/x.md", "file:///unacked/y.md", "file:///unacked/z.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{x, y, z}})
 		r.watch(x)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		// Step 2: B is never acknowledged.
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -114,8 +111,7 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 		zsub, err := r.c.Subscribe(context.Background(), z)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePush, zsub.Mode, zsub.ModeReason)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		r.requireConverged(x, "changed while its stream was replaced by one never acknowledged")
 	})
 }
@@ -172,8 +168,7 @@ func TestRefusedListenInSubscribeAllEndsPushed(t *testing.T) {
 		// The URI whose Subscribe sent the refused stream polls; its
 		// first poll tick (PollEvery, 30 s, and its jitter) opens it
 		// on a stream again.
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		// Another URI's Subscribe replaces the stream, as any later
 		// Subscribe or Unsubscribe does.
 		const w = "file:///b37/refused/w.md"
@@ -208,8 +203,7 @@ func TestNotificationsOfAnotherStreamOrAnUnwatchedURIAreIgnored(t *testing.T) {
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{a, b, x}})
 		r.watch(a)
 		r.watch(b) // replaces a's first stream
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		ids := r.wire.listenIDs()
 		require.Len(t, ids, 2)
 		old, cur := ids[0], ids[1]
@@ -232,8 +226,7 @@ func TestNotificationsOfAnotherStreamOrAnUnwatchedURIAreIgnored(t *testing.T) {
 		readsA, readsX := r.srv.Reads(a), r.srv.Reads(x)
 		r.srv.Set(a, "text/markdown", "v2")
 		r.srv.Set(b, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		require.Equal(t, readsA, r.srv.Reads(a), "a notification of a replaced stream was read")
 		require.Equal(t, readsX, r.srv.Reads(x), "a notification of a URI nobody watches was read")
 		_, err := r.c.Lookup(x)
@@ -632,8 +625,7 @@ func TestStreamsEndedRightAfterTheirAcknowledgementDrawNoStorm(t *testing.T) {
 		before, reads := r.listens(), r.srv.Reads(uris[0])
 		const periods = 6 // revalidation periods of 5 minutes
 		for range periods * 5 {
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 		}
 		listens := r.listens() - before
 		t.Logf("%d listen requests and %d reads of %s in %d revalidation periods", listens, r.srv.Reads(uris[0])-reads, uris[0], periods)

@@ -57,8 +57,7 @@ func TestLateUnsubscribeNeverUndoesALaterSubscribe(t *testing.T) {
 		quiesce()
 
 		r.srv.Set(faultURI, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		r.requireConverged(faultURI, "late unsubscribe of an earlier generation")
 	})
 }
