@@ -26,48 +26,44 @@ import (
 // twice RequestTimeout, in poll mode saying why, and the URI already pushed
 // keeps being read; both serve each change within the poll bound.
 func TestWrongOrLateAcknowledgementPollsSayingWhy(t *testing.T) {
-	for _, fault := range []string{"wrong-id", "slow"} {
-		t.Run(fault, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const a, b = "file:///b40/ack/a.md", "file:///b40/ack/b.md"
-				r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{a, b}})
-				sa, err := r.c.Subscribe(t.Context(), a)
-				require.NoError(t, err)
-				require.Equal(t, ledger.ModePush, sa.Mode)
-				r.wire.set(func(w *faultWire) {
-					switch fault {
-					case "wrong-id":
-						w.rewrite = func(m mcp.JSONRPCNotification) []mcp.JSONRPCNotification {
-							if m.Method == mcp.MethodNotificationSubscriptionsAcknowledged {
-								m = withStreamID(m, "9999")
-							}
-							return []mcp.JSONRPCNotification{m}
-						}
-					case "slow":
-						w.ackDelay = time.Minute
+	eachCase(t, []string{"wrong-id", "slow"}, nil, func(t *testing.T, fault string) {
+		const a, b = "file:///b40/ack/a.md", "file:///b40/ack/b.md"
+		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{a, b}})
+		sa, err := r.c.Subscribe(t.Context(), a)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ModePush, sa.Mode)
+		r.wire.set(func(w *faultWire) {
+			switch fault {
+			case "wrong-id":
+				w.rewrite = func(m mcp.JSONRPCNotification) []mcp.JSONRPCNotification {
+					if m.Method == mcp.MethodNotificationSubscriptionsAcknowledged {
+						m = withStreamID(m, "9999")
 					}
-				})
-				start := time.Now()
-				sb, err := r.c.Subscribe(t.Context(), b)
-				require.NoError(t, err)
-				require.LessOrEqual(t, time.Since(start), 10*time.Second)
-				require.Equal(t, ledger.ModePoll, sb.Mode)
-				require.Contains(t, sb.ModeReason, "subscribe failed")
-				for i := range 5 {
-					time.Sleep(2 * time.Minute)
-					want := fmt.Sprintf("v%d", i+2)
-					r.srv.Set(a, "text/markdown", want)
-					r.srv.Set(b, "text/markdown", want)
-					time.Sleep(40 * time.Second)
-					quiesce()
-					for _, u := range []string{a, b} {
-						got, desc := r.state(u)
-						require.Equal(t, want, got, "%s: %s", u, desc)
-					}
+					return []mcp.JSONRPCNotification{m}
 				}
-			})
+			case "slow":
+				w.ackDelay = time.Minute
+			}
 		})
-	}
+		start := time.Now()
+		sb, err := r.c.Subscribe(t.Context(), b)
+		require.NoError(t, err)
+		require.LessOrEqual(t, time.Since(start), 10*time.Second)
+		require.Equal(t, ledger.ModePoll, sb.Mode)
+		require.Contains(t, sb.ModeReason, "subscribe failed")
+		for i := range 5 {
+			time.Sleep(2 * time.Minute)
+			want := fmt.Sprintf("v%d", i+2)
+			r.srv.Set(a, "text/markdown", want)
+			r.srv.Set(b, "text/markdown", want)
+			time.Sleep(40 * time.Second)
+			quiesce()
+			for _, u := range []string{a, b} {
+				got, desc := r.state(u)
+				require.Equal(t, want, got, "%s: %s", u, desc)
+			}
+		}
+	})
 }
 
 // A server that acknowledges only part of a replacement stream. x is
@@ -88,19 +84,16 @@ func TestURILeftOutOfAnAcknowledgementIsNotLeftSilent(t *testing.T) {
 		sx, err := c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePush, sx.Mode)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		r.wire.leaveOut(x) // the server stops accepting x
 		sy, err := c.Subscribe(t.Context(), y)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePush, sy.Mode, sy.ModeReason)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		srv.Set(x, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 
 		sub, err := c.Engine().Subscription(x)
 		require.NoError(t, err)
@@ -133,8 +126,7 @@ func TestAcknowledgementOfAnUnaskedURIIsNotTakenAsSubscribed(t *testing.T) {
 				return append(slices.Clone(asked), z)
 			}
 		}})
-		_, err := r.c.Subscribe(t.Context(), a)
-		require.NoError(t, err)
+		r.watch(a)
 		before := r.listens()
 		sz, err := r.c.Subscribe(t.Context(), z)
 		require.NoError(t, err)
@@ -144,8 +136,7 @@ func TestAcknowledgementOfAnUnaskedURIIsNotTakenAsSubscribed(t *testing.T) {
 
 		time.Sleep(time.Minute)
 		r.srv.Set(z, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		got, desc := r.state(z)
 		require.True(t, got == "v2" || sz.Mode != ledger.ModePush,
 			"z serves %q a minute after the server changed it to v2: %s", got, desc)
@@ -191,41 +182,37 @@ func TestLateButHonestAcknowledgementsEndPushed(t *testing.T) {
 // requests per URI per revalidation period, rather than trying one URI
 // after another on a stream that displaces the last one tried.
 func TestServerCarryingOnlyTheNewestURIsDrawsNoStorm(t *testing.T) {
-	for _, tc := range []struct{ n, max int }{{2, 1}, {20, 10}} {
-		t.Run(fmt.Sprintf("%d-URIs-max-%d", tc.n, tc.max), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var uris []string
-				for i := range tc.n {
-					uris = append(uris, fmt.Sprintf("file:///b41/cap/%02d.md", i))
+	type capped struct{ n, max int }
+	eachCase(t, []capped{{2, 1}, {20, 10}}, func(tc capped) string {
+		return fmt.Sprintf("%d-URIs-max-%d", tc.n, tc.max)
+	}, func(t *testing.T, tc capped) {
+		var uris []string
+		for i := range tc.n {
+			uris = append(uris, fmt.Sprintf("file:///b41/cap/%02d.md", i))
+		}
+		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+			w.ackFilter = func(asked []string) []string {
+				if len(asked) <= tc.max {
+					return asked
 				}
-				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
-					w.ackFilter = func(asked []string) []string {
-						if len(asked) <= tc.max {
-							return asked
-						}
-						return asked[len(asked)-tc.max:]
-					}
-				}})
-				for _, u := range uris {
-					_, err := r.c.Subscribe(t.Context(), u)
-					require.NoError(t, err)
-				}
-				// Let the fault become steady: half an hour.
-				time.Sleep(30 * time.Minute)
-				quiesce()
-				before, reads := r.listens(), r.srv.Reads(uris[0])
-				const periods = 12 // revalidation periods of 5 minutes
-				time.Sleep(periods * 5 * time.Minute)
-				quiesce()
-				listens := r.listens() - before
-				push, _ := r.pushed(uris)
-				t.Logf("%d listen requests and %d reads of %s in %d revalidation periods; %d of %d URIs pushed now",
-					listens, r.srv.Reads(uris[0])-reads, uris[0], periods, push, tc.n)
-				require.LessOrEqual(t, listens, periods*2*tc.n,
-					"a server that steadily carries only the newest %d URIs drew %d listen requests in %d revalidation periods", tc.max, listens, periods)
-			})
-		})
-	}
+				return asked[len(asked)-tc.max:]
+			}
+		}})
+		r.watch(uris...)
+		// Let the fault become steady: half an hour.
+		time.Sleep(30 * time.Minute)
+		quiesce()
+		before, reads := r.listens(), r.srv.Reads(uris[0])
+		const periods = 12 // revalidation periods of 5 minutes
+		time.Sleep(periods * 5 * time.Minute)
+		quiesce()
+		listens := r.listens() - before
+		push, _ := r.pushed(uris)
+		t.Logf("%d listen requests and %d reads of %s in %d revalidation periods; %d of %d URIs pushed now",
+			listens, r.srv.Reads(uris[0])-reads, uris[0], periods, push, tc.n)
+		require.LessOrEqual(t, listens, periods*2*tc.n,
+			"a server that steadily carries only the newest %d URIs drew %d listen requests in %d revalidation periods", tc.max, listens, periods)
+	})
 }
 
 // A listen stream the server never acknowledges does not count as carrying

@@ -91,14 +91,11 @@ func TestCacheHitAfterPermissionRevocation(t *testing.T) {
 
 func TestRecordDerivedChecksTheVersion(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, ledger.TriggerInitial)
-	out, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
-	require.NoError(t, err)
-	v1 := out.Version.Version
+	v1 := acceptRead(t, e, ledger.TriggerInitial, "v1").Version.Version
 
 	newer := v1
 	newer.ReadOrdinal++
-	err = e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: newer})
+	err := e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: newer})
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion)
 
 	forged := v1
@@ -107,9 +104,7 @@ func TestRecordDerivedChecksTheVersion(t *testing.T) {
 	require.ErrorIs(t, err, mcpsync.ErrUnknownVersion)
 
 	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1}))
-	tk = issue(t, e, ledger.TriggerNotification)
-	_, err = e.AcceptResourceVersion(tk, text(docURI, "v2"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerNotification, "v2")
 	// A consumer finishing late on v1 may still record it.
 	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "b", Version: v1}))
 }
@@ -117,9 +112,7 @@ func TestRecordDerivedChecksTheVersion(t *testing.T) {
 func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 	e := activeEngine(t, nil)
 	for _, body := range []string{"v1", "v2", "v3", "v4"} {
-		tk := issue(t, e, ledger.TriggerNotification)
-		_, err := e.AcceptResourceVersion(tk, text(docURI, body))
-		require.NoError(t, err)
+		acceptRead(t, e, ledger.TriggerNotification, body)
 	}
 	batch, err := e.PullOutbox(0, 2)
 	require.NoError(t, err)
@@ -150,9 +143,7 @@ func TestOutboxIsAtLeastOnceAndResumable(t *testing.T) {
 // revocation; the others still are.
 func TestForgetDerived(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, ledger.TriggerInitial)
-	out, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
-	require.NoError(t, err)
+	out := acceptRead(t, e, ledger.TriggerInitial, "v1")
 	for _, id := range []string{"chunk-0", "chunk-1"} {
 		require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: id, Version: out.Version.Version}))
 	}
@@ -168,14 +159,12 @@ func TestForgetDerived(t *testing.T) {
 // none, and the last record of an (Index, ArtifactID) wins.
 func TestRecordDerivedRecordsABatchAtOnce(t *testing.T) {
 	e := activeEngine(t, nil)
-	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-	require.NoError(t, err)
-	v1 := out.Version.Version
+	v1 := acceptRead(t, e, ledger.TriggerInitial, "v1").Version.Version
 	forged := v1
 	forged.Digest = "sha256:00"
 	at := func(s int) time.Time { return time.Unix(int64(s), 0).UTC() }
 
-	err = e.RecordDerived(
+	err := e.RecordDerived(
 		ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: v1},
 		ledger.DerivedArtifact{Index: "i", ArtifactID: "b", Version: forged},
 	)

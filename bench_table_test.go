@@ -249,10 +249,7 @@ func (r *scaleRig) ackAll() error {
 }
 
 func (r *scaleRig) begin() error {
-	_, err := r.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"},
-		Resources: true, Subscribe: true,
-	}})
+	_, err := r.e.BeginSession(legacySession(testServer))
 	return err
 }
 

@@ -45,11 +45,9 @@ func TestCloseFromOnErrorAfterGiveUpReturnsNil(t *testing.T) {
 				closed <- cerr
 			}
 		})
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(30 * time.Second)
 		quiesce()
 		select {
@@ -85,12 +83,11 @@ func TestReconnectFromOnErrorDuringAFailedReconnectDoesNotDeadlock(t *testing.T)
 				inner <- c.Reconnect(ctx)
 			}
 		})
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		r.setDown(true)
 		start := time.Now()
-		err = r.c.Reconnect(t.Context())
+		err := r.c.Reconnect(t.Context())
 		took := time.Since(start)
 		require.Error(t, err, "the server is down")
 		// OnError runs on a goroutine of its own: let it run.
@@ -259,17 +256,26 @@ func (h *callbackHook) hold(then func()) (running, returned <-chan struct{}, rel
 	return run, ret, sync.OnceFunc(func() { close(rel) })
 }
 
+// holdCallback has the next call of hook block until release, then do
+// then (if set), causes a callback of kind on r, and returns once the
+// callback blocks; returned is closed once it returned. The callback is
+// released when the test ends, if not before.
+func holdCallback(t *testing.T, kind callbackKind, r *rig, hook *callbackHook, then func()) (returned <-chan struct{}, release func()) {
+	t.Helper()
+	running, returned, release := hook.hold(then)
+	t.Cleanup(release)
+	kind.cause(t, r)
+	<-running
+	return returned, release
+}
+
 // eachCallbackKind runs test once per kind of callback, in a subtest and a
 // synctest bubble of its own, on a callback rig whose hook the test sets.
 func eachCallbackKind(t *testing.T, test func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook)) {
-	for _, kind := range callbackKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var hook callbackHook
-				test(t, kind, newCallbackRig(t, kind, &hook), &hook)
-			})
-		})
-	}
+	eachCase(t, callbackKinds, func(k callbackKind) string { return k.name }, func(t *testing.T, kind callbackKind) {
+		var hook callbackHook
+		test(t, kind, newCallbackRig(t, kind, &hook), &hook)
+	})
 }
 
 // closeElsewhere closes r's client on a goroutine of its own, and reports
@@ -294,10 +300,7 @@ func closeElsewhere(r *rig) (closed <-chan error, waiting bool) {
 // has returned and delivery has ended, whichever callback it is.
 func TestCloseWaitsForARunningCallback(t *testing.T) {
 	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
-		running, returned, release := hook.hold(nil)
-		defer release()
-		kind.cause(t, r)
-		<-running
+		returned, release := holdCallback(t, kind, r, hook, nil)
 
 		closed, waiting := closeElsewhere(r)
 		if !waiting {
@@ -320,10 +323,7 @@ func TestCloseWaitsForARunningCallback(t *testing.T) {
 func TestCloseFromACallbackWhileAnotherCloseWaitsForIt(t *testing.T) {
 	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
 		inside := make(chan error, 1)
-		running, _, release := hook.hold(func() { inside <- closeTimed(r.c) })
-		defer release()
-		kind.cause(t, r)
-		<-running
+		_, release := holdCallback(t, kind, r, hook, func() { inside <- closeTimed(r.c) })
 
 		outside, _ := closeElsewhere(r)
 		release()
@@ -365,10 +365,7 @@ func closeTimed(c *mcpsync.Client) error {
 // Close waits for the callback.
 func TestShutdownEndingWhileACallbackRunsIsErrCloseTimeout(t *testing.T) {
 	eachCallbackKind(t, func(t *testing.T, kind callbackKind, r *rig, hook *callbackHook) {
-		running, returned, release := hook.hold(nil)
-		defer release()
-		kind.cause(t, r)
-		<-running
+		returned, release := holdCallback(t, kind, r, hook, nil)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()

@@ -75,8 +75,7 @@ func TestCancelledSubscribeLeavesNothingBehind(t *testing.T) {
 		r.srv.Set(y, "text/markdown", "y1")
 		r.cancelSubscribeWhileItsStreamIsHeld(x)
 
-		_, err := r.c.Subscribe(t.Context(), y) // replaces the listen stream
-		require.NoError(t, err)
+		r.watch(y) // replaces the listen stream
 		quiesce()
 		assert.False(t, r.srv.Subscribed(x), "the server still notifies a URI whose Subscribe was cancelled")
 		assert.True(t, r.srv.Subscribed(y))
@@ -226,8 +225,7 @@ func TestCancelledUnsubscribeLeavesNoStreamCarryingIt(t *testing.T) {
 		const x, z = "file:///b38/unsub/x.md", "file:///b38/unsub/z.md"
 		r := buildRig(t, eras[1], rigConfig{uris: []string{x, z}})
 		r.subscribe()
-		_, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
+		r.watch(x)
 		quiesce()
 
 		unsubscribeBehindAHeldStream(t, r, x, z)
@@ -252,13 +250,8 @@ func TestCancelledUnsubscribeOfAURIWhoseReopenFailedLeavesNoStreamCarryingIt(t *
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(z, "text/markdown", "z1")
 		before := r.subscribe()
-		r.ledger.failWrites(1, openingWrite)
-		r.reestablish()
-		require.Equal(t, 1, r.ledger.failures(), "the reopen's write was refused")
-		sub, err := r.c.Engine().Subscription(faultURI)
-		require.NoError(t, err)
-		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
-			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+		r.reestablishRefusingOnce(openingWrite)
+		r.requireOldGenerationOpen(faultURI, before.SubscriptionGeneration)
 
 		unsubscribeBehindAHeldStream(t, r, faultURI, z)
 
@@ -290,8 +283,7 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 		first := r.srv.Subscribed(faultURI)
 
 		// A clean Subscribe and Unsubscribe later in the same session.
-		_, err = r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 		sub, err = r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
@@ -313,8 +305,7 @@ func TestUnsubscribeCancelledBeforeItsRequestStillTellsTheServer(t *testing.T) {
 func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		const x = "file:///cancel/reconnect/x.md"
-		r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-		opening, slow := r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
+		r, opening, slow := slowOpeningRig(t, w, x)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := goCall(ctx, r.c.Subscribe, x)
@@ -328,9 +319,26 @@ func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 		close(slow)
 		t.Logf("reconnect: %v", <-reconnected)
 
-		r.sixRevalidations()
-		r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
+		r.requireLeftUnwatched(x)
 	})
+}
+
+// slowOpeningRig is a rig on a fault ledger, its server holding x, whose
+// ledger write opening x's generation waits until slow is closed; opening
+// is closed once it waits.
+func slowOpeningRig(t *testing.T, w wiring, x string) (r *rig, opening, slow chan struct{}) {
+	t.Helper()
+	r = buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
+	opening, slow = r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
+	return r, opening, slow
+}
+
+// requireLeftUnwatched gives the client six revalidation periods, then
+// checks that x, which no caller watches, is not open and not notified.
+func (r *rig) requireLeftUnwatched(x string) {
+	r.t.Helper()
+	r.sixRevalidations()
+	r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
 }
 
 // Subscribes of a URI nobody watched that all fail (every caller gives up
@@ -342,54 +350,48 @@ func TestCancelledSubscribeRacingAReconnectLeavesNothingWatched(t *testing.T) {
 // not notify it. Both eras.
 func TestSubscribesOfOneURIThatAllFailLeaveNothingWatched(t *testing.T) {
 	const x, xAlias = "file:///cancel/twice/x.md", "file:///cancel/twice/%78.md"
-	for _, w := range eras {
-		for _, tc := range []struct {
-			name      string
-			spellings []string
-			together  bool // one SubscribeAll rather than one Subscribe each
-		}{
-			{"two callers, one spelling", []string{x, x}, false},
-			{"two callers, two spellings", []string{x, xAlias}, false},
-			{"one SubscribeAll, two spellings", []string{x, xAlias}, true},
-		} {
-			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := buildRig(t, w, rigConfig{ledger: true, uris: []string{x}})
-					opening, slow := r.ledger.slowWrite(writeOf(x, ledger.StateSubscribing))
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					errs := make(chan error, len(tc.spellings))
-					if tc.together {
-						go func() {
-							_, err := r.c.SubscribeAll(ctx, tc.spellings)
-							errs <- err
-						}()
-					} else {
-						for _, u := range tc.spellings {
-							go func() {
-								_, err := r.c.Subscribe(ctx, u)
-								errs <- err
-							}()
-						}
-					}
-					<-opening
-					synctest.Wait() // every call waits for its pass
-					cancel()
-					calls := 1
-					if !tc.together {
-						calls = len(tc.spellings)
-					}
-					for range calls {
-						require.ErrorIs(t, <-errs, context.Canceled)
-					}
-					close(slow)
-
-					r.sixRevalidations()
-					r.requireWhereLeft([]string{x}, nil, map[string]bool{x: true})
-				})
-			})
-		}
+	type subscribes struct {
+		name      string
+		spellings []string
+		together  bool // one SubscribeAll rather than one Subscribe each
 	}
+	cases := []subscribes{
+		{"two callers, one spelling", []string{x, x}, false},
+		{"two callers, two spellings", []string{x, xAlias}, false},
+		{"one SubscribeAll, two spellings", []string{x, xAlias}, true},
+	}
+	eachEraAnd(t, cases, func(tc subscribes) string { return tc.name }, func(t *testing.T, w wiring, tc subscribes) {
+		r, opening, slow := slowOpeningRig(t, w, x)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errs := make(chan error, len(tc.spellings))
+		if tc.together {
+			go func() {
+				_, err := r.c.SubscribeAll(ctx, tc.spellings)
+				errs <- err
+			}()
+		} else {
+			for _, u := range tc.spellings {
+				go func() {
+					_, err := r.c.Subscribe(ctx, u)
+					errs <- err
+				}()
+			}
+		}
+		<-opening
+		synctest.Wait() // every call waits for its pass
+		cancel()
+		calls := 1
+		if !tc.together {
+			calls = len(tc.spellings)
+		}
+		for range calls {
+			require.ErrorIs(t, <-errs, context.Canceled)
+		}
+		close(slow)
+
+		r.requireLeftUnwatched(x)
+	})
 }
 
 // cancelSubscribeWhileItsStreamIsHeld (2026-07-28) has the server hold uri

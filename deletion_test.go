@@ -24,8 +24,7 @@ func pendingEngine(t *testing.T) (*mcpsync.Engine, *fixedClock) {
 	t.Helper()
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "v1")
 	clock.t = clock.t.Add(time.Second)
 	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), mcpsync.NotFoundResult())
 	require.NoError(t, err)
@@ -270,8 +269,7 @@ func TestTombstoneWithoutAVersionStands(t *testing.T) {
 	assert.Equal(t, mcpsync.DecisionTombstoned, out.Version.Decision)
 	assert.Equal(t, ledger.StateTombstoned, state(t, e).State)
 
-	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerRevalidate), text(docURI, "back"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerRevalidate, "back")
 	sub := state(t, e)
 	assert.True(t, sub.TombstonedAt.IsZero(), "found again")
 	assert.Equal(t, "back", served(t, e))
@@ -306,8 +304,7 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 		t.Logf("Unsubscribe of a tombstoned URI: %s, err %v", closed.State, uerr)
 		quiesce()
 		r.srv.Recreate(faultURI, "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		sub, err = r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		if uerr != nil || openState(sub.State) || r.srv.Subscribed(faultURI) {
@@ -326,8 +323,7 @@ func TestUnsubscribeClosesATombstonedURI(t *testing.T) {
 func TestCorroborationSurvivesTheReadInFlight(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "v1")
 
 	// A read outside the queue (Client.Read), then a pulse's queued read.
 	direct := issue(t, e, ledger.TriggerRevalidate)

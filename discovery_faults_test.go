@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -162,28 +161,25 @@ func TestSnapshotProvenEndToEnd(t *testing.T) {
 // says not found again, and that confirms it, naming both passes and both
 // reads; under DeletionProvenOnly the URI is deferred and stays pending.
 func TestTombstoneConfirmedByProofOrCorroboration(t *testing.T) {
-	for _, w := range eras {
-		for _, tc := range []struct {
-			name   string
-			proven bool
-			policy mcpsync.DeletionPolicy
-		}{
-			{"proven", true, mcpsync.DeletionDefault},
-			{"unproven/proven only", false, mcpsync.DeletionProvenOnly},
-			{"unproven/corroborated", false, mcpsync.DeletionDefault},
-		} {
-			t.Run(w.name+"/"+tc.name, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) { tombstoneThroughCatalog(t, w, tc.proven, tc.policy) })
-			})
-		}
+	type catalog struct {
+		name   string
+		proven bool
+		policy mcpsync.DeletionPolicy
 	}
+	cases := []catalog{
+		{"proven", true, mcpsync.DeletionDefault},
+		{"unproven/proven only", false, mcpsync.DeletionProvenOnly},
+		{"unproven/corroborated", false, mcpsync.DeletionDefault},
+	}
+	eachEraAnd(t, cases, func(tc catalog) string { return tc.name }, func(t *testing.T, w wiring, tc catalog) {
+		tombstoneThroughCatalog(t, w, tc.proven, tc.policy)
+	})
 }
 
 func tombstoneThroughCatalog(t *testing.T, w wiring, proven bool, policy mcpsync.DeletionPolicy) {
 	r := newScanRig(t, w, &mcpsynctest.ServerOptions{Snapshot: proven, SuppressListChanged: true}, policy)
 	const gone = "file:///docs/4.md"
-	_, err := r.c.Subscribe(t.Context(), gone)
-	require.NoError(t, err)
+	r.watch(gone)
 	quiesce()
 	r.srv.Delete(gone) // its notification's read answers not found
 	quiesce()

@@ -255,6 +255,20 @@ func TestMultiPageChangeWithLostNotification(t *testing.T) {
 	})
 }
 
+// eachPassFault checks that every pass of c ended as outcome with one
+// fault, of kind fault, and returns those faults, one a pass.
+func eachPassFault(t *testing.T, c mcpsync.Catalog, outcome mcpsync.PassOutcome, fault mcpsync.FaultKind) []mcpsync.ScanFault {
+	t.Helper()
+	var faults []mcpsync.ScanFault
+	for _, r := range c.Scans {
+		assert.Equal(t, outcome, r.Outcome)
+		require.Len(t, r.Faults, 1)
+		assert.Equal(t, fault, r.Faults[0].Fault)
+		faults = append(faults, r.Faults[0])
+	}
+	return faults
+}
+
 func TestCyclicCursor(t *testing.T) {
 	first := mcpsync.Page{Items: resourceItems("file:///a"), NextCursor: cursorOf("secret-cursor-x")}
 	for _, tc := range []struct {
@@ -277,12 +291,9 @@ func TestCyclicCursor(t *testing.T) {
 			c, err := runScan(t, newTestScanner(t, &mcpsync.ScannerOptions{MaxAttempts: 2}), mcpsync.KindResources, mcpsync.EraLegacy, capsPlain, srv.page, nil)
 			requireUnreconciled(t, c, err, mcpsync.ErrCursorCycle)
 			require.Len(t, c.Scans, 2, "a cycle ends the attempt after pass A")
-			for _, r := range c.Scans {
-				assert.Equal(t, mcpsync.PassAborted, r.Outcome)
-				require.Len(t, r.Faults, 1)
-				assert.Equal(t, mcpsync.FaultCursorCycle, r.Faults[0].Fault)
-				assert.Equal(t, tc.page, r.Faults[0].Page)
-				assert.Equal(t, mcpsync.CursorDigest("secret-cursor-x"), r.Faults[0].CursorDigest)
+			for _, f := range eachPassFault(t, c, mcpsync.PassAborted, mcpsync.FaultCursorCycle) {
+				assert.Equal(t, tc.page, f.Page)
+				assert.Equal(t, mcpsync.CursorDigest("secret-cursor-x"), f.CursorDigest)
 			}
 			raw, err := json.Marshal(c)
 			require.NoError(t, err)
@@ -663,12 +674,9 @@ func TestScanRepeatedItem(t *testing.T) {
 			assert.Equal(t, mcpsync.CatalogSnapshotUnproven, c.Status)
 			assert.Equal(t, tc.keys, catalogKeys(c))
 			require.Len(t, c.Scans, 2, "one attempt of two passes")
-			for _, r := range c.Scans {
-				assert.Equal(t, mcpsync.PassClean, r.Outcome)
-				require.Len(t, r.Faults, 1)
-				assert.Equal(t, tc.fault, r.Faults[0].Fault)
-				assert.Equal(t, tc.key, r.Faults[0].Key)
-				assert.Equal(t, tc.spellings, r.Faults[0].Spellings)
+			for _, f := range eachPassFault(t, c, mcpsync.PassClean, tc.fault) {
+				assert.Equal(t, tc.key, f.Key)
+				assert.Equal(t, tc.spellings, f.Spellings)
 			}
 		})
 	}

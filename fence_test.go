@@ -38,12 +38,20 @@ func newEngine(t testing.TB, opts *mcpsync.EngineOptions) *mcpsync.Engine {
 	}
 	e, err := mcpsync.NewEngine(opts)
 	require.NoError(t, err)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "test-server", Version: "1.0.0"},
-		Resources: true, Subscribe: true,
-	}})
+	_, err = e.BeginSession(legacySession(testServer))
 	require.NoError(t, err)
 	return e
+}
+
+// testServer is the server the engine tests' sessions are with.
+var testServer = ledger.Implementation{Name: "test-server", Version: "1.0.0"}
+
+// legacySession is a session at protocol version 2025-11-25 with server,
+// which offers resources and their subscriptions.
+func legacySession(server ledger.Implementation) mcpsync.SessionInfo {
+	return mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
+		ProtocolVersion: "2025-11-25", Server: server, Resources: true, Subscribe: true,
+	}}
 }
 
 // activeEngine returns an engine with docURI subscribed by alice and ACTIVE.
@@ -107,9 +115,7 @@ func readsFiveAndSix(t *testing.T) (*mcpsync.Engine, ledger.Ticket, ledger.Ticke
 	t.Helper()
 	e := activeEngine(t, nil)
 	for range 4 {
-		tk := issue(t, e, ledger.TriggerRevalidate)
-		_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
-		require.NoError(t, err)
+		acceptRead(t, e, ledger.TriggerRevalidate, "v0")
 	}
 	return e, issue(t, e, ledger.TriggerNotification), issue(t, e, ledger.TriggerNotification)
 }
@@ -228,10 +234,8 @@ func TestLateContentAndNotFoundAfterClosed(t *testing.T) {
 // and a later Subscribe is a new generation whose fence starts afresh.
 func TestUnsubscribeAckLost(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
-	require.NoError(t, err)
-	_, err = e.BeginClose(docURI)
+	acceptRead(t, e, ledger.TriggerInitial, "v1")
+	_, err := e.BeginClose(docURI)
 	require.NoError(t, err)
 	sub, err := e.FinishClose(docURI, false)
 	require.NoError(t, err)
@@ -364,9 +368,7 @@ func TestEveryRefusalReason(t *testing.T) {
 // Bad input spends its ticket but loses nothing already accepted.
 func TestBadInputLosesNothingAccepted(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "good"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "good")
 	for _, bad := range []mcpsync.ReadResult{mcpsync.NewReadResult(nil), text("file:///elsewhere", "x")} {
 		tk := issue(t, e, ledger.TriggerNotification)
 		_, err := e.AcceptResourceVersion(tk, bad)
@@ -380,9 +382,7 @@ func TestBadInputLosesNothingAccepted(t *testing.T) {
 
 func TestUnchangedDigestRaisesWatermarkWithoutOutbox(t *testing.T) {
 	e := activeEngine(t, nil)
-	first := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(first, text(docURI, "same"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "same")
 	again := issue(t, e, ledger.TriggerRevalidate)
 	out, err := e.AcceptResourceVersion(again, text(docURI, "same").WithLastModified("2026-11-30T10:00:00Z"))
 	require.NoError(t, err)
@@ -398,9 +398,7 @@ func TestUnchangedDigestRaisesWatermarkWithoutOutbox(t *testing.T) {
 func TestNotFoundGoesToTombstonePendingThenReconciliation(t *testing.T) {
 	for _, present := range []bool{false, true} {
 		e := activeEngine(t, nil)
-		tk := issue(t, e, ledger.TriggerInitial)
-		_, err := e.AcceptResourceVersion(tk, text(docURI, "v1"))
-		require.NoError(t, err)
+		acceptRead(t, e, ledger.TriggerInitial, "v1")
 		gone := issue(t, e, ledger.TriggerNotification)
 		out, err := e.AcceptResourceVersion(gone, mcpsync.NotFoundResult())
 		require.NoError(t, err)
@@ -446,9 +444,7 @@ func textOf(t *testing.T, entry mcpsync.OutboxEntry) string {
 
 func TestContentGuardQuarantines(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Guard: mcpsync.Guards(mcpsync.MaxBytes(8), mcpsync.AllowMIME("text/*"))})
-	tk := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "short"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "short")
 
 	older := issue(t, e, ledger.TriggerNotification)
 	big := issue(t, e, ledger.TriggerNotification)
@@ -478,10 +474,8 @@ func TestContentGuardQuarantines(t *testing.T) {
 
 func TestLookupIsBoundToTheSubject(t *testing.T) {
 	e := activeEngine(t, nil)
-	tk := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "alice's"))
-	require.NoError(t, err)
-	_, err = e.Lookup(bob, docURI)
+	acceptRead(t, e, ledger.TriggerInitial, "alice's")
+	_, err := e.Lookup(bob, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrForbidden)
 	var target *mcpsync.RefusalError
 	assert.False(t, errors.As(err, &target))

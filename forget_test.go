@@ -15,13 +15,11 @@ import (
 
 func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 	e := activeEngine(t, nil)
-	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-	require.NoError(t, err)
-	v1 := out.Version.Version
+	v1 := acceptRead(t, e, ledger.TriggerInitial, "v1").Version.Version
 	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "vectors", ArtifactID: "c0", Version: v1}))
 
 	require.ErrorIs(t, e.Forget(docURI), mcpsync.ErrIllegalTransition, "an open subscription is not forgotten")
-	_, err = e.Lookup(alice, docURI)
+	_, err := e.Lookup(alice, docURI)
 	require.NoError(t, err)
 
 	_, err = e.BeginClose(docURI)
@@ -55,10 +53,9 @@ func TestForgetEvictsAClosedURIsVersion(t *testing.T) {
 func TestClientForgetUnsubscribesAndEvicts(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
 		r := buildRig(t, w, rigConfig{uris: []string{docURI}})
-		_, err := r.c.Subscribe(t.Context(), docURI)
-		require.NoError(t, err)
+		r.watch(docURI)
 		require.NoError(t, r.c.WaitForSync(t.Context()))
-		_, err = r.c.Lookup(docURI)
+		_, err := r.c.Lookup(docURI)
 		require.NoError(t, err)
 
 		require.NoError(t, r.c.Forget(t.Context(), docURI))

@@ -20,8 +20,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
 	_, err := e.PublishStalenessBound(docURI, time.Minute)
 	require.NoError(t, err)
-	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "v1")
 	validated := clock.t
 
 	clock.t = clock.t.Add(59 * time.Second)
@@ -38,8 +37,7 @@ func TestLookupRefusesPastTheStalenessBound(t *testing.T) {
 	assert.Equal(t, validated, entry.ValidatedAt)
 
 	// An unchanged read confirms the version again.
-	_, err = e.AcceptResourceVersion(issue(t, e, ledger.TriggerRevalidate), text(docURI, "v1"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerRevalidate, "v1")
 	entry, err = e.Lookup(alice, docURI, mcpsync.RequireFresh())
 	require.NoError(t, err)
 	assert.Equal(t, clock.t, entry.ValidatedAt)
@@ -113,8 +111,7 @@ func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
 			default:
 			}
 		})
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		for range 5 {
 			quiesce()
 			entry, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
@@ -146,8 +143,7 @@ func TestStrictLookupAnswersThroughAReconnectUntilTheBound(t *testing.T) {
 		// The server goes away for good: strict Lookups answer until
 		// ValidatedAt + bound, and refuse after it.
 		validated := entry.ValidatedAt
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(time.Until(validated.Add(entry.StalenessBound)) - time.Second)
 		quiesce()
 		entry, err = r.c.Lookup(faultURI, mcpsync.RequireFresh())
@@ -182,8 +178,7 @@ func TestStrictLookupNeverRefusesACopyAQuietServerKeepsConfirming(t *testing.T) 
 				}
 			},
 		})
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		refused, since := 0, time.Now()
 		var first error
 		for time.Since(since) < 10*time.Minute {

@@ -369,8 +369,7 @@ func TestHandlerUpdateOldIsTheEntryLastTold(t *testing.T) {
 		r.srv.Set(other, "text/markdown", "v2") // the handler is busy with it
 		quiesce()
 		require.NoError(t, r.c.Forget(t.Context(), faultURI))
-		_, err = r.c.Subscribe(t.Context(), faultURI) // the same content, a new version
-		require.NoError(t, err)
+		r.watch(faultURI) // the same content, a new version
 		quiesce()
 		close(h.gate)
 		quiesce()

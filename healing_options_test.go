@@ -19,10 +19,7 @@ func TestReconnectReadsArePaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		uris := numbered("file:///paced/%02d.md", 30)
 		r := buildRig(t, eras[0], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, ReconnectReads: 1, CoalesceWindow: -1}, uris: uris})
-		for _, u := range uris {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(uris...)
 		quiesce()
 		reads := func() int {
 			n := 0

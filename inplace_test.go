@@ -83,6 +83,13 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			a, b := call(twins[0]), call(twins[1])
 			same(what, append(a, b...)...)
 		}
+		// bothReturn is both for a call that returns a value and an error.
+		bothReturn := func(what string, call func(tw *twin) (any, error)) {
+			both(what, func(tw *twin) []any {
+				v, err := call(tw)
+				return []any{v, errText(err)}
+			})
+		}
 		keep := func(tw *twin, tk ledger.Ticket, ok bool) {
 			if ok {
 				tw.tickets = append(tw.tickets, tk)
@@ -111,16 +118,10 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			subject := rapid.SampledFrom(subjects).Draw(rt, "subject")
 			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); op {
 			case 0:
-				both("subscribe", func(tw *twin) []any {
-					s, err := tw.e.Subscribe(uri, subject)
-					return []any{s, errText(err)}
-				})
+				bothReturn("subscribe", func(tw *twin) (any, error) { return tw.e.Subscribe(uri, subject) })
 			case 1:
 				mode := rapid.SampledFrom([]ledger.SubscriptionMode{ledger.ModePush, ledger.ModePoll}).Draw(rt, "mode")
-				both("activate", func(tw *twin) []any {
-					s, err := tw.e.Activate(uri, mode)
-					return []any{s, errText(err)}
-				})
+				bothReturn("activate", func(tw *twin) (any, error) { return tw.e.Activate(uri, mode) })
 			case 2:
 				both("notify", func(tw *twin) []any {
 					tk, ok, err := tw.e.Notify(uri)
@@ -172,32 +173,17 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 					return []any{next, errText(err)}
 				})
 			case 10:
-				both("begin close", func(tw *twin) []any {
-					rc, err := tw.e.BeginClose(uri)
-					return []any{rc, errText(err)}
-				})
+				bothReturn("begin close", func(tw *twin) (any, error) { return tw.e.BeginClose(uri) })
 			case 11:
 				acked := rapid.Bool().Draw(rt, "acked")
-				both("finish close", func(tw *twin) []any {
-					s, err := tw.e.FinishClose(uri, acked)
-					return []any{s, errText(err)}
-				})
+				bothReturn("finish close", func(tw *twin) (any, error) { return tw.e.FinishClose(uri, acked) })
 			case 12:
-				both("lookup", func(tw *twin) []any {
-					entry, err := tw.e.Lookup(subject, uri)
-					return []any{entry, errText(err)}
-				})
+				bothReturn("lookup", func(tw *twin) (any, error) { return tw.e.Lookup(subject, uri) })
 			case 13:
-				both("subscription", func(tw *twin) []any {
-					s, err := tw.e.Subscription(uri)
-					return []any{s, errText(err)}
-				})
+				bothReturn("subscription", func(tw *twin) (any, error) { return tw.e.Subscription(uri) })
 			case 14:
 				if rapid.IntRange(0, 4).Draw(rt, "revoke") == 0 {
-					both("revoke", func(tw *twin) []any {
-						rc, err := tw.e.RevokeSubject(subject)
-						return []any{rc, errText(err)}
-					})
+					bothReturn("revoke", func(tw *twin) (any, error) { return tw.e.RevokeSubject(subject) })
 				}
 			case 15:
 				both("record derived", func(tw *twin) []any {
@@ -242,10 +228,7 @@ func TestWritesInPlaceMatchCompareAndSwap(t *testing.T) {
 			require.NoError(rt, err)
 			return []any{snap}
 		})
-		both("outbox", func(tw *twin) []any {
-			entries, err := tw.e.PullOutbox(0, 0)
-			return []any{entries, errText(err)}
-		})
+		bothReturn("outbox", func(tw *twin) (any, error) { return tw.e.PullOutbox(0, 0) })
 	})
 }
 
@@ -258,9 +241,7 @@ func TestHeldRecordsNeverChange(t *testing.T) {
 	e := activeEngine(t, nil)
 	l := e.Ledger()
 	ctx := context.Background()
-	tk := issue(t, e, ledger.TriggerInitial)
-	_, err := e.AcceptResourceVersion(tk, text(docURI, "v0"))
-	require.NoError(t, err)
+	acceptRead(t, e, ledger.TriggerInitial, "v0")
 
 	type held struct {
 		what  string

@@ -211,11 +211,10 @@ func TestResubscribeOnceTheLeaseCameBackDrawsNoListenStorm(t *testing.T) {
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{Engine: leasedEngine(t, l), CoalesceWindow: time.Second, RevalidateEvery: time.Hour}, uris: []string{x, y}})
 		srv := r.srv
 		r.subscribeSettled(x)
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 
 		l.setForeign(x, true)
-		_, err = r.c.Unsubscribe(t.Context(), x)
+		_, err := r.c.Unsubscribe(t.Context(), x)
 		require.NoError(t, err)
 		l.setForeign(x, false)
 		sub, err := r.c.Subscribe(t.Context(), x)

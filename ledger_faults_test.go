@@ -44,8 +44,7 @@ func TestReestablishWhoseCloseFailsKeepsTheBound(t *testing.T) {
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		changed := time.Now()
 		for range 12 {
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 			entry, err := r.c.Lookup(faultURI)
 			if err != nil {
 				t.Fatal(err)
@@ -110,42 +109,38 @@ func TestPolledURIWhoseReopenWriteFailsHeals(t *testing.T) {
 // ten minutes).
 func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 	const a = "file:///b44/ledger/x.md"
-	for _, m := range reopenWrites {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
-				var armed sync.Once
-				lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
-					armed.Do(func() { r.ledger.failWrites(1, m.match) })
-				}))
-				t.Logf("ledger failures: %d", r.ledger.failures())
-				sub, _ := r.c.Engine().Subscription(a)
-				e, _ := r.c.Lookup(a)
-				t.Logf("right after: %s %s %q degraded %q", sub.State, sub.Mode, sub.ModeReason, e.Degraded)
-				if r.ledger.failures() > 0 {
-					r.requireToldReopen(a)
-				}
-				minutes(10)
-				subs := r.requests(string(mcp.MethodResourcesSubscribe))
-				minutes(10)
-				subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
-				r.srv.Set(a, "text/markdown", "v2")
-				minutes(7)
-				sub, err := r.c.Engine().Subscription(a)
-				require.NoError(t, err)
-				t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
-					sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, sub.SubscriptionGeneration, r.srv.Subscribed(a), subs)
-				require.LessOrEqual(t, subs, 1)
-				require.Equal(t, 1, r.ledger.failures(), "the write was refused")
-				r.requireHealed(a, "v2")
-				if sub.Mode == ledger.ModePush {
-					require.True(t, r.srv.Subscribed(a), "push but not notified")
-				} else {
-					require.NotEmpty(t, sub.ModeReason)
-				}
-			})
-		})
-	}
+	eachCase(t, reopenWrites, func(m reopenWrite) string { return m.name }, func(t *testing.T, m reopenWrite) {
+		r := buildRig(t, eras[0], rigConfig{ledger: true, uris: []string{a}})
+		var armed sync.Once
+		lateUnsubscribe(t, r, a, refusingSubscribesOf(a, func() {
+			armed.Do(func() { r.ledger.failWrites(1, m.match) })
+		}))
+		t.Logf("ledger failures: %d", r.ledger.failures())
+		sub, _ := r.c.Engine().Subscription(a)
+		e, _ := r.c.Lookup(a)
+		t.Logf("right after: %s %s %q degraded %q", sub.State, sub.Mode, sub.ModeReason, e.Degraded)
+		if r.ledger.failures() > 0 {
+			r.requireToldReopen(a)
+		}
+		minutes(10)
+		subs := r.requests(string(mcp.MethodResourcesSubscribe))
+		minutes(10)
+		subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
+		r.srv.Set(a, "text/markdown", "v2")
+		minutes(7)
+		sub, err := r.c.Engine().Subscription(a)
+		require.NoError(t, err)
+		t.Logf("settled: %s %s %q gen %d/%d; server %v; subscribes in a quiet 10 min %d",
+			sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, sub.SubscriptionGeneration, r.srv.Subscribed(a), subs)
+		require.LessOrEqual(t, subs, 1)
+		require.Equal(t, 1, r.ledger.failures(), "the write was refused")
+		r.requireHealed(a, "v2")
+		if sub.Mode == ledger.ModePush {
+			require.True(t, r.srv.Subscribed(a), "push but not notified")
+		} else {
+			require.NotEmpty(t, sub.ModeReason)
+		}
+	})
 }
 
 // A listen stream the server ends is re-established: each URI it carried
@@ -156,20 +151,16 @@ func TestRefusedResubscribeWhoseReopenWriteFailsHeals(t *testing.T) {
 // current content (DESIGN: everything right is eventually accepted, or the
 // failure is visible; nothing is served stale without saying so).
 func TestReestablishWhoseWriteFailsIsToldAndHeals(t *testing.T) {
-	for _, m := range reopenWrites {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, eras[1])
-				r.subscribe()
+	eachCase(t, reopenWrites, func(m reopenWrite) string { return m.name }, func(t *testing.T, m reopenWrite) {
+		r := newLedgerRig(t, eras[1])
+		r.subscribe()
 
-				r.reestablishRefusingOnce(m.match)
-				r.requireToldReopen(faultURI)
+		r.reestablishRefusingOnce(m.match)
+		r.requireToldReopen(faultURI)
 
-				// The ledger is healthy again; the server's content moves on.
-				r.requireHealsAfterAChange(faultURI)
-			})
-		})
-	}
+		// The ledger is healthy again; the server's content moves on.
+		r.requireHealsAfterAChange(faultURI)
+	})
 }
 
 // The server leaves x out of the acknowledgement of the stream that adds y,
@@ -190,8 +181,7 @@ func TestReopenOfALeftOutURIWhoseWriteFailsIsToldAndHeals(t *testing.T) {
 		// generation fails, once.
 		r.ledger.failWrites(1, openingWriteOf(x))
 		r.wire.leaveOut(x)
-		_, err = r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		quiesce()
 		require.Equal(t, 1, r.ledger.failures(), "x's reopen was refused by the ledger")
 		r.requireToldReopen(x)
@@ -255,14 +245,10 @@ func TestReopenKilledBetweenWritesLeavesTheURIResumable(t *testing.T) {
 		}},
 	}
 	for _, tc := range cases {
-		for _, n := range []int{1, 2} {
-			t.Run(fmt.Sprintf("%s/after-write-%d", tc.name, n), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := tc.reopen(t, n)
-					r.requireResumedOnItsLedger(tc.uri, "v1")
-				})
-			})
-		}
+		eachCase(t, []int{1, 2}, func(n int) string { return fmt.Sprintf("%s/after-write-%d", tc.name, n) }, func(t *testing.T, n int) {
+			r := tc.reopen(t, n)
+			r.requireResumedOnItsLedger(tc.uri, "v1")
+		})
 	}
 }
 
@@ -377,15 +363,11 @@ func eachReopenFault(t *testing.T, test func(t *testing.T, r *rig, reopen func(r
 			quiesce()
 		}})
 	}
-	for _, f := range faults {
-		t.Run(f.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newLedgerRig(t, f.w)
-				r.subscribe()
-				test(t, r, f.reopen)
-			})
-		})
-	}
+	eachCase(t, faults, func(f fault) string { return f.name }, func(t *testing.T, f fault) {
+		r := newLedgerRig(t, f.w)
+		r.subscribe()
+		test(t, r, f.reopen)
+	})
 }
 
 // requireReopensPaced waits an hour of failing writes and checks that
@@ -396,8 +378,7 @@ func (r *rig) requireReopensPaced() {
 	t.Helper()
 	start := time.Now()
 	for range 60 {
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		limit := 2 + int(time.Since(start)/(4*time.Minute))
 		if n := r.reopenErrors(); n > limit {
 			t.Fatalf("%d *ReopenError in %v: more than one per revalidation tick", n, time.Since(start))
@@ -421,17 +402,14 @@ func TestUnsubscribeClosesAURIWhoseReopenFailed(t *testing.T) {
 		before := r.subscribe()
 
 		r.reestablishRefusingOnce(openingWrite)
-		sub, err := r.c.Engine().Subscription(faultURI)
-		require.NoError(t, err)
-		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
-			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+		r.requireOldGenerationOpen(faultURI, before.SubscriptionGeneration)
 
 		// The caller no longer wants the URI.
-		_, err = r.c.Unsubscribe(t.Context(), faultURI)
+		_, err := r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
 		time.Sleep(6 * time.Minute) // a revalidation period and more
 		quiesce()
-		sub, err = r.c.Engine().Subscription(faultURI)
+		sub, err := r.c.Engine().Subscription(faultURI)
 		require.NoError(t, err)
 		if sub.State == ledger.StateUnsubscribing {
 			t.Errorf("Unsubscribe returned nil, yet the generation is still %s in the current session", sub.State)
@@ -463,10 +441,7 @@ func TestUnsubscribeOfAURIWhoseReopenFailsTellsTheServer(t *testing.T) {
 		r.ledger.failWrites(1000, openingWriteOf(faultURI))
 		r.reestablish()
 		require.GreaterOrEqual(t, r.ledger.failures(), 1, "the write opening the next generation was refused")
-		sub, err := r.c.Engine().Subscription(faultURI)
-		require.NoError(t, err)
-		require.True(t, sub.State.Open() && sub.SubscriptionGeneration == before.SubscriptionGeneration,
-			"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
+		r.requireOldGenerationOpen(faultURI, before.SubscriptionGeneration)
 
 		_, err = r.c.Unsubscribe(t.Context(), faultURI)
 		require.NoError(t, err)
@@ -478,8 +453,7 @@ func TestUnsubscribeOfAURIWhoseReopenFailsTellsTheServer(t *testing.T) {
 		// the caller let go of.
 		const third = "file:///docs/third.md"
 		r.srv.Set(third, "text/markdown", "v1")
-		_, err = r.c.Subscribe(t.Context(), third)
-		require.NoError(t, err)
+		r.watch(third)
 		quiesce()
 		if r.srv.Subscribed(faultURI) {
 			t.Errorf("a stream opened after Unsubscribe still carries %s", faultURI)
@@ -501,8 +475,7 @@ func TestFailedFirstSubscribeLeavesNothingOnTheListenStream(t *testing.T) {
 		_, err := r.c.Subscribe(t.Context(), x)
 		require.Error(t, err, "the write opening x failed")
 		quiesce()
-		_, err = r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		quiesce()
 		for i, f := range r.wire.listenFilters() {
 			t.Logf("listen stream %d carries %v", i+1, f)
@@ -545,12 +518,31 @@ func TestNotificationWhoseWriteFailsIsStillRead(t *testing.T) {
 // seconds of a failed write was read because a read was owed.
 func owingRig(t *testing.T, w wiring) *rig {
 	t.Helper()
-	r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-		RevalidateEvery: time.Hour, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-	}})
+	return subscribedLedgerRig(t, w, retryingWithin(time.Hour))
+}
+
+// subscribedLedgerRig is a rig on a fault ledger whose client has opts,
+// subscribed to faultURI once its first read passed.
+func subscribedLedgerRig(t *testing.T, w wiring, opts mcpsync.ClientOptions) *rig {
+	t.Helper()
+	r := buildRig(t, w, rigConfig{ledger: true, opts: opts})
 	r.subscribe()
 	quiesce()
 	return r
+}
+
+// retryingWithin are the options of a client that revalidates every
+// period and retries a failed pass within seconds.
+func retryingWithin(every time.Duration) mcpsync.ClientOptions {
+	return mcpsync.ClientOptions{RevalidateEvery: every, RetryInitial: time.Second, RetryMax: 2 * time.Second}
+}
+
+// record returns what the rig's ledger holds of uri now.
+func (r *rig) record(uri string) *ledger.Record {
+	r.t.Helper()
+	cur, err := r.ledger.Load(r.t.Context(), uri)
+	require.NoError(r.t, err)
+	return cur
 }
 
 // requireNeverSilentlyStale looks faultURI up n times, step apart, and
@@ -573,9 +565,7 @@ func (r *rig) requireNeverSilentlyStale(want string, n int, step time.Duration, 
 // ones its record counts now: while they fail, nothing else of uri does.
 func pulsesOf(r *rig, uri string) func(string, *ledger.Record) bool {
 	r.t.Helper()
-	cur, err := r.ledger.Load(r.t.Context(), uri)
-	require.NoError(r.t, err)
-	seq := cur.LastNotificationSeq
+	seq := r.record(uri).LastNotificationSeq
 	return func(key string, next *ledger.Record) bool { return key == uri && next.LastNotificationSeq > seq }
 }
 
@@ -585,9 +575,7 @@ func pulsesOf(r *rig, uri string) func(string, *ledger.Record) bool {
 // the copy is degraded, whatever that earlier read brought back. Both eras.
 func TestDegradedStaysWhileAPulseIsOwedThoughAnEarlierReadAnswers(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
 
 		// v2's read is answered and held; v3 is notified meanwhile,
 		// and its pulse cannot be written.
@@ -644,9 +632,7 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(w.version+"/"+tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Minute}})
-					r.subscribe()
-					quiesce()
+					r := subscribedLedgerRig(t, w, mcpsync.ClientOptions{RevalidateEvery: 10 * time.Minute})
 
 					r.ledger.failWrites(100000, pulsesOf(r, faultURI))
 					r.srv.Set(faultURI, "text/markdown", "v2")
@@ -660,8 +646,7 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 						require.NoError(t, err)
 						require.Equal(t, "v2", entry.Contents[0].Text)
 						require.Empty(t, entry.Degraded, "the copy is current, read after the notification (%d pulse writes failed)", r.ledger.failures())
-						time.Sleep(time.Minute)
-						quiesce()
+						minutes(1)
 					}
 				})
 			})
@@ -675,9 +660,7 @@ func TestAnOwedPulseIsSettledByALaterReadOfTheKey(t *testing.T) {
 // told again. Both eras.
 func TestAnOwedPulseIsToldOnceNotOncePerNotification(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, mcpsync.ClientOptions{RevalidateEvery: time.Hour})
 
 		r.ledger.failWrites(100000, pulsesOf(r, faultURI))
 		for i := range 300 {
@@ -706,8 +689,7 @@ func TestAnOwedReadIsNotSettledByAnAnswerTheLedgerRefused(t *testing.T) {
 
 		// The pulse of v2's notification fails once, then the write
 		// accepting the answer of the read asked for again.
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		pulseFailed, acceptFailed := false, false
 		r.ledger.failWrites(2, func(key string, next *ledger.Record) bool {
 			switch {
@@ -744,8 +726,7 @@ func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
 
 		// The notification's read is answered with an error; the
 		// write issuing the read that asks again fails, once.
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		issued := 0
 		r.ledger.failWrites(1, func(key string, next *ledger.Record) bool {
 			if key != faultURI || next.LastIssued <= cur.LastIssued+uint64(issued) {
@@ -774,14 +755,9 @@ func TestUnansweredReadWhoseRetryWriteFailsIsStillRead(t *testing.T) {
 // failed left behind (their tickets are not to fill the read cap). Both eras.
 func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-			RevalidateEvery: 5 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-		}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, retryingWithin(5*time.Minute))
 
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		r.ledger.failWrites(20, func(key string, next *ledger.Record) bool {
 			return key == faultURI && next.Watermark > cur.Watermark
 		})
@@ -810,16 +786,11 @@ func TestReadsWhoseAcceptFailsLeaveTheURIReadable(t *testing.T) {
 // says the copy may miss it. Both eras.
 func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
 	eachEra(t, func(t *testing.T, w wiring) {
-		r := buildRig(t, w, rigConfig{ledger: true, opts: mcpsync.ClientOptions{
-			RevalidateEvery: 10 * time.Minute, RetryInitial: time.Second, RetryMax: 2 * time.Second,
-		}})
-		r.subscribe()
-		quiesce()
+		r := subscribedLedgerRig(t, w, retryingWithin(10*time.Minute))
 
 		// The write issuing the next revalidation read fails; just
 		// before it, the server changes the resource and notifies it.
-		cur, err := r.ledger.Load(t.Context(), faultURI)
-		require.NoError(t, err)
+		cur := r.record(faultURI)
 		revalidation := func(key string, next *ledger.Record) bool {
 			return key == faultURI && next.LastIssued > cur.LastIssued && len(next.Tickets) > 0 &&
 				next.Tickets[len(next.Tickets)-1].Trigger == ledger.TriggerRevalidate
@@ -835,8 +806,7 @@ func TestNotificationCoalescedIntoAReadWhoseWriteFailsIsNotLost(t *testing.T) {
 			if notified {
 				break
 			}
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 		}
 		require.True(t, notified, "no revalidation read within 15 minutes")
 		require.Equal(t, 1, r.ledger.failures(), "the revalidation read's write was to fail")

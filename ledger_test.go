@@ -178,8 +178,7 @@ func TestRevocationSurvivesRestart(t *testing.T) {
 func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 	clock := newClock()
 	e := activeEngine(t, &mcpsync.EngineOptions{Now: clock.now})
-	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "alice's"))
-	require.NoError(t, err)
+	out := acceptRead(t, e, ledger.TriggerInitial, "alice's")
 	require.NoError(t, e.RecordDerived(ledger.DerivedArtifact{Index: "i", ArtifactID: "a", Version: out.Version.Version}))
 	ctx := context.Background()
 	require.NoError(t, e.Ledger().Revoke(ctx, ledger.RevokedSubject{
@@ -187,7 +186,7 @@ func TestUnsweptRevocationIsFinishedOnOpen(t *testing.T) {
 	}))
 
 	n := reopened(t, e, clock.now)
-	_, err = n.Lookup(alice, docURI)
+	_, err := n.Lookup(alice, docURI)
 	require.ErrorIs(t, err, mcpsync.ErrRevoked)
 	entries, err := n.PullOutbox(out.Version.OutboxSeq, 0)
 	require.NoError(t, err)
@@ -242,8 +241,7 @@ func TestConsumeWakesOnAppend(t *testing.T) {
 			}
 		}()
 		synctest.Wait() // the consumer is waiting for an entry
-		_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerInitial), text(docURI, "v1"))
-		require.NoError(t, err)
+		acceptRead(t, e, ledger.TriggerInitial, "v1")
 		en := <-got
 		assert.Equal(t, uint64(1), en.Seq)
 		assert.Equal(t, e.ID(), en.Engine)

@@ -51,11 +51,9 @@ func TestCloseDuringHealingStaysClosed(t *testing.T) {
 		})
 		// A second session, whose transport has the slow close.
 		require.NoError(t, r.c.Reconnect(t.Context()))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		// Wait until the loss was found and the first attempt failed.
 		for range 100 {
 			if len(r.errs.list()) >= 2 {
@@ -182,21 +180,15 @@ func TestConnectCancelledMidHandshakeFreesTheEngine(t *testing.T) {
 // running (synctest reports a goroutine left blocked in the bubble; goleak
 // one left outside), whichever fake-time moment Close comes at.
 func TestSubscribeAllRacingCloseLeavesNothingRunning(t *testing.T) {
-	for _, w := range eras {
-		for _, d := range []time.Duration{0, time.Microsecond, 5 * time.Millisecond, 15 * time.Millisecond} {
-			t.Run(fmt.Sprintf("%s/%v", w.name, d), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					uris := numbered("file:///b39/close/%03d.md", 150)
-					c := buildRig(t, w, rigConfig{uris: uris}).c
-					done := goCall(t.Context(), c.SubscribeAll, uris)
-					time.Sleep(d)
-					require.NoError(t, c.Close())
-					<-done
-					synctest.Wait()
-				})
-			})
-		}
-	}
+	eachEraAnd(t, []time.Duration{0, time.Microsecond, 5 * time.Millisecond, 15 * time.Millisecond}, nil, func(t *testing.T, w wiring, d time.Duration) {
+		uris := numbered("file:///b39/close/%03d.md", 150)
+		c := buildRig(t, w, rigConfig{uris: uris}).c
+		done := goCall(t.Context(), c.SubscribeAll, uris)
+		time.Sleep(d)
+		require.NoError(t, c.Close())
+		<-done
+		synctest.Wait()
+	})
 }
 
 // 2025-11-25. The client's request subscribing a URI again after a late

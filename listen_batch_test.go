@@ -38,8 +38,7 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 		all := append(append(append([]string{}, kept...), dropped...), added...)
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: all})
 		for _, u := range append(append([]string{}, kept...), dropped...) {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
+			r.watch(u)
 		}
 		time.Sleep(time.Minute) // every read after a replacement is done
 		quiesce()
@@ -78,8 +77,7 @@ func TestListenBatchesSubscribesAndUnsubscribes(t *testing.T) {
 			require.NoError(t, unsubErrs[i], u)
 			assert.Equal(t, ledger.StateClosed, unsubs[i].State, u)
 		}
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		for _, u := range append(append([]string{}, kept...), added...) {
 			assert.True(t, r.srv.Subscribed(u), "%s is on the stream", u)
 		}
@@ -179,8 +177,7 @@ func TestSubscribesWithinOneWindowCauseOneReplacement(t *testing.T) {
 		const n = 20
 		uris := numbered("file:///window/%02d.md", n)
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second}, uris: uris})
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		before := r.listens()
 		subs, errs := subscribeEach(t.Context(), r.c, uris)()
 		for i, u := range uris {

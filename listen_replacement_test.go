@@ -117,8 +117,7 @@ func TestSubscribeReturnsAnActivatedSubscriptionWhenTheOldStreamEndsLate(t *test
 		const a, b, x = "file:///late/a.md", "file:///late/b.md", "file:///late/x.md"
 		r := newSessionWideRig(t, a, b, x)
 		for _, u := range []string{a, b} {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
+			r.watch(u)
 			minutes(1)
 		}
 

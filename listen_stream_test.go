@@ -43,10 +43,8 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///gap/x.md", "file:///gap/y.md", "file:///gap/z.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{x, y, z}})
-		_, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		time.Sleep(time.Minute)
-		quiesce()
+		r.watch(x)
+		minutes(1)
 
 		// Step 2: A -> B, x changes in between.
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -72,8 +70,7 @@ func TestChangeWhileNoStreamCarriedItIsReadAfterALateAcknowledgement(t *testing.
 		quiesce()
 		hold2.Release()
 		<-zdone
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		r.requireConverged(x, "changed while no stream carried it, then a replacement was acknowledged late")
 	})
 }
@@ -92,10 +89,8 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y, z = "file:///unacked/x.md", "file:///unacked/y.md", "file:///unacked/z.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second}, uris: []string{x, y, z}})
-		_, err := r.c.Subscribe(t.Context(), x)
-		require.NoError(t, err)
-		time.Sleep(time.Minute)
-		quiesce()
+		r.watch(x)
+		minutes(1)
 
 		// Step 2: B is never acknowledged.
 		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
@@ -116,8 +111,7 @@ func TestChangeAcrossAnUnacknowledgedStreamIsRead(t *testing.T) {
 		zsub, err := r.c.Subscribe(context.Background(), z)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePush, zsub.Mode, zsub.ModeReason)
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		r.requireConverged(x, "changed while its stream was replaced by one never acknowledged")
 	})
 }
@@ -165,45 +159,39 @@ func TestUnsubscribeWhileAnEndedStreamWaitsLeavesTheOthersPushed(t *testing.T) {
 // again, even when another URI's Subscribe replaced the refused stream
 // first (SubscribeAll of 8) and whatever replaces the stream afterwards.
 func TestRefusedListenInSubscribeAllEndsPushed(t *testing.T) {
-	for _, n := range []int{1, 8} {
-		t.Run(fmt.Sprintf("%d URIs", n), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				uris := numbered("file:///b37/refused/%d.md", n)
-				r := buildRig(t, eras[1], rigConfig{uris: uris})
-				r.faults().FailNext(string(mcp.MethodSubscriptionsListen), "", -32603, "not now")
-				_, err := r.c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				// The URI whose Subscribe sent the refused stream polls; its
-				// first poll tick (PollEvery, 30 s, and its jitter) opens it
-				// on a stream again.
-				time.Sleep(time.Minute)
-				quiesce()
-				// Another URI's Subscribe replaces the stream, as any later
-				// Subscribe or Unsubscribe does.
-				const w = "file:///b37/refused/w.md"
-				r.srv.Set(w, "text/markdown", "w")
-				_, err = r.c.Subscribe(t.Context(), w)
-				require.NoError(t, err)
-				quiesce()
+	eachCase(t, []int{1, 8}, func(n int) string { return fmt.Sprintf("%d URIs", n) }, func(t *testing.T, n int) {
+		uris := numbered("file:///b37/refused/%d.md", n)
+		r := buildRig(t, eras[1], rigConfig{uris: uris})
+		r.faults().FailNext(string(mcp.MethodSubscriptionsListen), "", -32603, "not now")
+		_, err := r.c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		// The URI whose Subscribe sent the refused stream polls; its
+		// first poll tick (PollEvery, 30 s, and its jitter) opens it
+		// on a stream again.
+		minutes(1)
+		// Another URI's Subscribe replaces the stream, as any later
+		// Subscribe or Unsubscribe does.
+		const w = "file:///b37/refused/w.md"
+		r.srv.Set(w, "text/markdown", "w")
+		r.watch(w)
+		quiesce()
 
-				for _, u := range uris {
-					r.srv.Set(u, "text/markdown", "v2")
-				}
-				quiesce()
-				var stale []string
-				for _, u := range uris {
-					sub, err := r.c.Engine().Subscription(u)
-					require.NoError(t, err)
-					entry, err := r.c.Lookup(u)
-					require.NoError(t, err)
-					if entry.Contents[0].Text != "v2" || sub.Mode != ledger.ModePush || !r.srv.Subscribed(u) {
-						stale = append(stale, fmt.Sprintf("%s (%s mode: %q, carried: %v)", u, sub.Mode, sub.ModeReason, r.srv.Subscribed(u)))
-					}
-				}
-				require.Empty(t, stale, "changes that never reached Lookup, or URIs the server does not push")
-			})
-		})
-	}
+		for _, u := range uris {
+			r.srv.Set(u, "text/markdown", "v2")
+		}
+		quiesce()
+		var stale []string
+		for _, u := range uris {
+			sub, err := r.c.Engine().Subscription(u)
+			require.NoError(t, err)
+			entry, err := r.c.Lookup(u)
+			require.NoError(t, err)
+			if entry.Contents[0].Text != "v2" || sub.Mode != ledger.ModePush || !r.srv.Subscribed(u) {
+				stale = append(stale, fmt.Sprintf("%s (%s mode: %q, carried: %v)", u, sub.Mode, sub.ModeReason, r.srv.Subscribed(u)))
+			}
+		}
+		require.Empty(t, stale, "changes that never reached Lookup, or URIs the server does not push")
+	})
 }
 
 // Notifications of a replaced stream (the old stream id), and of a URI the
@@ -213,12 +201,9 @@ func TestNotificationsOfAnotherStreamOrAnUnwatchedURIAreIgnored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const a, b, x = "file:///b40/foreign/a.md", "file:///b40/foreign/b.md", "file:///b40/foreign/x.md"
 		r := buildRig(t, eras[1], rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}, uris: []string{a, b, x}})
-		_, err := r.c.Subscribe(t.Context(), a)
-		require.NoError(t, err)
-		_, err = r.c.Subscribe(t.Context(), b) // replaces a's first stream
-		require.NoError(t, err)
-		time.Sleep(time.Minute)
-		quiesce()
+		r.watch(a)
+		r.watch(b) // replaces a's first stream
+		minutes(1)
 		ids := r.wire.listenIDs()
 		require.Len(t, ids, 2)
 		old, cur := ids[0], ids[1]
@@ -241,11 +226,10 @@ func TestNotificationsOfAnotherStreamOrAnUnwatchedURIAreIgnored(t *testing.T) {
 		readsA, readsX := r.srv.Reads(a), r.srv.Reads(x)
 		r.srv.Set(a, "text/markdown", "v2")
 		r.srv.Set(b, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		require.Equal(t, readsA, r.srv.Reads(a), "a notification of a replaced stream was read")
 		require.Equal(t, readsX, r.srv.Reads(x), "a notification of a URI nobody watches was read")
-		_, err = r.c.Lookup(x)
+		_, err := r.c.Lookup(x)
 		require.Error(t, err, "the engine keeps a URI nobody watches")
 		got, desc := r.state(b)
 		require.Equal(t, "v2", got, desc)
@@ -297,54 +281,50 @@ func TestServerRefusingEveryListenIsPolledWithinTheBound(t *testing.T) {
 // serve current content in the current session.
 func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T) {
 	const x, y = "file:///b45/rl/x.md", "file:///b45/rl/y.md"
-	for _, steady := range []bool{false, true} {
-		t.Run(fmt.Sprintf("steady=%v", steady), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := buildRig(t, eras[1], rigConfig{uris: []string{x, y}})
-				sub, err := r.c.Subscribe(t.Context(), x)
-				require.NoError(t, err)
-				require.Equal(t, ledger.ModePush, sub.Mode)
-				quiesce()
-				var mu sync.Mutex
-				refused := 0
-				r.wire.refuseWhen(func(method, _ string, _ int) bool {
-					if method != string(mcp.MethodSubscriptionsListen) {
-						return false
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if steady || refused == 0 {
-						refused++
-						return true
-					}
-					return false
-				})
-				var wg sync.WaitGroup
-				wg.Go(func() { _, _ = r.c.Subscribe(context.Background(), y) })
-				wg.Go(func() { _, _ = r.c.SubscribeAll(context.Background(), []string{y}) })
-				wg.Wait()
-				quiesce()
-				if steady {
-					r.wire.refuseWhen(nil)
-				}
-				r.srv.Set(x, "text/markdown", "v2")
-				r.srv.Set(y, "text/markdown", "v2")
-				minutes(40)
-				gen := r.c.Health().SessionGeneration
-				for _, u := range []string{x, y} {
-					s, e, desc := r.look(u)
-					t.Log(desc)
-					require.True(t, s.SessionGeneration == gen && generationOpen(s.State), desc)
-					if s.Mode == ledger.ModePush {
-						require.True(t, r.srv.Subscribed(u), desc)
-					} else {
-						require.NotEmpty(t, s.ModeReason, desc)
-					}
-					require.Equal(t, "v2", e.Contents[0].Text, desc)
-				}
-			})
+	eachCase(t, []bool{false, true}, func(steady bool) string { return fmt.Sprintf("steady=%v", steady) }, func(t *testing.T, steady bool) {
+		r := buildRig(t, eras[1], rigConfig{uris: []string{x, y}})
+		sub, err := r.c.Subscribe(t.Context(), x)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ModePush, sub.Mode)
+		quiesce()
+		var mu sync.Mutex
+		refused := 0
+		r.wire.refuseWhen(func(method, _ string, _ int) bool {
+			if method != string(mcp.MethodSubscriptionsListen) {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if steady || refused == 0 {
+				refused++
+				return true
+			}
+			return false
 		})
-	}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = r.c.Subscribe(context.Background(), y) })
+		wg.Go(func() { _, _ = r.c.SubscribeAll(context.Background(), []string{y}) })
+		wg.Wait()
+		quiesce()
+		if steady {
+			r.wire.refuseWhen(nil)
+		}
+		r.srv.Set(x, "text/markdown", "v2")
+		r.srv.Set(y, "text/markdown", "v2")
+		minutes(40)
+		gen := r.c.Health().SessionGeneration
+		for _, u := range []string{x, y} {
+			s, e, desc := r.look(u)
+			t.Log(desc)
+			require.True(t, openIn(s, gen), desc)
+			if s.Mode == ledger.ModePush {
+				require.True(t, r.srv.Subscribed(u), desc)
+			} else {
+				require.NotEmpty(t, s.ModeReason, desc)
+			}
+			require.Equal(t, "v2", e.Contents[0].Text, desc)
+		}
+	})
 }
 
 // pushRetryInFlight sets up a (pushed) and x (polled: its stream was
@@ -354,8 +334,7 @@ func TestSubscribeAndSubscribeAllOfOneURIRacingARefusedStreamSettle(t *testing.T
 func pushRetryInFlight(t *testing.T, ackDelay time.Duration) (*rig, string, string) {
 	const a, x = "file:///b41/race/a.md", "file:///b41/race/x.md"
 	r := buildRig(t, eras[1], rigConfig{uris: []string{a, x}})
-	_, err := r.c.Subscribe(t.Context(), a)
-	require.NoError(t, err)
+	r.watch(a)
 	r.wire.set(func(w *faultWire) { w.refuse = listensWhere(func(u []string) bool { return slices.Contains(u, x) }) })
 	sx, err := r.c.Subscribe(t.Context(), x)
 	require.NoError(t, err)
@@ -389,64 +368,60 @@ func closeAndWait(t *testing.T, r *rig, d time.Duration) {
 // a Close leaves nothing running. The other URI stays pushed throughout.
 func TestCallerActingDuringAPushRetryIsHonoured(t *testing.T) {
 	for _, delay := range []time.Duration{10 * time.Second, 40 * time.Second} {
-		for _, op := range []string{"unsubscribe", "forget", "reconnect", "close"} {
-			t.Run(fmt.Sprint(op, "-ack-after-", delay), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r, a, x := pushRetryInFlight(t, delay)
-					done := make(chan error, 1)
-					go func() {
-						var err error
-						switch op {
-						case "unsubscribe":
-							_, err = r.c.Unsubscribe(context.Background(), x)
-						case "forget":
-							err = r.c.Forget(context.Background(), x)
-						case "reconnect":
-							err = r.c.Reconnect(context.Background())
-						case "close":
-							err = r.c.Close()
-						}
-						done <- err
-					}()
-					time.Sleep(2 * delay)
-					quiesce()
-					require.NoError(t, <-done)
-					if op == "close" {
-						time.Sleep(delay)
-						synctest.Wait()
-						return
-					}
-					time.Sleep(10 * time.Minute)
-					quiesce()
-					ta, da := r.state(a)
-					_, dx := r.state(x)
-					t.Logf("a: %s %s; x: %s", ta, da, dx)
-					sa, _ := r.c.Engine().Subscription(a)
-					require.Equal(t, ledger.ModePush, sa.Mode, da)
-					require.True(t, r.srv.Subscribed(a), da)
-					sx, _ := r.c.Engine().Subscription(x)
-					switch op {
-					case "unsubscribe", "forget":
-						require.False(t, r.srv.Subscribed(x), dx)
-						require.NotEqual(t, ledger.StateActive, sx.State, dx)
-						if op == "forget" {
-							_, err := r.c.Lookup(x)
-							require.Error(t, err, dx)
-						}
-					case "reconnect":
-						require.Equal(t, ledger.ModePush, sx.Mode, dx)
-						require.True(t, r.srv.Subscribed(x), dx)
-					}
-					// a still gets its changes.
-					r.srv.Set(a, "text/markdown", "v9")
-					time.Sleep(5 * time.Second)
-					quiesce()
-					got, da := r.state(a)
-					require.Equal(t, "v9", got, da)
-					closeAndWait(t, r, delay)
-				})
-			})
-		}
+		eachCase(t, []string{"unsubscribe", "forget", "reconnect", "close"}, func(op string) string { return fmt.Sprint(op, "-ack-after-", delay) }, func(t *testing.T, op string) {
+			r, a, x := pushRetryInFlight(t, delay)
+			done := make(chan error, 1)
+			go func() {
+				var err error
+				switch op {
+				case "unsubscribe":
+					_, err = r.c.Unsubscribe(context.Background(), x)
+				case "forget":
+					err = r.c.Forget(context.Background(), x)
+				case "reconnect":
+					err = r.c.Reconnect(context.Background())
+				case "close":
+					err = r.c.Close()
+				}
+				done <- err
+			}()
+			time.Sleep(2 * delay)
+			quiesce()
+			require.NoError(t, <-done)
+			if op == "close" {
+				time.Sleep(delay)
+				synctest.Wait()
+				return
+			}
+			time.Sleep(10 * time.Minute)
+			quiesce()
+			ta, da := r.state(a)
+			_, dx := r.state(x)
+			t.Logf("a: %s %s; x: %s", ta, da, dx)
+			sa, _ := r.c.Engine().Subscription(a)
+			require.Equal(t, ledger.ModePush, sa.Mode, da)
+			require.True(t, r.srv.Subscribed(a), da)
+			sx, _ := r.c.Engine().Subscription(x)
+			switch op {
+			case "unsubscribe", "forget":
+				require.False(t, r.srv.Subscribed(x), dx)
+				require.NotEqual(t, ledger.StateActive, sx.State, dx)
+				if op == "forget" {
+					_, err := r.c.Lookup(x)
+					require.Error(t, err, dx)
+				}
+			case "reconnect":
+				require.Equal(t, ledger.ModePush, sx.Mode, dx)
+				require.True(t, r.srv.Subscribed(x), dx)
+			}
+			// a still gets its changes.
+			r.srv.Set(a, "text/markdown", "v9")
+			time.Sleep(5 * time.Second)
+			quiesce()
+			got, da := r.state(a)
+			require.Equal(t, "v9", got, da)
+			closeAndWait(t, r, delay)
+		})
 	}
 }
 
@@ -455,29 +430,25 @@ func TestCallerActingDuringAPushRetryIsHonoured(t *testing.T) {
 // pushed, at a cost of about two listen requests per refusal, and no more
 // follow.
 func TestTransientListenRefusalInSubscribeAllEndsPushed(t *testing.T) {
-	for _, k := range []int{1, 2, 3, 10} {
-		t.Run(fmt.Sprint(k), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var uris []string
-				for i := range 50 {
-					uris = append(uris, fmt.Sprintf("file:///b41/tsa/%02d.md", i))
-				}
-				r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
-					w.refuse = func(req wireRequest) bool { return req.method == string(mcp.MethodSubscriptionsListen) && req.n <= k }
-				}})
-				_, err := r.c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				time.Sleep(2 * time.Minute)
-				quiesce()
-				push, lines := r.pushed(uris)
-				require.Equal(t, len(uris), push, "%v", lines)
-				require.LessOrEqual(t, r.listens(), 2*k+2)
-				time.Sleep(20 * time.Minute)
-				quiesce()
-				require.LessOrEqual(t, r.listens(), 2*k+2)
-			})
-		})
-	}
+	eachCase(t, []int{1, 2, 3, 10}, nil, func(t *testing.T, k int) {
+		var uris []string
+		for i := range 50 {
+			uris = append(uris, fmt.Sprintf("file:///b41/tsa/%02d.md", i))
+		}
+		r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) {
+			w.refuse = func(req wireRequest) bool { return req.method == string(mcp.MethodSubscriptionsListen) && req.n <= k }
+		}})
+		_, err := r.c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		time.Sleep(2 * time.Minute)
+		quiesce()
+		push, lines := r.pushed(uris)
+		require.Equal(t, len(uris), push, "%v", lines)
+		require.LessOrEqual(t, r.listens(), 2*k+2)
+		time.Sleep(20 * time.Minute)
+		quiesce()
+		require.LessOrEqual(t, r.listens(), 2*k+2)
+	})
 }
 
 // 20 URIs pushed, then the server refuses every stream and ends the open
@@ -614,8 +585,7 @@ func TestSteadilyRefusedURIDrawsNoListenStorm(t *testing.T) {
 		r.wire.refuseListens(func(uris []string) bool { return slices.Contains(uris, x) })
 		listen := string(mcp.MethodSubscriptionsListen)
 
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		sub, err := r.c.Subscribe(t.Context(), x)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ModePoll, sub.Mode, "x's stream was refused")
@@ -650,14 +620,12 @@ func TestStreamsEndedRightAfterTheirAcknowledgementDrawNoStorm(t *testing.T) {
 		// One more Subscribe puts the fault on the stream that is open now.
 		const d = "file:///b40/end/d.md"
 		r.srv.Set(d, "text/markdown", "v1")
-		_, err = r.c.Subscribe(t.Context(), d)
-		require.NoError(t, err)
+		r.watch(d)
 
 		before, reads := r.listens(), r.srv.Reads(uris[0])
 		const periods = 6 // revalidation periods of 5 minutes
 		for range periods * 5 {
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 		}
 		listens := r.listens() - before
 		t.Logf("%d listen requests and %d reads of %s in %d revalidation periods", listens, r.srv.Reads(uris[0])-reads, uris[0], periods)
@@ -681,32 +649,28 @@ func TestStreamsEndedRightAfterTheirAcknowledgementDrawNoStorm(t *testing.T) {
 // at most four times, per revalidation period.
 func TestStreamsEndedAtTheSteadyBoundaryDrawNoStorm(t *testing.T) {
 	for _, cut := range []bool{false, true} {
-		for _, d := range []time.Duration{29 * time.Second, 30 * time.Second} {
-			t.Run(fmt.Sprintf("%v/cut=%v", d, cut), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					var uris []string
-					for i := range 10 {
-						uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
-					}
-					r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck, w.cut = d, cut }})
-					_, err := r.c.SubscribeAll(t.Context(), uris)
-					require.NoError(t, err)
-					time.Sleep(15 * time.Minute) // the fault becomes steady
-					quiesce()
-					before, reads := r.listens(), r.srv.Reads(uris[0])
-					const periods = 12
-					time.Sleep(periods * 5 * time.Minute)
-					quiesce()
-					listens, nreads := r.listens()-before, r.srv.Reads(uris[0])-reads
-					t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
-						d, listens, nreads, uris[0], periods)
-					require.NoError(t, r.c.Close())
-					time.Sleep(time.Minute) // the wire's stream timers
-					require.LessOrEqual(t, listens, periods*4, "listen requests")
-					require.LessOrEqual(t, nreads, periods*4, "reads of one URI")
-				})
-			})
-		}
+		eachCase(t, []time.Duration{29 * time.Second, 30 * time.Second}, func(d time.Duration) string { return fmt.Sprintf("%v/cut=%v", d, cut) }, func(t *testing.T, d time.Duration) {
+			var uris []string
+			for i := range 10 {
+				uris = append(uris, fmt.Sprintf("file:///b41/steady/%02d.md", i))
+			}
+			r := buildRig(t, eras[1], rigConfig{uris: uris, wire: func(w *faultWire) { w.endAfterAck, w.cut = d, cut }})
+			_, err := r.c.SubscribeAll(t.Context(), uris)
+			require.NoError(t, err)
+			time.Sleep(15 * time.Minute) // the fault becomes steady
+			quiesce()
+			before, reads := r.listens(), r.srv.Reads(uris[0])
+			const periods = 12
+			time.Sleep(periods * 5 * time.Minute)
+			quiesce()
+			listens, nreads := r.listens()-before, r.srv.Reads(uris[0])-reads
+			t.Logf("streams ended %v after their acknowledgement: %d listen requests and %d reads of %s in %d revalidation periods",
+				d, listens, nreads, uris[0], periods)
+			require.NoError(t, r.c.Close())
+			time.Sleep(time.Minute) // the wire's stream timers
+			require.LessOrEqual(t, listens, periods*4, "listen requests")
+			require.LessOrEqual(t, nreads, periods*4, "reads of one URI")
+		})
 	}
 }
 
@@ -755,10 +719,7 @@ func TestSubscribesDuringAHalfDoneCloseReturnOpenSubscriptions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const x, y = "file:///halfdone/x.md", "file:///halfdone/y.md"
 		r := buildRig(t, eras[1], rigConfig{ledger: true, uris: []string{x, y}, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour}})
-		for _, u := range []string{x, y} {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(x, y)
 		quiesce()
 
 		// The stream that leaves x out is held: the close waits for it.

@@ -209,8 +209,7 @@ func TestClientEntriesSayWhenACopyIsNotKeptFresh(t *testing.T) {
 			require.NoError(t, err)
 			assert.Empty(t, entry.Degraded)
 		}
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		quiesce()
 		n := 0
 		for entry, err := range r.c.Entries(t.Context()) {

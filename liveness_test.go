@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -36,29 +37,22 @@ const otherURI = "file:///docs/other.md"
 // generation asks for. The pulse lands first, its read waits out the
 // coalescing window, and the new generation opens inside that window.
 func TestLivenessQueueKeyedByURIAlone(t *testing.T) {
-	for _, w := range eras {
-		for _, how := range []string{"reconnect", "unsubscribe then subscribe"} {
-			t.Run(w.name+"/"+how, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second})
-					r.subscribeSettled(faultURI)
-					r.srv.Set(faultURI, "text/markdown", "v2") // its read waits out the window
-					synctest.Wait()
-					if how == "reconnect" {
-						require.NoError(t, r.c.Reconnect(t.Context()))
-					} else {
-						_, err := r.c.Unsubscribe(t.Context(), faultURI)
-						require.NoError(t, err)
-						_, err = r.c.Subscribe(t.Context(), faultURI)
-						require.NoError(t, err)
-					}
-					time.Sleep(10 * time.Second) // an hour short of revalidation
-					quiesce()
-					r.requireConverged(faultURI, "queue keyed by URI alone")
-				})
-			})
+	eachEraAnd(t, []string{"reconnect", "unsubscribe then subscribe"}, nil, func(t *testing.T, w wiring, how string) {
+		r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour, CoalesceWindow: time.Second})
+		r.subscribeSettled(faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2") // its read waits out the window
+		synctest.Wait()
+		if how == "reconnect" {
+			require.NoError(t, r.c.Reconnect(t.Context()))
+		} else {
+			_, err := r.c.Unsubscribe(t.Context(), faultURI)
+			require.NoError(t, err)
+			r.watch(faultURI)
 		}
-	}
+		time.Sleep(10 * time.Second) // an hour short of revalidation
+		quiesce()
+		r.requireConverged(faultURI, "queue keyed by URI alone")
+	})
 }
 
 // A Subscribe whose server subscribe is in flight while the
@@ -197,24 +191,19 @@ func TestLivenessFailedReadRetried(t *testing.T) {
 		},
 		"timeout": func(kit *mcpsynctest.Transport) { kit.HoldNext(string(mcp.MethodResourcesRead), faultURI) },
 	}
-	for _, w := range eras {
-		for name, fault := range faults {
-			t.Run(w.name+"/"+name, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second})
-					r.subscribeSettled(faultURI)
-					fault(r.faults())
-					r.srv.Set(faultURI, "text/markdown", "v2")
-					time.Sleep(5 * time.Second) // the read has failed by now
-					quiesce()
-					r.faults().Heal() // the server recovers
-					time.Sleep(30 * time.Second)
-					quiesce()
-					r.requireConverged(faultURI, "failed read not retried ("+name+")")
-				})
-			})
-		}
-	}
+	eachEraAnd(t, slices.Sorted(maps.Keys(faults)), nil, func(t *testing.T, w wiring, name string) {
+		fault := faults[name]
+		r := newRig(t, w, &mcpsync.ClientOptions{RevalidateEvery: time.Hour, RequestTimeout: 5 * time.Second})
+		r.subscribeSettled(faultURI)
+		fault(r.faults())
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(5 * time.Second) // the read has failed by now
+		quiesce()
+		r.faults().Heal() // the server recovers
+		time.Sleep(30 * time.Second)
+		quiesce()
+		r.requireConverged(faultURI, "failed read not retried ("+name+")")
+	})
 }
 
 // A list_changed that arrives while pass B is being listed makes the scan

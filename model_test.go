@@ -445,9 +445,7 @@ func (m *modelMachine) startIssue(rt *rapid.T, u *uriModel) flight {
 
 // startRead answers f with a result of kind.
 func (m *modelMachine) startRead(rt *rapid.T, f flight, kind resultKind) {
-	i := slices.IndexFunc(m.inflight, func(g flight) bool { return g.t.RequestID == f.t.RequestID })
-	m.inflight = slices.Delete(m.inflight, i, i+1)
-	m.answered = append(m.answered, f)
+	m.answer(slices.IndexFunc(m.inflight, func(g flight) bool { return g.t.RequestID == f.t.RequestID }))
 	m.deliverResult(rt, f, kind, modelBodies[0], false)
 }
 
@@ -547,12 +545,18 @@ func (m *modelMachine) subscribe(rt *rapid.T) {
 		return
 	}
 	if fresh {
-		u.gen++
-		u.session, u.principal, u.phase = m.session, who, phaseSubscribing
-		u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
-		u.corr = nil
+		u.openGeneration(m.session, who)
 	}
 	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Subscribe: generation")
+}
+
+// openGeneration opens u's next generation for who in session: SUBSCRIBING,
+// with a fence of its own and no read out.
+func (u *uriModel) openGeneration(session uint64, who string) {
+	u.gen++
+	u.session, u.principal, u.phase = session, who, phaseSubscribing
+	u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
+	u.corr = nil
 }
 
 // reopen is the Client's replacement of a URI's generation: closed as
@@ -573,10 +577,7 @@ func (m *modelMachine) reopen(rt *rapid.T) {
 	if u.gen != 0 && !u.closeBegun {
 		u.closeBegunGens[u.gen] = true
 	}
-	u.gen++
-	u.session, u.principal, u.phase = m.session, who, phaseSubscribing
-	u.closeBegun, u.closeOrdinal, u.lastIssued, u.watermark, u.held = false, 0, 0, 0, nil
-	u.corr = nil
+	u.openGeneration(m.session, who)
 	require.Equal(rt, u.gen, sub.SubscriptionGeneration, "Reopen: generation")
 	require.Equal(rt, ledger.StateSubscribing, sub.State, "Reopen: state")
 	require.Zero(rt, sub.CloseEpoch, "Reopen: close epoch")
@@ -637,10 +638,7 @@ func (m *modelMachine) resolveUnsubscribe(rt *rapid.T) {
 }
 
 func (m *modelMachine) beginSession(rt *rapid.T) {
-	_, err := m.e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: ledger.Implementation{Name: "model-server", Version: "1.0.0"},
-		Resources: true, Subscribe: true,
-	}})
+	_, err := m.e.BeginSession(legacySession(ledger.Implementation{Name: "model-server", Version: "1.0.0"}))
 	require.NoError(rt, err, "BeginSession")
 	m.session++
 	// An unknown unsubscribe outcome ends with its session.
@@ -819,11 +817,17 @@ func (m *modelMachine) drawFlight(rt *rapid.T, from []flight, label string) (fli
 	return from[i], i
 }
 
-func (m *modelMachine) complete(rt *rapid.T) {
-	f, i := m.drawFlight(rt, m.inflight, "read in flight")
+// answer moves the read in flight at i to the answered ones, and returns it.
+func (m *modelMachine) answer(i int) flight {
+	f := m.inflight[i]
 	m.inflight = slices.Delete(m.inflight, i, i+1)
 	m.answered = append(m.answered, f)
-	m.deliver(rt, f, true)
+	return f
+}
+
+func (m *modelMachine) complete(rt *rapid.T) {
+	_, i := m.drawFlight(rt, m.inflight, "read in flight")
+	m.deliver(rt, m.answer(i), true)
 }
 
 // deliverTwice hands an answered (or abandoned) ticket's result to the fence
@@ -991,8 +995,7 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	case d.corroborated:
 		// The second not-found: the tombstone is confirmed in this step.
 		u.notFoundAt, u.notFoundOrd = m.clock.t, t.ReadOrdinal
-		u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
-		m.tombstone(u, ledger.EvidenceCorroborated)
+		m.confirmDeletion(u, ledger.EvidenceCorroborated)
 	case d.wantDecision == mcpsync.DecisionTombstoned:
 		// Still gone: the confirmed tombstone stands.
 		u.phase, u.held = phaseTombstoned, nil
@@ -1017,10 +1020,12 @@ func (m *modelMachine) apply(u *uriModel, d delivery, body, digest string) {
 	}
 }
 
-// tombstone confirms u's deletion on evidence of kind ev: consumers are told
-// to delete the current version, unless they already were (tombstoned
-// before, or revoked).
-func (m *modelMachine) tombstone(u *uriModel, ev ledger.EvidenceKind) {
+// confirmDeletion confirms u's deletion on evidence of kind ev: the
+// subscription is TOMBSTONED with no read out, and consumers are told to
+// delete the current version, unless they already were (tombstoned before,
+// or revoked).
+func (m *modelMachine) confirmDeletion(u *uriModel, ev ledger.EvidenceKind) {
+	u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
 	if c := u.current; c != nil && c.status != ledger.VersionTombstoned && c.status != ledger.VersionRevoked {
 		m.want(entryKey{uri: u.key, reason: ledger.InvalidateTombstoned, subject: c.subject, evidence: ev})
 		c.status = ledger.VersionTombstoned
@@ -1028,9 +1033,8 @@ func (m *modelMachine) tombstone(u *uriModel, ev ledger.EvidenceKind) {
 }
 
 func (m *modelMachine) fail(rt *rapid.T) {
-	f, i := m.drawFlight(rt, m.inflight, "read in flight")
-	m.inflight = slices.Delete(m.inflight, i, i+1)
-	m.answered = append(m.answered, f)
+	_, i := m.drawFlight(rt, m.inflight, "read in flight")
+	f := m.answer(i)
 	u := m.uris[f.t.URI]
 	if u.holds(f.t) && u.gen == f.t.SubscriptionGeneration {
 		// No answer: not the second not-found of a corroboration.
@@ -1073,8 +1077,7 @@ func (m *modelMachine) reconcile(rt *rapid.T) {
 	case (u.phase == phaseTombstonePending || u.phase == phaseReconciling) && !present:
 		require.NoError(rt, err, "Reconcile absent confirms the tombstone")
 		require.False(rt, ok)
-		u.phase, u.held, u.tombstoned, u.corr = phaseTombstoned, nil, true, nil
-		m.tombstone(u, ledger.EvidenceProven)
+		m.confirmDeletion(u, ledger.EvidenceProven)
 	case u.phase == phaseTombstonePending || u.phase == phaseReconciling:
 		u.phase, u.corr = phaseOpen, nil
 		m.enqueued(rt, u, t, ok, err, "Reconcile present")

@@ -147,8 +147,7 @@ func (s *ledgerSide) newEngine(t *rapid.T, opts mcpsync.EngineOptions) {
 	require.NoError(t, err)
 	s.ids[e.ID()] = fmt.Sprintf("engine-%d", len(s.ids))
 	s.engines = append(s.engines, e)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: twoServers[0], Resources: true, Subscribe: true}})
+	_, err = e.BeginSession(legacySession(twoServers[0]))
 	require.NoError(t, err)
 }
 
@@ -271,8 +270,7 @@ func TestOutboxHandsOutEveryEntryAsWritten(t *testing.T) {
 			case 0: // (re)connect
 				srv := rapid.SampledFrom(twoServers).Draw(t, "server")
 				each("session", func(s *ledgerSide) error {
-					_, err := s.engines[ei].BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-						ProtocolVersion: "2025-11-25", Server: srv, Resources: true, Subscribe: true}})
+					_, err := s.engines[ei].BeginSession(legacySession(srv))
 					return err
 				})
 			case 1, 2:
@@ -468,8 +466,7 @@ func TestExportsWhileChunksAreReusedHandOutEntriesAsWritten(t *testing.T) {
 	rec := &recordingLedger{Ledger: ledger.NewMemory(nil), want: map[uint64]string{}}
 	e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: rec, Now: clock.now})
 	require.NoError(t, err)
-	_, err = e.BeginSession(mcpsync.SessionInfo{Capabilities: ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Server: twoServers[0], Resources: true, Subscribe: true}})
+	_, err = e.BeginSession(legacySession(twoServers[0]))
 	require.NoError(t, err)
 
 	var (

@@ -79,11 +79,9 @@ func TestGiveUpThenCallerReconnectRereads(t *testing.T) {
 			Reconnect: mcpsync.ReconnectPolicy{MaxAttempts: 3, Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond},
 		})
 		defer func() { require.NoError(t, r.c.Close()) }()
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		time.Sleep(5 * time.Second)
 		quiesce()
@@ -245,10 +243,7 @@ func TestReconnectCancelledMidwayHeals(t *testing.T) {
 				hold = kit.HoldNextRequest(subscribeMethod(w.version), "") // the Reconnect's first re-subscribe
 			}
 		})
-		for _, u := range []string{faultURI, y} {
-			_, err := r.c.Subscribe(t.Context(), u)
-			require.NoError(t, err)
-		}
+		r.watch(faultURI, y)
 		quiesce()
 
 		ctx, cancel := context.WithCancel(t.Context())
@@ -395,7 +390,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 		require.NoError(t, lerr)
 		t.Logf("just after: x %s %s %q session %d/%d; server subscribed %v; degraded %q",
 			sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, r.srv.Subscribed(x), e.Degraded)
-		openNow := sub.SessionGeneration == gen && generationOpen(sub.State)
+		openNow := openIn(sub, gen)
 		if !openNow {
 			if e.Degraded == "" {
 				t.Errorf("x is not open in the current session (%s, session %d/%d) and Lookup says nothing", sub.State, sub.SessionGeneration, gen)
@@ -416,8 +411,7 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 			}
 		}
 		for i := range 30 {
-			time.Sleep(time.Minute)
-			quiesce()
+			minutes(1)
 			if s, _ := r.c.Engine().Subscription(x); generationOpen(s.State) {
 				t.Logf("x open again after %d min", i+1)
 				break
@@ -456,90 +450,88 @@ func TestResubscribeStuckAcrossAReconnectOpensInTheNewSession(t *testing.T) {
 // open in the current session, serve current content, and are notified by
 // the server when in push mode. Both eras.
 func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
-	for _, era := range []struct{ name, version, method string }{
-		{"legacy", "2025-11-25", string(mcp.MethodResourcesSubscribe)},
-		{"modern", "2026-07-28", string(mcp.MethodSubscriptionsListen)},
-	} {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const x, y = "file:///b46/mark/x.md", "file:///b46/mark/y.md"
-				r := buildRig(t, wiring{name: era.name, version: era.version}, rigConfig{uris: []string{x, y}})
-				_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
-				require.NoError(t, err)
-				quiesce()
-				h1, h2, arrived1, arrived2 := r.parkTwo(era.method)
-				recDone := make(chan error, 1)
-				go func() { recDone <- r.c.Reconnect(context.Background()) }()
-				first := <-arrived1
-				other := x
-				if first == x || (era.name == "modern") {
-					other = y
-					if first == y {
-						other = x
-					}
-				}
-				t.Logf("reconnect's first request parked (%q); second caller subscribes %s", first, other)
-				bctx, cancel := context.WithCancel(context.Background())
-				bDone := goCall(bctx, r.c.Subscribe, other)
-				var second string
-				select {
-				case second = <-arrived2:
-				case <-time.After(time.Second):
-					t.Logf("the second caller sent nothing in 1s")
-				}
-				close(h1)
-				quiesce()
-				recFinished := false
-				select {
-				case err := <-recDone:
-					recFinished = true
-					t.Logf("reconnect: %v; second request %q", err, second)
-				default:
-					t.Logf("reconnect still running")
-				}
-				cancel()
-				close(h2)
-				quiesce()
-				t.Logf("second caller: %v", (<-bDone).err)
-				if !recFinished {
-					<-recDone
-				}
-				quiesce()
+	eachEra(t, func(t *testing.T, era wiring) {
+		const x, y = "file:///b46/mark/x.md", "file:///b46/mark/y.md"
+		r := watchingAllRig(t, era, x, y)
+		rec := r.reconnectParked(subscribeMethod(era.version))
+		other := x
+		if rec.first == x || (era.name == "modern") {
+			other = y
+			if rec.first == y {
+				other = x
+			}
+		}
+		t.Logf("reconnect's first request parked (%q); second caller subscribes %s", rec.first, other)
+		bctx, cancel := context.WithCancel(context.Background())
+		bDone := goCall(bctx, r.c.Subscribe, other)
+		var second string
+		select {
+		case second = <-rec.arrived2:
+		case <-time.After(time.Second):
+			t.Logf("the second caller sent nothing in 1s")
+		}
+		close(rec.h1)
+		quiesce()
+		recFinished := false
+		select {
+		case err := <-rec.done:
+			recFinished = true
+			t.Logf("reconnect: %v; second request %q", err, second)
+		default:
+			t.Logf("reconnect still running")
+		}
+		cancel()
+		close(rec.h2)
+		quiesce()
+		t.Logf("second caller: %v", (<-bDone).err)
+		if !recFinished {
+			<-rec.done
+		}
+		quiesce()
 
-				gen := r.c.Health().SessionGeneration
-				for _, u := range []string{x, y} {
-					_, _, desc := r.look(u)
-					t.Logf("just after: %s", desc)
-				}
-				r.srv.Set(x, "text/markdown", "v2")
-				r.srv.Set(y, "text/markdown", "v2")
-				time.Sleep(2 * time.Minute)
-				quiesce()
-				var bad []string
-				for _, u := range []string{x, y} {
-					_, e, desc := r.look(u)
-					t.Logf("2 min after the change: %s", desc)
-					if e.Contents[0].Text != "v2" && e.Degraded == "" {
-						bad = append(bad, "stale silently 2 min after the change: "+desc)
-					}
-				}
-				minutes(10)
-				gen = r.c.Health().SessionGeneration
-				for _, u := range []string{x, y} {
-					s, e, desc := r.look(u)
-					t.Logf("12 min after: %s", desc)
-					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
-						bad = append(bad, "not healed: "+desc)
-					} else if s.Mode == ledger.ModePush && !r.srv.Subscribed(u) {
-						bad = append(bad, "push but not notified: "+desc)
-					}
-				}
-				for _, b := range bad {
-					t.Error(b)
-				}
-			})
-		})
-	}
+		gen := r.c.Health().SessionGeneration
+		for _, u := range []string{x, y} {
+			_, _, desc := r.look(u)
+			t.Logf("just after: %s", desc)
+		}
+		r.srv.Set(x, "text/markdown", "v2")
+		r.srv.Set(y, "text/markdown", "v2")
+		time.Sleep(2 * time.Minute)
+		quiesce()
+		var bad []string
+		for _, u := range []string{x, y} {
+			_, e, desc := r.look(u)
+			t.Logf("2 min after the change: %s", desc)
+			if e.Contents[0].Text != "v2" && e.Degraded == "" {
+				bad = append(bad, "stale silently 2 min after the change: "+desc)
+			}
+		}
+		minutes(10)
+		gen = r.c.Health().SessionGeneration
+		for _, u := range []string{x, y} {
+			s, e, desc := r.look(u)
+			t.Logf("12 min after: %s", desc)
+			if !openIn(s, gen) || e.Contents[0].Text != "v2" {
+				bad = append(bad, "not healed: "+desc)
+			} else if s.Mode == ledger.ModePush && !r.srv.Subscribed(u) {
+				bad = append(bad, "push but not notified: "+desc)
+			}
+		}
+		for _, b := range bad {
+			t.Error(b)
+		}
+	})
+}
+
+// watchingAllRig is a rig over w whose server holds uris and whose client
+// watches the first two of them (x and y), subscribed by one SubscribeAll.
+func watchingAllRig(t *testing.T, w wiring, uris ...string) *rig {
+	t.Helper()
+	r := buildRig(t, w, rigConfig{uris: uris})
+	_, err := r.c.SubscribeAll(t.Context(), uris[:2])
+	require.NoError(t, err)
+	quiesce()
+	return r
 }
 
 // The same hand-off, racing what the caller does next:
@@ -552,91 +544,76 @@ func TestSubscribeCancelledDuringAReconnectLeavesTheURIHealed(t *testing.T) {
 // notified by the server, and the other (watched) URI ends open in the
 // current session with current content. Both eras.
 func TestSubscribeCancelledDuringAReconnectBringsNothingUnwatchedBack(t *testing.T) {
-	for _, era := range []struct{ name, version, method string }{
-		{"legacy", "2025-11-25", string(mcp.MethodResourcesSubscribe)},
-		{"modern", "2026-07-28", string(mcp.MethodSubscriptionsListen)},
-	} {
-		for _, mode := range []string{"had-unsubscribe", "first"} {
-			t.Run(era.name+"/"+mode, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					const x, y, z = "file:///b47/x.md", "file:///b47/y.md", "file:///b47/z.md"
-					r := buildRig(t, wiring{name: era.name, version: era.version}, rigConfig{uris: []string{x, y, z}})
-					_, err := r.c.SubscribeAll(t.Context(), []string{x, y})
-					require.NoError(t, err)
-					quiesce()
-					var second []string
-					if mode == "first" && era.name == "legacy" {
-						second = []string{z} // the second caller's own request
-					}
-					h1, h2, arrived1, arrived2 := r.parkTwo(era.method, second...)
-					recDone := make(chan error, 1)
-					go func() { recDone <- r.c.Reconnect(context.Background()) }()
-					first := <-arrived1
-					other := y
-					if first == y {
-						other = x
-					}
-					keep := x
-					if other == x {
-						keep = y
-					}
-					target := other
-					if mode == "first" {
-						target = z
-					}
-					t.Logf("reconnect's first request parked (%q); second caller subscribes %s", first, target)
-					bctx, cancel := context.WithCancel(context.Background())
-					bDone := make(chan error, 1)
-					uDone := make(chan error, 1)
-					go func() {
-						_, err := r.c.Subscribe(bctx, target)
-						bDone <- err
-						if mode == "had-unsubscribe" {
-							_, err := r.c.Unsubscribe(context.Background(), target)
-							uDone <- err
-						} else {
-							uDone <- nil
-						}
-					}()
-					select {
-					case u := <-arrived2:
-						t.Logf("second request %q parked", u)
-					case <-time.After(time.Second):
-						t.Logf("the second caller sent nothing in 1s")
-					}
-					close(h1)
-					quiesce()
-					cancel()
-					close(h2)
-					t.Logf("second caller: %v", <-bDone)
-					t.Logf("unsubscribe: %v", <-uDone)
-					t.Logf("reconnect: %v", <-recDone)
-					quiesce()
-					r.srv.Set(keep, "text/markdown", "v2")
-					minutes(12)
-					gen := r.c.Health().SessionGeneration
-					var bad []string
-					s, e, desc := r.look(keep)
-					t.Logf("kept: %s", desc)
-					if !(s.SessionGeneration == gen && generationOpen(s.State)) || e.Contents[0].Text != "v2" {
-						bad = append(bad, "watched URI not healed: "+desc)
-					}
-					ts, _ := r.c.Engine().Subscription(target)
-					desc = fmt.Sprintf("%s: %s %s session %d/%d server %v", target, ts.State, ts.Mode, ts.SessionGeneration, gen, r.srv.Subscribed(target))
-					t.Logf("unwatched: %s", desc)
-					if generationOpen(ts.State) && ts.SessionGeneration == gen {
-						bad = append(bad, "unwatched URI open again: "+desc)
-					}
-					if r.srv.Subscribed(target) {
-						bad = append(bad, "server still notifies an unwatched URI: "+desc)
-					}
-					for _, b := range bad {
-						t.Error(b)
-					}
-				})
-			})
+	eachEraAnd(t, []string{"had-unsubscribe", "first"}, nil, func(t *testing.T, era wiring, mode string) {
+		const x, y, z = "file:///b47/x.md", "file:///b47/y.md", "file:///b47/z.md"
+		r := watchingAllRig(t, era, x, y, z)
+		var second []string
+		if mode == "first" && era.name == "legacy" {
+			second = []string{z} // the second caller's own request
 		}
-	}
+		rec := r.reconnectParked(subscribeMethod(era.version), second...)
+		other := y
+		if rec.first == y {
+			other = x
+		}
+		keep := x
+		if other == x {
+			keep = y
+		}
+		target := other
+		if mode == "first" {
+			target = z
+		}
+		t.Logf("reconnect's first request parked (%q); second caller subscribes %s", rec.first, target)
+		bctx, cancel := context.WithCancel(context.Background())
+		bDone := make(chan error, 1)
+		uDone := make(chan error, 1)
+		go func() {
+			_, err := r.c.Subscribe(bctx, target)
+			bDone <- err
+			if mode == "had-unsubscribe" {
+				_, err := r.c.Unsubscribe(context.Background(), target)
+				uDone <- err
+			} else {
+				uDone <- nil
+			}
+		}()
+		select {
+		case u := <-rec.arrived2:
+			t.Logf("second request %q parked", u)
+		case <-time.After(time.Second):
+			t.Logf("the second caller sent nothing in 1s")
+		}
+		close(rec.h1)
+		quiesce()
+		cancel()
+		close(rec.h2)
+		t.Logf("second caller: %v", <-bDone)
+		t.Logf("unsubscribe: %v", <-uDone)
+		t.Logf("reconnect: %v", <-rec.done)
+		quiesce()
+		r.srv.Set(keep, "text/markdown", "v2")
+		minutes(12)
+		gen := r.c.Health().SessionGeneration
+		var bad []string
+		s, e, desc := r.look(keep)
+		t.Logf("kept: %s", desc)
+		if !openIn(s, gen) || e.Contents[0].Text != "v2" {
+			bad = append(bad, "watched URI not healed: "+desc)
+		}
+		ts, _ := r.c.Engine().Subscription(target)
+		desc = fmt.Sprintf("%s: %s %s session %d/%d server %v", target, ts.State, ts.Mode, ts.SessionGeneration, gen, r.srv.Subscribed(target))
+		t.Logf("unwatched: %s", desc)
+		if openIn(ts, gen) {
+			bad = append(bad, "unwatched URI open again: "+desc)
+		}
+		if r.srv.Subscribed(target) {
+			bad = append(bad, "server still notifies an unwatched URI: "+desc)
+		}
+		for _, b := range bad {
+			t.Error(b)
+		}
+	})
 }
 
 // Every write opening a new generation fails for good while reconnects and
@@ -736,8 +713,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 			Reconnect: mcpsync.ReconnectPolicy{Initial: time.Second, Max: 5 * time.Second},
 		}})
 		r.subscribe()
-		_, err := r.c.Subscribe(t.Context(), y)
-		require.NoError(t, err)
+		r.watch(y)
 		quiesce()
 		before := map[string]mcpsync.Subscription{}
 		for _, u := range []string{faultURI, y} {
@@ -747,8 +723,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 			before[u] = sub
 		}
 
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		for range 10 { // five revalidation periods, lost
 			time.Sleep(30 * time.Second)
 			quiesce()
@@ -766,8 +741,7 @@ func TestLostSessionChangesNoGenerationOrModeUntilHealed(t *testing.T) {
 		r.setDown(false)
 		r.srv.Set(faultURI, "text/markdown", "v2")
 		r.srv.Set(y, "text/markdown", "y2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		require.Equal(t, mcpsync.ConnectionUp, r.c.Health().State)
 		for u, text := range map[string]string{faultURI: "v2", y: "y2"} {
 			sub, err := r.c.Engine().Subscription(u)
@@ -811,12 +785,10 @@ func TestRequestSettlingWhileTheSessionIsLostChangesNoGenerationOrMode(t *testin
 		_, _ = r.c.Unsubscribe(gone, faultURI) // its pass runs without the caller
 		time.Sleep(10 * time.Second)           // past RequestTimeout: the unsubscribe is given up on
 		quiesce()
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.NoError(t, err)
+		r.watch(faultURI)
 		quiesce()
 
-		r.setDown(true)
-		r.faults().DropSession()
+		r.loseSession()
 		time.Sleep(30 * time.Second) // the heartbeat finds the session lost
 		quiesce()
 		require.NotEqual(t, mcpsync.ConnectionUp, r.c.Health().State, "the server is down")

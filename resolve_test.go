@@ -35,22 +35,14 @@ func resolve(t *testing.T, e *mcpsync.Engine, en mcpsync.OutboxEntry) mcpsync.Re
 	return r
 }
 
-func acceptDoc(t *testing.T, e *mcpsync.Engine, body string) mcpsync.Outcome {
-	t.Helper()
-	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), text(docURI, body))
-	require.NoError(t, err)
-	require.True(t, out.Accepted)
-	return out
-}
-
 // An updated entry whose version is still current resolves to that
 // version's contents, also after reads that found it unchanged.
 func TestResolveYieldsTheContentsOfTheEntrysVersion(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
-			acceptDoc(t, e, "v1")
-			acceptDoc(t, e, "v1") // unchanged: no entry, the version stays
+			acceptRead(t, e, ledger.TriggerNotification, "v1")
+			acceptRead(t, e, ledger.TriggerNotification, "v1") // unchanged: no entry, the version stays
 			entries := outbox(t, e)
 			require.Len(t, entries, 1)
 			r := resolve(t, e, entries[0])
@@ -70,9 +62,9 @@ func TestResolveNeverHandsOutTextOfAnotherVersion(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
-			acceptDoc(t, e, "v1")
-			acceptDoc(t, e, "v2")
-			acceptDoc(t, e, "v1")
+			acceptRead(t, e, ledger.TriggerNotification, "v1")
+			acceptRead(t, e, ledger.TriggerNotification, "v2")
+			acceptRead(t, e, ledger.TriggerNotification, "v1")
 			entries := outbox(t, e)
 			require.Len(t, entries, 3)
 			require.Equal(t, entries[0].Version.Digest, entries[2].Version.Digest)
@@ -99,7 +91,7 @@ func TestResolveSaysDeletedWithEvidence(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			clock := newClock()
 			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open(), Now: clock.now})
-			acceptDoc(t, e, "v1")
+			acceptRead(t, e, ledger.TriggerNotification, "v1")
 			clock.t = clock.t.Add(time.Second)
 			_, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), mcpsync.NotFoundResult())
 			require.NoError(t, err)
@@ -137,7 +129,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 	for _, l := range resolveLedgers {
 		t.Run(l.name, func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
-			acceptDoc(t, e, "v1")
+			acceptRead(t, e, ledger.TriggerNotification, "v1")
 			updated := outbox(t, e)[0]
 			_, err := e.RevokeSubject(alice)
 			require.NoError(t, err)
@@ -150,7 +142,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 		})
 		t.Run(l.name+"/forgotten", func(t *testing.T) {
 			e := activeEngine(t, &mcpsync.EngineOptions{Ledger: l.open()})
-			acceptDoc(t, e, "v1")
+			acceptRead(t, e, ledger.TriggerNotification, "v1")
 			_, err := e.BeginClose(docURI)
 			require.NoError(t, err)
 			_, err = e.FinishClose(docURI, true)
@@ -172,7 +164,7 @@ func TestResolveSaysRevokedAndForgotten(t *testing.T) {
 // entry resolves to quarantined, naming what must no longer be served.
 func TestResolveSaysQuarantined(t *testing.T) {
 	e := activeEngine(t, &mcpsync.EngineOptions{Guard: mcpsync.MaxBytes(8)})
-	acceptDoc(t, e, "short")
+	acceptRead(t, e, ledger.TriggerNotification, "short")
 	out, err := e.AcceptResourceVersion(issue(t, e, ledger.TriggerNotification), text(docURI, "far too long for the guard"))
 	require.NoError(t, err)
 	require.Equal(t, mcpsync.DecisionQuarantined, out.Version.Decision)
@@ -190,7 +182,7 @@ func TestResolveSaysQuarantined(t *testing.T) {
 // An entry the ledger cannot have written is refused, never guessed at.
 func TestResolveRefusesAnEntryOfNoKnownVersion(t *testing.T) {
 	e := activeEngine(t, nil)
-	acceptDoc(t, e, "v1")
+	acceptRead(t, e, ledger.TriggerNotification, "v1")
 	en := outbox(t, e)[0]
 
 	_, err := e.Resolve(context.Background(), mcpsync.OutboxEntry{})

@@ -41,10 +41,7 @@ func engineOn(t *testing.T, store ledger.Ledger) *mcpsync.Engine {
 func firstRun(t *testing.T, srv *mcpsynctest.Server, w wiring, store ledger.Ledger, uris ...string) {
 	t.Helper()
 	r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, store)}})
-	for _, u := range uris {
-		_, err := r.c.Subscribe(t.Context(), u)
-		require.NoError(t, err)
-	}
+	r.watch(uris...)
 	require.NoError(t, r.c.WaitForSync(t.Context()))
 	require.NoError(t, r.c.Close())
 }

@@ -42,13 +42,44 @@ type wiring struct {
 
 var eras = []wiring{{"legacy", "2025-11-25", false}, {"modern", "2026-07-28", false}}
 
+// eachCase runs test once per case, in a subtest named name(c) (fmt.Sprint
+// of the case when name is nil) and a testing/synctest bubble of its own.
+func eachCase[C any](t *testing.T, cases []C, name func(C) string, test func(t *testing.T, c C)) {
+	if name == nil {
+		name = func(c C) string { return fmt.Sprint(c) }
+	}
+	for _, c := range cases {
+		t.Run(name(c), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, c) })
+		})
+	}
+}
+
+// named names the two cases of a bool: falseName and trueName.
+func named(falseName, trueName string) func(bool) string {
+	return func(b bool) string {
+		if b {
+			return trueName
+		}
+		return falseName
+	}
+}
+
 // eachEra runs test once per protocol era, in a subtest named for the era
 // and a testing/synctest bubble of its own.
 func eachEra(t *testing.T, test func(t *testing.T, w wiring)) {
+	eachCase(t, eras, func(w wiring) string { return w.name }, test)
+}
+
+// eachEraAnd runs test once per protocol era and case, in a subtest named
+// for both ("legacy/" and the case's name; fmt.Sprint of the case when
+// name is nil) and a testing/synctest bubble of its own.
+func eachEraAnd[C any](t *testing.T, cases []C, name func(C) string, test func(t *testing.T, w wiring, c C)) {
+	if name == nil {
+		name = func(c C) string { return fmt.Sprint(c) }
+	}
 	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { test(t, w) })
-		})
+		eachCase(t, cases, func(c C) string { return w.name + "/" + name(c) }, func(t *testing.T, c C) { test(t, w, c) })
 	}
 }
 
@@ -147,8 +178,7 @@ func newLedgerRigWatching(t *testing.T, other string) *rig {
 	t.Helper()
 	r := newLedgerRig(t, eras[1], other)
 	r.subscribe()
-	_, err := r.c.Subscribe(t.Context(), other)
-	require.NoError(t, err)
+	r.watch(other)
 	quiesce()
 	return r
 }
@@ -320,6 +350,13 @@ func (r *rig) setDown(down bool) {
 	r.mu.Unlock()
 }
 
+// loseSession loses the client's session with the server down: every dial
+// fails until setDown(false).
+func (r *rig) loseSession() {
+	r.setDown(true)
+	r.faults().DropSession()
+}
+
 // setOnDial installs f, called with each later connection's kit before the
 // connection sends anything.
 func (r *rig) setOnDial(f func(conn int, kit *mcpsynctest.Transport)) {
@@ -361,6 +398,15 @@ func (r *rig) text(uri string) (string, error) {
 	return e.Contents[0].Text, nil
 }
 
+// entryText is the text of e's first content, "" when Lookup gave no
+// content (err is not nil).
+func entryText(e mcpsync.Entry, err error) string {
+	if err != nil || len(e.Contents) == 0 {
+		return ""
+	}
+	return e.Contents[0].Text
+}
+
 // describe says everything a liveness failure needs about uri: the ledger
 // row, what Lookup serves and what the server holds.
 func (r *rig) describe(uri string) string {
@@ -372,6 +418,16 @@ func (r *rig) describe(uri string) string {
 		uri, sub.State, sub.SessionGeneration, e.SessionGeneration(), sub.SubscriptionGeneration, sub.Mode,
 		sub.LastIssuedOrdinal, sub.Watermark, sub.StalenessBoundMs, sub.CloseEpoch, err,
 		text, lerr, want, exists, r.srv.Subscribed(uri))
+}
+
+// watch subscribes each of uris in turn, each Subscribe required to
+// return nil.
+func (r *rig) watch(uris ...string) {
+	r.t.Helper()
+	for _, u := range uris {
+		_, err := r.c.Subscribe(r.t.Context(), u)
+		require.NoError(r.t, err)
+	}
 }
 
 // subscribeSettled subscribes uri and waits until its first read passed.
@@ -420,10 +476,7 @@ func (r *rig) state(uri string) (text string, desc string) {
 	sub, err := r.c.Engine().Subscription(uri)
 	require.NoError(r.t, err)
 	e, err := r.c.Lookup(uri)
-	if err == nil && len(e.Contents) > 0 {
-		text = e.Contents[0].Text
-	}
-	return text, fmt.Sprintf("%s %s (%q), degraded %q, server subscribed %v, lookup err %v",
+	return entryText(e, err), fmt.Sprintf("%s %s (%q), degraded %q, server subscribed %v, lookup err %v",
 		sub.State, sub.Mode, sub.ModeReason, e.Degraded, r.srv.Subscribed(uri), err)
 }
 
@@ -436,10 +489,7 @@ func (r *rig) look(uri string) (mcpsync.Subscription, mcpsync.Entry, string) {
 	require.NoError(r.t, err)
 	e, err := r.c.Lookup(uri)
 	require.NoError(r.t, err)
-	text := ""
-	if len(e.Contents) > 0 {
-		text = e.Contents[0].Text
-	}
+	text := entryText(e, err)
 	return s, e, fmt.Sprintf("%s: %s %s %q session %d/%d server %v serves %q degraded %q",
 		uri, s.State, s.Mode, s.ModeReason, s.SessionGeneration, gen, r.srv.Subscribed(uri), text, e.Degraded)
 }
@@ -565,24 +615,31 @@ func (r *rig) requireToldReopen(uri string) {
 }
 
 // toldReopen reports whether OnError was told a *ReopenError naming uri.
-func (r *rig) toldReopen(uri string) bool {
-	for _, err := range r.errs.list() {
-		if re, ok := errors.AsType[*mcpsync.ReopenError](err); ok && re.URI == uri {
-			return true
-		}
-	}
-	return false
-}
+func (r *rig) toldReopen(uri string) bool { return r.reopenErrorsOf(uri) > 0 }
 
 // reopenErrors counts the *ReopenError OnError was told.
-func (r *rig) reopenErrors() int {
+func (r *rig) reopenErrors() int { return r.reopenErrorsOf("") }
+
+// reopenErrorsOf counts the *ReopenError OnError was told naming uri (""
+// counts every one).
+func (r *rig) reopenErrorsOf(uri string) int {
 	n := 0
 	for _, err := range r.errs.list() {
-		if _, ok := errors.AsType[*mcpsync.ReopenError](err); ok {
+		if re, ok := errors.AsType[*mcpsync.ReopenError](err); ok && (uri == "" || re.URI == uri) {
 			n++
 		}
 	}
 	return n
+}
+
+// requireOldGenerationOpen checks that uri is still open in its generation
+// gen: the reopen that failed left it there.
+func (r *rig) requireOldGenerationOpen(uri string, gen uint64) {
+	r.t.Helper()
+	sub, err := r.c.Engine().Subscription(uri)
+	require.NoError(r.t, err)
+	require.True(r.t, sub.State.Open() && sub.SubscriptionGeneration == gen,
+		"the failed reopen leaves the old generation open: %s, generation %d", sub.State, sub.SubscriptionGeneration)
 }
 
 // requireHealed checks, after a fault cleared and uri was given time to
@@ -595,10 +652,7 @@ func (r *rig) requireHealed(uri, want string) {
 	sub, err := c.Engine().Subscription(uri)
 	require.NoError(r.t, err)
 	entry, lerr := c.Lookup(uri)
-	served := ""
-	if lerr == nil && len(entry.Contents) > 0 {
-		served = entry.Contents[0].Text
-	}
+	served := entryText(entry, lerr)
 	healed := served == want && entry.Degraded == "" && sub.SessionGeneration == c.Health().SessionGeneration &&
 		(sub.State == ledger.StateActive || sub.State == ledger.StateVersionAccepted)
 	if !healed {
@@ -693,7 +747,7 @@ func (r *rig) requireServerMatchesPush(uris []string) {
 	var bad []string
 	for _, u := range uris {
 		sub, err := c.Engine().Subscription(u)
-		open := err == nil && sub.SessionGeneration == c.Health().SessionGeneration && generationOpen(sub.State)
+		open := err == nil && openIn(sub, c.Health().SessionGeneration)
 		push := open && sub.Mode == ledger.ModePush
 		if push != r.srv.Subscribed(u) {
 			bad = append(bad, fmt.Sprintf("%s: state %s mode %s (err %v), server subscribed %v", u, sub.State, sub.Mode, err, r.srv.Subscribed(u)))
@@ -719,12 +773,9 @@ func (r *rig) requireWhereLeft(uris []string, mustOpen, mustClosed map[string]bo
 	opened := 0
 	for _, u := range uris {
 		sub, err := r.c.Engine().Subscription(u)
-		open := err == nil && sub.SessionGeneration == gen && generationOpen(sub.State)
+		open := err == nil && openIn(sub, gen)
 		e, lerr := r.c.Lookup(u)
-		text := ""
-		if lerr == nil && len(e.Contents) > 0 {
-			text = e.Contents[0].Text
-		}
+		text := entryText(e, lerr)
 		desc := fmt.Sprintf("%s: %s %s (%q) session %d/%d, serves %q (err %v) degraded %q, server subscribed %v",
 			u, sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, text, lerr, e.Degraded, r.srv.Subscribed(u))
 		switch {
@@ -752,15 +803,25 @@ func (r *rig) requireWhereLeft(uris []string, mustOpen, mustClosed map[string]bo
 	require.Empty(t, bad)
 }
 
-// parkTwo parks the first two requests of method on the second connection
-// (the one a Reconnect opens): each, as it arrives, names its URI on
-// arrived1 or arrived2 and waits until h1 or h2 is closed. With second set,
-// the second one parked is the first after the first that names it: a
-// Reconnect re-subscribes its URIs side by side, and a test that parks a
-// caller's own request beside the Reconnect's names it.
-func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, arrived1, arrived2 chan string) {
-	h1, h2 = make(chan struct{}), make(chan struct{})
-	arrived1, arrived2 = make(chan string, 1), make(chan string, 1)
+// parkedReconnect is a Reconnect whose first two requests of a method are
+// parked (reconnectParked).
+type parkedReconnect struct {
+	first    string        // the URI of the first request parked
+	h1, h2   chan struct{} // closing one lets the first or the second go
+	arrived2 chan string   // the URI of the second, once it is parked
+	done     chan error    // what Reconnect returned
+}
+
+// reconnectParked starts a Reconnect, parking the first two requests of
+// method on the second connection (the one the Reconnect opens): each, as
+// it arrives, names its URI (first, arrived2) and waits until h1 or h2 is
+// closed. It returns once the first is parked. With second set, the second
+// one parked is the first after the first that names it: a Reconnect
+// re-subscribes its URIs side by side, and a test that parks a caller's
+// own request beside the Reconnect's names it.
+func (r *rig) reconnectParked(method string, second ...string) *parkedReconnect {
+	p := &parkedReconnect{h1: make(chan struct{}), h2: make(chan struct{}), arrived2: make(chan string, 1), done: make(chan error, 1)}
+	arrived1 := make(chan string, 1)
 	var mu sync.Mutex // protects seen
 	seen := 0
 	r.wire.set(func(w *faultWire) {
@@ -777,15 +838,17 @@ func (r *rig) parkTwo(method string, second ...string) (h1, h2 chan struct{}, ar
 			switch seen {
 			case 1:
 				arrived1 <- req.uri
-				return h1
+				return p.h1
 			case 2:
-				arrived2 <- req.uri
-				return h2
+				p.arrived2 <- req.uri
+				return p.h2
 			}
 			return nil
 		}
 	})
-	return h1, h2, arrived1, arrived2
+	go func() { p.done <- r.c.Reconnect(context.Background()) }()
+	p.first = <-arrived1
+	return p
 }
 
 // openState reports whether s is ACTIVE or one of its read sub-states.
@@ -802,11 +865,13 @@ func openState(s ledger.SubscriptionState) bool {
 // of any check: a poll or revalidation falls due at its own time), or a
 // not-found awaiting its evidence.
 func generationOpen(s ledger.SubscriptionState) bool {
-	switch s {
-	case ledger.StateActive, ledger.StateUpdateSeen, ledger.StateReadPending, ledger.StateVersionAccepted, ledger.StateTombstonePending:
-		return true
-	}
-	return false
+	return openState(s) || s == ledger.StateTombstonePending
+}
+
+// openIn reports whether sub is an open generation (generationOpen) of
+// session gen.
+func openIn(sub mcpsync.Subscription, gen uint64) bool {
+	return sub.SessionGeneration == gen && generationOpen(sub.State)
 }
 
 // errorLog keeps what OnError is told, and calls then after, if set.
@@ -1439,12 +1504,15 @@ func writeOf(uri string, state ledger.SubscriptionState) func(string, *ledger.Re
 	return func(key string, next *ledger.Record) bool { return key == uri && next.State == state }
 }
 
-// reopenWrites are the writes of a reopen that can fail: the one that
-// closes the generation and opens the next, and the next one's activation.
-var reopenWrites = []struct {
+// reopenWrite is a write of a reopen that can fail, and what picks it.
+type reopenWrite struct {
 	name  string
 	match func(string, *ledger.Record) bool
-}{
+}
+
+// reopenWrites are the writes of a reopen that can fail: the one that
+// closes the generation and opens the next, and the next one's activation.
+var reopenWrites = []reopenWrite{
 	{"open-next-generation", openingWrite},
 	{"activate-next-generation", activatingWrite},
 }

@@ -122,111 +122,103 @@ func TestSetRefreshFractionRejectsOutOfRange(t *testing.T) {
 // notification, none from the revalidation timer. The one inside, on the
 // same client, gets all of them.
 func TestRefreshFractionDisabledSubscriptionGetsNoReads(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, &mcpsync.ClientOptions{RefreshFraction: new(between(t)), RevalidateEvery: time.Minute})
-				r.srv.Set(offURI, "text/markdown", "v1")
-				for _, u := range []string{faultURI, offURI} {
-					sub, err := r.c.Subscribe(t.Context(), u)
-					require.NoError(t, err)
-					assert.Equal(t, ledger.ModePush, sub.Mode, u)
-				}
-				quiesce()
-				// In 2026-07-28 the second Subscribe replaces the listen
-				// stream, and the URI it carries over is read again.
-				initial := r.srv.Reads(faultURI)
-				assert.Positive(t, initial)
-				assert.Equal(t, 0, r.srv.Reads(offURI), "no initial read")
-				assert.True(t, r.srv.Subscribed(offURI), "still subscribed at the server")
-				sub, err := r.c.Engine().Subscription(offURI)
-				require.NoError(t, err)
-				assert.Equal(t, ledger.StateActive, sub.State, "still an open generation of the fence")
-				assert.Zero(t, sub.LastIssuedOrdinal)
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, &mcpsync.ClientOptions{RefreshFraction: new(between(t)), RevalidateEvery: time.Minute})
+		r.srv.Set(offURI, "text/markdown", "v1")
+		for _, u := range []string{faultURI, offURI} {
+			sub, err := r.c.Subscribe(t.Context(), u)
+			require.NoError(t, err)
+			assert.Equal(t, ledger.ModePush, sub.Mode, u)
+		}
+		quiesce()
+		// In 2026-07-28 the second Subscribe replaces the listen
+		// stream, and the URI it carries over is read again.
+		initial := r.srv.Reads(faultURI)
+		assert.Positive(t, initial)
+		assert.Equal(t, 0, r.srv.Reads(offURI), "no initial read")
+		assert.True(t, r.srv.Subscribed(offURI), "still subscribed at the server")
+		sub, err := r.c.Engine().Subscription(offURI)
+		require.NoError(t, err)
+		assert.Equal(t, ledger.StateActive, sub.State, "still an open generation of the fence")
+		assert.Zero(t, sub.LastIssuedOrdinal)
 
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				r.srv.Set(offURI, "text/markdown", "v2")
-				quiesce()
-				assert.Equal(t, initial+1, r.srv.Reads(faultURI))
-				assert.Equal(t, "v2", r.served())
-				assert.Equal(t, 0, r.srv.Reads(offURI), "no read for a notification")
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		r.srv.Set(offURI, "text/markdown", "v2")
+		quiesce()
+		assert.Equal(t, initial+1, r.srv.Reads(faultURI))
+		assert.Equal(t, "v2", r.served())
+		assert.Equal(t, 0, r.srv.Reads(offURI), "no read for a notification")
 
-				time.Sleep(2 * time.Minute)
-				quiesce()
-				assert.Greater(t, r.srv.Reads(faultURI), initial+1, "revalidated")
-				assert.Equal(t, 0, r.srv.Reads(offURI), "no revalidation read")
-				_, err = r.c.Lookup(offURI)
-				require.ErrorIs(t, err, mcpsync.ErrNoVersion)
+		time.Sleep(2 * time.Minute)
+		quiesce()
+		assert.Greater(t, r.srv.Reads(faultURI), initial+1, "revalidated")
+		assert.Equal(t, 0, r.srv.Reads(offURI), "no revalidation read")
+		_, err = r.c.Lookup(offURI)
+		require.ErrorIs(t, err, mcpsync.ErrNoVersion)
 
-				st := r.c.Rollout()
-				assert.Equal(t, 1, st.Enabled)
-				assert.Equal(t, 1, st.Disabled)
-				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerInitial])
-				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerNotification])
-				assert.GreaterOrEqual(t, st.Skipped[ledger.TriggerRevalidate], uint64(1))
-				assert.Zero(t, r.c.Engine().StaleCounts()[mcpsync.ReasonNotSubscribed],
-					"a skipped notification is not reported as one for an unsubscribed URI")
-			})
-		})
-	}
+		st := r.c.Rollout()
+		assert.Equal(t, 1, st.Enabled)
+		assert.Equal(t, 1, st.Disabled)
+		assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerInitial])
+		assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerNotification])
+		assert.GreaterOrEqual(t, st.Skipped[ledger.TriggerRevalidate], uint64(1))
+		assert.Zero(t, r.c.Engine().StaleCounts()[mcpsync.ReasonNotSubscribed],
+			"a skipped notification is not reported as one for an unsubscribed URI")
+	})
 }
 
 // Raising the fraction at runtime starts refreshing the same subscription
 // generation, on the same session: notifications and timer ticks read it
 // again. Lowering it stops them, and the accepted version stays.
 func TestRaisingRefreshFractionStartsRefreshing(t *testing.T) {
-	for _, w := range eras {
-		t.Run(w.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, w, &mcpsync.ClientOptions{RefreshFraction: new(0.0), RevalidateEvery: time.Minute})
-				before, err := r.c.Subscribe(t.Context(), faultURI)
-				require.NoError(t, err)
-				r.srv.Set(faultURI, "text/markdown", "v2")
-				time.Sleep(2 * time.Minute)
-				quiesce()
-				require.Equal(t, 0, r.srv.Reads(faultURI))
-				st := r.c.Rollout()
-				assert.Equal(t, 0.0, st.RefreshFraction)
-				assert.Equal(t, 0, st.Enabled)
-				assert.Equal(t, 1, st.Disabled)
-				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerInitial])
-				assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerNotification])
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := newRig(t, w, &mcpsync.ClientOptions{RefreshFraction: new(0.0), RevalidateEvery: time.Minute})
+		before, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		time.Sleep(2 * time.Minute)
+		quiesce()
+		require.Equal(t, 0, r.srv.Reads(faultURI))
+		st := r.c.Rollout()
+		assert.Equal(t, 0.0, st.RefreshFraction)
+		assert.Equal(t, 0, st.Enabled)
+		assert.Equal(t, 1, st.Disabled)
+		assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerInitial])
+		assert.Equal(t, uint64(1), st.Skipped[ledger.TriggerNotification])
 
-				// A URI nobody subscribed is no rollout matter: its
-				// notification still leaves a NOT_SUBSCRIBED receipt.
-				r.srv.MCPServer().SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": "file:///nobody.md"})
-				quiesce()
-				assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonNotSubscribed])
-				subscribeCalls := r.srv.SubscribeCalls()
+		// A URI nobody subscribed is no rollout matter: its
+		// notification still leaves a NOT_SUBSCRIBED receipt.
+		r.srv.MCPServer().SendNotificationToAllClients(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": "file:///nobody.md"})
+		quiesce()
+		assert.Equal(t, uint64(1), r.c.Engine().StaleCounts()[mcpsync.ReasonNotSubscribed])
+		subscribeCalls := r.srv.SubscribeCalls()
 
-				require.NoError(t, r.c.SetRefreshFraction(1))
-				assert.Equal(t, 1, r.c.Rollout().Enabled)
-				r.srv.Set(faultURI, "text/markdown", "v3")
-				quiesce()
-				assert.Equal(t, 1, r.srv.Reads(faultURI), "the notification is read")
-				assert.Equal(t, "v3", r.served())
-				time.Sleep(90 * time.Second)
-				quiesce()
-				refreshed := r.srv.Reads(faultURI)
-				assert.Greater(t, refreshed, 1, "the timer reads it too")
+		require.NoError(t, r.c.SetRefreshFraction(1))
+		assert.Equal(t, 1, r.c.Rollout().Enabled)
+		r.srv.Set(faultURI, "text/markdown", "v3")
+		quiesce()
+		assert.Equal(t, 1, r.srv.Reads(faultURI), "the notification is read")
+		assert.Equal(t, "v3", r.served())
+		time.Sleep(90 * time.Second)
+		quiesce()
+		refreshed := r.srv.Reads(faultURI)
+		assert.Greater(t, refreshed, 1, "the timer reads it too")
 
-				after, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, before.SessionGeneration, after.SessionGeneration, "no reconnect")
-				assert.Equal(t, before.SubscriptionGeneration, after.SubscriptionGeneration, "no resubscribe")
-				assert.Equal(t, subscribeCalls, r.srv.SubscribeCalls())
+		after, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, before.SessionGeneration, after.SessionGeneration, "no reconnect")
+		assert.Equal(t, before.SubscriptionGeneration, after.SubscriptionGeneration, "no resubscribe")
+		assert.Equal(t, subscribeCalls, r.srv.SubscribeCalls())
 
-				require.NoError(t, r.c.SetRefreshFraction(0)) // roll back
-				r.srv.Set(faultURI, "text/markdown", "v4")
-				time.Sleep(2 * time.Minute)
-				quiesce()
-				assert.Equal(t, refreshed, r.srv.Reads(faultURI), "no read after the rollback")
-				rolledBack, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, after.Watermark, rolledBack.Watermark, "the watermark stays")
-			})
-		})
-	}
+		require.NoError(t, r.c.SetRefreshFraction(0)) // roll back
+		r.srv.Set(faultURI, "text/markdown", "v4")
+		time.Sleep(2 * time.Minute)
+		quiesce()
+		assert.Equal(t, refreshed, r.srv.Reads(faultURI), "no read after the rollback")
+		rolledBack, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, after.Watermark, rolledBack.Watermark, "the watermark stays")
+	})
 }
 
 // The status is data: its JSON form is pinned.

@@ -57,8 +57,7 @@ func TestLateUnsubscribeNeverUndoesALaterSubscribe(t *testing.T) {
 		quiesce()
 
 		r.srv.Set(faultURI, "text/markdown", "v2")
-		time.Sleep(time.Minute)
-		quiesce()
+		minutes(1)
 		r.requireConverged(faultURI, "late unsubscribe of an earlier generation")
 	})
 }
@@ -171,74 +170,70 @@ func TestRefusedResubscribeRacingTheCallerEndsWhereTheCallerLeftIt(t *testing.T)
 		{name: "subscribe-other-spelling", act: func(r *rig) { _, _ = r.c.Subscribe(context.Background(), b) }, watched: a},
 	}
 	for _, tc := range cases {
-		for _, steady := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/steady=%v", tc.name, steady), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
-					var wg sync.WaitGroup
-					var once sync.Once
-					fail := func(method, uri string, _ int) bool {
-						if method != string(mcp.MethodResourcesSubscribe) {
-							return false
-						}
-						if uri == b {
-							return tc.refuseB
-						}
-						if uri != a {
-							return false
-						}
-						first := false
-						once.Do(func() {
-							first = true
-							if tc.act != nil {
-								wg.Go(func() { tc.act(r) })
-							}
-						})
-						return steady || first
-					}
-					lateUnsubscribe(t, r, a, fail)
-					wg.Wait()
-					minutes(10)
-					subs := r.requests(string(mcp.MethodResourcesSubscribe))
-					unsubs := r.requests(string(mcp.MethodResourcesUnsubscribe))
-					minutes(10)
-					subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
-					unsubs = r.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
-					r.srv.Set(a, "text/markdown", "v2")
-					r.srv.Set(b, "text/markdown", "v2")
-					minutes(7)
-					gen := r.c.Health().SessionGeneration
-					sub, err := r.c.Engine().Subscription(a)
-					require.NoError(t, err)
-					e, lerr := r.c.Lookup(a)
-					text := ""
-					if lerr == nil && len(e.Contents) > 0 {
-						text = e.Contents[0].Text
-					}
-					open := sub.SessionGeneration == gen && generationOpen(sub.State)
-					desc := fmt.Sprintf("key: %s %s %q session %d/%d; server a %v b %v; serves %q degraded %q; in the quiet 10 min: %d subscribes, %d unsubscribes",
-						sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, r.srv.Subscribed(a), r.srv.Subscribed(b), text, e.Degraded, subs, unsubs)
-					t.Log(desc)
-					require.LessOrEqual(t, subs+unsubs, 2, "requests once settled: "+desc)
-					require.False(t, tc.watched != a && r.srv.Subscribed(a), "server's a: "+desc)
-					require.False(t, tc.watched != b && r.srv.Subscribed(b), "server's b: "+desc)
-					if tc.watched == "" {
-						require.False(t, open, desc)
-						return
-					}
-					require.True(t, open, desc)
-					if sub.Mode == ledger.ModePush {
-						require.True(t, r.srv.Subscribed(tc.watched), "push, not notified: "+desc)
-					} else {
-						require.NotEmpty(t, sub.ModeReason, desc)
-					}
-					require.Equal(t, "v2", text, desc)
-					if !steady && !tc.refuseB {
-						require.Equal(t, ledger.ModePush, sub.Mode, "a refusal once, then the server accepts: "+desc)
+		eachCase(t, []bool{true, false}, func(steady bool) string { return fmt.Sprintf("%s/steady=%v", tc.name, steady) }, func(t *testing.T, steady bool) {
+			r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
+			var wg sync.WaitGroup
+			var once sync.Once
+			fail := func(method, uri string, _ int) bool {
+				if method != string(mcp.MethodResourcesSubscribe) {
+					return false
+				}
+				if uri == b {
+					return tc.refuseB
+				}
+				if uri != a {
+					return false
+				}
+				first := false
+				once.Do(func() {
+					first = true
+					if tc.act != nil {
+						wg.Go(func() { tc.act(r) })
 					}
 				})
-			})
-		}
+				return steady || first
+			}
+			lateUnsubscribe(t, r, a, fail)
+			wg.Wait()
+			minutes(10)
+			subs := r.requests(string(mcp.MethodResourcesSubscribe))
+			unsubs := r.requests(string(mcp.MethodResourcesUnsubscribe))
+			minutes(10)
+			subs = r.requests(string(mcp.MethodResourcesSubscribe)) - subs
+			unsubs = r.requests(string(mcp.MethodResourcesUnsubscribe)) - unsubs
+			r.srv.Set(a, "text/markdown", "v2")
+			r.srv.Set(b, "text/markdown", "v2")
+			minutes(7)
+			gen := r.c.Health().SessionGeneration
+			sub, err := r.c.Engine().Subscription(a)
+			require.NoError(t, err)
+			e, lerr := r.c.Lookup(a)
+			text := ""
+			if lerr == nil && len(e.Contents) > 0 {
+				text = e.Contents[0].Text
+			}
+			open := openIn(sub, gen)
+			desc := fmt.Sprintf("key: %s %s %q session %d/%d; server a %v b %v; serves %q degraded %q; in the quiet 10 min: %d subscribes, %d unsubscribes",
+				sub.State, sub.Mode, sub.ModeReason, sub.SessionGeneration, gen, r.srv.Subscribed(a), r.srv.Subscribed(b), text, e.Degraded, subs, unsubs)
+			t.Log(desc)
+			require.LessOrEqual(t, subs+unsubs, 2, "requests once settled: "+desc)
+			require.False(t, tc.watched != a && r.srv.Subscribed(a), "server's a: "+desc)
+			require.False(t, tc.watched != b && r.srv.Subscribed(b), "server's b: "+desc)
+			if tc.watched == "" {
+				require.False(t, open, desc)
+				return
+			}
+			require.True(t, open, desc)
+			if sub.Mode == ledger.ModePush {
+				require.True(t, r.srv.Subscribed(tc.watched), "push, not notified: "+desc)
+			} else {
+				require.NotEmpty(t, sub.ModeReason, desc)
+			}
+			require.Equal(t, "v2", text, desc)
+			if !steady && !tc.refuseB {
+				require.Equal(t, ledger.ModePush, sub.Mode, "a refusal once, then the server accepts: "+desc)
+			}
+		})
 	}
 }
 
@@ -271,6 +266,17 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 	})
 }
 
+// subscribeFailingActivation subscribes faultURI with the ledger refusing,
+// once, the write that activates it, and checks that Subscribe failed.
+func (r *rig) subscribeFailingActivation() {
+	r.t.Helper()
+	r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
+	_, err := r.c.Subscribe(r.t.Context(), faultURI)
+	require.Error(r.t, err, "the activation write failed")
+	require.Equal(r.t, 1, r.ledger.failures())
+	quiesce()
+}
+
 // 2025-11-25. A Subscribe whose activation write fails after the server
 // acknowledged its resources/subscribe fails and drops its watch; the
 // server is told: half an hour later it does not notify a URI nobody
@@ -279,11 +285,7 @@ func TestRefusedResubscribeOfADeletedURIServesItOnceRecreated(t *testing.T) {
 func TestFailedActivationUnsubscribesTheServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLedgerRig(t, eras[0])
-		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, r.ledger.failures())
-		quiesce()
+		r.subscribeFailingActivation()
 		r.sixRevalidations() // half an hour, the ledger healthy
 		require.False(t, r.srv.Subscribed(faultURI),
 			"the server still notifies %s, whose Subscribe failed and which nobody watches (unsubscribes sent: %d)",
@@ -301,14 +303,9 @@ func TestFailedActivationLeavesNoStreamCarryingIt(t *testing.T) {
 		const other = "file:///docs/other.md"
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
-		_, err := r.c.Subscribe(t.Context(), other) // a watch that stays
-		require.NoError(t, err)
+		r.watch(other) // a watch that stays
 		quiesce()
-		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err = r.c.Subscribe(t.Context(), faultURI)
-		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, r.ledger.failures())
-		quiesce()
+		r.subscribeFailingActivation()
 		r.sixRevalidations() // half an hour, the ledger healthy
 		require.True(t, r.srv.Subscribed(other))
 		require.False(t, r.srv.Subscribed(faultURI),
@@ -325,15 +322,10 @@ func TestFailedActivationLeavesTheURIOffTheNextStream(t *testing.T) {
 		const other = "file:///docs/other.md"
 		r := newLedgerRig(t, eras[1])
 		r.srv.Set(other, "text/markdown", "v1")
-		r.ledger.failWrites(1, writeOf(faultURI, ledger.StateActive))
-		_, err := r.c.Subscribe(t.Context(), faultURI)
-		require.Error(t, err, "the activation write failed")
-		require.Equal(t, 1, r.ledger.failures())
-		quiesce()
+		r.subscribeFailingActivation()
 
 		// Another Subscribe replaces the stream.
-		_, err = r.c.Subscribe(t.Context(), other)
-		require.NoError(t, err)
+		r.watch(other)
 		quiesce()
 		require.True(t, r.srv.Subscribed(other))
 		require.False(t, r.srv.Subscribed(faultURI), "a stream still carries a URI whose Subscribe failed")

@@ -145,67 +145,63 @@ func TestAlternatingSpellingsUnderFailuresEndOnTheLastWatched(t *testing.T) {
 		{"A-A+B-A+A", []string{"+A", "-A", "+B", "-A", "+A"}, a},
 	}
 	for _, p := range patterns {
-		for _, failing := range []string{"unsub", "both"} {
-			t.Run(fmt.Sprintf("%s/%s", p.name, failing), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
-					r.wire.refuseWhen(func(method, _ string, n int) bool {
-						switch method {
-						case string(mcp.MethodResourcesUnsubscribe):
-							return true
-						case string(mcp.MethodResourcesSubscribe):
-							return failing == "both" && n%2 == 0
-						}
-						return false
-					})
-					for _, s := range p.steps {
-						u := a
-						if s[1] == 'B' {
-							u = b
-						}
-						var sub mcpsync.Subscription
-						var err error
-						if s[0] == '+' {
-							sub, err = r.c.Subscribe(t.Context(), u)
-						} else {
-							sub, err = r.c.Unsubscribe(t.Context(), u)
-						}
-						t.Logf("%s: %s %s %q, %v", s, sub.State, sub.Mode, sub.ModeReason, err)
-						time.Sleep(time.Second)
-						quiesce()
-					}
-					time.Sleep(5 * time.Minute)
-					quiesce()
-					r.wire.refuseWhen(nil)
-					minutes(10)
-					r.srv.Set(a, "text/markdown", "v2")
-					r.srv.Set(b, "text/markdown", "v2")
-					minutes(7)
-					sub, err := r.c.Engine().Subscription(a)
-					e, lerr := r.c.Lookup(a)
-					text := ""
-					if lerr == nil && len(e.Contents) > 0 {
-						text = e.Contents[0].Text
-					}
-					desc := fmt.Sprintf("key: %s %s %q (err %v); server A %v B %v; serves %q",
-						sub.State, sub.Mode, sub.ModeReason, err, r.srv.Subscribed(a), r.srv.Subscribed(b), text)
-					t.Log(desc)
-					// Before 2026-07-28 a URI whose subscribe failed polls for
-					// the session (with its reason): accepted here.
-					push := p.last != "" && sub.Mode == ledger.ModePush
-					require.False(t, p.last != a && r.srv.Subscribed(a), "server's A: "+desc)
-					require.False(t, p.last != b && r.srv.Subscribed(b), "server's B: "+desc)
-					if push {
-						require.True(t, r.srv.Subscribed(p.last), "push but not notified: "+desc)
-					}
-					if p.last != "" {
-						require.True(t, generationOpen(sub.State), desc)
-						require.True(t, push || sub.ModeReason != "", desc)
-						require.Equal(t, "v2", text, desc)
-					}
-				})
+		eachCase(t, []string{"unsub", "both"}, func(failing string) string { return fmt.Sprintf("%s/%s", p.name, failing) }, func(t *testing.T, failing string) {
+			r := buildRig(t, eras[0], rigConfig{uris: []string{a, b}})
+			r.wire.refuseWhen(func(method, _ string, n int) bool {
+				switch method {
+				case string(mcp.MethodResourcesUnsubscribe):
+					return true
+				case string(mcp.MethodResourcesSubscribe):
+					return failing == "both" && n%2 == 0
+				}
+				return false
 			})
-		}
+			for _, s := range p.steps {
+				u := a
+				if s[1] == 'B' {
+					u = b
+				}
+				var sub mcpsync.Subscription
+				var err error
+				if s[0] == '+' {
+					sub, err = r.c.Subscribe(t.Context(), u)
+				} else {
+					sub, err = r.c.Unsubscribe(t.Context(), u)
+				}
+				t.Logf("%s: %s %s %q, %v", s, sub.State, sub.Mode, sub.ModeReason, err)
+				time.Sleep(time.Second)
+				quiesce()
+			}
+			time.Sleep(5 * time.Minute)
+			quiesce()
+			r.wire.refuseWhen(nil)
+			minutes(10)
+			r.srv.Set(a, "text/markdown", "v2")
+			r.srv.Set(b, "text/markdown", "v2")
+			minutes(7)
+			sub, err := r.c.Engine().Subscription(a)
+			e, lerr := r.c.Lookup(a)
+			text := ""
+			if lerr == nil && len(e.Contents) > 0 {
+				text = e.Contents[0].Text
+			}
+			desc := fmt.Sprintf("key: %s %s %q (err %v); server A %v B %v; serves %q",
+				sub.State, sub.Mode, sub.ModeReason, err, r.srv.Subscribed(a), r.srv.Subscribed(b), text)
+			t.Log(desc)
+			// Before 2026-07-28 a URI whose subscribe failed polls for
+			// the session (with its reason): accepted here.
+			push := p.last != "" && sub.Mode == ledger.ModePush
+			require.False(t, p.last != a && r.srv.Subscribed(a), "server's A: "+desc)
+			require.False(t, p.last != b && r.srv.Subscribed(b), "server's B: "+desc)
+			if push {
+				require.True(t, r.srv.Subscribed(p.last), "push but not notified: "+desc)
+			}
+			if p.last != "" {
+				require.True(t, generationOpen(sub.State), desc)
+				require.True(t, push || sub.ModeReason != "", desc)
+				require.Equal(t, "v2", text, desc)
+			}
+		})
 	}
 }
 
@@ -223,8 +219,7 @@ func TestSpellingSwappedBeforeItsPassLeavesNoOtherSpellingNotified(t *testing.T)
 		r := newRig(t, w, nil)
 		r.srv.Set(a, "text/markdown", "v1")
 		r.srv.Set(b, "text/markdown", "v1")
-		_, err := r.c.Subscribe(t.Context(), a)
-		require.NoError(t, err)
+		r.watch(a)
 		quiesce()
 		require.True(t, r.srv.Subscribed(a))
 

@@ -28,84 +28,82 @@ func subscribeAllClient(t *testing.T, srv *mcpsynctest.Server, version string) *
 	return c
 }
 
+// serverOfMany returns a server holding n resources, and their URIs: each
+// has text "v1 of" its URI.
+func serverOfMany(n int) (*mcpsynctest.Server, []string) {
+	srv := mcpsynctest.NewServer(nil)
+	uris := numbered("file:///all/%03d.md", n)
+	for _, u := range uris {
+		srv.Set(u, "text/markdown", "v1 of "+u)
+	}
+	return srv, uris
+}
+
 // SubscribeAll opens every URI with its first version, in order; from
 // 2026-07-28 on one listen stream carries them all, and before it each has
 // its own resources/subscribe.
 func TestSubscribeAll(t *testing.T) {
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				uris := make([]string, 200)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-					srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
-				}
-				c := subscribeAllClient(t, srv, era.version)
-				subs, err := c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				require.Len(t, subs, len(uris))
-				for i, sub := range subs {
-					assert.Equal(t, uris[i], sub.URI)
-					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
-					entry, err := c.Lookup(uris[i])
-					require.NoError(t, err)
-					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
-				}
-				if era.version == "2026-07-28" {
-					assert.Equal(t, 1, srv.SubscribeCalls(), "one listen stream for every URI")
-				} else {
-					assert.Equal(t, len(uris), srv.SubscribeCalls())
-				}
-				for _, uri := range uris {
-					assert.True(t, srv.Subscribed(uri), uri)
-				}
+	eachEra(t, func(t *testing.T, era wiring) {
+		srv, uris := serverOfMany(200)
+		c := subscribeAllClient(t, srv, era.version)
+		subs, err := c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		require.Len(t, subs, len(uris))
+		for i, sub := range subs {
+			assert.Equal(t, uris[i], sub.URI)
+			assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
+			entry, err := c.Lookup(uris[i])
+			require.NoError(t, err)
+			assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
+		}
+		if era.version == "2026-07-28" {
+			assert.Equal(t, 1, srv.SubscribeCalls(), "one listen stream for every URI")
+		} else {
+			assert.Equal(t, len(uris), srv.SubscribeCalls())
+		}
+		for _, uri := range uris {
+			assert.True(t, srv.Subscribed(uri), uri)
+		}
 
-				// They are notified like any subscription.
-				srv.Set(uris[7], "text/markdown", "v2")
-				quiesce()
-				entry, err := c.Lookup(uris[7])
-				require.NoError(t, err)
-				assert.Equal(t, "v2", entry.Contents[0].Text)
-			})
-		})
-	}
+		// They are notified like any subscription.
+		srv.Set(uris[7], "text/markdown", "v2")
+		quiesce()
+		entry, err := c.Lookup(uris[7])
+		require.NoError(t, err)
+		assert.Equal(t, "v2", entry.Contents[0].Text)
+	})
 }
 
 // A URI that fails fails alone, named in the error; the others open. One
 // that never got watched is not left on the listen stream.
 func TestSubscribeAllFailures(t *testing.T) {
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				const a, b, gone, bad = "file:///all/a.md", "file:///all/b.md", "file:///all/gone.md", "::not a uri"
-				srv.Set(a, "text/markdown", "a")
-				srv.Set(b, "text/markdown", "b")
-				c := subscribeAllClient(t, srv, era.version)
-				subs, err := c.SubscribeAll(t.Context(), []string{a, bad, gone, b})
-				require.Error(t, err)
-				assert.ErrorIs(t, err, mcpsync.ErrInvalidURI)
-				assert.ErrorIs(t, err, mcpsync.ErrNotFound)
-				assert.Contains(t, err.Error(), gone)
-				assert.Equal(t, mcpsync.Subscription{}, subs[1], "the URI that is none")
-				for _, i := range []int{0, 3} {
-					entry, err := c.Lookup(subs[i].URI)
-					require.NoError(t, err)
-					assert.Equal(t, ledger.ModePush, subs[i].Mode)
-					assert.NotEmpty(t, entry.Contents)
-				}
-				// A resource not found stays subscribed, as with Subscribe:
-				// it is read when the server says it exists.
-				assert.Equal(t, ledger.StateTombstonePending, subs[2].State)
-				srv.Set(gone, "text/markdown", "back")
-				quiesce()
-				entry, err := c.Lookup(gone)
-				require.NoError(t, err)
-				assert.Equal(t, "back", entry.Contents[0].Text)
-			})
-		})
-	}
+	eachEra(t, func(t *testing.T, era wiring) {
+		srv := mcpsynctest.NewServer(nil)
+		const a, b, gone, bad = "file:///all/a.md", "file:///all/b.md", "file:///all/gone.md", "::not a uri"
+		srv.Set(a, "text/markdown", "a")
+		srv.Set(b, "text/markdown", "b")
+		c := subscribeAllClient(t, srv, era.version)
+		subs, err := c.SubscribeAll(t.Context(), []string{a, bad, gone, b})
+		require.Error(t, err)
+		assert.ErrorIs(t, err, mcpsync.ErrInvalidURI)
+		assert.ErrorIs(t, err, mcpsync.ErrNotFound)
+		assert.Contains(t, err.Error(), gone)
+		assert.Equal(t, mcpsync.Subscription{}, subs[1], "the URI that is none")
+		for _, i := range []int{0, 3} {
+			entry, err := c.Lookup(subs[i].URI)
+			require.NoError(t, err)
+			assert.Equal(t, ledger.ModePush, subs[i].Mode)
+			assert.NotEmpty(t, entry.Contents)
+		}
+		// A resource not found stays subscribed, as with Subscribe:
+		// it is read when the server says it exists.
+		assert.Equal(t, ledger.StateTombstonePending, subs[2].State)
+		srv.Set(gone, "text/markdown", "back")
+		quiesce()
+		entry, err := c.Lookup(gone)
+		require.NoError(t, err)
+		assert.Equal(t, "back", entry.Contents[0].Text)
+	})
 }
 
 // A URI whose Subscribe fails before it is watched (here: the subject was
@@ -166,56 +164,48 @@ func TestSubscribeAllCancelled(t *testing.T) {
 // then open again in a newer generation, in push mode, notified by the
 // listen stream.
 func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
-	for _, all := range []bool{false, true} {
-		name := "Subscribe"
-		if all {
-			name = "SubscribeAll"
-		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const z = "file:///b35/race/z.md"
-				r := newRig(t, eras[1], nil)
-				r.srv.Set(z, "text/markdown", "z")
-				r.subscribe()
+	eachCase(t, []bool{false, true}, named("Subscribe", "SubscribeAll"), func(t *testing.T, all bool) {
+		const z = "file:///b35/race/z.md"
+		r := newRig(t, eras[1], nil)
+		r.srv.Set(z, "text/markdown", "z")
+		r.subscribe()
 
-				// A replacement is under way (z's) and waits for its
-				// acknowledgement; the Unsubscribe of x queues behind it.
-				hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
-				zDone := goCall(t.Context(), r.c.Subscribe, z)
-				synctest.Wait()
-				<-hold.Arrived()
+		// A replacement is under way (z's) and waits for its
+		// acknowledgement; the Unsubscribe of x queues behind it.
+		hold := r.faults().HoldNextRequest(string(mcp.MethodSubscriptionsListen), "")
+		zDone := goCall(t.Context(), r.c.Subscribe, z)
+		synctest.Wait()
+		<-hold.Arrived()
 
-				unsub := goCall(t.Context(), r.c.Unsubscribe, faultURI)
-				synctest.Wait()
-				resub := make(chan error, 1)
-				go func() {
-					if all {
-						_, err := r.c.SubscribeAll(t.Context(), []string{faultURI})
-						resub <- err
-						return
-					}
-					_, err := r.c.Subscribe(t.Context(), faultURI)
-					resub <- err
-				}()
-				synctest.Wait()
-				hold.Release()
+		unsub := goCall(t.Context(), r.c.Unsubscribe, faultURI)
+		synctest.Wait()
+		resub := make(chan error, 1)
+		go func() {
+			if all {
+				_, err := r.c.SubscribeAll(t.Context(), []string{faultURI})
+				resub <- err
+				return
+			}
+			_, err := r.c.Subscribe(t.Context(), faultURI)
+			resub <- err
+		}()
+		synctest.Wait()
+		hold.Release()
 
-				require.NoError(t, (<-zDone).err)
-				u := <-unsub
-				require.NoError(t, u.err)
-				require.NoError(t, <-resub)
-				quiesce()
+		require.NoError(t, (<-zDone).err)
+		u := <-unsub
+		require.NoError(t, u.err)
+		require.NoError(t, <-resub)
+		quiesce()
 
-				assert.Equal(t, ledger.StateClosed, u.val.State,
-					"the Unsubscribe that was answered left its generation %s", u.val.State)
-				sub, err := r.c.Engine().Subscription(faultURI)
-				require.NoError(t, err)
-				assert.Equal(t, ledger.ModePush, sub.Mode)
-				assert.True(t, r.srv.Subscribed(faultURI))
-				assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
-			})
-		})
-	}
+		assert.Equal(t, ledger.StateClosed, u.val.State,
+			"the Unsubscribe that was answered left its generation %s", u.val.State)
+		sub, err := r.c.Engine().Subscription(faultURI)
+		require.NoError(t, err)
+		assert.Equal(t, ledger.ModePush, sub.Mode)
+		assert.True(t, r.srv.Subscribed(faultURI))
+		assert.Greater(t, sub.SubscriptionGeneration, u.val.SubscriptionGeneration)
+	})
 }
 
 // SubscribeAll of 200 URIs while the server fails every 7th subscribe,
@@ -227,75 +217,69 @@ func TestUnsubscribeRacingASubscribeAllClosesItsGeneration(t *testing.T) {
 // with the server notifying it or polled with a reason; an unsubscribed one
 // is not open and not notified. Both eras.
 func TestEveryURIEndsWhereItsCallerLeftItUnderFaults(t *testing.T) {
-	for _, w := range eras {
-		for _, reconnect := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/reconnect=%v", w.name, reconnect), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					const n = 200
-					uris := numbered("file:///b42/scale/%03d.md", n)
-					r := buildRig(t, w, rigConfig{uris: uris})
-					faulty := func(method, _ string, k int) bool {
-						switch method {
-						case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe), string(mcp.MethodSubscriptionsListen):
-							return k%7 == 0
-						}
-						return false
-					}
-					r.wire.refuseWhen(faulty)
-					_, err := r.c.SubscribeAll(t.Context(), uris)
-					t.Logf("SubscribeAll: %v", err != nil)
-					quiesce()
+	eachEraAnd(t, []bool{false, true}, func(reconnect bool) string { return fmt.Sprintf("reconnect=%v", reconnect) }, func(t *testing.T, w wiring, reconnect bool) {
+		const n = 200
+		uris := numbered("file:///b42/scale/%03d.md", n)
+		r := buildRig(t, w, rigConfig{uris: uris})
+		faulty := func(method, _ string, k int) bool {
+			switch method {
+			case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe), string(mcp.MethodSubscriptionsListen):
+				return k%7 == 0
+			}
+			return false
+		}
+		r.wire.refuseWhen(faulty)
+		_, err := r.c.SubscribeAll(t.Context(), uris)
+		t.Logf("SubscribeAll: %v", err != nil)
+		quiesce()
 
-					mustOpen, mustClosed := map[string]bool{}, map[string]bool{}
-					var mu sync.Mutex
-					unsubErrs := map[string]error{}
-					var wg sync.WaitGroup
-					for i, u := range uris {
-						if i%2 == 0 {
-							mustOpen[u] = true
-							continue
-						}
-						ctx, cancel := context.WithCancel(t.Context())
-						if i%3 == 0 {
-							time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
-						}
-						wg.Go(func() {
-							defer cancel()
-							sub, err := r.c.Unsubscribe(ctx, u)
-							mu.Lock()
-							if err == nil {
-								mustClosed[u] = true
-							} else {
-								unsubErrs[u] = fmt.Errorf("%w (returned %s)", err, sub.State)
-							}
-							mu.Unlock()
-						})
-					}
-					if reconnect {
-						wg.Go(func() {
-							time.Sleep(2 * time.Millisecond)
-							_ = r.c.Reconnect(t.Context())
-						})
-					}
-					wg.Wait()
-					t.Logf("%d Unsubscribes returned nil", len(mustClosed))
-					quiesce()
-					time.Sleep(10 * time.Minute)
-					quiesce()
-					r.wire.refuseWhen(nil)
-					minutes(30)
-					defer func() {
-						if t.Failed() {
-							for u, err := range unsubErrs {
-								t.Logf("Unsubscribe(%s): %v", u, err)
-							}
-						}
-					}()
-					r.requireWhereLeft(uris, mustOpen, mustClosed)
-				})
+		mustOpen, mustClosed := map[string]bool{}, map[string]bool{}
+		var mu sync.Mutex
+		unsubErrs := map[string]error{}
+		var wg sync.WaitGroup
+		for i, u := range uris {
+			if i%2 == 0 {
+				mustOpen[u] = true
+				continue
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			if i%3 == 0 {
+				time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
+			}
+			wg.Go(func() {
+				defer cancel()
+				sub, err := r.c.Unsubscribe(ctx, u)
+				mu.Lock()
+				if err == nil {
+					mustClosed[u] = true
+				} else {
+					unsubErrs[u] = fmt.Errorf("%w (returned %s)", err, sub.State)
+				}
+				mu.Unlock()
 			})
 		}
-	}
+		if reconnect {
+			wg.Go(func() {
+				time.Sleep(2 * time.Millisecond)
+				_ = r.c.Reconnect(t.Context())
+			})
+		}
+		wg.Wait()
+		t.Logf("%d Unsubscribes returned nil", len(mustClosed))
+		quiesce()
+		time.Sleep(10 * time.Minute)
+		quiesce()
+		r.wire.refuseWhen(nil)
+		minutes(30)
+		defer func() {
+			if t.Failed() {
+				for u, err := range unsubErrs {
+					t.Logf("Unsubscribe(%s): %v", u, err)
+				}
+			}
+		}()
+		r.requireWhereLeft(uris, mustOpen, mustClosed)
+	})
 }
 
 // batchLedger is a ledger (the memory ledger, or a fault ledger) taking
@@ -417,64 +401,55 @@ func (s *sender) SendRequest(ctx context.Context, req transport.JSONRPCRequest) 
 // URIs leaves (each must be durable by then), instead of one at a time in
 // their passes; URIs it knows already are left to their passes.
 func TestSubscribeAllWritesItsNewURIsInBatchesBeforeTheirRequestsLeave(t *testing.T) {
-	for _, era := range eras {
-		t.Run(era.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := mcpsynctest.NewServer(nil)
-				uris := make([]string, 300)
-				for i := range uris {
-					uris[i] = fmt.Sprintf("file:///all/%03d.md", i)
-					srv.Set(uris[i], "text/markdown", "v1 of "+uris[i])
+	eachEra(t, func(t *testing.T, era wiring) {
+		srv, uris := serverOfMany(300)
+		l := &batchLedger{Ledger: ledger.NewMemory(nil)}
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+		require.NoError(t, err)
+		var early []string // URIs asked for before their record was written
+		var mu sync.Mutex
+		dial := senders(srv.Dialer(), func(asked []string) {
+			for _, uri := range asked {
+				if r, err := l.Load(context.Background(), uri); err != nil || r == nil || r.Sub == nil {
+					mu.Lock()
+					early = append(early, uri)
+					mu.Unlock()
 				}
-				l := &batchLedger{Ledger: ledger.NewMemory(nil)}
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-				require.NoError(t, err)
-				var early []string // URIs asked for before their record was written
-				var mu sync.Mutex
-				dial := senders(srv.Dialer(), func(asked []string) {
-					for _, uri := range asked {
-						if r, err := l.Load(context.Background(), uri); err != nil || r == nil || r.Sub == nil {
-							mu.Lock()
-							early = append(early, uri)
-							mu.Unlock()
-						}
-					}
-				})
-				c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: era.version, NoResume: true})
-				require.NoError(t, err)
-				defer func() { require.NoError(t, c.Close()) }()
-
-				_, err = c.Subscribe(t.Context(), uris[0])
-				require.NoError(t, err)
-				subs, err := c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-				for i, sub := range subs {
-					assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
-					entry, err := c.Lookup(uris[i])
-					require.NoError(t, err)
-					assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
-				}
-				_, err = c.SubscribeAll(t.Context(), uris)
-				require.NoError(t, err)
-
-				mu.Lock()
-				defer mu.Unlock()
-				assert.Empty(t, early, "subscribed before their first subscription was written")
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				// The Subscribe's alone, by its pass: a batch of one shares
-				// nothing.
-				assert.Equal(t, []string{uris[0]}, l.alone, "first records written one at a time")
-				// SubscribeAll's: every URI but the one known, in order; none
-				// for the URIs all known. A listen stream carries every URI,
-				// so all are written before it leaves.
-				assert.Equal(t, uris[1:], slices.Concat(l.batches...))
-				if era.version == "2026-07-28" {
-					assert.Len(t, l.batches, 1)
-				}
-			})
+			}
 		})
-	}
+		c, err := mcpsync.Connect(t.Context(), dial, &mcpsync.ClientOptions{Engine: e, Subject: alice, ProtocolVersion: era.version, NoResume: true})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+
+		_, err = c.Subscribe(t.Context(), uris[0])
+		require.NoError(t, err)
+		subs, err := c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+		for i, sub := range subs {
+			assert.Equal(t, ledger.ModePush, sub.Mode, uris[i])
+			entry, err := c.Lookup(uris[i])
+			require.NoError(t, err)
+			assert.Equal(t, "v1 of "+uris[i], entry.Contents[0].Text)
+		}
+		_, err = c.SubscribeAll(t.Context(), uris)
+		require.NoError(t, err)
+
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Empty(t, early, "subscribed before their first subscription was written")
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		// The Subscribe's alone, by its pass: a batch of one shares
+		// nothing.
+		assert.Equal(t, []string{uris[0]}, l.alone, "first records written one at a time")
+		// SubscribeAll's: every URI but the one known, in order; none
+		// for the URIs all known. A listen stream carries every URI,
+		// so all are written before it leaves.
+		assert.Equal(t, uris[1:], slices.Concat(l.batches...))
+		if era.version == "2026-07-28" {
+			assert.Len(t, l.batches, 1)
+		}
+	})
 }
 
 // namedUnwritten has every subscribe and listen request of r checked as it
@@ -547,8 +522,7 @@ func TestAListenStreamNamesOnlyURIsWhoseSubscriptionIsWritten(t *testing.T) {
 				early := namedUnwritten(r, l)
 				r.subscribe()
 				if tc.closed {
-					_, err := r.c.Subscribe(t.Context(), x)
-					require.NoError(t, err)
+					r.watch(x)
 					_, err = r.c.Unsubscribe(t.Context(), x)
 					require.NoError(t, err)
 					quiesce()
@@ -637,45 +611,37 @@ func TestABatchTheLedgerMisanswersIsToldAndEveryURIStillOpens(t *testing.T) {
 // longer drives (the engine is free for another Client once Close
 // returned), and every URI says why it is not open.
 func TestSubscribeAllWritesNoBatchOnceCancelledOrClosed(t *testing.T) {
-	for _, closing := range []bool{false, true} {
-		name := "cancelled"
-		if closing {
-			name = "closed"
-		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				uris := numbered("file:///stopped/%03d.md", 600) // three batches
-				l := &batchLedger{Ledger: ledger.NewMemory(nil)}
-				e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
-				require.NoError(t, err)
-				r := buildRig(t, eras[0], rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				var once sync.Once
-				l.set(func(l *batchLedger) {
-					l.during = func() {
-						once.Do(func() {
-							if closing {
-								require.NoError(t, r.c.Close())
-							} else {
-								cancel()
-							}
-						})
+	eachCase(t, []bool{false, true}, named("cancelled", "closed"), func(t *testing.T, closing bool) {
+		uris := numbered("file:///stopped/%03d.md", 600) // three batches
+		l := &batchLedger{Ledger: ledger.NewMemory(nil)}
+		e, err := mcpsync.NewEngine(&mcpsync.EngineOptions{Ledger: l})
+		require.NoError(t, err)
+		r := buildRig(t, eras[0], rigConfig{uris: uris, opts: mcpsync.ClientOptions{Engine: e}})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var once sync.Once
+		l.set(func(l *batchLedger) {
+			l.during = func() {
+				once.Do(func() {
+					if closing {
+						require.NoError(t, r.c.Close())
+					} else {
+						cancel()
 					}
 				})
-				_, err = r.c.SubscribeAll(ctx, uris)
-				if closing {
-					require.ErrorIs(t, err, mcpsync.ErrClientClosed)
-				} else {
-					require.ErrorIs(t, err, context.Canceled)
-				}
-				quiesce()
-				assert.Len(t, l.written(), 1, "batches written: the one under way, and no later one")
-				for _, uri := range uris[256:] {
-					_, err := e.Subscription(uri)
-					assert.ErrorIs(t, err, mcpsync.ErrUnknownURI, "%s, never started, was opened", uri)
-				}
-			})
+			}
 		})
-	}
+		_, err = r.c.SubscribeAll(ctx, uris)
+		if closing {
+			require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+		} else {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		quiesce()
+		assert.Len(t, l.written(), 1, "batches written: the one under way, and no later one")
+		for _, uri := range uris[256:] {
+			_, err := e.Subscription(uri)
+			assert.ErrorIs(t, err, mcpsync.ErrUnknownURI, "%s, never started, was opened", uri)
+		}
+	})
 }
