@@ -1,6 +1,8 @@
 package mcpsync_test
 
 import (
+	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -191,5 +193,33 @@ func TestStrictLookupNeverRefusesACopyAQuietServerKeepsConfirming(t *testing.T) 
 			}
 		}
 		assert.Zero(t, refused, "strict lookups refused over 10 minutes of a quiet server answering in %v: first %v", latency, first)
+	})
+}
+
+// A URI unsubscribed and subscribed again before its pass ran (the
+// Unsubscribe's wait given up at once) stays open on the generation it
+// had, and is revalidated as every watched URI is: its copy is confirmed
+// within each bound it publishes, though the server never notifies it.
+func TestAURIWatchedAgainBeforeItsCloseIsRevalidated(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // the two calls before the key's pass
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{opts: mcpsync.ClientOptions{RevalidateEvery: 10 * time.Second}})
+		r.watch(faultURI)
+		gone, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := r.c.Unsubscribe(gone, faultURI)
+		require.ErrorIs(t, err, context.Canceled)
+		sub, err := r.c.Subscribe(t.Context(), faultURI)
+		require.NoError(t, err)
+		quiesce()
+		r.faults().DropNext(faultURI, 1000)
+		reads := r.srv.Reads(faultURI)
+		for range 6 {
+			time.Sleep(10 * time.Second)
+			quiesce()
+			_, err := r.c.Lookup(faultURI, mcpsync.RequireFresh())
+			require.NoError(t, err, "generation %d: %s", sub.SubscriptionGeneration, r.describe(faultURI))
+		}
+		assert.GreaterOrEqual(t, r.srv.Reads(faultURI)-reads, 5, "revalidated every interval")
 	})
 }

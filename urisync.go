@@ -61,6 +61,7 @@ func (c *Client) syncWatched(conn *connection, key string, w *watch, tick ledger
 		}
 		reopen, again := c.needsReopen(conn, key, w, sub, tick)
 		if !reopen {
+			c.takeOver(key, w, sub)
 			c.converged(conn, key, w, sub)
 			return again, nil
 		}
@@ -150,6 +151,30 @@ func (c *Client) needsReopen(conn *connection, key string, w *watch, sub Subscri
 	return false, 0
 }
 
+// cadence is how often, and as what, an open subscription of mode is read
+// when nothing notifies it: revalidation in push mode, polls in poll mode.
+func (c *Client) cadence(mode ledger.SubscriptionMode) (time.Duration, ledger.Trigger) {
+	if mode == ledger.ModePoll {
+		return c.opts.PollEvery, ledger.TriggerPoll
+	}
+	return c.opts.RevalidateEvery, ledger.TriggerRevalidate
+}
+
+// takeOver makes w the watch of sub, the open generation it found: a watch
+// made again while its generation stayed open (an Unsubscribe and a
+// Subscribe between two passes of the key) was opened by no pass, so it
+// gets the periodic reads of sub's mode here, as open gives them.
+func (c *Client) takeOver(key string, w *watch, sub Subscription) {
+	c.mu.Lock()
+	adopted := w.opened
+	w.opened = true
+	c.mu.Unlock()
+	if !adopted {
+		interval, trig := c.cadence(sub.Mode)
+		c.startWatch(key, interval, trig)
+	}
+}
+
 // converged is the pass over a key that is open as wanted: what
 // reopenFailed said of it is taken back once it is open in the current
 // session and, in push mode from 2026-07-28 on, on a stream the server
@@ -214,11 +239,7 @@ func (c *Client) open(conn *connection, key string, w *watch, replace bool) erro
 			mode = ledger.ModePush
 		}
 	}
-	interval := c.opts.RevalidateEvery
-	trig := ledger.TriggerRevalidate
-	if mode == ledger.ModePoll {
-		interval, trig = c.opts.PollEvery, ledger.TriggerPoll
-	}
+	interval, trig := c.cadence(mode)
 	// Activated with its staleness bound in one write: how old the copy
 	// may get before the next revalidation (or poll) confirms it. A copy
 	// counts as confirmed when its read was issued, so the bound holds the
