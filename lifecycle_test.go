@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/ledger"
 	"github.com/mcpsync/mcpsync/mcpsynctest"
 )
 
@@ -270,5 +271,55 @@ func TestCloseIsFinalForAReconnectUnderWay(t *testing.T) {
 		defer cancel()
 		_, err = b.Subscribe(ctx, other)
 		assert.NoError(t, err, "a Subscribe of the second client after the closed client's dial came back")
+	})
+}
+
+// Two Clients of one ledger, each on an engine of its own: the first
+// unsubscribed a URI long ago, the second watches it now. The first's
+// Close, whether it is a hand-over or a Close that timed out on a stuck
+// ledger write and finishes after the second started, closes nothing the
+// second watches.
+func TestCloseLeavesAloneWhatAnotherClientOfItsLedgerWatches(t *testing.T) {
+	eachEraAnd(t, []bool{false, true}, named("handed over", "after a Close that timed out"), func(t *testing.T, w wiring, stuck bool) {
+		const other = "file:///docs/other.md"
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(changedURI, "text/markdown", "v1")
+		srv.Set(other, "text/markdown", "v1")
+		store := ledger.NewMemory(nil)
+		r1 := buildRig(t, w, rigConfig{srv: srv, ledger: true, store: store, opts: mcpsync.ClientOptions{RevalidateEvery: time.Hour, CloseTimeout: time.Second}})
+		r1.watch(changedURI)
+		quiesce()
+		_, err := r1.c.Unsubscribe(t.Context(), changedURI)
+		require.NoError(t, err)
+		quiesce()
+		release := func() {}
+		if stuck {
+			opening, slow := r1.ledger.slowWrite(writeOf(other, ledger.StateSubscribing))
+			ctx, cancel := context.WithCancel(t.Context())
+			done := goCall(ctx, r1.c.Subscribe, other)
+			<-opening
+			cancel()
+			<-done
+			require.ErrorIs(t, r1.c.Close(), mcpsync.ErrCloseTimeout, "a pass is parked in a ledger write")
+			release = func() { close(slow) }
+		}
+
+		e2 := engineOn(t, store)
+		r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e2, RevalidateEvery: time.Hour}})
+		r2.watch(changedURI)
+		quiesce()
+		sub, err := e2.Subscription(changedURI)
+		require.NoError(t, err)
+		require.True(t, openIn(sub, e2.SessionGeneration()), r2.describe(changedURI))
+
+		if stuck {
+			release()
+		} else {
+			require.NoError(t, r1.c.Close())
+		}
+		quiesce()
+		sub, err = e2.Subscription(changedURI)
+		require.NoError(t, err)
+		assert.True(t, openIn(sub, e2.SessionGeneration()), "the first client's Close closed what the second watches: %s", r2.describe(changedURI))
 	})
 }
