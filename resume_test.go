@@ -332,3 +332,44 @@ func TestRestartResumesNothingTheCallerGaveUpBeforeClose(t *testing.T) {
 		})
 	}
 }
+
+// A program interrupted while it subscribes ends the Subscribe's context
+// and closes its client at once: the first Subscribe returns the context's
+// error, so the caller gave the URI up, and a Client that opens the ledger
+// next resumes nothing of it, nor has the server notify it.
+func TestRestartResumesNoFirstSubscribeGivenUpAsCloseBegins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := eras[0]
+		srv := mcpsynctest.NewServer(nil)
+		srv.Set(changedURI, "text/markdown", "v1")
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		l, err := boltledger.Open(path, nil)
+		require.NoError(t, err)
+		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, l)}})
+		h := r.faults().HoldNext(string(mcp.MethodResourcesSubscribe), changedURI)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := goCall(ctx, r.c.Subscribe, changedURI)
+		<-h.Arrived()
+		cancel()
+		require.NoError(t, r.c.Close())
+		require.ErrorIs(t, (<-done).err, context.Canceled, "the subscribe is parked at the server")
+		h.Release()
+		quiesce()
+		require.NoError(t, l.Close())
+
+		l, err = boltledger.Open(path, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		e := engineOn(t, l)
+		r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
+		require.NoError(t, r2.c.WaitForSync(t.Context()))
+		time.Sleep(time.Hour)
+		quiesce()
+
+		sub, err := e.Subscription(changedURI)
+		require.NoError(t, err)
+		open := sub.SessionGeneration == e.SessionGeneration() && generationOpen(sub.State)
+		assert.False(t, open, "the restart brought back a URI the caller gave up: %s", r2.describe(changedURI))
+		assert.False(t, srv.Subscribed(changedURI), "the server notifies a URI nobody watches")
+	})
+}
