@@ -324,8 +324,11 @@ type watch struct {
 	// (or a resume) has it: a watch no Subscribe kept is taken back when
 	// the last one in flight fails (settleSubscribe). Protected by
 	// Client.mu.
-	pending  int
-	kept     bool
+	pending int
+	kept    bool
+	// givenUp marks a watch Close took back before any Subscribe kept it
+	// (closeUnwatched). Protected by Client.mu.
+	givenUp  bool
 	every    time.Duration
 	periodic ledger.Trigger
 	tickAt   time.Time
@@ -556,9 +559,11 @@ func (c *Client) Capabilities() ledger.CapabilityReceipt {
 // Close unsubscribes nothing (the server forgets a session that ends), stops
 // every goroutine of the client and closes the connection. Cached versions
 // stay in the engine. What a caller gave up before Close stays given up:
-// the generation of an Unsubscribe (or of a first Subscribe given up on)
-// whose close had not been written yet is closed on the engine, so a
-// Client that opens the ledger next does not resume it. Close is idempotent. It waits for the client's
+// the generation of an Unsubscribe, or of a first Subscribe given up on or
+// still waiting (it fails with ErrClientClosed), whose close had not been
+// written yet is closed on the engine, so a Client that opens the ledger
+// next does not resume it. Generations another engine on the ledger
+// opened are left alone. Close is idempotent. It waits for the client's
 // goroutines at most ClientOptions.CloseTimeout: a request stuck in a server
 // that ignores cancellation (an in-process handler that never returns) is
 // left behind, and Close says so with ErrCloseTimeout.
@@ -681,21 +686,33 @@ func (c *Client) stop() {
 // (an Unsubscribe whose wait ended, or that raced Close): the unwatched
 // branch of the key's sync, on a connection that is lost now, so the
 // generation is closed on the engine, and the server, which forgets a
-// session that ends, is not told. A Client that opens the ledger next
-// resumes nothing the caller gave up. It runs once no goroutine of the
-// client does, so no pass races it.
+// session that ends, is not told. A watch no Subscribe kept yet is given
+// up here too: its first Subscribes fail with ErrClientClosed
+// (settleSubscribe). Only generations of this client's engine are closed:
+// a key another engine on the ledger opened since is that engine's. A
+// Client that opens the ledger next resumes nothing the caller gave up.
+// It runs once no goroutine of the client does, so no pass races it.
 func (c *Client) closeUnwatched() {
 	c.mu.Lock()
 	conn := c.conn
 	conn.lost = true
 	var keys []string
 	for key := range c.epochs {
-		if c.watches[key] == nil {
+		w := c.watches[key]
+		if w != nil && !w.kept {
+			w.givenUp = true
+			c.dropWatch(key)
+			w = nil
+		}
+		if w == nil {
 			keys = append(keys, key)
 		}
 	}
 	c.mu.Unlock()
 	for _, key := range keys {
+		if sub, err := c.engine.Subscription(key); err != nil || sub.Capabilities.Engine != c.engine.id {
+			continue
+		}
 		if err := c.syncUnwatched(conn, key); err != nil {
 			c.report(errorf("close %s: %w", key, err))
 		}

@@ -414,19 +414,25 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 			continue
 		}
 		subs[i], errs[i] = c.subscribed(ctx, a.key, a.w, a.waiter)
-		c.settleSubscribe(a.key, a.w, errs[i])
+		errs[i] = c.settleSubscribe(a.key, a.w, errs[i])
 	}
 	return subs, errs
 }
 
-// settleSubscribe records how one Subscribe of w ended. A watch no
-// Subscribe has kept yet (the first ones in flight, none succeeded) is
-// taken back when the last of them fails or is given up on: nothing stays
-// watched that no caller has, and the next pass closes what was opened
-// and takes its spelling off the listen stream.
-func (c *Client) settleSubscribe(key string, w *watch, err error) {
+// settleSubscribe records how one Subscribe of w ended, and returns what
+// the Subscribe returns. A watch no Subscribe has kept yet (the first ones
+// in flight, none succeeded) is taken back when the last of them fails or
+// is given up on: nothing stays watched that no caller has, and the next
+// pass closes what was opened and takes its spelling off the listen
+// stream. One that Close took back first (closeUnwatched) has its
+// generation closed: its Subscribes fail with ErrClientClosed.
+func (c *Client) settleSubscribe(key string, w *watch, err error) error {
 	c.mu.Lock()
 	w.pending--
+	if w.givenUp {
+		c.mu.Unlock()
+		return ErrClientClosed
+	}
 	if err == nil || errors.Is(err, ErrNotFound) {
 		w.kept = true
 	}
@@ -437,13 +443,14 @@ func (c *Client) settleSubscribe(key string, w *watch, err error) {
 	conn := c.conn
 	c.mu.Unlock()
 	if !drop {
-		return
+		return err
 	}
 	if conn.era == EraModern {
 		conn.setWanted(w.raw, false)
 		c.putRightLater(conn, key, w.raw) // a stream sent meanwhile may carry it
 	}
 	c.mark(key)
+	return err
 }
 
 // subscribed waits for the pass that took up a Subscribe of key (pw), then
