@@ -709,14 +709,23 @@ func (c *Client) closeUnwatched() {
 		}
 	}
 	c.mu.Unlock()
+	// As many at once as the controller works keys, so that a durable
+	// ledger commits their writes together.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, syncWorkers)
 	for _, key := range keys {
-		if sub, err := c.engine.Subscription(key); err != nil || sub.Capabilities.Engine != c.engine.id {
-			continue
-		}
-		if err := c.syncUnwatched(conn, key); err != nil {
-			c.report(errorf("close %s: %w", key, err))
-		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if sub, err := c.engine.Subscription(key); err != nil || sub.Capabilities.Engine != c.engine.id {
+				return
+			}
+			if err := c.syncUnwatched(conn, key); err != nil {
+				c.report(errorf("close %s: %w", key, err))
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // drivenEngines holds the ID of every engine of this process a Client
