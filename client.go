@@ -681,53 +681,6 @@ func (c *Client) stop() {
 	close(c.stopped)
 }
 
-// closeUnwatched takes, for every key the caller stopped watching, the
-// step toward closed that its pass had not taken when the client closed
-// (an Unsubscribe whose wait ended, or that raced Close): the unwatched
-// branch of the key's sync, on a connection that is lost now, so the
-// generation is closed on the engine, and the server, which forgets a
-// session that ends, is not told. A watch no Subscribe kept yet is given
-// up here too: its first Subscribes fail with ErrClientClosed
-// (settleSubscribe). Only generations of this client's engine are closed:
-// a key another engine on the ledger opened since is that engine's. A
-// Client that opens the ledger next resumes nothing the caller gave up.
-// It runs once no goroutine of the client does, so no pass races it.
-func (c *Client) closeUnwatched() {
-	c.mu.Lock()
-	conn := c.conn
-	conn.lost = true
-	var keys []string
-	for key := range c.epochs {
-		w := c.watches[key]
-		if w != nil && !w.kept {
-			w.givenUp = true
-			c.dropWatch(key)
-			w = nil
-		}
-		if w == nil {
-			keys = append(keys, key)
-		}
-	}
-	c.mu.Unlock()
-	// As many at once as the controller works keys, so that a durable
-	// ledger commits their writes together.
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, syncWorkers)
-	for _, key := range keys {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			if sub, err := c.engine.Subscription(key); err != nil || sub.Capabilities.Engine != c.engine.id {
-				return
-			}
-			if err := c.syncUnwatched(conn, key); err != nil {
-				c.report(errorf("close %s: %w", key, err))
-			}
-		})
-	}
-	wg.Wait()
-}
-
 // drivenEngines holds the ID of every engine of this process a Client
 // drives. The subscriptions of a driven engine's sessions are live: a
 // client of another engine on the same ledger does not resume them.
