@@ -7,6 +7,7 @@ package mcpsync_test
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -371,5 +372,38 @@ func TestRestartResumesNoFirstSubscribeGivenUpAsCloseBegins(t *testing.T) {
 		open := sub.SessionGeneration == e.SessionGeneration() && generationOpen(sub.State)
 		assert.False(t, open, "the restart brought back a URI the caller gave up: %s", r2.describe(changedURI))
 		assert.False(t, srv.Subscribed(changedURI), "the server notifies a URI nobody watches")
+	})
+}
+
+// A SubscribeAll that Close ends while its first subscriptions are being
+// written fails with ErrClientClosed for each URI, and what the caller
+// never got stays given up: a Client that opens the ledger next resumes
+// none of them, nor has the server notify them.
+func TestRestartResumesNothingOfASubscribeAllThatCloseEnded(t *testing.T) {
+	eachEra(t, func(t *testing.T, w wiring) {
+		uris := numbered("file:///docs/cut/%d.md", 4)
+		srv := mcpsynctest.NewServer(nil)
+		for _, u := range uris {
+			srv.Set(u, "text/markdown", "v1")
+		}
+		store := &batchLedger{Ledger: ledger.NewMemory(nil)}
+		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, store)}})
+		var once sync.Once
+		store.during = func() { once.Do(func() { require.NoError(t, r.c.Close()) }) } // Close as the batch is written
+		_, err := r.c.SubscribeAll(t.Context(), uris)
+		require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+		quiesce()
+
+		e := engineOn(t, store.Ledger)
+		r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
+		require.NoError(t, r2.c.WaitForSync(t.Context()))
+		time.Sleep(time.Hour)
+		quiesce()
+		for _, u := range uris {
+			sub, err := e.Subscription(u)
+			require.NoError(t, err)
+			assert.False(t, openIn(sub, e.SessionGeneration()), "the restart brought back a URI whose Subscribe failed: %s", r2.describe(u))
+			assert.False(t, srv.Subscribed(u), "the server notifies %s, whose Subscribe failed", u)
+		}
 	})
 }
