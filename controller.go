@@ -389,10 +389,13 @@ func (c *Client) subscribeAll(ctx context.Context, uris []string) ([]Subscriptio
 		n := min(chunk, len(keys))
 		var done opened
 		if n > 1 {
-			var err error
-			if done, err = c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
-				c.report(err)
-			}
+			// Counted, so that a Close meanwhile closes what it writes.
+			c.counted(func() {
+				var err error
+				if done, err = c.engine.openFirst(keys[:n], raws[:n], c.opts.Subject); err != nil {
+					c.report(err)
+				}
+			})
 		}
 		if stream && n > 1 {
 			// A stream names only URIs whose subscription is written (the

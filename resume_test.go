@@ -389,9 +389,16 @@ func TestRestartResumesNothingOfASubscribeAllThatCloseEnded(t *testing.T) {
 		store := &batchLedger{Ledger: ledger.NewMemory(nil)}
 		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, store)}})
 		var once sync.Once
-		store.during = func() { once.Do(func() { require.NoError(t, r.c.Close()) }) } // Close as the batch is written
+		closed := make(chan error, 1)
+		store.during = func() { // Close, on another goroutine, as the batch is written
+			once.Do(func() {
+				go func() { closed <- r.c.Close() }()
+				synctest.Wait()
+			})
+		}
 		_, err := r.c.SubscribeAll(t.Context(), uris)
 		require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+		require.NoError(t, <-closed)
 		quiesce()
 
 		e := engineOn(t, store.Ledger)

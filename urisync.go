@@ -285,7 +285,8 @@ func (c *Client) open(conn *connection, key string, w *watch, replace bool) erro
 // (settleSubscribe). Only generations of this client's engine are closed:
 // a key another engine on the ledger opened since is that engine's. A
 // Client that opens the ledger next resumes nothing the caller gave up.
-// It runs once no goroutine of the client does, so no pass races it.
+// It runs once no goroutine of the client does, and no SubscribeAll
+// writes its first subscriptions (counted), so nothing races it.
 func (c *Client) closeUnwatched() {
 	c.mu.Lock()
 	conn := c.conn
