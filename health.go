@@ -359,12 +359,18 @@ func (conn *connection) ping(ctx context.Context, n int) error {
 	return err
 }
 
-// failedRead records a read that got no answer.
+// failedRead records a read that got no answer. One that Close ended
+// (it closes the transport first) failed nothing a caller can act on:
+// OnError is not told.
 func (c *Client) failedRead(conn *connection, t ledger.Ticket, err error) {
 	c.failedReads.Add(1)
 	c.mu.Lock()
+	closed := c.closed
 	c.failing[t.URI] = err.Error()
 	c.mu.Unlock()
+	if closed {
+		return
+	}
 	c.report(&ReadError{URI: t.URI, Trigger: t.Trigger, Err: err})
 	switch {
 	case transportLost(err):

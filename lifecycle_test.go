@@ -7,6 +7,7 @@ package mcpsync_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -321,5 +323,22 @@ func TestCloseLeavesAloneWhatAnotherClientOfItsLedgerWatches(t *testing.T) {
 		sub, err = e2.Subscription(changedURI)
 		require.NoError(t, err)
 		assert.True(t, openIn(sub, e2.SessionGeneration()), "the first client's Close closed what the second watches: %s", r2.describe(changedURI))
+	})
+}
+
+// A read that Close ends failed nothing the caller can act on: OnError is
+// not told about it.
+func TestCloseEndsAReadInFlightQuietly(t *testing.T) {
+	eachEra(t, func(t *testing.T, w wiring) {
+		r := buildRig(t, w, rigConfig{})
+		r.watch(faultURI)
+		held := r.faults().HoldNext(string(mcp.MethodResourcesRead), faultURI)
+		r.srv.Set(faultURI, "text/markdown", "v2")
+		<-held.Arrived()
+		require.NoError(t, r.c.Close())
+		for _, err := range r.errs.list() {
+			var re *mcpsync.ReadError
+			assert.False(t, errors.As(err, &re), "OnError told of a read Close ended: %v", err)
+		}
 	})
 }
