@@ -620,11 +620,15 @@ func TestSubscribeAllWritesNoBatchOnceCancelledOrClosed(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		var once sync.Once
+		closed := make(chan error, 1)
 		l.set(func(l *batchLedger) {
 			l.during = func() {
 				once.Do(func() {
 					if closing {
-						require.NoError(t, r.c.Close())
+						// On another goroutine, as a program closes: Close
+						// waits for the batch under way.
+						go func() { closed <- r.c.Close() }()
+						synctest.Wait()
 					} else {
 						cancel()
 					}
@@ -634,6 +638,7 @@ func TestSubscribeAllWritesNoBatchOnceCancelledOrClosed(t *testing.T) {
 		_, err = r.c.SubscribeAll(ctx, uris)
 		if closing {
 			require.ErrorIs(t, err, mcpsync.ErrClientClosed)
+			require.NoError(t, <-closed)
 		} else {
 			require.ErrorIs(t, err, context.Canceled)
 		}
