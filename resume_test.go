@@ -299,6 +299,18 @@ func TestRestartResumesNothingTheCallerGaveUpBeforeClose(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded, "the key's pass is parked at the server")
 			return h.Release
 		}},
+		{"a first Subscribe given up as Close begins", func(t *testing.T, r *rig) func() {
+			// A program interrupted while it subscribes ends the
+			// Subscribe's context and closes its client at once.
+			h := r.faults().HoldNext(string(mcp.MethodResourcesSubscribe), changedURI)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := goCall(ctx, r.c.Subscribe, changedURI)
+			<-h.Arrived()
+			cancel()
+			require.NoError(t, r.c.Close())
+			require.ErrorIs(t, (<-done).err, context.Canceled, "the subscribe is parked at the server")
+			return h.Release
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -318,61 +330,10 @@ func TestRestartResumesNothingTheCallerGaveUpBeforeClose(t *testing.T) {
 				l, err = boltledger.Open(path, nil)
 				require.NoError(t, err)
 				t.Cleanup(func() { l.Close() })
-				e := engineOn(t, l)
-				r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
-				require.NoError(t, r2.c.WaitForSync(t.Context()))
-				time.Sleep(time.Hour)
-				quiesce()
-
-				sub, err := e.Subscription(changedURI)
-				require.NoError(t, err)
-				open := sub.SessionGeneration == e.SessionGeneration() && generationOpen(sub.State)
-				assert.False(t, open, "the restart brought back a URI the caller gave up: %s", r2.describe(changedURI))
-				assert.False(t, srv.Subscribed(changedURI), "the server notifies a URI nobody watches")
+				requireResumesNone(t, w, srv, l, changedURI)
 			})
 		})
 	}
-}
-
-// A program interrupted while it subscribes ends the Subscribe's context
-// and closes its client at once: the first Subscribe returns the context's
-// error, so the caller gave the URI up, and a Client that opens the ledger
-// next resumes nothing of it, nor has the server notify it.
-func TestRestartResumesNoFirstSubscribeGivenUpAsCloseBegins(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := eras[0]
-		srv := mcpsynctest.NewServer(nil)
-		srv.Set(changedURI, "text/markdown", "v1")
-		path := filepath.Join(t.TempDir(), "ledger.db")
-		l, err := boltledger.Open(path, nil)
-		require.NoError(t, err)
-		r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: engineOn(t, l)}})
-		h := r.faults().HoldNext(string(mcp.MethodResourcesSubscribe), changedURI)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := goCall(ctx, r.c.Subscribe, changedURI)
-		<-h.Arrived()
-		cancel()
-		require.NoError(t, r.c.Close())
-		require.ErrorIs(t, (<-done).err, context.Canceled, "the subscribe is parked at the server")
-		h.Release()
-		quiesce()
-		require.NoError(t, l.Close())
-
-		l, err = boltledger.Open(path, nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		e := engineOn(t, l)
-		r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
-		require.NoError(t, r2.c.WaitForSync(t.Context()))
-		time.Sleep(time.Hour)
-		quiesce()
-
-		sub, err := e.Subscription(changedURI)
-		require.NoError(t, err)
-		open := sub.SessionGeneration == e.SessionGeneration() && generationOpen(sub.State)
-		assert.False(t, open, "the restart brought back a URI the caller gave up: %s", r2.describe(changedURI))
-		assert.False(t, srv.Subscribed(changedURI), "the server notifies a URI nobody watches")
-	})
 }
 
 // A SubscribeAll that Close ends while its first subscriptions are being
@@ -401,16 +362,23 @@ func TestRestartResumesNothingOfASubscribeAllThatCloseEnded(t *testing.T) {
 		require.NoError(t, <-closed)
 		quiesce()
 
-		e := engineOn(t, store.Ledger)
-		r2 := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
-		require.NoError(t, r2.c.WaitForSync(t.Context()))
-		time.Sleep(time.Hour)
-		quiesce()
-		for _, u := range uris {
-			sub, err := e.Subscription(u)
-			require.NoError(t, err)
-			assert.False(t, openIn(sub, e.SessionGeneration()), "the restart brought back a URI whose Subscribe failed: %s", r2.describe(u))
-			assert.False(t, srv.Subscribed(u), "the server notifies %s, whose Subscribe failed", u)
-		}
+		requireResumesNone(t, w, srv, store.Ledger, uris...)
 	})
+}
+
+// requireResumesNone restarts on store: a Client of a new engine over it,
+// an hour later, has none of uris open and the server notifies none.
+func requireResumesNone(t *testing.T, w wiring, srv *mcpsynctest.Server, store ledger.Ledger, uris ...string) {
+	t.Helper()
+	e := engineOn(t, store)
+	r := buildRig(t, w, rigConfig{srv: srv, opts: mcpsync.ClientOptions{Engine: e}})
+	require.NoError(t, r.c.WaitForSync(t.Context()))
+	time.Sleep(time.Hour)
+	quiesce()
+	for _, u := range uris {
+		sub, err := e.Subscription(u)
+		require.NoError(t, err)
+		assert.False(t, openIn(sub, e.SessionGeneration()), "the restart brought back a URI the caller gave up: %s", r.describe(u))
+		assert.False(t, srv.Subscribed(u), "the server notifies %s, which nobody watches", u)
+	}
 }
