@@ -699,32 +699,37 @@ func (c *Client) release() {
 	}
 }
 
-// counted runs f on the caller's goroutine as work of the client that
-// Close waits for (running), unless the client is closed (then it reports
-// false and runs nothing): what f writes is written before Close's last
-// step looks at it.
-func (c *Client) counted(f func()) bool {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return false
-	}
-	c.running++
-	c.mu.Unlock()
-	defer c.leave()
-	f()
-	return true
-}
-
-// goAsync runs f in a goroutine the client counts (running), unless the
-// client is closed (then it reports false and runs nothing).
-func (c *Client) goAsync(f func()) bool {
+// enter counts one more goroutine of the client at work (running), unless
+// the client is closed (then it reports false); leave counts it out.
+func (c *Client) enter() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
 	c.running++
+	return true
+}
+
+// counted runs f on the caller's goroutine as work of the client that
+// Close waits for, unless the client is closed (then it reports false and
+// runs nothing): what f writes is written before Close's last step looks
+// at it.
+func (c *Client) counted(f func()) bool {
+	if !c.enter() {
+		return false
+	}
+	defer c.leave()
+	f()
+	return true
+}
+
+// goAsync runs f in a goroutine the client counts, unless the client is
+// closed (then it reports false and runs nothing).
+func (c *Client) goAsync(f func()) bool {
+	if !c.enter() {
+		return false
+	}
 	go func() {
 		defer c.leave()
 		f()

@@ -293,15 +293,14 @@ func (c *Client) closeUnwatched() {
 	conn.lost = true
 	var keys []string
 	for key := range c.epochs {
-		w := c.watches[key]
-		if w != nil && !w.kept {
+		if w := c.watches[key]; w != nil {
+			if w.kept {
+				continue
+			}
 			w.givenUp = true
 			c.dropWatch(key)
-			w = nil
 		}
-		if w == nil {
-			keys = append(keys, key)
-		}
+		keys = append(keys, key)
 	}
 	c.mu.Unlock()
 	// As many at once as the controller works keys, so that a durable
