@@ -6,6 +6,7 @@ package mcpsync_test
 // settle, and a watched one under the spelling the caller watches.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -272,6 +273,14 @@ func TestSpellingSwappedWhileItsStreamIsComingLeavesNoSpellingOnTheStream(t *tes
 			sub, err := r.c.Engine().Subscription(b)
 			require.NoError(t, err)
 			t.Logf("B subscribed: generation %d %s, spelled %q", sub.SubscriptionGeneration, sub.State, sub.RawURI)
+			quiesce()
+			// While B is watched, its generation is B's and the stream
+			// carries B, not A.
+			sub, err = r.c.Engine().Subscription(b)
+			require.NoError(t, err)
+			assert.Equal(t, b, cmp.Or(sub.RawURI, sub.URI), "the watched generation is spelled as the caller watches it")
+			assert.True(t, r.srv.Subscribed(b), "the listen stream carries the watched spelling %s", b)
+			assert.False(t, r.srv.Subscribed(a), "the listen stream still carries %s, given up", a)
 			_, err = r.c.Unsubscribe(t.Context(), b)
 			require.NoError(t, err)
 			quiesce()
